@@ -1,0 +1,23 @@
+// Package faults holds switches that break one protocol rule each. They exist
+// so the simulation can prove its checkers catch each broken rule; no product
+// code path sets them, and external packages cannot import this one.
+package faults
+
+// Set selects the rules to break. The zero value (and a nil *Set) breaks none.
+type Set struct {
+	// NoRaceFilter makes the Manager and the Owner accept messages that
+	// raced (C§2.3.2, Figure 7) instead of dropping them.
+	NoRaceFilter bool
+	// TimerAtReceipt starts the Owner's lease timer when a response arrives
+	// instead of when the answered request was sent (C§2.3.1).
+	TimerAtReceipt bool
+	// ReuseLGN makes the Manager give a new grant the LGN the range had
+	// before, instead of a fresh one (C§2.3, P§4.1).
+	ReuseLGN bool
+	// IgnoreSnapshotDiff makes a Lookup install snapshots without diffing
+	// them against its copy (P§4.2).
+	IgnoreSnapshotDiff bool
+}
+
+// Has reports whether s is non-nil and f(s) holds.
+func (s *Set) Has(f func(*Set) bool) bool { return s != nil && f(s) }

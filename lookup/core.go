@@ -1,0 +1,189 @@
+package lookup
+
+import (
+	"time"
+
+	"github.com/leasehold/leasehold/internal/faults"
+	"github.com/leasehold/leasehold/keyspace"
+	"github.com/leasehold/leasehold/leasetable"
+	"github.com/leasehold/leasehold/protocol"
+)
+
+// CoreConfig configures a Core.
+type CoreConfig struct {
+	Namespace string
+	Timing    protocol.Timing
+	Faults    *faults.Set
+}
+
+// Loss is a loss notification: the soft state of every key in Ranges may be
+// gone, so clients that stored state there should republish it (P§2.1).
+// All is set when the Lookup could not sync for SyncTimeout and reports every
+// range conservatively.
+type Loss struct {
+	Ranges []keyspace.Range
+	All    bool
+}
+
+// Core is the Lookup library's deterministic state machine: a full copy of
+// the lease table kept in sync with the Manager, and the loss notifications
+// the changes imply (C§2.2, P§4.2). It starts no goroutines, opens no
+// sockets, never reads a clock, and is not safe for concurrent use.
+type Core struct {
+	cfg  CoreConfig
+	view *leasetable.View
+
+	epoch   uint64               // the epoch of the copy (0: none yet)
+	nextID  uint64               // last SyncRequest ID used
+	pending map[uint64]time.Time // unanswered requests and when they were sent
+	// fresh is when the newest request whose answer the copy reflects was
+	// sent: the copy includes every change the Manager made before then.
+	fresh    time.Time
+	started  time.Time
+	allLost  time.Time // when the last all-ranges notification was raised
+	nextSync time.Time
+
+	out    []*protocol.SyncRequest
+	losses []Loss
+}
+
+// NewCore returns a Core started at now; it asks for a sync at the first Tick.
+func NewCore(cfg CoreConfig, now time.Time) *Core {
+	return &Core{cfg: cfg, view: leasetable.NewView(), pending: map[uint64]time.Time{}, started: now, nextSync: now}
+}
+
+// View returns the copy of the lease table, for reading only.
+func (c *Core) View() *leasetable.View { return c.view }
+
+// Epoch returns the Manager epoch of the copy.
+func (c *Core) Epoch() uint64 { return c.epoch }
+
+// Ready returns the requests to send and the loss notifications raised since
+// the last call, in order, and forgets them.
+func (c *Core) Ready() ([]*protocol.SyncRequest, []Loss) {
+	out, l := c.out, c.losses
+	c.out, c.losses = nil, nil
+	return out, l
+}
+
+// Lookup returns the owner of key according to the copy: a hint (C§3.1).
+func (c *Core) Lookup(key keyspace.Key) (owner, addr string, lgn keyspace.LGN, ok bool) {
+	return c.view.Lookup(key)
+}
+
+// staleAt is when the copy becomes too old to vouch for: SyncTimeout after
+// the newest request it reflects, or after start if it never synced.
+func (c *Core) staleAt() time.Time {
+	base := c.fresh
+	if base.IsZero() {
+		base = c.started
+	}
+	if c.allLost.After(base) {
+		base = c.allLost
+	}
+	return base.Add(c.cfg.Timing.SyncTimeout)
+}
+
+// NextDeadline is the local time by which Tick must be called next.
+func (c *Core) NextDeadline() time.Time {
+	d := c.nextSync
+	if s := c.staleAt(); s.Before(d) {
+		d = s
+	}
+	return d
+}
+
+// Tick runs the timers: the periodic sync (sooner while answers are
+// missing) and the conservative notification of P§2.1.
+func (c *Core) Tick(now time.Time) {
+	if !now.Before(c.staleAt()) {
+		// No answer for SyncTimeout: the Manager may have recorded losses
+		// we cannot see. Report every range, and again every SyncTimeout
+		// while cut off; keep the copy, so the diff at reconnection reports
+		// what changed meanwhile.
+		c.allLost = now
+		c.losses = append(c.losses, Loss{Ranges: []keyspace.Range{keyspace.Full}, All: true})
+	}
+	if !now.Before(c.nextSync) {
+		c.requestSync(now)
+	}
+}
+
+func (c *Core) requestSync(now time.Time) {
+	t := c.cfg.Timing
+	c.nextID++
+	c.pending[c.nextID] = now
+	for id, sent := range c.pending {
+		if now.Sub(sent) > t.SyncTimeout {
+			delete(c.pending, id)
+		}
+	}
+	// Poll every Sync; while the last poll is unanswered, retry 4× as often.
+	next := t.Sync
+	if now.Sub(c.fresh) > t.Sync {
+		next = t.Sync / 4
+	}
+	c.nextSync = now.Add(next)
+	c.out = append(c.out, &protocol.SyncRequest{
+		Namespace: c.cfg.Namespace, ID: c.nextID, Epoch: c.epoch, LSN: c.view.LSN(),
+	})
+}
+
+// Step handles a SyncResponse (an answer or a push) received at now.
+func (c *Core) Step(now time.Time, m *protocol.SyncResponse) {
+	if m.Namespace != c.cfg.Namespace || m.Epoch < c.epoch || m.Epoch == 0 {
+		return // another namespace, or from a dead Manager incarnation
+	}
+	sent, answered := c.pending[m.ID]
+	if m.ID != 0 {
+		delete(c.pending, m.ID)
+	}
+	u := m.Update
+	if m.Epoch > c.epoch {
+		if !u.Snapshot {
+			c.requestSync(now) // a new Manager: we need its snapshot
+			return
+		}
+		if c.epoch != 0 {
+			// The Manager lost its state: every lease we knew is gone.
+			c.report(c.view.Reset(), false)
+		}
+		c.epoch = m.Epoch
+	}
+	if !u.Snapshot {
+		u = trim(u, c.view.LSN())
+	}
+	if u.To > c.view.LSN() {
+		lost, err := c.view.Apply(u)
+		if err != nil {
+			// A gap: a push was lost or overtaken. Ask for what we miss.
+			c.requestSync(now)
+			return
+		}
+		if u.Snapshot && c.cfg.Faults.Has(func(f *faults.Set) bool { return f.IgnoreSnapshotDiff }) {
+			lost = nil
+		}
+		c.report(lost, false)
+	}
+	if answered && c.view.LSN() >= u.To && sent.After(c.fresh) {
+		c.fresh = sent
+	}
+}
+
+func (c *Core) report(lost []keyspace.Range, all bool) {
+	if len(lost) > 0 {
+		c.losses = append(c.losses, Loss{Ranges: lost, All: all})
+	}
+}
+
+// trim drops the changes of a delta the copy already has.
+func trim(u leasetable.Update, lsn keyspace.LSN) leasetable.Update {
+	if u.From >= lsn || u.To <= lsn {
+		return u
+	}
+	for len(u.Changes) > 0 && u.Changes[0].LSN <= lsn {
+		u.Changes = u.Changes[1:]
+	}
+	u.From = lsn
+	return u
+}

@@ -1,0 +1,348 @@
+package owner
+
+import (
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/leasehold/leasehold/internal/faults"
+	"github.com/leasehold/leasehold/keyspace"
+	"github.com/leasehold/leasehold/protocol"
+)
+
+// LeaseNum names one lease: an LGN within a Manager epoch. An operation that
+// saw the same LeaseNum before and after ran under one continuous lease
+// (C§3.2; PRS's ownership handle, P§2.2).
+type LeaseNum struct {
+	Epoch uint64
+	LGN   keyspace.LGN
+}
+
+// Lease is a lease the Owner holds.
+type Lease struct {
+	Range keyspace.Range
+	Num   LeaseNum
+	// Expiry is when the Owner stops believing the lease, on its own clock.
+	Expiry time.Time
+}
+
+// OwnershipChange reports one step's change of the held set: Revoked ranges
+// are no longer held (recalled, expired, refused or replaced); Granted leases
+// are newly held. Within a change, revocations happened first.
+type OwnershipChange struct {
+	Revoked []keyspace.Range
+	Granted []Lease
+}
+
+// CoreConfig configures a Core.
+type CoreConfig struct {
+	Namespace string
+	ID        string // stable across restarts
+	Addr      string // where Lookups send requests for the Owner's keys
+	// Incarnation must grow with every start of the Owner process (the
+	// runtime uses the start time in nanoseconds).
+	Incarnation uint64
+	Timing      protocol.Timing
+	Seed        uint64 // seeds the race-backoff jitter
+	Faults      *faults.Set
+}
+
+// Core is the Owner's deterministic state machine: it is fed clock readings
+// and Manager messages, and returns the requests to send and the ownership
+// changes to report. It starts no goroutines, opens no sockets and never
+// reads a clock. It is not safe for concurrent use.
+type Core struct {
+	cfg CoreConfig
+	rng *rand.Rand
+
+	seq       uint64    // Seq of the last LeaseRequest sent
+	sentAt    time.Time // when it was sent: the start of any lease it earns
+	peerEpoch uint64    // Manager epoch last heard
+	peerSeq   uint64    // highest Manager Seq heard in peerEpoch
+	epoch     uint64    // the epoch of the held leases
+
+	held      []Lease // sorted by Range.Start, disjoint
+	nextRenew time.Time
+	resendAt  time.Time // zero: no resend pending
+	leaving   bool
+
+	out     []*protocol.LeaseRequest
+	changes []OwnershipChange
+}
+
+// NewCore returns a Core that will send its first request at the first Tick.
+func NewCore(cfg CoreConfig) *Core {
+	return &Core{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Incarnation))}
+}
+
+// Ready returns the requests to send and the ownership changes to report
+// since the last call, in order, and forgets them.
+func (c *Core) Ready() ([]*protocol.LeaseRequest, []OwnershipChange) {
+	out, ch := c.out, c.changes
+	c.out, c.changes = nil, nil
+	return out, ch
+}
+
+// NextDeadline is the local time by which Tick must be called next.
+func (c *Core) NextDeadline() time.Time {
+	d := c.nextRenew
+	if !c.resendAt.IsZero() && c.resendAt.Before(d) {
+		d = c.resendAt
+	}
+	for _, l := range c.held {
+		if l.Expiry.Before(d) {
+			d = l.Expiry
+		}
+	}
+	return d
+}
+
+// Tick runs the timers: expiry of leases, renewals and race resends.
+func (c *Core) Tick(now time.Time) {
+	c.expire(now)
+	if !now.Before(c.nextRenew) || (!c.resendAt.IsZero() && !now.Before(c.resendAt)) {
+		c.send(now)
+	}
+}
+
+// Leave gives up every lease and tells the Manager the Owner is leaving.
+func (c *Core) Leave(now time.Time) {
+	c.leaving = true
+	c.setHeld(nil)
+	c.send(now)
+}
+
+// Held returns the leases held at now.
+func (c *Core) Held(now time.Time) []Lease {
+	var out []Lease
+	for _, l := range c.held {
+		if now.Before(l.Expiry) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// CheckLeaseNow reports whether the Owner holds a lease covering key at now,
+// and which (C§3.2 step 1). It is a local read.
+func (c *Core) CheckLeaseNow(now time.Time, key keyspace.Key) (LeaseNum, bool) {
+	i, ok := findLease(c.held, key)
+	if !ok || !now.Before(c.held[i].Expiry) {
+		return LeaseNum{}, false
+	}
+	return c.held[i].Num, true
+}
+
+// CheckLeaseContinuous reports whether key has been covered by lease n
+// without a gap up to now (C§3.2 step 4).
+func (c *Core) CheckLeaseContinuous(now time.Time, key keyspace.Key, n LeaseNum) bool {
+	cur, ok := c.CheckLeaseNow(now, key)
+	return ok && cur == n
+}
+
+// findLease returns the index of the lease containing key.
+func findLease(held []Lease, key keyspace.Key) (int, bool) {
+	lo, hi := 0, len(held)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if held[m].Range.Start <= key {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	if lo == 0 || !held[lo-1].Range.Contains(key) {
+		return 0, false
+	}
+	return lo - 1, true
+}
+
+func (c *Core) expire(now time.Time) {
+	kept := c.held[:0:0]
+	var revoked []keyspace.Range
+	for _, l := range c.held {
+		if now.Before(l.Expiry) {
+			kept = append(kept, l)
+		} else {
+			revoked = append(revoked, l.Range)
+		}
+	}
+	if len(revoked) > 0 {
+		c.held = kept
+		c.changes = append(c.changes, OwnershipChange{Revoked: revoked})
+	}
+}
+
+// send builds the next LeaseRequest: the complete held set (C§2.3).
+func (c *Core) send(now time.Time) {
+	c.expire(now)
+	c.seq++
+	c.sentAt = now
+	c.nextRenew = now.Add(c.cfg.Timing.Renew)
+	c.resendAt = time.Time{}
+	req := &protocol.LeaseRequest{
+		Namespace:   c.cfg.Namespace,
+		Owner:       c.cfg.ID,
+		Addr:        c.cfg.Addr,
+		Incarnation: c.cfg.Incarnation,
+		Seq:         c.seq,
+		AckEpoch:    c.peerEpoch,
+		AckSeq:      c.peerSeq,
+		Leaving:     c.leaving,
+	}
+	for _, l := range c.held {
+		req.Held = append(req.Held, protocol.Lease{Range: l.Range, LGN: l.Num.LGN})
+	}
+	c.out = append(c.out, req)
+}
+
+// Step handles a LeaseResponse received at now.
+func (c *Core) Step(now time.Time, m *protocol.LeaseResponse) {
+	if m.Namespace != c.cfg.Namespace || m.Owner != c.cfg.ID || m.Incarnation != c.cfg.Incarnation {
+		return // addressed to another owner or to an earlier run of this one
+	}
+	if m.Epoch < c.peerEpoch || (m.Epoch == c.peerEpoch && m.Seq <= c.peerSeq) {
+		return // from a dead Manager incarnation, a duplicate, or overtaken
+	}
+	c.peerEpoch, c.peerSeq = m.Epoch, m.Seq
+	c.expire(now)
+	if m.AckSeq != c.seq && !c.cfg.Faults.Has(func(f *faults.Set) bool { return f.NoRaceFilter }) {
+		// The Manager sent this before it saw our latest request: it raced
+		// (C§2.3.2). Drop it, and resend after a random backoff so one
+		// side's message gets through before the other's resend.
+		if c.resendAt.IsZero() {
+			c.resendAt = now.Add(c.backoff())
+		}
+		return
+	}
+	if c.leaving {
+		return
+	}
+
+	// The lease runs from when the answered request was sent, on our clock:
+	// the Manager's reservation began later, when it answered (C§2.3.1).
+	start := c.sentAt
+	if c.cfg.Faults.Has(func(f *faults.Set) bool { return f.TimerAtReceipt }) {
+		start = now
+	}
+	expiry := start.Add(c.cfg.Timing.OwnerLease)
+
+	old := c.held
+	if m.Epoch != c.epoch {
+		old = nil // leases of another epoch are never renewed
+	}
+	var next []Lease
+	refused := false
+	for _, l := range m.Leases {
+		if !l.Range.Valid() {
+			refused = true
+			continue
+		}
+		num := LeaseNum{Epoch: m.Epoch, LGN: l.LGN}
+		if l.Grant {
+			next = append(next, Lease{Range: l.Range, Num: num, Expiry: expiry})
+			continue
+		}
+		// A renewal is accepted only for a lease held without a gap: a
+		// restarted or lapsed Owner refuses it, so the Manager learns the
+		// range is free and grants it anew with a new LGN (C§2.3).
+		if prev, ok := covering(old, l.Range, num); ok {
+			next = append(next, Lease{Range: l.Range, Num: num, Expiry: later(prev, expiry)})
+		} else {
+			refused = true
+		}
+	}
+	slices.SortFunc(next, func(a, b Lease) int { return keyspace.Compare(a.Range, b.Range) })
+	next = dropOverlaps(next)
+	c.epoch = m.Epoch
+	recalled := c.setHeld(next)
+	if recalled || refused {
+		// Acknowledge by omission now, so the Manager can move the range
+		// at once instead of waiting for the lease to run out (C§2.3.2).
+		c.send(now)
+	}
+}
+
+// covering reports whether the held leases cover r with lease n, and the
+// earliest expiry among them.
+func covering(held []Lease, r keyspace.Range, n LeaseNum) (time.Time, bool) {
+	var exp time.Time
+	need := r
+	for _, l := range held {
+		if l.Num != n || !l.Range.Overlaps(need) {
+			continue
+		}
+		if l.Range.Start > need.Start {
+			return time.Time{}, false // a gap at need.Start
+		}
+		if exp.IsZero() || l.Expiry.Before(exp) {
+			exp = l.Expiry
+		}
+		if l.Range.End == 0 || (need.End != 0 && l.Range.End >= need.End) {
+			return exp, true
+		}
+		need.Start = l.Range.End
+	}
+	return time.Time{}, false
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// dropOverlaps removes leases overlapping an earlier one: a well-behaved
+// Manager never sends them, and an Owner must never hold a key twice.
+func dropOverlaps(ls []Lease) []Lease {
+	out := ls[:0]
+	for _, l := range ls {
+		if len(out) > 0 && out[len(out)-1].Range.Overlaps(l.Range) {
+			continue
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+// setHeld replaces the held set and records the change: the parts of old
+// leases not kept under the same LeaseNum are revoked, the parts of new
+// leases not held before under it are granted. It reports whether anything
+// was revoked.
+func (c *Core) setHeld(next []Lease) (revoked bool) {
+	var ch OwnershipChange
+	for _, l := range c.held {
+		ch.Revoked = append(ch.Revoked, uncovered(l.Range, next, l.Num)...)
+	}
+	for _, l := range next {
+		for _, r := range uncovered(l.Range, c.held, l.Num) {
+			ch.Granted = append(ch.Granted, Lease{Range: r, Num: l.Num, Expiry: l.Expiry})
+		}
+	}
+	c.held = next
+	if len(ch.Revoked) > 0 || len(ch.Granted) > 0 {
+		c.changes = append(c.changes, ch)
+	}
+	return len(ch.Revoked) > 0
+}
+
+// uncovered returns the parts of r not covered by the leases in ls numbered n.
+func uncovered(r keyspace.Range, ls []Lease, n LeaseNum) []keyspace.Range {
+	var cover keyspace.RangeSet
+	for _, l := range ls {
+		if l.Num == n && l.Range.Overlaps(r) {
+			cover = cover.Add(l.Range)
+		}
+	}
+	return keyspace.NewRangeSet(r).Subtract(cover).Ranges()
+}
+
+// backoff draws the random wait before a resend (C§2.3.2).
+func (c *Core) backoff() time.Duration {
+	t := c.cfg.Timing
+	if t.BackoffMax <= t.BackoffMin {
+		return t.BackoffMin
+	}
+	return t.BackoffMin + time.Duration(c.rng.Int64N(int64(t.BackoffMax-t.BackoffMin)))
+}

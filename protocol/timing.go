@@ -1,0 +1,138 @@
+package protocol
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Timing holds every timer of the protocol. The values must satisfy
+// Validate: the single-copy guarantee rests on ManagerLease ≥ OwnerLease ×
+// (1 + MaxDrift).
+type Timing struct {
+	// OwnerLease is how long an Owner believes a lease after it sent the
+	// request that the granting response answers, on its own clock
+	// (C§2.3.1). Production: 60 s.
+	OwnerLease time.Duration
+	// Renew is how often an Owner sends a LeaseRequest. Three consecutive
+	// requests must be lost before a lease lapses spuriously. Production: 15 s.
+	Renew time.Duration
+	// ManagerLease is how long the Manager reserves a range after it sends a
+	// response that grants or renews it, on its own clock (C§2.3.1).
+	// Production: 65 s.
+	ManagerLease time.Duration
+	// MaxDrift bounds clock rates: while one node's clock advances by d,
+	// another's advances by at most d × (1 + MaxDrift). Clocks need not be
+	// synchronized, only their rates bounded. Production: 0.05.
+	MaxDrift float64
+	// Sync is how often a Lookup asks the Manager for changes even when
+	// pushes arrive (C§2.2.1: 30 s). Pushes make propagation immediate; the
+	// poll is the safety net.
+	Sync time.Duration
+	// SyncTimeout is how stale a Lookup's copy may become: a Lookup that has
+	// applied no answer to a request sent within SyncTimeout raises loss
+	// notifications on all ranges (P§2.1), and again every SyncTimeout while
+	// it stays cut off. It bounds recovery notification. Production: 75 s.
+	SyncTimeout time.Duration
+	// LogRetention is how long the change log keeps an entry (C§2.1.2:
+	// 5 min). A Lookup further behind gets a snapshot.
+	LogRetention time.Duration
+	// BackoffMin and BackoffMax bound the random wait before resending after
+	// a message race was detected (C§2.3.2, Figure 7).
+	BackoffMin, BackoffMax time.Duration
+}
+
+// Production is the profile of the papers: 60 s owner leases renewed every
+// 15 s, 65 s manager leases, a 30 s lookup sync and 5 minutes of change log.
+func Production() Timing {
+	return Timing{
+		OwnerLease:   60 * time.Second,
+		Renew:        15 * time.Second,
+		ManagerLease: 65 * time.Second,
+		MaxDrift:     0.05,
+		Sync:         30 * time.Second,
+		SyncTimeout:  75 * time.Second,
+		LogRetention: 5 * time.Minute,
+		BackoffMin:   50 * time.Millisecond,
+		BackoffMax:   500 * time.Millisecond,
+	}
+}
+
+// Fast is Production scaled down 30× for tests and demos: leases of 2 s.
+func Fast() Timing {
+	return Timing{
+		OwnerLease:   2 * time.Second,
+		Renew:        500 * time.Millisecond,
+		ManagerLease: 2200 * time.Millisecond,
+		MaxDrift:     0.05,
+		Sync:         1 * time.Second,
+		SyncTimeout:  2500 * time.Millisecond,
+		LogRetention: 10 * time.Second,
+		BackoffMin:   5 * time.Millisecond,
+		BackoffMax:   50 * time.Millisecond,
+	}
+}
+
+// ErrUnsafeTiming is wrapped by every error Validate returns.
+var ErrUnsafeTiming = errors.New("protocol: unsafe timing")
+
+// Validate rejects timings that would break a guarantee or thrash. Each
+// error names the fields and values involved.
+func (t Timing) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrUnsafeTiming, fmt.Sprintf(format, args...))
+	}
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{
+		{"OwnerLease", t.OwnerLease}, {"Renew", t.Renew}, {"ManagerLease", t.ManagerLease},
+		{"Sync", t.Sync}, {"SyncTimeout", t.SyncTimeout}, {"LogRetention", t.LogRetention},
+		{"BackoffMax", t.BackoffMax},
+	} {
+		if f.d <= 0 {
+			return bad("%s (%s) must be positive", f.name, f.d)
+		}
+	}
+	if t.MaxDrift < 0 || t.MaxDrift >= 1 {
+		return bad("MaxDrift (%g) must be in [0, 1)", t.MaxDrift)
+	}
+	// Single copy (C§2.3.1): the Owner's timer starts before the Manager's,
+	// and OwnerLease on the slowest clock must end before ManagerLease on
+	// the fastest one.
+	if float64(t.ManagerLease) < float64(t.OwnerLease)*(1+t.MaxDrift) {
+		return bad("ManagerLease (%s) must be at least OwnerLease (%s) × (1 + MaxDrift %g) = %s",
+			t.ManagerLease, t.OwnerLease, t.MaxDrift,
+			time.Duration(float64(t.OwnerLease)*(1+t.MaxDrift)))
+	}
+	// Liveness: at least two renewals per lease, so one lost request does
+	// not cost a lease.
+	if t.Renew*2 > t.OwnerLease {
+		return bad("Renew (%s) must be at most half of OwnerLease (%s)", t.Renew, t.OwnerLease)
+	}
+	if t.BackoffMin < 0 || t.BackoffMin > t.BackoffMax {
+		return bad("BackoffMin (%s) must be between 0 and BackoffMax (%s)", t.BackoffMin, t.BackoffMax)
+	}
+	if t.BackoffMax >= t.Renew {
+		return bad("BackoffMax (%s) must be shorter than Renew (%s)", t.BackoffMax, t.Renew)
+	}
+	// Recovery notification: one lost poll must not make a Lookup raise
+	// loss on everything.
+	if t.SyncTimeout < 2*t.Sync {
+		return bad("SyncTimeout (%s) must be at least twice Sync (%s)", t.SyncTimeout, t.Sync)
+	}
+	// A Lookup that syncs on time must be able to get a delta.
+	if t.LogRetention < t.SyncTimeout {
+		return bad("LogRetention (%s) must be at least SyncTimeout (%s)", t.LogRetention, t.SyncTimeout)
+	}
+	return nil
+}
+
+// NotificationBound is the documented recovery-notification bound, in real
+// time: every change of a range's LGN without the migrated flag, recorded by
+// the Manager at real time T, is raised as a loss notification by every live
+// Lookup before T + NotificationBound (docs/protocol.md). A Lookup's
+// SyncTimeout is measured on its own clock, which may run slow by the drift.
+func (t Timing) NotificationBound() time.Duration {
+	return time.Duration(float64(t.SyncTimeout) * (1 + t.MaxDrift))
+}
