@@ -2,4 +2,4 @@ module github.com/leasehold/leasehold
 
 go 1.26
 
-require github.com/cespare/xxhash/v2 v2.3.0 // indirect
+require github.com/cespare/xxhash/v2 v2.3.0

@@ -1,0 +1,320 @@
+package sim
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/leasehold/leasehold/keyspace"
+	"github.com/leasehold/leasehold/leasetable"
+	"github.com/leasehold/leasehold/lookup"
+	"github.com/leasehold/leasehold/owner"
+	"github.com/leasehold/leasehold/protocol"
+)
+
+// leaseID names a lease across the whole run.
+type leaseID struct {
+	epoch uint64
+	lgn   keyspace.LGN
+}
+
+// obligation is a loss a Lookup must report before deadline.
+type obligation struct {
+	lease    leaseID
+	at       time.Duration // when the Manager recorded the loss
+	deadline time.Duration
+	lost     keyspace.RangeSet
+	missing  keyspace.RangeSet // not yet covered by a notification
+}
+
+type checker struct {
+	s     *Sim
+	bound time.Duration
+
+	// shadow follows the Manager's table change by change, to find every
+	// unmigrated LGN change the moment it is recorded.
+	shadow      *leasetable.Table
+	shadowEpoch uint64
+
+	owed     map[*node][]*obligation
+	knew     map[*node]map[leaseID]keyspace.RangeSet // where each Lookup's copy has shown each lease
+	everHeld map[*node]map[owner.LeaseNum]bool // leases each Owner run has believed
+
+	violation *Violation
+}
+
+func newChecker(s *Sim) *checker {
+	return &checker{
+		s:        s,
+		bound:    s.cfg.Timing.NotificationBound(),
+		shadow:   leasetable.New(time.Hour),
+		owed:     map[*node][]*obligation{},
+		knew:     map[*node]map[leaseID]keyspace.RangeSet{},
+		everHeld: map[*node]map[owner.LeaseNum]bool{},
+	}
+}
+
+func (c *checker) fail(name, format string, args ...any) {
+	if c.violation == nil {
+		c.violation = &Violation{Checker: name, At: c.s.now, Detail: fmt.Sprintf(format, args...)}
+	}
+}
+
+// ---- single copy and continuity ----
+
+func (c *checker) ownerStarted(n *node) { c.everHeld[n] = map[owner.LeaseNum]bool{} }
+
+func (c *checker) heldNums(n *node) map[owner.LeaseNum]bool {
+	out := map[owner.LeaseNum]bool{}
+	for _, l := range n.own.Held(n.local(c.s.now)) {
+		out[l.Num] = true
+	}
+	return out
+}
+
+// ownerStepped checks, after an Owner handled a Manager message, that no
+// other Owner believes it holds any key this one now believes it holds: only
+// such a step can start or extend a belief (single copy, P§2).
+func (c *checker) ownerStepped(n *node, before map[owner.LeaseNum]bool) {
+	mine := n.own.Held(n.local(c.s.now))
+	for _, l := range mine {
+		// Continuity: a lease number believed again after a gap would let
+		// CheckLeaseContinuous vouch for state another owner may have
+		// changed meanwhile.
+		if c.everHeld[n][l.Num] && !before[l.Num] {
+			c.fail("continuity", "%s believes lease %+v again after a gap", n.name, l.Num)
+		}
+		c.everHeld[n][l.Num] = true
+	}
+	for _, o := range c.s.owners {
+		if o == n || !o.up {
+			continue
+		}
+		theirs := o.own.Held(o.local(c.s.now))
+		i, j := 0, 0
+		for i < len(mine) && j < len(theirs) {
+			if mine[i].Range.Overlaps(theirs[j].Range) {
+				c.fail("single copy", "%s holds %v (lease %+v, until %s) while %s holds %v (lease %+v, until %s)",
+					n.name, mine[i].Range, mine[i].Num, mine[i].Expiry.Format(time.StampMilli),
+					o.name, theirs[j].Range, theirs[j].Num, theirs[j].Expiry.Format(time.StampMilli))
+				return
+			}
+			if mine[i].Range.Last() < theirs[j].Range.Last() {
+				i++
+			} else {
+				j++
+			}
+		}
+	}
+}
+
+func (c *checker) ownerChanges(*node, []owner.OwnershipChange) {}
+
+// ---- recovery notification ----
+
+// managerStepped compares the Manager's table with the shadow, change by
+// change, and turns every unmigrated LGN change of an owned range into an
+// obligation for every Lookup that is up.
+func (c *checker) managerStepped() {
+	m := c.s.mgr.mgr
+	t := m.Table(namespace)
+	if m.Epoch() != c.shadowEpoch {
+		c.shadow = leasetable.New(time.Hour)
+		c.shadowEpoch = m.Epoch()
+	}
+	if t.LSN() == c.shadow.LSN() {
+		return
+	}
+	u := t.Since(c.shadow.LSN())
+	if u.Snapshot {
+		for _, seg := range u.Segments {
+			c.change(seg.Range, seg.Entry)
+		}
+		if err := c.shadow.Restore(u.To, u.Segments); err != nil {
+			panic(err)
+		}
+		return
+	}
+	for _, ch := range u.Changes {
+		c.change(ch.Range, ch.Entry)
+		c.shadow.Set(base, ch.Range, ch.Entry)
+	}
+}
+
+func (c *checker) change(r keyspace.Range, e leasetable.Entry) {
+	for _, old := range c.shadow.Overlapping(r) {
+		if old.Entry.LGN != 0 && old.Entry.LGN != e.LGN && !e.Migrated {
+			c.lost(old.Range, leaseID{c.shadowEpoch, old.Entry.LGN})
+		}
+	}
+}
+
+// managerCrashed: a Manager without a data directory loses its table, so
+// every lease of its epoch is lost now.
+func (c *checker) managerCrashed() {
+	for _, seg := range c.shadow.Segments() {
+		if seg.Entry.LGN != 0 {
+			c.lost(seg.Range, leaseID{c.shadowEpoch, seg.Entry.LGN})
+		}
+	}
+	c.shadow = leasetable.New(time.Hour)
+}
+
+func (c *checker) lost(r keyspace.Range, id leaseID) {
+	c.s.stats.LossEvents++
+	for _, l := range c.s.lookups {
+		if l.up {
+			c.owed[l] = append(c.owed[l], &obligation{
+				lease: id, at: c.s.now, deadline: c.s.now + c.bound,
+				lost: keyspace.NewRangeSet(r), missing: keyspace.NewRangeSet(r),
+			})
+		}
+	}
+}
+
+func (c *checker) lookupStarted(n *node) {
+	c.owed[n] = nil
+	c.knew[n] = map[leaseID]keyspace.RangeSet{}
+}
+
+func (c *checker) lookupCrashed(n *node) { c.owed[n] = nil }
+
+// lookupApplied records where the Lookup's copy shows each lease after it
+// handled m. Only what the copy shows counts: a late or overtaken update is
+// ignored by the Lookup, and a lease may have shrunk before it was learned.
+func (c *checker) lookupApplied(n *node, m *protocol.SyncResponse) {
+	if n.look.Epoch() != m.Epoch || (len(m.Update.Changes) == 0 && len(m.Update.Segments) == 0) {
+		return
+	}
+	segs := n.look.View().Segments()
+	shows := func(r keyspace.Range, lgn keyspace.LGN) {
+		if lgn == 0 {
+			return
+		}
+		i, _ := slices.BinarySearchFunc(segs, r.Start, func(s leasetable.Segment, k keyspace.Key) int {
+			if s.Range.Last() < k {
+				return -1
+			}
+			if s.Range.Start > k {
+				return 1
+			}
+			return 0
+		})
+		id := leaseID{m.Epoch, lgn}
+		for ; i < len(segs) && segs[i].Range.Overlaps(r); i++ {
+			if segs[i].Entry.LGN == lgn {
+				p, _ := segs[i].Range.Intersect(r)
+				c.knew[n][id] = c.knew[n][id].Add(p)
+			}
+		}
+	}
+	for _, ch := range m.Update.Changes {
+		shows(ch.Range, ch.Entry.LGN)
+	}
+	for _, seg := range m.Update.Segments {
+		shows(seg.Range, seg.Entry.LGN)
+	}
+}
+
+// lookupLosses discharges the obligations a notification covers.
+func (c *checker) lookupLosses(n *node, losses []lookup.Loss) {
+	for _, l := range losses {
+		cover := keyspace.NewRangeSet(l.Ranges...)
+		kept := c.owed[n][:0]
+		for _, ob := range c.owed[n] {
+			ob.missing = ob.missing.Subtract(cover)
+			if ob.missing.Empty() {
+				if c.knew[n][ob.lease].Overlaps(ob.lost) {
+					c.s.stats.Notified++
+					c.s.stats.WorstDelay = max(c.s.stats.WorstDelay, c.s.now-ob.at)
+				}
+				continue
+			}
+			kept = append(kept, ob)
+		}
+		c.owed[n] = kept
+	}
+}
+
+// deadlines fails any obligation past its deadline, unless the Lookup never
+// learned of the lost lease (then its application cannot have routed to it).
+func (c *checker) deadlines() {
+	for _, l := range c.s.lookups {
+		kept := c.owed[l][:0]
+		for _, ob := range c.owed[l] {
+			if c.s.now <= ob.deadline {
+				kept = append(kept, ob)
+				continue
+			}
+			if unseen := c.knew[l][ob.lease].Intersect(ob.missing); !unseen.Empty() {
+				c.fail("recovery notification", "%s was not told within %s of the loss of lease %+v on %v recorded at %s",
+					l.name, c.bound, ob.lease, unseen, ob.at)
+				return
+			}
+		}
+		c.owed[l] = kept
+	}
+}
+
+// ---- convergence ----
+
+// converged checks the quiet system: every Lookup's copy equals the
+// Manager's table, every key is owned, and by the owner the policy names.
+func (c *checker) converged() {
+	m := c.s.mgr.mgr
+	t := m.Table(namespace)
+	segs := t.Segments()
+	for _, seg := range segs {
+		if seg.Entry.Owner == "" {
+			c.fail("convergence", "%v has no owner %s after faults stopped", seg.Range, c.s.cfg.SettleTime)
+			return
+		}
+	}
+	desired := m.Desired(namespace)
+	var all []string
+	for _, o := range c.s.owners {
+		all = append(all, o.name)
+	}
+	if members := m.Members(namespace); !slices.Equal(members, all) {
+		c.fail("convergence", "members %v, want %v", members, all)
+		return
+	}
+	for _, seg := range segs {
+		for _, k := range []keyspace.Key{seg.Range.Start, seg.Range.Last()} {
+			if want := desired.Owner(k); want != seg.Entry.Owner {
+				c.fail("convergence", "key %016x is owned by %s, the policy says %s", uint64(k), seg.Entry.Owner, want)
+				return
+			}
+		}
+	}
+	for _, l := range c.s.lookups {
+		if l.look.Epoch() != m.Epoch() || !slices.Equal(l.look.View().Segments(), segs) {
+			c.fail("convergence", "%s's copy (epoch %d, LSN %d) differs from the manager's table (epoch %d, LSN %d)",
+				l.name, l.look.Epoch(), l.look.View().LSN(), m.Epoch(), t.LSN())
+			return
+		}
+	}
+}
+
+// wireSize estimates a message's encoded size: 8-byte integers, ranges of 16
+// bytes, strings with a length byte — close to the protobuf encoding.
+func wireSize(msg any) int {
+	switch m := msg.(type) {
+	case *protocol.LeaseRequest:
+		return 48 + len(m.Namespace) + len(m.Owner) + len(m.Addr) + 26*len(m.Held)
+	case *protocol.LeaseResponse:
+		return 40 + len(m.Namespace) + len(m.Owner) + 27*len(m.Leases)
+	case *protocol.SyncRequest:
+		return 28 + len(m.Namespace)
+	case *protocol.SyncResponse:
+		n := 32 + len(m.Namespace)
+		for _, ch := range m.Update.Changes {
+			n += 36 + len(ch.Entry.Owner) + len(ch.Entry.Addr)
+		}
+		for _, seg := range m.Update.Segments {
+			n += 28 + len(seg.Entry.Owner) + len(seg.Entry.Addr)
+		}
+		return n
+	}
+	return 0
+}

@@ -1,0 +1,83 @@
+// Package sim runs one Manager core, many Owner cores and many Lookup cores
+// under a virtual clock, over a simulated network that drops, delays,
+// duplicates, reorders and partitions messages, while nodes crash and restart
+// and every node's clock runs at its own rate within the allowed drift.
+// Checkers watch every step for the two guarantees of leasehold — single copy
+// and recovery notification — and for convergence once faults stop.
+//
+// A run is a pure function of its Config: the same seed replays the same run.
+package sim
+
+import (
+	"time"
+
+	"github.com/leasehold/leasehold/assign"
+	"github.com/leasehold/leasehold/internal/faults"
+	"github.com/leasehold/leasehold/protocol"
+)
+
+// Config describes one simulated run.
+type Config struct {
+	Seed    uint64
+	Owners  int
+	Lookups int
+	Timing  protocol.Timing
+	// Unvalidated runs Timing even if Validate rejects it (to show that the
+	// checkers catch an unsafe timing).
+	Unvalidated bool
+	Policy      assign.Policy // nil: consistent hashing, 64 virtual nodes
+
+	// FaultTime is how long faults are injected; then the network heals,
+	// every node comes back, and the run goes on for SettleTime, at the end
+	// of which the system must have converged.
+	FaultTime  time.Duration
+	SettleTime time.Duration // 0: ConvergenceBound(Timing)
+
+	// Network faults while FaultTime lasts.
+	DropRate     float64       // probability a message is lost
+	DupRate      float64       // probability a message is delivered twice
+	MinDelay     time.Duration // typical delays are MinDelay..4×MinDelay
+	MaxDelay     time.Duration // a LongDelayRate share is delayed up to MaxDelay
+	LongDelayRate float64
+
+	// Node faults while FaultTime lasts, as mean times between events.
+	OwnerCrashEvery   time.Duration // 0: none
+	LookupCrashEvery  time.Duration
+	ManagerCrashEvery time.Duration
+	PartitionEvery    time.Duration
+	// ClockSkew gives every node a clock rate within Timing.MaxDrift of the
+	// others (half of them at an extreme) and a random offset.
+	ClockSkew bool
+
+	Break *faults.Set // rules to break deliberately
+}
+
+// ConvergenceBound is how long after faults stop every Lookup's copy equals
+// the Manager's table and every key is owned as the policy says: the last
+// reservations run out (ManagerLease, twice when the Manager itself just
+// restarted), grants and recalls take a few renewals, and every Lookup syncs
+// (SyncTimeout).
+func ConvergenceBound(t protocol.Timing) time.Duration {
+	return 2*t.ManagerLease + 4*t.Renew + t.SyncTimeout
+}
+
+// Faulty returns a Config with every kind of fault, scaled to t, for seed.
+func Faulty(seed uint64, t protocol.Timing) Config {
+	return Config{
+		Seed:              seed,
+		Owners:            8,
+		Lookups:           20,
+		Timing:            t,
+		FaultTime:         30 * t.OwnerLease,
+		DropRate:          0.05,
+		DupRate:           0.02,
+		MinDelay:          t.OwnerLease / 400,
+		MaxDelay:          t.OwnerLease / 10,
+		LongDelayRate:     0.05,
+		OwnerCrashEvery:   2 * t.OwnerLease,
+		LookupCrashEvery:  4 * t.OwnerLease,
+		ManagerCrashEvery: 10 * t.OwnerLease,
+		PartitionEvery:    2 * t.OwnerLease,
+		ClockSkew:         true,
+	}
+}

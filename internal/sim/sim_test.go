@@ -1,0 +1,93 @@
+package sim
+
+import (
+	"flag"
+	"fmt"
+	"runtime"
+	"sync"
+	"testing"
+
+	"github.com/leasehold/leasehold/internal/faults"
+	"github.com/leasehold/leasehold/protocol"
+)
+
+var (
+	seedsFlag = flag.Int("sim.seeds", 200, "number of seeds per simulation test")
+	soakFlag  = flag.Int("sim.soak", 0, "if set, run this many seeds instead (a long soak)")
+	seedFlag  = flag.Uint64("sim.seed", 0, "replay only this seed")
+)
+
+// shortLog is Fast with a change log that keeps about one sync period, so
+// Lookups that miss a poll get snapshots and the snapshot diff is exercised.
+func shortLog() protocol.Timing {
+	t := protocol.Fast()
+	t.LogRetention = t.SyncTimeout
+	return t
+}
+
+// scenario is the faulty run used for seed s: every other seed uses the
+// short change log.
+func scenario(s uint64) Config {
+	t := protocol.Fast()
+	if s%2 == 1 {
+		t = shortLog()
+	}
+	return Faulty(s, t)
+}
+
+// seeds runs cfg for each seed in parallel and returns the results in seed order.
+func seeds(t *testing.T, n int, cfg func(uint64) Config) []Result {
+	t.Helper()
+	list := make([]uint64, 0, n)
+	if *seedFlag != 0 {
+		list = append(list, *seedFlag)
+	} else {
+		if *soakFlag > 0 {
+			n = *soakFlag
+		}
+		for s := range n {
+			list = append(list, uint64(s+1))
+		}
+	}
+	results := make([]Result, len(list))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
+	for i, s := range list {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			results[i] = Run(cfg(s))
+		}()
+	}
+	wg.Wait()
+	return results
+}
+
+func replay(t *testing.T, r Result) string {
+	return fmt.Sprintf("seed %d: %v\n  replay: go test ./internal/sim -run '^%s$' -sim.seed %d -v", r.Seed, r.Violation, t.Name(), r.Seed)
+}
+
+func TestSimulationFaulty(t *testing.T) {
+	results := seeds(t, *seedsFlag, scenario)
+	var total Stats
+	for _, r := range results {
+		if r.Violation != nil {
+			t.Error(replay(t, r))
+		}
+		total.OwnerCrashes += r.Stats.OwnerCrashes
+		total.ManagerRestarts += r.Stats.ManagerRestarts
+		total.LookupCrashes += r.Stats.LookupCrashes
+		total.Partitions += r.Stats.Partitions
+		total.Dropped += r.Stats.Dropped
+		total.Duplicated += r.Stats.Duplicated
+		total.LossEvents += r.Stats.LossEvents
+		total.Notified += r.Stats.Notified
+		total.Events += r.Stats.Events
+		total.WorstDelay = max(total.WorstDelay, r.Stats.WorstDelay)
+	}
+	t.Logf("%d seeds: %d events, %d owner crashes, %d manager restarts, %d lookup crashes, %d partitions, %d dropped, %d duplicated, %d losses, %d notifications, worst delay %s (bound %s)",
+		len(results), total.Events, total.OwnerCrashes, total.ManagerRestarts, total.LookupCrashes, total.Partitions,
+		total.Dropped, total.Duplicated, total.LossEvents, total.Notified, total.WorstDelay, protocol.Fast().NotificationBound())
+	_ = faults.Set{}
+}
