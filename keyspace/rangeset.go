@@ -155,3 +155,31 @@ func (s RangeSet) String() string {
 	}
 	return "{" + strings.Join(parts, " ") + "}"
 }
+
+// search returns the index of the first range whose last key is ≥ k.
+func (s RangeSet) search(k Key) int {
+	lo, hi := 0, len(s.rs)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if s.rs[m].Last() < k {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo
+}
+
+// OverlapsRange reports whether some key of r is in the set. It does not
+// allocate.
+func (s RangeSet) OverlapsRange(r Range) bool {
+	i := s.search(r.Start)
+	return i < len(s.rs) && s.rs[i].Overlaps(r)
+}
+
+// CoversRange reports whether every key of r is in the set. It does not
+// allocate.
+func (s RangeSet) CoversRange(r Range) bool {
+	i := s.search(r.Start)
+	return i < len(s.rs) && s.rs[i].Covers(r)
+}

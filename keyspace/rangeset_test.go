@@ -286,3 +286,36 @@ func TestRangeSetZeroValue(t *testing.T) {
 		t.Error("empty set overlaps Full")
 	}
 }
+
+func TestRangeSetRangeQueries(t *testing.T) {
+	rng := rand.New(rand.NewSource(7))
+	for range 5000 {
+		var rs []Range
+		for range rng.Intn(5) {
+			rs = append(rs, randomSmallRange(rng))
+		}
+		s := NewRangeSet(rs...)
+		r := randomSmallRange(rng)
+		one := NewRangeSet(r)
+		if got, want := s.OverlapsRange(r), s.Overlaps(one); got != want {
+			t.Fatalf("%v.OverlapsRange(%v) = %v, want %v", s, r, got, want)
+		}
+		if got, want := s.CoversRange(r), s.Intersect(one).Equal(one); got != want {
+			t.Fatalf("%v.CoversRange(%v) = %v, want %v", s, r, got, want)
+		}
+	}
+}
+
+// randomSmallRange draws ranges over a few boundaries so that overlaps,
+// adjacency and the end of the key space are common.
+func randomSmallRange(rng *rand.Rand) Range {
+	bounds := []Key{0, 1, 10, 20, 30, 1 << 63, MaxKey - 1, MaxKey}
+	a, b := bounds[rng.Intn(len(bounds))], bounds[rng.Intn(len(bounds))]
+	if a > b {
+		a, b = b, a
+	}
+	if a == b || rng.Intn(5) == 0 {
+		return Range{Start: a, End: 0}
+	}
+	return Range{Start: a, End: b}
+}

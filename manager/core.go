@@ -78,7 +78,8 @@ type namespace struct {
 	res      *reservations
 	owners   map[string]*ownerSession
 	desired  assign.Assignment
-	lgn      keyspace.LGN // the last LGN issued
+	wants    map[string][]keyspace.Range // desired ranges by owner
+	lgn      keyspace.LGN                // the last LGN issued
 	lookups  map[uint64]*lookupSub
 	members  bool      // membership changed: recompute desired
 	dirty    bool      // something changed: reconcile
@@ -227,8 +228,7 @@ func (c *Core) StepLease(now time.Time, req *protocol.LeaseRequest) error {
 		return nil
 	}
 	n.release(now, o, req.Held)
-	o.push = true
-	n.dirty = true
+	o.push = true // answer every accepted request
 	c.flush(now)
 	return nil
 }
@@ -353,6 +353,10 @@ func (c *Core) flush(now time.Time) {
 			}
 			slices.SortFunc(ms, func(a, b assign.Member) int { return cmpString(a.ID, b.ID) })
 			n.desired = c.cfg.Policy.Assign(ms)
+			n.wants = map[string][]keyspace.Range{}
+			for _, d := range n.desired {
+				n.wants[d.Owner] = append(n.wants[d.Owner], d.Range)
+			}
 			n.dirty = true
 		}
 		if n.dirty || (!n.nextWake.IsZero() && !now.Before(n.nextWake)) {
@@ -386,12 +390,22 @@ func cmpString(a, b string) int {
 // its ranges gets a free entry, so every Lookup raises a loss notification.
 // Reservations are left as they are.
 func (n *namespace) loseOwner(now time.Time, o *ownerSession) {
-	for _, s := range n.table.Segments() {
-		if s.Entry.Owner == o.id {
-			n.table.Set(now, s.Range, leasetable.Entry{})
-		}
+	for _, r := range n.heldBy(o.id) {
+		n.table.Set(now, r.Range, leasetable.Entry{})
 	}
 	n.dirty = true
+}
+
+// heldBy returns the table segments the owner holds.
+func (n *namespace) heldBy(id string) []leasetable.Segment {
+	var out []leasetable.Segment
+	n.table.Each(func(s leasetable.Segment) bool {
+		if s.Entry.Owner == id {
+			out = append(out, s)
+		}
+		return true
+	})
+	return out
 }
 
 // release frees every part of the owner's table entries that its accepted
@@ -400,10 +414,7 @@ func (n *namespace) loseOwner(now time.Time, o *ownerSession) {
 // and the race filter guarantees no earlier message of ours can give them
 // back, so they may be granted at once (C§2.3.2).
 func (n *namespace) release(now time.Time, o *ownerSession, held []protocol.Lease) {
-	for _, s := range n.table.Segments() {
-		if s.Entry.Owner != o.id {
-			continue
-		}
+	for _, s := range n.heldBy(o.id) {
 		var kept keyspace.RangeSet
 		for _, h := range held {
 			if h.LGN == s.Entry.LGN && h.Range.Overlaps(s.Range) {
@@ -447,11 +458,11 @@ func (n *namespace) reconcile(now time.Time) {
 		n.eachDesired(s.Range, func(p keyspace.Range, want string) {
 			switch holder := s.Entry.Owner; {
 			case holder != "" && holder != want:
-				if o := n.owners[holder]; o != nil && o.sent.Overlaps(keyspace.NewRangeSet(p)) {
+				if o := n.owners[holder]; o != nil && o.sent.OverlapsRange(p) {
 					o.push = true // recall now
 				}
 			case holder != "":
-				if o := n.owners[holder]; o != nil && !o.sent.Intersect(keyspace.NewRangeSet(p)).Equal(keyspace.NewRangeSet(p)) {
+				if o := n.owners[holder]; o != nil && !o.sent.CoversRange(p) {
 					o.push = true // renew what the last message left out
 				}
 			case want != "":
@@ -503,30 +514,29 @@ func (c *Core) sendTo(now time.Time, n *namespace, o *ownerSession) {
 	until := now.Add(c.cfg.Timing.ManagerLease)
 	var leases []protocol.Lease
 	if o.member {
-		for _, s := range n.table.Segments() {
-			switch s.Entry.Owner {
-			case o.id:
-				n.eachDesired(s.Range, func(p keyspace.Range, want string) {
-					if want == o.id {
-						leases = append(leases, protocol.Lease{Range: p, LGN: s.Entry.LGN})
-						n.res.extend(p, until)
-					}
-				})
-			case "":
-				n.eachDesired(s.Range, func(p keyspace.Range, want string) {
-					if want != o.id {
-						return
-					}
-					free, _ := n.res.free(p, now)
-					for _, g := range free.Ranges() {
-						lgn := c.nextLGN(n)
-						n.table.Set(now, g, leasetable.Entry{Owner: o.id, Addr: o.addr, LGN: lgn})
-						n.res.set(g, until)
-						leases = append(leases, protocol.Lease{Range: g, LGN: lgn, Grant: true})
-					}
-				})
+		for _, s := range n.heldBy(o.id) {
+			n.eachDesired(s.Range, func(p keyspace.Range, want string) {
+				if want == o.id {
+					leases = append(leases, protocol.Lease{Range: p, LGN: s.Entry.LGN})
+					n.res.extend(p, until)
+				}
+			})
+		}
+		for _, d := range n.wants[o.id] {
+			for _, s := range n.table.Overlapping(d) {
+				if s.Entry.Owner != "" {
+					continue
+				}
+				free, _ := n.res.free(s.Range, now)
+				for _, g := range free.Ranges() {
+					lgn := c.nextLGN(n)
+					n.table.Set(now, g, leasetable.Entry{Owner: o.id, Addr: o.addr, LGN: lgn})
+					n.res.set(g, until)
+					leases = append(leases, protocol.Lease{Range: g, LGN: lgn, Grant: true})
+				}
 			}
 		}
+		slices.SortFunc(leases, func(a, b protocol.Lease) int { return keyspace.Compare(a.Range, b.Range) })
 	}
 	o.mySeq++
 	o.push = false

@@ -23,7 +23,6 @@ type obligation struct {
 	lease    leaseID
 	at       time.Duration // when the Manager recorded the loss
 	deadline time.Duration
-	lost     keyspace.RangeSet
 	missing  keyspace.RangeSet // not yet covered by a notification
 }
 
@@ -37,7 +36,6 @@ type checker struct {
 	shadowEpoch uint64
 
 	owed     map[*node][]*obligation
-	knew     map[*node]map[leaseID]keyspace.RangeSet // where each Lookup's copy has shown each lease
 	everHeld map[*node]map[owner.LeaseNum]bool // leases each Owner run has believed
 
 	violation *Violation
@@ -49,7 +47,6 @@ func newChecker(s *Sim) *checker {
 		bound:    s.cfg.Timing.NotificationBound(),
 		shadow:   leasetable.New(time.Hour),
 		owed:     map[*node][]*obligation{},
-		knew:     map[*node]map[leaseID]keyspace.RangeSet{},
 		everHeld: map[*node]map[owner.LeaseNum]bool{},
 	}
 }
@@ -160,61 +157,33 @@ func (c *checker) managerCrashed() {
 	c.shadow = leasetable.New(time.Hour)
 }
 
+// lost makes the loss of lease id on r an obligation for every Lookup that
+// is up and whose copy shows the lease on part of r: that part must be
+// notified within the bound. A Lookup whose copy never showed the lease
+// cannot have routed anything to it.
 func (c *checker) lost(r keyspace.Range, id leaseID) {
 	c.s.stats.LossEvents++
 	for _, l := range c.s.lookups {
-		if l.up {
-			c.owed[l] = append(c.owed[l], &obligation{
-				lease: id, at: c.s.now, deadline: c.s.now + c.bound,
-				lost: keyspace.NewRangeSet(r), missing: keyspace.NewRangeSet(r),
-			})
+		if !l.up || l.look.Epoch() != id.epoch {
+			continue
+		}
+		var shown keyspace.RangeSet
+		for _, seg := range l.look.View().Overlapping(r) {
+			if seg.Entry.LGN == id.lgn {
+				shown = shown.Add(seg.Range)
+			}
+		}
+		if !shown.Empty() {
+			c.owed[l] = append(c.owed[l], &obligation{lease: id, at: c.s.now, deadline: c.s.now + c.bound, missing: shown})
 		}
 	}
 }
 
 func (c *checker) lookupStarted(n *node) {
 	c.owed[n] = nil
-	c.knew[n] = map[leaseID]keyspace.RangeSet{}
 }
 
 func (c *checker) lookupCrashed(n *node) { c.owed[n] = nil }
-
-// lookupApplied records where the Lookup's copy shows each lease after it
-// handled m. Only what the copy shows counts: a late or overtaken update is
-// ignored by the Lookup, and a lease may have shrunk before it was learned.
-func (c *checker) lookupApplied(n *node, m *protocol.SyncResponse) {
-	if n.look.Epoch() != m.Epoch || (len(m.Update.Changes) == 0 && len(m.Update.Segments) == 0) {
-		return
-	}
-	segs := n.look.View().Segments()
-	shows := func(r keyspace.Range, lgn keyspace.LGN) {
-		if lgn == 0 {
-			return
-		}
-		i, _ := slices.BinarySearchFunc(segs, r.Start, func(s leasetable.Segment, k keyspace.Key) int {
-			if s.Range.Last() < k {
-				return -1
-			}
-			if s.Range.Start > k {
-				return 1
-			}
-			return 0
-		})
-		id := leaseID{m.Epoch, lgn}
-		for ; i < len(segs) && segs[i].Range.Overlaps(r); i++ {
-			if segs[i].Entry.LGN == lgn {
-				p, _ := segs[i].Range.Intersect(r)
-				c.knew[n][id] = c.knew[n][id].Add(p)
-			}
-		}
-	}
-	for _, ch := range m.Update.Changes {
-		shows(ch.Range, ch.Entry.LGN)
-	}
-	for _, seg := range m.Update.Segments {
-		shows(seg.Range, seg.Entry.LGN)
-	}
-}
 
 // lookupLosses discharges the obligations a notification covers.
 func (c *checker) lookupLosses(n *node, losses []lookup.Loss) {
@@ -222,12 +191,12 @@ func (c *checker) lookupLosses(n *node, losses []lookup.Loss) {
 		cover := keyspace.NewRangeSet(l.Ranges...)
 		kept := c.owed[n][:0]
 		for _, ob := range c.owed[n] {
-			ob.missing = ob.missing.Subtract(cover)
-			if ob.missing.Empty() {
-				if c.knew[n][ob.lease].Overlaps(ob.lost) {
-					c.s.stats.Notified++
-					c.s.stats.WorstDelay = max(c.s.stats.WorstDelay, c.s.now-ob.at)
-				}
+			if !l.All {
+				ob.missing = subtract(ob.missing, cover)
+			}
+			if l.All || ob.missing.Empty() {
+				c.s.stats.Notified++
+				c.s.stats.WorstDelay = max(c.s.stats.WorstDelay, c.s.now-ob.at)
 				continue
 			}
 			kept = append(kept, ob)
@@ -236,23 +205,36 @@ func (c *checker) lookupLosses(n *node, losses []lookup.Loss) {
 	}
 }
 
-// deadlines fails any obligation past its deadline, unless the Lookup never
-// learned of the lost lease (then its application cannot have routed to it).
+// subtract is s \ cover, without allocating when cover misses s or covers it.
+func subtract(s, cover keyspace.RangeSet) keyspace.RangeSet {
+	some, all := false, true
+	for _, r := range s.Ranges() {
+		if cover.OverlapsRange(r) {
+			some = true
+		}
+		if !cover.CoversRange(r) {
+			all = false
+		}
+	}
+	switch {
+	case all:
+		return keyspace.RangeSet{}
+	case !some:
+		return s
+	}
+	return s.Subtract(cover)
+}
+
+// deadlines fails any obligation past its deadline.
 func (c *checker) deadlines() {
 	for _, l := range c.s.lookups {
-		kept := c.owed[l][:0]
 		for _, ob := range c.owed[l] {
-			if c.s.now <= ob.deadline {
-				kept = append(kept, ob)
-				continue
-			}
-			if unseen := c.knew[l][ob.lease].Intersect(ob.missing); !unseen.Empty() {
+			if c.s.now > ob.deadline {
 				c.fail("recovery notification", "%s was not told within %s of the loss of lease %+v on %v recorded at %s",
-					l.name, c.bound, ob.lease, unseen, ob.at)
+					l.name, c.bound, ob.lease, ob.missing, ob.at)
 				return
 			}
 		}
-		c.owed[l] = kept
 	}
 }
 

@@ -34,10 +34,10 @@ type Config struct {
 	SettleTime time.Duration // 0: ConvergenceBound(Timing)
 
 	// Network faults while FaultTime lasts.
-	DropRate     float64       // probability a message is lost
-	DupRate      float64       // probability a message is delivered twice
-	MinDelay     time.Duration // typical delays are MinDelay..4×MinDelay
-	MaxDelay     time.Duration // a LongDelayRate share is delayed up to MaxDelay
+	DropRate      float64       // probability a message is lost
+	DupRate       float64       // probability a message is delivered twice
+	MinDelay      time.Duration // typical delays are MinDelay..4×MinDelay
+	MaxDelay      time.Duration // a LongDelayRate share is delayed up to MaxDelay
 	LongDelayRate float64
 
 	// Node faults while FaultTime lasts, as mean times between events.
