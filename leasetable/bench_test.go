@@ -1,0 +1,150 @@
+package leasetable
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/keyspace"
+)
+
+// paperTable returns the table of C§2.2: 100 owners × 64 virtual nodes by
+// consistent hashing, 6400 segments, each its own grant.
+func paperTable(tb testing.TB) *Table {
+	const owners, vnodes = 100, 64
+	rng := rand.New(rand.NewPCG(1, 2))
+	points := []keyspace.Key{0}
+	for len(points) < owners*vnodes {
+		points = append(points, keyspace.Key(rng.Uint64()))
+		slices.Sort(points)
+		points = slices.Compact(points)
+	}
+	t := New(0)
+	segs := make([]Segment, len(points))
+	for i, p := range points {
+		end := keyspace.Key(0)
+		if i+1 < len(points) {
+			end = points[i+1]
+		}
+		o := rng.IntN(owners)
+		segs[i] = Segment{
+			Range: r(p, end),
+			Entry: Entry{Owner: fmt.Sprintf("owner-%03d", o), Addr: fmt.Sprintf("10.0.%d.%d:7000", o/256, o%256), LGN: keyspace.LGN(i + 1)},
+		}
+	}
+	if err := t.Restore(1, segs); err != nil {
+		tb.Fatal(err)
+	}
+	if t.Len() != owners*vnodes {
+		tb.Fatalf("%d segments, want %d", t.Len(), owners*vnodes)
+	}
+	return t
+}
+
+func paperView(tb testing.TB) *View {
+	v := NewView()
+	if _, err := v.Apply(paperTable(tb).Since(0)); err != nil {
+		tb.Fatal(err)
+	}
+	return v
+}
+
+var sinkString string
+
+// BenchmarkViewLookup: Lookup on the paper's table (6400 segments). It also
+// reports the view's memory, to compare with C§2.2's ~200 KB.
+func BenchmarkViewLookup(b *testing.B) {
+	v := paperView(b)
+	rng := rand.New(rand.NewPCG(3, 4))
+	keys := make([]keyspace.Key, 1<<12)
+	for i := range keys {
+		keys[i] = keyspace.Key(rng.Uint64())
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		o, _, _, _ := v.Lookup(keys[i&(len(keys)-1)])
+		sinkString = o
+		i++
+	}
+	b.ReportMetric(float64(v.Bytes()), "view-bytes")
+	b.ReportMetric(float64(v.Bytes())/float64(v.Len()), "bytes/segment")
+}
+
+// BenchmarkTableSince: answering a sync on the paper's table with a long log.
+func BenchmarkTableSince(b *testing.B) {
+	t := paperTable(b)
+	rng := rand.New(rand.NewPCG(5, 6))
+	for i := range 5000 {
+		s := t.At(keyspace.Key(rng.Uint64())).Range
+		t.Set(t0, s, Entry{Owner: "mover", Addr: "10.1.0.1:7000", LGN: keyspace.LGN(100000 + i)})
+	}
+	for _, n := range []int{0, 1, 100, 5000} {
+		kind := "delta"
+		if t.Since(t.LSN() - keyspace.LSN(n)).Snapshot {
+			kind = "snapshot"
+		}
+		b.Run(fmt.Sprintf("%s-%d", kind, n), func(b *testing.B) {
+			b.ReportAllocs()
+			lsn := t.LSN() - keyspace.LSN(n)
+			for b.Loop() {
+				t.Since(lsn)
+			}
+		})
+	}
+	b.Run("snapshot-truncated", func(b *testing.B) {
+		t.Truncate(t0.Add(time.Hour))
+		lsn := t.LSN() - 1
+		b.ReportAllocs()
+		for b.Loop() {
+			t.Since(lsn)
+		}
+	})
+}
+
+// BenchmarkTableSet: one grant moving a whole segment to another owner, on
+// the paper's table.
+func BenchmarkTableSet(b *testing.B) {
+	t := paperTable(b)
+	rng := rand.New(rand.NewPCG(7, 8))
+	b.ReportAllocs()
+	lgn := keyspace.LGN(1 << 20)
+	for b.Loop() {
+		lgn++
+		t.Set(t0, t.At(keyspace.Key(rng.Uint64())).Range, Entry{Owner: "mover", LGN: lgn})
+	}
+}
+
+// BenchmarkViewApply: a one-change delta (splitting a segment, then putting
+// it back) and a full snapshot with its diff, on the paper's table.
+func BenchmarkViewApply(b *testing.B) {
+	b.Run("delta-1", func(b *testing.B) {
+		v := paperView(b)
+		s := v.Segments()[1000]
+		mid := s.Range.Start + (s.Range.End-s.Range.Start)/2
+		changes := []Change{
+			{Range: r(mid, s.Range.End), Entry: Entry{Owner: "mover", LGN: 1 << 40}},
+			{Range: r(mid, s.Range.End), Entry: s.Entry},
+		}
+		b.ReportAllocs()
+		for b.Loop() {
+			c := changes[v.LSN()%2]
+			c.LSN = v.LSN() + 1
+			if _, err := v.Apply(Update{From: v.LSN(), To: c.LSN, Changes: []Change{c}}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("snapshot-6400", func(b *testing.B) {
+		v := paperView(b)
+		u := paperTable(b).Since(0)
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := v.Apply(u); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

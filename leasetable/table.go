@@ -1,0 +1,161 @@
+package leasetable
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/leasehold/leasehold/keyspace"
+)
+
+// DefaultRetention is how long the change log keeps a change: C§2.1.2
+// truncates entries older than 5 minutes.
+const DefaultRetention = 5 * time.Minute
+
+// Table is the manager's lease table. It always covers the whole key space
+// with segments in canonical form: sorted, disjoint, contiguous, and adjacent
+// segments with identical Entry merged (so two tables with the same content
+// have identical Segments()). Starts as one free segment {Full, Entry{}} at
+// LSN 0.
+//
+// Every change is appended to a change log under the next LSN, stamped with
+// the caller's clock; Since answers a Lookup's sync from it (C§2.2.1, P§4.2).
+//
+// A Table is not safe for concurrent use: the manager's core owns it and
+// calls it from one goroutine.
+type Table struct {
+	segs      segList[Entry]
+	lsn       keyspace.LSN // LSN of the latest change; 0 for none
+	retention time.Duration
+	// log holds the retained changes, LSNs lsn-len(log)+1 .. lsn in order,
+	// and stamps[i] the manager's clock when log[i] was made. (Parallel
+	// slices, so that Since copies changes in one block.)
+	log    []Change
+	stamps []time.Time
+}
+
+// New returns an empty table (all free, LSN 0) whose change log keeps
+// changes for retention (0 means DefaultRetention). It panics if retention
+// is negative.
+func New(retention time.Duration) *Table {
+	if retention < 0 {
+		panic(fmt.Sprintf("leasetable: negative retention %v", retention))
+	}
+	if retention == 0 {
+		retention = DefaultRetention
+	}
+	return &Table{segs: newSegList(Entry{}), retention: retention}
+}
+
+// Set overwrites r with e. If r already has e throughout, Set is a no-op and
+// returns the current LSN without logging anything. Otherwise it appends
+// Change{LSN: t.LSN()+1, Range: r, Entry: e} to the log, stamped with now (the
+// manager's local clock), and returns the new LSN.
+//
+// Set panics if r is not a valid range or e is not a valid entry
+// (Entry.Validate): both are programmer errors in the manager, and a bad
+// entry logged here would be refused by every Lookup.
+//
+// Cost: O(log n) to find r, plus O(n) to shift the segments after r when the
+// number of segments changes (n = Len()).
+func (t *Table) Set(now time.Time, r keyspace.Range, e Entry) keyspace.LSN {
+	if !r.Valid() {
+		panic(fmt.Sprintf("leasetable: Set on invalid range %v", r))
+	}
+	if err := e.Validate(); err != nil {
+		panic(fmt.Sprintf("leasetable: Set %v on %v: %v", e, r, err))
+	}
+	if !t.segs.set(r, e, nil) {
+		return t.lsn
+	}
+	t.lsn++
+	t.log = append(t.log, Change{LSN: t.lsn, Range: r, Entry: e})
+	t.stamps = append(t.stamps, now)
+	return t.lsn
+}
+
+// At returns the segment containing k.
+func (t *Table) At(k keyspace.Key) Segment {
+	i := t.segs.find(k)
+	return Segment{Range: t.segs.rangeOf(i), Entry: t.segs.ents[i]}
+}
+
+// Overlapping returns the segments intersecting r, clipped to r, in key
+// order. It returns nil if r is not a valid range.
+func (t *Table) Overlapping(r keyspace.Range) []Segment {
+	return t.segs.segments(r, identity)
+}
+
+// Segments returns a copy of all segments, in key order.
+func (t *Table) Segments() []Segment { return t.segs.segments(keyspace.Full, identity) }
+
+// Len returns the number of segments.
+func (t *Table) Len() int { return t.segs.len() }
+
+// LSN returns the LSN of the latest change (0 for none).
+func (t *Table) LSN() keyspace.LSN { return t.lsn }
+
+// FirstLSN returns the LSN of the oldest retained change, or LSN()+1 when the
+// log is empty. Since can send a delta to a Lookup at any LSN from
+// FirstLSN()-1 to LSN().
+func (t *Table) FirstLSN() keyspace.LSN { return t.lsn - keyspace.LSN(len(t.log)) + 1 }
+
+// Truncate drops the changes stamped before now minus the retention (C§2.1.2:
+// 5 minutes). It drops only a prefix of the log, so if the clock stepped back
+// a newer change stamped earlier than an older one stays until the older one
+// goes.
+func (t *Table) Truncate(now time.Time) {
+	cutoff := now.Add(-t.retention)
+	n := 0
+	for n < len(t.stamps) && t.stamps[n].Before(cutoff) {
+		n++
+	}
+	if n > 0 {
+		t.log = slices.Delete(t.log, 0, n)
+		t.stamps = slices.Delete(t.stamps, 0, n)
+	}
+}
+
+// Since answers a Lookup that has the table up to lsn (C§2.2.1, P§4.2):
+//   - lsn == LSN(): an empty delta {From: lsn, To: lsn};
+//   - the retained changes after lsn as a delta, when none is missing and
+//     there are no more of them than segments;
+//   - otherwise (log truncated past lsn, lsn > LSN(), or the snapshot is
+//     smaller) a Snapshot of the whole table with From: lsn, To: LSN().
+//
+// The result shares no storage with the table.
+func (t *Table) Since(lsn keyspace.LSN) Update {
+	if lsn == t.lsn {
+		return Update{From: lsn, To: lsn}
+	}
+	if lsn < t.lsn && lsn >= t.FirstLSN()-1 && uint64(t.lsn-lsn) <= uint64(t.Len()) {
+		changes := slices.Clone(t.log[len(t.log)-int(t.lsn-lsn):])
+		return Update{From: lsn, To: t.lsn, Changes: changes}
+	}
+	return Update{From: lsn, To: t.lsn, Snapshot: true, Segments: t.Segments()}
+}
+
+// Restore replaces the table's content with a snapshot taken at lsn, and
+// empties the log (FirstLSN() becomes lsn+1). segs must be sorted, disjoint,
+// cover the whole key space and hold valid entries; adjacent equal entries
+// are merged. On error the table is unchanged.
+func (t *Table) Restore(lsn keyspace.LSN, segs []Segment) error {
+	if err := validateSegments(segs); err != nil {
+		return err
+	}
+	s := segList[Entry]{
+		starts: make([]keyspace.Key, 0, len(segs)),
+		ents:   make([]Entry, 0, len(segs)),
+	}
+	for _, sg := range segs {
+		if n := len(s.ents); n > 0 && s.ents[n-1] == sg.Entry {
+			continue
+		}
+		s.starts = append(s.starts, sg.Range.Start)
+		s.ents = append(s.ents, sg.Entry)
+	}
+	t.segs, t.lsn, t.log, t.stamps = s, lsn, nil, nil
+	return nil
+}
+
+func identity(e Entry) Entry { return e }
