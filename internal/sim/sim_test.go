@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/leasehold/leasehold/protocol"
 )
@@ -92,4 +93,35 @@ func TestSimulationFaulty(t *testing.T) {
 	t.Logf("%d seeds: %d events, %d owner crashes, %d manager restarts, %d lookup crashes, %d partitions, %d dropped, %d duplicated, %d losses, %d notifications, worst delay %s (bound %s)",
 		len(results), total.Events, total.OwnerCrashes, total.ManagerRestarts, total.LookupCrashes, total.Partitions,
 		total.Dropped, total.Duplicated, total.LossEvents, total.Notified, total.WorstDelay, protocol.Fast().NotificationBound())
+	// A sweep that injected no faults of some kind proves nothing about it.
+	if len(results) >= 20 {
+		for name, n := range map[string]int{
+			"owner crashes": total.OwnerCrashes, "manager restarts": total.ManagerRestarts,
+			"lookup crashes": total.LookupCrashes, "partitions": total.Partitions,
+			"dropped messages": total.Dropped, "duplicated messages": total.Duplicated,
+			"losses": total.LossEvents, "notifications": total.Notified,
+		} {
+			if n == 0 {
+				t.Errorf("no %s across %d seeds", name, len(results))
+			}
+		}
+	}
+}
+
+// TestConvergenceCheckerCatches ends runs right after the faults stop, long
+// before the convergence bound: the checker must notice.
+func TestConvergenceCheckerCatches(t *testing.T) {
+	for s := uint64(1); s <= 20; s++ {
+		c := scenario(s)
+		c.FaultTime = 10 * c.Timing.OwnerLease
+		c.SettleTime = time.Millisecond
+		if r := Run(c); r.Violation != nil {
+			if r.Violation.Checker != "convergence" {
+				t.Fatalf("seed %d: expected a convergence violation, got %v", s, r.Violation)
+			}
+			t.Logf("caught at seed %d: %v", s, r.Violation)
+			return
+		}
+	}
+	t.Fatal("the convergence checker passed 20 runs that had no time to converge")
 }
