@@ -134,6 +134,11 @@ func (c *Core) Step(now time.Time, m *protocol.SyncResponse) {
 	if m.Namespace != c.cfg.Namespace || m.Epoch < c.epoch || m.Epoch == 0 {
 		return // another namespace, or from a dead Manager incarnation
 	}
+	if m.Sync > 0 && m.SyncTimeout > m.Sync {
+		// The Manager's timings rule: its notification bound is the one
+		// documented to the applications.
+		c.cfg.Timing.Sync, c.cfg.Timing.SyncTimeout = m.Sync, m.SyncTimeout
+	}
 	sent, answered := c.pending[m.ID]
 	if m.ID != 0 {
 		delete(c.pending, m.ID)

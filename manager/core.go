@@ -70,6 +70,75 @@ type Core struct {
 	ns      map[string]*namespace
 	lastNow time.Time
 	out     Ready
+	stats   Stats
+}
+
+// Stats counts what a Core has done since it started.
+type Stats struct {
+	LeaseRequests uint64 // accepted or not
+	SyncRequests  uint64
+	Grants        uint64 // ranges granted with a fresh LGN
+	Recalls       uint64 // ranges omitted from a holder's message to move them
+	Releases      uint64 // ranges freed by acknowledgement (recall or refusal)
+	Expiries      uint64 // ranges freed because their reservation ran out
+	OwnerRestarts uint64 // new incarnations seen
+	RacesDropped  uint64 // requests dropped by the race filter (C§2.3.2)
+	StaleDropped  uint64 // duplicates and messages of dead incarnations
+}
+
+// Stats returns the counters.
+func (c *Core) Stats() Stats { return c.stats }
+
+// OwnerInfo describes one owner session for status displays.
+type OwnerInfo struct {
+	ID, Addr    string
+	Incarnation uint64
+	Member      bool
+	Ranges      int     // lease-table segments held
+	Share       float64 // fraction of the key space held
+}
+
+// Owners describes a namespace's owner sessions, sorted by ID.
+func (c *Core) Owners(ns string) []OwnerInfo {
+	n := c.ns[ns]
+	if n == nil {
+		return nil
+	}
+	by := map[string]*OwnerInfo{}
+	var out []OwnerInfo
+	for id, o := range n.owners {
+		by[id] = &OwnerInfo{ID: id, Addr: o.addr, Incarnation: o.inc, Member: o.member}
+	}
+	n.table.Each(func(s leasetable.Segment) bool {
+		if i := by[s.Entry.Owner]; i != nil {
+			i.Ranges++
+			i.Share += s.Range.Size() / (1 << 64)
+		}
+		return true
+	})
+	for _, i := range by {
+		out = append(out, *i)
+	}
+	slices.SortFunc(out, func(a, b OwnerInfo) int { return cmpString(a.ID, b.ID) })
+	return out
+}
+
+// Namespaces returns the names of the namespaces served, sorted.
+func (c *Core) Namespaces() []string {
+	var out []string
+	for name := range c.ns {
+		out = append(out, name)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Lookups returns the number of Lookup sessions of a namespace.
+func (c *Core) Lookups(ns string) int {
+	if n := c.ns[ns]; n != nil {
+		return len(n.lookups)
+	}
+	return 0
 }
 
 type namespace struct {
@@ -186,6 +255,7 @@ func (c *Core) noRaceFilter() bool {
 // request was malformed or for an unknown namespace; it changed nothing.
 func (c *Core) StepLease(now time.Time, req *protocol.LeaseRequest) error {
 	c.lastNow = now
+	c.stats.LeaseRequests++
 	n, err := c.namespace(req.Namespace)
 	if err != nil {
 		return err
@@ -200,8 +270,10 @@ func (c *Core) StepLease(now time.Time, req *protocol.LeaseRequest) error {
 	}
 	switch {
 	case req.Incarnation < o.inc:
+		c.stats.StaleDropped++
 		return nil // from a dead run of this owner
 	case req.Incarnation > o.inc:
+		c.stats.OwnerRestarts++
 		// The owner restarted: its soft state is gone. Report the loss now;
 		// the old run's ranges stay reserved until its leases run out, since
 		// nothing proves that process is really gone.
@@ -209,6 +281,7 @@ func (c *Core) StepLease(now time.Time, req *protocol.LeaseRequest) error {
 		*o = ownerSession{id: req.Owner, addr: req.Addr, inc: req.Incarnation, member: o.member}
 	}
 	if req.Seq <= o.peerSeq {
+		c.stats.StaleDropped++
 		return nil // duplicate or overtaken
 	}
 	o.peerSeq = req.Seq
@@ -222,12 +295,13 @@ func (c *Core) StepLease(now time.Time, req *protocol.LeaseRequest) error {
 		// The owner sent this before it processed our latest message: it
 		// raced (C§2.3.2, Figure 7). Drop it and resend ours after a random
 		// backoff.
+		c.stats.RacesDropped++
 		if o.resendAt.IsZero() {
 			o.resendAt = now.Add(c.backoff())
 		}
 		return nil
 	}
-	n.release(now, o, req.Held)
+	c.stats.Releases += n.release(now, o, req.Held)
 	o.push = true // answer every accepted request
 	c.flush(now)
 	return nil
@@ -257,6 +331,7 @@ func validateLeaseRequest(req *protocol.LeaseRequest) error {
 // StepSync handles a Lookup's SyncRequest received at now on session id.
 func (c *Core) StepSync(now time.Time, id uint64, req *protocol.SyncRequest) error {
 	c.lastNow = now
+	c.stats.SyncRequests++
 	n, err := c.namespace(req.Namespace)
 	if err != nil {
 		return err
@@ -276,9 +351,7 @@ func (c *Core) StepSync(now time.Time, id uint64, req *protocol.SyncRequest) err
 		u = n.table.Since(req.LSN)
 	}
 	sub.pushed = u.To
-	c.out.Lookups = append(c.out.Lookups, LookupMessage{To: id, Msg: &protocol.SyncResponse{
-		Namespace: n.name, ID: req.ID, Epoch: c.cfg.Epoch, Update: u,
-	}})
+	c.out.Lookups = append(c.out.Lookups, LookupMessage{To: id, Msg: c.syncResponse(n, req.ID, u)})
 	return nil
 }
 
@@ -360,7 +433,7 @@ func (c *Core) flush(now time.Time) {
 			n.dirty = true
 		}
 		if n.dirty || (!n.nextWake.IsZero() && !now.Before(n.nextWake)) {
-			n.reconcile(now)
+			c.stats.Expiries += n.reconcile(now)
 		}
 		ids := make([]string, 0, len(n.owners))
 		for id, o := range n.owners {
@@ -413,7 +486,7 @@ func (n *namespace) heldBy(id string) []leasetable.Segment {
 // latest message (a recall acknowledged by omission, or a refused renewal),
 // and the race filter guarantees no earlier message of ours can give them
 // back, so they may be granted at once (C§2.3.2).
-func (n *namespace) release(now time.Time, o *ownerSession, held []protocol.Lease) {
+func (n *namespace) release(now time.Time, o *ownerSession, held []protocol.Lease) (freed uint64) {
 	for _, s := range n.heldBy(o.id) {
 		var kept keyspace.RangeSet
 		for _, h := range held {
@@ -425,14 +498,16 @@ func (n *namespace) release(now time.Time, o *ownerSession, held []protocol.Leas
 			n.table.Set(now, p, leasetable.Entry{})
 			n.res.set(p, time.Time{})
 			n.dirty = true
+			freed++
 		}
 	}
+	return freed
 }
 
 // reconcile expires leases whose reservation ended, and marks the owners
 // that need a message now: those holding a range the desired assignment
 // gives elsewhere (recall), and those a free range can be granted to.
-func (n *namespace) reconcile(now time.Time) {
+func (n *namespace) reconcile(now time.Time) (expired uint64) {
 	n.dirty = false
 	n.nextWake = time.Time{}
 	wake := func(t time.Time) {
@@ -446,9 +521,10 @@ func (n *namespace) reconcile(now time.Time) {
 		if s.Entry.Owner == "" {
 			continue
 		}
-		expired, next := n.res.free(s.Range, now)
-		for _, p := range expired.Ranges() {
+		gone, next := n.res.free(s.Range, now)
+		for _, p := range gone.Ranges() {
 			n.table.Set(now, p, leasetable.Entry{})
+			expired++
 		}
 		if !next.IsZero() {
 			wake(next)
@@ -478,6 +554,7 @@ func (n *namespace) reconcile(now time.Time) {
 			}
 		})
 	}
+	return expired
 }
 
 // eachDesired calls fn for each piece of r with the owner the desired
@@ -516,9 +593,12 @@ func (c *Core) sendTo(now time.Time, n *namespace, o *ownerSession) {
 	if o.member {
 		for _, s := range n.heldBy(o.id) {
 			n.eachDesired(s.Range, func(p keyspace.Range, want string) {
-				if want == o.id {
+				switch {
+				case want == o.id:
 					leases = append(leases, protocol.Lease{Range: p, LGN: s.Entry.LGN})
 					n.res.extend(p, until)
+				case o.sent.OverlapsRange(p):
+					c.stats.Recalls++ // omitted now, listed last time
 				}
 			})
 		}
@@ -533,6 +613,7 @@ func (c *Core) sendTo(now time.Time, n *namespace, o *ownerSession) {
 					n.table.Set(now, g, leasetable.Entry{Owner: o.id, Addr: o.addr, LGN: lgn})
 					n.res.set(g, until)
 					leases = append(leases, protocol.Lease{Range: g, LGN: lgn, Grant: true})
+					c.stats.Grants++
 				}
 			}
 		}
@@ -553,6 +634,8 @@ func (c *Core) sendTo(now time.Time, n *namespace, o *ownerSession) {
 		Seq:         o.mySeq,
 		AckSeq:      o.peerSeq,
 		Leases:      leases,
+		OwnerLease:  c.cfg.Timing.OwnerLease,
+		Renew:       c.cfg.Timing.Renew,
 	}})
 }
 
@@ -580,9 +663,14 @@ func (c *Core) pushLookups(n *namespace) {
 		l := n.lookups[id]
 		u := n.table.Since(l.pushed)
 		l.pushed = u.To
-		c.out.Lookups = append(c.out.Lookups, LookupMessage{To: id, Msg: &protocol.SyncResponse{
-			Namespace: n.name, Epoch: c.cfg.Epoch, Update: u,
-		}})
+		c.out.Lookups = append(c.out.Lookups, LookupMessage{To: id, Msg: c.syncResponse(n, 0, u)})
+	}
+}
+
+func (c *Core) syncResponse(n *namespace, id uint64, u leasetable.Update) *protocol.SyncResponse {
+	return &protocol.SyncResponse{
+		Namespace: n.name, ID: id, Epoch: c.cfg.Epoch, Update: u,
+		Sync: c.cfg.Timing.Sync, SyncTimeout: c.cfg.Timing.SyncTimeout,
 	}
 }
 

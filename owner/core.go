@@ -205,6 +205,7 @@ func (c *Core) Step(now time.Time, m *protocol.LeaseResponse) {
 		return // from a dead Manager incarnation, a duplicate, or overtaken
 	}
 	c.peerEpoch, c.peerSeq = m.Epoch, m.Seq
+	c.adopt(m)
 	c.expire(now)
 	if m.AckSeq != c.seq && !c.cfg.Faults.Has(func(f *faults.Set) bool { return f.NoRaceFilter }) {
 		// The Manager sent this before it saw our latest request: it raced
@@ -260,6 +261,18 @@ func (c *Core) Step(now time.Time, m *protocol.LeaseResponse) {
 		// Acknowledge by omission now, so the Manager can move the range
 		// at once instead of waiting for the lease to run out (C§2.3.2).
 		c.send(now)
+	}
+}
+
+// adopt takes the Manager's timings: the Manager reserves a range for its
+// ManagerLease, which is only safe against the OwnerLease it chose.
+func (c *Core) adopt(m *protocol.LeaseResponse) {
+	if m.OwnerLease > 0 && m.Renew > 0 && m.Renew < m.OwnerLease {
+		c.cfg.Timing.OwnerLease = m.OwnerLease
+		if m.Renew != c.cfg.Timing.Renew {
+			c.cfg.Timing.Renew = m.Renew
+			c.nextRenew = c.sentAt.Add(m.Renew)
+		}
 	}
 }
 

@@ -1,6 +1,8 @@
 package protocol
 
 import (
+	"time"
+
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/leasetable"
 )
@@ -54,6 +56,11 @@ type LeaseResponse struct {
 	Seq    uint64 // this message's sequence number in the session
 	AckSeq uint64 // the Seq of the last LeaseRequest heard
 	Leases []Lease
+	// OwnerLease and Renew are the Manager's timings. The Owner adopts them,
+	// so an Owner configured differently can never believe a lease longer
+	// than the Manager reserves it. Zero means "keep your own".
+	OwnerLease time.Duration
+	Renew      time.Duration
 }
 
 // SyncRequest is a Lookup's request for the lease-table changes since LSN.
@@ -71,4 +78,8 @@ type SyncResponse struct {
 	ID        uint64
 	Epoch     uint64
 	Update    leasetable.Update
+	// Sync and SyncTimeout are the Manager's timings, which the Lookup
+	// adopts. Zero means "keep your own".
+	Sync        time.Duration
+	SyncTimeout time.Duration
 }

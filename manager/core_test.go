@@ -1,0 +1,861 @@
+package manager
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/assign"
+	"github.com/leasehold/leasehold/keyspace"
+	"github.com/leasehold/leasehold/leasetable"
+	"github.com/leasehold/leasehold/protocol"
+)
+
+// base is the fixed start of every test clock: the Manager starts here.
+var base = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func at(d time.Duration) time.Time { return base.Add(d) }
+
+const ms = time.Millisecond
+
+// tm is the timing of every test: Fast, whose numbers the comments quote
+// (ManagerLease 2.2 s, Renew 500 ms, backoff 5–50 ms).
+var tm = protocol.Fast()
+
+const epoch = 3
+
+// restartEnd is when the Manager's restart reservation ends.
+var restartEnd = at(tm.ManagerLease)
+
+// piece returns piece i of assign.Fixed{Pieces: n}.
+func piece(i, n int) keyspace.Range {
+	return assign.Fixed{Pieces: n}.Assign([]assign.Member{{ID: "x"}})[i].Range
+}
+
+// peer is a well-behaved Owner reduced to its messages: it takes every
+// response that answers its latest request, and lists what it took.
+type peer struct {
+	id   string
+	inc  uint64
+	seq  uint64 // last request sent
+	ack  uint64 // last response heard
+	held []protocol.Lease
+}
+
+func newPeer(id string) *peer { return &peer{id: id, inc: 1} }
+
+func (p *peer) addr() string { return p.id + ":7000" }
+
+// request builds p's next request.
+func (p *peer) request() *protocol.LeaseRequest {
+	p.seq++
+	return &protocol.LeaseRequest{
+		Namespace: DefaultNamespace, Owner: p.id, Addr: p.addr(), Incarnation: p.inc,
+		Seq: p.seq, AckEpoch: epoch, AckSeq: p.ack, Held: slices.Clone(p.held),
+	}
+}
+
+// take handles a response as an Owner would (without refusals).
+func (p *peer) take(m *protocol.LeaseResponse) {
+	if m.Incarnation != p.inc || m.Seq <= p.ack {
+		return
+	}
+	p.ack = m.Seq
+	if m.AckSeq != p.seq {
+		return // raced
+	}
+	p.held = nil
+	for _, l := range m.Leases {
+		p.held = append(p.held, protocol.Lease{Range: l.Range, LGN: l.LGN})
+	}
+}
+
+// restart makes p a new incarnation that holds nothing.
+func (p *peer) restart() {
+	p.inc++
+	p.seq, p.ack, p.held = 0, 0, nil
+}
+
+type harness struct {
+	t     *testing.T
+	c     *Core
+	peers map[string]*peer
+}
+
+func newHarness(t *testing.T, policy assign.Policy, peers ...*peer) *harness {
+	t.Helper()
+	h := &harness{t: t, c: NewCore(CoreConfig{Timing: tm, Policy: policy, Epoch: epoch, Seed: 1}, base),
+		peers: map[string]*peer{}}
+	for _, p := range peers {
+		h.peers[p.id] = p
+	}
+	return h
+}
+
+// deliver hands every owner message in r to its peer.
+func (h *harness) deliver(r Ready) Ready {
+	for _, m := range r.Owners {
+		if m.Msg.Owner != m.To {
+			h.t.Fatalf("message to %q addressed to owner %q", m.To, m.Msg.Owner)
+		}
+		if p := h.peers[m.To]; p != nil {
+			p.take(m.Msg)
+		}
+	}
+	return r
+}
+
+// send has p send its next request at now and delivers the answers.
+func (h *harness) send(now time.Time, p *peer) Ready {
+	h.t.Helper()
+	return h.stepLease(now, p.request())
+}
+
+func (h *harness) stepLease(now time.Time, req *protocol.LeaseRequest) Ready {
+	h.t.Helper()
+	if err := h.c.StepLease(now, req); err != nil {
+		h.t.Fatalf("StepLease(%v, %+v) = %v", now, *req, err)
+	}
+	return h.deliver(h.c.Ready())
+}
+
+// tick runs the Manager's timers at now and delivers what it sends.
+func (h *harness) tick(now time.Time) Ready {
+	h.c.Tick(now)
+	return h.deliver(h.c.Ready())
+}
+
+// renewals has every peer send a request at from, from+Renew, … up to and
+// including to, ticking the Manager before each round.
+func (h *harness) renewals(from, to time.Time, ps ...*peer) {
+	h.t.Helper()
+	for now := from; !now.After(to); now = now.Add(tm.Renew) {
+		h.tick(now)
+		for _, p := range ps {
+			h.send(now, p)
+		}
+	}
+}
+
+// to returns the single message r holds for owner id.
+func (h *harness) to(r Ready, id string) *protocol.LeaseResponse {
+	h.t.Helper()
+	var out []*protocol.LeaseResponse
+	for _, m := range r.Owners {
+		if m.To == id {
+			out = append(out, m.Msg)
+		}
+	}
+	if len(out) != 1 {
+		h.t.Fatalf("%d messages to %q in %+v, want 1", len(out), id, r.Owners)
+	}
+	return out[0]
+}
+
+func (h *harness) table() *leasetable.Table { return h.c.Table(DefaultNamespace) }
+
+// owned returns the table's entry on r, failing unless r is one segment.
+func (h *harness) entry(r keyspace.Range) leasetable.Entry {
+	h.t.Helper()
+	segs := h.table().Overlapping(r)
+	if len(segs) != 1 {
+		h.t.Fatalf("table on %v is %v, want one entry", r, segs)
+	}
+	return segs[0].Entry
+}
+
+// ranges lists the ranges of leases.
+func ranges(ls []protocol.Lease) []keyspace.Range {
+	var out []keyspace.Range
+	for _, l := range ls {
+		out = append(out, l.Range)
+	}
+	return out
+}
+
+// checkGrants fails t unless ls are exactly fresh grants of want, with LGNs
+// above after and distinct.
+func checkGrants(t *testing.T, ls []protocol.Lease, want []keyspace.Range, after keyspace.LGN) {
+	t.Helper()
+	if got := ranges(ls); !slices.Equal(got, want) {
+		t.Fatalf("leases on %v, want %v", got, want)
+	}
+	seen := map[keyspace.LGN]bool{}
+	for _, l := range ls {
+		if !l.Grant || l.LGN <= after || seen[l.LGN] {
+			t.Fatalf("lease %+v: want a grant with a fresh LGN above %d, distinct from %v", l, after, seen)
+		}
+		seen[l.LGN] = true
+	}
+}
+
+// joined starts a harness whose peers join at base, renew until the
+// restart reservation ends and are then granted their desired ranges.
+func joined(t *testing.T, pieces int, ps ...*peer) *harness {
+	t.Helper()
+	h := newHarness(t, assign.Fixed{Pieces: pieces}, ps...)
+	h.renewals(base, restartEnd.Add(-1), ps...)
+	h.tick(restartEnd)
+	for _, p := range ps {
+		if len(p.held) == 0 {
+			t.Fatalf("joined: %s granted nothing at the end of the restart reservation", p.id)
+		}
+	}
+	return h
+}
+
+// TestRestartReservation: a new Manager knows nothing of what its
+// predecessor granted, so it grants nothing for one ManagerLease (C§2.3.1),
+// then grants the desired ranges with fresh LGNs, and renews them after.
+func TestRestartReservation(t *testing.T) {
+	a := newPeer("a")
+	h := newHarness(t, assign.Fixed{Pieces: 4}, a)
+
+	r := h.send(base, a)
+	if m := h.to(r, "a"); len(m.Leases) != 0 || m.Seq != 1 || m.AckSeq != 1 || m.Epoch != epoch || m.Incarnation != 1 {
+		t.Fatalf("answer to the first request %+v, want Seq 1 AckSeq 1 epoch %d and no lease", *m, epoch)
+	}
+	if got := h.c.Members(DefaultNamespace); !slices.Equal(got, []string{"a"}) {
+		t.Fatalf("Members = %v, want [a]", got)
+	}
+	for now := at(tm.Renew); now.Before(restartEnd); now = now.Add(tm.Renew) {
+		if m := h.to(h.send(now, a), "a"); len(m.Leases) != 0 {
+			t.Fatalf("at %v (reservation until %v): granted %v", now, restartEnd, m.Leases)
+		}
+	}
+	if r := h.tick(restartEnd.Add(-1)); len(r.Owners) != 0 {
+		t.Fatalf("Tick just before the reservation ends sent %+v", r.Owners)
+	}
+	if lsn := h.table().LSN(); lsn != 0 {
+		t.Fatalf("table changed during the reservation: LSN %d", lsn)
+	}
+
+	// The reservation ends: all four pieces are granted at once, pushed.
+	m := h.to(h.tick(restartEnd), "a")
+	want := []keyspace.Range{piece(0, 4), piece(1, 4), piece(2, 4), piece(3, 4)}
+	checkGrants(t, m.Leases, want, 0)
+	if m.AckSeq != a.seq {
+		t.Fatalf("push acknowledges %d, want a's latest request %d", m.AckSeq, a.seq)
+	}
+	for _, l := range m.Leases {
+		e := h.entry(l.Range)
+		if e.Owner != "a" || e.Addr != "a:7000" || e.LGN != l.LGN || e.Migrated {
+			t.Fatalf("table on %v = %v, want a/%d at a:7000", l.Range, e, l.LGN)
+		}
+	}
+	lsn := h.table().LSN()
+
+	// Renewal: the request lists the leases; the answer renews them.
+	m2 := h.to(h.send(restartEnd.Add(100*ms), a), "a")
+	if len(m2.Leases) != len(m.Leases) {
+		t.Fatalf("renewal %v, want %v", m2.Leases, m.Leases)
+	}
+	for i, l := range m2.Leases {
+		if l.Grant || l.Range != m.Leases[i].Range || l.LGN != m.Leases[i].LGN {
+			t.Fatalf("renewal lease %d = %+v, want %v/%d not a grant", i, l, m.Leases[i].Range, m.Leases[i].LGN)
+		}
+	}
+	if got := h.table().LSN(); got != lsn {
+		t.Fatalf("a renewal changed the table: LSN %d → %d", lsn, got)
+	}
+}
+
+// TestFirstGrant: an owner that joins a Manager gets nothing before the
+// restart reservation ends, and all its desired ranges when it does.
+func TestFirstGrant(t *testing.T) {
+	tests := []struct {
+		name    string
+		join    time.Time
+		granted bool
+	}{
+		{"at start", base, false},
+		{"just before the reservation ends", restartEnd.Add(-1), false},
+		{"when it ends", restartEnd, true},
+		{"long after", restartEnd.Add(time.Minute), true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			a := newPeer("a")
+			h := newHarness(t, nil, a) // consistent hashing
+			m := h.to(h.send(tc.join, a), "a")
+			if !tc.granted {
+				if len(m.Leases) != 0 {
+					t.Fatalf("granted %v during the reservation", m.Leases)
+				}
+				return
+			}
+			var want []keyspace.Range
+			for _, s := range h.c.Desired(DefaultNamespace) {
+				if s.Owner != "a" {
+					t.Fatalf("desired %v for a single owner a", s)
+				}
+				want = append(want, s.Range)
+			}
+			if len(want) < 2 {
+				t.Fatalf("consistent hashing gave %d ranges", len(want))
+			}
+			checkGrants(t, m.Leases, want, 0)
+			if !keyspace.NewRangeSet(ranges(m.Leases)...).Equal(keyspace.NewRangeSet(keyspace.Full)) {
+				t.Fatalf("grants %v do not cover the key space", ranges(m.Leases))
+			}
+			if got := len(h.table().Segments()); got != len(want) {
+				t.Fatalf("table has %d segments, want one per grant (%d)", got, len(want))
+			}
+		})
+	}
+}
+
+// mark remembers the table as a Lookup would have it now.
+type mark struct {
+	lsn  keyspace.LSN
+	segs []leasetable.Segment
+}
+
+func (h *harness) mark() mark { return mark{h.table().LSN(), h.table().Segments()} }
+
+// lostSince returns what a Lookup whose copy was m reports lost when it
+// syncs now: a delta judged change by change, or a snapshot diff.
+func (h *harness) lostSince(m mark) []keyspace.Range {
+	h.t.Helper()
+	v := leasetable.NewView()
+	if _, err := v.Apply(leasetable.Update{To: m.lsn, Snapshot: true, Segments: m.segs}); err != nil {
+		h.t.Fatal(err)
+	}
+	lost, err := v.Apply(h.table().Since(m.lsn))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return lost
+}
+
+// checkGranted fails t unless the table gives each lease to owner under
+// its LGN.
+func (h *harness) checkGranted(ls []protocol.Lease, owner string) {
+	h.t.Helper()
+	for _, l := range ls {
+		want := leasetable.Entry{Owner: owner, Addr: owner + ":7000", LGN: l.LGN}
+		if e := h.entry(l.Range); e != want {
+			h.t.Fatalf("table on %v = %v, want %v", l.Range, e, want)
+		}
+	}
+}
+
+func (h *harness) add(ps ...*peer) {
+	for _, p := range ps {
+		h.peers[p.id] = p
+	}
+}
+
+func coalesced(rs ...keyspace.Range) []keyspace.Range { return keyspace.NewRangeSet(rs...).Ranges() }
+
+// TestRecall: a second owner joins; the Manager recalls its ranges from
+// the first by omission and grants them at once when the first acknowledges
+// (C§2.3.2, P§4.1), long before the first's reservation would end.
+func TestRecall(t *testing.T) {
+	a, b := newPeer("a"), newPeer("b")
+	h := joined(t, 4, a)
+	h.add(b)
+	h.send(restartEnd.Add(300*ms), a) // a's lease set is now acknowledged
+	lgns := map[keyspace.Range]keyspace.LGN{}
+	for _, l := range a.held {
+		lgns[l.Range] = l.LGN
+	}
+	lsn := h.mark()
+
+	// b joins: in the same Ready, a is told to keep only pieces 0 and 2,
+	// and b gets nothing yet.
+	join := restartEnd.Add(400 * ms)
+	r := h.send(join, b)
+	ma, mb := h.to(r, "a"), h.to(r, "b")
+	if got, want := ranges(ma.Leases), []keyspace.Range{piece(0, 4), piece(2, 4)}; !slices.Equal(got, want) {
+		t.Fatalf("push to a lists %v, want %v (pieces 1 and 3 recalled)", got, want)
+	}
+	for _, l := range ma.Leases {
+		if l.Grant || l.LGN != lgns[l.Range] {
+			t.Fatalf("push to a: %+v, want a renewal under LGN %d", l, lgns[l.Range])
+		}
+	}
+	if len(mb.Leases) != 0 {
+		t.Fatalf("b granted %v before a acknowledged the recall", mb.Leases)
+	}
+	if got := h.table().LSN(); got != lsn.lsn {
+		t.Fatalf("table changed on the join before the acknowledgement: LSN %d → %d", lsn.lsn, got)
+	}
+
+	// b renews before a acknowledges: still nothing.
+	if m := h.to(h.send(join.Add(100*ms), b), "b"); len(m.Leases) != 0 {
+		t.Fatalf("b granted %v before a acknowledged the recall", m.Leases)
+	}
+
+	// a acknowledges by omission: pieces 1 and 3 go to b at once.
+	ack := join.Add(200 * ms)
+	r = h.send(ack, a)
+	mb = h.to(r, "b")
+	checkGrants(t, mb.Leases, []keyspace.Range{piece(1, 4), piece(3, 4)}, 4)
+	if got := ranges(h.to(r, "a").Leases); !slices.Equal(got, []keyspace.Range{piece(0, 4), piece(2, 4)}) {
+		t.Fatalf("answer to a lists %v", got)
+	}
+	h.checkGranted(mb.Leases, "b")
+	if got, want := h.lostSince(lsn), coalesced(piece(1, 4), piece(3, 4)); !slices.Equal(got, want) {
+		t.Fatalf("a Lookup reports %v lost, want %v", got, want)
+	}
+	for _, i := range []int{0, 2} {
+		if e := h.entry(piece(i, 4)); e.Owner != "a" || e.LGN != lgns[piece(i, 4)] {
+			t.Fatalf("table on piece %d = %v, want a/%d", i, e, lgns[piece(i, 4)])
+		}
+	}
+}
+
+// TestRecallNotAcknowledged: when the holder never acknowledges a recall,
+// the range waits for the reservation to run out.
+func TestRecallNotAcknowledged(t *testing.T) {
+	a, b := newPeer("a"), newPeer("b")
+	h := joined(t, 2, a)
+	h.add(b)
+	last := restartEnd.Add(300 * ms)
+	h.send(last, a) // reserves both pieces until last+ManagerLease
+	join := restartEnd.Add(400 * ms)
+	h.send(join, b)
+	// a goes silent; b keeps renewing.
+	end := last.Add(tm.ManagerLease)
+	for now := join.Add(tm.Renew); now.Before(end); now = now.Add(tm.Renew) {
+		h.tick(now)
+		if m := h.to(h.send(now, b), "b"); len(m.Leases) != 0 {
+			t.Fatalf("at %v, b granted %v while a's reservation runs until %v", now, m.Leases, end)
+		}
+	}
+	if r := h.tick(end.Add(-1)); len(r.Owners) != 0 {
+		t.Fatalf("Tick just before the reservation ends sent %+v", r.Owners)
+	}
+	lsn := h.mark()
+	m := h.to(h.tick(end), "b")
+	checkGrants(t, m.Leases, []keyspace.Range{piece(1, 2)}, 2)
+	h.checkGranted(m.Leases, "b")
+	if got, want := h.lostSince(lsn), coalesced(piece(1, 2)); !slices.Equal(got, want) {
+		t.Fatalf("a Lookup reports %v lost, want %v", got, want)
+	}
+}
+
+// TestSilentOwnerExpires: an owner that stops renewing keeps its ranges
+// reserved until ManagerLease after the Manager's last message to it
+// (C§2.3.1), even when it left the membership earlier; then they are
+// freed (a loss) and granted to the others.
+func TestSilentOwnerExpires(t *testing.T) {
+	a, b := newPeer("a"), newPeer("b")
+	h := joined(t, 4, a, b)
+	// a's last request was at 2.0 s; the grant pushed at 2.2 s was the
+	// Manager's last message to it, and reserves pieces 0 and 2 until 4.4 s.
+	lastReq := restartEnd.Add(-tm.ManagerLease % tm.Renew)
+	lastResp := restartEnd
+	end := lastResp.Add(tm.ManagerLease)
+	aLGN := map[keyspace.Range]keyspace.LGN{}
+	for _, l := range a.held {
+		aLGN[l.Range] = l.LGN
+	}
+	mine := []keyspace.Range{piece(0, 4), piece(2, 4)}
+	if got := ranges(a.held); !slices.Equal(got, mine) {
+		t.Fatalf("a holds %v, want %v", got, mine)
+	}
+
+	for now := restartEnd.Add(tm.Renew - tm.ManagerLease%tm.Renew); now.Before(end); now = now.Add(100 * ms) {
+		r := h.tick(now)
+		if now.Sub(base)%tm.Renew == 0 {
+			r = h.send(now, b)
+			if got := ranges(h.to(r, "b").Leases); !slices.Equal(got, []keyspace.Range{piece(1, 4), piece(3, 4)}) {
+				t.Fatalf("at %v (a reserved until %v) b gets %v", now, end, got)
+			}
+		}
+		for _, rg := range mine {
+			if e := h.entry(rg); e.Owner != "a" || e.LGN != aLGN[rg] {
+				t.Fatalf("at %v (a reserved until %v) table on %v = %v, want a's", now, end, rg, e)
+			}
+		}
+		wantMembers := []string{"a", "b"}
+		if !now.Before(lastReq.Add(tm.ManagerLease)) {
+			wantMembers = []string{"b"}
+		}
+		if got := h.c.Members(DefaultNamespace); !slices.Equal(got, wantMembers) {
+			t.Fatalf("at %v Members = %v, want %v", now, got, wantMembers)
+		}
+	}
+	if r := h.tick(end.Add(-1)); len(r.Owners) != 0 {
+		t.Fatalf("Tick just before the reservation ends sent %+v", r.Owners)
+	}
+
+	lsn := h.mark()
+	m := h.to(h.tick(end), "b")
+	var grants []protocol.Lease
+	for _, l := range m.Leases {
+		if l.Grant {
+			grants = append(grants, l)
+		}
+	}
+	checkGrants(t, grants, mine, 4)
+	h.checkGranted(grants, "b")
+	if got, want := h.lostSince(lsn), coalesced(mine...); !slices.Equal(got, want) {
+		t.Fatalf("a Lookup reports %v lost, want %v", got, want)
+	}
+}
+
+// TestNewIncarnation: an owner that restarted lost its soft state: its old
+// ranges are freed in the table at once (every Lookup sees the loss), but
+// nothing proves the old process gone, so they are not granted again,
+// even to it, until the old reservation ends (C§2.3, P§4.3).
+func TestNewIncarnation(t *testing.T) {
+	a := newPeer("a")
+	h := joined(t, 2, a)
+	last := restartEnd.Add(300 * ms)
+	h.send(last, a) // the old run's last answer: reserved until last+ManagerLease
+	end := last.Add(tm.ManagerLease)
+	old := slices.Clone(a.held)
+	oldInc := *a
+	lsn := h.mark()
+
+	a.restart()
+	restart := last.Add(200 * ms)
+	m := h.to(h.send(restart, a), "a")
+	if len(m.Leases) != 0 || m.Incarnation != 2 || m.AckSeq != 1 {
+		t.Fatalf("answer to the new incarnation %+v, want no lease, Incarnation 2, AckSeq 1", *m)
+	}
+	for _, l := range old {
+		if e := h.entry(l.Range); !e.Free() {
+			t.Fatalf("after the restart the table on %v = %v, want free", l.Range, e)
+		}
+	}
+	if got, want := h.lostSince(lsn), coalesced(ranges(old)...); !slices.Equal(got, want) {
+		t.Fatalf("a Lookup reports %v lost, want %v", got, want)
+	}
+
+	// A delayed request of the old run is ignored.
+	l := h.table().LSN()
+	if r := h.stepLease(restart.Add(10*ms), oldInc.request()); len(r.Owners) != 0 || h.table().LSN() != l {
+		t.Fatalf("request of the old incarnation answered %+v / changed the table", r.Owners)
+	}
+
+	for now := restart.Add(tm.Renew); now.Before(end); now = now.Add(tm.Renew) {
+		h.tick(now)
+		if m := h.to(h.send(now, a), "a"); len(m.Leases) != 0 {
+			t.Fatalf("at %v (old reservation until %v) granted %v", now, end, m.Leases)
+		}
+	}
+	if r := h.tick(end.Add(-1)); len(r.Owners) != 0 {
+		t.Fatalf("Tick just before the old reservation ends sent %+v", r.Owners)
+	}
+	m = h.to(h.tick(end), "a")
+	checkGrants(t, m.Leases, ranges(old), 2)
+	h.checkGranted(m.Leases, "a")
+	if m.Incarnation != 2 {
+		t.Fatalf("grant addressed to incarnation %d, want 2", m.Incarnation)
+	}
+}
+
+// TestRaceFilter: a request that does not acknowledge the Manager's latest
+// message raced it and is dropped; the Manager resends after a backoff
+// (C§2.3.2, Figure 7). Duplicates and dead incarnations are ignored.
+func TestRaceFilter(t *testing.T) {
+	tests := []struct {
+		name   string
+		mutate func(req *protocol.LeaseRequest, mySeq uint64)
+		resend bool
+	}{
+		{"acknowledges an earlier response", func(r *protocol.LeaseRequest, my uint64) { r.AckSeq = my - 1 }, true},
+		{"acknowledges nothing", func(r *protocol.LeaseRequest, my uint64) { r.AckSeq = 0 }, true},
+		{"acknowledges a future response", func(r *protocol.LeaseRequest, my uint64) { r.AckSeq = my + 1 }, true},
+		{"acknowledges another epoch", func(r *protocol.LeaseRequest, my uint64) { r.AckEpoch = epoch - 1 }, true},
+		{"duplicate Seq", func(r *protocol.LeaseRequest, my uint64) { r.Seq-- }, false},
+		{"older Seq", func(r *protocol.LeaseRequest, my uint64) { r.Seq -= 2 }, false},
+		{"older incarnation", func(r *protocol.LeaseRequest, my uint64) { r.Incarnation = 0x0 + 1; r.Seq = 99 }, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			a := newPeer("a")
+			a.inc = 5
+			h := joined(t, 2, a)
+			h.send(restartEnd.Add(100*ms), a)
+			mySeq := a.ack
+			lsn := h.table().LSN()
+			segs := h.table().Segments()
+
+			// The request omits piece 1, which would free it if accepted.
+			now := restartEnd.Add(200 * ms)
+			req := a.request()
+			req.Held = req.Held[:1]
+			tc.mutate(req, mySeq)
+			if r := h.stepLease(now, req); len(r.Owners) != 0 || len(r.Lookups) != 0 {
+				t.Fatalf("answered %+v", r)
+			}
+			if h.table().LSN() != lsn || !slices.Equal(h.table().Segments(), segs) {
+				t.Fatalf("the request changed the table")
+			}
+			d := h.c.NextDeadline()
+			if !tc.resend {
+				if d.Sub(now) <= tm.BackoffMax {
+					t.Fatalf("NextDeadline() = now+%v: a resend was scheduled", d.Sub(now))
+				}
+				if r := h.tick(now.Add(tm.BackoffMax)); len(r.Owners) != 0 {
+					t.Fatalf("resent %+v", r.Owners)
+				}
+				return
+			}
+			if back := d.Sub(now); back < tm.BackoffMin || back > tm.BackoffMax {
+				t.Fatalf("NextDeadline() = now+%v, want a resend within [%v, %v]", back, tm.BackoffMin, tm.BackoffMax)
+			}
+			if r := h.tick(d.Add(-1)); len(r.Owners) != 0 {
+				t.Fatalf("resent before the backoff: %+v", r.Owners)
+			}
+			m := h.to(h.tick(d), "a")
+			if m.Seq != mySeq+1 || m.AckSeq != req.Seq {
+				t.Fatalf("resend Seq %d AckSeq %d, want %d %d", m.Seq, m.AckSeq, mySeq+1, req.Seq)
+			}
+			if got := ranges(m.Leases); !slices.Equal(got, []keyspace.Range{piece(0, 2), piece(1, 2)}) {
+				t.Fatalf("resend lists %v, want both pieces still", got)
+			}
+			if h.table().LSN() != lsn {
+				t.Fatalf("the resend changed the table")
+			}
+		})
+	}
+}
+
+// TestStepLeaseErrors: malformed requests are refused with an error and
+// change nothing, not even the sender's session.
+func TestStepLeaseErrors(t *testing.T) {
+	valid := protocol.Lease{Range: piece(0, 2), LGN: 1}
+	tests := []struct {
+		name    string
+		mutate  func(*protocol.LeaseRequest)
+		is      error
+		mention string
+	}{
+		{"unknown namespace", func(r *protocol.LeaseRequest) { r.Namespace = "nope" }, ErrUnknownNamespace, `"nope"`},
+		{"empty owner", func(r *protocol.LeaseRequest) { r.Owner = "" }, ErrBadMessage, "owner"},
+		{"zero incarnation", func(r *protocol.LeaseRequest) { r.Incarnation = 0 }, ErrBadMessage, "incarnation"},
+		{"zero Seq", func(r *protocol.LeaseRequest) { r.Seq = 0 }, ErrBadMessage, "sequence"},
+		{"empty range held", func(r *protocol.LeaseRequest) {
+			r.Held = append(r.Held, protocol.Lease{Range: keyspace.Range{Start: 7, End: 7}, LGN: 1})
+		}, ErrBadMessage, "invalid lease"},
+		{"reversed range held", func(r *protocol.LeaseRequest) {
+			r.Held = append(r.Held, protocol.Lease{Range: keyspace.Range{Start: 9, End: 7}, LGN: 1})
+		}, ErrBadMessage, "invalid lease"},
+		{"zero LGN held", func(r *protocol.LeaseRequest) {
+			r.Held = []protocol.Lease{{Range: valid.Range, LGN: 0}}
+		}, ErrBadMessage, "LGN 0"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			a := newPeer("a")
+			h := joined(t, 2, a)
+			lsn, members := h.table().LSN(), h.c.Members(DefaultNamespace)
+			now := restartEnd.Add(100 * ms)
+			req := a.request()
+			req.Held = req.Held[:1] // would free piece 1 if accepted
+			good := *req
+			tc.mutate(req)
+			err := h.c.StepLease(now, req)
+			if !errors.Is(err, tc.is) {
+				t.Fatalf("StepLease = %v, want %v", err, tc.is)
+			}
+			if !strings.Contains(err.Error(), tc.mention) {
+				t.Errorf("error %q does not mention %s", err, tc.mention)
+			}
+			if r := h.c.Ready(); len(r.Owners) != 0 || len(r.Lookups) != 0 {
+				t.Fatalf("answered %+v", r)
+			}
+			if h.table().LSN() != lsn || !slices.Equal(h.c.Members(DefaultNamespace), members) {
+				t.Fatalf("table LSN %d→%d, members %v→%v", lsn, h.table().LSN(), members, h.c.Members(DefaultNamespace))
+			}
+			// The session did not take the Seq: the well-formed request is
+			// still new.
+			if m := h.to(h.stepLease(now, &good), "a"); m.AckSeq != good.Seq {
+				t.Fatalf("the corrected request was answered with AckSeq %d, want %d", m.AckSeq, good.Seq)
+			}
+		})
+	}
+}
+
+// TestLeaving: an owner that says it is leaving holds nothing; it leaves
+// the membership at once and its ranges go to the others at once.
+func TestLeaving(t *testing.T) {
+	a, b := newPeer("a"), newPeer("b")
+	h := joined(t, 4, a, b)
+	lsn := h.mark()
+	req := a.request()
+	req.Leaving, req.Held = true, nil
+	now := restartEnd.Add(100 * ms)
+	r := h.stepLease(now, req)
+	if got := h.c.Members(DefaultNamespace); !slices.Equal(got, []string{"b"}) {
+		t.Fatalf("Members = %v, want [b]", got)
+	}
+	if m := h.to(r, "a"); len(m.Leases) != 0 {
+		t.Fatalf("leaving owner offered %v", m.Leases)
+	}
+	var grants []protocol.Lease
+	for _, l := range h.to(r, "b").Leases {
+		if l.Grant {
+			grants = append(grants, l)
+		}
+	}
+	checkGrants(t, grants, []keyspace.Range{piece(0, 4), piece(2, 4)}, 4)
+	h.checkGranted(grants, "b")
+	if got, want := h.lostSince(lsn), coalesced(piece(0, 4), piece(2, 4)); !slices.Equal(got, want) {
+		t.Fatalf("a Lookup reports %v lost, want %v", got, want)
+	}
+}
+
+// lookupMsgs returns r's messages to lookup sessions, by session.
+func lookupMsgs(r Ready) map[uint64][]*protocol.SyncResponse {
+	out := map[uint64][]*protocol.SyncResponse{}
+	for _, m := range r.Lookups {
+		out[m.To] = append(out[m.To], m.Msg)
+	}
+	return out
+}
+
+func TestStepSync(t *testing.T) {
+	a := newPeer("a")
+	h := joined(t, 4, a)
+	tab := h.table()
+	lsn := tab.LSN()
+	if lsn < 4 {
+		t.Fatalf("LSN %d after four grants", lsn)
+	}
+	now := restartEnd.Add(100 * ms)
+
+	tests := []struct {
+		name     string
+		req      protocol.SyncRequest
+		snapshot bool
+		from     keyspace.LSN
+	}{
+		{"new lookup", protocol.SyncRequest{ID: 1}, true, 0},
+		{"copy of another epoch", protocol.SyncRequest{ID: 2, Epoch: epoch - 1, LSN: lsn}, true, lsn},
+		{"copy of a later epoch", protocol.SyncRequest{ID: 3, Epoch: epoch + 1, LSN: lsn}, true, lsn},
+		{"two changes behind", protocol.SyncRequest{ID: 4, Epoch: epoch, LSN: lsn - 2}, false, lsn - 2},
+		{"up to date", protocol.SyncRequest{ID: 5, Epoch: epoch, LSN: lsn}, false, lsn},
+	}
+	for i, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			req := tc.req
+			req.Namespace = DefaultNamespace
+			session := uint64(100 + i)
+			if err := h.c.StepSync(now, session, &req); err != nil {
+				t.Fatal(err)
+			}
+			msgs := lookupMsgs(h.c.Ready())[session]
+			if len(msgs) != 1 {
+				t.Fatalf("%d answers, want 1", len(msgs))
+			}
+			m := msgs[0]
+			if m.ID != req.ID || m.Epoch != epoch || m.Namespace != DefaultNamespace {
+				t.Fatalf("answer ID %d epoch %d namespace %q, want %d %d %q", m.ID, m.Epoch, m.Namespace, req.ID, epoch, DefaultNamespace)
+			}
+			u := m.Update
+			if u.Snapshot != tc.snapshot || u.To != lsn {
+				t.Fatalf("update snapshot=%v To=%d, want snapshot=%v To=%d", u.Snapshot, u.To, tc.snapshot, lsn)
+			}
+			if tc.snapshot {
+				if !slices.Equal(u.Segments, tab.Segments()) {
+					t.Fatalf("snapshot %v, want %v", u.Segments, tab.Segments())
+				}
+				return
+			}
+			if u.From != tc.from || !slices.Equal(u.Changes, tab.Since(tc.from).Changes) || len(u.Changes) != int(lsn-tc.from) {
+				t.Fatalf("delta %+v, want the %d changes after %d", u, lsn-tc.from, tc.from)
+			}
+		})
+	}
+
+	t.Run("unknown namespace", func(t *testing.T) {
+		err := h.c.StepSync(now, 9, &protocol.SyncRequest{Namespace: "nope", ID: 1})
+		if !errors.Is(err, ErrUnknownNamespace) || !strings.Contains(err.Error(), `"nope"`) {
+			t.Fatalf("StepSync = %v, want ErrUnknownNamespace naming \"nope\"", err)
+		}
+		if r := h.c.Ready(); len(r.Lookups) != 0 {
+			t.Fatalf("answered %+v", r.Lookups)
+		}
+	})
+}
+
+// TestPushes: after a table change, every subscribed Lookup gets a push
+// (ID 0) of the changes since what it was last sent.
+func TestPushes(t *testing.T) {
+	a, b, c := newPeer("a"), newPeer("b"), newPeer("c")
+	h := joined(t, 4, a)
+	now := restartEnd.Add(100 * ms)
+	sync := func(session uint64, lsn keyspace.LSN) {
+		t.Helper()
+		if err := h.c.StepSync(now, session, &protocol.SyncRequest{Namespace: DefaultNamespace, ID: 1, Epoch: epoch, LSN: lsn}); err != nil {
+			t.Fatal(err)
+		}
+		h.c.Ready()
+	}
+	l1 := h.table().LSN()
+	sync(7, l1)
+
+	// A change the Lookup has not seen: b joins and a acknowledges.
+	h.peers["b"], h.peers["c"] = b, c
+	if r := h.send(now.Add(100*ms), b); len(r.Lookups) != 0 {
+		t.Fatalf("b's join changed no entry but pushed %+v", r.Lookups)
+	}
+	if r := h.send(now.Add(200*ms), a); len(r.Lookups) != 1 {
+		t.Fatalf("pushes %+v, want one to session 7", r.Lookups)
+	} else {
+		checkPush(t, r.Lookups[0], 7, h.table().Since(l1))
+	}
+	l2 := h.table().LSN()
+	if l2 == l1 {
+		t.Fatalf("the recall changed nothing")
+	}
+
+	// A second Lookup subscribes now; the next change goes to both, from l2.
+	sync(8, l2)
+	h.send(now.Add(300*ms), c)
+	r := h.send(now.Add(400*ms), a)
+	r2 := h.send(now.Add(400*ms), b) // b's acknowledgement frees one more piece
+	all := append(r.Lookups, r2.Lookups...)
+	if len(all) < 2 {
+		t.Fatalf("pushes %+v, want at least one to each of 7 and 8", all)
+	}
+	got := map[uint64]keyspace.LSN{7: l2, 8: l2}
+	for _, m := range all {
+		from, ok := got[m.To]
+		if !ok {
+			t.Fatalf("push to unknown session %d", m.To)
+		}
+		if m.Msg.ID != 0 || m.Msg.Update.From != from || m.Msg.Update.Snapshot {
+			t.Fatalf("push to %d: ID %d From %d, want ID 0 From %d", m.To, m.Msg.ID, m.Msg.Update.From, from)
+		}
+		got[m.To] = m.Msg.Update.To
+	}
+	for s, to := range got {
+		if to != h.table().LSN() {
+			t.Fatalf("session %d pushed up to %d, want %d", s, to, h.table().LSN())
+		}
+	}
+
+	// A closed session gets no more pushes.
+	h.c.CloseLookup(DefaultNamespace, 8)
+	lsn := h.table().LSN()
+	c.restart() // frees c's ranges: a change
+	r = h.send(now.Add(500*ms), c)
+	if h.table().LSN() == lsn {
+		t.Fatalf("the restart changed nothing")
+	}
+	if len(r.Lookups) != 1 || r.Lookups[0].To != 7 {
+		t.Fatalf("pushes %+v, want one to session 7 only", r.Lookups)
+	}
+	checkPush(t, r.Lookups[0], 7, h.table().Since(lsn))
+}
+
+func checkPush(t *testing.T, m LookupMessage, to uint64, want leasetable.Update) {
+	t.Helper()
+	if m.To != to || m.Msg.ID != 0 || m.Msg.Epoch != epoch || m.Msg.Namespace != DefaultNamespace {
+		t.Fatalf("push %+v to %d, want ID 0 epoch %d to %d", *m.Msg, m.To, epoch, to)
+	}
+	if fmt.Sprint(m.Msg.Update) != fmt.Sprint(want) {
+		t.Fatalf("push update %+v, want %+v", m.Msg.Update, want)
+	}
+}
