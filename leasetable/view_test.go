@@ -541,3 +541,25 @@ func TestLossRandom(t *testing.T) {
 		}
 	})
 }
+
+func TestViewCloneIsIndependent(t *testing.T) {
+	v := NewView()
+	seg := Segment{Range: keyspace.Range{Start: 0, End: 100}, Entry: Entry{Owner: "a", Addr: "a:1", LGN: 1}}
+	rest := Segment{Range: keyspace.Range{Start: 100, End: 0}}
+	if _, err := v.Apply(Update{To: 1, Snapshot: true, Segments: []Segment{seg, rest}}); err != nil {
+		t.Fatal(err)
+	}
+	c := v.Clone()
+	if _, err := v.Apply(Update{From: 1, To: 2, Changes: []Change{{LSN: 2, Range: keyspace.Range{Start: 0, End: 50}, Entry: Entry{Owner: "b", Addr: "b:1", LGN: 2}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if owner, _, lgn, ok := c.Lookup(10); !ok || owner != "a" || lgn != 1 || c.LSN() != 1 {
+		t.Fatalf("clone changed with the original: %s %d %v LSN %d", owner, lgn, ok, c.LSN())
+	}
+	if owner, _, _, _ := v.Lookup(10); owner != "b" {
+		t.Fatalf("original not updated: %s", owner)
+	}
+	if !slices.Equal(c.Segments(), []Segment{seg, rest}) {
+		t.Fatalf("clone segments %v", c.Segments())
+	}
+}

@@ -65,6 +65,7 @@ type Core struct {
 	nextRenew time.Time
 	resendAt  time.Time // zero: no resend pending
 	leaving   bool
+	left      bool // the Manager acknowledged the goodbye
 
 	out     []*protocol.LeaseRequest
 	changes []OwnershipChange
@@ -111,6 +112,9 @@ func (c *Core) Leave(now time.Time) {
 	c.setHeld(nil)
 	c.send(now)
 }
+
+// Left reports whether the Manager has acknowledged Leave.
+func (c *Core) Left() bool { return c.left }
 
 // Held returns the leases held at now.
 func (c *Core) Held(now time.Time) []Lease {
@@ -217,6 +221,7 @@ func (c *Core) Step(now time.Time, m *protocol.LeaseResponse) {
 		return
 	}
 	if c.leaving {
+		c.left = true // it answered the goodbye: we are out of the membership
 		return
 	}
 

@@ -1,0 +1,45 @@
+// Package lookup is the Lookup library: link it into a frontend to route each
+// request to the server that owns its key, and to learn when soft state was
+// lost so clients can republish it (C§2.2, P§2.1, P§4.2).
+//
+// # Usage
+//
+//	l, err := lookup.New(ctx, lookup.Config{
+//		Manager: "127.0.0.1:7400",
+//		OnLoss: func(loss lookup.Loss) {
+//			// Tell the clients whose state lay in loss.Ranges to republish.
+//		},
+//	})
+//	if err != nil { ... }
+//	defer l.Close()
+//	_ = l.WaitSynced(ctx) // optional: wait for the first copy of the table
+//
+//	route, ok := l.Lookup(keyspace.KeyOf("alice")) // a local read: ~10 ns
+//	if !ok { /* no owner right now: retry after a short backoff */ }
+//	send(route.Addr, request)
+//
+// # The caller's duties
+//
+//   - Lookup returns a hint (C§3.1). The owner may have moved; its Owner
+//     library rejects the request, and the caller retries after a short
+//     backoff. When the system is quiet, every hint is right.
+//   - Act on loss notifications: a Loss means the soft state of those keys
+//     may be gone. A Loss with All set means the Lookup lost touch with the
+//     Manager for longer than the Manager's SyncTimeout and cannot vouch for
+//     anything; it repeats while the Lookup stays cut off.
+//   - OnLoss and OnUpdate are called in order, on one goroutine, never
+//     concurrently; the copy that Lookup reads is already updated when they
+//     run. They must not block for long: later notifications wait behind them.
+//
+// # Guarantee
+//
+// Recovery notification: every loss of an owner's soft state that the
+// Manager records at time T is delivered to OnLoss before
+// T + SyncTimeout × (1 + MaxDrift) (78.75 s with production timings), and
+// typically within a few network delays, since changes are pushed
+// (docs/protocol.md).
+//
+// Core is the library's deterministic state machine (no goroutines, sockets
+// or clock reads), exported for simulation and for embedding in other
+// runtimes.
+package lookup

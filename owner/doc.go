@@ -1,0 +1,60 @@
+// Package owner is the Owner library: link it into a server that keeps state
+// in memory, and the Manager gives the server exclusive, leased ranges of the
+// key space (C§2.3, P§4.3). The server never asks for a key; it checks what
+// it was given.
+//
+// # Usage
+//
+//	o, err := owner.New(ctx, owner.Config{
+//		Manager: "127.0.0.1:7400", // the Manager
+//		ID:      "kv-1",           // unique, stable across restarts
+//		Addr:    "10.0.0.7:8080",  // where frontends reach this server
+//	})
+//	if err != nil { ... }
+//	defer o.Close(ctx) // hands the ranges back at once
+//
+// Serve every request with the five steps of P§2.2 (Figure 4):
+//
+//	func (s *Server) Put(key string, value []byte) error {
+//		k := keyspace.KeyOf(key)
+//		n, ok := s.owner.CheckLeaseNow(k) // (1) is this the right server?
+//		if !ok {
+//			return ErrNotOwner // the frontend retries after a short backoff
+//		}
+//		s.mu.Lock()
+//		// (2) validate stored state: state stored under another lease is stale
+//		// (3) operate, and store the lease number with what you store
+//		s.items[key] = item{value: value, lease: n}
+//		s.mu.Unlock()
+//		if !s.owner.CheckLeaseContinuous(k, n) { // (4) did the lease cover it all?
+//			return ErrNotOwner
+//		}
+//		return nil // (5) expose the result
+//	}
+//
+// # The caller's duties
+//
+//   - Check before acting and after: CheckLeaseNow before, CheckLeaseContinuous
+//     before anything leaves the server. Both are local reads (no message, no
+//     lock, no allocation), so there is no reason to skip them.
+//   - Keep the LeaseNum with stored state, and treat state stored under any
+//     other LeaseNum as lost: a new LeaseNum means another server may have
+//     held the key in between (C§3.2).
+//   - Never rely on OnChange for correctness: it reports changes after they
+//     happen, on its own goroutine (P§2.2). It is for warming and cleaning
+//     up. It is called in order, on one goroutine, never concurrently.
+//   - Give each server a unique ID. A restarted server may reuse its ID: it
+//     starts a new incarnation, and the Manager reports its old state lost.
+//
+// # Guarantees
+//
+// Single copy: at no instant do two Owners believe they hold the same key,
+// given clock rates within the Manager's MaxDrift of each other
+// (docs/protocol.md). A lease runs from when the Owner sent the request that
+// earned it, on the Owner's monotonic clock, for the Manager's OwnerLease;
+// Owners adopt the Manager's timings, so they cannot disagree unsafely.
+//
+// Core is the library's deterministic state machine (no goroutines, sockets
+// or clock reads), exported for simulation and for embedding in other
+// runtimes.
+package owner

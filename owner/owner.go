@@ -1,0 +1,221 @@
+package owner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/leasehold/leasehold/internal/runtime"
+	"github.com/leasehold/leasehold/internal/wire"
+	"github.com/leasehold/leasehold/keyspace"
+	pb "github.com/leasehold/leasehold/proto/leasehold/v1"
+	"github.com/leasehold/leasehold/protocol"
+)
+
+// Config configures an Owner.
+type Config struct {
+	// Manager is the Manager's address, host:port. Required.
+	Manager string
+	// Namespace is the key space to join; empty means "default".
+	Namespace string
+	// ID names this server. It must be unique among live Owners and should
+	// stay the same across restarts. Required.
+	ID string
+	// Addr is where frontends reach this server; Lookups return it. Required.
+	Addr string
+	// Timing is used until the Manager's timings arrive with its first
+	// answer; the zero value means protocol.Production().
+	Timing protocol.Timing
+	// OnChange, if set, is called after every change of the held set, in
+	// order, on one goroutine, never concurrently. It may lag the change a
+	// little; correctness must rest on CheckLeaseNow and
+	// CheckLeaseContinuous, never on the upcall (P§2.2).
+	OnChange func(OwnershipChange)
+	// Logger receives the Owner's logs; nil discards them.
+	Logger *slog.Logger
+	// DialOptions replace the default (plaintext) gRPC dial options.
+	DialOptions []grpc.DialOption
+}
+
+func (c *Config) validate() error {
+	if c.Namespace == "" {
+		c.Namespace = "default"
+	}
+	if c.Timing == (protocol.Timing{}) {
+		c.Timing = protocol.Production()
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	switch {
+	case c.Manager == "":
+		return errors.New("owner: Config.Manager (the Manager's address) is required")
+	case c.ID == "":
+		return errors.New("owner: Config.ID is required")
+	case c.Addr == "":
+		return errors.New("owner: Config.Addr (where frontends reach this owner) is required")
+	case len(c.ID) > wire.MaxStringLen || len(c.Addr) > wire.MaxStringLen || len(c.Namespace) > wire.MaxStringLen:
+		return fmt.Errorf("owner: ID, Addr and Namespace must be at most %d bytes", wire.MaxStringLen)
+	}
+	return c.Timing.Validate()
+}
+
+// Owner is the Owner library: it keeps this server's leases with the
+// Manager and answers, locally and at once, whether a key is held.
+type Owner struct {
+	cfg  Config
+	held atomic.Pointer[[]Lease] // published by the loop: sorted, disjoint
+
+	conn   *grpc.ClientConn
+	recv   chan *protocol.LeaseResponse
+	sendq  chan *pb.LeaseRequest
+	leave  chan chan struct{}
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	up     *runtime.Upcalls[OwnershipChange]
+	closed atomic.Bool
+}
+
+// New starts an Owner: it joins the namespace and keeps its leases until
+// Close. It returns at once; leases arrive as the Manager grants them.
+func New(ctx context.Context, cfg Config) (*Owner, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	conn, err := runtime.Dial(cfg.Manager, cfg.DialOptions)
+	if err != nil {
+		return nil, fmt.Errorf("owner: %w", err)
+	}
+	o := &Owner{
+		cfg:   cfg,
+		conn:  conn,
+		recv:  make(chan *protocol.LeaseResponse, 16),
+		sendq: make(chan *pb.LeaseRequest, 16),
+		leave: make(chan chan struct{}),
+		up:    runtime.NewUpcalls(cfg.OnChange),
+	}
+	empty := []Lease{}
+	o.held.Store(&empty)
+	ctx, o.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	core := NewCore(CoreConfig{
+		Namespace: cfg.Namespace, ID: cfg.ID, Addr: cfg.Addr,
+		Incarnation: uint64(time.Now().UnixNano()), Timing: cfg.Timing,
+		Seed: uint64(time.Now().UnixNano()),
+	})
+	o.wg.Add(2)
+	go o.run(ctx, core)
+	go o.connect(ctx)
+	return o, nil
+}
+
+// CheckLeaseNow reports whether this Owner holds a lease covering key now,
+// and its number (C§3.2 step 1; PRS's GetOwnershipHandle). It is a local
+// read: no message, no lock, no allocation.
+func (o *Owner) CheckLeaseNow(key keyspace.Key) (LeaseNum, bool) {
+	held := *o.held.Load()
+	i, ok := findLease(held, key)
+	if !ok || !time.Now().Before(held[i].Expiry) {
+		return LeaseNum{}, false
+	}
+	return held[i].Num, true
+}
+
+// CheckLeaseContinuous reports whether key has been covered by lease n,
+// without a gap, until now (C§3.2 step 4; PRS's CheckContinuousOwnership).
+// State stored under n is valid while this holds.
+func (o *Owner) CheckLeaseContinuous(key keyspace.Key, n LeaseNum) bool {
+	cur, ok := o.CheckLeaseNow(key)
+	return ok && cur == n
+}
+
+// Held returns the leases held now.
+func (o *Owner) Held() []Lease {
+	now := time.Now()
+	var out []Lease
+	for _, l := range *o.held.Load() {
+		if now.Before(l.Expiry) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// Close gives up every lease, tells the Manager this Owner is leaving (so
+// its ranges move at once instead of after the lease runs out), and stops.
+// It waits until the Manager acknowledges the goodbye, resending it on the
+// renewal timer, or until ctx ends; without the acknowledgement the ranges
+// move when the lease runs out. The last OnChange upcall (everything
+// revoked) is delivered before Close returns.
+func (o *Owner) Close(ctx context.Context) error {
+	if !o.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	done := make(chan struct{})
+	select {
+	case o.leave <- done:
+		select {
+		case <-done:
+		case <-ctx.Done():
+		}
+	case <-ctx.Done():
+	}
+	o.cancel()
+	o.wg.Wait()
+	o.up.Close()
+	return o.conn.Close()
+}
+
+// run owns the core: every step happens here.
+func (o *Owner) run(ctx context.Context, core *Core) {
+	defer o.wg.Done()
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	var leaving chan struct{}
+	for {
+		reqs, changes := core.Ready()
+		for _, c := range changes {
+			o.up.Push(c)
+		}
+		held := core.Held(time.Now())
+		o.held.Store(&held)
+		for _, r := range reqs {
+			select {
+			case o.sendq <- wire.LeaseRequestToPB(r):
+			default: // the stream is down or slow: a lost message
+			}
+		}
+		if leaving != nil && core.Left() {
+			close(leaving) // the Manager acknowledged the goodbye
+			leaving = nil
+		}
+		timer.Reset(max(time.Until(core.NextDeadline()), 0))
+		select {
+		case <-ctx.Done():
+			return
+		case m := <-o.recv:
+			core.Step(time.Now(), m)
+		case <-timer.C:
+			core.Tick(time.Now())
+		case done := <-o.leave:
+			core.Leave(time.Now())
+			leaving = done
+		}
+	}
+}
+
+// connect keeps a lease stream to the Manager open, reconnecting with
+// backoff.
+func (o *Owner) connect(ctx context.Context) {
+	defer o.wg.Done()
+	client := pb.NewLeasesClient(o.conn)
+	runtime.Keep(ctx, o.cfg.Logger, "lease",
+		func(ctx context.Context) (runtime.Stream[pb.LeaseRequest, pb.LeaseResponse], error) {
+			return client.Session(ctx)
+		}, o.sendq, wire.LeaseResponseFromPB, o.recv)
+}
