@@ -70,7 +70,8 @@ func (c *Config) validate() error {
 // Manager and answers, locally and at once, whether a key is held.
 type Owner struct {
 	cfg  Config
-	held atomic.Pointer[[]Lease] // published by the loop: sorted, disjoint
+	held atomic.Pointer[published] // published by the loop
+	base time.Time               // deadlines are offsets from here, on the monotonic clock
 
 	conn   *grpc.ClientConn
 	recv   chan *protocol.LeaseResponse
@@ -100,8 +101,8 @@ func New(ctx context.Context, cfg Config) (*Owner, error) {
 		leave: make(chan chan struct{}),
 		up:    runtime.NewUpcalls(cfg.OnChange),
 	}
-	empty := []Lease{}
-	o.held.Store(&empty)
+	o.base = time.Now()
+	o.held.Store(&published{})
 	ctx, o.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	core := NewCore(CoreConfig{
 		Namespace: cfg.Namespace, ID: cfg.ID, Addr: cfg.Addr,
@@ -118,12 +119,28 @@ func New(ctx context.Context, cfg Config) (*Owner, error) {
 // and its number (C§3.2 step 1; PRS's GetOwnershipHandle). It is a local
 // read: no message, no lock, no allocation.
 func (o *Owner) CheckLeaseNow(key keyspace.Key) (LeaseNum, bool) {
-	held := *o.held.Load()
-	i, ok := findLease(held, key)
-	if !ok || !time.Now().Before(held[i].Expiry) {
+	h := o.held.Load()
+	i, ok := findLease(h.leases, key)
+	// time.Since on a monotonic base reads only the monotonic clock.
+	if !ok || time.Since(o.base) >= h.until[i] {
 		return LeaseNum{}, false
 	}
-	return held[i].Num, true
+	return h.leases[i].Num, true
+}
+
+// published is the held leases as published for CheckLeaseNow: sorted and
+// disjoint, with each expiry as an offset from Owner.base.
+type published struct {
+	leases []Lease
+	until  []time.Duration
+}
+
+func (o *Owner) publish(leases []Lease) {
+	h := &published{leases: leases, until: make([]time.Duration, len(leases))}
+	for i, l := range leases {
+		h.until[i] = l.Expiry.Sub(o.base)
+	}
+	o.held.Store(h)
 }
 
 // CheckLeaseContinuous reports whether key has been covered by lease n,
@@ -138,7 +155,7 @@ func (o *Owner) CheckLeaseContinuous(key keyspace.Key, n LeaseNum) bool {
 func (o *Owner) Held() []Lease {
 	now := time.Now()
 	var out []Lease
-	for _, l := range *o.held.Load() {
+	for _, l := range o.held.Load().leases {
 		if now.Before(l.Expiry) {
 			out = append(out, l)
 		}
@@ -182,8 +199,7 @@ func (o *Owner) run(ctx context.Context, core *Core) {
 		for _, c := range changes {
 			o.up.Push(c)
 		}
-		held := core.Held(time.Now())
-		o.held.Store(&held)
+		o.publish(core.Held(time.Now()))
 		for _, r := range reqs {
 			select {
 			case o.sendq <- wire.LeaseRequestToPB(r):
