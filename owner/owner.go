@@ -71,7 +71,7 @@ func (c *Config) validate() error {
 type Owner struct {
 	cfg  Config
 	held atomic.Pointer[published] // published by the loop
-	base time.Time               // deadlines are offsets from here, on the monotonic clock
+	base time.Time                 // deadlines are offsets from here, on the monotonic clock
 
 	conn   *grpc.ClientConn
 	recv   chan *protocol.LeaseResponse
