@@ -346,8 +346,15 @@ type delivery struct {
 
 func (d *driver) run(t *testing.T, until time.Time) {
 	t.Helper()
-	for {
+	var last time.Time
+	for same := 0; ; same++ {
 		now := d.c.NextDeadline()
+		if now.After(last) {
+			last, same = now, 0
+		}
+		if same > 1000 {
+			t.Fatalf("the Lookup asks to be ticked at %v over and over", now)
+		}
 		deliver := len(d.inflight) > 0 && !d.inflight[0].at.After(now)
 		if deliver {
 			now = d.inflight[0].at
@@ -441,6 +448,37 @@ func TestConservativeNotification(t *testing.T) {
 	}
 }
 
+// TestNextDeadline: the next poll, or the moment the copy goes stale if
+// that is sooner.
+func TestNextDeadline(t *testing.T) {
+	tab := leasetable.New(0)
+	tests := []struct {
+		name string
+		run  func(c *Core)
+		want time.Time
+	}{
+		{"unanswered: retry at Sync/4", func(c *Core) { tick(c, base) }, at(tm.Sync / 4)},
+		{"answered: poll at Sync", func(c *Core) {
+			tick(c, base)
+			step(c, at(10*ms), answer(1, snapshot(tab)))
+			tick(c, at(250*ms))
+		}, at(250*ms + tm.Sync)},
+		{"stale before the next poll", func(c *Core) {
+			tick(c, base)
+			tick(c, at(2400*ms)) // late: the next poll would be at 2.65 s
+		}, at(tm.SyncTimeout)},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCore()
+			tc.run(c)
+			if got := c.NextDeadline(); !got.Equal(tc.want) {
+				t.Fatalf("NextDeadline() = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
 // TestFreshnessFromSend: an answer vouches for the copy from when its
 // request was sent, not from when it arrived, and a push vouches for
 // nothing.
@@ -493,17 +531,50 @@ func TestFreshnessFromSend(t *testing.T) {
 	}
 }
 
-// TestBugLookupIgnoresEpochZeroManager: manager.CoreConfig.Epoch's zero
-// value is accepted by manager.NewCore and stamped on every SyncResponse,
-// but lookup.Core.Step drops every response with Epoch 0 ("m.Epoch == 0"
-// is its "no copy yet"). A Manager built with the zero-value Epoch is
-// therefore never heard by any Lookup: the copy stays empty and the Lookup
-// raises Loss{All} every SyncTimeout forever. (Owners do talk to it.) One
-// side must give: NewCore should reject or remap Epoch 0, or the Lookup
-// should accept it. The simulation starts epochs at 1, so it cannot see
-// this.
-func TestBugLookupIgnoresEpochZeroManager(t *testing.T) {
-	t.Skip("BUG: a Manager with CoreConfig.Epoch == 0 (the zero value) is accepted, but every Lookup ignores its responses")
+// TestAdoptManagerTimings: the Lookup polls and bounds staleness with the
+// Manager's Sync and SyncTimeout, the bound documented to applications;
+// absent or nonsensical values, and ignored responses, change nothing.
+func TestAdoptManagerTimings(t *testing.T) {
+	tab := leasetable.New(0)
+	tab.Set(base, kr(0, 100), own("a", 1))
+	tests := []struct {
+		name          string
+		sync, timeout time.Duration
+		namespace     string
+		wantTimeout   time.Duration
+	}{
+		{"none sent", 0, 0, ns, tm.SyncTimeout},
+		{"longer", 2 * time.Second, 5 * time.Second, ns, 5 * time.Second},
+		{"shorter", 400 * ms, time.Second, ns, time.Second},
+		{"SyncTimeout not above Sync", 2 * time.Second, 2 * time.Second, ns, tm.SyncTimeout},
+		{"from another namespace", 2 * time.Second, 5 * time.Second, "other", tm.SyncTimeout},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCore()
+			oneReq(t, tick(c, base).reqs)
+			m := answer(1, snapshot(tab))
+			m.Sync, m.SyncTimeout, m.Namespace = tc.sync, tc.timeout, tc.namespace
+			step(c, at(10*ms), m)
+			c.Ready()
+			// No further answer: the first Loss{All} comes SyncTimeout after
+			// request 1 was sent, at base.
+			for _, now := range []time.Time{at(tc.wantTimeout).Add(-1), at(tc.wantTimeout)} {
+				r := tick(c, now)
+				gotLoss := slices.ContainsFunc(r.losses, func(l Loss) bool { return l.All })
+				if want := now.Equal(at(tc.wantTimeout)); gotLoss != want {
+					t.Fatalf("Tick(%v): Loss{All} %v, want %v", now, gotLoss, want)
+				}
+			}
+		})
+	}
+}
+
+// TestEpochZeroManagerIsHeard: a Lookup reads Epoch 0 as "no copy yet" and
+// drops responses carrying it, so manager.NewCore takes a zero Epoch as 1.
+// Otherwise a Manager built with the zero-value config would never be heard
+// by any Lookup.
+func TestEpochZeroManagerIsHeard(t *testing.T) {
 	m := manager.NewCore(manager.CoreConfig{Timing: tm}, base)
 	c := newCore()
 	req := oneReq(t, tick(c, base).reqs)
@@ -513,8 +584,11 @@ func TestBugLookupIgnoresEpochZeroManager(t *testing.T) {
 	for _, msg := range m.Ready().Lookups {
 		c.Step(at(10*ms), msg.Msg)
 	}
+	if c.Epoch() == 0 {
+		t.Fatalf("the Lookup ignored the answer of a Manager configured with Epoch 0 (manager epoch %d)", m.Epoch())
+	}
 	c.Ready()
-	if r := tick(c, at(tm.SyncTimeout)); len(r.losses) != 0 {
-		t.Fatalf("a Lookup that synced with the Manager at base raised %+v at base+SyncTimeout", r.losses)
+	if r := tick(c, at(tm.SyncTimeout-1)); len(r.losses) != 0 {
+		t.Fatalf("a Lookup that synced with the Manager at base raised %+v before base+SyncTimeout", r.losses)
 	}
 }

@@ -32,7 +32,8 @@ type CoreConfig struct {
 	Policy assign.Policy
 	// Epoch names this Manager's lease table. It must grow every time the
 	// Manager starts without its previous state, so Owners and Lookups can
-	// tell a restarted Manager from a delayed message of a dead one.
+	// tell a restarted Manager from a delayed message of a dead one. Zero,
+	// which Lookups read as "no epoch yet", is taken as 1.
 	Epoch uint64
 	// Namespaces served besides DefaultNamespace.
 	Namespaces []string
@@ -181,6 +182,7 @@ func NewCore(cfg CoreConfig, now time.Time) *Core {
 	if cfg.Policy == nil {
 		cfg.Policy = assign.ConsistentHash{}
 	}
+	cfg.Epoch = max(cfg.Epoch, 1)
 	c := &Core{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Epoch)), ns: map[string]*namespace{}, lastNow: now}
 	for _, name := range append([]string{DefaultNamespace}, cfg.Namespaces...) {
 		if _, ok := c.ns[name]; ok {

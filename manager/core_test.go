@@ -157,7 +157,7 @@ func (h *harness) to(r Ready, id string) *protocol.LeaseResponse {
 
 func (h *harness) table() *leasetable.Table { return h.c.Table(DefaultNamespace) }
 
-// owned returns the table's entry on r, failing unless r is one segment.
+// entry returns the table's entry on r, failing unless r is one segment.
 func (h *harness) entry(r keyspace.Range) leasetable.Entry {
 	h.t.Helper()
 	segs := h.table().Overlapping(r)
@@ -401,6 +401,23 @@ func TestRecall(t *testing.T) {
 	h.checkGranted(mb.Leases, "b")
 	if got, want := h.lostSince(lsn), coalesced(piece(1, 4), piece(3, 4)); !slices.Equal(got, want) {
 		t.Fatalf("a Lookup reports %v lost, want %v", got, want)
+	}
+	// The change log shows each recalled piece going free, then to b.
+	u := h.table().Since(lsn.lsn)
+	if u.Snapshot {
+		t.Fatalf("Since(%d) is a snapshot", lsn.lsn)
+	}
+	for _, l := range mb.Leases {
+		var seq []leasetable.Entry
+		for _, c := range u.Changes {
+			if c.Range.Overlaps(l.Range) {
+				seq = append(seq, c.Entry)
+			}
+		}
+		want := []leasetable.Entry{{}, {Owner: "b", Addr: "b:7000", LGN: l.LGN}}
+		if !slices.Equal(seq, want) {
+			t.Fatalf("changes on %v: %v, want %v", l.Range, seq, want)
+		}
 	}
 	for _, i := range []int{0, 2} {
 		if e := h.entry(piece(i, 4)); e.Owner != "a" || e.LGN != lgns[piece(i, 4)] {
@@ -857,5 +874,24 @@ func checkPush(t *testing.T, m LookupMessage, to uint64, want leasetable.Update)
 	}
 	if fmt.Sprint(m.Msg.Update) != fmt.Sprint(want) {
 		t.Fatalf("push update %+v, want %+v", m.Msg.Update, want)
+	}
+}
+
+// TestFirstRequestNeedsNoAck: the race filter applies only once the
+// Manager has sent the session something; a new owner, or a new
+// incarnation, may acknowledge anything (e.g. a previous Manager's epoch).
+func TestFirstRequestNeedsNoAck(t *testing.T) {
+	a := newPeer("a")
+	h := newHarness(t, assign.Fixed{Pieces: 2}, a)
+	req := a.request()
+	req.AckEpoch, req.AckSeq = epoch+7, 42
+	if m := h.to(h.stepLease(base, req), "a"); m.Seq != 1 || m.AckSeq != req.Seq {
+		t.Fatalf("first request answered %+v, want Seq 1 AckSeq %d", *m, req.Seq)
+	}
+	a.restart()
+	req = a.request()
+	req.AckEpoch, req.AckSeq = epoch, 42
+	if m := h.to(h.stepLease(at(100*ms), req), "a"); m.Seq != 1 || m.Incarnation != a.inc {
+		t.Fatalf("new incarnation's first request answered %+v, want Seq 1 of incarnation %d", *m, a.inc)
 	}
 }

@@ -647,13 +647,54 @@ func TestLeave(t *testing.T) {
 	if _, ok := c.CheckLeaseNow(now, 50); ok {
 		t.Fatalf("still holds a after Leave")
 	}
-	// An answer granting more is not taken.
-	step(c, at(400*ms), resp(2, 2, grant(rng(300, 400), 9))).none(t)
+	// A raced answer is not the Manager's acknowledgement.
+	step(c, at(350*ms), resp(2, 1, grant(rng(300, 400), 9))).none(t)
+	if c.Left() {
+		t.Fatalf("Left() after a response that did not answer the goodbye")
+	}
+	// The answer to the goodbye: nothing it offers is taken.
+	step(c, at(400*ms), resp(3, 2, grant(rng(300, 400), 9))).none(t)
 	if got := c.Held(at(400 * ms)); len(got) != 0 {
 		t.Fatalf("after Leave, holds %v", got)
+	}
+	if !c.Left() {
+		t.Fatalf("Left() = false after the Manager answered the goodbye")
 	}
 	// Later requests still say the owner is leaving.
 	if r := one(t, tick(c, now.Add(tm.Renew)).reqs); !r.Leaving || len(r.Held) != 0 {
 		t.Fatalf("renewal after Leave %+v, want Leaving and nothing held", *r)
+	}
+}
+
+// TestAdoptManagerTimings: the Owner runs its leases and renewals on the
+// Manager's OwnerLease and Renew, which the Manager's ManagerLease was
+// validated against; absent or nonsensical values are ignored.
+func TestAdoptManagerTimings(t *testing.T) {
+	tests := []struct {
+		name              string
+		ownerLease, renew time.Duration
+		wantLease         time.Duration
+		wantRenew         time.Duration
+	}{
+		{"none sent", 0, 0, tm.OwnerLease, tm.Renew},
+		{"longer", 3 * time.Second, time.Second, 3 * time.Second, time.Second},
+		{"shorter", time.Second, 200 * ms, time.Second, 200 * ms},
+		{"Renew not below OwnerLease", time.Second, time.Second, tm.OwnerLease, tm.Renew},
+		{"OwnerLease only", 3 * time.Second, 0, tm.OwnerLease, tm.Renew},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCore(t)
+			tick(c, base)
+			m := resp(1, 1, grant(rng(0, 100), 5))
+			m.OwnerLease, m.Renew = tc.ownerLease, tc.renew
+			g := step(c, at(100*ms), m).chs[0].Granted[0]
+			if want := at(tc.wantLease); !g.Expiry.Equal(want) {
+				t.Errorf("lease expires at %v, want base+%v", g.Expiry, tc.wantLease)
+			}
+			if got, want := c.NextDeadline(), at(min(tc.wantRenew, tc.wantLease)); !got.Equal(want) {
+				t.Errorf("NextDeadline() = %v, want the renewal at base+%v", got, tc.wantRenew)
+			}
+		})
 	}
 }

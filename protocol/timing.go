@@ -94,7 +94,7 @@ func (t Timing) Validate() error {
 			return bad("%s (%s) must be positive", f.name, f.d)
 		}
 	}
-	if t.MaxDrift < 0 || t.MaxDrift >= 1 {
+	if !(t.MaxDrift >= 0 && t.MaxDrift < 1) { // also rejects NaN, which compares false to everything
 		return bad("MaxDrift (%g) must be in [0, 1)", t.MaxDrift)
 	}
 	// Single copy (C§2.3.1): the Owner's timer starts before the Manager's,

@@ -1,0 +1,197 @@
+package manager_test
+
+import (
+	"context"
+	"net"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/test/bufconn"
+
+	"github.com/leasehold/leasehold/lookup"
+	"github.com/leasehold/leasehold/manager"
+	"github.com/leasehold/leasehold/owner"
+	"github.com/leasehold/leasehold/protocol"
+)
+
+// metricNames are the collector's metrics, which the tests compare in full.
+var metricNames = []string{
+	"leasehold_epoch",
+	"leasehold_owners", "leasehold_members", "leasehold_ranges", "leasehold_free_ranges", "leasehold_lookups", "leasehold_lsn",
+	"leasehold_lease_requests_total", "leasehold_sync_requests_total", "leasehold_grants_total", "leasehold_recalls_total",
+	"leasehold_releases_total", "leasehold_expiries_total", "leasehold_owner_restarts_total",
+	"leasehold_races_dropped_total", "leasehold_stale_dropped_total",
+}
+
+// TestCollectorBeforeRun: before the loop's first step the collector has
+// the epoch and zero counters, and no namespaces; it lints clean.
+func TestCollectorBeforeRun(t *testing.T) {
+	srv, err := manager.NewServer(manager.ServerConfig{Timing: protocol.Fast(), Epoch: 42})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := srv.Collector()
+	if n := testutil.CollectAndCount(c); n != 10 {
+		t.Errorf("collected %d metrics before Run, want 10 (epoch and 9 counters)", n)
+	}
+	if err := testutil.CollectAndCompare(c, strings.NewReader(`
+# HELP leasehold_epoch The epoch naming this Manager's state; it changes when the Manager loses its state.
+# TYPE leasehold_epoch gauge
+leasehold_epoch 42
+# HELP leasehold_grants_total Ranges granted with a fresh LGN.
+# TYPE leasehold_grants_total counter
+leasehold_grants_total 0
+`), "leasehold_epoch", "leasehold_grants_total"); err != nil {
+		t.Error(err)
+	}
+	problems, err := testutil.CollectAndLint(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("lint: %s: %s", p.Metric, p.Text)
+	}
+	// A pedantic registry checks that Collect matches Describe.
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(c)
+	if _, err := reg.Gather(); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestCollectorFollowsServer runs a Manager with a Lookup and an Owner in
+// virtual time and reads the metrics as they change.
+func TestCollectorFollowsServer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tm := protocol.Fast()
+		srv, err := manager.NewServer(manager.ServerConfig{Timing: tm, Epoch: 7, Namespaces: []string{"extra"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		reg := prometheus.NewPedanticRegistry()
+		reg.MustRegister(srv.Collector())
+		lis := bufconn.Listen(1 << 20)
+		dial := []grpc.DialOption{
+			grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+			grpc.WithTransportCredentials(insecure.NewCredentials()),
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		served := make(chan error, 1)
+		go func() { served <- srv.Serve(ctx, lis) }()
+		synctest.Wait()
+
+		// Both namespaces are published after the loop's first step: each
+		// one free range, nobody connected.
+		if err := testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP leasehold_free_ranges Segments of the lease table that no Owner holds.
+# TYPE leasehold_free_ranges gauge
+leasehold_free_ranges{namespace="default"} 1
+leasehold_free_ranges{namespace="extra"} 1
+# HELP leasehold_lookups Lookups connected.
+# TYPE leasehold_lookups gauge
+leasehold_lookups{namespace="default"} 0
+leasehold_lookups{namespace="extra"} 0
+# HELP leasehold_owners Owner sessions the Manager knows, members or not.
+# TYPE leasehold_owners gauge
+leasehold_owners{namespace="default"} 0
+leasehold_owners{namespace="extra"} 0
+`), "leasehold_free_ranges", "leasehold_lookups", "leasehold_owners"); err != nil {
+			t.Error(err)
+		}
+		if n := testutil.CollectAndCount(srv.Collector()); n != 1+2*6+9 {
+			t.Errorf("collected %d metrics, want %d", n, 1+2*6+9)
+		}
+
+		l, err := lookup.New(ctx, lookup.Config{Manager: "passthrough:///bufnet", DialOptions: dial, Timing: tm})
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, err := owner.New(ctx, owner.Config{Manager: "passthrough:///bufnet", DialOptions: dial, ID: "a", Addr: "a:1", Timing: tm})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A new Manager reserves everything for one ManagerLease, then grants.
+		time.Sleep(tm.ManagerLease + 2*tm.Renew)
+		synctest.Wait()
+
+		got := gauges(t, reg)
+		for name, want := range map[string]float64{
+			`leasehold_owners{namespace="default"}`:      1,
+			`leasehold_members{namespace="default"}`:     1,
+			`leasehold_free_ranges{namespace="default"}`: 0,
+			`leasehold_lookups{namespace="default"}`:     1,
+			`leasehold_owners{namespace="extra"}`:        0,
+			`leasehold_epoch`:                            7,
+		} {
+			if got[name] != want {
+				t.Errorf("%s = %g, want %g", name, got[name], want)
+			}
+		}
+		for _, name := range []string{`leasehold_ranges{namespace="default"}`, `leasehold_lsn{namespace="default"}`,
+			"leasehold_lease_requests_total", "leasehold_sync_requests_total", "leasehold_grants_total"} {
+			if got[name] < 1 {
+				t.Errorf("%s = %g, want at least 1", name, got[name])
+			}
+		}
+
+		// The owner leaves: its ranges are released and it is no member.
+		if err := o.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		got = gauges(t, reg)
+		if got[`leasehold_members{namespace="default"}`] != 0 || got["leasehold_releases_total"] < 1 {
+			t.Errorf("after the owner left: members %g, releases %g; want 0 and at least 1",
+				got[`leasehold_members{namespace="default"}`], got["leasehold_releases_total"])
+		}
+
+		l.Close()
+		cancel()
+		if err := <-served; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+}
+
+// gauges gathers reg into a map from name{labels} to value, and checks that
+// every metric of the collector is there.
+func gauges(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	seen := map[string]bool{}
+	for _, f := range families {
+		seen[f.GetName()] = true
+		for _, m := range f.GetMetric() {
+			key := f.GetName()
+			if ls := m.GetLabel(); len(ls) > 0 {
+				var parts []string
+				for _, l := range ls {
+					parts = append(parts, l.GetName()+`="`+l.GetValue()+`"`)
+				}
+				key += "{" + strings.Join(parts, ",") + "}"
+			}
+			switch {
+			case m.GetGauge() != nil:
+				out[key] = m.GetGauge().GetValue()
+			case m.GetCounter() != nil:
+				out[key] = m.GetCounter().GetValue()
+			}
+		}
+	}
+	for _, name := range metricNames {
+		if !seen[name] {
+			t.Errorf("metric %s missing", name)
+		}
+	}
+	return out
+}
