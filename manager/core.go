@@ -1,6 +1,7 @@
 package manager
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -120,7 +121,7 @@ func (c *Core) Owners(ns string) []OwnerInfo {
 	for _, i := range by {
 		out = append(out, *i)
 	}
-	slices.SortFunc(out, func(a, b OwnerInfo) int { return cmpString(a.ID, b.ID) })
+	slices.SortFunc(out, func(a, b OwnerInfo) int { return cmp.Compare(a.ID, b.ID) })
 	return out
 }
 
@@ -426,7 +427,7 @@ func (c *Core) flush(now time.Time) {
 					ms = append(ms, assign.Member{ID: id})
 				}
 			}
-			slices.SortFunc(ms, func(a, b assign.Member) int { return cmpString(a.ID, b.ID) })
+			slices.SortFunc(ms, func(a, b assign.Member) int { return cmp.Compare(a.ID, b.ID) })
 			n.desired = c.cfg.Policy.Assign(ms)
 			n.wants = map[string][]keyspace.Range{}
 			for _, d := range n.desired {
@@ -449,16 +450,6 @@ func (c *Core) flush(now time.Time) {
 		}
 		c.pushLookups(n)
 	}
-}
-
-func cmpString(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // loseOwner records that an owner incarnation's soft state is gone: each of
