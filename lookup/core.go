@@ -136,8 +136,12 @@ func (c *Core) Step(now time.Time, m *protocol.SyncResponse) {
 	}
 	if m.Sync > 0 && m.SyncTimeout > m.Sync {
 		// The Manager's timings rule: its notification bound is the one
-		// documented to the applications.
+		// documented to the applications. A poll scheduled on our own,
+		// longer interval comes forward.
 		c.cfg.Timing.Sync, c.cfg.Timing.SyncTimeout = m.Sync, m.SyncTimeout
+		if next := now.Add(m.Sync); next.Before(c.nextSync) {
+			c.nextSync = next
+		}
 	}
 	sent, answered := c.pending[m.ID]
 	if m.ID != 0 {

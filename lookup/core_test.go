@@ -592,3 +592,25 @@ func TestEpochZeroManagerIsHeard(t *testing.T) {
 		t.Fatalf("a Lookup that synced with the Manager at base raised %+v before base+SyncTimeout", r.losses)
 	}
 }
+
+// TestAdoptedSyncBringsPollForward: a Lookup configured with production
+// timings that meets a fast Manager must poll on the Manager's interval at
+// once, or its copy would go stale under the Manager's short SyncTimeout
+// and it would raise false losses on every range.
+func TestAdoptedSyncBringsPollForward(t *testing.T) {
+	slow := protocol.Production()
+	c := NewCore(CoreConfig{Namespace: ns, Timing: slow}, base)
+	oneReq(t, tick(c, base).reqs)
+	tab := leasetable.New(0)
+	m := answer(1, snapshot(tab))
+	m.Sync, m.SyncTimeout = time.Second, 2500*ms
+	step(c, at(10*ms), m)
+	c.Ready()
+	if d := c.NextDeadline(); d.After(at(10*ms + time.Second)) {
+		t.Fatalf("after adopting Sync 1s at +10ms, the next poll is at %v, want by %v", d.Sub(base), 10*ms+time.Second)
+	}
+	r := tick(c, c.NextDeadline())
+	if len(r.reqs) != 1 {
+		t.Fatalf("no poll at the adopted interval: %+v", r)
+	}
+}

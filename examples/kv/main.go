@@ -1,0 +1,161 @@
+// Command kv is the soft-state hashtable of PRS Figure 4 (P§2.2) as a
+// program: an in-memory key-value store partitioned by a leasehold Manager.
+// See package github.com/leasehold/leasehold/examples/kv/kv.
+//
+//	kv serve --manager ADDR --listen ADDR [--namespace NS] [--id ID] [--advertise ADDR]
+//	kv put   --manager ADDR [--namespace NS] [--timeout D] KEY VALUE
+//	kv get   --manager ADDR [--namespace NS] [--timeout D] KEY
+//
+// serve runs a server until SIGINT or SIGTERM, then leaves gracefully (its
+// ranges move at once). put exits 0 on success; get prints the value and
+// exits 0, or prints "not found" and exits 1. Other errors exit 2.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/leasehold/leasehold/examples/kv/kv"
+)
+
+// Exit codes.
+const (
+	exitOK       = 0
+	exitNotFound = 1
+	exitError    = 2
+)
+
+const usage = `usage:
+  kv serve --manager ADDR --listen ADDR [--namespace NS] [--id ID] [--advertise ADDR]
+  kv put   --manager ADDR [--namespace NS] [--timeout 10s] KEY VALUE
+  kv get   --manager ADDR [--namespace NS] [--timeout 10s] KEY
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run runs one subcommand and returns the exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return exitError
+	}
+	cmd, args := args[0], args[1:]
+	switch cmd {
+	case "serve":
+		return serve(ctx, args, stdout, stderr)
+	case "put", "get":
+		return putGet(ctx, cmd, args, stdout, stderr)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return exitOK
+	default:
+		fmt.Fprintf(stderr, "kv: unknown command %q\n%s", cmd, usage)
+		return exitError
+	}
+}
+
+func newFlags(name string, stderr io.Writer) (*flag.FlagSet, *string, *string) {
+	fs := flag.NewFlagSet("kv "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	def := os.Getenv("LEASEHOLD_MANAGER")
+	if def == "" {
+		def = "127.0.0.1:7400"
+	}
+	manager := fs.String("manager", def, "the Manager's address, host:port ($LEASEHOLD_MANAGER sets the default)")
+	namespace := fs.String("namespace", "", `the namespace (empty: "default")`)
+	return fs, manager, namespace
+}
+
+// parseError is the exit code for a flag parsing error, already reported by
+// the FlagSet: -h asked for the usage, anything else is an error.
+func parseError(err error) int {
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	return exitError
+}
+
+func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs, manager, namespace := newFlags("serve", stderr)
+	listen := fs.String("listen", "", "the HTTP listen address, host:port (required)")
+	id := fs.String("id", "", "the Owner ID (default: the listen address)")
+	advertise := fs.String("advertise", "", "the address clients reach this server at (default: the listen address)")
+	if err := fs.Parse(args); err != nil {
+		return parseError(err)
+	}
+	if *listen == "" || fs.NArg() != 0 {
+		fmt.Fprint(stderr, "kv serve: --listen is required and takes no arguments\n")
+		return exitError
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	srv, err := kv.NewServer(ctx, kv.ServerConfig{
+		Manager: *manager, Namespace: *namespace, ID: *id,
+		Listen: *listen, Advertise: *advertise, Logger: logger,
+	})
+	if err != nil {
+		fmt.Fprintf(stderr, "kv serve: %v\n", err)
+		return exitError
+	}
+	fmt.Fprintf(stdout, "kv serving on %s as %s\n", srv.Addr(), srv.ID())
+	<-ctx.Done()
+	closeCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Close(closeCtx); err != nil {
+		fmt.Fprintf(stderr, "kv serve: %v\n", err)
+		return exitError
+	}
+	return exitOK
+}
+
+func putGet(ctx context.Context, cmd string, args []string, stdout, stderr io.Writer) int {
+	fs, manager, namespace := newFlags(cmd, stderr)
+	timeout := fs.Duration("timeout", 10*time.Second, "give up after this long")
+	if err := fs.Parse(args); err != nil {
+		return parseError(err)
+	}
+	want := map[string]int{"put": 2, "get": 1}[cmd]
+	if fs.NArg() != want {
+		fmt.Fprintf(stderr, "kv %s: want %d arguments, got %d\n%s", cmd, want, fs.NArg(), usage)
+		return exitError
+	}
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	c, err := kv.NewClient(ctx, kv.ClientConfig{Manager: *manager, Namespace: *namespace})
+	if err != nil {
+		fmt.Fprintf(stderr, "kv %s: %v\n", cmd, err)
+		return exitError
+	}
+	defer c.Close()
+	key := fs.Arg(0)
+	if cmd == "put" {
+		err = c.Put(ctx, key, []byte(fs.Arg(1)))
+	} else {
+		var value []byte
+		if value, err = c.Get(ctx, key); err == nil {
+			fmt.Fprintf(stdout, "%s\n", value)
+		}
+	}
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.Is(err, kv.ErrNotFound):
+		fmt.Fprintln(stderr, "not found")
+		return exitNotFound
+	default:
+		fmt.Fprintln(stderr, err)
+		return exitError
+	}
+}
