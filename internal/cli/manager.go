@@ -1,0 +1,270 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/leasehold/leasehold/manager"
+	"github.com/leasehold/leasehold/protocol"
+)
+
+func init() { register(newManagerCommand) }
+
+// profiles are the named timing profiles of --timings.
+var profiles = map[string]func() protocol.Timing{
+	"production": protocol.Production,
+	"fast":       protocol.Fast,
+}
+
+// timingFlags are the flags that override one field of the chosen profile.
+// field is the protocol.Timing field as Timing.Validate's errors name it;
+// dur points at it, or is nil for MaxDrift, the one that is not a duration.
+var timingFlags = []struct {
+	flag, field, usage string
+	dur                func(*protocol.Timing) *time.Duration
+}{
+	{"owner-lease", "OwnerLease", "how long an Owner believes a lease after sending the request it answers",
+		func(t *protocol.Timing) *time.Duration { return &t.OwnerLease }},
+	{"renew", "Renew", "how often an Owner renews its leases (at most half of --owner-lease)",
+		func(t *protocol.Timing) *time.Duration { return &t.Renew }},
+	{"manager-lease", "ManagerLease", "how long the Manager reserves a range after answering (at least --owner-lease × (1 + --max-drift))",
+		func(t *protocol.Timing) *time.Duration { return &t.ManagerLease }},
+	{"sync", "Sync", "how often a Lookup polls for changes (changes are pushed; this is the safety net)",
+		func(t *protocol.Timing) *time.Duration { return &t.Sync }},
+	{"sync-timeout", "SyncTimeout", "how stale a Lookup's copy may grow before it reports every range lost (at least 2 × --sync)",
+		func(t *protocol.Timing) *time.Duration { return &t.SyncTimeout }},
+	{"log-retention", "LogRetention", "how long the change log keeps a change (at least --sync-timeout)",
+		func(t *protocol.Timing) *time.Duration { return &t.LogRetention }},
+	{"max-drift", "MaxDrift", "bound on clock-rate differences, e.g. 0.05", nil},
+}
+
+// profileTable shows what each timing flag is in each profile, for --help.
+func profileTable() string {
+	var b strings.Builder
+	prod, fast := protocol.Production(), protocol.Fast()
+	fmt.Fprintf(&b, "  %-16s %-12s %s\n", "flag", "production", "fast")
+	for _, tf := range timingFlags {
+		p, f := fmt.Sprint(prod.MaxDrift), fmt.Sprint(fast.MaxDrift)
+		if tf.dur != nil {
+			p, f = tf.dur(&prod).String(), tf.dur(&fast).String()
+		}
+		fmt.Fprintf(&b, "  %-16s %-12s %s\n", "--"+tf.flag, p, f)
+	}
+	return b.String()
+}
+
+// managerOptions are the manager subcommand's flags.
+type managerOptions struct {
+	listen        string
+	timings       string // a key of profiles
+	namespaces    []string
+	metricsListen string
+	logLevel      string
+
+	overrides protocol.Timing // the override flags' values; used only where set
+	flags     *pflag.FlagSet  // to tell which overrides were set
+}
+
+func newManagerCommand(e *env) *cobra.Command { return (&managerOptions{}).command(e) }
+
+// command builds the subcommand with its flags bound to o.
+func (o *managerOptions) command(e *env) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "manager",
+		Short: "Run a Manager: lease ranges of the key space to Owners and keep Lookups in sync",
+		Long: `Run a Manager. It serves the default namespace (and any added with --namespace),
+grants leases on ranges of the key space to the Owners that connect, and keeps
+every Lookup's copy of the lease table in sync.
+
+The timers come from a profile (--timings production: 60 s owner leases, or
+fast: 2 s, for tests and demos); the timing flags override single fields of
+it, and the result must be safe (docs/protocol.md, "Timers"), or the Manager
+refuses to start (exit code 2).
+
+` + profileTable() + `
+When it listens it prints one line to stdout:
+  leasehold manager listening on ADDR (timings PROFILE, epoch N)
+Logs go to stderr. SIGINT or SIGTERM stops it cleanly (exit code 0).`,
+		Example: `  leasehold manager
+  leasehold manager --timings fast --listen 127.0.0.1:17400 --metrics-listen 127.0.0.1:9400
+  leasehold manager --namespace presence --namespace queues`,
+		Args: cobra.NoArgs,
+		RunE: run(func(ctx context.Context, _ []string) error { return o.run(ctx, e) }),
+	}
+	f := cmd.Flags()
+	o.flags = f
+	f.StringVar(&o.listen, "listen", DefaultManager, "serve gRPC on `ADDR`, host:port")
+	f.Var(newChoice(&o.timings, "production", "production", "fast"), "timings", "the timing profile the timing flags start from")
+	for _, tf := range timingFlags {
+		usage := tf.usage + " (default: the profile's)"
+		if tf.dur != nil {
+			f.DurationVar(tf.dur(&o.overrides), tf.flag, 0, usage)
+		} else {
+			f.Float64Var(&o.overrides.MaxDrift, tf.flag, 0, usage)
+		}
+	}
+	f.StringArrayVar(&o.namespaces, "namespace", nil, "a namespace `NS` to serve besides \"default\" (repeatable)")
+	f.StringVar(&o.metricsListen, "metrics-listen", "", "serve Prometheus metrics at http://`ADDR`/metrics (default: no metrics)")
+	f.Var(newChoice(&o.logLevel, "info", "debug", "info", "warn", "error"), "log-level", "the least severe log level written to stderr")
+	cmd.Flags().SortFlags = false
+	return cmd
+}
+
+// timing is the chosen profile with the overrides applied. An unsafe result
+// is a usage error that names the flags involved.
+func (o *managerOptions) timing() (protocol.Timing, error) {
+	t := profiles[o.timings]()
+	set := func(flag string) bool { return o.flags != nil && o.flags.Changed(flag) }
+	for _, tf := range timingFlags {
+		switch {
+		case !set(tf.flag):
+		case tf.dur != nil:
+			*tf.dur(&t) = *tf.dur(&o.overrides)
+		default:
+			t.MaxDrift = o.overrides.MaxDrift
+		}
+	}
+	err := t.Validate()
+	if err == nil {
+		return t, nil
+	}
+	why := strings.TrimPrefix(err.Error(), protocol.ErrUnsafeTiming.Error()+": ")
+	// Name the flags the problem involves; the profile alone is always safe,
+	// so at least one of them was set.
+	var named []string
+	for _, tf := range timingFlags {
+		if set(tf.flag) && regexp.MustCompile(`\b`+tf.field+`\b`).MatchString(why) {
+			named = append(named, "--"+tf.flag+" "+o.flags.Lookup(tf.flag).Value.String())
+		}
+	}
+	if len(named) == 0 {
+		return t, usagef("--timings %s with these overrides is unsafe: %s", o.timings, why)
+	}
+	verb := "is"
+	if len(named) > 1 {
+		verb = "are"
+	}
+	return t, usagef("%s %s unsafe: %s", strings.Join(named, ", "), verb, why)
+}
+
+// config validates the options and builds the server's configuration.
+func (o *managerOptions) config(logger *slog.Logger) (manager.ServerConfig, error) {
+	t, err := o.timing()
+	if err != nil {
+		return manager.ServerConfig{}, err
+	}
+	if o.listen == "" {
+		return manager.ServerConfig{}, usagef("--listen must not be empty")
+	}
+	var extra []string
+	for _, ns := range o.namespaces {
+		switch {
+		case ns == "":
+			return manager.ServerConfig{}, usagef("--namespace must not be empty")
+		case ns == manager.DefaultNamespace || slices.Contains(extra, ns):
+			continue // served anyway
+		}
+		extra = append(extra, ns)
+	}
+	cfg := manager.ServerConfig{Timing: t, Namespaces: extra, Logger: logger}
+	return cfg, nil
+}
+
+func (o *managerOptions) logger(e *env) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(o.logLevel)) // one of the choices
+	return slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level}))
+}
+
+func (o *managerOptions) run(ctx context.Context, e *env) error {
+	log := o.logger(e)
+	cfg, err := o.config(log)
+	if err != nil {
+		return err
+	}
+	srv, err := manager.NewServer(cfg)
+	if err != nil {
+		return usageError(err) // a namespace name the server refuses
+	}
+	lis, err := listen(o.listen, "")
+	if err != nil {
+		return err
+	}
+	defer lis.Close()
+
+	if o.metricsListen != "" {
+		mlis, err := listen(o.metricsListen, " for metrics")
+		if err != nil {
+			return err
+		}
+		defer serveMetrics(srv, mlis, log)()
+		log.Info("serving metrics", "url", "http://"+mlis.Addr().String()+"/metrics")
+	}
+
+	log.Info("manager listening", "addr", lis.Addr().String(), "timings", o.timings,
+		"owner_lease", cfg.Timing.OwnerLease, "renew", cfg.Timing.Renew, "manager_lease", cfg.Timing.ManagerLease,
+		"sync", cfg.Timing.Sync, "sync_timeout", cfg.Timing.SyncTimeout, "log_retention", cfg.Timing.LogRetention,
+		"max_drift", cfg.Timing.MaxDrift, "namespaces", append([]string{manager.DefaultNamespace}, cfg.Namespaces...))
+	fmt.Fprintf(e.stdout, "leasehold manager listening on %s (timings %s, epoch %d)\n",
+		lis.Addr(), o.timings, srv.Snapshot().Epoch)
+
+	if err := srv.Serve(ctx, lis); err != nil {
+		return fmt.Errorf("manager: %w", err)
+	}
+	log.Info("manager shut down")
+	return nil
+}
+
+// listen opens a TCP listener, with an error that names the address.
+func listen(addr, what string) (net.Listener, error) {
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		var op *net.OpError
+		if errors.As(err, &op) && op.Err != nil {
+			err = op.Err
+		}
+		return nil, fmt.Errorf("cannot listen on %s%s: %w", addr, what, err)
+	}
+	return lis, nil
+}
+
+// serveMetrics serves the Manager's metrics, and the Go runtime's and the
+// process's, on lis at /metrics until stop is called.
+func serveMetrics(srv *manager.Server, lis net.Listener, log *slog.Logger) (stop func()) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(srv.Collector(), collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := hs.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics server stopped", "err", err)
+		}
+	}()
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := hs.Shutdown(ctx); err != nil {
+			log.Warn("stopping the metrics server", "err", err)
+			_ = hs.Close()
+		}
+		<-done
+	}
+}

@@ -1,0 +1,128 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	pb "github.com/leasehold/leasehold/proto/leasehold/v1"
+)
+
+func init() { register(newStatusCommand) }
+
+type statusOptions struct {
+	clientOptions
+	allNamespaces bool // --namespace not given and text output: show them all
+}
+
+func newStatusCommand(e *env) *cobra.Command {
+	o := &statusOptions{}
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show a Manager's namespaces and the Owners that hold their ranges",
+		Long: `Show what a Manager knows: for each namespace the LSN of its lease table, its
+ranges (segments of the table), the free ones, the Lookups connected, and a
+table of the Owners with the ranges and the share of the key space each holds.
+
+Without --namespace the text output shows every namespace. With --json it
+prints one JSON object for one namespace ("default" unless --namespace says):
+  {"epoch":N,"namespace":"default","lsn":N,"ranges":N,"free_ranges":N,"lookups":N,
+   "owners":[{"id":"kv-1","addr":"127.0.0.1:8001","incarnation":N,"member":true,
+              "ranges":N,"share":0.5}]}`,
+		Example: `  leasehold status
+  leasehold status --manager 10.0.0.5:7400 --namespace presence --json`,
+		Args: cobra.NoArgs,
+		RunE: run(func(ctx context.Context, _ []string) error { return o.run(ctx, e) }),
+	}
+	o.addFlags(cmd, e, "show namespace `NS` (text output: every namespace when not given)")
+	cmd.PreRun = func(cmd *cobra.Command, _ []string) {
+		o.allNamespaces = !cmd.Flags().Changed("namespace") && !o.json
+	}
+	return cmd
+}
+
+// statusJSON is the --json output.
+type statusJSON struct {
+	Epoch      uint64      `json:"epoch"`
+	Namespace  string      `json:"namespace"`
+	LSN        uint64      `json:"lsn"`
+	Ranges     uint32      `json:"ranges"`
+	FreeRanges uint32      `json:"free_ranges"`
+	Lookups    uint32      `json:"lookups"`
+	Owners     []ownerJSON `json:"owners"`
+}
+
+type ownerJSON struct {
+	ID          string  `json:"id"`
+	Addr        string  `json:"addr"`
+	Incarnation uint64  `json:"incarnation"`
+	Member      bool    `json:"member"`
+	Ranges      uint32  `json:"ranges"`
+	Share       float64 `json:"share"`
+}
+
+func (o *statusOptions) run(ctx context.Context, e *env) error {
+	if err := o.validate(); err != nil {
+		return err
+	}
+	ask := o.namespace
+	if o.allNamespaces {
+		ask = ""
+	}
+	resp, err := o.status(ctx, ask)
+	if err != nil {
+		return err
+	}
+	if !o.json {
+		writeStatus(e.stdout, resp)
+		return nil
+	}
+	if len(resp.GetNamespaces()) != 1 {
+		return fmt.Errorf("manager at %s: answered %d namespaces for %q", o.manager, len(resp.GetNamespaces()), o.namespace)
+	}
+	n := resp.GetNamespaces()[0]
+	out := statusJSON{Epoch: resp.GetEpoch(), Namespace: n.GetName(), LSN: n.GetLsn(), Ranges: n.GetSegments(),
+		FreeRanges: n.GetFreeSegments(), Lookups: n.GetLookups(), Owners: []ownerJSON{}}
+	for _, ow := range n.GetOwners() {
+		out.Owners = append(out.Owners, ownerJSON{ID: ow.GetId(), Addr: ow.GetAddr(), Incarnation: ow.GetIncarnation(),
+			Member: ow.GetMember(), Ranges: ow.GetRanges(), Share: ow.GetShare()})
+	}
+	return json.NewEncoder(e.stdout).Encode(out)
+}
+
+// writeStatus prints the text output: a header per namespace, then its
+// owners as a table.
+func writeStatus(w io.Writer, resp *pb.StatusResponse) {
+	fmt.Fprintf(w, "epoch %d\n", resp.GetEpoch())
+	for _, n := range resp.GetNamespaces() {
+		fmt.Fprintf(w, "\nnamespace %s: lsn %d, %s (%d free), %s\n", n.GetName(), n.GetLsn(),
+			count(int(n.GetSegments()), "range"), n.GetFreeSegments(), count(int(n.GetLookups()), "lookup"))
+		if len(n.GetOwners()) == 0 {
+			fmt.Fprintln(w, "  no owners")
+			continue
+		}
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "  ID\tADDR\tMEMBER\tRANGES\tSHARE%\tINCARNATION")
+		for _, ow := range n.GetOwners() {
+			member := "no"
+			if ow.GetMember() {
+				member = "yes"
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\t%.1f\t%d\n", ow.GetId(), ow.GetAddr(), member, ow.GetRanges(),
+				100*ow.GetShare(), ow.GetIncarnation())
+		}
+		_ = tw.Flush()
+	}
+}
+
+// count is n and noun, plural unless n is 1.
+func count(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}
