@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -135,6 +136,67 @@ func TestRuntimesGrantRouteAndNotify(t *testing.T) {
 		}
 		if err := owners["a"].Close(ctx); err != nil {
 			t.Fatal(err)
+		}
+	})
+}
+
+// TestClientsReconnectToRestartedManager stops the Manager and starts a new
+// one (a new epoch, no state) at the same address: the Owner and the Lookup
+// reconnect on their own, the Lookup reports every range lost (the old
+// Manager's leases died with it), and the Owner holds leases of the new
+// epoch.
+func TestClientsReconnectToRestartedManager(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tm := protocol.Fast()
+		var cur atomic.Pointer[cluster]
+		dial := []grpc.DialOption{
+			grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return cur.Load().lis.DialContext(ctx) }),
+			grpc.WithTransportCredentials(insecure.NewCredentials()),
+		}
+		cur.Store(startManager(t, manager.ServerConfig{Timing: tm}))
+		ctx := context.Background()
+		var mu sync.Mutex
+		var losses []lookup.Loss
+		l, err := lookup.New(ctx, lookup.Config{Manager: "passthrough:///bufnet", DialOptions: dial, Timing: tm,
+			OnLoss: func(loss lookup.Loss) { mu.Lock(); losses = append(losses, loss); mu.Unlock() }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		o, err := owner.New(ctx, owner.Config{Manager: "passthrough:///bufnet", DialOptions: dial, ID: "a", Addr: "a:1", Timing: tm})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer o.Close(ctx)
+		time.Sleep(tm.ManagerLease + 2*tm.Renew)
+		synctest.Wait()
+		k := keyspace.KeyOf("alice")
+		before, ok := o.CheckLeaseNow(k)
+		if !ok {
+			t.Fatal("no lease from the first manager")
+		}
+
+		cur.Load().stop(t)
+		cur.Store(startManager(t, manager.ServerConfig{Timing: tm}))
+		defer func() { cur.Load().stop(t) }()
+		time.Sleep(2*tm.ManagerLease + 4*tm.Renew)
+		synctest.Wait()
+
+		after, ok := o.CheckLeaseNow(k)
+		if !ok || after.Epoch == before.Epoch {
+			t.Fatalf("after the manager restarted, the owner holds %+v %v (before: %+v)", after, ok, before)
+		}
+		if r, ok := l.Lookup(k); !ok || r.Epoch != after.Epoch || r.LGN != after.LGN {
+			t.Fatalf("lookup routes %+v %v, owner holds %+v", r, ok, after)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		lost := keyspace.RangeSet{}
+		for _, loss := range losses {
+			lost = lost.Union(keyspace.NewRangeSet(loss.Ranges...))
+		}
+		if !lost.Contains(k) {
+			t.Fatalf("the lookup did not report alice's range lost when the manager lost its state: %v", losses)
 		}
 	})
 }

@@ -113,6 +113,9 @@ func (c *Core) Leave(now time.Time) {
 	c.send(now)
 }
 
+// Timing returns the timings in force: the Manager's, once it has answered.
+func (c *Core) Timing() protocol.Timing { return c.cfg.Timing }
+
 // Left reports whether the Manager has acknowledged Leave.
 func (c *Core) Left() bool { return c.left }
 

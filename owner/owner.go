@@ -166,8 +166,8 @@ func (o *Owner) Held() []Lease {
 // Close gives up every lease, tells the Manager this Owner is leaving (so
 // its ranges move at once instead of after the lease runs out), and stops.
 // It waits until the Manager acknowledges the goodbye, resending it on the
-// renewal timer, or until ctx ends; without the acknowledgement the ranges
-// move when the lease runs out. The last OnChange upcall (everything
+// renewal timer, but no longer than one owner lease or until ctx ends:
+// without the acknowledgement the ranges move when the lease runs out. The last OnChange upcall (everything
 // revoked) is delivered before Close returns.
 func (o *Owner) Close(ctx context.Context) error {
 	if !o.closed.CompareAndSwap(false, true) {
@@ -194,6 +194,7 @@ func (o *Owner) run(ctx context.Context, core *Core) {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	var leaving chan struct{}
+	var leaveBy time.Time // give up waiting for the goodbye's acknowledgement
 	for {
 		reqs, changes := core.Ready()
 		for _, c := range changes {
@@ -206,11 +207,16 @@ func (o *Owner) run(ctx context.Context, core *Core) {
 			default: // the stream is down or slow: a lost message
 			}
 		}
-		if leaving != nil && core.Left() {
-			close(leaving) // the Manager acknowledged the goodbye
-			leaving = nil
+		next := core.NextDeadline()
+		if leaving != nil {
+			if core.Left() || !time.Now().Before(leaveBy) {
+				close(leaving) // acknowledged, or the lease is over anyway
+				leaving = nil
+			} else if leaveBy.Before(next) {
+				next = leaveBy
+			}
 		}
-		timer.Reset(max(time.Until(core.NextDeadline()), 0))
+		timer.Reset(max(time.Until(next), 0))
 		select {
 		case <-ctx.Done():
 			return
@@ -220,7 +226,7 @@ func (o *Owner) run(ctx context.Context, core *Core) {
 			core.Tick(time.Now())
 		case done := <-o.leave:
 			core.Leave(time.Now())
-			leaving = done
+			leaving, leaveBy = done, time.Now().Add(core.Timing().OwnerLease)
 		}
 	}
 }
