@@ -14,8 +14,8 @@ import (
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/manager"
 	"github.com/leasehold/leasehold/owner"
-	"github.com/leasehold/leasehold/protocol"
 	pb "github.com/leasehold/leasehold/proto/leasehold/v1"
+	"github.com/leasehold/leasehold/protocol"
 )
 
 // TestBadInputEndsOnlyThatStream sends the Manager malformed, unknown-
