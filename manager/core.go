@@ -418,7 +418,8 @@ func (c *Core) Tick(now time.Time) {
 
 // flush recomputes what changed and queues the messages it calls for.
 func (c *Core) flush(now time.Time) {
-	for _, n := range c.ns {
+	for _, name := range c.Namespaces() { // in order, so a run replays exactly
+		n := c.ns[name]
 		if n.members {
 			n.members = false
 			var ms []assign.Member

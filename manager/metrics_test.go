@@ -144,6 +144,7 @@ leasehold_owners{namespace="extra"} 0
 		if err := o.Close(ctx); err != nil {
 			t.Fatal(err)
 		}
+		time.Sleep(200 * time.Millisecond) // the snapshot is published at most every 100 ms
 		synctest.Wait()
 		got = gauges(t, reg)
 		if got[`leasehold_members{namespace="default"}`] != 0 || got["leasehold_releases_total"] < 1 {

@@ -204,6 +204,10 @@ type loop struct {
 	routes  map[routeKey]*ownerStream
 	lookups map[uint64]*lookupStream
 	dropped uint64
+	// stale says the snapshot is older than the core's state; it is
+	// published at publishAt.
+	stale     bool
+	publishAt time.Time
 }
 
 // Run runs the Manager's core until ctx is cancelled. All of the core's work
@@ -221,19 +225,28 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	s.cfg.Logger.Info("manager started", "epoch", s.cfg.Epoch, "namespaces", l.core.Namespaces(),
 		"owner_lease", s.cfg.Timing.OwnerLease, "manager_lease", s.cfg.Timing.ManagerLease)
+	l.publish()
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
 		l.flush()
-		timer.Reset(max(time.Until(l.core.NextDeadline()), 0))
+		next := l.core.NextDeadline()
+		if l.stale && l.publishAt.Before(next) {
+			next = l.publishAt
+		}
+		timer.Reset(max(time.Until(next), 0))
 		select {
 		case <-ctx.Done():
 			s.cfg.Logger.Info("manager stopped")
 			return nil
 		case ev := <-s.events:
 			l.handle(ev)
+			l.changed()
 		case <-timer.C:
-			l.core.Tick(time.Now())
+			if !time.Now().Before(l.core.NextDeadline()) {
+				l.core.Tick(time.Now())
+				l.changed()
+			}
 		}
 	}
 }
@@ -304,11 +317,27 @@ func (l *loop) flush() {
 			l.dropped++
 		}
 	}
-	l.publish()
+	if l.stale && !time.Now().Before(l.publishAt) {
+		l.publish()
+	}
 }
+
+// changed notes that the core's state may have changed. The snapshot walks
+// the whole table, so it is taken at most every publishEvery, not after
+// every event.
+func (l *loop) changed() {
+	if !l.stale {
+		l.stale = true
+		l.publishAt = time.Now().Add(publishEvery)
+	}
+}
+
+// publishEvery bounds how stale Snapshot, status and metrics may be.
+const publishEvery = 100 * time.Millisecond
 
 // publish stores a snapshot for metrics and status readers.
 func (l *loop) publish() {
+	l.stale = false
 	snap := &Snapshot{Epoch: l.core.Epoch(), Stats: l.core.Stats()}
 	for _, name := range l.core.Namespaces() {
 		t := l.core.Table(name)
