@@ -42,6 +42,10 @@ type Core struct {
 	started  time.Time
 	allLost  time.Time // when the last all-ranges notification was raised
 	nextSync time.Time
+	// repairAsked is when a sync was last requested to repair a gap; until
+	// it is answered, further gaps ask no more, so a burst of lost pushes
+	// costs the Manager one answer, not one per push.
+	repairAsked time.Time
 
 	out    []*protocol.SyncRequest
 	losses []Loss
@@ -150,7 +154,7 @@ func (c *Core) Step(now time.Time, m *protocol.SyncResponse) {
 	u := m.Update
 	if m.Epoch > c.epoch {
 		if !u.Snapshot {
-			c.requestSync(now) // a new Manager: we need its snapshot
+			c.repair(now) // a new Manager: we need its snapshot
 			return
 		}
 		if c.epoch != 0 {
@@ -166,7 +170,7 @@ func (c *Core) Step(now time.Time, m *protocol.SyncResponse) {
 		lost, err := c.view.Apply(u)
 		if err != nil {
 			// A gap: a push was lost or overtaken. Ask for what we miss.
-			c.requestSync(now)
+			c.repair(now)
 			return
 		}
 		if u.Snapshot && c.cfg.Faults.Has(func(f *faults.Set) bool { return f.IgnoreSnapshotDiff }) {
@@ -174,9 +178,22 @@ func (c *Core) Step(now time.Time, m *protocol.SyncResponse) {
 		}
 		c.report(lost, false)
 	}
-	if answered && c.view.LSN() >= u.To && sent.After(c.fresh) {
-		c.fresh = sent
+	if answered && c.view.LSN() >= u.To {
+		c.repairAsked = time.Time{}
+		if sent.After(c.fresh) {
+			c.fresh = sent
+		}
 	}
+}
+
+// repair asks for a sync to fill a gap, unless one asked for the same
+// reason is still unanswered and recent.
+func (c *Core) repair(now time.Time) {
+	if !c.repairAsked.IsZero() && now.Sub(c.repairAsked) < c.cfg.Timing.Sync/4 {
+		return
+	}
+	c.repairAsked = now
+	c.requestSync(now)
 }
 
 func (c *Core) report(lost []keyspace.Range, all bool) {

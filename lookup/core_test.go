@@ -614,3 +614,37 @@ func TestAdoptedSyncBringsPollForward(t *testing.T) {
 		t.Fatalf("no poll at the adopted interval: %+v", r)
 	}
 }
+
+// TestGapRepairIsBounded: after a lost push, every later push shows a gap
+// until the repair arrives. One repair request must serve them all, or an
+// overloaded Lookup would ask the Manager for a delta per push and fall
+// further behind.
+func TestGapRepairIsBounded(t *testing.T) {
+	tab := leasetable.New(0)
+	c := newCore()
+	req := oneReq(t, tick(c, base).reqs)
+	step(c, at(10*ms), answer(req.ID, snapshot(tab)))
+	lsn := tab.LSN()
+	// The first change's push is lost; the next ten arrive with gaps.
+	tab.Set(base, kr(0, 10), own("a", 1))
+	var asked []*protocol.SyncRequest
+	for i := range 10 {
+		from := tab.LSN()
+		tab.Set(base, kr(keyspace.Key(10+i), keyspace.Key(11+i)), own("a", keyspace.LGN(2+i)))
+		asked = append(asked, step(c, at(20*ms+time.Duration(i)*ms), push(delta(t, tab, from))).reqs...)
+	}
+	if len(asked) != 1 {
+		t.Fatalf("%d sync requests for one gap, want 1", len(asked))
+	}
+	// The repair's answer fills the gap, and a later gap may ask again.
+	step(c, at(40*ms), answer(asked[0].ID, delta(t, tab, lsn)))
+	sameView(t, c, tab)
+	from := tab.LSN()
+	tab.Set(base, kr(100, 110), own("b", 50))
+	tab.Set(base, kr(110, 120), own("b", 51))
+	u := delta(t, tab, from)
+	u.From, u.Changes = u.From+1, u.Changes[1:] // the first of the two is lost
+	if r := step(c, at(50*ms), push(u)); len(r.reqs) != 1 {
+		t.Fatalf("a new gap after a repair sent %d requests, want 1", len(r.reqs))
+	}
+}

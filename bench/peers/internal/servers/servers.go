@@ -1,0 +1,112 @@
+// Package servers runs the two servers the etcd comparison measures, each
+// meant to be the only thing in its process so that the process's CPU time
+// is the server's.
+package servers
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"time"
+
+	"go.etcd.io/etcd/server/v3/embed"
+
+	"github.com/leasehold/leasehold/manager"
+	"github.com/leasehold/leasehold/protocol"
+)
+
+// TimingForRenew returns protocol.Production() scaled so that Renew is
+// renew: every timer keeps its production ratio to Renew (production renews
+// every 15 s, so renew = 1s gives OwnerLease 4s, ManagerLease 4.33s, Sync 2s,
+// SyncTimeout 5s, LogRetention 20s).
+func TimingForRenew(renew time.Duration) protocol.Timing {
+	p := protocol.Production()
+	scale := func(d time.Duration) time.Duration {
+		return time.Duration(float64(d) * float64(renew) / float64(p.Renew))
+	}
+	return protocol.Timing{
+		OwnerLease:   scale(p.OwnerLease),
+		Renew:        renew,
+		ManagerLease: scale(p.ManagerLease),
+		MaxDrift:     p.MaxDrift,
+		Sync:         scale(p.Sync),
+		SyncTimeout:  scale(p.SyncTimeout),
+		LogRetention: scale(p.LogRetention),
+		BackoffMin:   scale(p.BackoffMin),
+		BackoffMax:   scale(p.BackoffMax),
+	}
+}
+
+// RunLeasehold serves a leasehold Manager with timing t on listen until ctx
+// ends. ready is called with the address once it listens.
+func RunLeasehold(ctx context.Context, listen string, t protocol.Timing, ready func(addr string)) error {
+	srv, err := manager.NewServer(manager.ServerConfig{Timing: t})
+	if err != nil {
+		return err
+	}
+	lis, err := net.Listen("tcp", listen)
+	if err != nil {
+		return err
+	}
+	ready(lis.Addr().String())
+	return srv.Serve(ctx, lis)
+}
+
+// RunEtcd runs a single-member embedded etcd with its data in dir, serving
+// clients on listen (host:port; port 0 picks one), until ctx ends. ready is
+// called with the client address once the server is ready. fsync stays on,
+// as in production.
+func RunEtcd(ctx context.Context, dir, listen string, ready func(addr string)) error {
+	clientAddr, err := freeAddr(listen)
+	if err != nil {
+		return err
+	}
+	host, _, _ := net.SplitHostPort(clientAddr)
+	peerAddr, err := freeAddr(net.JoinHostPort(host, "0"))
+	if err != nil {
+		return err
+	}
+	cu := url.URL{Scheme: "http", Host: clientAddr}
+	pu := url.URL{Scheme: "http", Host: peerAddr}
+	cfg := embed.NewConfig()
+	cfg.Name = "bench"
+	cfg.Dir = dir
+	cfg.ListenClientUrls = []url.URL{cu}
+	cfg.AdvertiseClientUrls = []url.URL{cu}
+	cfg.ListenPeerUrls = []url.URL{pu}
+	cfg.AdvertisePeerUrls = []url.URL{pu}
+	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
+	cfg.LogLevel = "fatal" // its shutdown logs errors; start-up failures are returned
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return err
+	}
+	defer e.Close()
+	select {
+	case <-e.Server.ReadyNotify():
+	case <-time.After(60 * time.Second):
+		return fmt.Errorf("etcd: not ready after 60s")
+	}
+	ready(clientAddr)
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-e.Err():
+		return err
+	}
+}
+
+// freeAddr resolves a port-0 address to a free port (briefly racy, fine
+// on a benchmark machine).
+func freeAddr(listen string) (string, error) {
+	if _, port, err := net.SplitHostPort(listen); err != nil || port != "0" {
+		return listen, err
+	}
+	l, err := net.Listen("tcp", listen)
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
