@@ -39,6 +39,7 @@ type checker struct {
 	everHeld map[*node]map[owner.LeaseNum]bool // leases each Owner run has believed
 
 	violation *Violation
+	off       bool // Config.NoChecks
 }
 
 func newChecker(s *Sim) *checker {
@@ -62,6 +63,9 @@ func (c *checker) fail(name, format string, args ...any) {
 func (c *checker) ownerStarted(n *node) { c.everHeld[n] = map[owner.LeaseNum]bool{} }
 
 func (c *checker) heldNums(n *node) map[owner.LeaseNum]bool {
+	if c.off {
+		return nil
+	}
 	out := map[owner.LeaseNum]bool{}
 	for _, l := range n.own.Held(n.local(c.s.now)) {
 		out[l.Num] = true
@@ -73,6 +77,9 @@ func (c *checker) heldNums(n *node) map[owner.LeaseNum]bool {
 // other Owner believes it holds any key this one now believes it holds: only
 // such a step can start or extend a belief (single copy, P§2).
 func (c *checker) ownerStepped(n *node, before map[owner.LeaseNum]bool) {
+	if c.off {
+		return
+	}
 	mine := n.own.Held(n.local(c.s.now))
 	for _, l := range mine {
 		// Continuity: a lease number believed again after a gap would let
@@ -113,6 +120,9 @@ func (c *checker) ownerChanges(*node, []owner.OwnershipChange) {}
 // change, and turns every unmigrated LGN change of an owned range into an
 // obligation for every Lookup that is up.
 func (c *checker) managerStepped() {
+	if c.off {
+		return
+	}
 	m := c.s.mgr.mgr
 	t := m.Table(namespace)
 	if m.Epoch() != c.shadowEpoch {
@@ -149,6 +159,9 @@ func (c *checker) change(r keyspace.Range, e leasetable.Entry) {
 // managerCrashed: a Manager without a data directory loses its table, so
 // every lease of its epoch is lost now.
 func (c *checker) managerCrashed() {
+	if c.off {
+		return
+	}
 	for _, seg := range c.shadow.Segments() {
 		if seg.Entry.LGN != 0 {
 			c.lost(seg.Range, leaseID{c.shadowEpoch, seg.Entry.LGN})
@@ -187,6 +200,9 @@ func (c *checker) lookupCrashed(n *node) { c.owed[n] = nil }
 
 // lookupLosses discharges the obligations a notification covers.
 func (c *checker) lookupLosses(n *node, losses []lookup.Loss) {
+	if c.off {
+		return
+	}
 	for _, l := range losses {
 		cover := keyspace.NewRangeSet(l.Ranges...)
 		kept := c.owed[n][:0]
@@ -227,6 +243,9 @@ func subtract(s, cover keyspace.RangeSet) keyspace.RangeSet {
 
 // deadlines fails any obligation past its deadline.
 func (c *checker) deadlines() {
+	if c.off {
+		return
+	}
 	for _, l := range c.s.lookups {
 		for _, ob := range c.owed[l] {
 			if c.s.now > ob.deadline {
@@ -243,6 +262,9 @@ func (c *checker) deadlines() {
 // converged checks the quiet system: every Lookup's copy equals the
 // Manager's table, every key is owned, and by the owner the policy names.
 func (c *checker) converged() {
+	if c.off {
+		return
+	}
 	m := c.s.mgr.mgr
 	t := m.Table(namespace)
 	segs := t.Segments()

@@ -50,6 +50,49 @@ type Config struct {
 	ClockSkew bool
 
 	Break *faults.Set // rules to break deliberately
+
+	// StartSpread starts the Owners and Lookups at random times within
+	// StartSpread of the Manager instead of all at once (0): thousands of
+	// Lookups asking for a snapshot in the same millisecond would hold
+	// thousands of copies of the table in flight at once.
+	StartSpread time.Duration
+
+	// NoChecks turns the checkers off, for benchmarks at scales where they
+	// cost more than the system they watch: single copy compares every
+	// stepping Owner with every other (O(owners²) per step), and recovery
+	// notification follows every loss at every Lookup. With NoChecks a run
+	// reports no Violation and Stats.LossEvents and Notified stay 0; the
+	// message and byte counts are kept. Tests leave it false.
+	NoChecks bool
+	// ThinLookups replaces every lookup.Core by a stand-in that speaks the
+	// same sync protocol to the Manager but keeps no copy of the table (its
+	// LSN only): for measuring the Manager with more Lookups than full
+	// copies fit in memory. It requires NoChecks, and Control.Route finds
+	// nothing.
+	ThinLookups bool
+	// Probe, if set, is told how long each call into the Manager core takes
+	// on the real clock, and every message the Manager sends or receives.
+	Probe Probe
+	// Stopwatch is the real clock Probe's timings are read from; nil:
+	// time.Now. Only the measurement reads it: the run stays a pure
+	// function of the Config.
+	Stopwatch func() time.Time
+	// Script, if set, is called once before the run starts with a Control
+	// through which it can schedule crashes, restarts and probes of its own.
+	Script func(*Control)
+}
+
+// Probe observes the Manager of a run, for benchmarks. Its methods are
+// called from the goroutine running Run, never concurrently.
+type Probe interface {
+	// ManagerWork reports one call into the Manager core (StepLease,
+	// StepSync, Tick or Ready) at virtual time at that took took of real
+	// time.
+	ManagerWork(at, took time.Duration)
+	// ManagerTraffic reports a message of about bytes bytes (the wireSize
+	// estimate) that the Manager sent (out) or received (!out) at virtual
+	// time at.
+	ManagerTraffic(at time.Duration, bytes int, out bool)
 }
 
 // ConvergenceBound is how long after faults stop every Lookup's copy equals

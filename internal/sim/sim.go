@@ -40,7 +40,8 @@ type node struct {
 	mgr     *manager.Core
 	own     *owner.Core
 	look    *lookup.Core
-	session uint64 // the Lookup's session with the Manager
+	thin    *thinLookup // instead of look, with Config.ThinLookups
+	session uint64      // the Lookup's session with the Manager
 }
 
 // local is the node's clock reading at virtual real time t.
@@ -109,6 +110,7 @@ type Sim struct {
 	nextPart int
 	chk      *checker
 	stats    Stats
+	stopped  bool // Control.Stop was called
 }
 
 // Stats describes a run.
@@ -158,6 +160,9 @@ func (v *Violation) Error() string {
 
 // Run runs cfg to the end or to the first violation.
 func Run(cfg Config) Result {
+	if cfg.ThinLookups && !cfg.NoChecks {
+		panic("sim: ThinLookups requires NoChecks: the checkers read every Lookup's copy")
+	}
 	if !cfg.Unvalidated {
 		if err := cfg.Timing.Validate(); err != nil {
 			panic(err)
@@ -173,6 +178,7 @@ func Run(cfg Config) Result {
 		bySess:  map[uint64]*node{},
 	}
 	s.chk = newChecker(s)
+	s.chk.off = cfg.NoChecks
 	s.mgr = s.addNode(managerNode, 0, "manager")
 	for i := range cfg.Owners {
 		n := s.addNode(ownerNode, i, fmt.Sprintf("owner-%02d", i))
@@ -184,13 +190,26 @@ func Run(cfg Config) Result {
 	}
 	s.faulting = true
 	for _, n := range s.nodes {
+		if cfg.StartSpread > 0 && n != s.mgr {
+			s.at(s.uniform(0, cfg.StartSpread), func() {
+				if !n.up {
+					s.start(n)
+				}
+			})
+			continue
+		}
 		s.start(n)
 	}
 	s.scheduleFaults()
 	s.at(cfg.FaultTime, s.stopFaults)
 	end := cfg.FaultTime + cfg.SettleTime
-	s.every(s.chk.bound/8, end, s.chk.deadlines)
-	for s.q.Len() > 0 && s.chk.violation == nil {
+	if !cfg.NoChecks {
+		s.every(s.chk.bound/8, end, s.chk.deadlines)
+	}
+	if cfg.Script != nil {
+		cfg.Script(&Control{s: s, end: end})
+	}
+	for s.q.Len() > 0 && s.chk.violation == nil && !s.stopped {
 		e := heap.Pop(&s.q).(*event)
 		if e.at > end {
 			break
@@ -212,12 +231,30 @@ func Run(cfg Config) Result {
 		s.stats.Segments = t.Len()
 	}
 	for _, l := range s.lookups {
-		if l.up {
+		if l.up && l.look != nil {
 			s.stats.ViewBytes = l.look.View().Bytes()
 			break
 		}
 	}
 	return Result{Seed: cfg.Seed, Violation: s.chk.violation, Stats: s.stats}
+}
+
+// clock reads the real clock that times Manager calls, if anyone listens.
+func (s *Sim) clock() time.Time {
+	switch {
+	case s.cfg.Probe == nil:
+		return time.Time{}
+	case s.cfg.Stopwatch != nil:
+		return s.cfg.Stopwatch()
+	}
+	return time.Now()
+}
+
+// work reports a Manager call that started at t0 (from clock).
+func (s *Sim) work(t0 time.Time) {
+	if s.cfg.Probe != nil {
+		s.cfg.Probe.ManagerWork(s.now, s.clock().Sub(t0))
+	}
 }
 
 func (s *Sim) addNode(k kind, idx int, name string) *node {
@@ -273,11 +310,17 @@ func (s *Sim) tick(n *node) {
 	now := n.local(s.now)
 	switch n.kind {
 	case managerNode:
+		t0 := s.clock()
 		n.mgr.Tick(now)
+		s.work(t0)
 	case ownerNode:
 		n.own.Tick(now)
 	case lookupNode:
-		n.look.Tick(now)
+		if n.thin != nil {
+			n.thin.tick(now)
+		} else {
+			n.look.Tick(now)
+		}
 	}
 	s.after(n)
 }
@@ -292,18 +335,23 @@ func (s *Sim) trace(n *node, format string, args ...any) {
 
 func (s *Sim) deliver(n *node, e *event) {
 	now := n.local(s.now)
-	if m, ok := e.msg.(*protocol.SyncResponse); ok {
+	if m, ok := e.msg.(*protocol.SyncResponse); ok && traceNode != "" && n.look != nil {
 		s.trace(n, "recv id=%d epoch=%d snap=%v from=%d to=%d changes=%d viewLSN=%d", m.ID, m.Epoch, m.Update.Snapshot, m.Update.From, m.Update.To, len(m.Update.Changes), n.look.View().LSN())
 	}
 	switch n.kind {
 	case managerNode:
 		var err error
+		if s.cfg.Probe != nil {
+			s.cfg.Probe.ManagerTraffic(s.now, wireSize(e.msg), false)
+		}
+		t0 := s.clock()
 		switch m := e.msg.(type) {
 		case *protocol.LeaseRequest:
 			err = n.mgr.StepLease(now, m)
 		case *protocol.SyncRequest:
 			err = n.mgr.StepSync(now, s.nodes[e.from].session, m)
 		}
+		s.work(t0)
 		if err != nil {
 			panic(fmt.Sprintf("manager rejected a well-formed message: %v", err))
 		}
@@ -316,7 +364,11 @@ func (s *Sim) deliver(n *node, e *event) {
 		s.chk.ownerStepped(n, before)
 	case lookupNode:
 		m := e.msg.(*protocol.SyncResponse)
-		n.look.Step(now, m)
+		if n.thin != nil {
+			n.thin.step(now, m)
+		} else {
+			n.look.Step(now, m)
+		}
 	}
 	s.after(n)
 }
@@ -328,7 +380,10 @@ func (s *Sim) after(n *node) {
 	switch n.kind {
 	case managerNode:
 		s.chk.managerStepped()
+		t0 := s.clock()
 		r := n.mgr.Ready()
+		deadline = n.mgr.NextDeadline()
+		s.work(t0)
 		for _, m := range r.Owners {
 			if to := s.byOwner[m.To]; to != nil {
 				s.send(n, to, m.Msg)
@@ -339,7 +394,6 @@ func (s *Sim) after(n *node) {
 				s.send(n, to, m.Msg)
 			}
 		}
-		deadline = n.mgr.NextDeadline()
 	case ownerNode:
 		out, changes := n.own.Ready()
 		for _, m := range out {
@@ -351,6 +405,13 @@ func (s *Sim) after(n *node) {
 		}
 		deadline = n.own.NextDeadline()
 	case lookupNode:
+		if n.thin != nil {
+			for _, m := range n.thin.ready() {
+				s.send(n, s.mgr, m)
+			}
+			deadline = n.thin.nextDeadline()
+			break
+		}
 		out, losses := n.look.Ready()
 		for _, l := range losses {
 			s.trace(n, "loss all=%v %d ranges", l.All, len(l.Ranges))
@@ -393,6 +454,9 @@ func (s *Sim) index(n *node) int {
 func (s *Sim) send(from, to *node, msg any) {
 	s.stats.Messages++
 	size := wireSize(msg)
+	if from.kind == managerNode && s.cfg.Probe != nil {
+		s.cfg.Probe.ManagerTraffic(s.now, size, true)
+	}
 	if from.kind == ownerNode || to.kind == ownerNode {
 		s.stats.LeaseMessages++
 		s.stats.LeaseBytes += int64(size)
@@ -459,6 +523,10 @@ func (s *Sim) start(n *node) {
 		delete(s.bySess, n.session)
 		n.session = uint64(n.idx)<<32 | n.inc
 		s.bySess[n.session] = n
+		if s.cfg.ThinLookups {
+			n.thin = newThinLookup(s.cfg.Timing, now)
+			break
+		}
 		n.look = lookup.NewCore(lookup.CoreConfig{Namespace: namespace, Timing: s.cfg.Timing, Faults: s.cfg.Break}, now)
 		s.chk.lookupStarted(n)
 	}

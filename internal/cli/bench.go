@@ -1,0 +1,111 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/leasehold/leasehold/internal/bench"
+)
+
+func init() { register(newBenchCommand) }
+
+type benchOptions struct {
+	out   string
+	seed  uint64
+	smoke bool
+}
+
+func newBenchCommand(e *env) *cobra.Command {
+	var o benchOptions
+	var list []string
+	for _, s := range bench.Scenarios() {
+		list = append(list, fmt.Sprintf("  %-8s %s", s[0], s[1]))
+	}
+	cmd := &cobra.Command{
+		Use:   "bench SCENARIO",
+		Short: "Run an experiment of the papers on the simulation and write CSV, PNG plots and a summary",
+		Long: `bench runs one of the evaluation experiments of the Centrifuge and PRS papers on the
+deterministic simulation, with production timings in virtual time (an hour of the
+system takes minutes), and writes a CSV file per series, a PNG plot per figure and a
+summary (also printed) to --out. Scenarios:
+
+` + strings.Join(list, "\n") + `
+
+The Manager's CPU is real time spent in its core per virtual second, on this machine;
+its network load is the simulation's estimate of the bytes it sends and receives.`,
+		Args: cobra.ExactArgs(1),
+		RunE: run(func(ctx context.Context, args []string) error { return o.run(ctx, e, args[0]) }),
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.out, "out", "bench-out", "the folder to write CSV, PNG and summary files to")
+	f.Uint64Var(&o.seed, "seed", 1, "the simulation seed")
+	f.BoolVar(&o.smoke, "smoke", false, "a tiny run of the scenario (seconds), to try the command")
+	return cmd
+}
+
+func (o *benchOptions) run(ctx context.Context, e *env, name string) error {
+	known := false
+	for _, s := range bench.Scenarios() {
+		known = known || s[0] == name
+	}
+	if !known {
+		return usagef("unknown scenario %q", name)
+	}
+	opts := bench.Options{Seed: o.seed}
+	if o.smoke {
+		opts.Size = bench.Smoke
+	}
+	if bar := newProgressBar(e.stdout, e.stderr); bar != nil {
+		opts.Progress = bar.update
+		defer bar.finish()
+	}
+	r, err := bench.Run(ctx, name, opts)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil // a clean stop on SIGINT
+		}
+		return err
+	}
+	files, err := r.Write(o.out, e.stdout)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "\nwrote %d files to %s\n", len(files), o.out)
+	return nil
+}
+
+// progressBar draws on stderr, only when stdout is a terminal.
+type progressBar struct {
+	w     io.Writer
+	start time.Time
+	last  time.Time
+}
+
+func newProgressBar(stdout, stderr io.Writer) *progressBar {
+	f, ok := stdout.(*os.File)
+	if !ok || !term.IsTerminal(int(f.Fd())) {
+		return nil
+	}
+	return &progressBar{w: stderr, start: time.Now()}
+}
+
+func (b *progressBar) update(done float64, step string) {
+	now := time.Now()
+	if now.Sub(b.last) < 100*time.Millisecond && done < 1 {
+		return
+	}
+	b.last = now
+	const width = 30
+	n := int(done * width)
+	fmt.Fprintf(b.w, "\r\033[K[%s%s] %3.0f%% %s %s", strings.Repeat("#", n), strings.Repeat(".", width-n),
+		100*done, now.Sub(b.start).Round(time.Second), step)
+}
+
+func (b *progressBar) finish() { fmt.Fprint(b.w, "\r\033[K") }

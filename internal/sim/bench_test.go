@@ -1,0 +1,60 @@
+package sim
+
+import (
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/protocol"
+)
+
+type countingProbe struct {
+	calls      int
+	in, out    int64
+	lastWorkAt time.Duration
+}
+
+func (p *countingProbe) ManagerWork(at, took time.Duration) { p.calls++; p.lastWorkAt = at }
+func (p *countingProbe) ManagerTraffic(at time.Duration, bytes int, out bool) {
+	if out {
+		p.out += int64(bytes)
+	} else {
+		p.in += int64(bytes)
+	}
+}
+
+// TestThinLookupsLoadTheManagerAlike checks the benchmark options: thin
+// Lookups cost the Manager what full ones do, and the Probe sees the
+// Manager's work and traffic.
+func TestThinLookupsLoadTheManagerAlike(t *testing.T) {
+	run := func(thin bool) (Result, *countingProbe) {
+		p := &countingProbe{}
+		r := Run(Config{
+			// Enough Owners and delay jitter that pushes overtake each other
+			// and Lookups repair gaps.
+			Seed: 3, Owners: 60, Lookups: 40, Timing: protocol.Production(), FaultTime: 10 * time.Minute,
+			SettleTime: time.Nanosecond, MinDelay: 5 * time.Millisecond, ClockSkew: true, StartSpread: time.Minute,
+			OwnerCrashEvery: time.Minute, LookupCrashEvery: time.Minute,
+			NoChecks: true, ThinLookups: thin, Probe: p,
+		})
+		return r, p
+	}
+	full, fp := run(false)
+	thin, tp := run(true)
+	if full.Violation != nil || thin.Violation != nil {
+		t.Fatalf("a run with NoChecks reported %v / %v", full.Violation, thin.Violation)
+	}
+	t.Logf("full: %d sync bytes, probe %d calls, %d in, %d out", full.Stats.SyncBytes, fp.calls, fp.in, fp.out)
+	t.Logf("thin: %d sync bytes, probe %d calls, %d in, %d out", thin.Stats.SyncBytes, tp.calls, tp.in, tp.out)
+	if fp.calls == 0 || fp.in == 0 || fp.out == 0 {
+		t.Fatal("the probe saw nothing")
+	}
+	if full.Stats.OwnerCrashes == 0 || full.Stats.LookupCrashes == 0 {
+		t.Fatal("no churn")
+	}
+	// The same requests at the same instants: the same run, message for
+	// message.
+	if thin.Stats.SyncBytes != full.Stats.SyncBytes || thin.Stats.Messages != full.Stats.Messages || tp.in != fp.in || tp.out != fp.out {
+		t.Errorf("thin Lookups: %d messages, %d sync bytes; full ones: %d messages, %d sync bytes",
+			thin.Stats.Messages, thin.Stats.SyncBytes, full.Stats.Messages, full.Stats.SyncBytes)
+	}
+}

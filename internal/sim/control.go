@@ -1,0 +1,114 @@
+package sim
+
+import (
+	"time"
+
+	"github.com/leasehold/leasehold/keyspace"
+)
+
+// Control is how a Config.Script acts on a run: it schedules functions at
+// virtual times, crashes and starts Owners and Lookups, and asks a Lookup
+// where a key lives and that Owner whether it holds the key — what a
+// frontend of the application does. Its methods must be called from Script
+// or from functions it scheduled, never concurrently.
+type Control struct {
+	s   *Sim
+	end time.Duration
+}
+
+// Now is the current virtual time.
+func (c *Control) Now() time.Duration { return c.s.now }
+
+// End is the virtual time at which the run ends.
+func (c *Control) End() time.Duration { return c.end }
+
+// Owners is the number of Owners; they are numbered from 0.
+func (c *Control) Owners() int { return len(c.s.owners) }
+
+// Lookups is the number of Lookups; they are numbered from 0.
+func (c *Control) Lookups() int { return len(c.s.lookups) }
+
+// At runs fn at virtual time t (at once, after the current event, if t is
+// past).
+func (c *Control) At(t time.Duration, fn func()) { c.s.at(max(t, c.s.now), fn) }
+
+// Every runs fn every d of virtual time from now until the end of the run.
+func (c *Control) Every(d time.Duration, fn func()) {
+	var tick func()
+	tick = func() {
+		fn()
+		if c.s.now+d <= c.end {
+			c.s.at(c.s.now+d, tick)
+		}
+	}
+	c.s.at(c.s.now+d, tick)
+}
+
+// Stats is the run's statistics so far.
+func (c *Control) Stats() Stats { return c.s.stats }
+
+// OwnerUp reports whether Owner i is running.
+func (c *Control) OwnerUp(i int) bool { return c.s.owners[i].up }
+
+// CrashOwner stops Owner i, losing all its state.
+func (c *Control) CrashOwner(i int) { c.s.crash(c.s.owners[i]) }
+
+// StartOwner starts Owner i again as a new incarnation, if it is down.
+func (c *Control) StartOwner(i int) { c.startIfDown(c.s.owners[i]) }
+
+// RestartOwner crashes Owner i and starts it again after down.
+func (c *Control) RestartOwner(i int, down time.Duration) {
+	c.CrashOwner(i)
+	c.At(c.s.now+down, func() { c.StartOwner(i) })
+}
+
+// CrashLookup stops Lookup i, losing its copy of the table.
+func (c *Control) CrashLookup(i int) { c.s.crash(c.s.lookups[i]) }
+
+// StartLookup starts Lookup i again with an empty copy, if it is down.
+func (c *Control) StartLookup(i int) { c.startIfDown(c.s.lookups[i]) }
+
+// RestartLookup crashes Lookup i and starts it again after down.
+func (c *Control) RestartLookup(i int, down time.Duration) {
+	c.CrashLookup(i)
+	c.At(c.s.now+down, func() { c.StartLookup(i) })
+}
+
+func (c *Control) startIfDown(n *node) {
+	if !n.up {
+		c.s.start(n)
+	}
+}
+
+// Route asks Lookup i which Owner its copy names for key: the Owner's
+// number, or ok false if the Lookup is down or its copy names nobody.
+func (c *Control) Route(i int, key keyspace.Key) (owner int, ok bool) {
+	l := c.s.lookups[i]
+	if !l.up || l.look == nil {
+		return 0, false
+	}
+	name, _, _, ok := l.look.Lookup(key)
+	if !ok {
+		return 0, false
+	}
+	o := c.s.byOwner[name]
+	if o == nil {
+		return 0, false
+	}
+	return o.idx, true
+}
+
+// Holds reports whether Owner i is up and holds a lease on key now, by its
+// own clock: CheckLeaseNow (C§3.2).
+func (c *Control) Holds(i int, key keyspace.Key) bool {
+	o := c.s.owners[i]
+	if !o.up {
+		return false
+	}
+	_, ok := o.own.CheckLeaseNow(o.local(c.s.now), key)
+	return ok
+}
+
+// Stop ends the run after the current event (a benchmark was cancelled).
+// The end-of-run checks still run.
+func (c *Control) Stop() { c.s.stopped = true }
