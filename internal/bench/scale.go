@@ -128,7 +128,6 @@ func scaleReport(results []scaleResult, warm, measure time.Duration, fullUpTo in
 		"restarts after a downtime of up to 195 s (Owners) / 150 s (Lookups)", warm, measure)
 	cpu.Ours, net.Ours = ours, ours
 	table := [][]string{{"owners", "lookups", "lookup copies", "churn", "restarts", "manager CPU", "manager net", "manager msgs/s", "real time"}}
-	big := results[len(results)-1] // the paper's largest point, 500 Owners with churn, if we ran it
 	for _, churn := range []bool{false, true} {
 		name := "no churn"
 		if churn {
@@ -142,9 +141,6 @@ func scaleReport(results []scaleResult, warm, measure time.Duration, fullUpTo in
 			x = append(x, float64(r.owners+r.lookups))
 			yc = append(yc, 100*r.cpu)
 			yn = append(yn, r.bytes/1000)
-			if churn && r.owners == 500 {
-				big = r
-			}
 		}
 		cpu.Series = append(cpu.Series, Series{Name: name, X: x, Y: yc})
 		net.Series = append(net.Series, Series{Name: name, X: x, Y: yn})
@@ -156,12 +152,18 @@ func scaleReport(results []scaleResult, warm, measure time.Duration, fullUpTo in
 			r.took.Round(100 * time.Millisecond).String(),
 		})
 	}
-	last := results[len(results)-1]
-	cpu.Measured = fmt.Sprintf("at %d nodes (%d Owners, %d Lookups) with churn: %.3f%% of one core; "+
-		"at %d nodes with churn (thin Lookups: %v): %.3f%%", big.owners+big.lookups, big.owners, big.lookups, 100*big.cpu,
-		last.owners+last.lookups, last.thin, 100*last.cpu)
-	net.Measured = fmt.Sprintf("at %d nodes with churn: %.1f KB/s; at %d nodes with churn: %.1f KB/s",
-		big.owners+big.lookups, big.bytes/1000, last.owners+last.lookups, last.bytes/1000)
+	// The largest point, without and with churn.
+	var quiet, churned scaleResult
+	for _, r := range results {
+		if r.churn {
+			churned = r
+		} else {
+			quiet = r
+		}
+	}
+	at := fmt.Sprintf("at %d nodes (%d Owners, %d Lookups)", churned.owners+churned.lookups, churned.owners, churned.lookups)
+	cpu.Measured = fmt.Sprintf("%s: %.3f%% of one core without churn, %.3f%% with churn", at, 100*quiet.cpu, 100*churned.cpu)
+	net.Measured = fmt.Sprintf("%s: %.1f KB/s without churn, %.1f KB/s with churn", at, quiet.bytes/1000, churned.bytes/1000)
 	return &Report{
 		Figures: []Figure{cpu, net},
 		Table:   table,
