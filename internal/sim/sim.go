@@ -325,6 +325,9 @@ func (s *Sim) tick(n *node) {
 	s.after(n)
 }
 
+// traceNode names a node whose messages are printed to stdout as the run
+// goes (the -sim.trace flag of the tests, for replaying one seed). It is set
+// before any run starts and only read afterwards.
 var traceNode string
 
 func (s *Sim) trace(n *node, format string, args ...any) {
@@ -356,9 +359,8 @@ func (s *Sim) deliver(n *node, e *event) {
 			panic(fmt.Sprintf("manager rejected a well-formed message: %v", err))
 		}
 	case ownerNode:
-		if m := e.msg.(*protocol.LeaseResponse); true {
-			s.trace(n, "recv resp epoch=%d seq=%d ack=%d inc=%d leases=%d (my inc=%d)", m.Epoch, m.Seq, m.AckSeq, m.Incarnation, len(m.Leases), n.inc)
-		}
+		m := e.msg.(*protocol.LeaseResponse)
+		s.trace(n, "recv resp epoch=%d seq=%d ack=%d inc=%d leases=%d (my inc=%d)", m.Epoch, m.Seq, m.AckSeq, m.Incarnation, len(m.Leases), n.inc)
 		before := s.chk.heldNums(n)
 		n.own.Step(now, e.msg.(*protocol.LeaseResponse))
 		s.chk.ownerStepped(n, before)

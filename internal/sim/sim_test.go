@@ -15,6 +15,7 @@ var (
 	seedsFlag = flag.Int("sim.seeds", 200, "number of seeds per simulation test")
 	soakFlag  = flag.Int("sim.soak", 0, "if set, run this many seeds instead (a long soak)")
 	seedFlag  = flag.Uint64("sim.seed", 0, "replay only this seed")
+	traceFlag = flag.String("sim.trace", "", "with -sim.seed: print the messages of this node (e.g. owner-03, lookup-07)")
 )
 
 // shortLog is Fast with a change log that keeps about one sync period, so
@@ -45,6 +46,7 @@ func seeds(t *testing.T, n int, cfg func(uint64) Config) []Result {
 	list := make([]uint64, 0, n)
 	if *seedFlag != 0 {
 		list = append(list, *seedFlag)
+		traceNode = *traceFlag
 	} else {
 		if *soakFlag > 0 {
 			n = *soakFlag
@@ -69,7 +71,7 @@ func seeds(t *testing.T, n int, cfg func(uint64) Config) []Result {
 }
 
 func replay(t *testing.T, r Result) string {
-	return fmt.Sprintf("seed %d: %v\n  replay: go test ./internal/sim -run '^%s$' -sim.seed %d -v", r.Seed, r.Violation, t.Name(), r.Seed)
+	return fmt.Sprintf("seed %d: %v\n  replay: go test ./internal/sim -run '^%s$' -sim.seed %d -v [-sim.trace NODE]", r.Seed, r.Violation, t.Name(), r.Seed)
 }
 
 func TestSimulationFaulty(t *testing.T) {
