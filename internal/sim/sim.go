@@ -362,7 +362,7 @@ func (s *Sim) deliver(n *node, e *event) {
 		m := e.msg.(*protocol.LeaseResponse)
 		s.trace(n, "recv resp epoch=%d seq=%d ack=%d inc=%d leases=%d (my inc=%d)", m.Epoch, m.Seq, m.AckSeq, m.Incarnation, len(m.Leases), n.inc)
 		before := s.chk.heldNums(n)
-		n.own.Step(now, e.msg.(*protocol.LeaseResponse))
+		n.own.Step(now, m)
 		s.chk.ownerStepped(n, before)
 	case lookupNode:
 		m := e.msg.(*protocol.SyncResponse)
