@@ -424,9 +424,6 @@ func (s *Server) Session(stream pb.Leases_SessionServer) error {
 		if err != nil {
 			return nil, nil, err
 		}
-		if !s.namespaces[req.Namespace] {
-			return nil, nil, fmt.Errorf("%w %q", ErrUnknownNamespace, req.Namespace)
-		}
 		errc := make(chan error, 1)
 		return leaseEvent{st: st, req: req, errc: errc}, errc, nil
 	}, closeEvent{owner: st})
@@ -444,9 +441,6 @@ func (s *Server) Sync(stream pb.Lookups_SyncServer) error {
 		if err != nil {
 			return nil, nil, err
 		}
-		if !s.namespaces[req.Namespace] {
-			return nil, nil, fmt.Errorf("%w %q", ErrUnknownNamespace, req.Namespace)
-		}
 		errc := make(chan error, 1)
 		return syncEvent{st: st, req: req, errc: errc}, errc, nil
 	}, closeEvent{lookup: st})
@@ -454,8 +448,8 @@ func (s *Server) Sync(stream pb.Lookups_SyncServer) error {
 
 // serveStream runs a bidirectional stream: one goroutine sends what the loop
 // queues in out, this one receives, validates and hands requests to the
-// loop. A malformed or unknown-namespace message ends only this stream, with
-// a status that says what was wrong.
+// loop. A malformed message, or one the core refuses (an unknown namespace),
+// ends only this stream, with a status that says what was wrong.
 func serveStream[T any](s *Server, ctx context.Context, out chan T, send func(T) error,
 	recv func() (event, chan error, error), closed event) error {
 	ctx, cancel := context.WithCancel(ctx)
@@ -486,10 +480,10 @@ func serveStream[T any](s *Server, ctx context.Context, out chan T, send func(T)
 		case errors.Is(err, io.EOF):
 			return nil
 		case err != nil:
-			if _, ok := status.FromError(err); ok && !errors.Is(err, ErrUnknownNamespace) && !errors.Is(err, wire.ErrInvalid) {
+			if _, ok := status.FromError(err); ok {
 				return err // the transport's own error
 			}
-			return grpcError(err)
+			return grpcError(err) // a message that did not decode
 		}
 		if !lim.allow() {
 			return status.Errorf(codes.ResourceExhausted, "leasehold: more than %g requests per second on one stream", s.cfg.MaxRequestRate)
