@@ -2,7 +2,6 @@ package lookup
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -82,19 +81,7 @@ type published struct {
 // New starts a Lookup. It returns at once; use WaitSynced to wait for the
 // first copy of the table.
 func New(ctx context.Context, cfg Config) (*Lookup, error) {
-	if cfg.Namespace == "" {
-		cfg.Namespace = "default"
-	}
-	if cfg.Timing == (protocol.Timing{}) {
-		cfg.Timing = protocol.Production()
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	if cfg.Manager == "" {
-		return nil, errors.New("lookup: Config.Manager (the Manager's address) is required")
-	}
-	if err := cfg.Timing.Validate(); err != nil {
+	if err := (runtime.Common{Manager: &cfg.Manager, Namespace: &cfg.Namespace, Timing: &cfg.Timing, Logger: &cfg.Logger}).Normalize("lookup"); err != nil {
 		return nil, err
 	}
 	conn, err := runtime.Dial(cfg.Manager, cfg.DialOptions)

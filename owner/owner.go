@@ -44,26 +44,19 @@ type Config struct {
 }
 
 func (c *Config) validate() error {
-	if c.Namespace == "" {
-		c.Namespace = "default"
-	}
-	if c.Timing == (protocol.Timing{}) {
-		c.Timing = protocol.Production()
-	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
+	if err := (runtime.Common{Manager: &c.Manager, Namespace: &c.Namespace, Timing: &c.Timing, Logger: &c.Logger}).Normalize("owner"); err != nil {
+		return err
 	}
 	switch {
-	case c.Manager == "":
-		return errors.New("owner: Config.Manager (the Manager's address) is required")
 	case c.ID == "":
 		return errors.New("owner: Config.ID is required")
 	case c.Addr == "":
 		return errors.New("owner: Config.Addr (where frontends reach this owner) is required")
-	case len(c.ID) > wire.MaxStringLen || len(c.Addr) > wire.MaxStringLen || len(c.Namespace) > wire.MaxStringLen:
-		return fmt.Errorf("owner: ID, Addr and Namespace must be at most %d bytes", wire.MaxStringLen)
 	}
-	return c.Timing.Validate()
+	if err := runtime.CheckName("owner", "ID", c.ID); err != nil {
+		return err
+	}
+	return runtime.CheckName("owner", "Addr", c.Addr)
 }
 
 // Owner is the Owner library: it keeps this server's leases with the

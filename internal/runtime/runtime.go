@@ -4,13 +4,18 @@ package runtime
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/leasehold/leasehold/internal/wire"
+	"github.com/leasehold/leasehold/protocol"
 )
 
 // Upcalls delivers values to a callback on one goroutine, in order, never
@@ -180,4 +185,43 @@ func pump[S, R, D any](ctx context.Context, log *slog.Logger,
 			return ctx.Err()
 		}
 	}
+}
+
+// Common holds the configuration every client runtime shares, with the
+// defaults applied by Normalize.
+type Common struct {
+	Manager   *string
+	Namespace *string
+	Timing    *protocol.Timing
+	Logger    **slog.Logger
+}
+
+// Normalize fills in defaults ("default" namespace, production timings, a
+// discarding logger) and reports a configuration the Manager would refuse,
+// naming the package (owner, lookup) in the error.
+func (c Common) Normalize(pkg string) error {
+	if *c.Namespace == "" {
+		*c.Namespace = "default"
+	}
+	if *c.Timing == (protocol.Timing{}) {
+		*c.Timing = protocol.Production()
+	}
+	if *c.Logger == nil {
+		*c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if *c.Manager == "" {
+		return fmt.Errorf("%s: Config.Manager (the Manager's address) is required", pkg)
+	}
+	if err := CheckName(pkg, "Namespace", *c.Namespace); err != nil {
+		return err
+	}
+	return c.Timing.Validate()
+}
+
+// CheckName reports a name the wire protocol would refuse.
+func CheckName(pkg, field, s string) error {
+	if len(s) > wire.MaxStringLen || !utf8.ValidString(s) {
+		return fmt.Errorf("%s: Config.%s must be valid UTF-8 of at most %d bytes", pkg, field, wire.MaxStringLen)
+	}
+	return nil
 }
