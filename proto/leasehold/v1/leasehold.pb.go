@@ -1012,9 +1012,11 @@ func (x *NamespaceStatus) GetOwners() []*OwnerStatus {
 }
 
 type StatusResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Epoch         uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
-	Namespaces    []*NamespaceStatus     `protobuf:"bytes,2,rep,name=namespaces,proto3" json:"namespaces,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Epoch      uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Namespaces []*NamespaceStatus     `protobuf:"bytes,2,rep,name=namespaces,proto3" json:"namespaces,omitempty"`
+	// cluster is the Manager's Raft group as this replica sees it.
+	Cluster       *Cluster `protobuf:"bytes,3,opt,name=cluster,proto3" json:"cluster,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1061,6 +1063,456 @@ func (x *StatusResponse) GetNamespaces() []*NamespaceStatus {
 		return x.Namespaces
 	}
 	return nil
+}
+
+func (x *StatusResponse) GetCluster() *Cluster {
+	if x != nil {
+		return x.Cluster
+	}
+	return nil
+}
+
+// Cluster describes the Manager's Raft group as one replica sees it. Only
+// the leader knows its peers' progress, so a follower's match fields are 0.
+type Cluster struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id is the answering replica's Raft ID.
+	Id uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// role is the answering replica's Raft state: "leader", "follower",
+	// "candidate" or "pre-candidate".
+	Role string `protobuf:"bytes,2,opt,name=role,proto3" json:"role,omitempty"`
+	// leader is the Raft ID of the leader this replica knows of; 0 when it
+	// knows of none.
+	Leader uint64 `protobuf:"varint,3,opt,name=leader,proto3" json:"leader,omitempty"`
+	// leader_addr is the leader's client address (where Owners, Lookups and
+	// operators reach it); empty when the leader or its address is unknown.
+	LeaderAddr string `protobuf:"bytes,4,opt,name=leader_addr,json=leaderAddr,proto3" json:"leader_addr,omitempty"`
+	// term is the replica's current Raft term.
+	Term uint64 `protobuf:"varint,5,opt,name=term,proto3" json:"term,omitempty"`
+	// commit is the index of the replica's highest committed log entry.
+	Commit uint64 `protobuf:"varint,6,opt,name=commit,proto3" json:"commit,omitempty"`
+	// applied is the index of the highest log entry the replica has applied
+	// to its state.
+	Applied uint64 `protobuf:"varint,7,opt,name=applied,proto3" json:"applied,omitempty"`
+	// peers lists every member of the group, the answering replica included.
+	Peers         []*Peer `protobuf:"bytes,8,rep,name=peers,proto3" json:"peers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Cluster) Reset() {
+	*x = Cluster{}
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Cluster) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Cluster) ProtoMessage() {}
+
+func (x *Cluster) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Cluster.ProtoReflect.Descriptor instead.
+func (*Cluster) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *Cluster) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *Cluster) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *Cluster) GetLeader() uint64 {
+	if x != nil {
+		return x.Leader
+	}
+	return 0
+}
+
+func (x *Cluster) GetLeaderAddr() string {
+	if x != nil {
+		return x.LeaderAddr
+	}
+	return ""
+}
+
+func (x *Cluster) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
+func (x *Cluster) GetCommit() uint64 {
+	if x != nil {
+		return x.Commit
+	}
+	return 0
+}
+
+func (x *Cluster) GetApplied() uint64 {
+	if x != nil {
+		return x.Applied
+	}
+	return 0
+}
+
+func (x *Cluster) GetPeers() []*Peer {
+	if x != nil {
+		return x.Peers
+	}
+	return nil
+}
+
+// Peer is one member of the Manager's Raft group.
+type Peer struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id is the member's Raft ID, never 0.
+	Id uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// addr is the member's peer address: where the other replicas send it
+	// Raft messages.
+	Addr string `protobuf:"bytes,2,opt,name=addr,proto3" json:"addr,omitempty"`
+	// client_addr is the member's client address: where Owners, Lookups and
+	// operators reach it.
+	ClientAddr string `protobuf:"bytes,3,opt,name=client_addr,json=clientAddr,proto3" json:"client_addr,omitempty"`
+	// voter is true for a voting member, false for a learner.
+	Voter bool `protobuf:"varint,4,opt,name=voter,proto3" json:"voter,omitempty"`
+	// match is the highest log index known to be replicated to the member,
+	// as tracked by the leader; 0 when the answering replica is not the
+	// leader.
+	Match         uint64 `protobuf:"varint,5,opt,name=match,proto3" json:"match,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Peer) Reset() {
+	*x = Peer{}
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Peer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Peer) ProtoMessage() {}
+
+func (x *Peer) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Peer.ProtoReflect.Descriptor instead.
+func (*Peer) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *Peer) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *Peer) GetAddr() string {
+	if x != nil {
+		return x.Addr
+	}
+	return ""
+}
+
+func (x *Peer) GetClientAddr() string {
+	if x != nil {
+		return x.ClientAddr
+	}
+	return ""
+}
+
+func (x *Peer) GetVoter() bool {
+	if x != nil {
+		return x.Voter
+	}
+	return false
+}
+
+func (x *Peer) GetMatch() uint64 {
+	if x != nil {
+		return x.Match
+	}
+	return 0
+}
+
+// AddPeerRequest asks the leader to add a member to the Raft group, or to
+// change the addresses of an existing one.
+type AddPeerRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id is the new member's Raft ID; it must not be 0.
+	Id uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// addr is the new member's peer (Raft) address.
+	Addr string `protobuf:"bytes,2,opt,name=addr,proto3" json:"addr,omitempty"`
+	// client_addr is the new member's client address.
+	ClientAddr    string `protobuf:"bytes,3,opt,name=client_addr,json=clientAddr,proto3" json:"client_addr,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddPeerRequest) Reset() {
+	*x = AddPeerRequest{}
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddPeerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddPeerRequest) ProtoMessage() {}
+
+func (x *AddPeerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddPeerRequest.ProtoReflect.Descriptor instead.
+func (*AddPeerRequest) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *AddPeerRequest) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *AddPeerRequest) GetAddr() string {
+	if x != nil {
+		return x.Addr
+	}
+	return ""
+}
+
+func (x *AddPeerRequest) GetClientAddr() string {
+	if x != nil {
+		return x.ClientAddr
+	}
+	return ""
+}
+
+// RemovePeerRequest asks the leader to remove a member from the Raft group.
+type RemovePeerRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id is the Raft ID of the member to remove.
+	Id            uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemovePeerRequest) Reset() {
+	*x = RemovePeerRequest{}
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemovePeerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemovePeerRequest) ProtoMessage() {}
+
+func (x *RemovePeerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemovePeerRequest.ProtoReflect.Descriptor instead.
+func (*RemovePeerRequest) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *RemovePeerRequest) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+// ClusterResponse answers AddPeer and RemovePeer once the configuration
+// change is applied.
+type ClusterResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// cluster is the group as the answering replica sees it after the change.
+	Cluster       *Cluster `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClusterResponse) Reset() {
+	*x = ClusterResponse{}
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterResponse) ProtoMessage() {}
+
+func (x *ClusterResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterResponse.ProtoReflect.Descriptor instead.
+func (*ClusterResponse) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ClusterResponse) GetCluster() *Cluster {
+	if x != nil {
+		return x.Cluster
+	}
+	return nil
+}
+
+// RaftMessage carries one Raft message between Manager replicas.
+type RaftMessage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// message is a raftpb.Message (go.etcd.io/raft/v3/raftpb) in its protobuf
+	// encoding. Its to field must be the receiving replica's Raft ID.
+	Message       []byte `protobuf:"bytes,1,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RaftMessage) Reset() {
+	*x = RaftMessage{}
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RaftMessage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RaftMessage) ProtoMessage() {}
+
+func (x *RaftMessage) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RaftMessage.ProtoReflect.Descriptor instead.
+func (*RaftMessage) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *RaftMessage) GetMessage() []byte {
+	if x != nil {
+		return x.Message
+	}
+	return nil
+}
+
+// RaftAck ends a Raft stream. It carries nothing: delivery is not
+// acknowledged, as Raft retransmits whatever is lost.
+type RaftAck struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RaftAck) Reset() {
+	*x = RaftAck{}
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RaftAck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RaftAck) ProtoMessage() {}
+
+func (x *RaftAck) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RaftAck.ProtoReflect.Descriptor instead.
+func (*RaftAck) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{20}
 }
 
 var File_leasehold_v1_leasehold_proto protoreflect.FileDescriptor
@@ -1144,18 +1596,53 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\bsegments\x18\x03 \x01(\rR\bsegments\x12#\n" +
 	"\rfree_segments\x18\x04 \x01(\rR\ffreeSegments\x12\x18\n" +
 	"\alookups\x18\x05 \x01(\rR\alookups\x121\n" +
-	"\x06owners\x18\x06 \x03(\v2\x19.leasehold.v1.OwnerStatusR\x06owners\"e\n" +
+	"\x06owners\x18\x06 \x03(\v2\x19.leasehold.v1.OwnerStatusR\x06owners\"\x96\x01\n" +
 	"\x0eStatusResponse\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12=\n" +
 	"\n" +
 	"namespaces\x18\x02 \x03(\v2\x1d.leasehold.v1.NamespaceStatusR\n" +
-	"namespaces2P\n" +
+	"namespaces\x12/\n" +
+	"\acluster\x18\x03 \x01(\v2\x15.leasehold.v1.ClusterR\acluster\"\xd6\x01\n" +
+	"\aCluster\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
+	"\x04role\x18\x02 \x01(\tR\x04role\x12\x16\n" +
+	"\x06leader\x18\x03 \x01(\x04R\x06leader\x12\x1f\n" +
+	"\vleader_addr\x18\x04 \x01(\tR\n" +
+	"leaderAddr\x12\x12\n" +
+	"\x04term\x18\x05 \x01(\x04R\x04term\x12\x16\n" +
+	"\x06commit\x18\x06 \x01(\x04R\x06commit\x12\x18\n" +
+	"\aapplied\x18\a \x01(\x04R\aapplied\x12(\n" +
+	"\x05peers\x18\b \x03(\v2\x12.leasehold.v1.PeerR\x05peers\"w\n" +
+	"\x04Peer\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
+	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x1f\n" +
+	"\vclient_addr\x18\x03 \x01(\tR\n" +
+	"clientAddr\x12\x14\n" +
+	"\x05voter\x18\x04 \x01(\bR\x05voter\x12\x14\n" +
+	"\x05match\x18\x05 \x01(\x04R\x05match\"U\n" +
+	"\x0eAddPeerRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
+	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x1f\n" +
+	"\vclient_addr\x18\x03 \x01(\tR\n" +
+	"clientAddr\"#\n" +
+	"\x11RemovePeerRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\"B\n" +
+	"\x0fClusterResponse\x12/\n" +
+	"\acluster\x18\x01 \x01(\v2\x15.leasehold.v1.ClusterR\acluster\"'\n" +
+	"\vRaftMessage\x12\x18\n" +
+	"\amessage\x18\x01 \x01(\fR\amessage\"\t\n" +
+	"\aRaftAck2P\n" +
 	"\x06Leases\x12F\n" +
 	"\aSession\x12\x1a.leasehold.v1.LeaseRequest\x1a\x1b.leasehold.v1.LeaseResponse(\x010\x012L\n" +
 	"\aLookups\x12A\n" +
-	"\x04Sync\x12\x19.leasehold.v1.SyncRequest\x1a\x1a.leasehold.v1.SyncResponse(\x010\x012L\n" +
+	"\x04Sync\x12\x19.leasehold.v1.SyncRequest\x1a\x1a.leasehold.v1.SyncResponse(\x010\x012\xe2\x01\n" +
 	"\x05Admin\x12C\n" +
-	"\x06Status\x12\x1b.leasehold.v1.StatusRequest\x1a\x1c.leasehold.v1.StatusResponseB?Z=github.com/leasehold/leasehold/proto/leasehold/v1;leaseholdv1b\x06proto3"
+	"\x06Status\x12\x1b.leasehold.v1.StatusRequest\x1a\x1c.leasehold.v1.StatusResponse\x12F\n" +
+	"\aAddPeer\x12\x1c.leasehold.v1.AddPeerRequest\x1a\x1d.leasehold.v1.ClusterResponse\x12L\n" +
+	"\n" +
+	"RemovePeer\x12\x1f.leasehold.v1.RemovePeerRequest\x1a\x1d.leasehold.v1.ClusterResponse2B\n" +
+	"\x04Raft\x12:\n" +
+	"\x04Send\x12\x19.leasehold.v1.RaftMessage\x1a\x15.leasehold.v1.RaftAck(\x01B?Z=github.com/leasehold/leasehold/proto/leasehold/v1;leaseholdv1b\x06proto3"
 
 var (
 	file_leasehold_v1_leasehold_proto_rawDescOnce sync.Once
@@ -1169,22 +1656,29 @@ func file_leasehold_v1_leasehold_proto_rawDescGZIP() []byte {
 	return file_leasehold_v1_leasehold_proto_rawDescData
 }
 
-var file_leasehold_v1_leasehold_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_leasehold_v1_leasehold_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_leasehold_v1_leasehold_proto_goTypes = []any{
-	(*Range)(nil),           // 0: leasehold.v1.Range
-	(*Lease)(nil),           // 1: leasehold.v1.Lease
-	(*LeaseRequest)(nil),    // 2: leasehold.v1.LeaseRequest
-	(*LeaseResponse)(nil),   // 3: leasehold.v1.LeaseResponse
-	(*Entry)(nil),           // 4: leasehold.v1.Entry
-	(*Change)(nil),          // 5: leasehold.v1.Change
-	(*Segment)(nil),         // 6: leasehold.v1.Segment
-	(*Update)(nil),          // 7: leasehold.v1.Update
-	(*SyncRequest)(nil),     // 8: leasehold.v1.SyncRequest
-	(*SyncResponse)(nil),    // 9: leasehold.v1.SyncResponse
-	(*StatusRequest)(nil),   // 10: leasehold.v1.StatusRequest
-	(*OwnerStatus)(nil),     // 11: leasehold.v1.OwnerStatus
-	(*NamespaceStatus)(nil), // 12: leasehold.v1.NamespaceStatus
-	(*StatusResponse)(nil),  // 13: leasehold.v1.StatusResponse
+	(*Range)(nil),             // 0: leasehold.v1.Range
+	(*Lease)(nil),             // 1: leasehold.v1.Lease
+	(*LeaseRequest)(nil),      // 2: leasehold.v1.LeaseRequest
+	(*LeaseResponse)(nil),     // 3: leasehold.v1.LeaseResponse
+	(*Entry)(nil),             // 4: leasehold.v1.Entry
+	(*Change)(nil),            // 5: leasehold.v1.Change
+	(*Segment)(nil),           // 6: leasehold.v1.Segment
+	(*Update)(nil),            // 7: leasehold.v1.Update
+	(*SyncRequest)(nil),       // 8: leasehold.v1.SyncRequest
+	(*SyncResponse)(nil),      // 9: leasehold.v1.SyncResponse
+	(*StatusRequest)(nil),     // 10: leasehold.v1.StatusRequest
+	(*OwnerStatus)(nil),       // 11: leasehold.v1.OwnerStatus
+	(*NamespaceStatus)(nil),   // 12: leasehold.v1.NamespaceStatus
+	(*StatusResponse)(nil),    // 13: leasehold.v1.StatusResponse
+	(*Cluster)(nil),           // 14: leasehold.v1.Cluster
+	(*Peer)(nil),              // 15: leasehold.v1.Peer
+	(*AddPeerRequest)(nil),    // 16: leasehold.v1.AddPeerRequest
+	(*RemovePeerRequest)(nil), // 17: leasehold.v1.RemovePeerRequest
+	(*ClusterResponse)(nil),   // 18: leasehold.v1.ClusterResponse
+	(*RaftMessage)(nil),       // 19: leasehold.v1.RaftMessage
+	(*RaftAck)(nil),           // 20: leasehold.v1.RaftAck
 }
 var file_leasehold_v1_leasehold_proto_depIdxs = []int32{
 	0,  // 0: leasehold.v1.Lease.range:type_name -> leasehold.v1.Range
@@ -1199,17 +1693,26 @@ var file_leasehold_v1_leasehold_proto_depIdxs = []int32{
 	7,  // 9: leasehold.v1.SyncResponse.update:type_name -> leasehold.v1.Update
 	11, // 10: leasehold.v1.NamespaceStatus.owners:type_name -> leasehold.v1.OwnerStatus
 	12, // 11: leasehold.v1.StatusResponse.namespaces:type_name -> leasehold.v1.NamespaceStatus
-	2,  // 12: leasehold.v1.Leases.Session:input_type -> leasehold.v1.LeaseRequest
-	8,  // 13: leasehold.v1.Lookups.Sync:input_type -> leasehold.v1.SyncRequest
-	10, // 14: leasehold.v1.Admin.Status:input_type -> leasehold.v1.StatusRequest
-	3,  // 15: leasehold.v1.Leases.Session:output_type -> leasehold.v1.LeaseResponse
-	9,  // 16: leasehold.v1.Lookups.Sync:output_type -> leasehold.v1.SyncResponse
-	13, // 17: leasehold.v1.Admin.Status:output_type -> leasehold.v1.StatusResponse
-	15, // [15:18] is the sub-list for method output_type
-	12, // [12:15] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	14, // 12: leasehold.v1.StatusResponse.cluster:type_name -> leasehold.v1.Cluster
+	15, // 13: leasehold.v1.Cluster.peers:type_name -> leasehold.v1.Peer
+	14, // 14: leasehold.v1.ClusterResponse.cluster:type_name -> leasehold.v1.Cluster
+	2,  // 15: leasehold.v1.Leases.Session:input_type -> leasehold.v1.LeaseRequest
+	8,  // 16: leasehold.v1.Lookups.Sync:input_type -> leasehold.v1.SyncRequest
+	10, // 17: leasehold.v1.Admin.Status:input_type -> leasehold.v1.StatusRequest
+	16, // 18: leasehold.v1.Admin.AddPeer:input_type -> leasehold.v1.AddPeerRequest
+	17, // 19: leasehold.v1.Admin.RemovePeer:input_type -> leasehold.v1.RemovePeerRequest
+	19, // 20: leasehold.v1.Raft.Send:input_type -> leasehold.v1.RaftMessage
+	3,  // 21: leasehold.v1.Leases.Session:output_type -> leasehold.v1.LeaseResponse
+	9,  // 22: leasehold.v1.Lookups.Sync:output_type -> leasehold.v1.SyncResponse
+	13, // 23: leasehold.v1.Admin.Status:output_type -> leasehold.v1.StatusResponse
+	18, // 24: leasehold.v1.Admin.AddPeer:output_type -> leasehold.v1.ClusterResponse
+	18, // 25: leasehold.v1.Admin.RemovePeer:output_type -> leasehold.v1.ClusterResponse
+	20, // 26: leasehold.v1.Raft.Send:output_type -> leasehold.v1.RaftAck
+	21, // [21:27] is the sub-list for method output_type
+	15, // [15:21] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_v1_leasehold_proto_init() }
@@ -1223,9 +1726,9 @@ func file_leasehold_v1_leasehold_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leasehold_v1_leasehold_proto_rawDesc), len(file_leasehold_v1_leasehold_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   14,
+			NumMessages:   21,
 			NumExtensions: 0,
-			NumServices:   3,
+			NumServices:   4,
 		},
 		GoTypes:           file_leasehold_v1_leasehold_proto_goTypes,
 		DependencyIndexes: file_leasehold_v1_leasehold_proto_depIdxs,

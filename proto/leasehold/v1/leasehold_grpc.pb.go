@@ -227,7 +227,9 @@ var Lookups_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
-	Admin_Status_FullMethodName = "/leasehold.v1.Admin/Status"
+	Admin_Status_FullMethodName     = "/leasehold.v1.Admin/Status"
+	Admin_AddPeer_FullMethodName    = "/leasehold.v1.Admin/AddPeer"
+	Admin_RemovePeer_FullMethodName = "/leasehold.v1.Admin/RemovePeer"
 )
 
 // AdminClient is the client API for Admin service.
@@ -237,6 +239,13 @@ const (
 // Admin answers operators.
 type AdminClient interface {
 	Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error)
+	// AddPeer adds a member to the Manager's Raft group (or updates its
+	// addresses). Only the leader carries it out; another replica refuses it,
+	// and its Status names the leader.
+	AddPeer(ctx context.Context, in *AddPeerRequest, opts ...grpc.CallOption) (*ClusterResponse, error)
+	// RemovePeer removes a member from the Manager's Raft group. Only the
+	// leader carries it out; another replica refuses it.
+	RemovePeer(ctx context.Context, in *RemovePeerRequest, opts ...grpc.CallOption) (*ClusterResponse, error)
 }
 
 type adminClient struct {
@@ -257,6 +266,26 @@ func (c *adminClient) Status(ctx context.Context, in *StatusRequest, opts ...grp
 	return out, nil
 }
 
+func (c *adminClient) AddPeer(ctx context.Context, in *AddPeerRequest, opts ...grpc.CallOption) (*ClusterResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ClusterResponse)
+	err := c.cc.Invoke(ctx, Admin_AddPeer_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) RemovePeer(ctx context.Context, in *RemovePeerRequest, opts ...grpc.CallOption) (*ClusterResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ClusterResponse)
+	err := c.cc.Invoke(ctx, Admin_RemovePeer_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -264,6 +293,13 @@ func (c *adminClient) Status(ctx context.Context, in *StatusRequest, opts ...grp
 // Admin answers operators.
 type AdminServer interface {
 	Status(context.Context, *StatusRequest) (*StatusResponse, error)
+	// AddPeer adds a member to the Manager's Raft group (or updates its
+	// addresses). Only the leader carries it out; another replica refuses it,
+	// and its Status names the leader.
+	AddPeer(context.Context, *AddPeerRequest) (*ClusterResponse, error)
+	// RemovePeer removes a member from the Manager's Raft group. Only the
+	// leader carries it out; another replica refuses it.
+	RemovePeer(context.Context, *RemovePeerRequest) (*ClusterResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -276,6 +312,12 @@ type UnimplementedAdminServer struct{}
 
 func (UnimplementedAdminServer) Status(context.Context, *StatusRequest) (*StatusResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Status not implemented")
+}
+func (UnimplementedAdminServer) AddPeer(context.Context, *AddPeerRequest) (*ClusterResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AddPeer not implemented")
+}
+func (UnimplementedAdminServer) RemovePeer(context.Context, *RemovePeerRequest) (*ClusterResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RemovePeer not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -316,6 +358,42 @@ func _Admin_Status_Handler(srv interface{}, ctx context.Context, dec func(interf
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_AddPeer_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AddPeerRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).AddPeer(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_AddPeer_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).AddPeer(ctx, req.(*AddPeerRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_RemovePeer_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RemovePeerRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).RemovePeer(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_RemovePeer_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).RemovePeer(ctx, req.(*RemovePeerRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -327,7 +405,118 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "Status",
 			Handler:    _Admin_Status_Handler,
 		},
+		{
+			MethodName: "AddPeer",
+			Handler:    _Admin_AddPeer_Handler,
+		},
+		{
+			MethodName: "RemovePeer",
+			Handler:    _Admin_RemovePeer_Handler,
+		},
 	},
 	Streams:  []grpc.StreamDesc{},
+	Metadata: "leasehold/v1/leasehold.proto",
+}
+
+const (
+	Raft_Send_FullMethodName = "/leasehold.v1.Raft/Send"
+)
+
+// RaftClient is the client API for Raft service.
+//
+// For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// Raft carries Raft messages between the replicas of the Manager's Raft
+// group. Each replica keeps one stream open to every other; a stream carries
+// messages one way, from the caller to the replica it calls.
+type RaftClient interface {
+	Send(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[RaftMessage, RaftAck], error)
+}
+
+type raftClient struct {
+	cc grpc.ClientConnInterface
+}
+
+func NewRaftClient(cc grpc.ClientConnInterface) RaftClient {
+	return &raftClient{cc}
+}
+
+func (c *raftClient) Send(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[RaftMessage, RaftAck], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Raft_ServiceDesc.Streams[0], Raft_Send_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[RaftMessage, RaftAck]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Raft_SendClient = grpc.ClientStreamingClient[RaftMessage, RaftAck]
+
+// RaftServer is the server API for Raft service.
+// All implementations must embed UnimplementedRaftServer
+// for forward compatibility.
+//
+// Raft carries Raft messages between the replicas of the Manager's Raft
+// group. Each replica keeps one stream open to every other; a stream carries
+// messages one way, from the caller to the replica it calls.
+type RaftServer interface {
+	Send(grpc.ClientStreamingServer[RaftMessage, RaftAck]) error
+	mustEmbedUnimplementedRaftServer()
+}
+
+// UnimplementedRaftServer must be embedded to have
+// forward compatible implementations.
+//
+// NOTE: this should be embedded by value instead of pointer to avoid a nil
+// pointer dereference when methods are called.
+type UnimplementedRaftServer struct{}
+
+func (UnimplementedRaftServer) Send(grpc.ClientStreamingServer[RaftMessage, RaftAck]) error {
+	return status.Error(codes.Unimplemented, "method Send not implemented")
+}
+func (UnimplementedRaftServer) mustEmbedUnimplementedRaftServer() {}
+func (UnimplementedRaftServer) testEmbeddedByValue()              {}
+
+// UnsafeRaftServer may be embedded to opt out of forward compatibility for this service.
+// Use of this interface is not recommended, as added methods to RaftServer will
+// result in compilation errors.
+type UnsafeRaftServer interface {
+	mustEmbedUnimplementedRaftServer()
+}
+
+func RegisterRaftServer(s grpc.ServiceRegistrar, srv RaftServer) {
+	// If the following call panics, it indicates UnimplementedRaftServer was
+	// embedded by pointer and is nil.  This will cause panics if an
+	// unimplemented method is ever invoked, so we test this at initialization
+	// time to prevent it from happening at runtime later due to I/O.
+	if t, ok := srv.(interface{ testEmbeddedByValue() }); ok {
+		t.testEmbeddedByValue()
+	}
+	s.RegisterService(&Raft_ServiceDesc, srv)
+}
+
+func _Raft_Send_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(RaftServer).Send(&grpc.GenericServerStream[RaftMessage, RaftAck]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Raft_SendServer = grpc.ClientStreamingServer[RaftMessage, RaftAck]
+
+// Raft_ServiceDesc is the grpc.ServiceDesc for Raft service.
+// It's only intended for direct use with grpc.RegisterService,
+// and not to be introspected or modified (even as a copy)
+var Raft_ServiceDesc = grpc.ServiceDesc{
+	ServiceName: "leasehold.v1.Raft",
+	HandlerType: (*RaftServer)(nil),
+	Methods:     []grpc.MethodDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Send",
+			Handler:       _Raft_Send_Handler,
+			ClientStreams: true,
+		},
+	},
 	Metadata: "leasehold/v1/leasehold.proto",
 }
