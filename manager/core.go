@@ -48,16 +48,12 @@ type OwnerMessage struct {
 	Msg *protocol.LeaseResponse
 }
 
-// LookupMessage is a SyncResponse to deliver to the Lookup session To.
-type LookupMessage struct {
-	To  uint64
-	Msg *protocol.SyncResponse
-}
-
-// Ready is what a Core asks its driver to send.
+// Ready is what a Core asks its driver to do: record Changes in the
+// replicated state, and only then send the Owners' messages (DESIGN.md rule
+// 8: the leader commits every change before it answers).
 type Ready struct {
+	Changes []Change
 	Owners  []OwnerMessage
-	Lookups []LookupMessage
 }
 
 // Core is the Manager's deterministic state machine (C§2.1.2, P§4.1): it
@@ -69,7 +65,9 @@ type Ready struct {
 type Core struct {
 	cfg     CoreConfig
 	rng     *rand.Rand
+	st      *State // the working copy: the replicated state plus this Core's Changes
 	ns      map[string]*namespace
+	seqBase uint64 // sessions number their messages from here
 	lastNow time.Time
 	out     Ready
 	stats   Stats
@@ -78,7 +76,7 @@ type Core struct {
 // Stats counts what a Core has done since it started.
 type Stats struct {
 	LeaseRequests uint64 // accepted or not
-	SyncRequests  uint64
+	SyncRequests  uint64 // counted by the Feed
 	Grants        uint64 // ranges granted with a fresh LGN
 	Recalls       uint64 // ranges omitted from a holder's message to move them
 	Releases      uint64 // ranges freed by acknowledgement (recall or refusal)
@@ -111,7 +109,7 @@ func (c *Core) Owners(ns string) []OwnerInfo {
 	for id, o := range n.owners {
 		by[id] = &OwnerInfo{ID: id, Addr: o.addr, Incarnation: o.inc, Member: o.member}
 	}
-	n.table.Each(func(s leasetable.Segment) bool {
+	n.s.table.Each(func(s leasetable.Segment) bool {
 		if i := by[s.Entry.Owner]; i != nil {
 			i.Ranges++
 			i.Share += s.Range.Size() / (1 << 64)
@@ -135,23 +133,15 @@ func (c *Core) Namespaces() []string {
 	return out
 }
 
-// Lookups returns the number of Lookup sessions of a namespace.
-func (c *Core) Lookups(ns string) int {
-	if n := c.ns[ns]; n != nil {
-		return len(n.lookups)
-	}
-	return 0
-}
-
+// namespace is the leader's view of one namespace: the replicated part in s,
+// and the leader-local reservations, sessions and desired assignment.
 type namespace struct {
 	name     string
-	table    *leasetable.Table
+	s        *nsState
 	res      *reservations
 	owners   map[string]*ownerSession
 	desired  assign.Assignment
 	wants    map[string][]keyspace.Range // desired ranges by owner
-	lgn      keyspace.LGN                // the last LGN issued
-	lookups  map[uint64]*lookupSub
 	members  bool      // membership changed: recompute desired
 	dirty    bool      // something changed: reconcile
 	nextWake time.Time // earliest future reservation end that matters
@@ -171,40 +161,81 @@ type ownerSession struct {
 	sent      keyspace.RangeSet
 }
 
-type lookupSub struct {
-	lastSeen time.Time
-	pushed   keyspace.LSN // the LSN the session's copy will have
+// NewCore returns the core of a Manager that starts at now with no state.
+// It knows nothing of leases a previous incarnation granted, so it reserves
+// the whole key space for one ManagerLease before granting anything
+// (C§2.3.1).
+func NewCore(cfg CoreConfig, now time.Time) *Core {
+	return Resume(cfg, NewState(cfg.Timing.LogRetention), 0, now)
 }
 
-// NewCore returns a Manager core that started at now. It knows nothing of
-// leases a previous incarnation granted, so it reserves the whole key space
-// for one ManagerLease before granting anything (C§2.3.1).
-func NewCore(cfg CoreConfig, now time.Time) *Core {
+// Resume returns the core of a Manager that takes over st at now as a new
+// leader (DESIGN.md rule 8); its sessions number their messages from base,
+// which must exceed every sequence number an earlier leader of st used. It works on a copy; st is not
+// changed. Owners keep their leases: the table, LGNs and incarnations carry
+// over. What a deposed leader promised is not known, so every range is
+// reserved until now + ManagerLease unless its holder renews or releases it
+// (the second failover rule), and each owner's first request in the new
+// session releases nothing, since it may have been sent before the owner
+// heard the old leader's last grant. A Replica passes term << 32 (plus a
+// count of takeovers within the term), so an Owner orders a new leader's
+// messages after an old one's.
+func Resume(cfg CoreConfig, st *State, base uint64, now time.Time) *Core {
 	if cfg.Policy == nil {
 		cfg.Policy = assign.ConsistentHash{}
 	}
 	cfg.Epoch = max(cfg.Epoch, 1)
-	c := &Core{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Epoch)), ns: map[string]*namespace{}, lastNow: now}
+	c := &Core{cfg: cfg, st: st.Clone(), ns: map[string]*namespace{}, seqBase: base, lastNow: now}
+	if c.st.epoch == 0 {
+		c.apply(now, Change{Op: OpEpoch, Epoch: cfg.Epoch})
+	}
+	c.rng = rand.New(rand.NewPCG(cfg.Seed, c.st.epoch^base))
 	for _, name := range append([]string{DefaultNamespace}, cfg.Namespaces...) {
-		if _, ok := c.ns[name]; ok {
-			continue
+		if c.st.ns[name] == nil {
+			c.apply(now, Change{Op: OpNamespace, NS: name})
 		}
-		n := &namespace{
-			name:    name,
-			table:   leasetable.New(cfg.Timing.LogRetention),
-			res:     newReservations(),
-			owners:  map[string]*ownerSession{},
-			lookups: map[uint64]*lookupSub{},
+	}
+	for _, name := range c.st.Namespaces() {
+		s := c.st.ns[name]
+		n := &namespace{name: name, s: s, res: newReservations(), owners: map[string]*ownerSession{}, members: true}
+		if base == 0 || !cfg.Faults.Has(func(f *faults.Set) bool { return f.NoTakeoverReservation }) {
+			n.res.set(keyspace.Full, now.Add(cfg.Timing.ManagerLease))
+			n.nextWake = now.Add(cfg.Timing.ManagerLease)
 		}
-		n.res.set(keyspace.Full, now.Add(cfg.Timing.ManagerLease))
-		n.nextWake = now.Add(cfg.Timing.ManagerLease)
+		for _, id := range sortedOwnerIDs(s.owners) {
+			r := s.owners[id]
+			n.owners[id] = &ownerSession{id: id, addr: r.Addr, inc: r.Incarnation, member: r.Member,
+				mySeq: c.seqBase, lastHeard: now}
+		}
 		c.ns[name] = n
 	}
+	c.flush(now)
 	return c
 }
 
 // Epoch returns the Manager's epoch.
-func (c *Core) Epoch() uint64 { return c.cfg.Epoch }
+func (c *Core) Epoch() uint64 { return c.st.epoch }
+
+// apply records a change in the working state and in the Ready.
+func (c *Core) apply(now time.Time, ch Change) {
+	if err := c.st.apply(now, ch); err != nil {
+		panic(fmt.Sprintf("manager: core made an invalid change %+v: %v", ch, err))
+	}
+	c.out.Changes = append(c.out.Changes, ch)
+}
+
+// set records a lease-table change.
+func (c *Core) set(now time.Time, n *namespace, r keyspace.Range, e leasetable.Entry) {
+	c.apply(now, Change{Op: OpSet, NS: n.name, Range: r, Entry: e})
+}
+
+// record saves the replicated part of an owner session.
+func (c *Core) record(now time.Time, n *namespace, o *ownerSession) {
+	rec := OwnerRecord{Addr: o.addr, Incarnation: o.inc, Member: o.member}
+	if n.s.owners[o.id] != rec {
+		c.apply(now, Change{Op: OpOwner, NS: n.name, Owner: o.id, Record: rec})
+	}
+}
 
 // Ready returns the messages to send since the last call and forgets them.
 func (c *Core) Ready() Ready {
@@ -214,12 +245,10 @@ func (c *Core) Ready() Ready {
 }
 
 // Table returns a namespace's lease table, for reading only.
-func (c *Core) Table(ns string) *leasetable.Table {
-	if n := c.ns[ns]; n != nil {
-		return n.table
-	}
-	return nil
-}
+func (c *Core) Table(ns string) *leasetable.Table { return c.st.Table(ns) }
+
+// State returns the working state, for reading only.
+func (c *Core) State() *State { return c.st }
 
 // Desired returns a namespace's desired assignment, for reading only.
 func (c *Core) Desired(ns string) assign.Assignment {
@@ -247,7 +276,11 @@ func (c *Core) namespace(name string) (*namespace, error) {
 	if n := c.ns[name]; n != nil {
 		return n, nil
 	}
-	return nil, fmt.Errorf("%w %q", ErrUnknownNamespace, name)
+	return nil, errUnknownNamespace(name)
+}
+
+func errUnknownNamespace(name string) error {
+	return fmt.Errorf("%w %q", ErrUnknownNamespace, name)
 }
 
 func (c *Core) noRaceFilter() bool {
@@ -268,8 +301,9 @@ func (c *Core) StepLease(now time.Time, req *protocol.LeaseRequest) error {
 	}
 	o := n.owners[req.Owner]
 	if o == nil {
-		o = &ownerSession{id: req.Owner, addr: req.Addr, inc: req.Incarnation}
+		o = &ownerSession{id: req.Owner, addr: req.Addr, inc: req.Incarnation, mySeq: c.seqBase}
 		n.owners[req.Owner] = o
+		c.record(now, n, o)
 	}
 	switch {
 	case req.Incarnation < o.inc:
@@ -280,8 +314,9 @@ func (c *Core) StepLease(now time.Time, req *protocol.LeaseRequest) error {
 		// The owner restarted: its soft state is gone. Report the loss now;
 		// the old run's ranges stay reserved until its leases run out, since
 		// nothing proves that process is really gone.
-		n.loseOwner(now, o)
-		*o = ownerSession{id: req.Owner, addr: req.Addr, inc: req.Incarnation, member: o.member}
+		c.loseOwner(now, n, o)
+		*o = ownerSession{id: req.Owner, addr: req.Addr, inc: req.Incarnation, member: o.member, mySeq: c.seqBase}
+		c.record(now, n, o)
 	}
 	if req.Seq <= o.peerSeq {
 		c.stats.StaleDropped++
@@ -292,8 +327,10 @@ func (c *Core) StepLease(now time.Time, req *protocol.LeaseRequest) error {
 	if o.member == req.Leaving {
 		o.member = !req.Leaving
 		n.members = true
+		c.record(now, n, o)
 	}
-	heard := o.mySeq == 0 || (req.AckEpoch == c.cfg.Epoch && req.AckSeq == o.mySeq)
+	fresh := o.mySeq == c.seqBase // nothing sent yet in this session
+	heard := fresh || (req.AckEpoch == c.st.epoch && req.AckSeq == o.mySeq)
 	if !heard && !c.noRaceFilter() {
 		// The owner sent this before it processed our latest message: it
 		// raced (C§2.3.2, Figure 7). Drop it and resend ours after a random
@@ -304,7 +341,12 @@ func (c *Core) StepLease(now time.Time, req *protocol.LeaseRequest) error {
 		}
 		return nil
 	}
-	c.stats.Releases += n.release(now, o, req.Held)
+	if !fresh || c.seqBase == 0 {
+		// A fresh session under a new leader may answer a request sent
+		// before the owner heard the old leader's last grant: what it omits
+		// proves nothing. (With no earlier leader there was no such grant.)
+		c.stats.Releases += c.release(now, n, o, req.Held)
+	}
 	o.push = true // answer every accepted request
 	c.flush(now)
 	return nil
@@ -329,44 +371,6 @@ func validateLeaseRequest(req *protocol.LeaseRequest) error {
 		}
 	}
 	return nil
-}
-
-// StepSync handles a Lookup's SyncRequest received at now on session id.
-func (c *Core) StepSync(now time.Time, id uint64, req *protocol.SyncRequest) error {
-	c.lastNow = now
-	c.stats.SyncRequests++
-	n, err := c.namespace(req.Namespace)
-	if err != nil {
-		return err
-	}
-	sub := n.lookups[id]
-	if sub == nil {
-		sub = &lookupSub{}
-		n.lookups[id] = sub
-	}
-	sub.lastSeen = now
-	var u leasetable.Update
-	if req.Epoch != c.cfg.Epoch {
-		// The Lookup's copy is from another Manager incarnation: its LSNs
-		// mean nothing here.
-		u = snapshot(n.table)
-	} else {
-		u = n.table.Since(req.LSN)
-	}
-	sub.pushed = u.To
-	c.out.Lookups = append(c.out.Lookups, LookupMessage{To: id, Msg: c.syncResponse(n, req.ID, u)})
-	return nil
-}
-
-func snapshot(t *leasetable.Table) leasetable.Update {
-	return leasetable.Update{To: t.LSN(), Snapshot: true, Segments: t.Segments()}
-}
-
-// CloseLookup forgets a Lookup session (its stream ended).
-func (c *Core) CloseLookup(ns string, id uint64) {
-	if n := c.ns[ns]; n != nil {
-		delete(n.lookups, id)
-	}
 }
 
 // NextDeadline is the local time by which Tick must be called next.
@@ -401,17 +405,14 @@ func (c *Core) Tick(now time.Time) {
 				// too. Assign its share to the others.
 				o.member = false
 				n.members = true
+				c.record(now, n, o)
 			}
 			if !o.member && now.Sub(o.lastHeard) > 10*t.ManagerLease && o.sent.Empty() {
 				delete(n.owners, id)
+				c.apply(now, Change{Op: OpForget, NS: n.name, Owner: id})
 			}
 		}
-		for id, l := range n.lookups {
-			if now.Sub(l.lastSeen) > 2*t.SyncTimeout {
-				delete(n.lookups, id)
-			}
-		}
-		n.table.Truncate(now)
+		n.s.table.Truncate(now)
 	}
 	c.flush(now)
 }
@@ -437,7 +438,7 @@ func (c *Core) flush(now time.Time) {
 			n.dirty = true
 		}
 		if n.dirty || (!n.nextWake.IsZero() && !now.Before(n.nextWake)) {
-			c.stats.Expiries += n.reconcile(now)
+			c.stats.Expiries += c.reconcile(now, n)
 		}
 		ids := make([]string, 0, len(n.owners))
 		for id, o := range n.owners {
@@ -449,16 +450,15 @@ func (c *Core) flush(now time.Time) {
 		for _, id := range ids {
 			c.sendTo(now, n, n.owners[id])
 		}
-		c.pushLookups(n)
 	}
 }
 
 // loseOwner records that an owner incarnation's soft state is gone: each of
 // its ranges gets a free entry, so every Lookup raises a loss notification.
 // Reservations are left as they are.
-func (n *namespace) loseOwner(now time.Time, o *ownerSession) {
+func (c *Core) loseOwner(now time.Time, n *namespace, o *ownerSession) {
 	for _, r := range n.heldBy(o.id) {
-		n.table.Set(now, r.Range, leasetable.Entry{})
+		c.set(now, n, r.Range, leasetable.Entry{})
 	}
 	n.dirty = true
 }
@@ -466,7 +466,7 @@ func (n *namespace) loseOwner(now time.Time, o *ownerSession) {
 // heldBy returns the table segments the owner holds.
 func (n *namespace) heldBy(id string) []leasetable.Segment {
 	var out []leasetable.Segment
-	n.table.Each(func(s leasetable.Segment) bool {
+	n.s.table.Each(func(s leasetable.Segment) bool {
 		if s.Entry.Owner == id {
 			out = append(out, s)
 		}
@@ -480,7 +480,7 @@ func (n *namespace) heldBy(id string) []leasetable.Segment {
 // latest message (a recall acknowledged by omission, or a refused renewal),
 // and the race filter guarantees no earlier message of ours can give them
 // back, so they may be granted at once (C§2.3.2).
-func (n *namespace) release(now time.Time, o *ownerSession, held []protocol.Lease) (freed uint64) {
+func (c *Core) release(now time.Time, n *namespace, o *ownerSession, held []protocol.Lease) (freed uint64) {
 	for _, s := range n.heldBy(o.id) {
 		var kept keyspace.RangeSet
 		for _, h := range held {
@@ -489,7 +489,7 @@ func (n *namespace) release(now time.Time, o *ownerSession, held []protocol.Leas
 			}
 		}
 		for _, p := range keyspace.NewRangeSet(s.Range).Subtract(kept).Ranges() {
-			n.table.Set(now, p, leasetable.Entry{})
+			c.set(now, n, p, leasetable.Entry{})
 			n.res.set(p, time.Time{})
 			n.dirty = true
 			freed++
@@ -501,7 +501,7 @@ func (n *namespace) release(now time.Time, o *ownerSession, held []protocol.Leas
 // reconcile expires leases whose reservation ended, and marks the owners
 // that need a message now: those holding a range the desired assignment
 // gives elsewhere (recall), and those a free range can be granted to.
-func (n *namespace) reconcile(now time.Time) (expired uint64) {
+func (c *Core) reconcile(now time.Time, n *namespace) (expired uint64) {
 	n.dirty = false
 	n.nextWake = time.Time{}
 	wake := func(t time.Time) {
@@ -511,20 +511,20 @@ func (n *namespace) reconcile(now time.Time) (expired uint64) {
 	}
 	// Expiry: the reservation ran out, so the holder's own lease ran out
 	// earlier (C§2.3.1).
-	for _, s := range n.table.Segments() {
+	for _, s := range n.s.table.Segments() {
 		if s.Entry.Owner == "" {
 			continue
 		}
 		gone, next := n.res.free(s.Range, now)
 		for _, p := range gone.Ranges() {
-			n.table.Set(now, p, leasetable.Entry{})
+			c.set(now, n, p, leasetable.Entry{})
 			expired++
 		}
 		if !next.IsZero() {
 			wake(next)
 		}
 	}
-	for _, s := range n.table.Segments() {
+	for _, s := range n.s.table.Segments() {
 		n.eachDesired(s.Range, func(p keyspace.Range, want string) {
 			switch holder := s.Entry.Owner; {
 			case holder != "" && holder != want:
@@ -597,14 +597,14 @@ func (c *Core) sendTo(now time.Time, n *namespace, o *ownerSession) {
 			})
 		}
 		for _, d := range n.wants[o.id] {
-			for _, s := range n.table.Overlapping(d) {
+			for _, s := range n.s.table.Overlapping(d) {
 				if s.Entry.Owner != "" {
 					continue
 				}
 				free, _ := n.res.free(s.Range, now)
 				for _, g := range free.Ranges() {
 					lgn := c.nextLGN(n)
-					n.table.Set(now, g, leasetable.Entry{Owner: o.id, Addr: o.addr, LGN: lgn})
+					c.set(now, n, g, leasetable.Entry{Owner: o.id, Addr: o.addr, LGN: lgn})
 					n.res.set(g, until)
 					leases = append(leases, protocol.Lease{Range: g, LGN: lgn, Grant: true})
 					c.stats.Grants++
@@ -624,7 +624,7 @@ func (c *Core) sendTo(now time.Time, n *namespace, o *ownerSession) {
 		Namespace:   n.name,
 		Owner:       o.id,
 		Incarnation: o.inc,
-		Epoch:       c.cfg.Epoch,
+		Epoch:       c.st.epoch,
 		Seq:         o.mySeq,
 		AckSeq:      o.peerSeq,
 		Leases:      leases,
@@ -636,36 +636,10 @@ func (c *Core) sendTo(now time.Time, n *namespace, o *ownerSession) {
 // nextLGN issues a fresh lease generation number: every grant gets one, so
 // every loss shows as an LGN change (C§2.3, P§4.1).
 func (c *Core) nextLGN(n *namespace) keyspace.LGN {
-	if n.lgn == 0 || !c.cfg.Faults.Has(func(f *faults.Set) bool { return f.ReuseLGN }) {
-		n.lgn++
+	if n.s.lgn == 0 || !c.cfg.Faults.Has(func(f *faults.Set) bool { return f.ReuseLGN }) {
+		return n.s.lgn + 1 // recorded by the Set that grants it
 	}
-	return n.lgn
-}
-
-// pushLookups sends every subscribed Lookup the changes it has not been sent
-// (C§2.2.1 made push: the periodic sync remains the safety net).
-func (c *Core) pushLookups(n *namespace) {
-	lsn := n.table.LSN()
-	ids := make([]uint64, 0, len(n.lookups))
-	for id, l := range n.lookups {
-		if l.pushed < lsn {
-			ids = append(ids, id)
-		}
-	}
-	slices.Sort(ids)
-	for _, id := range ids {
-		l := n.lookups[id]
-		u := n.table.Since(l.pushed)
-		l.pushed = u.To
-		c.out.Lookups = append(c.out.Lookups, LookupMessage{To: id, Msg: c.syncResponse(n, 0, u)})
-	}
-}
-
-func (c *Core) syncResponse(n *namespace, id uint64, u leasetable.Update) *protocol.SyncResponse {
-	return &protocol.SyncResponse{
-		Namespace: n.name, ID: id, Epoch: c.cfg.Epoch, Update: u,
-		Sync: c.cfg.Timing.Sync, SyncTimeout: c.cfg.Timing.SyncTimeout,
-	}
+	return n.s.lgn
 }
 
 // backoff draws the random wait before a resend (C§2.3.2).

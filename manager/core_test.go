@@ -82,13 +82,21 @@ func (p *peer) restart() {
 type harness struct {
 	t     *testing.T
 	c     *Core
+	f     *Feed // Lookups served from the core's own state
 	peers map[string]*peer
+}
+
+// round is what one step made the Manager send.
+type round struct {
+	Owners  []OwnerMessage
+	Lookups []LookupMessage
 }
 
 func newHarness(t *testing.T, policy assign.Policy, peers ...*peer) *harness {
 	t.Helper()
 	h := &harness{t: t, c: NewCore(CoreConfig{Timing: tm, Policy: policy, Epoch: epoch, Seed: 1}, base),
 		peers: map[string]*peer{}}
+	h.f = NewFeed(h.c.State(), tm)
 	for _, p := range peers {
 		h.peers[p.id] = p
 	}
@@ -96,7 +104,7 @@ func newHarness(t *testing.T, policy assign.Policy, peers ...*peer) *harness {
 }
 
 // deliver hands every owner message in r to its peer.
-func (h *harness) deliver(r Ready) Ready {
+func (h *harness) deliver(r Ready) round {
 	for _, m := range r.Owners {
 		if m.Msg.Owner != m.To {
 			h.t.Fatalf("message to %q addressed to owner %q", m.To, m.Msg.Owner)
@@ -105,16 +113,23 @@ func (h *harness) deliver(r Ready) Ready {
 			p.take(m.Msg)
 		}
 	}
-	return r
+	h.f.Push()
+	return round{Owners: r.Owners, Lookups: h.f.Ready()}
+}
+
+// ready returns what the Manager has to send.
+func (h *harness) ready() round {
+	h.f.Push()
+	return round{Owners: h.c.Ready().Owners, Lookups: h.f.Ready()}
 }
 
 // send has p send its next request at now and delivers the answers.
-func (h *harness) send(now time.Time, p *peer) Ready {
+func (h *harness) send(now time.Time, p *peer) round {
 	h.t.Helper()
 	return h.stepLease(now, p.request())
 }
 
-func (h *harness) stepLease(now time.Time, req *protocol.LeaseRequest) Ready {
+func (h *harness) stepLease(now time.Time, req *protocol.LeaseRequest) round {
 	h.t.Helper()
 	if err := h.c.StepLease(now, req); err != nil {
 		h.t.Fatalf("StepLease(%v, %+v) = %v", now, *req, err)
@@ -123,7 +138,7 @@ func (h *harness) stepLease(now time.Time, req *protocol.LeaseRequest) Ready {
 }
 
 // tick runs the Manager's timers at now and delivers what it sends.
-func (h *harness) tick(now time.Time) Ready {
+func (h *harness) tick(now time.Time) round {
 	h.c.Tick(now)
 	return h.deliver(h.c.Ready())
 }
@@ -141,7 +156,7 @@ func (h *harness) renewals(from, to time.Time, ps ...*peer) {
 }
 
 // to returns the single message r holds for owner id.
-func (h *harness) to(r Ready, id string) *protocol.LeaseResponse {
+func (h *harness) to(r round, id string) *protocol.LeaseResponse {
 	h.t.Helper()
 	var out []*protocol.LeaseResponse
 	for _, m := range r.Owners {
@@ -678,7 +693,7 @@ func TestStepLeaseErrors(t *testing.T) {
 			if !strings.Contains(err.Error(), tc.mention) {
 				t.Errorf("error %q does not mention %s", err, tc.mention)
 			}
-			if r := h.c.Ready(); len(r.Owners) != 0 || len(r.Lookups) != 0 {
+			if r := h.ready(); len(r.Owners) != 0 || len(r.Lookups) != 0 {
 				t.Fatalf("answered %+v", r)
 			}
 			if h.table().LSN() != lsn || !slices.Equal(h.c.Members(DefaultNamespace), members) {
@@ -723,7 +738,7 @@ func TestLeaving(t *testing.T) {
 }
 
 // lookupMsgs returns r's messages to lookup sessions, by session.
-func lookupMsgs(r Ready) map[uint64][]*protocol.SyncResponse {
+func lookupMsgs(r round) map[uint64][]*protocol.SyncResponse {
 	out := map[uint64][]*protocol.SyncResponse{}
 	for _, m := range r.Lookups {
 		out[m.To] = append(out[m.To], m.Msg)
@@ -758,10 +773,10 @@ func TestStepSync(t *testing.T) {
 			req := tc.req
 			req.Namespace = DefaultNamespace
 			session := uint64(100 + i)
-			if err := h.c.StepSync(now, session, &req); err != nil {
+			if err := h.f.StepSync(now, session, &req); err != nil {
 				t.Fatal(err)
 			}
-			msgs := lookupMsgs(h.c.Ready())[session]
+			msgs := lookupMsgs(h.ready())[session]
 			if len(msgs) != 1 {
 				t.Fatalf("%d answers, want 1", len(msgs))
 			}
@@ -786,11 +801,11 @@ func TestStepSync(t *testing.T) {
 	}
 
 	t.Run("unknown namespace", func(t *testing.T) {
-		err := h.c.StepSync(now, 9, &protocol.SyncRequest{Namespace: "nope", ID: 1})
+		err := h.f.StepSync(now, 9, &protocol.SyncRequest{Namespace: "nope", ID: 1})
 		if !errors.Is(err, ErrUnknownNamespace) || !strings.Contains(err.Error(), `"nope"`) {
 			t.Fatalf("StepSync = %v, want ErrUnknownNamespace naming \"nope\"", err)
 		}
-		if r := h.c.Ready(); len(r.Lookups) != 0 {
+		if r := h.ready(); len(r.Lookups) != 0 {
 			t.Fatalf("answered %+v", r.Lookups)
 		}
 	})
@@ -804,10 +819,10 @@ func TestPushes(t *testing.T) {
 	now := restartEnd.Add(100 * ms)
 	sync := func(session uint64, lsn keyspace.LSN) {
 		t.Helper()
-		if err := h.c.StepSync(now, session, &protocol.SyncRequest{Namespace: DefaultNamespace, ID: 1, Epoch: epoch, LSN: lsn}); err != nil {
+		if err := h.f.StepSync(now, session, &protocol.SyncRequest{Namespace: DefaultNamespace, ID: 1, Epoch: epoch, LSN: lsn}); err != nil {
 			t.Fatal(err)
 		}
-		h.c.Ready()
+		h.ready()
 	}
 	l1 := h.table().LSN()
 	sync(7, l1)
@@ -854,7 +869,7 @@ func TestPushes(t *testing.T) {
 	}
 
 	// A closed session gets no more pushes.
-	h.c.CloseLookup(DefaultNamespace, 8)
+	h.f.Close(DefaultNamespace, 8)
 	lsn := h.table().LSN()
 	c.restart() // frees c's ranges: a change
 	r = h.send(now.Add(500*ms), c)

@@ -1,21 +1,29 @@
 package manager
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/leasehold/leasehold/assign"
+	"github.com/leasehold/leasehold/internal/peers"
+	"github.com/leasehold/leasehold/internal/raftstore"
+	"github.com/leasehold/leasehold/internal/runtime"
 	"github.com/leasehold/leasehold/internal/wire"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/leasetable"
@@ -23,8 +31,9 @@ import (
 	"github.com/leasehold/leasehold/protocol"
 )
 
-// ServerConfig configures a Server. The zero value serves the default
-// namespace with production timings.
+// ServerConfig configures a Server. The zero value is a one-replica
+// Manager that keeps its state in memory, serving the default namespace
+// with production timings.
 type ServerConfig struct {
 	// Timing is the protocol's timers; the zero value means
 	// protocol.Production(). Owners and Lookups adopt the Manager's timings.
@@ -34,9 +43,33 @@ type ServerConfig struct {
 	// Policy computes assignments; nil means consistent hashing with 64
 	// virtual nodes per owner.
 	Policy assign.Policy
-	// Epoch names this Manager's state; 0 means the start time in Unix
-	// nanoseconds, which grows across restarts as the protocol requires.
+	// Epoch names a new group's state; 0 means the start time in Unix
+	// nanoseconds, which grows across restarts as the protocol requires. A
+	// group that restarts from its data directory keeps its epoch.
 	Epoch uint64
+	// ID is this replica's Raft ID, 1 if zero.
+	ID uint64
+	// Advertise is the address other replicas and clients reach this one
+	// at; empty means the listener's address.
+	Advertise string
+	// Peers are the founding replicas of a new group, this one included,
+	// with their addresses; every founder gets the same list. Empty means a
+	// group of this replica alone. Ignored when DataDir holds state.
+	Peers []Peer
+	// Join starts a replica with no state that waits to be added to a
+	// running group (leasehold cluster add) instead of founding one.
+	Join bool
+	// DataDir keeps the Raft log and snapshots; empty keeps them in memory,
+	// so a restart starts a new epoch and every Owner loses its leases.
+	DataDir string
+	// RaftTick and ElectionTicks pace Raft: a heartbeat every tick, an
+	// election after ElectionTicks (randomised up to twice that) without a
+	// leader. Defaults: the smaller of 100 ms and Timing.Renew/20, and 10.
+	RaftTick      time.Duration
+	ElectionTicks int
+	// SnapshotEntries is how many applied entries trigger a snapshot and
+	// log compaction; 0 means 10,000.
+	SnapshotEntries uint64
 	// Logger receives the server's logs; nil discards them.
 	Logger *slog.Logger
 	// MaxRequestRate caps the requests per second one stream may send, with
@@ -58,6 +91,14 @@ func (c *ServerConfig) setDefaults() error {
 	if c.Epoch == 0 {
 		c.Epoch = uint64(time.Now().UnixNano())
 	}
+	if c.ID == 0 {
+		c.ID = 1
+	}
+	if c.RaftTick == 0 {
+		// Heartbeats well within a renewal: 25 ms with fast timings, so a
+		// failover takes a fraction of a 2 s lease.
+		c.RaftTick = min(100*time.Millisecond, c.Timing.Renew/20)
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -72,11 +113,25 @@ func (c *ServerConfig) setDefaults() error {
 			return fmt.Errorf("manager: invalid namespace name %q", ns)
 		}
 	}
+	if len(c.Peers) > 0 {
+		seen := map[uint64]bool{}
+		for _, p := range c.Peers {
+			if p.ID == 0 || p.Addr == "" || seen[p.ID] {
+				return fmt.Errorf("manager: invalid peer list: each peer needs a distinct non-zero ID and an address (got %d=%q)", p.ID, p.Addr)
+			}
+			seen[p.ID] = true
+		}
+		if !seen[c.ID] && !c.Join {
+			return fmt.Errorf("manager: the peer list does not include this replica's ID %d", c.ID)
+		}
+	}
 	return nil
 }
 
-// Server is the Manager's runtime: it runs a Core on one goroutine and
-// serves the Leases, Lookups and Admin gRPC services around it.
+// Server is the Manager's runtime: it runs a Replica on one goroutine,
+// persists its Raft log in the data directory, exchanges Raft messages with
+// the other replicas, and serves the Leases, Lookups, Admin and Raft gRPC
+// services around it.
 type Server struct {
 	pb.UnimplementedLeasesServer
 	pb.UnimplementedLookupsServer
@@ -85,14 +140,18 @@ type Server struct {
 	cfg        ServerConfig
 	namespaces map[string]bool
 	events     chan event
+	raftIn     chan raftpb.Message
 	stopped    chan struct{} // closed when the loop ends
 	running    atomic.Bool
 	stats      atomic.Pointer[Snapshot]
 	sessions   atomic.Uint64 // lookup session IDs
+	transport  *peers.Transport
+	store      *raftstore.Store
 }
 
-// NewServer validates cfg and returns a Server. Call Serve, or Register and
-// Run, to start it.
+// NewServer validates cfg, opens the data directory and returns a Server.
+// Call Serve, or Register and Run, to start it; Run closes the data
+// directory when it ends.
 func NewServer(cfg ServerConfig) (*Server, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
@@ -101,11 +160,31 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		cfg:        cfg,
 		namespaces: map[string]bool{DefaultNamespace: true},
 		events:     make(chan event, 1024),
+		raftIn:     make(chan raftpb.Message, 4096),
 		stopped:    make(chan struct{}),
 	}
 	for _, ns := range cfg.Namespaces {
 		s.namespaces[ns] = true
 	}
+	if cfg.DataDir != "" {
+		st, err := raftstore.Open(cfg.DataDir)
+		if err != nil {
+			return nil, err
+		}
+		s.store = st
+	}
+	s.transport = peers.New(peers.Config{
+		Self: cfg.ID,
+		Deliver: func(m raftpb.Message) {
+			select {
+			case s.raftIn <- m:
+			default: // Raft retransmits
+			}
+		},
+		OnUnreachable: func(id uint64) { s.post(context.Background(), unreachableEvent(id)) },
+		OnSnapshot:    func(id uint64, ok bool) { s.post(context.Background(), snapshotEvent{id, ok}) },
+		Logger:        cfg.Logger,
+	})
 	s.stats.Store(&Snapshot{Epoch: cfg.Epoch})
 	return s, nil
 }
@@ -115,16 +194,34 @@ func (s *Server) Register(g *grpc.Server) {
 	pb.RegisterLeasesServer(g, s)
 	pb.RegisterLookupsServer(g, s)
 	pb.RegisterAdminServer(g, s)
+	s.transport.Register(g)
 }
 
-// GRPCOptions are the server options Serve uses: message size limits.
+// raftMessageBytes caps a message between replicas: snapshots of large
+// tables travel as one message.
+const raftMessageBytes = 64 << 20
+
+// GRPCOptions are the server options Serve uses: message size limits. The
+// transport accepts messages as large as a Raft snapshot; the Owner and
+// Lookup handlers hold clients to MaxMessageBytes (checkSize).
 func (s *Server) GRPCOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{grpc.MaxRecvMsgSize(s.cfg.MaxMessageBytes)}
+	return []grpc.ServerOption{grpc.MaxRecvMsgSize(max(s.cfg.MaxMessageBytes, raftMessageBytes))}
+}
+
+// checkSize refuses a client message over MaxMessageBytes.
+func (s *Server) checkSize(m proto.Message) error {
+	if n := proto.Size(m); n > s.cfg.MaxMessageBytes {
+		return status.Errorf(codes.ResourceExhausted, "leasehold: received message larger than max (%d vs. %d bytes)", n, s.cfg.MaxMessageBytes)
+	}
+	return nil
 }
 
 // Serve runs the Manager on lis until ctx is cancelled, then stops
 // gracefully: streams are closed and Run's loop ends.
 func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
+	if s.cfg.Advertise == "" {
+		s.cfg.Advertise = lis.Addr().String()
+	}
 	g := grpc.NewServer(s.GRPCOptions()...)
 	s.Register(g)
 	ctx, cancel := context.WithCancel(ctx)
@@ -137,7 +234,7 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 		g.Stop() // ends every stream now; the loop is stopping too
 	}()
 	loopErr := make(chan error, 1)
-	go func() { loopErr <- s.Run(ctx) }()
+	go func() { loopErr <- s.Run(ctx); cancel() }()
 	err := g.Serve(lis)
 	cancel()
 	wg.Wait()
@@ -152,7 +249,26 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 type Snapshot struct {
 	Epoch      uint64
 	Stats      Stats
+	Replica    ReplicaStats
+	Cluster    ClusterInfo
 	Namespaces []NamespaceSnapshot
+}
+
+// ClusterInfo describes the replica group as this replica sees it.
+type ClusterInfo struct {
+	ID, Leader       uint64
+	LeaderAddr, Role string
+	Term             uint64
+	Commit, Applied  uint64
+	Peers            []PeerInfo
+}
+
+// PeerInfo describes one replica.
+type PeerInfo struct {
+	ID    uint64
+	Addr  string
+	Voter bool
+	Match uint64 // the log index known replicated there (leader only)
 }
 
 // NamespaceSnapshot describes one namespace.
@@ -187,6 +303,18 @@ type closeEvent struct {
 	lookup *lookupStream
 }
 
+type confEvent struct {
+	cc   raftpb.ConfChange
+	errc chan error
+}
+
+type unreachableEvent uint64
+
+type snapshotEvent struct {
+	id uint64
+	ok bool
+}
+
 type ownerStream struct{ out chan *pb.LeaseResponse }
 
 type lookupStream struct {
@@ -200,37 +328,82 @@ type routeKey struct{ ns, owner string }
 // loop is the state owned by Run's goroutine.
 type loop struct {
 	s       *Server
-	core    *Core
+	r       *Replica
 	routes  map[routeKey]*ownerStream
 	lookups map[uint64]*lookupStream
 	dropped uint64
-	// stale says the snapshot is older than the core's state; it is
+	// stale says the snapshot is older than the replica's state; it is
 	// published at publishAt.
 	stale     bool
 	publishAt time.Time
+	leader    uint64 // last leader logged
 }
 
-// Run runs the Manager's core until ctx is cancelled. All of the core's work
-// happens on this one goroutine; stream handlers hand it events.
+// Run runs the Manager's replica until ctx is cancelled. All of the
+// replica's work happens on this one goroutine; stream handlers hand it
+// events. It returns an error if the data directory cannot be read or
+// written: a replica that cannot persist must not answer.
 func (s *Server) Run(ctx context.Context) error {
 	if !s.running.CompareAndSwap(false, true) {
 		return errors.New("manager: Run called twice")
 	}
 	defer close(s.stopped)
-	l := &loop{
-		s:       s,
-		core:    NewCore(CoreConfig{Timing: s.cfg.Timing, Policy: s.cfg.Policy, Epoch: s.cfg.Epoch, Namespaces: s.cfg.Namespaces}, time.Now()),
-		routes:  map[routeKey]*ownerStream{},
-		lookups: map[uint64]*lookupStream{},
+	defer s.transport.Close()
+	if s.store != nil {
+		defer s.store.Close()
 	}
-	s.cfg.Logger.Info("manager started", "epoch", s.cfg.Epoch, "namespaces", l.core.Namespaces(),
+	ms, fresh := raft.NewMemoryStorage(), true
+	if s.store != nil {
+		var err error
+		if ms, fresh, err = s.store.Load(); err != nil {
+			return err
+		}
+	}
+	boot := s.cfg.Peers
+	if len(boot) == 0 && !s.cfg.Join {
+		boot = []Peer{{ID: s.cfg.ID, Addr: s.cfg.Advertise}}
+	}
+	if s.cfg.Join || !fresh {
+		boot = nil
+	}
+	for _, p := range s.cfg.Peers {
+		if p.ID != s.cfg.ID {
+			s.transport.SetPeer(p.ID, p.Addr)
+		}
+	}
+	r, err := NewReplica(ReplicaConfig{
+		ID:              s.cfg.ID,
+		Core:            CoreConfig{Timing: s.cfg.Timing, Policy: s.cfg.Policy, Epoch: s.cfg.Epoch, Namespaces: s.cfg.Namespaces},
+		Storage:         ms,
+		Bootstrap:       boot,
+		Tick:            s.cfg.RaftTick,
+		ElectionTicks:   s.cfg.ElectionTicks,
+		SnapshotEntries: s.cfg.SnapshotEntries,
+	}, time.Now())
+	if err != nil {
+		return err
+	}
+	l := &loop{s: s, r: r, routes: map[routeKey]*ownerStream{}, lookups: map[uint64]*lookupStream{}}
+	for id, addr := range r.State().Peers() {
+		if id != s.cfg.ID {
+			s.transport.SetPeer(id, addr)
+		}
+	}
+	s.cfg.Logger.Info("manager started", "id", s.cfg.ID, "data_dir", s.cfg.DataDir, "restored", !fresh,
+		"namespaces", append([]string{DefaultNamespace}, s.cfg.Namespaces...),
 		"owner_lease", s.cfg.Timing.OwnerLease, "manager_lease", s.cfg.Timing.ManagerLease)
+	if err := l.drive(); err != nil {
+		return err
+	}
 	l.publish()
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
-		l.flush()
-		next := l.core.NextDeadline()
+		if err := l.drive(); err != nil {
+			s.cfg.Logger.Error("manager stopped: cannot persist its log", "err", err)
+			return err
+		}
+		next := l.r.NextDeadline()
 		if l.stale && l.publishAt.Before(next) {
 			next = l.publishAt
 		}
@@ -241,21 +414,86 @@ func (s *Server) Run(ctx context.Context) error {
 			return nil
 		case ev := <-s.events:
 			l.handle(ev)
+			// Take what else is queued, so one entry carries the round.
+			for n := 0; n < 256; n++ {
+				select {
+				case ev := <-s.events:
+					l.handle(ev)
+					continue
+				default:
+				}
+				break
+			}
+			l.r.Flush(time.Now())
+			l.changed()
+		case m := <-s.raftIn:
+			now := time.Now()
+			_ = l.r.StepRaft(now, m) // stale or foreign messages are Raft's to ignore
+			for n := 0; n < 256; n++ {
+				select {
+				case m := <-s.raftIn:
+					_ = l.r.StepRaft(now, m)
+					continue
+				default:
+				}
+				break
+			}
 			l.changed()
 		case <-timer.C:
-			if !time.Now().Before(l.core.NextDeadline()) {
-				l.core.Tick(time.Now())
+			if !time.Now().Before(l.r.NextDeadline()) {
+				l.r.Tick(time.Now())
 				l.changed()
 			}
 		}
 	}
 }
 
+// drive persists and sends what the replica has ready, until it has
+// nothing: Raft's order is persist, then send, then apply.
+func (l *loop) drive() error {
+	for l.r.HasReady() {
+		rd := l.r.Ready()
+		if l.s.store != nil {
+			if err := l.s.store.Save(rd.HardState, rd.Entries, rd.Snapshot); err != nil {
+				return fmt.Errorf("manager: saving the Raft log: %w", err)
+			}
+		}
+		l.s.transport.Send(rd.Messages)
+		applied, err := l.r.Advance(time.Now(), rd)
+		if err != nil {
+			return err
+		}
+		if l.s.store != nil && !raft.IsEmptySnap(applied.Compacted) {
+			if err := l.s.store.Compact(applied.Compacted); err != nil {
+				return fmt.Errorf("manager: compacting the Raft log: %w", err)
+			}
+		}
+		for _, p := range applied.Peers {
+			switch {
+			case p.ID == l.s.cfg.ID:
+			case p.Addr == "":
+				l.s.transport.RemovePeer(p.ID)
+			default:
+				l.s.transport.SetPeer(p.ID, p.Addr)
+			}
+		}
+		l.send(applied)
+		if id, addr := l.r.Leader(); id != l.leader {
+			l.leader = id
+			l.s.cfg.Logger.Info("leader changed", "leader", id, "addr", addr, "self", id == l.s.cfg.ID)
+		}
+	}
+	if l.stale && !time.Now().Before(l.publishAt) {
+		l.publish()
+	}
+	return nil
+}
+
 func (l *loop) handle(ev event) {
 	now := time.Now()
 	switch ev := ev.(type) {
 	case leaseEvent:
-		err := l.core.StepLease(now, ev.req)
+		err := l.r.StepLease(now, ev.req)
 		if err == nil {
 			// Answers go to the stream the owner last spoke on.
 			l.routes[routeKey{ev.req.Namespace, ev.req.Owner}] = ev.st
@@ -269,7 +507,7 @@ func (l *loop) handle(ev event) {
 		if ev.req.Namespace != ev.st.ns {
 			err = fmt.Errorf("%w: a lookup stream serves one namespace (%q), got a request for %q",
 				ErrBadMessage, ev.st.ns, ev.req.Namespace)
-		} else if err = l.core.StepSync(now, ev.st.id, ev.req); err == nil {
+		} else if err = l.r.StepSync(now, ev.st.id, ev.req); err == nil {
 			l.lookups[ev.st.id] = ev.st
 		}
 		ev.errc <- err
@@ -283,19 +521,28 @@ func (l *loop) handle(ev event) {
 		}
 		if ev.lookup != nil {
 			delete(l.lookups, ev.lookup.id)
-			l.core.CloseLookup(ev.lookup.ns, ev.lookup.id)
+			l.r.CloseLookup(ev.lookup.ns, ev.lookup.id)
 		}
-	case func(*Core):
-		ev(l.core)
+	case confEvent:
+		ev.errc <- l.r.ProposeConfChange(ev.cc)
+	case unreachableEvent:
+		l.r.rn.ReportUnreachable(uint64(ev))
+	case snapshotEvent:
+		st := raft.SnapshotFinish
+		if !ev.ok {
+			st = raft.SnapshotFailure
+		}
+		l.r.rn.ReportSnapshot(ev.id, st)
+	case func(*Replica):
+		ev(l.r)
 	}
 }
 
-// flush hands the core's messages to their streams without ever blocking:
-// a stream whose queue is full loses the message, which the protocol
-// tolerates like any other lost message.
-func (l *loop) flush() {
-	r := l.core.Ready()
-	for _, m := range r.Owners {
+// send hands the replica's messages to their streams without ever
+// blocking: a stream whose queue is full loses the message, which the
+// protocol tolerates like any other lost message.
+func (l *loop) send(a Applied) {
+	for _, m := range a.Owners {
 		st := l.routes[routeKey{m.Msg.Namespace, m.To}]
 		if st == nil {
 			continue
@@ -306,7 +553,7 @@ func (l *loop) flush() {
 			l.dropped++
 		}
 	}
-	for _, m := range r.Lookups {
+	for _, m := range a.Lookups {
 		st := l.lookups[m.To]
 		if st == nil {
 			continue
@@ -317,14 +564,11 @@ func (l *loop) flush() {
 			l.dropped++
 		}
 	}
-	if l.stale && !time.Now().Before(l.publishAt) {
-		l.publish()
-	}
 }
 
-// changed notes that the core's state may have changed. The snapshot walks
-// the whole table, so it is taken at most every publishEvery, not after
-// every event.
+// changed notes that the replica's state may have changed. The snapshot
+// walks the whole table, so it is taken at most every publishEvery, not
+// after every event.
 func (l *loop) changed() {
 	if !l.stale {
 		l.stale = true
@@ -335,13 +579,25 @@ func (l *loop) changed() {
 // publishEvery bounds how stale Snapshot, status and metrics may be.
 const publishEvery = 100 * time.Millisecond
 
-// publish stores a snapshot for metrics and status readers.
+// publish stores a snapshot for metrics and status readers. The leader
+// describes its owner sessions; a follower the replicated owner records.
 func (l *loop) publish() {
 	l.stale = false
-	snap := &Snapshot{Epoch: l.core.Epoch(), Stats: l.core.Stats()}
-	for _, name := range l.core.Namespaces() {
-		t := l.core.Table(name)
-		ns := NamespaceSnapshot{Name: name, LSN: t.LSN(), Segments: t.Len(), Lookups: l.core.Lookups(name), Owners: l.core.Owners(name)}
+	st := l.r.State()
+	snap := &Snapshot{Epoch: st.Epoch(), Replica: l.r.Stats(), Cluster: l.clusterInfo()}
+	core := l.r.Core()
+	if core != nil {
+		snap.Stats = core.Stats()
+	}
+	snap.Stats.SyncRequests = l.r.Feed().Syncs()
+	for _, name := range st.Namespaces() {
+		t := st.Table(name)
+		ns := NamespaceSnapshot{Name: name, LSN: t.LSN(), Segments: t.Len(), Lookups: l.r.Feed().Lookups(name)}
+		if core != nil {
+			ns.Owners = core.Owners(name)
+		} else {
+			ns.Owners = ownerInfos(st, name)
+		}
 		t.Each(func(seg leasetable.Segment) bool {
 			if seg.Entry.Owner == "" {
 				ns.FreeSegments++
@@ -351,6 +607,60 @@ func (l *loop) publish() {
 		snap.Namespaces = append(snap.Namespaces, ns)
 	}
 	l.s.stats.Store(snap)
+}
+
+func (l *loop) clusterInfo() ClusterInfo {
+	rs := l.r.Status()
+	lead, addr := l.r.Leader()
+	ci := ClusterInfo{ID: l.s.cfg.ID, Leader: lead, LeaderAddr: addr, Role: roleName(rs.RaftState),
+		Term: rs.Term, Commit: rs.Commit, Applied: rs.Applied}
+	voters := rs.Config.Voters.IDs()
+	for id, a := range l.r.State().Peers() {
+		p := PeerInfo{ID: id, Addr: a}
+		_, p.Voter = voters[id]
+		if pr, ok := rs.Progress[id]; ok {
+			p.Match = pr.Match
+		}
+		ci.Peers = append(ci.Peers, p)
+	}
+	slices.SortFunc(ci.Peers, func(a, b PeerInfo) int { return cmp.Compare(a.ID, b.ID) })
+	return ci
+}
+
+func roleName(s raft.StateType) string {
+	switch s {
+	case raft.StateLeader:
+		return "leader"
+	case raft.StateFollower:
+		return "follower"
+	case raft.StateCandidate:
+		return "candidate"
+	case raft.StatePreCandidate:
+		return "pre-candidate"
+	}
+	return s.String()
+}
+
+// ownerInfos describes a namespace's owners from the replicated records
+// alone (a follower has no sessions).
+func ownerInfos(st *State, ns string) []OwnerInfo {
+	by := map[string]*OwnerInfo{}
+	for id, r := range st.Owners(ns) {
+		by[id] = &OwnerInfo{ID: id, Addr: r.Addr, Incarnation: r.Incarnation, Member: r.Member}
+	}
+	st.Table(ns).Each(func(s leasetable.Segment) bool {
+		if i := by[s.Entry.Owner]; i != nil {
+			i.Ranges++
+			i.Share += s.Range.Size() / (1 << 64)
+		}
+		return true
+	})
+	out := make([]OwnerInfo, 0, len(by))
+	for _, i := range by {
+		out = append(out, *i)
+	}
+	slices.SortFunc(out, func(a, b OwnerInfo) int { return cmp.Compare(a.ID, b.ID) })
+	return out
 }
 
 // post hands an event to the loop, unless the stream or the server ends first.
@@ -371,7 +681,7 @@ func (s *Server) call(ctx context.Context, ev event, errc chan error) error {
 	}
 	select {
 	case err := <-errc:
-		return grpcError(err)
+		return grpcError(ctx, err)
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-s.stopped:
@@ -379,10 +689,15 @@ func (s *Server) call(ctx context.Context, ev event, errc chan error) error {
 	}
 }
 
-func grpcError(err error) error {
+func grpcError(ctx context.Context, err error) error {
+	var nl *NotLeaderError
 	switch {
 	case err == nil:
 		return nil
+	case errors.As(err, &nl):
+		return runtime.NotLeader(ctx, nl.Leader)
+	case errors.Is(err, ErrNoEpoch):
+		return status.Error(codes.Unavailable, err.Error())
 	case errors.Is(err, ErrUnknownNamespace):
 		return status.Error(codes.NotFound, err.Error())
 	case errors.Is(err, ErrBadMessage), errors.Is(err, wire.ErrInvalid):
@@ -420,6 +735,9 @@ func (s *Server) Session(stream pb.Leases_SessionServer) error {
 		if err != nil {
 			return nil, nil, err
 		}
+		if err := s.checkSize(m); err != nil {
+			return nil, nil, err
+		}
 		req, err := wire.LeaseRequestFromPB(m)
 		if err != nil {
 			return nil, nil, err
@@ -435,6 +753,9 @@ func (s *Server) Sync(stream pb.Lookups_SyncServer) error {
 	return serveStream(s, stream.Context(), st.out, stream.Send, func() (event, chan error, error) {
 		m, err := stream.Recv()
 		if err != nil {
+			return nil, nil, err
+		}
+		if err := s.checkSize(m); err != nil {
 			return nil, nil, err
 		}
 		req, err := wire.SyncRequestFromPB(m)
@@ -483,7 +804,7 @@ func serveStream[T any](s *Server, ctx context.Context, out chan T, send func(T)
 			if _, ok := status.FromError(err); ok {
 				return err // the transport's own error
 			}
-			return grpcError(err) // a message that did not decode
+			return grpcError(ctx, err) // a message that did not decode
 		}
 		if !lim.allow() {
 			return status.Errorf(codes.ResourceExhausted, "leasehold: more than %g requests per second on one stream", s.cfg.MaxRequestRate)
@@ -500,7 +821,7 @@ func (s *Server) Status(ctx context.Context, req *pb.StatusRequest) (*pb.StatusR
 		return nil, status.Errorf(codes.NotFound, "leasehold: unknown namespace %q", req.GetNamespace())
 	}
 	snap := s.stats.Load()
-	out := &pb.StatusResponse{Epoch: snap.Epoch}
+	out := &pb.StatusResponse{Epoch: snap.Epoch, Cluster: clusterPB(snap.Cluster)}
 	for _, ns := range snap.Namespaces {
 		if req.GetNamespace() != "" && ns.Name != req.GetNamespace() {
 			continue
@@ -514,4 +835,88 @@ func (s *Server) Status(ctx context.Context, req *pb.StatusRequest) (*pb.StatusR
 		out.Namespaces = append(out.Namespaces, n)
 	}
 	return out, nil
+}
+
+// clusterPB converts a ClusterInfo. Every replica serves clients and peers
+// on one address, so addr and client_addr are the same.
+func clusterPB(ci ClusterInfo) *pb.Cluster {
+	c := &pb.Cluster{Id: ci.ID, Role: ci.Role, Leader: ci.Leader, LeaderAddr: ci.LeaderAddr,
+		Term: ci.Term, Commit: ci.Commit, Applied: ci.Applied}
+	for _, p := range ci.Peers {
+		c.Peers = append(c.Peers, &pb.Peer{Id: p.ID, Addr: p.Addr, ClientAddr: p.Addr, Voter: p.Voter, Match: p.Match})
+	}
+	return c
+}
+
+// AddPeer adds a replica to the group (leasehold cluster add). It returns
+// once the change is applied here, or fails if this replica is not the
+// leader.
+func (s *Server) AddPeer(ctx context.Context, req *pb.AddPeerRequest) (*pb.ClusterResponse, error) {
+	if req.GetId() == 0 || req.GetAddr() == "" {
+		return nil, status.Error(codes.InvalidArgument, "leasehold: a peer needs a non-zero ID and an address")
+	}
+	if _, _, err := net.SplitHostPort(req.GetAddr()); err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "leasehold: peer address %q: %v", req.GetAddr(), err)
+	}
+	cc := raftpb.ConfChange{Type: raftpb.ConfChangeAddNode, NodeID: req.GetId(), Context: PeerContext(req.GetAddr())}
+	return s.changePeers(ctx, cc, func(ci ClusterInfo) bool {
+		for _, p := range ci.Peers {
+			if p.ID == req.GetId() && p.Addr == req.GetAddr() && p.Voter {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// RemovePeer removes a replica from the group (leasehold cluster remove).
+func (s *Server) RemovePeer(ctx context.Context, req *pb.RemovePeerRequest) (*pb.ClusterResponse, error) {
+	if req.GetId() == 0 {
+		return nil, status.Error(codes.InvalidArgument, "leasehold: peer ID 0")
+	}
+	snap := s.stats.Load()
+	known := false
+	for _, p := range snap.Cluster.Peers {
+		known = known || p.ID == req.GetId()
+	}
+	if !known {
+		return nil, status.Errorf(codes.NotFound, "leasehold: no replica with ID %d in the group", req.GetId())
+	}
+	if len(snap.Cluster.Peers) == 1 {
+		return nil, status.Error(codes.FailedPrecondition, "leasehold: cannot remove the last replica")
+	}
+	cc := raftpb.ConfChange{Type: raftpb.ConfChangeRemoveNode, NodeID: req.GetId()}
+	return s.changePeers(ctx, cc, func(ci ClusterInfo) bool {
+		for _, p := range ci.Peers {
+			if p.ID == req.GetId() {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// changePeers proposes cc through the loop and waits, at most ten seconds,
+// until the published cluster satisfies done.
+func (s *Server) changePeers(ctx context.Context, cc raftpb.ConfChange, done func(ClusterInfo) bool) (*pb.ClusterResponse, error) {
+	errc := make(chan error, 1)
+	if err := s.call(ctx, confEvent{cc: cc, errc: errc}, errc); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	tick := time.NewTicker(publishEvery)
+	defer tick.Stop()
+	for {
+		if ci := s.stats.Load().Cluster; done(ci) {
+			return &pb.ClusterResponse{Cluster: clusterPB(ci)}, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, status.Errorf(codes.DeadlineExceeded, "leasehold: the change was proposed but not applied in time (is a quorum up?); check leasehold cluster status")
+		case <-s.stopped:
+			return nil, status.Error(codes.Unavailable, "leasehold: manager is shutting down")
+		case <-tick.C:
+		}
+	}
 }

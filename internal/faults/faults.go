@@ -17,6 +17,15 @@ type Set struct {
 	// IgnoreSnapshotDiff makes a Lookup install snapshots without diffing
 	// them against its copy (P§4.2).
 	IgnoreSnapshotDiff bool
+	// AnswerBeforeCommit makes a Manager leader send its answers as soon as
+	// its Core makes them, before their Raft entry commits: a deposed
+	// leader can then still renew (the first failover rule, DESIGN.md
+	// rule 8).
+	AnswerBeforeCommit bool
+	// NoTakeoverReservation makes a new Manager leader grant free ranges at
+	// once instead of reserving every range for a ManagerLease (the second
+	// failover rule).
+	NoTakeoverReservation bool
 }
 
 // Has reports whether s is non-nil and f(s) holds.

@@ -1,0 +1,505 @@
+package manager
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/leasehold/leasehold/internal/faults"
+	"github.com/leasehold/leasehold/protocol"
+)
+
+// NotLeaderError refuses a request a replica cannot serve: an Owner's
+// request on any replica but a leader that has taken over, or a Lookup's on
+// a replica that has lost touch with the leader. Leader is the leader's
+// address when known.
+type NotLeaderError struct{ Leader string }
+
+func (e *NotLeaderError) Error() string {
+	if e.Leader == "" {
+		return "manager: not the leader (leader unknown)"
+	}
+	return "manager: not the leader (leader at " + e.Leader + ")"
+}
+
+// Peer names one Manager replica: its Raft ID and the address where it
+// serves Owners, Lookups, other replicas and operators.
+type Peer struct {
+	ID   uint64
+	Addr string
+}
+
+// ReplicaConfig configures a Replica.
+type ReplicaConfig struct {
+	ID   uint64
+	Core CoreConfig
+	// Storage holds the Raft log the replica restarts from; the driver
+	// loads it from the data directory (or starts it empty).
+	Storage *raft.MemoryStorage
+	// Bootstrap, when Storage is empty, founds a new group of these
+	// replicas (every founding member is started with the same list). An
+	// empty Bootstrap with empty Storage waits to be added to an existing
+	// group by its leader.
+	Bootstrap []Peer
+	// Tick is Raft's tick: heartbeats go out every tick, and a follower
+	// that hears no leader for ElectionTicks (randomised up to twice that)
+	// starts an election. Defaults: 100 ms and 10.
+	Tick          time.Duration
+	ElectionTicks int
+	// SnapshotEntries is how many applied entries trigger a snapshot and
+	// log compaction. Default 10,000.
+	SnapshotEntries uint64
+	Logger          raft.Logger
+}
+
+// Replica is one member of the replicated Manager (C§2.1.1, DESIGN.md rule
+// 8): a Raft node whose state machine is the State, a Feed serving Lookups
+// from the applied State, and, on the leader, the Core that runs the lease
+// logic. Like the Core it is deterministic: it starts no goroutines, opens
+// no sockets and never reads a clock; its driver persists and sends what
+// Ready returns, then calls Advance.
+//
+// The two failover rules live here and in Resume:
+//   - every Core round is proposed as one entry and its Owner messages are
+//     held until that entry commits in the term it was proposed in, so no
+//     response that grants or renews leaves a deposed leader;
+//   - a new leader takes over (Resume) only once it has applied an entry of
+//     its own term, and then reserves every range for a ManagerLease.
+type Replica struct {
+	cfg      ReplicaConfig
+	rn       *raft.RawNode
+	ms       *raft.MemoryStorage
+	st       *State // applied
+	feed     *Feed
+	core     *Core // leader only, after takeover
+	coreTerm uint64
+	resumes  uint64 // takeovers within coreTerm
+	lead     uint64
+	role     raft.StateType
+	applied  uint64
+	snapshot uint64 // index of the last snapshot
+	conf     raftpb.ConfState
+	termSeen bool // an entry of the current term was applied
+
+	prop    uint64                    // proposals made
+	pending map[uint64][]OwnerMessage // held until their batch commits
+
+	nextTick      time.Time
+	nextFeedTick  time.Time
+	leaderContact time.Time
+	owners        []OwnerMessage
+	peerChanges   []Peer
+	stats         ReplicaStats
+}
+
+// ReplicaStats counts a replica's Raft activity.
+type ReplicaStats struct {
+	Proposals, Applied, Takeovers, Snapshots uint64
+	Dropped                                  uint64 // owner messages never sent: their batch did not commit in time
+}
+
+// NewReplica returns a replica that starts at now.
+func NewReplica(cfg ReplicaConfig, now time.Time) (*Replica, error) {
+	if cfg.ID == 0 {
+		return nil, errors.New("manager: replica ID 0")
+	}
+	if cfg.Tick <= 0 {
+		cfg.Tick = 100 * time.Millisecond
+	}
+	if cfg.ElectionTicks <= 0 {
+		cfg.ElectionTicks = 10
+	}
+	if cfg.SnapshotEntries == 0 {
+		cfg.SnapshotEntries = 10000
+	}
+	if cfg.Storage == nil {
+		cfg.Storage = raft.NewMemoryStorage()
+	}
+	r := &Replica{cfg: cfg, ms: cfg.Storage, st: NewState(cfg.Core.Timing.LogRetention),
+		pending: map[uint64][]OwnerMessage{}, nextTick: now.Add(cfg.Tick)}
+	snap, err := r.ms.Snapshot()
+	if err != nil {
+		return nil, err
+	}
+	if !raft.IsEmptySnap(snap) {
+		if r.st, err = DecodeState(snap.Data, cfg.Core.Timing.LogRetention); err != nil {
+			return nil, err
+		}
+		r.applied, r.snapshot, r.conf = snap.Metadata.Index, snap.Metadata.Index, snap.Metadata.ConfState
+	}
+	r.feed = NewFeed(r.st, cfg.Core.Timing)
+	rc := &raft.Config{
+		ID:              cfg.ID,
+		ElectionTick:    cfg.ElectionTicks,
+		HeartbeatTick:   1,
+		Storage:         r.ms,
+		Applied:         r.applied,
+		MaxSizePerMsg:   1 << 20,
+		MaxInflightMsgs: 256,
+		CheckQuorum:     true,
+		PreVote:         true,
+		Logger:          cfg.Logger,
+	}
+	if rc.Logger == nil {
+		rc.Logger = quietLogger{}
+	}
+	if r.rn, err = raft.NewRawNode(rc); err != nil {
+		return nil, err
+	}
+	first, _ := r.ms.FirstIndex()
+	last, _ := r.ms.LastIndex()
+	if last < first && r.applied == 0 && len(cfg.Bootstrap) > 0 {
+		var peers []raft.Peer
+		for _, p := range cfg.Bootstrap {
+			peers = append(peers, raft.Peer{ID: p.ID, Context: []byte(p.Addr)})
+		}
+		if err := r.rn.Bootstrap(peers); err != nil {
+			return nil, err
+		}
+	}
+	r.campaignAlone()
+	return r, nil
+}
+
+// ID returns the replica's Raft ID.
+func (r *Replica) ID() uint64 { return r.cfg.ID }
+
+// State returns the applied state, for reading only.
+func (r *Replica) State() *State { return r.st }
+
+// Core returns the leader's core, nil unless this replica leads and has
+// taken over.
+func (r *Replica) Core() *Core { return r.core }
+
+// Feed returns the Lookup feed.
+func (r *Replica) Feed() *Feed { return r.feed }
+
+// Stats returns the counters.
+func (r *Replica) Stats() ReplicaStats { return r.stats }
+
+// Leader returns the leader's ID and address as this replica knows them.
+func (r *Replica) Leader() (uint64, string) { return r.lead, r.st.peers[r.lead] }
+
+// Status returns Raft's view of the group.
+func (r *Replica) Status() raft.Status { return r.rn.Status() }
+
+// StepRaft handles a message from another replica.
+func (r *Replica) StepRaft(now time.Time, m raftpb.Message) error {
+	switch m.Type {
+	case raftpb.MsgApp, raftpb.MsgHeartbeat, raftpb.MsgSnap:
+		if m.From == r.lead || r.lead == 0 {
+			r.leaderContact = now
+		}
+	}
+	return r.rn.Step(m)
+}
+
+// StepLease handles an Owner's LeaseRequest. Only a leader that has taken
+// over answers; any other replica returns a *NotLeaderError.
+func (r *Replica) StepLease(now time.Time, req *protocol.LeaseRequest) error {
+	if r.core == nil {
+		return r.notLeader()
+	}
+	return r.core.StepLease(now, req)
+}
+
+// StepSync handles a Lookup's SyncRequest. A replica answers while it is a
+// leader that has taken over, or a follower that heard from its leader
+// within an election timeout; its answers then lag the leader's table by at
+// most that.
+func (r *Replica) StepSync(now time.Time, id uint64, req *protocol.SyncRequest) error {
+	if !r.Serving(now) {
+		return r.notLeader()
+	}
+	return r.feed.StepSync(now, id, req)
+}
+
+// Serving reports whether the replica answers Lookups at now.
+func (r *Replica) Serving(now time.Time) bool {
+	if r.core != nil {
+		return true
+	}
+	return r.role == raft.StateFollower && r.lead != 0 && r.st.epoch != 0 &&
+		now.Sub(r.leaderContact) < r.electionTimeout()
+}
+
+func (r *Replica) electionTimeout() time.Duration {
+	return time.Duration(r.cfg.ElectionTicks) * r.cfg.Tick
+}
+
+// StaleBound is how far behind the leader's committed table a serving
+// follower's answers may be.
+func (r *Replica) StaleBound() time.Duration { return r.electionTimeout() }
+
+func (r *Replica) notLeader() error {
+	_, addr := r.Leader()
+	return &NotLeaderError{Leader: addr}
+}
+
+// CloseLookup forgets a Lookup session.
+func (r *Replica) CloseLookup(ns string, id uint64) { r.feed.Close(ns, id) }
+
+// ProposeConfChange asks the group to add or remove a replica. Only the
+// leader accepts; the change takes effect when it commits.
+func (r *Replica) ProposeConfChange(cc raftpb.ConfChange) error {
+	if r.role != raft.StateLeader {
+		return r.notLeader()
+	}
+	return r.rn.ProposeConfChange(cc)
+}
+
+// NextDeadline is the local time by which Tick must be called next.
+func (r *Replica) NextDeadline() time.Time {
+	d := r.nextTick
+	if r.core != nil {
+		if cd := r.core.NextDeadline(); cd.Before(d) {
+			d = cd
+		}
+	}
+	return d
+}
+
+// Tick runs Raft's ticks due by now and the Core's and Feed's timers.
+func (r *Replica) Tick(now time.Time) {
+	for ticks := 0; !now.Before(r.nextTick); ticks++ {
+		if ticks < 4*r.cfg.ElectionTicks { // a long pause is not a storm of ticks
+			r.rn.Tick()
+		}
+		r.nextTick = r.nextTick.Add(r.cfg.Tick)
+		if !now.Before(r.nextTick) && ticks >= 4*r.cfg.ElectionTicks {
+			r.nextTick = now.Add(r.cfg.Tick)
+		}
+	}
+	if !now.Before(r.nextFeedTick) {
+		r.feed.Tick(now)
+		r.nextFeedTick = now.Add(time.Second)
+	}
+	if r.core != nil && !now.Before(r.core.NextDeadline()) {
+		r.core.Tick(now)
+	}
+	r.Flush(now)
+}
+
+// Flush proposes the Core's latest changes as one entry and holds its Owner
+// messages until that entry commits (the first failover rule). Drivers call
+// it after a round of steps; Tick calls it itself.
+func (r *Replica) Flush(now time.Time) {
+	if r.core == nil {
+		return
+	}
+	rd := r.core.Ready()
+	if len(rd.Changes) == 0 && len(rd.Owners) == 0 {
+		return
+	}
+	r.prop++
+	b := batch{Node: r.cfg.ID, Term: r.coreTerm, Seq: r.prop, Changes: rd.Changes}
+	if err := r.rn.Propose(encodeBatch(b)); err != nil {
+		// The working state now holds changes the log never will: drop
+		// the Core and take over again once what is in flight has applied.
+		r.stats.Dropped += uint64(len(rd.Owners))
+		r.core = nil
+		return
+	}
+	r.stats.Proposals++
+	if r.cfg.Core.Faults.Has(func(f *faults.Set) bool { return f.AnswerBeforeCommit }) {
+		r.owners = append(r.owners, rd.Owners...)
+		return
+	}
+	r.pending[b.Seq] = rd.Owners
+}
+
+// Outbox returns the Owner messages released outside Advance (only when a
+// rule is deliberately broken) and forgets them.
+func (r *Replica) Outbox() []OwnerMessage {
+	out := r.owners
+	r.owners = nil
+	return out
+}
+
+// HasReady reports whether Ready has something to persist or send.
+func (r *Replica) HasReady() bool { return r.rn.HasReady() }
+
+// Ready returns what Raft needs persisted (HardState, Entries, Snapshot)
+// before its Messages are sent. The driver persists it, then calls Advance
+// with it, then sends rd.Messages and the messages Advance returns.
+func (r *Replica) Ready() raft.Ready { return r.rn.Ready() }
+
+// Applied is what Advance asks the driver to do.
+type Applied struct {
+	Owners  []OwnerMessage
+	Lookups []LookupMessage
+	// Compacted, when not empty, is a snapshot the replica took: persist it
+	// and drop the log entries it covers.
+	Compacted raftpb.Snapshot
+	// Peers lists replicas added (Addr set) or removed (Addr empty).
+	Peers []Peer
+}
+
+// Advance applies a persisted Ready at now: it installs snapshots, applies
+// committed entries to the State, takes over or steps down as leadership
+// changes, and releases the Owner messages whose entries committed.
+func (r *Replica) Advance(now time.Time, rd raft.Ready) (Applied, error) {
+	var out Applied
+	if !raft.IsEmptySnap(rd.Snapshot) {
+		if err := r.ms.ApplySnapshot(rd.Snapshot); err != nil {
+			return out, err
+		}
+		st, err := DecodeState(rd.Snapshot.Data, r.cfg.Core.Timing.LogRetention)
+		if err != nil {
+			return out, err
+		}
+		r.st = st
+		r.feed.Rebase(st)
+		r.applied, r.snapshot, r.conf = rd.Snapshot.Metadata.Index, rd.Snapshot.Metadata.Index, rd.Snapshot.Metadata.ConfState
+		for _, id := range slices.Sorted(maps.Keys(st.peers)) {
+			r.peerChanges = append(r.peerChanges, Peer{ID: id, Addr: st.peers[id]})
+		}
+	}
+	if !raft.IsEmptyHardState(rd.HardState) {
+		if err := r.ms.SetHardState(rd.HardState); err != nil {
+			return out, err
+		}
+	}
+	if err := r.ms.Append(rd.Entries); err != nil {
+		return out, err
+	}
+	if rd.SoftState != nil {
+		r.lead, r.role = rd.SoftState.Lead, rd.SoftState.RaftState
+	}
+	term := r.rn.BasicStatus().Term
+	if r.role != raft.StateLeader || term != r.coreTerm {
+		r.stepDown()
+	}
+	if term != r.coreTerm && r.role == raft.StateLeader {
+		r.coreTerm, r.resumes, r.termSeen = term, 0, false
+	}
+	for _, e := range rd.CommittedEntries {
+		if err := r.applyEntry(now, e); err != nil {
+			return out, err
+		}
+	}
+	r.rn.Advance(rd)
+	r.campaignAlone()
+	if r.role == raft.StateLeader && r.core == nil && r.termSeen && len(r.pending) == 0 {
+		// The second failover rule: take over only with every committed
+		// entry applied, and reserve everything (Resume).
+		r.resumes++
+		r.core = Resume(r.cfg.Core, r.st, r.coreTerm<<32|r.resumes<<24, now)
+		r.stats.Takeovers++
+		r.Flush(now)
+	}
+	r.feed.Push()
+	if r.applied-r.snapshot >= r.cfg.SnapshotEntries {
+		snap, err := r.ms.CreateSnapshot(r.applied, &r.conf, r.st.Encode())
+		if err != nil {
+			return out, err
+		}
+		if err := r.ms.Compact(r.applied); err != nil {
+			return out, err
+		}
+		r.snapshot = r.applied
+		r.stats.Snapshots++
+		out.Compacted = snap
+	}
+	out.Owners, r.owners = r.owners, nil
+	out.Lookups = r.feed.Ready()
+	out.Peers, r.peerChanges = r.peerChanges, nil
+	return out, nil
+}
+
+// campaignAlone starts an election at once in a group of one: it needs no
+// election timeout to know it leads. (Raft refuses while configuration
+// changes are unapplied; Advance calls it again.)
+func (r *Replica) campaignAlone() {
+	if r.role == raft.StateLeader {
+		return
+	}
+	st := r.rn.BasicStatus()
+	if st.RaftState != raft.StateFollower || st.Lead != 0 {
+		return
+	}
+	voters := r.rn.Status().Config.Voters.IDs()
+	if _, self := voters[r.cfg.ID]; self && len(voters) == 1 {
+		_ = r.rn.Campaign() // only fails for a learner
+	}
+}
+
+func (r *Replica) stepDown() {
+	for _, msgs := range r.pending {
+		r.stats.Dropped += uint64(len(msgs))
+	}
+	clear(r.pending)
+	r.core = nil
+}
+
+func (r *Replica) applyEntry(now time.Time, e raftpb.Entry) error {
+	if e.Index <= r.applied {
+		return nil
+	}
+	r.applied = e.Index
+	r.stats.Applied++
+	switch e.Type {
+	case raftpb.EntryNormal:
+		if e.Term == r.coreTerm && r.role == raft.StateLeader {
+			r.termSeen = true
+		}
+		if len(e.Data) == 0 {
+			return nil // a new leader's empty entry
+		}
+		b, err := decodeBatch(e.Data)
+		if err != nil {
+			return fmt.Errorf("entry %d: %w", e.Index, err)
+		}
+		if err := r.st.Apply(now, b.Changes); err != nil {
+			return fmt.Errorf("entry %d: %w", e.Index, err)
+		}
+		if msgs, ok := r.pending[b.Seq]; ok && b.Node == r.cfg.ID && b.Term == r.coreTerm {
+			delete(r.pending, b.Seq)
+			r.owners = append(r.owners, msgs...)
+		}
+	case raftpb.EntryConfChange:
+		var cc raftpb.ConfChange
+		if err := cc.Unmarshal(e.Data); err != nil {
+			return fmt.Errorf("%w: entry %d: conf change: %v", ErrCorrupt, e.Index, err)
+		}
+		r.conf = *r.rn.ApplyConfChange(cc)
+		p := Peer{ID: cc.NodeID}
+		switch cc.Type {
+		case raftpb.ConfChangeAddNode, raftpb.ConfChangeAddLearnerNode:
+			p.Addr = string(cc.Context)
+		case raftpb.ConfChangeRemoveNode:
+		default:
+			return nil
+		}
+		if err := r.st.Apply(now, []Change{{Op: OpPeer, Peer: p.ID, Addr: p.Addr}}); err != nil {
+			return fmt.Errorf("entry %d: %w", e.Index, err)
+		}
+		r.peerChanges = append(r.peerChanges, p)
+	}
+	return nil
+}
+
+// PeerContext is the Context of an AddNode ConfChange: the new replica's
+// address.
+func PeerContext(addr string) []byte { return []byte(addr) }
+
+// quietLogger drops Raft's debug and info chatter and keeps warnings.
+type quietLogger struct{}
+
+func (quietLogger) Debug(...any)                   {}
+func (quietLogger) Debugf(string, ...any)          {}
+func (quietLogger) Info(...any)                    {}
+func (quietLogger) Infof(string, ...any)           {}
+func (quietLogger) Warning(...any)                 {}
+func (quietLogger) Warningf(string, ...any)        {}
+func (quietLogger) Error(v ...any)                 {}
+func (quietLogger) Errorf(string, ...any)          {}
+func (quietLogger) Fatal(v ...any)                 { panic(fmt.Sprint(v...)) }
+func (quietLogger) Fatalf(format string, v ...any) { panic(fmt.Sprintf(format, v...)) }
+func (quietLogger) Panic(v ...any)                 { panic(fmt.Sprint(v...)) }
+func (quietLogger) Panicf(format string, v ...any) { panic(fmt.Sprintf(format, v...)) }

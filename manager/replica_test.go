@@ -1,0 +1,363 @@
+package manager
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"testing"
+	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/leasehold/leasehold/assign"
+	"github.com/leasehold/leasehold/internal/faults"
+	"github.com/leasehold/leasehold/owner"
+	"github.com/leasehold/leasehold/protocol"
+)
+
+// group is a Raft group of Replicas on a perfect in-memory network with
+// one virtual clock, for testing the failover rules step by step.
+type group struct {
+	t     *testing.T
+	now   time.Time
+	reps  map[uint64]*Replica
+	down  map[uint64]bool
+	cut   map[uint64]bool // cut off from the other replicas
+	sent  map[string][]*protocol.LeaseResponse
+	inbox []raftpb.Message
+	// owners exchange messages with the replica that has taken over (or
+	// with target, if set) at every step of run.
+	owners map[string]*owner.Core
+	target *Replica
+}
+
+var groupTiming = protocol.Fast()
+
+func newGroup(t *testing.T, n int, fs *faults.Set) *group {
+	t.Helper()
+	g := &group{t: t, now: base, reps: map[uint64]*Replica{}, down: map[uint64]bool{}, cut: map[uint64]bool{},
+		sent: map[string][]*protocol.LeaseResponse{}, owners: map[string]*owner.Core{}}
+	var boot []Peer
+	for i := 1; i <= n; i++ {
+		boot = append(boot, Peer{ID: uint64(i), Addr: fmt.Sprintf("m%d:7400", i)})
+	}
+	for _, p := range boot {
+		r, err := NewReplica(ReplicaConfig{ID: p.ID, Bootstrap: boot, Tick: 25 * ms,
+			Core: CoreConfig{Timing: groupTiming, Policy: assign.Fixed{Pieces: 4}, Epoch: epoch, Seed: p.ID, Faults: fs}}, g.now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g.reps[p.ID] = r
+	}
+	return g
+}
+
+// settle drives every replica until nothing is left to persist or deliver.
+func (g *group) settle() {
+	for range 1000 {
+		busy := false
+		for _, id := range slices.Sorted(maps.Keys(g.reps)) {
+			r := g.reps[id]
+			if g.down[id] {
+				continue
+			}
+			for _, m := range r.Outbox() {
+				g.sent[m.To] = append(g.sent[m.To], m.Msg)
+			}
+			for r.HasReady() {
+				busy = true
+				rd := r.Ready()
+				a, err := r.Advance(g.now, rd)
+				if err != nil {
+					g.t.Fatal(err)
+				}
+				g.inbox = append(g.inbox, rd.Messages...)
+				for _, m := range a.Owners {
+					g.sent[m.To] = append(g.sent[m.To], m.Msg)
+				}
+			}
+		}
+		msgs := g.inbox
+		g.inbox = nil
+		for _, m := range msgs {
+			if g.down[m.To] || g.cut[m.To] || g.cut[m.From] {
+				continue
+			}
+			busy = true
+			_ = g.reps[m.To].StepRaft(g.now, m)
+		}
+		if !busy {
+			return
+		}
+	}
+	g.t.Fatal("the group never settled")
+}
+
+// run advances the clock by d in steps of 10 ms, ticking the replicas
+// and the owners, which talk to the leader.
+func (g *group) run(d time.Duration) {
+	for end := g.now.Add(d); g.now.Before(end); {
+		g.now = g.now.Add(10 * ms)
+		for id, r := range g.reps {
+			if !g.down[id] {
+				r.Tick(g.now)
+			}
+		}
+		g.settle()
+		to := g.target
+		if to == nil {
+			to = g.leaderOrNil()
+		}
+		for _, id := range slices.Sorted(maps.Keys(g.owners)) {
+			o := g.owners[id]
+			o.Tick(g.now)
+			reqs, _ := o.Ready()
+			for _, req := range reqs {
+				if to != nil && !g.down[to.ID()] {
+					_ = to.StepLease(g.now, req) // NotLeaderError: lost
+				}
+			}
+		}
+		if to != nil && !g.down[to.ID()] {
+			to.Flush(g.now)
+		}
+		g.settle()
+		for _, id := range slices.Sorted(maps.Keys(g.owners)) {
+			for _, m := range g.sent[id] {
+				g.owners[id].Step(g.now, m)
+			}
+			g.sent[id] = nil
+		}
+	}
+}
+
+// runUntilLeader advances the clock until a replica has taken over and
+// returns it, failing after 5 s.
+func (g *group) runUntilLeader() *Replica {
+	g.t.Helper()
+	for end := g.now.Add(5 * time.Second); g.now.Before(end); g.run(10 * ms) {
+		if r := g.leaderOrNil(); r != nil {
+			return r
+		}
+	}
+	g.t.Fatal("no leader took over")
+	return nil
+}
+
+func (g *group) leaderOrNil() *Replica {
+	for id, r := range g.reps {
+		if !g.down[id] && !g.cut[id] && r.Core() != nil {
+			return r
+		}
+	}
+	return nil
+}
+
+// leader returns the replica that has taken over, failing if none or two.
+func (g *group) leader() *Replica {
+	g.t.Helper()
+	var out *Replica
+	for id, r := range g.reps {
+		if !g.down[id] && r.Core() != nil {
+			if out != nil && !g.cut[id] && !g.cut[out.ID()] {
+				g.t.Fatalf("two leaders: %d and %d", out.ID(), id)
+			}
+			if out == nil || !g.cut[id] {
+				out = r
+			}
+		}
+	}
+	if out == nil {
+		g.t.Fatal("no leader took over")
+	}
+	return out
+}
+
+func (g *group) addOwner(id string) *owner.Core {
+	o := owner.NewCore(owner.CoreConfig{Namespace: DefaultNamespace, ID: id, Addr: id + ":7000", Incarnation: 1, Timing: groupTiming, Seed: 1})
+	g.owners[id] = o
+	return o
+}
+
+// TestReplicaFailoverKeepsLeases: a new leader resumes the replicated table;
+// the owner's leases are renewed with the same LGNs (no grant, no loss), and
+// its messages order after the old leader's.
+func TestReplicaFailoverKeepsLeases(t *testing.T) {
+	g := newGroup(t, 3, nil)
+	l1 := g.runUntilLeader()
+	a := g.addOwner("a")
+	g.run(groupTiming.ManagerLease + 4*groupTiming.Renew) // nothing is granted for a ManagerLease
+	held := a.Held(g.now)
+	if len(held) != 4 {
+		t.Fatalf("a holds %v, want the four pieces", held)
+	}
+	// Every replica applied the same table.
+	for id, r := range g.reps {
+		if got, want := r.State().Table(DefaultNamespace).Segments(), l1.State().Table(DefaultNamespace).Segments(); !slices.Equal(got, want) {
+			t.Fatalf("replica %d's table %v differs from the leader's %v", id, got, want)
+		}
+	}
+	lsn := l1.State().Table(DefaultNamespace).LSN()
+
+	for round := range 2 { // the new leader, then the one after it
+		l := g.leader()
+		g.down[l.ID()] = true
+		g.run(5 * time.Second)
+		nl := g.leader()
+		after := a.Held(g.now)
+		if len(after) != 4 {
+			t.Fatalf("failover %d: a holds %v, want its four pieces", round+1, after)
+		}
+		for i := range held {
+			if after[i].Range != held[i].Range || after[i].Num != held[i].Num || !after[i].Expiry.After(held[i].Expiry) {
+				t.Fatalf("failover %d: lease %d: %+v before, %+v after: want the same lease, renewed", round+1, i, held[i], after[i])
+			}
+		}
+		if got := nl.State().Table(DefaultNamespace).LSN(); got != lsn {
+			t.Fatalf("failover %d changed the table: LSN %d → %d", round+1, lsn, got)
+		}
+		held = after
+		g.down[l.ID()] = false // back as a follower, from its storage
+		r, err := NewReplica(ReplicaConfig{ID: l.ID(), Storage: l.ms, Core: l.cfg.Core, Tick: l.cfg.Tick}, g.now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g.reps[l.ID()] = r
+		g.run(time.Second)
+	}
+}
+
+// TestReplicaAnswersOnlyAfterCommit: a leader cut off from its followers
+// makes no commit, so it sends an owner nothing — the first failover rule.
+// Broken deliberately (AnswerBeforeCommit), it answers.
+func TestReplicaAnswersOnlyAfterCommit(t *testing.T) {
+	for _, broken := range []bool{false, true} {
+		t.Run(fmt.Sprintf("broken=%v", broken), func(t *testing.T) {
+			var fs *faults.Set
+			if broken {
+				fs = &faults.Set{AnswerBeforeCommit: true}
+			}
+			g := newGroup(t, 3, fs)
+			l := g.runUntilLeader()
+			g.run(groupTiming.ManagerLease)
+			g.cut[l.ID()] = true
+			g.target = l
+			a := g.addOwner("a")
+			g.run(3 * groupTiming.Renew)
+			got := len(a.Held(g.now))
+			if !broken && got != 0 {
+				t.Fatalf("a leader without a quorum granted %d leases", got)
+			}
+			if broken && got == 0 {
+				t.Fatal("with the rule broken the isolated leader should have granted (the test shows nothing)")
+			}
+		})
+	}
+}
+
+// TestReplicaTakeoverReserves: a new leader grants nothing until takeover +
+// ManagerLease, even a range whose holder went silent and was being
+// recalled — the second failover rule. Broken deliberately
+// (NoTakeoverReservation), it grants at once while the old holder may
+// still believe its lease.
+func TestReplicaTakeoverReserves(t *testing.T) {
+	for _, broken := range []bool{false, true} {
+		t.Run(fmt.Sprintf("broken=%v", broken), func(t *testing.T) {
+			var fs *faults.Set
+			if broken {
+				fs = &faults.Set{NoTakeoverReservation: true}
+			}
+			g := newGroup(t, 3, fs)
+			l1 := g.runUntilLeader()
+			a := g.addOwner("a")
+			g.run(groupTiming.ManagerLease + 3*groupTiming.Renew)
+			if len(a.Held(g.now)) != 4 {
+				t.Fatalf("a holds %v", a.Held(g.now))
+			}
+			// a goes silent but holds its leases for OwnerLease; b joins,
+			// and the leader recalls two pieces from a, which never
+			// answers. Then the leader crashes.
+			delete(g.owners, "a")
+			b := g.addOwner("b")
+			g.run(50 * ms)
+			g.down[l1.ID()] = true
+			var takeover, first time.Time
+			for end := g.now.Add(3 * groupTiming.ManagerLease); g.now.Before(end); g.run(10 * ms) {
+				if takeover.IsZero() && g.leaderOrNil() != nil {
+					takeover = g.now
+				}
+				if first.IsZero() && len(b.Held(g.now)) > 0 {
+					first = g.now
+				}
+			}
+			if takeover.IsZero() || first.IsZero() {
+				t.Fatalf("takeover at %v, b's first lease at %v", takeover, first)
+			}
+			early := first.Before(takeover.Add(groupTiming.ManagerLease))
+			if !broken && early {
+				t.Fatalf("b was granted a range %v after the takeover, before the reservation ran out", first.Sub(takeover))
+			}
+			if broken && !early {
+				t.Fatalf("with the rule broken b should be granted early (got %v after takeover); the test shows nothing", first.Sub(takeover))
+			}
+		})
+	}
+}
+
+// TestReplicaFollowerServesLookups: followers answer Lookups from their
+// applied state while they hear from the leader, and refuse, naming the
+// leader, once cut off; only the leader serves owners.
+func TestReplicaFollowerServesLookups(t *testing.T) {
+	g := newGroup(t, 3, nil)
+	l := g.runUntilLeader()
+	g.run(time.Second)
+	var f *Replica
+	for id, r := range g.reps {
+		if id != l.ID() {
+			f = r
+		}
+	}
+	req := &protocol.SyncRequest{Namespace: DefaultNamespace, ID: 1}
+	if err := f.StepSync(g.now, 1, req); err != nil {
+		t.Fatalf("follower refused a Lookup: %v", err)
+	}
+	if got := f.Feed().Ready(); len(got) != 1 || got[0].Msg.Epoch != l.State().Epoch() {
+		t.Fatalf("follower answered %+v", got)
+	}
+	lreq := &protocol.LeaseRequest{Namespace: DefaultNamespace, Owner: "x", Incarnation: 1, Seq: 1}
+	var nl *NotLeaderError
+	if err := f.StepLease(g.now, lreq); !errors.As(err, &nl) || nl.Leader != fmt.Sprintf("m%d:7400", l.ID()) {
+		t.Fatalf("follower StepLease = %v, want NotLeaderError naming m%d:7400", err, l.ID())
+	}
+	if err := l.StepLease(g.now, lreq); err != nil {
+		t.Fatalf("leader refused an owner: %v", err)
+	}
+	g.cut[f.ID()] = true
+	g.run(f.StaleBound() + 100*ms)
+	if err := f.StepSync(g.now, 1, req); !errors.As(err, &nl) {
+		t.Fatalf("a follower cut off from the leader answered (err %v)", err)
+	}
+}
+
+// TestReplicaSnapshotRestart: a replica restarted from its storage after
+// compaction rebuilds the same state.
+func TestReplicaSnapshotRestart(t *testing.T) {
+	g := newGroup(t, 1, nil)
+	g.reps[1].cfg.SnapshotEntries = 3 // compact often
+	l := g.runUntilLeader()
+	g.addOwner("a")
+	g.run(groupTiming.ManagerLease + 3*groupTiming.Renew)
+	if l.Stats().Snapshots == 0 {
+		t.Fatal("no snapshot was taken")
+	}
+	want := l.State().Encode()
+	r, err := NewReplica(ReplicaConfig{ID: 1, Storage: l.ms, Core: l.cfg.Core, Tick: l.cfg.Tick}, g.now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.reps[1] = r
+	if got := g.runUntilLeader().State().Encode(); string(got) != string(want) {
+		t.Fatalf("restarted state\n%s\nwant\n%s", got, want)
+	}
+}
