@@ -142,9 +142,9 @@ type namespace struct {
 	owners   map[string]*ownerSession
 	desired  assign.Assignment
 	wants    map[string][]keyspace.Range // desired ranges by owner
-	members  bool      // membership changed: recompute desired
-	dirty    bool      // something changed: reconcile
-	nextWake time.Time // earliest future reservation end that matters
+	members  bool                        // membership changed: recompute desired
+	dirty    bool                        // something changed: reconcile
+	nextWake time.Time                   // earliest future reservation end that matters
 }
 
 // ownerSession is the Manager's side of one Owner incarnation's session.
