@@ -77,11 +77,16 @@ type Config struct {
 	// OnUnreachable, if set, is called when a stream to peer id could not be
 	// opened or broke; the caller reports RawNode.ReportUnreachable(id). While
 	// a peer stays down it is called once per reconnection attempt.
+	//
+	// OnUnreachable and OnSnapshot are called from the peer's goroutine,
+	// never from Send. They must not block long, and must not block on
+	// anything that waits for Close: Close waits for a callback under way.
 	OnUnreachable func(id uint64)
 	// OnSnapshot, if set, is called once for each MsgSnap passed to Send for
-	// a known peer: ok when the message was written to the peer's stream,
-	// not ok when it was dropped (queue full, stream broken, too large). The
-	// caller reports RawNode.ReportSnapshot(id, raft.SnapshotFinish or
+	// a known peer: ok when the message was written to the peer's stream
+	// (which is not an acknowledgement from the peer), not ok when it was
+	// dropped (queue full, stream broken, too large). The caller reports
+	// RawNode.ReportSnapshot(id, raft.SnapshotFinish or
 	// raft.SnapshotFailure). Drops that coincide may be reported once.
 	OnSnapshot func(id uint64, ok bool)
 	// DialOptions are used to dial peers; empty means plaintext (insecure
@@ -92,8 +97,9 @@ type Config struct {
 	QueueLen int
 	// MaxMessageBytes is the largest encoded raftpb.Message sent or
 	// accepted, default DefaultMaxMessageBytes: it bounds snapshots. The gRPC
-	// server Register is given must accept messages this large (plus a few
-	// bytes of framing): grpc.MaxRecvMsgSize.
+	// server Register is given must accept messages this large plus the
+	// RaftMessage framing: grpc.MaxRecvMsgSize(MaxMessageBytes+16) or more.
+	// Replicas must agree on it.
 	MaxMessageBytes int
 	// Logger receives connection failures and refused messages; nil
 	// discards.
@@ -182,7 +188,7 @@ func New(cfg Config) *Transport {
 }
 
 // Register adds the Raft service to s. The server's grpc.MaxRecvMsgSize must
-// be at least MaxMessageBytes plus a few bytes.
+// be at least MaxMessageBytes+16.
 func (t *Transport) Register(s grpc.ServiceRegistrar) {
 	pb.RegisterRaftServer(s, server{t: t})
 }
