@@ -181,8 +181,9 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 			default: // Raft retransmits
 			}
 		},
-		OnUnreachable: func(id uint64) { s.post(context.Background(), unreachableEvent(id)) },
-		OnSnapshot:    func(id uint64, ok bool) { s.post(context.Background(), snapshotEvent{id, ok}) },
+		// Reports never block: the transport's Close waits for them.
+		OnUnreachable: func(id uint64) { s.tryPost(unreachableEvent(id)) },
+		OnSnapshot:    func(id uint64, ok bool) { s.tryPost(snapshotEvent{id, ok}) },
 		Logger:        cfg.Logger,
 	})
 	s.stats.Store(&Snapshot{Epoch: cfg.Epoch})
@@ -205,7 +206,7 @@ const raftMessageBytes = 64 << 20
 // transport accepts messages as large as a Raft snapshot; the Owner and
 // Lookup handlers hold clients to MaxMessageBytes (checkSize).
 func (s *Server) GRPCOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{grpc.MaxRecvMsgSize(max(s.cfg.MaxMessageBytes, raftMessageBytes))}
+	return []grpc.ServerOption{grpc.MaxRecvMsgSize(max(s.cfg.MaxMessageBytes, raftMessageBytes+1024))} // + the RaftMessage wrapper
 }
 
 // checkSize refuses a client message over MaxMessageBytes.
@@ -672,6 +673,14 @@ func (s *Server) post(ctx context.Context, ev event) bool {
 	case <-s.stopped:
 	}
 	return false
+}
+
+// tryPost hands an event to the loop if it has room, and drops it if not.
+func (s *Server) tryPost(ev event) {
+	select {
+	case s.events <- ev:
+	default:
+	}
 }
 
 // call posts an event carrying errc and waits for the loop's verdict.
