@@ -929,3 +929,45 @@ func (s *Server) changePeers(ctx context.Context, cc raftpb.ConfChange, done fun
 		}
 	}
 }
+
+// Backup streams a consistent copy of this replica's data directory.
+func (s *Server) Backup(_ *pb.BackupRequest, stream pb.Admin_BackupServer) error {
+	if s.store == nil {
+		return status.Error(codes.FailedPrecondition, "leasehold: this manager keeps its state in memory (no --data-dir): nothing to back up")
+	}
+	w := &chunkWriter{send: func(b []byte) error { return stream.Send(&pb.BackupChunk{Data: b}) }}
+	if err := s.store.Backup(w); err != nil {
+		return status.Errorf(codes.Internal, "leasehold: backup: %v", err)
+	}
+	return w.flush()
+}
+
+// chunkWriter cuts a stream of bytes into messages of at most 1 MiB.
+type chunkWriter struct {
+	buf  []byte
+	send func([]byte) error
+}
+
+func (w *chunkWriter) Write(p []byte) (int, error) {
+	n := len(p)
+	for len(p) > 0 {
+		k := min(len(p), 1<<20-len(w.buf))
+		w.buf = append(w.buf, p[:k]...)
+		p = p[k:]
+		if len(w.buf) == 1<<20 {
+			if err := w.flush(); err != nil {
+				return 0, err
+			}
+		}
+	}
+	return n, nil
+}
+
+func (w *chunkWriter) flush() error {
+	if len(w.buf) == 0 {
+		return nil
+	}
+	err := w.send(w.buf)
+	w.buf = nil
+	return err
+}

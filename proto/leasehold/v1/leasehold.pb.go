@@ -1430,6 +1430,88 @@ func (x *ClusterResponse) GetCluster() *Cluster {
 	return nil
 }
 
+type BackupRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BackupRequest) Reset() {
+	*x = BackupRequest{}
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackupRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackupRequest) ProtoMessage() {}
+
+func (x *BackupRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackupRequest.ProtoReflect.Descriptor instead.
+func (*BackupRequest) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{19}
+}
+
+// BackupChunk is the next part of a backup; the parts concatenated are the
+// file leasehold restore turns back into a data directory.
+type BackupChunk struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Data          []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BackupChunk) Reset() {
+	*x = BackupChunk{}
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackupChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackupChunk) ProtoMessage() {}
+
+func (x *BackupChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackupChunk.ProtoReflect.Descriptor instead.
+func (*BackupChunk) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *BackupChunk) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
 // RaftMessage carries one Raft message between Manager replicas.
 type RaftMessage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1442,7 +1524,7 @@ type RaftMessage struct {
 
 func (x *RaftMessage) Reset() {
 	*x = RaftMessage{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[19]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1454,7 +1536,7 @@ func (x *RaftMessage) String() string {
 func (*RaftMessage) ProtoMessage() {}
 
 func (x *RaftMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[19]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1467,7 +1549,7 @@ func (x *RaftMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftMessage.ProtoReflect.Descriptor instead.
 func (*RaftMessage) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{19}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RaftMessage) GetMessage() []byte {
@@ -1487,7 +1569,7 @@ type RaftAck struct {
 
 func (x *RaftAck) Reset() {
 	*x = RaftAck{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[20]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1499,7 +1581,7 @@ func (x *RaftAck) String() string {
 func (*RaftAck) ProtoMessage() {}
 
 func (x *RaftAck) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[20]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1512,7 +1594,7 @@ func (x *RaftAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftAck.ProtoReflect.Descriptor instead.
 func (*RaftAck) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{20}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{22}
 }
 
 var File_leasehold_v1_leasehold_proto protoreflect.FileDescriptor
@@ -1628,19 +1710,23 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x11RemovePeerRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\"B\n" +
 	"\x0fClusterResponse\x12/\n" +
-	"\acluster\x18\x01 \x01(\v2\x15.leasehold.v1.ClusterR\acluster\"'\n" +
+	"\acluster\x18\x01 \x01(\v2\x15.leasehold.v1.ClusterR\acluster\"\x0f\n" +
+	"\rBackupRequest\"!\n" +
+	"\vBackupChunk\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\"'\n" +
 	"\vRaftMessage\x12\x18\n" +
 	"\amessage\x18\x01 \x01(\fR\amessage\"\t\n" +
 	"\aRaftAck2P\n" +
 	"\x06Leases\x12F\n" +
 	"\aSession\x12\x1a.leasehold.v1.LeaseRequest\x1a\x1b.leasehold.v1.LeaseResponse(\x010\x012L\n" +
 	"\aLookups\x12A\n" +
-	"\x04Sync\x12\x19.leasehold.v1.SyncRequest\x1a\x1a.leasehold.v1.SyncResponse(\x010\x012\xe2\x01\n" +
+	"\x04Sync\x12\x19.leasehold.v1.SyncRequest\x1a\x1a.leasehold.v1.SyncResponse(\x010\x012\xa6\x02\n" +
 	"\x05Admin\x12C\n" +
 	"\x06Status\x12\x1b.leasehold.v1.StatusRequest\x1a\x1c.leasehold.v1.StatusResponse\x12F\n" +
 	"\aAddPeer\x12\x1c.leasehold.v1.AddPeerRequest\x1a\x1d.leasehold.v1.ClusterResponse\x12L\n" +
 	"\n" +
-	"RemovePeer\x12\x1f.leasehold.v1.RemovePeerRequest\x1a\x1d.leasehold.v1.ClusterResponse2B\n" +
+	"RemovePeer\x12\x1f.leasehold.v1.RemovePeerRequest\x1a\x1d.leasehold.v1.ClusterResponse\x12B\n" +
+	"\x06Backup\x12\x1b.leasehold.v1.BackupRequest\x1a\x19.leasehold.v1.BackupChunk0\x012B\n" +
 	"\x04Raft\x12:\n" +
 	"\x04Send\x12\x19.leasehold.v1.RaftMessage\x1a\x15.leasehold.v1.RaftAck(\x01B?Z=github.com/leasehold/leasehold/proto/leasehold/v1;leaseholdv1b\x06proto3"
 
@@ -1656,7 +1742,7 @@ func file_leasehold_v1_leasehold_proto_rawDescGZIP() []byte {
 	return file_leasehold_v1_leasehold_proto_rawDescData
 }
 
-var file_leasehold_v1_leasehold_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_leasehold_v1_leasehold_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_leasehold_v1_leasehold_proto_goTypes = []any{
 	(*Range)(nil),             // 0: leasehold.v1.Range
 	(*Lease)(nil),             // 1: leasehold.v1.Lease
@@ -1677,8 +1763,10 @@ var file_leasehold_v1_leasehold_proto_goTypes = []any{
 	(*AddPeerRequest)(nil),    // 16: leasehold.v1.AddPeerRequest
 	(*RemovePeerRequest)(nil), // 17: leasehold.v1.RemovePeerRequest
 	(*ClusterResponse)(nil),   // 18: leasehold.v1.ClusterResponse
-	(*RaftMessage)(nil),       // 19: leasehold.v1.RaftMessage
-	(*RaftAck)(nil),           // 20: leasehold.v1.RaftAck
+	(*BackupRequest)(nil),     // 19: leasehold.v1.BackupRequest
+	(*BackupChunk)(nil),       // 20: leasehold.v1.BackupChunk
+	(*RaftMessage)(nil),       // 21: leasehold.v1.RaftMessage
+	(*RaftAck)(nil),           // 22: leasehold.v1.RaftAck
 }
 var file_leasehold_v1_leasehold_proto_depIdxs = []int32{
 	0,  // 0: leasehold.v1.Lease.range:type_name -> leasehold.v1.Range
@@ -1701,15 +1789,17 @@ var file_leasehold_v1_leasehold_proto_depIdxs = []int32{
 	10, // 17: leasehold.v1.Admin.Status:input_type -> leasehold.v1.StatusRequest
 	16, // 18: leasehold.v1.Admin.AddPeer:input_type -> leasehold.v1.AddPeerRequest
 	17, // 19: leasehold.v1.Admin.RemovePeer:input_type -> leasehold.v1.RemovePeerRequest
-	19, // 20: leasehold.v1.Raft.Send:input_type -> leasehold.v1.RaftMessage
-	3,  // 21: leasehold.v1.Leases.Session:output_type -> leasehold.v1.LeaseResponse
-	9,  // 22: leasehold.v1.Lookups.Sync:output_type -> leasehold.v1.SyncResponse
-	13, // 23: leasehold.v1.Admin.Status:output_type -> leasehold.v1.StatusResponse
-	18, // 24: leasehold.v1.Admin.AddPeer:output_type -> leasehold.v1.ClusterResponse
-	18, // 25: leasehold.v1.Admin.RemovePeer:output_type -> leasehold.v1.ClusterResponse
-	20, // 26: leasehold.v1.Raft.Send:output_type -> leasehold.v1.RaftAck
-	21, // [21:27] is the sub-list for method output_type
-	15, // [15:21] is the sub-list for method input_type
+	19, // 20: leasehold.v1.Admin.Backup:input_type -> leasehold.v1.BackupRequest
+	21, // 21: leasehold.v1.Raft.Send:input_type -> leasehold.v1.RaftMessage
+	3,  // 22: leasehold.v1.Leases.Session:output_type -> leasehold.v1.LeaseResponse
+	9,  // 23: leasehold.v1.Lookups.Sync:output_type -> leasehold.v1.SyncResponse
+	13, // 24: leasehold.v1.Admin.Status:output_type -> leasehold.v1.StatusResponse
+	18, // 25: leasehold.v1.Admin.AddPeer:output_type -> leasehold.v1.ClusterResponse
+	18, // 26: leasehold.v1.Admin.RemovePeer:output_type -> leasehold.v1.ClusterResponse
+	20, // 27: leasehold.v1.Admin.Backup:output_type -> leasehold.v1.BackupChunk
+	22, // 28: leasehold.v1.Raft.Send:output_type -> leasehold.v1.RaftAck
+	22, // [22:29] is the sub-list for method output_type
+	15, // [15:22] is the sub-list for method input_type
 	15, // [15:15] is the sub-list for extension type_name
 	15, // [15:15] is the sub-list for extension extendee
 	0,  // [0:15] is the sub-list for field type_name
@@ -1726,7 +1816,7 @@ func file_leasehold_v1_leasehold_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leasehold_v1_leasehold_proto_rawDesc), len(file_leasehold_v1_leasehold_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   21,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   4,
 		},

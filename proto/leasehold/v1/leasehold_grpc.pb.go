@@ -230,6 +230,7 @@ const (
 	Admin_Status_FullMethodName     = "/leasehold.v1.Admin/Status"
 	Admin_AddPeer_FullMethodName    = "/leasehold.v1.Admin/AddPeer"
 	Admin_RemovePeer_FullMethodName = "/leasehold.v1.Admin/RemovePeer"
+	Admin_Backup_FullMethodName     = "/leasehold.v1.Admin/Backup"
 )
 
 // AdminClient is the client API for Admin service.
@@ -246,6 +247,9 @@ type AdminClient interface {
 	// RemovePeer removes a member from the Manager's Raft group. Only the
 	// leader carries it out; another replica refuses it.
 	RemovePeer(ctx context.Context, in *RemovePeerRequest, opts ...grpc.CallOption) (*ClusterResponse, error)
+	// Backup streams a consistent copy of the answering replica's data
+	// directory (its Raft log and snapshot) while it keeps running.
+	Backup(ctx context.Context, in *BackupRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[BackupChunk], error)
 }
 
 type adminClient struct {
@@ -286,6 +290,25 @@ func (c *adminClient) RemovePeer(ctx context.Context, in *RemovePeerRequest, opt
 	return out, nil
 }
 
+func (c *adminClient) Backup(ctx context.Context, in *BackupRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[BackupChunk], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Admin_ServiceDesc.Streams[0], Admin_Backup_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[BackupRequest, BackupChunk]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Admin_BackupClient = grpc.ServerStreamingClient[BackupChunk]
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -300,6 +323,9 @@ type AdminServer interface {
 	// RemovePeer removes a member from the Manager's Raft group. Only the
 	// leader carries it out; another replica refuses it.
 	RemovePeer(context.Context, *RemovePeerRequest) (*ClusterResponse, error)
+	// Backup streams a consistent copy of the answering replica's data
+	// directory (its Raft log and snapshot) while it keeps running.
+	Backup(*BackupRequest, grpc.ServerStreamingServer[BackupChunk]) error
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -318,6 +344,9 @@ func (UnimplementedAdminServer) AddPeer(context.Context, *AddPeerRequest) (*Clus
 }
 func (UnimplementedAdminServer) RemovePeer(context.Context, *RemovePeerRequest) (*ClusterResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RemovePeer not implemented")
+}
+func (UnimplementedAdminServer) Backup(*BackupRequest, grpc.ServerStreamingServer[BackupChunk]) error {
+	return status.Error(codes.Unimplemented, "method Backup not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -394,6 +423,17 @@ func _Admin_RemovePeer_Handler(srv interface{}, ctx context.Context, dec func(in
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_Backup_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(BackupRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(AdminServer).Backup(m, &grpc.GenericServerStream[BackupRequest, BackupChunk]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Admin_BackupServer = grpc.ServerStreamingServer[BackupChunk]
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -414,7 +454,13 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _Admin_RemovePeer_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Backup",
+			Handler:       _Admin_Backup_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "leasehold/v1/leasehold.proto",
 }
 
