@@ -503,3 +503,71 @@ func (quietLogger) Fatal(v ...any)                 { panic(fmt.Sprint(v...)) }
 func (quietLogger) Fatalf(format string, v ...any) { panic(fmt.Sprintf(format, v...)) }
 func (quietLogger) Panic(v ...any)                 { panic(fmt.Sprint(v...)) }
 func (quietLogger) Panicf(format string, v ...any) { panic(fmt.Sprintf(format, v...)) }
+
+// ReplayLog rebuilds the State a replica with storage ms would reach: the
+// snapshot's, then every committed entry after it. It returns the State and
+// the index and term of the last entry applied. leasehold restore uses it.
+func ReplayLog(ms *raft.MemoryStorage, retention time.Duration, now time.Time) (st *State, index, term uint64, err error) {
+	snap, err := ms.Snapshot()
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	st = NewState(retention)
+	if !raft.IsEmptySnap(snap) {
+		if st, err = DecodeState(snap.Data, retention); err != nil {
+			return nil, 0, 0, err
+		}
+		index, term = snap.Metadata.Index, snap.Metadata.Term
+	}
+	hs, _, err := ms.InitialState()
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	if hs.Commit <= index {
+		return st, index, term, nil
+	}
+	ents, err := ms.Entries(index+1, hs.Commit+1, 1<<62)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	for _, e := range ents {
+		switch e.Type {
+		case raftpb.EntryNormal:
+			if len(e.Data) > 0 {
+				b, err := decodeBatch(e.Data)
+				if err == nil {
+					err = st.Apply(now, b.Changes)
+				}
+				if err != nil {
+					return nil, 0, 0, fmt.Errorf("entry %d: %w", e.Index, err)
+				}
+			}
+		case raftpb.EntryConfChange:
+			var cc raftpb.ConfChange
+			if err := cc.Unmarshal(e.Data); err != nil {
+				return nil, 0, 0, fmt.Errorf("%w: entry %d: conf change: %v", ErrCorrupt, e.Index, err)
+			}
+			addr := ""
+			if cc.Type == raftpb.ConfChangeAddNode || cc.Type == raftpb.ConfChangeAddLearnerNode {
+				addr = string(cc.Context)
+			}
+			if err := st.Apply(now, []Change{{Op: OpPeer, Peer: cc.NodeID, Addr: addr}}); err != nil {
+				return nil, 0, 0, err
+			}
+		}
+		index, term = e.Index, e.Term
+	}
+	return st, index, term, nil
+}
+
+// Refound turns st into the State of a new group of one, replica id at
+// addr, under a new epoch (larger than st's and at least epoch): leases
+// granted after st was saved are unknown, so its LGNs must never be
+// confused with theirs.
+func Refound(st *State, id uint64, addr string, epoch uint64) {
+	for p := range st.peers {
+		delete(st.peers, p)
+	}
+	st.peers[id] = addr
+	st.epoch = max(epoch, st.epoch+1)
+}
