@@ -57,7 +57,8 @@ type ServerConfig struct {
 	// group of this replica alone. Ignored when DataDir holds state.
 	Peers []Peer
 	// Join starts a replica with no state that waits to be added to a
-	// running group (leasehold cluster add) instead of founding one.
+	// running group (leasehold cluster add) instead of founding one; Peers
+	// then lists the running group's replicas, so it can answer them.
 	Join bool
 	// DataDir keeps the Raft log and snapshots; empty keeps them in memory,
 	// so a restart starts a new epoch and every Owner loses its leases.
