@@ -576,12 +576,13 @@ func TestAdoptManagerTimings(t *testing.T) {
 // by any Lookup.
 func TestEpochZeroManagerIsHeard(t *testing.T) {
 	m := manager.NewCore(manager.CoreConfig{Timing: tm}, base)
+	f := manager.NewFeed(m.State(), tm)
 	c := newCore()
 	req := oneReq(t, tick(c, base).reqs)
-	if err := m.StepSync(base, 1, req); err != nil {
+	if err := f.StepSync(base, 1, req); err != nil {
 		t.Fatal(err)
 	}
-	for _, msg := range m.Ready().Lookups {
+	for _, msg := range f.Ready() {
 		c.Step(at(10*ms), msg.Msg)
 	}
 	if c.Epoch() == 0 {
