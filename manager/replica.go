@@ -89,12 +89,20 @@ type Replica struct {
 	prop    uint64                    // proposals made
 	pending map[uint64][]OwnerMessage // held until their batch commits
 
-	nextTick      time.Time
-	nextFeedTick  time.Time
-	leaderContact time.Time
-	owners        []OwnerMessage
-	peerChanges   []Peer
-	stats         ReplicaStats
+	nextTick     time.Time
+	nextFeedTick time.Time
+	owners       []OwnerMessage
+	peerChanges  []Peer
+	stats        ReplicaStats
+
+	// A follower serves Lookups on the proof of a ReadIndex round: the
+	// leader had committed no further than readIndex when asked at readAt.
+	started   time.Time
+	reads     map[string]time.Time // rounds asked and not answered: context → when
+	readSeq   uint64
+	nextRead  time.Time
+	readIndex uint64
+	readAt    time.Time
 }
 
 // ReplicaStats counts a replica's Raft activity.
@@ -121,7 +129,8 @@ func NewReplica(cfg ReplicaConfig, now time.Time) (*Replica, error) {
 		cfg.Storage = raft.NewMemoryStorage()
 	}
 	r := &Replica{cfg: cfg, ms: cfg.Storage, st: NewState(cfg.Core.Timing.LogRetention),
-		pending: map[uint64][]OwnerMessage{}, nextTick: now.Add(cfg.Tick)}
+		pending: map[uint64][]OwnerMessage{}, nextTick: now.Add(cfg.Tick),
+		started: now, reads: map[string]time.Time{}}
 	snap, err := r.ms.Snapshot()
 	if err != nil {
 		return nil, err
@@ -190,13 +199,14 @@ func (r *Replica) Status() raft.Status { return r.rn.Status() }
 
 // StepRaft handles a message from another replica.
 func (r *Replica) StepRaft(now time.Time, m raftpb.Message) error {
-	switch m.Type {
-	case raftpb.MsgApp, raftpb.MsgHeartbeat, raftpb.MsgSnap:
-		if m.From == r.lead || r.lead == 0 {
-			r.leaderContact = now
-		}
-	}
 	return r.rn.Step(m)
+}
+
+// ReportSnapshot tells Raft whether the snapshot (MsgSnap) sent to replica
+// id arrived, as the transport learns it: until it is told, the leader
+// sends that replica nothing more.
+func (r *Replica) ReportSnapshot(id uint64, status raft.SnapshotStatus) {
+	r.rn.ReportSnapshot(id, status)
 }
 
 // StepLease handles an Owner's LeaseRequest. Only a leader that has taken
@@ -209,9 +219,10 @@ func (r *Replica) StepLease(now time.Time, req *protocol.LeaseRequest) error {
 }
 
 // StepSync handles a Lookup's SyncRequest. A replica answers while it is a
-// leader that has taken over, or a follower that heard from its leader
-// within an election timeout; its answers then lag the leader's table by at
-// most that.
+// leader that has taken over, or a follower that has applied everything its
+// leader had committed less than an election timeout ago (a ReadIndex
+// round); its answers then lag the newest committed table by at most
+// StaleBound.
 func (r *Replica) StepSync(now time.Time, id uint64, req *protocol.SyncRequest) error {
 	if !r.Serving(now) {
 		return r.notLeader()
@@ -225,15 +236,36 @@ func (r *Replica) Serving(now time.Time) bool {
 		return true
 	}
 	return r.role == raft.StateFollower && r.lead != 0 && r.st.epoch != 0 &&
-		now.Sub(r.leaderContact) < r.electionTimeout()
+		!r.readAt.IsZero() && now.Sub(r.readAt) < r.electionTimeout() && r.applied >= r.readIndex
+}
+
+// askRead starts a ReadIndex round: the leader answers, after a heartbeat
+// round confirms it still leads, with its commit index. Hearing heartbeats
+// is no such proof: a follower whose log lags (a lost append, a snapshot
+// in transit, a restart) hears them all the same. A follower asks three
+// times per election timeout, so one lost round does not stop it serving.
+func (r *Replica) askRead(now time.Time) {
+	for ctx, at := range r.reads {
+		if now.Sub(at) >= r.electionTimeout() {
+			delete(r.reads, ctx) // its answer could no longer make us serve
+		}
+	}
+	r.readSeq++
+	ctx := fmt.Appendf(nil, "%d/%d/%d", r.cfg.ID, r.started.UnixNano(), r.readSeq) // unique at the leader
+	r.reads[string(ctx)] = now
+	r.rn.ReadIndex(ctx)
+	r.nextRead = now.Add(r.electionTimeout() / 3)
 }
 
 func (r *Replica) electionTimeout() time.Duration {
 	return time.Duration(r.cfg.ElectionTicks) * r.cfg.Tick
 }
 
-// StaleBound is how far behind the leader's committed table a serving
-// follower's answers may be.
+// StaleBound is how far behind the newest committed table a serving
+// replica's answers may be, on its own clock: a follower's, by the age of
+// its last ReadIndex proof; a deposed leader's, until CheckQuorum deposes
+// it, at most two election timeouts after it lost its majority — while a
+// new leader needs one to be elected, so it commits nothing for the first.
 func (r *Replica) StaleBound() time.Duration { return r.electionTimeout() }
 
 func (r *Replica) notLeader() error {
@@ -282,6 +314,9 @@ func (r *Replica) Tick(now time.Time) {
 	if r.core != nil && !now.Before(r.core.NextDeadline()) {
 		r.core.Tick(now)
 	}
+	if r.role == raft.StateFollower && r.lead != 0 && !now.Before(r.nextRead) {
+		r.askRead(now)
+	}
 	r.Flush(now)
 }
 
@@ -312,6 +347,10 @@ func (r *Replica) Flush(now time.Time) {
 	}
 	r.pending[b.Seq] = rd.Owners
 }
+
+// Replies returns the Feed's answers to Lookups since the last call (or
+// Advance) and forgets them: StepSync answers at once, without Raft.
+func (r *Replica) Replies() []LookupMessage { return r.feed.Ready() }
 
 // Outbox returns the Owner messages released outside Advance (only when a
 // rule is deliberately broken) and forgets them.
@@ -370,6 +409,14 @@ func (r *Replica) Advance(now time.Time, rd raft.Ready) (Applied, error) {
 	}
 	if rd.SoftState != nil {
 		r.lead, r.role = rd.SoftState.Lead, rd.SoftState.RaftState
+	}
+	for _, rs := range rd.ReadStates {
+		if at, ok := r.reads[string(rs.RequestCtx)]; ok {
+			delete(r.reads, string(rs.RequestCtx))
+			if at.After(r.readAt) {
+				r.readAt, r.readIndex = at, rs.Index
+			}
+		}
 	}
 	term := r.rn.BasicStatus().Term
 	if r.role != raft.StateLeader || term != r.coreTerm {

@@ -427,6 +427,7 @@ func (s *Server) Run(ctx context.Context) error {
 				break
 			}
 			l.r.Flush(time.Now())
+			l.send(Applied{Lookups: l.r.Replies()})
 			l.changed()
 		case m := <-s.raftIn:
 			now := time.Now()
