@@ -55,12 +55,14 @@ func (f *Feed) Rebase(st *State) {
 // StepSync handles a Lookup's SyncRequest received at now on session id.
 func (f *Feed) StepSync(now time.Time, id uint64, req *protocol.SyncRequest) error {
 	f.syncs++
+	if f.st.epoch == 0 {
+		// Checked first: the first leader serves before its first entry,
+		// which creates the namespaces, has committed.
+		return ErrNoEpoch
+	}
 	t := f.st.Table(req.Namespace)
 	if t == nil {
 		return errUnknownNamespace(req.Namespace)
-	}
-	if f.st.epoch == 0 {
-		return ErrNoEpoch
 	}
 	subs := f.subs[req.Namespace]
 	if subs == nil {
@@ -73,6 +75,13 @@ func (f *Feed) StepSync(now time.Time, id uint64, req *protocol.SyncRequest) err
 		subs[id] = sub
 	}
 	sub.lastSeen = now
+	if req.Epoch == f.st.epoch && req.LSN > t.LSN() {
+		// This replica is behind the Lookup's copy (it synced with one
+		// further ahead): answering now would move the copy back. Push
+		// from its LSN once this replica has caught up.
+		sub.pushed = req.LSN
+		return nil
+	}
 	var u leasetable.Update
 	if req.Epoch != f.st.epoch {
 		// The Lookup's copy is from another Manager incarnation: its LSNs
@@ -125,19 +134,14 @@ func (f *Feed) Push() {
 		lsn := t.LSN()
 		ids := make([]uint64, 0, len(subs))
 		for id, l := range subs {
-			if l.pushed != lsn {
+			if l.pushed < lsn {
 				ids = append(ids, id)
 			}
 		}
 		slices.Sort(ids) // deterministic order
 		for _, id := range ids {
 			l := subs[id]
-			var u leasetable.Update
-			if l.pushed > lsn {
-				u = snapshot(t) // the State was replaced by an older one
-			} else {
-				u = t.Since(l.pushed)
-			}
+			u := t.Since(l.pushed)
 			l.pushed = u.To
 			f.out = append(f.out, LookupMessage{To: id, Msg: f.response(name, 0, u)})
 		}

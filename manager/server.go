@@ -71,6 +71,9 @@ type ServerConfig struct {
 	// SnapshotEntries is how many applied entries trigger a snapshot and
 	// log compaction; 0 means 10,000.
 	SnapshotEntries uint64
+	// PeerDialOptions are used to dial the other replicas; nil means
+	// plaintext TCP.
+	PeerDialOptions []grpc.DialOption
 	// Logger receives the server's logs; nil discards them.
 	Logger *slog.Logger
 	// MaxRequestRate caps the requests per second one stream may send, with
@@ -175,7 +178,8 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		s.store = st
 	}
 	s.transport = peers.New(peers.Config{
-		Self: cfg.ID,
+		Self:        cfg.ID,
+		DialOptions: cfg.PeerDialOptions,
 		Deliver: func(m raftpb.Message) {
 			select {
 			case s.raftIn <- m:
