@@ -18,6 +18,20 @@
 //	if !ok { /* no owner right now: retry after a short backoff */ }
 //	send(route.Addr, request)
 //
+// For a replicated Manager, give every replica's address, comma-separated
+// (or in Config.Managers):
+//
+//	Manager: "10.0.0.1:7400,10.0.0.2:7400,10.0.0.3:7400",
+//
+// Any replica that is caught up serves Lookups, so the Lookup keeps its one
+// sync stream with the first that does. It starts with the first address.
+// A replica that refuses (it lags the leader) names the leader, and the
+// Lookup reconnects there at once, even to an address not in the list. A
+// replica that cannot be reached, or knows no leader, is skipped for the
+// next address at once; only after every address has failed in a row does
+// the Lookup wait, with a backoff of up to 2 s, before the next round. Its
+// copy carries over from replica to replica: they serve the same table.
+//
 // # The caller's duties
 //
 //   - Lookup returns a hint (C§3.1). The owner may have moved; its Owner

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,8 +21,18 @@ import (
 
 // Config configures a Lookup.
 type Config struct {
-	// Manager is the Manager's address, host:port. Required.
+	// Manager is the Manager's address, host:port, or the addresses of
+	// the replicas of a replicated Manager, comma-separated
+	// ("10.0.0.1:7400,10.0.0.2:7400,10.0.0.3:7400"). The Lookup keeps one
+	// sync stream open, to any replica that serves it: it starts with the
+	// first address, follows the leader a replica names when it refuses
+	// the stream (even one not listed), and otherwise tries the addresses
+	// in turn. Manager or Managers is required.
 	Manager string
+	// Managers lists more addresses, one per entry, after those in Manager;
+	// repeats are dropped. Each must be host:port (or a gRPC target such
+	// as "dns:///manager.example:7400").
+	Managers []string
 	// Namespace is the key space to follow; empty means "default".
 	Namespace string
 	// Timing is used until the Manager's timings arrive with its first
@@ -37,7 +48,8 @@ type Config struct {
 	OnUpdate func(Update)
 	// Logger receives the Lookup's logs; nil discards them.
 	Logger *slog.Logger
-	// DialOptions replace the default (plaintext) gRPC dial options.
+	// DialOptions replace the default (plaintext) gRPC dial options, for
+	// every Manager replica.
 	DialOptions []grpc.DialOption
 }
 
@@ -64,13 +76,13 @@ type Lookup struct {
 	view  atomic.Pointer[published]
 	ready chan struct{} // closed at the first applied sync
 
-	conn   *grpc.ClientConn
-	recv   chan *protocol.SyncResponse
-	sendq  chan *pb.SyncRequest
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	up     *runtime.Upcalls[any]
-	closed atomic.Bool
+	managers *runtime.Managers
+	recv     chan *protocol.SyncResponse
+	sendq    chan *pb.SyncRequest
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	up       *runtime.Upcalls[any]
+	closed   atomic.Bool
 }
 
 type published struct {
@@ -81,19 +93,19 @@ type published struct {
 // New starts a Lookup. It returns at once; use WaitSynced to wait for the
 // first copy of the table.
 func New(ctx context.Context, cfg Config) (*Lookup, error) {
-	if err := (runtime.Common{Manager: &cfg.Manager, Namespace: &cfg.Namespace, Timing: &cfg.Timing, Logger: &cfg.Logger}).Normalize("lookup"); err != nil {
+	if err := (runtime.Common{Manager: &cfg.Manager, Managers: &cfg.Managers, Namespace: &cfg.Namespace, Timing: &cfg.Timing, Logger: &cfg.Logger}).Normalize("lookup"); err != nil {
 		return nil, err
 	}
-	conn, err := runtime.Dial(cfg.Manager, cfg.DialOptions)
+	managers, err := runtime.NewManagers(cfg.Managers, cfg.DialOptions)
 	if err != nil {
 		return nil, fmt.Errorf("lookup: %w", err)
 	}
 	l := &Lookup{
-		cfg:   cfg,
-		ready: make(chan struct{}),
-		conn:  conn,
-		recv:  make(chan *protocol.SyncResponse, 64),
-		sendq: make(chan *pb.SyncRequest, 16),
+		cfg:      cfg,
+		ready:    make(chan struct{}),
+		managers: managers,
+		recv:     make(chan *protocol.SyncResponse, 64),
+		sendq:    make(chan *pb.SyncRequest, 16),
 	}
 	l.up = runtime.NewUpcalls(func(v any) {
 		switch v := v.(type) {
@@ -139,7 +151,11 @@ func (l *Lookup) WaitSynced(ctx context.Context) error {
 	case <-l.ready:
 		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("lookup: no answer from the manager at %s: %w", l.cfg.Manager, ctx.Err())
+		where := "the manager at " + l.cfg.Manager
+		if len(l.cfg.Managers) > 1 {
+			where = "any manager at " + strings.Join(l.cfg.Managers, ", ")
+		}
+		return fmt.Errorf("lookup: no answer from %s: %w", where, ctx.Err())
 	}
 }
 
@@ -151,7 +167,7 @@ func (l *Lookup) Close() error {
 	l.cancel()
 	l.wg.Wait()
 	l.up.Close()
-	return l.conn.Close()
+	return l.managers.Close()
 }
 
 func (l *Lookup) run(ctx context.Context, core *Core) {
@@ -202,12 +218,12 @@ func (l *Lookup) run(ctx context.Context, core *Core) {
 	}
 }
 
-// connect keeps a sync stream to the Manager open, reconnecting with backoff.
+// connect keeps a sync stream to a Manager replica open, following the
+// replicas' hints and reconnecting with backoff.
 func (l *Lookup) connect(ctx context.Context) {
 	defer l.wg.Done()
-	client := pb.NewLookupsClient(l.conn)
-	runtime.Keep(ctx, l.cfg.Logger, "sync",
-		func(ctx context.Context) (runtime.Stream[pb.SyncRequest, pb.SyncResponse], error) {
-			return client.Sync(ctx)
+	runtime.Keep(ctx, l.cfg.Logger, "sync", l.managers,
+		func(ctx context.Context, cc grpc.ClientConnInterface) (runtime.Stream[pb.SyncRequest, pb.SyncResponse], error) {
+			return pb.NewLookupsClient(cc).Sync(ctx)
 		}, l.sendq, wire.SyncResponseFromPB, l.recv)
 }

@@ -13,6 +13,22 @@
 //	if err != nil { ... }
 //	defer o.Close(ctx) // hands the ranges back at once
 //
+// For a replicated Manager, give every replica's address, comma-separated
+// (or in Config.Managers):
+//
+//	Manager: "10.0.0.1:7400,10.0.0.2:7400,10.0.0.3:7400",
+//
+// Only the leader serves Owners, and the Owner keeps one lease stream open,
+// to the leader. It starts with the first address. A replica that is not
+// the leader refuses the stream naming the leader, and the Owner reconnects
+// there at once, even to an address not in the list (the group grew). A
+// replica that cannot be reached, or knows no leader, is skipped for the
+// next address at once; only after every address has failed in a row does
+// the Owner wait, with a backoff of up to 2 s, before the next round. It
+// logs each switch at Info ("following leader at ADDR"). A new leader
+// renews the leases its predecessor granted, under the same LeaseNums, so a
+// failover is invisible to CheckLeaseNow and CheckLeaseContinuous.
+//
 // Serve every request with the five steps of P§2.2 (Figure 4):
 //
 //	func (s *Server) Put(key string, value []byte) error {

@@ -20,8 +20,18 @@ import (
 
 // Config configures an Owner.
 type Config struct {
-	// Manager is the Manager's address, host:port. Required.
+	// Manager is the Manager's address, host:port, or the addresses of
+	// the replicas of a replicated Manager, comma-separated
+	// ("10.0.0.1:7400,10.0.0.2:7400,10.0.0.3:7400"). The Owner keeps one
+	// lease stream open, to the leader: it starts with the first address,
+	// follows the leader a replica names when it refuses the stream (even
+	// one not listed), and otherwise tries the addresses in turn. Manager
+	// or Managers is required.
 	Manager string
+	// Managers lists more addresses, one per entry, after those in Manager;
+	// repeats are dropped. Each must be host:port (or a gRPC target such
+	// as "dns:///manager.example:7400").
+	Managers []string
 	// Namespace is the key space to join; empty means "default".
 	Namespace string
 	// ID names this server. It must be unique among live Owners and should
@@ -39,12 +49,13 @@ type Config struct {
 	OnChange func(OwnershipChange)
 	// Logger receives the Owner's logs; nil discards them.
 	Logger *slog.Logger
-	// DialOptions replace the default (plaintext) gRPC dial options.
+	// DialOptions replace the default (plaintext) gRPC dial options, for
+	// every Manager replica.
 	DialOptions []grpc.DialOption
 }
 
 func (c *Config) validate() error {
-	if err := (runtime.Common{Manager: &c.Manager, Namespace: &c.Namespace, Timing: &c.Timing, Logger: &c.Logger}).Normalize("owner"); err != nil {
+	if err := (runtime.Common{Manager: &c.Manager, Managers: &c.Managers, Namespace: &c.Namespace, Timing: &c.Timing, Logger: &c.Logger}).Normalize("owner"); err != nil {
 		return err
 	}
 	switch {
@@ -66,14 +77,14 @@ type Owner struct {
 	held atomic.Pointer[published] // published by the loop
 	base time.Time                 // deadlines are offsets from here, on the monotonic clock
 
-	conn   *grpc.ClientConn
-	recv   chan *protocol.LeaseResponse
-	sendq  chan *pb.LeaseRequest
-	leave  chan chan struct{}
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	up     *runtime.Upcalls[OwnershipChange]
-	closed atomic.Bool
+	managers *runtime.Managers
+	recv     chan *protocol.LeaseResponse
+	sendq    chan *pb.LeaseRequest
+	leave    chan chan struct{}
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	up       *runtime.Upcalls[OwnershipChange]
+	closed   atomic.Bool
 }
 
 // New starts an Owner: it joins the namespace and keeps its leases until
@@ -82,17 +93,17 @@ func New(ctx context.Context, cfg Config) (*Owner, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	conn, err := runtime.Dial(cfg.Manager, cfg.DialOptions)
+	managers, err := runtime.NewManagers(cfg.Managers, cfg.DialOptions)
 	if err != nil {
 		return nil, fmt.Errorf("owner: %w", err)
 	}
 	o := &Owner{
-		cfg:   cfg,
-		conn:  conn,
-		recv:  make(chan *protocol.LeaseResponse, 16),
-		sendq: make(chan *pb.LeaseRequest, 16),
-		leave: make(chan chan struct{}),
-		up:    runtime.NewUpcalls(cfg.OnChange),
+		cfg:      cfg,
+		managers: managers,
+		recv:     make(chan *protocol.LeaseResponse, 16),
+		sendq:    make(chan *pb.LeaseRequest, 16),
+		leave:    make(chan chan struct{}),
+		up:       runtime.NewUpcalls(cfg.OnChange),
 	}
 	o.base = time.Now()
 	o.held.Store(&published{})
@@ -178,7 +189,7 @@ func (o *Owner) Close(ctx context.Context) error {
 	o.cancel()
 	o.wg.Wait()
 	o.up.Close()
-	return o.conn.Close()
+	return o.managers.Close()
 }
 
 // run owns the core: every step happens here.
@@ -224,13 +235,12 @@ func (o *Owner) run(ctx context.Context, core *Core) {
 	}
 }
 
-// connect keeps a lease stream to the Manager open, reconnecting with
-// backoff.
+// connect keeps a lease stream to the Manager's leader open, following it
+// from replica to replica and reconnecting with backoff.
 func (o *Owner) connect(ctx context.Context) {
 	defer o.wg.Done()
-	client := pb.NewLeasesClient(o.conn)
-	runtime.Keep(ctx, o.cfg.Logger, "lease",
-		func(ctx context.Context) (runtime.Stream[pb.LeaseRequest, pb.LeaseResponse], error) {
-			return client.Session(ctx)
+	runtime.Keep(ctx, o.cfg.Logger, "lease", o.managers,
+		func(ctx context.Context, cc grpc.ClientConnInterface) (runtime.Stream[pb.LeaseRequest, pb.LeaseResponse], error) {
+			return pb.NewLeasesClient(cc).Session(ctx)
 		}, o.sendq, wire.LeaseResponseFromPB, o.recv)
 }

@@ -1,5 +1,8 @@
 // Package runtime holds what the Owner and Lookup runtimes share: an
-// in-order upcall queue, reconnection backoff and the gRPC dial defaults.
+// in-order upcall queue, the list of Manager replicas and the stream that
+// follows their leader (Keep), reconnection backoff, the gRPC dial defaults
+// and the configuration check. It also holds the Manager's half of the
+// leader convention, NotLeader, so both sides agree on it.
 package runtime
 
 import (
@@ -7,6 +10,8 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -106,99 +111,25 @@ func Dial(addr string, opts []grpc.DialOption) (*grpc.ClientConn, error) {
 	if len(opts) == 0 {
 		opts = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
 	}
-	opts = append(opts, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(256<<20)))
+	opts = append(slices.Clip(opts), grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(256<<20)))
 	return grpc.NewClient(addr, opts...)
-}
-
-// Stream is a bidirectional gRPC client stream.
-type Stream[S, R any] interface {
-	Send(*S) error
-	Recv() (*R, error)
-	CloseSend() error
-}
-
-// Keep keeps a stream to the Manager open until ctx ends, reconnecting with
-// backoff: it sends what arrives on sendq and hands each message it receives,
-// decoded, to recv. A message that fails to decode is logged and dropped.
-// Messages queued while the stream is down wait in sendq or are dropped by
-// the sender, as on any lossy network.
-func Keep[S, R, D any](ctx context.Context, log *slog.Logger, what string,
-	open func(context.Context) (Stream[S, R], error), sendq <-chan *S,
-	decode func(*R) (D, error), recv chan<- D) {
-	b := Backoff{Min: 50 * time.Millisecond, Max: 2 * time.Second}
-	for ctx.Err() == nil {
-		err := pump(ctx, log, open, sendq, decode, recv, &b)
-		if ctx.Err() != nil {
-			return
-		}
-		log.Warn(what+" stream to the manager ended; reconnecting", "err", err)
-		if !Sleep(ctx, b.Next()) {
-			return
-		}
-	}
-}
-
-func pump[S, R, D any](ctx context.Context, log *slog.Logger,
-	open func(context.Context) (Stream[S, R], error), sendq <-chan *S,
-	decode func(*R) (D, error), recv chan<- D, b *Backoff) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stream, err := open(ctx)
-	if err != nil {
-		return err
-	}
-	recvErr := make(chan error, 1)
-	go func() {
-		for {
-			m, err := stream.Recv()
-			if err != nil {
-				recvErr <- err
-				return
-			}
-			d, err := decode(m)
-			if err != nil {
-				log.Warn("dropping a malformed message from the manager", "err", err)
-				continue
-			}
-			select {
-			case recv <- d:
-			case <-ctx.Done():
-				recvErr <- ctx.Err()
-				return
-			}
-		}
-	}()
-	for {
-		select {
-		case m := <-sendq:
-			if err := stream.Send(m); err != nil {
-				cancel()
-				<-recvErr
-				return err
-			}
-			b.Reset() // the stream works
-		case err := <-recvErr:
-			return err
-		case <-ctx.Done():
-			_ = stream.CloseSend()
-			<-recvErr
-			return ctx.Err()
-		}
-	}
 }
 
 // Common holds the configuration every client runtime shares, with the
 // defaults applied by Normalize.
 type Common struct {
-	Manager   *string
+	Manager   *string   // a comma-separated list of addresses
+	Managers  *[]string // more addresses, one per entry; may be nil
 	Namespace *string
 	Timing    *protocol.Timing
 	Logger    **slog.Logger
 }
 
 // Normalize fills in defaults ("default" namespace, production timings, a
-// discarding logger) and reports a configuration the Manager would refuse,
-// naming the package (owner, lookup) in the error.
+// discarding logger), merges the Manager addresses and reports a
+// configuration the Manager would refuse, naming the package (owner, lookup)
+// and the bad field or address in the error. On success *Manager is the
+// merged list, comma-separated, and *Managers (if given) the same list.
 func (c Common) Normalize(pkg string) error {
 	if *c.Namespace == "" {
 		*c.Namespace = "default"
@@ -209,8 +140,17 @@ func (c Common) Normalize(pkg string) error {
 	if *c.Logger == nil {
 		*c.Logger = slog.New(slog.DiscardHandler)
 	}
-	if *c.Manager == "" {
-		return fmt.Errorf("%s: Config.Manager (the Manager's address) is required", pkg)
+	var more []string
+	if c.Managers != nil {
+		more = *c.Managers
+	}
+	addrs, err := managerList(pkg, *c.Manager, more)
+	if err != nil {
+		return err
+	}
+	*c.Manager = strings.Join(addrs, ",")
+	if c.Managers != nil {
+		*c.Managers = addrs
 	}
 	if err := CheckName(pkg, "Namespace", *c.Namespace); err != nil {
 		return err
