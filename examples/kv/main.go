@@ -6,6 +6,9 @@
 //	kv put   --manager ADDR [--namespace NS] [--timeout D] KEY VALUE
 //	kv get   --manager ADDR [--namespace NS] [--timeout D] KEY
 //
+// --manager ADDR is host:port, or for a replicated Manager its replicas'
+// addresses, comma-separated: the Owner and the Lookup follow the leader.
+//
 // serve runs a server until SIGINT or SIGTERM, then leaves gracefully (its
 // ranges move at once). put exits 0 on success; get prints the value and
 // exits 0, or prints "not found" and exits 1. Other errors exit 2.
@@ -37,6 +40,7 @@ const usage = `usage:
   kv serve --manager ADDR --listen ADDR [--namespace NS] [--id ID] [--advertise ADDR]
   kv put   --manager ADDR [--namespace NS] [--timeout 10s] KEY VALUE
   kv get   --manager ADDR [--namespace NS] [--timeout 10s] KEY
+--manager ADDR is host:port, or a replicated Manager's replicas, comma-separated.
 `
 
 func main() {
@@ -74,7 +78,7 @@ func newFlags(name string, stderr io.Writer) (*flag.FlagSet, *string, *string) {
 	if def == "" {
 		def = "127.0.0.1:7400"
 	}
-	manager := fs.String("manager", def, "the Manager's address, host:port ($LEASEHOLD_MANAGER sets the default)")
+	manager := fs.String("manager", def, "the Manager's address, host:port, or a comma-separated list of its replicas' addresses, whose leader is followed ($LEASEHOLD_MANAGER sets the default)")
 	namespace := fs.String("namespace", "", `the namespace (empty: "default")`)
 	return fs, manager, namespace
 }

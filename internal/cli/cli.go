@@ -46,7 +46,7 @@ const (
 )
 
 // ManagerEnv names the environment variable that replaces the default
-// --manager address of the client subcommands.
+// --manager address (or comma-separated list) of the client subcommands.
 const ManagerEnv = "LEASEHOLD_MANAGER"
 
 // DefaultManager is the address the Manager listens on, and clients dial,
@@ -117,7 +117,9 @@ each key, with a loss notification whenever an Owner's state for a range is lost
 
 Run a Manager with 'leasehold manager'; inspect it with 'leasehold status',
 'leasehold lookup' and 'leasehold watch'. Client subcommands dial --manager,
-which defaults to $` + ManagerEnv + ` or ` + DefaultManager + `.
+which defaults to $` + ManagerEnv + ` or ` + DefaultManager + `; for a replicated
+Manager give its replicas' addresses, comma-separated, and the clients follow
+the leader.
 
 Exit codes: 0 success, 1 runtime failure, 2 bad usage.`,
 		SilenceUsage:  true,

@@ -67,7 +67,7 @@ func newDemoOwnerCommand(e *env) *cobra.Command {
 			return s.Close(stop)
 		}),
 	}
-	cmd.Flags().StringVar(&managerAddr, "manager", "", "the Manager's address")
+	cmd.Flags().StringVar(&managerAddr, "manager", "", "the Manager's address, host:port, or a comma-separated list of its replicas' addresses")
 	cmd.Flags().StringVar(&id, "id", "", "the owner ID")
 	return cmd
 }

@@ -48,9 +48,12 @@ func orList(s []string) string {
 	return strings.Join(s[:len(s)-1], ", ") + " or " + s[len(s)-1]
 }
 
+// managerUsage describes the --manager flag of every client subcommand.
+const managerUsage = "dial the Manager at `ADDR`, host:port, or a comma-separated list of its replicas' addresses, whose leader is followed ($" + ManagerEnv + " sets the default)"
+
 // clientOptions are the flags of every subcommand that talks to a Manager.
 type clientOptions struct {
-	manager   string        // host:port
+	manager   string        // host:port, or a comma-separated list
 	namespace string        // the namespace to ask about
 	json      bool          // machine-readable output
 	timeout   time.Duration // how long to wait for the Manager
@@ -58,7 +61,7 @@ type clientOptions struct {
 
 func (o *clientOptions) addFlags(cmd *cobra.Command, e *env, namespaceUsage string) {
 	f := cmd.Flags()
-	f.StringVar(&o.manager, "manager", e.defaultManager(), "dial the Manager at `ADDR`, host:port ($"+ManagerEnv+" sets the default)")
+	f.StringVar(&o.manager, "manager", e.defaultManager(), managerUsage)
 	f.StringVar(&o.namespace, "namespace", manager.DefaultNamespace, namespaceUsage)
 	f.BoolVar(&o.json, "json", false, "print JSON instead of text")
 	f.DurationVar(&o.timeout, "timeout", 5*time.Second, "how long to wait for the Manager")
@@ -73,35 +76,109 @@ func (o *clientOptions) validate() error {
 	case o.timeout <= 0:
 		return usagef("--timeout %s must be positive", o.timeout)
 	}
+	if _, err := runtime.SplitManagers(o.manager); err != nil {
+		return usagef("--manager: %v", err)
+	}
 	return nil
 }
 
 // status asks the Manager for its Status, within o.timeout. namespace ""
-// asks for every namespace. Errors say whether the Manager could not be
-// reached or refused.
+// asks for every namespace. With several addresses in --manager it asks
+// each in turn, every replica answering Status, and returns the first
+// answer; each gets an even share of the time left. Errors say whether the
+// Manager could not be reached or refused.
 func (o *clientOptions) status(ctx context.Context, namespace string) (*pb.StatusResponse, error) {
-	conn, err := runtime.Dial(o.manager, nil)
+	addrs, err := runtime.SplitManagers(o.manager)
 	if err != nil {
-		return nil, fmt.Errorf("invalid --manager address %q: %w", o.manager, err)
+		return nil, usagef("--manager: %v", err)
 	}
-	defer conn.Close()
+	if len(addrs) == 0 {
+		return nil, usagef("--manager must not be empty")
+	}
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
+	if len(addrs) == 1 {
+		return o.statusAt(ctx, addrs[0], namespace)
+	}
+	var failed []string
+	for i, addr := range addrs {
+		deadline, _ := ctx.Deadline()
+		share := time.Until(deadline) / time.Duration(len(addrs)-i)
+		actx, acancel := context.WithTimeout(ctx, share)
+		resp, err := o.statusAt(actx, addr, namespace)
+		timedOut := actx.Err() == context.DeadlineExceeded
+		acancel()
+		switch {
+		case err == nil:
+			return resp, nil
+		case ctx.Err() == context.Canceled:
+			return nil, fmt.Errorf("interrupted while waiting for the manager at %s", o.manager)
+		case !unreachableError(err):
+			return nil, err
+		case timedOut:
+			failed = append(failed, fmt.Sprintf("%s: no answer within %s", addr, share.Round(time.Millisecond)))
+		default:
+			failed = append(failed, addr+": "+reachError(err))
+		}
+	}
+	return nil, fmt.Errorf("cannot reach any manager at %s: %s", strings.Join(addrs, ", "), strings.Join(failed, "; "))
+}
+
+// statusAt asks the Manager replica at addr for its Status, within ctx.
+func (o *clientOptions) statusAt(ctx context.Context, addr, namespace string) (*pb.StatusResponse, error) {
+	conn, err := runtime.Dial(addr, nil)
+	if err != nil {
+		return nil, fmt.Errorf("invalid --manager address %q: %w", addr, err)
+	}
+	defer conn.Close()
 	resp, err := pb.NewAdminClient(conn).Status(ctx, &pb.StatusRequest{Namespace: namespace})
 	if err != nil {
-		return nil, o.managerError(err)
+		return nil, o.managerErrorAt(addr, err)
 	}
 	return resp, nil
 }
 
-// managerError describes an error of a call to the Manager.
-func (o *clientOptions) managerError(err error) error {
+// unreachable marks an error of a call to a Manager replica that was not
+// reached or did not answer in time: another replica may answer.
+type unreachable struct {
+	cause string // what went wrong, for the message naming every replica
+	err   error
+}
+
+func (u *unreachable) Error() string { return u.err.Error() }
+func (u *unreachable) Unwrap() error { return u.err }
+
+func unreachableError(err error) bool {
+	var u *unreachable
+	return errors.As(err, &u)
+}
+
+func reachError(err error) string {
+	var u *unreachable
+	if errors.As(err, &u) {
+		return u.cause
+	}
+	return err.Error()
+}
+
+// managerError describes an error of a call to the Manager at --manager.
+func (o *clientOptions) managerError(err error) error { return o.managerErrorAt(o.manager, err) }
+
+// managerErrorAt describes an error of a call to the Manager at addr. An
+// error that says it could not be reached or did not answer in time is
+// *unreachable.
+func (o *clientOptions) managerErrorAt(addr string, err error) error {
+	var u *unreachable
+	if errors.As(err, &u) {
+		return err // described already
+	}
 	st, ok := status.FromError(err)
 	if !ok {
 		if errors.Is(err, context.DeadlineExceeded) {
-			return fmt.Errorf("cannot reach the manager at %s: no answer within %s", o.manager, o.timeout)
+			cause := fmt.Sprintf("no answer within %s", o.timeout)
+			return &unreachable{cause, fmt.Errorf("cannot reach the manager at %s: %s", addr, cause)}
 		}
-		return fmt.Errorf("manager at %s: %w", o.manager, err)
+		return fmt.Errorf("manager at %s: %w", addr, err)
 	}
 	msg := strings.TrimPrefix(st.Message(), "leasehold: ")
 	switch st.Code() {
@@ -111,11 +188,12 @@ func (o *clientOptions) managerError(err error) error {
 		if _, cause, ok := strings.Cut(msg, "Error while dialing: "); ok {
 			msg = strings.TrimSuffix(cause, `"`)
 		}
-		return fmt.Errorf("cannot reach the manager at %s: %s", o.manager, msg)
+		return &unreachable{msg, fmt.Errorf("cannot reach the manager at %s: %s", addr, msg)}
 	case codes.DeadlineExceeded:
-		return fmt.Errorf("cannot reach the manager at %s: no answer within %s", o.manager, o.timeout)
+		cause := fmt.Sprintf("no answer within %s", o.timeout)
+		return &unreachable{cause, fmt.Errorf("cannot reach the manager at %s: %s", addr, cause)}
 	case codes.Canceled:
-		return fmt.Errorf("interrupted while waiting for the manager at %s", o.manager)
+		return fmt.Errorf("interrupted while waiting for the manager at %s", addr)
 	}
-	return fmt.Errorf("manager at %s: %s", o.manager, msg)
+	return fmt.Errorf("manager at %s: %s", addr, msg)
 }

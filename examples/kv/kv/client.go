@@ -31,7 +31,9 @@ const (
 
 // ClientConfig configures a Client.
 type ClientConfig struct {
-	// Manager is the Manager's address, host:port. Required.
+	// Manager is the Manager's address, host:port, or a replicated
+	// Manager's replicas' addresses, comma-separated (see the Manager field
+	// of lookup.Config and owner.Config). Required.
 	Manager string
 	// Namespace is the key space to follow; empty means "default".
 	Namespace string

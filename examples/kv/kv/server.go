@@ -21,7 +21,9 @@ const MaxValueBytes = 1 << 20
 
 // ServerConfig configures a Server.
 type ServerConfig struct {
-	// Manager is the Manager's address, host:port. Required.
+	// Manager is the Manager's address, host:port, or a replicated
+	// Manager's replicas' addresses, comma-separated (see the Manager field
+	// of lookup.Config and owner.Config). Required.
 	Manager string
 	// Namespace is the key space to join; empty means "default".
 	Namespace string

@@ -1,0 +1,31 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+)
+
+// TestManagerList checks --manager takes a comma-separated list, says so,
+// and names a bad entry.
+func TestManagerList(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string // in stderr
+	}{
+		{[]string{"get", "-h"}, exitOK, "comma-separated list"},
+		{[]string{"get", "--manager", "127.0.0.1:1,manager-2", "k"}, exitError, `kv get: kv: lookup: Config.Manager: address "manager-2" is not host:port`},
+		{[]string{"put", "--manager", "127.0.0.1:1,,127.0.0.1:2", "k", "v"}, exitError, `kv put: kv: lookup: Config.Manager: an empty address in "127.0.0.1:1,,127.0.0.1:2"`},
+		{[]string{"serve", "--listen", "127.0.0.1:0", "--manager", "127.0.0.1:1,:x"}, exitError, `kv serve: kv: owner: Config.Manager: address ":x" is not host:port`},
+		// Two ports on localhost where nothing listens: no route ever appears.
+		{[]string{"get", "--manager", "127.0.0.1:1,127.0.0.1:2", "--timeout", "300ms", "k"}, exitError, `kv: get "k": context deadline exceeded`},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := run(context.Background(), tc.args, &stdout, &stderr)
+		if code != tc.code || !strings.Contains(stderr.String(), tc.want) {
+			t.Errorf("kv %s: exit %d, stderr %q; want exit %d and %q", strings.Join(tc.args, " "), code, stderr.String(), tc.code, tc.want)
+		}
+	}
+}
