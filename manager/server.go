@@ -145,6 +145,7 @@ type Server struct {
 	namespaces map[string]bool
 	events     chan event
 	raftIn     chan raftpb.Message
+	ready      chan struct{} // closed when the loop has published its first snapshot
 	stopped    chan struct{} // closed when the loop ends
 	running    atomic.Bool
 	stats      atomic.Pointer[Snapshot]
@@ -165,6 +166,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		namespaces: map[string]bool{DefaultNamespace: true},
 		events:     make(chan event, 1024),
 		raftIn:     make(chan raftpb.Message, 4096),
+		ready:      make(chan struct{}),
 		stopped:    make(chan struct{}),
 	}
 	for _, ns := range cfg.Namespaces {
@@ -241,6 +243,12 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	}()
 	loopErr := make(chan error, 1)
 	go func() { loopErr <- s.Run(ctx); cancel() }()
+	// Answer nobody before the loop has state to show: a group of one has
+	// taken over by then, so status shows its namespaces.
+	select {
+	case <-s.ready:
+	case <-s.stopped:
+	}
 	err := g.Serve(lis)
 	cancel()
 	wg.Wait()
@@ -402,6 +410,7 @@ func (s *Server) Run(ctx context.Context) error {
 		return err
 	}
 	l.publish()
+	close(s.ready)
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {

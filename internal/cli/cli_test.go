@@ -365,7 +365,7 @@ func TestManagerEnv(t *testing.T) {
 	}
 }
 
-var listeningLine = regexp.MustCompile(`^leasehold manager listening on (\S+) \(timings fast, epoch (\d+)\)\n$`)
+var listeningLine = regexp.MustCompile(`^leasehold manager listening on (\S+) \(timings fast, replica (\d+)\)\n$`)
 
 func TestManagerCommand(t *testing.T) {
 	t.Parallel()
