@@ -841,10 +841,13 @@ func serveStream[T any](s *Server, ctx context.Context, out chan T, send func(T)
 
 // Status answers leasehold status.
 func (s *Server) Status(ctx context.Context, req *pb.StatusRequest) (*pb.StatusResponse, error) {
-	if req.GetNamespace() != "" && !s.namespaces[req.GetNamespace()] {
+	snap := s.stats.Load()
+	// Namespaces are replicated: a replica serves those of its state (a
+	// restored one's, say) as well as those it was configured with.
+	known := s.namespaces[req.GetNamespace()] || slices.ContainsFunc(snap.Namespaces, func(n NamespaceSnapshot) bool { return n.Name == req.GetNamespace() })
+	if req.GetNamespace() != "" && !known {
 		return nil, status.Errorf(codes.NotFound, "leasehold: unknown namespace %q", req.GetNamespace())
 	}
-	snap := s.stats.Load()
 	out := &pb.StatusResponse{Epoch: snap.Epoch, Cluster: clusterPB(snap.Cluster)}
 	for _, ns := range snap.Namespaces {
 		if req.GetNamespace() != "" && ns.Name != req.GetNamespace() {

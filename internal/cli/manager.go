@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -74,6 +75,11 @@ type managerOptions struct {
 	namespaces    []string
 	metricsListen string
 	logLevel      string
+	id            uint64
+	peers         string // ID=ADDR,…
+	dataDir       string
+	join          bool
+	advertise     string
 
 	overrides protocol.Timing // the override flags' values; used only where set
 	flags     *pflag.FlagSet  // to tell which overrides were set
@@ -96,12 +102,22 @@ it, and the result must be safe (docs/protocol.md, "Timers"), or the Manager
 refuses to start (exit code 2).
 
 ` + profileTable() + `
+The Manager is a Raft group of one or more replicas (docs/operations.md).
+Alone, it is a group of one: with --data-dir it keeps its state there, and a
+restart within an owner lease costs the Owners nothing; without, a restart
+starts over (a new epoch) and every Owner loses its leases. A group of three
+(or five) survives the loss of one (or two): start each replica with its own
+--id, --listen and --data-dir and the same --peers list. Only the leader
+serves Owners; any replica serves Lookups.
+
 When it listens it prints one line to stdout:
-  leasehold manager listening on ADDR (timings PROFILE, epoch N)
+  leasehold manager listening on ADDR (timings PROFILE, replica ID)
 Logs go to stderr. SIGINT or SIGTERM stops it cleanly (exit code 0).`,
-		Example: `  leasehold manager
+		Example: `  leasehold manager --data-dir /var/lib/leasehold
   leasehold manager --timings fast --listen 127.0.0.1:17400 --metrics-listen 127.0.0.1:9400
-  leasehold manager --namespace presence --namespace queues`,
+  leasehold manager --namespace presence --namespace queues
+  leasehold manager --id 1 --listen 127.0.0.1:7401 --data-dir d1 \
+      --peers 1=127.0.0.1:7401,2=127.0.0.1:7402,3=127.0.0.1:7403`,
 		Args: cobra.NoArgs,
 		RunE: run(func(ctx context.Context, _ []string) error { return o.run(ctx, e) }),
 	}
@@ -118,6 +134,11 @@ Logs go to stderr. SIGINT or SIGTERM stops it cleanly (exit code 0).`,
 		}
 	}
 	f.StringArrayVar(&o.namespaces, "namespace", nil, "a namespace `NS` to serve besides \"default\" (repeatable)")
+	f.StringVar(&o.dataDir, "data-dir", "", "keep the replicated state in `DIR` (default: memory only; a restart loses every lease)")
+	f.Uint64Var(&o.id, "id", 1, "this replica's `ID` in the group, a positive integer")
+	f.StringVar(&o.peers, "peers", "", "the founding replicas of a new group, `ID=ADDR,…`, this one included (default: a group of one); with --join, the running group's replicas")
+	f.BoolVar(&o.join, "join", false, "start empty and wait to be added to the running group --peers names (leasehold cluster add)")
+	f.StringVar(&o.advertise, "advertise", "", "the `ADDR` other replicas and clients reach this one at (default: --listen)")
 	f.StringVar(&o.metricsListen, "metrics-listen", "", "serve Prometheus metrics at http://`ADDR`/metrics (default: no metrics)")
 	f.Var(newChoice(&o.logLevel, "info", "debug", "info", "warn", "error"), "log-level", "the least severe log level written to stderr")
 	cmd.Flags().SortFlags = false
@@ -180,8 +201,59 @@ func (o *managerOptions) config(logger *slog.Logger) (manager.ServerConfig, erro
 		}
 		extra = append(extra, ns)
 	}
-	cfg := manager.ServerConfig{Timing: t, Namespaces: extra, Logger: logger}
+	cfg := manager.ServerConfig{Timing: t, Namespaces: extra, Logger: logger, ID: o.id, DataDir: o.dataDir,
+		Join: o.join, Advertise: o.advertise}
+	if o.id == 0 {
+		return cfg, usagef("--id must be a positive integer")
+	}
+	if cfg.Peers, err = parsePeers(o.peers); err != nil {
+		return cfg, err
+	}
+	listed := slices.ContainsFunc(cfg.Peers, func(p manager.Peer) bool { return p.ID == o.id })
+	switch {
+	case o.join && len(cfg.Peers) == 0:
+		return cfg, usagef("--join needs --peers: the replicas of the running group, so this one can answer them")
+	case o.join && listed:
+		return cfg, usagef("--join: --peers lists the running group, which --id %d is not part of yet", o.id)
+	case !o.join && len(cfg.Peers) > 0 && !listed:
+		return cfg, usagef("--peers does not list this replica's --id %d", o.id)
+	}
+	if cfg.Advertise == "" {
+		for _, p := range cfg.Peers {
+			if p.ID == o.id {
+				cfg.Advertise = p.Addr
+			}
+		}
+	}
+	if cfg.Advertise == "" && !strings.HasPrefix(o.listen, ":") && !strings.HasPrefix(o.listen, "0.0.0.0:") {
+		cfg.Advertise = o.listen
+	}
 	return cfg, nil
+}
+
+// parsePeers parses --peers: ID=ADDR pairs separated by commas.
+func parsePeers(s string) ([]manager.Peer, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var out []manager.Peer
+	seen := map[uint64]bool{}
+	for _, part := range strings.Split(s, ",") {
+		idStr, addr, ok := strings.Cut(strings.TrimSpace(part), "=")
+		id, err := strconv.ParseUint(idStr, 10, 64)
+		if !ok || err != nil || id == 0 {
+			return nil, usagef("--peers: %q is not ID=ADDR with a positive integer ID", part)
+		}
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return nil, usagef("--peers: replica %d's address %q: %v", id, addr, err)
+		}
+		if seen[id] {
+			return nil, usagef("--peers: replica ID %d appears twice", id)
+		}
+		seen[id] = true
+		out = append(out, manager.Peer{ID: id, Addr: addr})
+	}
+	return out, nil
 }
 
 func (o *managerOptions) logger(e *env) *slog.Logger {
@@ -198,7 +270,10 @@ func (o *managerOptions) run(ctx context.Context, e *env) error {
 	}
 	srv, err := manager.NewServer(cfg)
 	if err != nil {
-		return usageError(err) // a namespace name the server refuses
+		if o.dataDir != "" && !strings.Contains(err.Error(), "namespace") {
+			return err // the data directory could not be opened
+		}
+		return usageError(err) // a namespace name or peer list the server refuses
 	}
 	lis, err := listen(o.listen, "")
 	if err != nil {
@@ -219,8 +294,8 @@ func (o *managerOptions) run(ctx context.Context, e *env) error {
 		"owner_lease", cfg.Timing.OwnerLease, "renew", cfg.Timing.Renew, "manager_lease", cfg.Timing.ManagerLease,
 		"sync", cfg.Timing.Sync, "sync_timeout", cfg.Timing.SyncTimeout, "log_retention", cfg.Timing.LogRetention,
 		"max_drift", cfg.Timing.MaxDrift, "namespaces", append([]string{manager.DefaultNamespace}, cfg.Namespaces...))
-	fmt.Fprintf(e.stdout, "leasehold manager listening on %s (timings %s, epoch %d)\n",
-		lis.Addr(), o.timings, srv.Snapshot().Epoch)
+	fmt.Fprintf(e.stdout, "leasehold manager listening on %s (timings %s, replica %d)\n",
+		lis.Addr(), o.timings, cfg.ID)
 
 	if err := srv.Serve(ctx, lis); err != nil {
 		return fmt.Errorf("manager: %w", err)

@@ -23,17 +23,25 @@ func newStatusCommand(e *env) *cobra.Command {
 	o := &statusOptions{}
 	cmd := &cobra.Command{
 		Use:   "status",
-		Short: "Show a Manager's namespaces and the Owners that hold their ranges",
-		Long: `Show what a Manager knows: for each namespace the LSN of its lease table, its
-ranges (segments of the table), the free ones, the Lookups connected, and a
-table of the Owners with the ranges and the share of the key space each holds.
+		Short: "Show the Managers, their leader, and the Owners that hold each namespace's ranges",
+		Long: `Show what the Manager knows. First its replicas: the leader, and each
+replica's role (leader, follower, candidate, or unreachable), Raft term and
+log position; every Manager in --manager (a comma-separated list) is asked,
+and every replica they name. Then, from the leader, for each namespace the
+LSN of its lease table, its ranges (segments of the table), the free ones,
+the Lookups connected, and a table of the Owners with the ranges and the
+share of the key space each holds.
 
 Without --namespace the text output shows every namespace. With --json it
 prints one JSON object for one namespace ("default" unless --namespace says):
   {"epoch":N,"namespace":"default","lsn":N,"ranges":N,"free_ranges":N,"lookups":N,
    "owners":[{"id":"kv-1","addr":"127.0.0.1:8001","incarnation":N,"member":true,
-              "ranges":N,"share":0.5}]}`,
+              "ranges":N,"share":0.5}],
+   "leader":N,"leader_addr":"127.0.0.1:7401",
+   "managers":[{"id":N,"addr":"127.0.0.1:7401","role":"leader","term":N,
+                "commit":N,"applied":N}]}`,
 		Example: `  leasehold status
+  leasehold status --manager 127.0.0.1:7401,127.0.0.1:7402,127.0.0.1:7403
   leasehold status --manager 10.0.0.5:7400 --namespace presence --json`,
 		Args: cobra.NoArgs,
 		RunE: run(func(ctx context.Context, _ []string) error { return o.run(ctx, e) }),
@@ -54,6 +62,7 @@ type statusJSON struct {
 	FreeRanges uint32      `json:"free_ranges"`
 	Lookups    uint32      `json:"lookups"`
 	Owners     []ownerJSON `json:"owners"`
+	clusterJSON
 }
 
 type ownerJSON struct {
@@ -73,11 +82,18 @@ func (o *statusOptions) run(ctx context.Context, e *env) error {
 	if o.allNamespaces {
 		ask = ""
 	}
-	resp, err := o.status(ctx, ask)
+	answers, err := o.askAll(ctx, ask)
 	if err != nil {
 		return err
 	}
+	resp := leaderAnswer(answers)
+	if resp == nil {
+		return answers[0].err
+	}
+	cluster := clusterOf(answers)
 	if !o.json {
+		writeCluster(e.stdout, cluster)
+		fmt.Fprintln(e.stdout)
 		writeStatus(e.stdout, resp)
 		return nil
 	}
@@ -86,7 +102,7 @@ func (o *statusOptions) run(ctx context.Context, e *env) error {
 	}
 	n := resp.GetNamespaces()[0]
 	out := statusJSON{Epoch: resp.GetEpoch(), Namespace: n.GetName(), LSN: n.GetLsn(), Ranges: n.GetSegments(),
-		FreeRanges: n.GetFreeSegments(), Lookups: n.GetLookups(), Owners: []ownerJSON{}}
+		FreeRanges: n.GetFreeSegments(), Lookups: n.GetLookups(), Owners: []ownerJSON{}, clusterJSON: cluster}
 	for _, ow := range n.GetOwners() {
 		out.Owners = append(out.Owners, ownerJSON{ID: ow.GetId(), Addr: ow.GetAddr(), Incarnation: ow.GetIncarnation(),
 			Member: ow.GetMember(), Ranges: ow.GetRanges(), Share: ow.GetShare()})

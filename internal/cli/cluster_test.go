@@ -1,0 +1,176 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestReplicaUsageErrors(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"manager", "--id", "0"}, "--id must be a positive integer"},
+		{[]string{"manager", "--peers", "1"}, `--peers: "1" is not ID=ADDR`},
+		{[]string{"manager", "--peers", "x=127.0.0.1:1"}, `--peers: "x=127.0.0.1:1" is not ID=ADDR`},
+		{[]string{"manager", "--peers", "1=nohost"}, `--peers: replica 1's address "nohost"`},
+		{[]string{"manager", "--peers", "1=127.0.0.1:1,1=127.0.0.1:2"}, "--peers: replica ID 1 appears twice"},
+		{[]string{"manager", "--id", "3", "--peers", "1=127.0.0.1:1,2=127.0.0.1:2"}, "--peers does not list this replica's --id 3"},
+		{[]string{"manager", "--join"}, "--join needs --peers"},
+		{[]string{"manager", "--join", "--id", "1", "--peers", "1=127.0.0.1:1"}, "--join: --peers lists the running group"},
+		{[]string{"cluster", "add", "0", "127.0.0.1:1"}, `ID "0": want a replica ID`},
+		{[]string{"cluster", "add", "4", "nohost"}, "ADDR:"},
+		{[]string{"cluster", "remove", "x"}, `ID "x": want a replica ID`},
+		{[]string{"restore", "backup.db"}, "--data-dir is required"},
+	} {
+		code, stdout, stderr := cli(t, tc.args...)
+		if code != ExitUsage {
+			t.Errorf("leasehold %s: exit %d, want %d; stderr %s", strings.Join(tc.args, " "), code, ExitUsage, stderr)
+		}
+		if stdout != "" {
+			t.Errorf("leasehold %s printed to stdout: %q", strings.Join(tc.args, " "), stdout)
+		}
+		oneErrorLine(t, stderr, tc.want)
+	}
+}
+
+type clusterOut struct {
+	Leader     uint64 `json:"leader"`
+	LeaderAddr string `json:"leader_addr"`
+	Managers   []struct {
+		ID   uint64 `json:"id"`
+		Addr string `json:"addr"`
+		Role string `json:"role"`
+	} `json:"managers"`
+}
+
+func clusterStatus(t *testing.T, list string) (clusterOut, bool) {
+	t.Helper()
+	code, stdout, _ := cli(t, "cluster", "status", "--manager", list, "--json", "--timeout", "1s")
+	var c clusterOut
+	if code != ExitOK || json.Unmarshal([]byte(stdout), &c) != nil {
+		return c, false
+	}
+	return c, true
+}
+
+// TestClusterCommands runs a group of three Managers through the CLI,
+// shows it with status and cluster status, adds a fourth replica that
+// joins, and removes it again.
+func TestClusterCommands(t *testing.T) {
+	t.Parallel()
+	addrs := []string{closedAddr(t), closedAddr(t), closedAddr(t), closedAddr(t)}
+	var peers []string
+	for i, a := range addrs[:3] {
+		peers = append(peers, fmt.Sprintf("%d=%s", i+1, a))
+	}
+	startReplica := func(id int, extra ...string) {
+		args := append([]string{"manager", "--timings", "fast", "--id", fmt.Sprint(id), "--listen", addrs[id-1],
+			"--data-dir", t.TempDir()}, extra...)
+		m := startCLI(t, args...)
+		waitFor(t, fmt.Sprintf("manager %d to listen", id), 10*time.Second, func() bool {
+			return strings.Contains(m.stdout.String(), "listening on "+addrs[id-1])
+		})
+	}
+	for id := 1; id <= 3; id++ {
+		startReplica(id, "--peers", strings.Join(peers, ","))
+	}
+	list := strings.Join(addrs[:3], ",")
+	var c clusterOut
+	waitFor(t, "a leader", 10*time.Second, func() bool {
+		var ok bool
+		c, ok = clusterStatus(t, list)
+		return ok && c.Leader != 0
+	})
+	roles := map[string]int{}
+	for _, m := range c.Managers {
+		roles[m.Role]++
+	}
+	if len(c.Managers) != 3 || roles["leader"] != 1 || roles["follower"] != 2 {
+		t.Fatalf("cluster status: %+v, want one leader and two followers", c)
+	}
+
+	// leasehold status names the leader and shows the namespaces.
+	code, stdout, stderr := cli(t, "status", "--manager", addrs[0])
+	if code != ExitOK || !regexp.MustCompile(`leader: manager \d at 127\.0\.0\.1:\d+`).MatchString(stdout) ||
+		strings.Count(stdout, "127.0.0.1:") < 4 || !strings.Contains(stdout, "namespace default:") {
+		t.Fatalf("status through one replica: exit %d, stderr %s, stdout:\n%s", code, stderr, stdout)
+	}
+
+	// A fourth replica joins.
+	startReplica(4, "--join", "--peers", strings.Join(peers, ","))
+	code, stdout, stderr = cli(t, "cluster", "add", "4", addrs[3], "--manager", addrs[2])
+	if code != ExitOK || !strings.Contains(stdout, addrs[3]) {
+		t.Fatalf("cluster add: exit %d, stderr %s, stdout:\n%s", code, stderr, stdout)
+	}
+	waitFor(t, "replica 4 to follow", 10*time.Second, func() bool {
+		c, ok := clusterStatus(t, strings.Join(addrs, ","))
+		if !ok {
+			return false
+		}
+		for _, m := range c.Managers {
+			if m.ID == 4 && m.Role == "follower" {
+				return true
+			}
+		}
+		return false
+	})
+
+	code, stdout, stderr = cli(t, "cluster", "remove", "4", "--manager", list)
+	if code != ExitOK || strings.Contains(stdout, addrs[3]) {
+		t.Fatalf("cluster remove: exit %d, stderr %s, stdout:\n%s", code, stderr, stdout)
+	}
+	code, _, stderr = cli(t, "cluster", "remove", "9", "--manager", list)
+	if code != ExitFailure || !strings.Contains(stderr, "no replica with ID 9") {
+		t.Fatalf("removing an unknown replica: exit %d, stderr %s", code, stderr)
+	}
+}
+
+// TestBackupRestore backs up a running Manager, restores the copy as a new
+// group of one under a new epoch, and serves from it.
+func TestBackupRestore(t *testing.T) {
+	t.Parallel()
+	addr := closedAddr(t)
+	m := startCLI(t, "manager", "--timings", "fast", "--listen", addr, "--data-dir", t.TempDir(), "--namespace", "presence")
+	waitFor(t, "the manager to listen", 10*time.Second, func() bool { return strings.Contains(m.stdout.String(), "listening on") })
+	epochOf := func(addr string) uint64 {
+		t.Helper()
+		code, stdout, stderr := cli(t, "status", "--manager", addr, "--namespace", "presence", "--json")
+		var s struct {
+			Epoch uint64 `json:"epoch"`
+		}
+		if code != ExitOK || json.Unmarshal([]byte(stdout), &s) != nil {
+			t.Fatalf("status: exit %d, stderr %s, stdout %s", code, stderr, stdout)
+		}
+		return s.Epoch
+	}
+	before := epochOf(addr)
+	file := filepath.Join(t.TempDir(), "backup.db")
+	if code, _, stderr := cli(t, "backup", "--manager", addr, file); code != ExitOK {
+		t.Fatalf("backup: exit %d, stderr %s", code, stderr)
+	}
+	if code, _, stderr := cli(t, "backup", "--manager", addr, file); code != ExitFailure || !strings.Contains(stderr, "exists") {
+		t.Fatalf("a second backup to the same file: exit %d, stderr %s", code, stderr)
+	}
+	m.stop(t)
+
+	dir := filepath.Join(t.TempDir(), "restored")
+	addr2 := closedAddr(t)
+	if code, _, stderr := cli(t, "restore", "--data-dir", dir, "--advertise", addr2, file); code != ExitOK {
+		t.Fatalf("restore: exit %d, stderr %s", code, stderr)
+	}
+	if code, _, stderr := cli(t, "restore", "--data-dir", dir, "--advertise", addr2, file); code != ExitFailure || !strings.Contains(stderr, "already holds") {
+		t.Fatalf("restoring over a data directory: exit %d, stderr %s", code, stderr)
+	}
+	m2 := startCLI(t, "manager", "--timings", "fast", "--listen", addr2, "--data-dir", dir)
+	waitFor(t, "the restored manager to listen", 10*time.Second, func() bool { return strings.Contains(m2.stdout.String(), "listening on") })
+	if after := epochOf(addr2); after <= before {
+		t.Fatalf("restored epoch %d, want more than the backup's %d", after, before)
+	}
+}
