@@ -113,6 +113,10 @@ func (c *Core) Tick(now time.Time) {
 	}
 }
 
+// Reconnected tells the Lookup its transport reached a Manager replica anew:
+// it asks for a sync now, which also subscribes it to that replica's pushes.
+func (c *Core) Reconnected(now time.Time) { c.requestSync(now) }
+
 func (c *Core) requestSync(now time.Time) {
 	t := c.cfg.Timing
 	c.nextID++

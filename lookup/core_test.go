@@ -649,3 +649,23 @@ func TestGapRepairIsBounded(t *testing.T) {
 		t.Fatalf("a new gap after a repair sent %d requests, want 1", len(r.reqs))
 	}
 }
+
+// TestReconnectedSyncsNow: a Lookup whose transport reaches a Manager
+// replica anew asks it for a sync at once (which also subscribes it to
+// that replica's pushes) instead of at the next poll.
+func TestReconnectedSyncsNow(t *testing.T) {
+	c := newCore()
+	first := tick(c, base).reqs
+	if len(first) != 1 {
+		t.Fatalf("first tick sent %d requests", len(first))
+	}
+	tab := leasetable.New(0)
+	step(c, at(10*ms), answer(first[0].ID, snapshot(tab)))
+	if r := tick(c, at(100*ms)); len(r.reqs) != 0 {
+		t.Fatalf("a sync before the poll was due: %+v", r.reqs)
+	}
+	c.Reconnected(at(100 * ms))
+	if r := readyOf(c); len(r.reqs) != 1 || r.reqs[0].Epoch != epoch {
+		t.Fatalf("after Reconnected: %+v, want one sync of the epoch-%d copy", r.reqs, epoch)
+	}
+}

@@ -79,6 +79,7 @@ type Lookup struct {
 	managers *runtime.Managers
 	recv     chan *protocol.SyncResponse
 	sendq    chan *pb.SyncRequest
+	reopened chan struct{} // a new stream to a Manager replica was opened
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
 	up       *runtime.Upcalls[any]
@@ -106,6 +107,7 @@ func New(ctx context.Context, cfg Config) (*Lookup, error) {
 		managers: managers,
 		recv:     make(chan *protocol.SyncResponse, 64),
 		sendq:    make(chan *pb.SyncRequest, 16),
+		reopened: make(chan struct{}, 1),
 	}
 	l.up = runtime.NewUpcalls(func(v any) {
 		switch v := v.(type) {
@@ -212,6 +214,8 @@ func (l *Lookup) run(ctx context.Context, core *Core) {
 			if core.View().LSN() != before && l.cfg.OnUpdate != nil {
 				applied = append(applied, Update{Epoch: m.Epoch, Update: m.Update})
 			}
+		case <-l.reopened:
+			core.Reconnected(time.Now())
 		case <-timer.C:
 			core.Tick(time.Now())
 		}
@@ -222,8 +226,18 @@ func (l *Lookup) run(ctx context.Context, core *Core) {
 // replicas' hints and reconnecting with backoff.
 func (l *Lookup) connect(ctx context.Context) {
 	defer l.wg.Done()
+	opened := 0
 	runtime.Keep(ctx, l.cfg.Logger, "sync", l.managers,
 		func(ctx context.Context, cc grpc.ClientConnInterface) (runtime.Stream[pb.SyncRequest, pb.SyncResponse], error) {
-			return pb.NewLookupsClient(cc).Sync(ctx)
+			st, err := pb.NewLookupsClient(cc).Sync(ctx)
+			if opened++; err == nil && opened > 1 {
+				// A new stream, to a replica that pushes only to Lookups
+				// that asked it: sync now rather than at the next poll.
+				select {
+				case l.reopened <- struct{}{}:
+				default:
+				}
+			}
+			return st, err
 		}, l.sendq, wire.SyncResponseFromPB, l.recv)
 }

@@ -180,6 +180,16 @@ func (c *Core) expire(now time.Time) {
 	}
 }
 
+// Reconnected tells the Owner its transport reached a Manager replica anew
+// (after a failure, or following a new leader): it sends a request now, so
+// a new leader's session starts without waiting for the next renewal.
+func (c *Core) Reconnected(now time.Time) {
+	if c.left {
+		return
+	}
+	c.send(now)
+}
+
 // send builds the next LeaseRequest: the complete held set (C§2.3).
 func (c *Core) send(now time.Time) {
 	c.expire(now)

@@ -698,3 +698,27 @@ func TestAdoptManagerTimings(t *testing.T) {
 		})
 	}
 }
+
+// TestReconnectedRenewsNow: when the transport reaches a Manager replica
+// anew (a new leader, say), the Owner sends its complete held set at once
+// instead of at the next renewal.
+func TestReconnectedRenewsNow(t *testing.T) {
+	c := newCore(t)
+	first := tick(c, base).reqs
+	if len(first) != 1 {
+		t.Fatalf("first tick sent %d requests", len(first))
+	}
+	step(c, at(10*ms), resp(1, first[0].Seq, grant(rng(0, 1<<63), 3)))
+	readyOf(c)
+	if r := tick(c, at(100*ms)); len(r.reqs) != 0 {
+		t.Fatalf("a request before the renewal was due: %+v", r.reqs)
+	}
+	c.Reconnected(at(100 * ms))
+	r := readyOf(c)
+	if len(r.reqs) != 1 || r.reqs[0].Seq != first[0].Seq+1 || len(r.reqs[0].Held) != 1 || r.reqs[0].Held[0].LGN != 3 {
+		t.Fatalf("after Reconnected: %+v, want one request listing the held lease", r.reqs)
+	}
+	if got, want := c.NextDeadline(), at(100*ms+tm.Renew); got.After(want) {
+		t.Fatalf("next renewal at %v, want by %v", got, want)
+	}
+}

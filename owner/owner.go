@@ -80,6 +80,7 @@ type Owner struct {
 	managers *runtime.Managers
 	recv     chan *protocol.LeaseResponse
 	sendq    chan *pb.LeaseRequest
+	reopened chan struct{} // a new stream to a Manager replica was opened
 	leave    chan chan struct{}
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
@@ -102,6 +103,7 @@ func New(ctx context.Context, cfg Config) (*Owner, error) {
 		managers: managers,
 		recv:     make(chan *protocol.LeaseResponse, 16),
 		sendq:    make(chan *pb.LeaseRequest, 16),
+		reopened: make(chan struct{}, 1),
 		leave:    make(chan chan struct{}),
 		up:       runtime.NewUpcalls(cfg.OnChange),
 	}
@@ -226,6 +228,8 @@ func (o *Owner) run(ctx context.Context, core *Core) {
 			return
 		case m := <-o.recv:
 			core.Step(time.Now(), m)
+		case <-o.reopened:
+			core.Reconnected(time.Now())
 		case <-timer.C:
 			core.Tick(time.Now())
 		case done := <-o.leave:
@@ -239,8 +243,18 @@ func (o *Owner) run(ctx context.Context, core *Core) {
 // from replica to replica and reconnecting with backoff.
 func (o *Owner) connect(ctx context.Context) {
 	defer o.wg.Done()
+	opened := 0
 	runtime.Keep(ctx, o.cfg.Logger, "lease", o.managers,
 		func(ctx context.Context, cc grpc.ClientConnInterface) (runtime.Stream[pb.LeaseRequest, pb.LeaseResponse], error) {
-			return pb.NewLeasesClient(cc).Session(ctx)
+			st, err := pb.NewLeasesClient(cc).Session(ctx)
+			if opened++; err == nil && opened > 1 {
+				// A new stream, perhaps to a new leader: renew on it now
+				// rather than at the next renewal (15 s in production).
+				select {
+				case o.reopened <- struct{}{}:
+				default:
+				}
+			}
+			return st, err
 		}, o.sendq, wire.LeaseResponseFromPB, o.recv)
 }
