@@ -6,6 +6,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -189,5 +190,57 @@ func TestFailoverKeepsLeases(t *testing.T) {
 		time.Sleep(2 * tm.OwnerLease)
 		synctest.Wait()
 		check("after restarting all three")
+	})
+}
+
+// TestRestartKeepsLeases: a Manager of one replica restarted from its data
+// directory within an owner lease resumes its table: the Owner keeps its
+// leases with the same numbers and the Lookup reports no loss. Without a
+// data directory the same restart loses them (TestClientsReconnectToRestartedManager).
+func TestRestartKeepsLeases(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tm := protocol.Fast()
+		dir := t.TempDir()
+		var cur atomic.Pointer[cluster]
+		dial := []grpc.DialOption{
+			grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return cur.Load().lis.DialContext(ctx) }),
+			grpc.WithTransportCredentials(insecure.NewCredentials()),
+		}
+		cur.Store(startManager(t, manager.ServerConfig{Timing: tm, DataDir: dir}))
+		ctx := context.Background()
+		var mu sync.Mutex
+		var losses []lookup.Loss
+		l, err := lookup.New(ctx, lookup.Config{Manager: "passthrough:///bufnet", DialOptions: dial, Timing: tm,
+			OnLoss: func(loss lookup.Loss) { mu.Lock(); losses = append(losses, loss); mu.Unlock() }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		o, err := owner.New(ctx, owner.Config{Manager: "passthrough:///bufnet", DialOptions: dial, ID: "a", Addr: "a:1", Timing: tm})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer o.Close(ctx)
+		time.Sleep(tm.ManagerLease + 2*tm.Renew)
+		synctest.Wait()
+		k := keyspace.KeyOf("alice")
+		before, ok := o.CheckLeaseNow(k)
+		if !ok {
+			t.Fatal("no lease before the restart")
+		}
+		cur.Load().stop(t)
+		time.Sleep(tm.Renew / 2)
+		cur.Store(startManager(t, manager.ServerConfig{Timing: tm, DataDir: dir}))
+		defer func() { cur.Load().stop(t) }()
+		time.Sleep(2 * tm.OwnerLease)
+		synctest.Wait()
+		if after, ok := o.CheckLeaseNow(k); !ok || after != before || !o.CheckLeaseContinuous(k, before) {
+			t.Fatalf("after the restart the owner holds %+v %v, before %+v", after, ok, before)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if len(losses) != 0 {
+			t.Fatalf("the lookup reported losses across a restart from the data directory: %+v", losses)
+		}
 	})
 }
