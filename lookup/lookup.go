@@ -101,6 +101,7 @@ func New(ctx context.Context, cfg Config) (*Lookup, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lookup: %w", err)
 	}
+	managers.CapBackoff(cfg.Timing.Sync / 4) // back within a poll of a new leader
 	l := &Lookup{
 		cfg:      cfg,
 		ready:    make(chan struct{}),

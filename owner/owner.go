@@ -98,6 +98,7 @@ func New(ctx context.Context, cfg Config) (*Owner, error) {
 	if err != nil {
 		return nil, fmt.Errorf("owner: %w", err)
 	}
+	managers.CapBackoff(cfg.Timing.Renew / 2) // back within a renewal of a new leader
 	o := &Owner{
 		cfg:      cfg,
 		managers: managers,

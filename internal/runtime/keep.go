@@ -50,6 +50,9 @@ func Keep[S, R, D any](ctx context.Context, log *slog.Logger, what string, m *Ma
 	decode func(*R) (D, error), recv chan<- D) {
 	k := &keeper[S, R, D]{log: log, what: what, m: m, open: open, sendq: sendq, decode: decode, recv: recv,
 		f: newFollower(m.addrs)}
+	if m.maxWait > 0 && m.maxWait < k.f.b.Max {
+		k.f.b.Max = max(m.maxWait, k.f.b.Min)
+	}
 	k.run(ctx)
 }
 

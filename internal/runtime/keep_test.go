@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"slices"
@@ -458,4 +459,34 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// TestKeepCapsBackoff: with CapBackoff, the wait after a round of failures
+// never exceeds the cap (fast timings: back soon after a new leader).
+func TestKeepCapsBackoff(t *testing.T) {
+	addrs := []string{closedAddr(t), closedAddr(t)}
+	m, err := runtime.NewManagers(addrs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	m.CapBackoff(100 * time.Millisecond)
+	var waits []time.Duration
+	m.SetPause(func(_ context.Context, d time.Duration) bool {
+		waits = append(waits, d)
+		return len(waits) < 8
+	})
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	runtime.Keep(context.Background(), log, "lease", m,
+		func(ctx context.Context, cc grpc.ClientConnInterface) (runtime.Stream[pb.LeaseRequest, pb.LeaseResponse], error) {
+			return pb.NewLeasesClient(cc).Session(ctx)
+		}, make(chan *pb.LeaseRequest), wire.LeaseResponseFromPB, make(chan *protocol.LeaseResponse, 1))
+	if len(waits) != 8 {
+		t.Fatalf("%d waits, want 8", len(waits))
+	}
+	for i, d := range waits {
+		if d <= 0 || d > 100*time.Millisecond {
+			t.Fatalf("wait %d was %s, want within (0, 100ms]: %v", i, d, waits)
+		}
+	}
 }

@@ -158,6 +158,8 @@ type Managers struct {
 
 	// pause waits between rounds of failed attempts; tests replace it.
 	pause func(context.Context, time.Duration) bool
+	// maxWait caps that wait (0: the default, 2 s).
+	maxWait time.Duration
 
 	mu     sync.Mutex
 	conns  map[string]*grpc.ClientConn
@@ -177,6 +179,11 @@ func NewManagers(addrs []string, opts []grpc.DialOption) (*Managers, error) {
 	}
 	return m, nil
 }
+
+// CapBackoff caps the wait between rounds of failed attempts at d, so a
+// client whose timers are short (fast timings) is back soon after a new
+// leader is elected. Call it before Keep.
+func (m *Managers) CapBackoff(d time.Duration) { m.maxWait = d }
 
 // Addrs returns the configured addresses, in order.
 func (m *Managers) Addrs() []string { return slices.Clone(m.addrs) }
