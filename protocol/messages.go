@@ -40,7 +40,66 @@ type LeaseRequest struct {
 	// Leaving says the Owner is shutting down: it holds nothing and should be
 	// removed from the membership at once.
 	Leaving bool
+	// Draining asks the Manager to move every range away, handing the state
+	// over (C§2.1.2), before the Owner leaves: a planned restart.
+	Draining bool
+	// Handed lists handovers done since the last acknowledged request: the
+	// Owner gave those leases up after handing their state over.
+	Handed []Handed
+	// Capacity weighs the Owner's share of the load (Porcupine): an Owner
+	// of capacity 2 is given twice the load of one of capacity 1. 0 means 1.
+	Capacity float64
+	// Load counts the requests the Owner checked per held range over the
+	// last Window, and HotKeys the busiest single keys among them.
+	Load    []RangeLoad
+	HotKeys []KeyLoad
+	Window  time.Duration
 }
+
+// Handover asks the holder of a lease to hand the state of Range over to
+// another Owner before giving it up: a planned move (C§2.1.2). The lease
+// stays valid (and renewed) meanwhile.
+type Handover struct {
+	Range       keyspace.Range
+	LGN         keyspace.LGN
+	To          string // the next Owner's ID
+	Addr        string // the next Owner's address, where the state goes
+	Incarnation uint64 // the run of the next Owner the state is for
+	// Within is how long the Manager waits for the handover; then it
+	// recalls the range without it, and Lookups are told the state is lost.
+	Within time.Duration
+}
+
+// Handed reports a handover done: the Owner gave up Range (lease LGN) after
+// handing its state to To's run Incarnation.
+type Handed struct {
+	Range       keyspace.Range
+	LGN         keyspace.LGN
+	To          string
+	Incarnation uint64
+}
+
+// RangeLoad is the number of requests an Owner checked on one held range.
+type RangeLoad struct {
+	Range    keyspace.Range
+	Requests uint64
+}
+
+// KeyLoad is the number of requests an Owner checked on one key.
+type KeyLoad struct {
+	Key      keyspace.Key
+	Requests uint64
+}
+
+// Drain is the Manager's answer to an Owner's drain request.
+type Drain uint8
+
+// The drain states.
+const (
+	DrainNone    Drain = iota // not draining
+	DrainActive               // the Manager is moving the Owner's ranges away
+	DrainWaiting              // the maintenance gate is full: asked again at each renewal
+)
 
 // LeaseResponse is the Manager's message to an Owner: the complete set of
 // leases the Owner should hold now. It answers a LeaseRequest, or is pushed
@@ -61,6 +120,11 @@ type LeaseResponse struct {
 	// than the Manager reserves it. Zero means "keep your own".
 	OwnerLease time.Duration
 	Renew      time.Duration
+	// Handovers asks for planned moves of held leases (each also listed in
+	// Leases, renewed, until handed over or recalled).
+	Handovers []Handover
+	// Drain answers a drain: by the Owner's request or an operator's.
+	Drain Drain
 }
 
 // SyncRequest is a Lookup's request for the lease-table changes since LSN.

@@ -3,6 +3,7 @@ package wire
 import (
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"time"
 
@@ -123,7 +124,49 @@ func randLeaseRequest(rng *rand.Rand) *protocol.LeaseRequest {
 		AckSeq:      randUint(rng),
 		Held:        randLeases(rng),
 		Leaving:     rng.IntN(2) == 0,
+		Draining:    rng.IntN(2) == 0,
+		Handed:      randHanded(rng),
+		Capacity:    float64(rng.IntN(5)) / 2,
+		Load:        randLoad(rng),
+		HotKeys:     randKeys(rng),
+		Window:      randDuration(rng),
 	}
+}
+
+// randID is a non-empty owner ID.
+func randID(rng *rand.Rand) string { return "owner-" + strconv.Itoa(rng.IntN(1000)) }
+
+func randHanded(rng *rand.Rand) []protocol.Handed {
+	var out []protocol.Handed
+	for range rng.IntN(3) {
+		out = append(out, protocol.Handed{Range: randRange(rng), LGN: randLGN(rng), To: randID(rng), Incarnation: 1 + randUint(rng)/2})
+	}
+	return out
+}
+
+func randHandovers(rng *rand.Rand) []protocol.Handover {
+	var out []protocol.Handover
+	for range rng.IntN(3) {
+		out = append(out, protocol.Handover{Range: randRange(rng), LGN: randLGN(rng), To: randID(rng),
+			Addr: randString(rng, false), Incarnation: 1 + randUint(rng)/2, Within: 1 + randDuration(rng)/2})
+	}
+	return out
+}
+
+func randLoad(rng *rand.Rand) []protocol.RangeLoad {
+	var out []protocol.RangeLoad
+	for range rng.IntN(3) {
+		out = append(out, protocol.RangeLoad{Range: randRange(rng), Requests: randUint(rng)})
+	}
+	return out
+}
+
+func randKeys(rng *rand.Rand) []protocol.KeyLoad {
+	var out []protocol.KeyLoad
+	for range rng.IntN(3) {
+		out = append(out, protocol.KeyLoad{Key: keyspace.Key(randUint(rng)), Requests: randUint(rng)})
+	}
+	return out
 }
 
 func randLeaseResponse(rng *rand.Rand) *protocol.LeaseResponse {
@@ -137,6 +180,8 @@ func randLeaseResponse(rng *rand.Rand) *protocol.LeaseResponse {
 		Leases:      randLeases(rng),
 		OwnerLease:  randDuration(rng),
 		Renew:       randDuration(rng),
+		Handovers:   randHandovers(rng),
+		Drain:       protocol.Drain(rng.IntN(3)),
 	}
 }
 

@@ -25,6 +25,12 @@ func LeaseRequestToPB(r *protocol.LeaseRequest) *leaseholdv1.LeaseRequest {
 		AckSeq:      r.AckSeq,
 		Held:        leasesToPB(r.Held),
 		Leaving:     r.Leaving,
+		Draining:    r.Draining,
+		Handed:      handedToPB(r.Handed),
+		Capacity:    r.Capacity,
+		Load:        loadToPB(r.Load),
+		HotKeys:     keysToPB(r.HotKeys),
+		WindowNanos: int64(r.Window),
 	}
 }
 
@@ -50,6 +56,24 @@ func LeaseRequestFromPB(m *leaseholdv1.LeaseRequest) (*protocol.LeaseRequest, er
 	if err != nil {
 		return nil, err
 	}
+	handed, err := handedFromPB(msg+".handed", m.GetHanded())
+	if err != nil {
+		return nil, err
+	}
+	if err := checkCapacity(m.GetCapacity()); err != nil {
+		return nil, invalid(msg+".capacity", err)
+	}
+	load, err := loadFromPB(msg+".load", m.GetLoad())
+	if err != nil {
+		return nil, err
+	}
+	hot, err := keysFromPB(msg+".hot_keys", m.GetHotKeys())
+	if err != nil {
+		return nil, err
+	}
+	if err := checkDuration(m.GetWindowNanos()); err != nil {
+		return nil, invalid(msg+".window_nanos", err)
+	}
 	return &protocol.LeaseRequest{
 		Namespace:   m.GetNamespace(),
 		Owner:       m.GetOwner(),
@@ -60,6 +84,12 @@ func LeaseRequestFromPB(m *leaseholdv1.LeaseRequest) (*protocol.LeaseRequest, er
 		AckSeq:      m.GetAckSeq(),
 		Held:        held,
 		Leaving:     m.GetLeaving(),
+		Draining:    m.GetDraining(),
+		Handed:      handed,
+		Capacity:    m.GetCapacity(),
+		Load:        load,
+		HotKeys:     hot,
+		Window:      time.Duration(m.GetWindowNanos()),
 	}, nil
 }
 
@@ -79,6 +109,8 @@ func LeaseResponseToPB(r *protocol.LeaseResponse) *leaseholdv1.LeaseResponse {
 		Leases:          leasesToPB(r.Leases),
 		OwnerLeaseNanos: int64(r.OwnerLease),
 		RenewNanos:      int64(r.Renew),
+		Handovers:       handoversToPB(r.Handovers),
+		Drain:           uint32(r.Drain),
 	}
 }
 
@@ -106,6 +138,13 @@ func LeaseResponseFromPB(m *leaseholdv1.LeaseResponse) (*protocol.LeaseResponse,
 	if err != nil {
 		return nil, err
 	}
+	handovers, err := handoversFromPB(msg+".handovers", m.GetHandovers())
+	if err != nil {
+		return nil, err
+	}
+	if err := checkDrain(m.GetDrain()); err != nil {
+		return nil, invalid(msg+".drain", err)
+	}
 	return &protocol.LeaseResponse{
 		Namespace:   m.GetNamespace(),
 		Owner:       m.GetOwner(),
@@ -116,6 +155,8 @@ func LeaseResponseFromPB(m *leaseholdv1.LeaseResponse) (*protocol.LeaseResponse,
 		Leases:      leases,
 		OwnerLease:  time.Duration(m.GetOwnerLeaseNanos()),
 		Renew:       time.Duration(m.GetRenewNanos()),
+		Handovers:   handovers,
+		Drain:       protocol.Drain(m.GetDrain()),
 	}, nil
 }
 

@@ -2,6 +2,7 @@ package wire
 
 import (
 	"errors"
+	"math"
 	"math/rand/v2"
 	"reflect"
 	"strings"
@@ -193,6 +194,29 @@ func TestFromPBRejects(t *testing.T) {
 			"LeaseRequest.held[1]: empty range [0000000000000005, 0000000000000005)"},
 		{"lease request inverted range", lreq(func(m *leaseholdv1.LeaseRequest) { m.Held[0].Range = pbRange(9, 5) }),
 			"LeaseRequest.held[0]: empty range [0000000000000009, 0000000000000005)"},
+		{"lease request handed without target", lreq(func(m *leaseholdv1.LeaseRequest) {
+			m.Handed = []*leaseholdv1.Handed{{Range: pbRange(1, 5), Lgn: 3, Incarnation: 1}}
+		}), "LeaseRequest.handed[0]: a handover needs an LGN, a target owner and its incarnation"},
+		{"lease request handed nil", lreq(func(m *leaseholdv1.LeaseRequest) { m.Handed = []*leaseholdv1.Handed{nil} }),
+			"LeaseRequest.handed[0]: nil handover"},
+		{"lease request NaN capacity", lreq(func(m *leaseholdv1.LeaseRequest) { m.Capacity = math.NaN() }),
+			"LeaseRequest.capacity: NaN"},
+		{"lease request negative capacity", lreq(func(m *leaseholdv1.LeaseRequest) { m.Capacity = -1 }),
+			"LeaseRequest.capacity: -1"},
+		{"lease request load without range", lreq(func(m *leaseholdv1.LeaseRequest) { m.Load = []*leaseholdv1.RangeLoad{{Requests: 3}} }),
+			"LeaseRequest.load[0]: missing range"},
+		{"lease request too many hot keys", lreq(func(m *leaseholdv1.LeaseRequest) { m.HotKeys = make([]*leaseholdv1.KeyLoad, MaxHotKeys+1) }),
+			"LeaseRequest.hot_keys: 65 hot keys; at most 64 allowed"},
+		{"lease request negative window", lreq(func(m *leaseholdv1.LeaseRequest) { m.WindowNanos = -1 }),
+			"LeaseRequest.window_nanos"},
+		{"lease response handover without incarnation", lresp(func(m *leaseholdv1.LeaseResponse) {
+			m.Handovers = []*leaseholdv1.Handover{{Range: pbRange(1, 5), Lgn: 3, To: "b", WithinNanos: 1}}
+		}), "LeaseResponse.handovers[0]: a handover needs an LGN, a target owner and its incarnation"},
+		{"lease response handover without deadline", lresp(func(m *leaseholdv1.LeaseResponse) {
+			m.Handovers = []*leaseholdv1.Handover{{Range: pbRange(1, 5), Lgn: 3, To: "b", Incarnation: 2}}
+		}), "LeaseResponse.handovers[0].within_nanos: 0; want a positive duration"},
+		{"lease response bad drain", lresp(func(m *leaseholdv1.LeaseResponse) { m.Drain = 7 }),
+			"LeaseResponse.drain: 7; want 0, 1 or 2"},
 		{"lease request LGN 0", lreq(func(m *leaseholdv1.LeaseRequest) { m.Held[1].Lgn = 0 }),
 			"LeaseRequest.held[1]: lease on [0000000000000005, 0000000000000009) has LGN 0"},
 		{"lease request too many leases", lreq(func(m *leaseholdv1.LeaseRequest) { m.Held = manyLeases }),

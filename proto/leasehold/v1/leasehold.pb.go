@@ -152,16 +152,28 @@ func (x *Lease) GetMigrated() bool {
 // LeaseRequest is an Owner's message: liveness, the complete set of leases
 // it holds, and by omission acknowledgements of recalls (C§2.3).
 type LeaseRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	Owner         string                 `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"`
-	Addr          string                 `protobuf:"bytes,3,opt,name=addr,proto3" json:"addr,omitempty"`
-	Incarnation   uint64                 `protobuf:"varint,4,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
-	Seq           uint64                 `protobuf:"varint,5,opt,name=seq,proto3" json:"seq,omitempty"`
-	AckEpoch      uint64                 `protobuf:"varint,6,opt,name=ack_epoch,json=ackEpoch,proto3" json:"ack_epoch,omitempty"`
-	AckSeq        uint64                 `protobuf:"varint,7,opt,name=ack_seq,json=ackSeq,proto3" json:"ack_seq,omitempty"`
-	Held          []*Lease               `protobuf:"bytes,8,rep,name=held,proto3" json:"held,omitempty"`
-	Leaving       bool                   `protobuf:"varint,9,opt,name=leaving,proto3" json:"leaving,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Namespace   string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Owner       string                 `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"`
+	Addr        string                 `protobuf:"bytes,3,opt,name=addr,proto3" json:"addr,omitempty"`
+	Incarnation uint64                 `protobuf:"varint,4,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	Seq         uint64                 `protobuf:"varint,5,opt,name=seq,proto3" json:"seq,omitempty"`
+	AckEpoch    uint64                 `protobuf:"varint,6,opt,name=ack_epoch,json=ackEpoch,proto3" json:"ack_epoch,omitempty"`
+	AckSeq      uint64                 `protobuf:"varint,7,opt,name=ack_seq,json=ackSeq,proto3" json:"ack_seq,omitempty"`
+	Held        []*Lease               `protobuf:"bytes,8,rep,name=held,proto3" json:"held,omitempty"`
+	Leaving     bool                   `protobuf:"varint,9,opt,name=leaving,proto3" json:"leaving,omitempty"`
+	// draining asks the Manager to move every range away, handing the state
+	// over, before the Owner leaves (a planned restart).
+	Draining bool `protobuf:"varint,10,opt,name=draining,proto3" json:"draining,omitempty"`
+	// handed lists handovers done since the last acknowledged request.
+	Handed []*Handed `protobuf:"bytes,11,rep,name=handed,proto3" json:"handed,omitempty"`
+	// capacity weighs the Owner's share of the load; 0 means 1.
+	Capacity float64 `protobuf:"fixed64,12,opt,name=capacity,proto3" json:"capacity,omitempty"`
+	// load counts requests per held range over the last window_nanos, and
+	// hot_keys the busiest single keys among them.
+	Load          []*RangeLoad `protobuf:"bytes,13,rep,name=load,proto3" json:"load,omitempty"`
+	HotKeys       []*KeyLoad   `protobuf:"bytes,14,rep,name=hot_keys,json=hotKeys,proto3" json:"hot_keys,omitempty"`
+	WindowNanos   int64        `protobuf:"varint,15,opt,name=window_nanos,json=windowNanos,proto3" json:"window_nanos,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -259,6 +271,312 @@ func (x *LeaseRequest) GetLeaving() bool {
 	return false
 }
 
+func (x *LeaseRequest) GetDraining() bool {
+	if x != nil {
+		return x.Draining
+	}
+	return false
+}
+
+func (x *LeaseRequest) GetHanded() []*Handed {
+	if x != nil {
+		return x.Handed
+	}
+	return nil
+}
+
+func (x *LeaseRequest) GetCapacity() float64 {
+	if x != nil {
+		return x.Capacity
+	}
+	return 0
+}
+
+func (x *LeaseRequest) GetLoad() []*RangeLoad {
+	if x != nil {
+		return x.Load
+	}
+	return nil
+}
+
+func (x *LeaseRequest) GetHotKeys() []*KeyLoad {
+	if x != nil {
+		return x.HotKeys
+	}
+	return nil
+}
+
+func (x *LeaseRequest) GetWindowNanos() int64 {
+	if x != nil {
+		return x.WindowNanos
+	}
+	return 0
+}
+
+// Handover asks the holder of a lease to hand its state over to another
+// Owner before giving it up (C§2.1.2).
+type Handover struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Range *Range                 `protobuf:"bytes,1,opt,name=range,proto3" json:"range,omitempty"`
+	Lgn   uint64                 `protobuf:"varint,2,opt,name=lgn,proto3" json:"lgn,omitempty"`
+	// to, addr and incarnation name the next Owner's run and where the state
+	// goes.
+	To          string `protobuf:"bytes,3,opt,name=to,proto3" json:"to,omitempty"`
+	Addr        string `protobuf:"bytes,4,opt,name=addr,proto3" json:"addr,omitempty"`
+	Incarnation uint64 `protobuf:"varint,5,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	// within_nanos is how long the Manager waits before it recalls the range
+	// without the state.
+	WithinNanos   int64 `protobuf:"varint,6,opt,name=within_nanos,json=withinNanos,proto3" json:"within_nanos,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Handover) Reset() {
+	*x = Handover{}
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Handover) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Handover) ProtoMessage() {}
+
+func (x *Handover) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Handover.ProtoReflect.Descriptor instead.
+func (*Handover) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *Handover) GetRange() *Range {
+	if x != nil {
+		return x.Range
+	}
+	return nil
+}
+
+func (x *Handover) GetLgn() uint64 {
+	if x != nil {
+		return x.Lgn
+	}
+	return 0
+}
+
+func (x *Handover) GetTo() string {
+	if x != nil {
+		return x.To
+	}
+	return ""
+}
+
+func (x *Handover) GetAddr() string {
+	if x != nil {
+		return x.Addr
+	}
+	return ""
+}
+
+func (x *Handover) GetIncarnation() uint64 {
+	if x != nil {
+		return x.Incarnation
+	}
+	return 0
+}
+
+func (x *Handover) GetWithinNanos() int64 {
+	if x != nil {
+		return x.WithinNanos
+	}
+	return 0
+}
+
+// Handed reports a handover done: the Owner gave up the lease after handing
+// its state to the named run of the next Owner.
+type Handed struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Range         *Range                 `protobuf:"bytes,1,opt,name=range,proto3" json:"range,omitempty"`
+	Lgn           uint64                 `protobuf:"varint,2,opt,name=lgn,proto3" json:"lgn,omitempty"`
+	To            string                 `protobuf:"bytes,3,opt,name=to,proto3" json:"to,omitempty"`
+	Incarnation   uint64                 `protobuf:"varint,4,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Handed) Reset() {
+	*x = Handed{}
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Handed) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Handed) ProtoMessage() {}
+
+func (x *Handed) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Handed.ProtoReflect.Descriptor instead.
+func (*Handed) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *Handed) GetRange() *Range {
+	if x != nil {
+		return x.Range
+	}
+	return nil
+}
+
+func (x *Handed) GetLgn() uint64 {
+	if x != nil {
+		return x.Lgn
+	}
+	return 0
+}
+
+func (x *Handed) GetTo() string {
+	if x != nil {
+		return x.To
+	}
+	return ""
+}
+
+func (x *Handed) GetIncarnation() uint64 {
+	if x != nil {
+		return x.Incarnation
+	}
+	return 0
+}
+
+type RangeLoad struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Range         *Range                 `protobuf:"bytes,1,opt,name=range,proto3" json:"range,omitempty"`
+	Requests      uint64                 `protobuf:"varint,2,opt,name=requests,proto3" json:"requests,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RangeLoad) Reset() {
+	*x = RangeLoad{}
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RangeLoad) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RangeLoad) ProtoMessage() {}
+
+func (x *RangeLoad) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RangeLoad.ProtoReflect.Descriptor instead.
+func (*RangeLoad) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *RangeLoad) GetRange() *Range {
+	if x != nil {
+		return x.Range
+	}
+	return nil
+}
+
+func (x *RangeLoad) GetRequests() uint64 {
+	if x != nil {
+		return x.Requests
+	}
+	return 0
+}
+
+type KeyLoad struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           uint64                 `protobuf:"varint,1,opt,name=key,proto3" json:"key,omitempty"`
+	Requests      uint64                 `protobuf:"varint,2,opt,name=requests,proto3" json:"requests,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeyLoad) Reset() {
+	*x = KeyLoad{}
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeyLoad) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeyLoad) ProtoMessage() {}
+
+func (x *KeyLoad) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeyLoad.ProtoReflect.Descriptor instead.
+func (*KeyLoad) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *KeyLoad) GetKey() uint64 {
+	if x != nil {
+		return x.Key
+	}
+	return 0
+}
+
+func (x *KeyLoad) GetRequests() uint64 {
+	if x != nil {
+		return x.Requests
+	}
+	return 0
+}
+
 // LeaseResponse is the Manager's message: the complete set of leases the
 // Owner should hold now.
 type LeaseResponse struct {
@@ -276,13 +594,18 @@ type LeaseResponse struct {
 	// Manager's, so the two can never disagree unsafely.
 	OwnerLeaseNanos int64 `protobuf:"varint,8,opt,name=owner_lease_nanos,json=ownerLeaseNanos,proto3" json:"owner_lease_nanos,omitempty"`
 	RenewNanos      int64 `protobuf:"varint,9,opt,name=renew_nanos,json=renewNanos,proto3" json:"renew_nanos,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// handovers asks for planned moves of leases also listed in leases.
+	Handovers []*Handover `protobuf:"bytes,10,rep,name=handovers,proto3" json:"handovers,omitempty"`
+	// drain: 0 not draining, 1 the Manager is moving the Owner's ranges away,
+	// 2 waiting for the maintenance gate.
+	Drain         uint32 `protobuf:"varint,11,opt,name=drain,proto3" json:"drain,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *LeaseResponse) Reset() {
 	*x = LeaseResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[3]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -294,7 +617,7 @@ func (x *LeaseResponse) String() string {
 func (*LeaseResponse) ProtoMessage() {}
 
 func (x *LeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[3]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -307,7 +630,7 @@ func (x *LeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseResponse.ProtoReflect.Descriptor instead.
 func (*LeaseResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{3}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *LeaseResponse) GetNamespace() string {
@@ -373,6 +696,20 @@ func (x *LeaseResponse) GetRenewNanos() int64 {
 	return 0
 }
 
+func (x *LeaseResponse) GetHandovers() []*Handover {
+	if x != nil {
+		return x.Handovers
+	}
+	return nil
+}
+
+func (x *LeaseResponse) GetDrain() uint32 {
+	if x != nil {
+		return x.Drain
+	}
+	return 0
+}
+
 // Entry is what the lease table says about a range.
 type Entry struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -387,7 +724,7 @@ type Entry struct {
 
 func (x *Entry) Reset() {
 	*x = Entry{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[4]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -399,7 +736,7 @@ func (x *Entry) String() string {
 func (*Entry) ProtoMessage() {}
 
 func (x *Entry) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[4]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -412,7 +749,7 @@ func (x *Entry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Entry.ProtoReflect.Descriptor instead.
 func (*Entry) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{4}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Entry) GetOwner() string {
@@ -461,7 +798,7 @@ type Change struct {
 
 func (x *Change) Reset() {
 	*x = Change{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[5]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -473,7 +810,7 @@ func (x *Change) String() string {
 func (*Change) ProtoMessage() {}
 
 func (x *Change) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[5]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -486,7 +823,7 @@ func (x *Change) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Change.ProtoReflect.Descriptor instead.
 func (*Change) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{5}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Change) GetLsn() uint64 {
@@ -520,7 +857,7 @@ type Segment struct {
 
 func (x *Segment) Reset() {
 	*x = Segment{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[6]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -532,7 +869,7 @@ func (x *Segment) String() string {
 func (*Segment) ProtoMessage() {}
 
 func (x *Segment) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[6]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -545,7 +882,7 @@ func (x *Segment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Segment.ProtoReflect.Descriptor instead.
 func (*Segment) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{6}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Segment) GetRange() *Range {
@@ -576,7 +913,7 @@ type Update struct {
 
 func (x *Update) Reset() {
 	*x = Update{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[7]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -588,7 +925,7 @@ func (x *Update) String() string {
 func (*Update) ProtoMessage() {}
 
 func (x *Update) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[7]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -601,7 +938,7 @@ func (x *Update) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Update.ProtoReflect.Descriptor instead.
 func (*Update) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{7}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Update) GetFrom() uint64 {
@@ -652,7 +989,7 @@ type SyncRequest struct {
 
 func (x *SyncRequest) Reset() {
 	*x = SyncRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[8]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -664,7 +1001,7 @@ func (x *SyncRequest) String() string {
 func (*SyncRequest) ProtoMessage() {}
 
 func (x *SyncRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[8]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -677,7 +1014,7 @@ func (x *SyncRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncRequest.ProtoReflect.Descriptor instead.
 func (*SyncRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{8}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SyncRequest) GetNamespace() string {
@@ -726,7 +1063,7 @@ type SyncResponse struct {
 
 func (x *SyncResponse) Reset() {
 	*x = SyncResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[9]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -738,7 +1075,7 @@ func (x *SyncResponse) String() string {
 func (*SyncResponse) ProtoMessage() {}
 
 func (x *SyncResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[9]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -751,7 +1088,7 @@ func (x *SyncResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncResponse.ProtoReflect.Descriptor instead.
 func (*SyncResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{9}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SyncResponse) GetNamespace() string {
@@ -806,7 +1143,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[10]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -818,7 +1155,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[10]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -831,7 +1168,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{10}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *StatusRequest) GetNamespace() string {
@@ -857,7 +1194,7 @@ type OwnerStatus struct {
 
 func (x *OwnerStatus) Reset() {
 	*x = OwnerStatus{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[11]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -869,7 +1206,7 @@ func (x *OwnerStatus) String() string {
 func (*OwnerStatus) ProtoMessage() {}
 
 func (x *OwnerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[11]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -882,7 +1219,7 @@ func (x *OwnerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OwnerStatus.ProtoReflect.Descriptor instead.
 func (*OwnerStatus) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{11}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *OwnerStatus) GetId() string {
@@ -941,7 +1278,7 @@ type NamespaceStatus struct {
 
 func (x *NamespaceStatus) Reset() {
 	*x = NamespaceStatus{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[12]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -953,7 +1290,7 @@ func (x *NamespaceStatus) String() string {
 func (*NamespaceStatus) ProtoMessage() {}
 
 func (x *NamespaceStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[12]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -966,7 +1303,7 @@ func (x *NamespaceStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NamespaceStatus.ProtoReflect.Descriptor instead.
 func (*NamespaceStatus) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{12}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *NamespaceStatus) GetName() string {
@@ -1023,7 +1360,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[13]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1035,7 +1372,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[13]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1048,7 +1385,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{13}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *StatusResponse) GetEpoch() uint64 {
@@ -1102,7 +1439,7 @@ type Cluster struct {
 
 func (x *Cluster) Reset() {
 	*x = Cluster{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[14]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1114,7 +1451,7 @@ func (x *Cluster) String() string {
 func (*Cluster) ProtoMessage() {}
 
 func (x *Cluster) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[14]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1127,7 +1464,7 @@ func (x *Cluster) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cluster.ProtoReflect.Descriptor instead.
 func (*Cluster) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{14}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Cluster) GetId() uint64 {
@@ -1209,7 +1546,7 @@ type Peer struct {
 
 func (x *Peer) Reset() {
 	*x = Peer{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[15]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1221,7 +1558,7 @@ func (x *Peer) String() string {
 func (*Peer) ProtoMessage() {}
 
 func (x *Peer) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[15]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1234,7 +1571,7 @@ func (x *Peer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Peer.ProtoReflect.Descriptor instead.
 func (*Peer) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{15}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Peer) GetId() uint64 {
@@ -1288,7 +1625,7 @@ type AddPeerRequest struct {
 
 func (x *AddPeerRequest) Reset() {
 	*x = AddPeerRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[16]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1300,7 +1637,7 @@ func (x *AddPeerRequest) String() string {
 func (*AddPeerRequest) ProtoMessage() {}
 
 func (x *AddPeerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[16]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1313,7 +1650,7 @@ func (x *AddPeerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddPeerRequest.ProtoReflect.Descriptor instead.
 func (*AddPeerRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{16}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *AddPeerRequest) GetId() uint64 {
@@ -1348,7 +1685,7 @@ type RemovePeerRequest struct {
 
 func (x *RemovePeerRequest) Reset() {
 	*x = RemovePeerRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[17]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1360,7 +1697,7 @@ func (x *RemovePeerRequest) String() string {
 func (*RemovePeerRequest) ProtoMessage() {}
 
 func (x *RemovePeerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[17]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1373,7 +1710,7 @@ func (x *RemovePeerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemovePeerRequest.ProtoReflect.Descriptor instead.
 func (*RemovePeerRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{17}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RemovePeerRequest) GetId() uint64 {
@@ -1395,7 +1732,7 @@ type ClusterResponse struct {
 
 func (x *ClusterResponse) Reset() {
 	*x = ClusterResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[18]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1407,7 +1744,7 @@ func (x *ClusterResponse) String() string {
 func (*ClusterResponse) ProtoMessage() {}
 
 func (x *ClusterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[18]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1420,7 +1757,7 @@ func (x *ClusterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterResponse.ProtoReflect.Descriptor instead.
 func (*ClusterResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{18}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ClusterResponse) GetCluster() *Cluster {
@@ -1438,7 +1775,7 @@ type BackupRequest struct {
 
 func (x *BackupRequest) Reset() {
 	*x = BackupRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[19]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1450,7 +1787,7 @@ func (x *BackupRequest) String() string {
 func (*BackupRequest) ProtoMessage() {}
 
 func (x *BackupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[19]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1463,7 +1800,7 @@ func (x *BackupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupRequest.ProtoReflect.Descriptor instead.
 func (*BackupRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{19}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{23}
 }
 
 // BackupChunk is the next part of a backup; the parts concatenated are the
@@ -1477,7 +1814,7 @@ type BackupChunk struct {
 
 func (x *BackupChunk) Reset() {
 	*x = BackupChunk{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[20]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1489,7 +1826,7 @@ func (x *BackupChunk) String() string {
 func (*BackupChunk) ProtoMessage() {}
 
 func (x *BackupChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[20]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1502,7 +1839,7 @@ func (x *BackupChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupChunk.ProtoReflect.Descriptor instead.
 func (*BackupChunk) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{20}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *BackupChunk) GetData() []byte {
@@ -1524,7 +1861,7 @@ type RaftMessage struct {
 
 func (x *RaftMessage) Reset() {
 	*x = RaftMessage{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[21]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1536,7 +1873,7 @@ func (x *RaftMessage) String() string {
 func (*RaftMessage) ProtoMessage() {}
 
 func (x *RaftMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[21]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1549,7 +1886,7 @@ func (x *RaftMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftMessage.ProtoReflect.Descriptor instead.
 func (*RaftMessage) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{21}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RaftMessage) GetMessage() []byte {
@@ -1569,7 +1906,7 @@ type RaftAck struct {
 
 func (x *RaftAck) Reset() {
 	*x = RaftAck{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[22]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1581,7 +1918,7 @@ func (x *RaftAck) String() string {
 func (*RaftAck) ProtoMessage() {}
 
 func (x *RaftAck) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[22]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1594,7 +1931,7 @@ func (x *RaftAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftAck.ProtoReflect.Descriptor instead.
 func (*RaftAck) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{22}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{26}
 }
 
 var File_leasehold_v1_leasehold_proto protoreflect.FileDescriptor
@@ -1609,7 +1946,7 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x05range\x18\x01 \x01(\v2\x13.leasehold.v1.RangeR\x05range\x12\x10\n" +
 	"\x03lgn\x18\x02 \x01(\x04R\x03lgn\x12\x14\n" +
 	"\x05grant\x18\x03 \x01(\bR\x05grant\x12\x1a\n" +
-	"\bmigrated\x18\x04 \x01(\bR\bmigrated\"\x83\x02\n" +
+	"\bmigrated\x18\x04 \x01(\bR\bmigrated\"\xeb\x03\n" +
 	"\fLeaseRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x12\n" +
@@ -1619,7 +1956,32 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\tack_epoch\x18\x06 \x01(\x04R\backEpoch\x12\x17\n" +
 	"\aack_seq\x18\a \x01(\x04R\x06ackSeq\x12'\n" +
 	"\x04held\x18\b \x03(\v2\x13.leasehold.v1.LeaseR\x04held\x12\x18\n" +
-	"\aleaving\x18\t \x01(\bR\aleaving\"\xa0\x02\n" +
+	"\aleaving\x18\t \x01(\bR\aleaving\x12\x1a\n" +
+	"\bdraining\x18\n" +
+	" \x01(\bR\bdraining\x12,\n" +
+	"\x06handed\x18\v \x03(\v2\x14.leasehold.v1.HandedR\x06handed\x12\x1a\n" +
+	"\bcapacity\x18\f \x01(\x01R\bcapacity\x12+\n" +
+	"\x04load\x18\r \x03(\v2\x17.leasehold.v1.RangeLoadR\x04load\x120\n" +
+	"\bhot_keys\x18\x0e \x03(\v2\x15.leasehold.v1.KeyLoadR\ahotKeys\x12!\n" +
+	"\fwindow_nanos\x18\x0f \x01(\x03R\vwindowNanos\"\xb0\x01\n" +
+	"\bHandover\x12)\n" +
+	"\x05range\x18\x01 \x01(\v2\x13.leasehold.v1.RangeR\x05range\x12\x10\n" +
+	"\x03lgn\x18\x02 \x01(\x04R\x03lgn\x12\x0e\n" +
+	"\x02to\x18\x03 \x01(\tR\x02to\x12\x12\n" +
+	"\x04addr\x18\x04 \x01(\tR\x04addr\x12 \n" +
+	"\vincarnation\x18\x05 \x01(\x04R\vincarnation\x12!\n" +
+	"\fwithin_nanos\x18\x06 \x01(\x03R\vwithinNanos\"w\n" +
+	"\x06Handed\x12)\n" +
+	"\x05range\x18\x01 \x01(\v2\x13.leasehold.v1.RangeR\x05range\x12\x10\n" +
+	"\x03lgn\x18\x02 \x01(\x04R\x03lgn\x12\x0e\n" +
+	"\x02to\x18\x03 \x01(\tR\x02to\x12 \n" +
+	"\vincarnation\x18\x04 \x01(\x04R\vincarnation\"R\n" +
+	"\tRangeLoad\x12)\n" +
+	"\x05range\x18\x01 \x01(\v2\x13.leasehold.v1.RangeR\x05range\x12\x1a\n" +
+	"\brequests\x18\x02 \x01(\x04R\brequests\"7\n" +
+	"\aKeyLoad\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\x04R\x03key\x12\x1a\n" +
+	"\brequests\x18\x02 \x01(\x04R\brequests\"\xec\x02\n" +
 	"\rLeaseResponse\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12 \n" +
@@ -1630,7 +1992,10 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x06leases\x18\a \x03(\v2\x13.leasehold.v1.LeaseR\x06leases\x12*\n" +
 	"\x11owner_lease_nanos\x18\b \x01(\x03R\x0fownerLeaseNanos\x12\x1f\n" +
 	"\vrenew_nanos\x18\t \x01(\x03R\n" +
-	"renewNanos\"\x84\x01\n" +
+	"renewNanos\x124\n" +
+	"\thandovers\x18\n" +
+	" \x03(\v2\x16.leasehold.v1.HandoverR\thandovers\x12\x14\n" +
+	"\x05drain\x18\v \x01(\rR\x05drain\"\x84\x01\n" +
 	"\x05Entry\x12\x14\n" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x10\n" +
@@ -1742,67 +2107,78 @@ func file_leasehold_v1_leasehold_proto_rawDescGZIP() []byte {
 	return file_leasehold_v1_leasehold_proto_rawDescData
 }
 
-var file_leasehold_v1_leasehold_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_leasehold_v1_leasehold_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_leasehold_v1_leasehold_proto_goTypes = []any{
 	(*Range)(nil),             // 0: leasehold.v1.Range
 	(*Lease)(nil),             // 1: leasehold.v1.Lease
 	(*LeaseRequest)(nil),      // 2: leasehold.v1.LeaseRequest
-	(*LeaseResponse)(nil),     // 3: leasehold.v1.LeaseResponse
-	(*Entry)(nil),             // 4: leasehold.v1.Entry
-	(*Change)(nil),            // 5: leasehold.v1.Change
-	(*Segment)(nil),           // 6: leasehold.v1.Segment
-	(*Update)(nil),            // 7: leasehold.v1.Update
-	(*SyncRequest)(nil),       // 8: leasehold.v1.SyncRequest
-	(*SyncResponse)(nil),      // 9: leasehold.v1.SyncResponse
-	(*StatusRequest)(nil),     // 10: leasehold.v1.StatusRequest
-	(*OwnerStatus)(nil),       // 11: leasehold.v1.OwnerStatus
-	(*NamespaceStatus)(nil),   // 12: leasehold.v1.NamespaceStatus
-	(*StatusResponse)(nil),    // 13: leasehold.v1.StatusResponse
-	(*Cluster)(nil),           // 14: leasehold.v1.Cluster
-	(*Peer)(nil),              // 15: leasehold.v1.Peer
-	(*AddPeerRequest)(nil),    // 16: leasehold.v1.AddPeerRequest
-	(*RemovePeerRequest)(nil), // 17: leasehold.v1.RemovePeerRequest
-	(*ClusterResponse)(nil),   // 18: leasehold.v1.ClusterResponse
-	(*BackupRequest)(nil),     // 19: leasehold.v1.BackupRequest
-	(*BackupChunk)(nil),       // 20: leasehold.v1.BackupChunk
-	(*RaftMessage)(nil),       // 21: leasehold.v1.RaftMessage
-	(*RaftAck)(nil),           // 22: leasehold.v1.RaftAck
+	(*Handover)(nil),          // 3: leasehold.v1.Handover
+	(*Handed)(nil),            // 4: leasehold.v1.Handed
+	(*RangeLoad)(nil),         // 5: leasehold.v1.RangeLoad
+	(*KeyLoad)(nil),           // 6: leasehold.v1.KeyLoad
+	(*LeaseResponse)(nil),     // 7: leasehold.v1.LeaseResponse
+	(*Entry)(nil),             // 8: leasehold.v1.Entry
+	(*Change)(nil),            // 9: leasehold.v1.Change
+	(*Segment)(nil),           // 10: leasehold.v1.Segment
+	(*Update)(nil),            // 11: leasehold.v1.Update
+	(*SyncRequest)(nil),       // 12: leasehold.v1.SyncRequest
+	(*SyncResponse)(nil),      // 13: leasehold.v1.SyncResponse
+	(*StatusRequest)(nil),     // 14: leasehold.v1.StatusRequest
+	(*OwnerStatus)(nil),       // 15: leasehold.v1.OwnerStatus
+	(*NamespaceStatus)(nil),   // 16: leasehold.v1.NamespaceStatus
+	(*StatusResponse)(nil),    // 17: leasehold.v1.StatusResponse
+	(*Cluster)(nil),           // 18: leasehold.v1.Cluster
+	(*Peer)(nil),              // 19: leasehold.v1.Peer
+	(*AddPeerRequest)(nil),    // 20: leasehold.v1.AddPeerRequest
+	(*RemovePeerRequest)(nil), // 21: leasehold.v1.RemovePeerRequest
+	(*ClusterResponse)(nil),   // 22: leasehold.v1.ClusterResponse
+	(*BackupRequest)(nil),     // 23: leasehold.v1.BackupRequest
+	(*BackupChunk)(nil),       // 24: leasehold.v1.BackupChunk
+	(*RaftMessage)(nil),       // 25: leasehold.v1.RaftMessage
+	(*RaftAck)(nil),           // 26: leasehold.v1.RaftAck
 }
 var file_leasehold_v1_leasehold_proto_depIdxs = []int32{
 	0,  // 0: leasehold.v1.Lease.range:type_name -> leasehold.v1.Range
 	1,  // 1: leasehold.v1.LeaseRequest.held:type_name -> leasehold.v1.Lease
-	1,  // 2: leasehold.v1.LeaseResponse.leases:type_name -> leasehold.v1.Lease
-	0,  // 3: leasehold.v1.Change.range:type_name -> leasehold.v1.Range
-	4,  // 4: leasehold.v1.Change.entry:type_name -> leasehold.v1.Entry
-	0,  // 5: leasehold.v1.Segment.range:type_name -> leasehold.v1.Range
-	4,  // 6: leasehold.v1.Segment.entry:type_name -> leasehold.v1.Entry
-	5,  // 7: leasehold.v1.Update.changes:type_name -> leasehold.v1.Change
-	6,  // 8: leasehold.v1.Update.segments:type_name -> leasehold.v1.Segment
-	7,  // 9: leasehold.v1.SyncResponse.update:type_name -> leasehold.v1.Update
-	11, // 10: leasehold.v1.NamespaceStatus.owners:type_name -> leasehold.v1.OwnerStatus
-	12, // 11: leasehold.v1.StatusResponse.namespaces:type_name -> leasehold.v1.NamespaceStatus
-	14, // 12: leasehold.v1.StatusResponse.cluster:type_name -> leasehold.v1.Cluster
-	15, // 13: leasehold.v1.Cluster.peers:type_name -> leasehold.v1.Peer
-	14, // 14: leasehold.v1.ClusterResponse.cluster:type_name -> leasehold.v1.Cluster
-	2,  // 15: leasehold.v1.Leases.Session:input_type -> leasehold.v1.LeaseRequest
-	8,  // 16: leasehold.v1.Lookups.Sync:input_type -> leasehold.v1.SyncRequest
-	10, // 17: leasehold.v1.Admin.Status:input_type -> leasehold.v1.StatusRequest
-	16, // 18: leasehold.v1.Admin.AddPeer:input_type -> leasehold.v1.AddPeerRequest
-	17, // 19: leasehold.v1.Admin.RemovePeer:input_type -> leasehold.v1.RemovePeerRequest
-	19, // 20: leasehold.v1.Admin.Backup:input_type -> leasehold.v1.BackupRequest
-	21, // 21: leasehold.v1.Raft.Send:input_type -> leasehold.v1.RaftMessage
-	3,  // 22: leasehold.v1.Leases.Session:output_type -> leasehold.v1.LeaseResponse
-	9,  // 23: leasehold.v1.Lookups.Sync:output_type -> leasehold.v1.SyncResponse
-	13, // 24: leasehold.v1.Admin.Status:output_type -> leasehold.v1.StatusResponse
-	18, // 25: leasehold.v1.Admin.AddPeer:output_type -> leasehold.v1.ClusterResponse
-	18, // 26: leasehold.v1.Admin.RemovePeer:output_type -> leasehold.v1.ClusterResponse
-	20, // 27: leasehold.v1.Admin.Backup:output_type -> leasehold.v1.BackupChunk
-	22, // 28: leasehold.v1.Raft.Send:output_type -> leasehold.v1.RaftAck
-	22, // [22:29] is the sub-list for method output_type
-	15, // [15:22] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	4,  // 2: leasehold.v1.LeaseRequest.handed:type_name -> leasehold.v1.Handed
+	5,  // 3: leasehold.v1.LeaseRequest.load:type_name -> leasehold.v1.RangeLoad
+	6,  // 4: leasehold.v1.LeaseRequest.hot_keys:type_name -> leasehold.v1.KeyLoad
+	0,  // 5: leasehold.v1.Handover.range:type_name -> leasehold.v1.Range
+	0,  // 6: leasehold.v1.Handed.range:type_name -> leasehold.v1.Range
+	0,  // 7: leasehold.v1.RangeLoad.range:type_name -> leasehold.v1.Range
+	1,  // 8: leasehold.v1.LeaseResponse.leases:type_name -> leasehold.v1.Lease
+	3,  // 9: leasehold.v1.LeaseResponse.handovers:type_name -> leasehold.v1.Handover
+	0,  // 10: leasehold.v1.Change.range:type_name -> leasehold.v1.Range
+	8,  // 11: leasehold.v1.Change.entry:type_name -> leasehold.v1.Entry
+	0,  // 12: leasehold.v1.Segment.range:type_name -> leasehold.v1.Range
+	8,  // 13: leasehold.v1.Segment.entry:type_name -> leasehold.v1.Entry
+	9,  // 14: leasehold.v1.Update.changes:type_name -> leasehold.v1.Change
+	10, // 15: leasehold.v1.Update.segments:type_name -> leasehold.v1.Segment
+	11, // 16: leasehold.v1.SyncResponse.update:type_name -> leasehold.v1.Update
+	15, // 17: leasehold.v1.NamespaceStatus.owners:type_name -> leasehold.v1.OwnerStatus
+	16, // 18: leasehold.v1.StatusResponse.namespaces:type_name -> leasehold.v1.NamespaceStatus
+	18, // 19: leasehold.v1.StatusResponse.cluster:type_name -> leasehold.v1.Cluster
+	19, // 20: leasehold.v1.Cluster.peers:type_name -> leasehold.v1.Peer
+	18, // 21: leasehold.v1.ClusterResponse.cluster:type_name -> leasehold.v1.Cluster
+	2,  // 22: leasehold.v1.Leases.Session:input_type -> leasehold.v1.LeaseRequest
+	12, // 23: leasehold.v1.Lookups.Sync:input_type -> leasehold.v1.SyncRequest
+	14, // 24: leasehold.v1.Admin.Status:input_type -> leasehold.v1.StatusRequest
+	20, // 25: leasehold.v1.Admin.AddPeer:input_type -> leasehold.v1.AddPeerRequest
+	21, // 26: leasehold.v1.Admin.RemovePeer:input_type -> leasehold.v1.RemovePeerRequest
+	23, // 27: leasehold.v1.Admin.Backup:input_type -> leasehold.v1.BackupRequest
+	25, // 28: leasehold.v1.Raft.Send:input_type -> leasehold.v1.RaftMessage
+	7,  // 29: leasehold.v1.Leases.Session:output_type -> leasehold.v1.LeaseResponse
+	13, // 30: leasehold.v1.Lookups.Sync:output_type -> leasehold.v1.SyncResponse
+	17, // 31: leasehold.v1.Admin.Status:output_type -> leasehold.v1.StatusResponse
+	22, // 32: leasehold.v1.Admin.AddPeer:output_type -> leasehold.v1.ClusterResponse
+	22, // 33: leasehold.v1.Admin.RemovePeer:output_type -> leasehold.v1.ClusterResponse
+	24, // 34: leasehold.v1.Admin.Backup:output_type -> leasehold.v1.BackupChunk
+	26, // 35: leasehold.v1.Raft.Send:output_type -> leasehold.v1.RaftAck
+	29, // [29:36] is the sub-list for method output_type
+	22, // [22:29] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_v1_leasehold_proto_init() }
@@ -1816,7 +2192,7 @@ func file_leasehold_v1_leasehold_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leasehold_v1_leasehold_proto_rawDesc), len(file_leasehold_v1_leasehold_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   23,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   4,
 		},
