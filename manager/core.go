@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/leasehold/leasehold/assign"
@@ -40,7 +41,18 @@ type CoreConfig struct {
 	Namespaces []string
 	Seed       uint64 // seeds the race-backoff jitter
 	Faults     *faults.Set
+	// Handover is how long the holder of a range that moves between two
+	// live Owners is given to hand its state over (C§2.1.2) before the
+	// range is recalled without it; 0 means one OwnerLease. Negative turns
+	// planned moves off: ranges are always recalled.
+	Handover time.Duration
+	// DrainGate caps how many Owners of a namespace may drain at once (the
+	// maintenance gate); 0 means 1.
+	DrainGate int
 }
+
+// ErrGateFull refuses a drain while DrainGate Owners are draining.
+var ErrGateFull = errors.New("manager: the maintenance gate is full")
 
 // OwnerMessage is a LeaseResponse to deliver to the Owner named To.
 type OwnerMessage struct {
@@ -82,6 +94,7 @@ type Stats struct {
 	Releases      uint64 // ranges freed by acknowledgement (recall or refusal)
 	Expiries      uint64 // ranges freed because their reservation ran out
 	OwnerRestarts uint64 // new incarnations seen
+	Migrations    uint64 // ranges granted with the previous holder's state (planned moves)
 	RacesDropped  uint64 // requests dropped by the race filter (C§2.3.2)
 	StaleDropped  uint64 // duplicates and messages of dead incarnations
 }
@@ -159,6 +172,21 @@ type ownerSession struct {
 	push      bool      // send a LeaseResponse at the next flush
 	resendAt  time.Time // zero: no race resend pending
 	sent      keyspace.RangeSet
+	capacity  float64
+	draining  bool // moving every range away (replicated)
+	wantDrain bool // the Owner asked to drain; the gate may hold it back
+	// handing lists the planned moves in progress off this Owner, by the
+	// piece of the table they move.
+	handing map[keyspace.Range]handing
+	fresh   map[keyspace.LGN]bool // granted since the last message
+}
+
+// handing is one planned move: the holder was asked to hand the state of a
+// piece over to the next Owner's run by the deadline.
+type handing struct {
+	to       string
+	inc      uint64
+	deadline time.Time
 }
 
 // NewCore returns the core of a Manager that starts at now with no state.
@@ -205,7 +233,7 @@ func Resume(cfg CoreConfig, st *State, base uint64, now time.Time) *Core {
 		for _, id := range sortedOwnerIDs(s.owners) {
 			r := s.owners[id]
 			n.owners[id] = &ownerSession{id: id, addr: r.Addr, inc: r.Incarnation, member: r.Member,
-				mySeq: c.seqBase, lastHeard: now}
+				capacity: r.Capacity, draining: r.Draining, mySeq: c.seqBase, lastHeard: now}
 		}
 		c.ns[name] = n
 	}
@@ -231,7 +259,7 @@ func (c *Core) set(now time.Time, n *namespace, r keyspace.Range, e leasetable.E
 
 // record saves the replicated part of an owner session.
 func (c *Core) record(now time.Time, n *namespace, o *ownerSession) {
-	rec := OwnerRecord{Addr: o.addr, Incarnation: o.inc, Member: o.member}
+	rec := OwnerRecord{Addr: o.addr, Incarnation: o.inc, Member: o.member, Capacity: o.capacity, Draining: o.draining}
 	if n.s.owners[o.id] != rec {
 		c.apply(now, Change{Op: OpOwner, NS: n.name, Owner: o.id, Record: rec})
 	}
@@ -329,6 +357,15 @@ func (c *Core) StepLease(now time.Time, req *protocol.LeaseRequest) error {
 		n.members = true
 		c.record(now, n, o)
 	}
+	if req.Capacity != o.capacity && req.Capacity >= 0 {
+		o.capacity = req.Capacity
+		n.members = true
+		c.record(now, n, o)
+	}
+	o.wantDrain = req.Draining
+	if req.Draining && !o.draining {
+		_ = c.drain(now, n, o) // refused while the gate is full: asked again at each request
+	}
 	fresh := o.mySeq == c.seqBase // nothing sent yet in this session
 	heard := fresh || (req.AckEpoch == c.st.epoch && req.AckSeq == o.mySeq)
 	if !heard && !c.noRaceFilter() {
@@ -345,7 +382,7 @@ func (c *Core) StepLease(now time.Time, req *protocol.LeaseRequest) error {
 		// A fresh session under a new leader may answer a request sent
 		// before the owner heard the old leader's last grant: what it omits
 		// proves nothing. (With no earlier leader there was no such grant.)
-		c.stats.Releases += c.release(now, n, o, req.Held)
+		c.stats.Releases += c.release(now, n, o, req.Held, req.Handed)
 	}
 	o.push = true // answer every accepted request
 	c.flush(now)
@@ -425,8 +462,8 @@ func (c *Core) flush(now time.Time) {
 			n.members = false
 			var ms []assign.Member
 			for id, o := range n.owners {
-				if o.member {
-					ms = append(ms, assign.Member{ID: id})
+				if o.member && !o.draining {
+					ms = append(ms, assign.Member{ID: id, Capacity: o.capacity})
 				}
 			}
 			slices.SortFunc(ms, func(a, b assign.Member) int { return cmp.Compare(a.ID, b.ID) })
@@ -480,7 +517,7 @@ func (n *namespace) heldBy(id string) []leasetable.Segment {
 // latest message (a recall acknowledged by omission, or a refused renewal),
 // and the race filter guarantees no earlier message of ours can give them
 // back, so they may be granted at once (C§2.3.2).
-func (c *Core) release(now time.Time, n *namespace, o *ownerSession, held []protocol.Lease) (freed uint64) {
+func (c *Core) release(now time.Time, n *namespace, o *ownerSession, held []protocol.Lease, handed []protocol.Handed) (freed uint64) {
 	for _, s := range n.heldBy(o.id) {
 		var kept keyspace.RangeSet
 		for _, h := range held {
@@ -489,13 +526,96 @@ func (c *Core) release(now time.Time, n *namespace, o *ownerSession, held []prot
 			}
 		}
 		for _, p := range keyspace.NewRangeSet(s.Range).Subtract(kept).Ranges() {
-			c.set(now, n, p, leasetable.Entry{})
-			n.res.set(p, time.Time{})
 			n.dirty = true
 			freed++
+			// A piece whose state the holder handed over goes straight to
+			// the next Owner, marked migrated: Lookups see the LGN change
+			// from this lease to the next with nothing lost (C§2.1.2).
+			rest := keyspace.NewRangeSet(p)
+			for _, h := range handed {
+				q, ok := h.Range.Intersect(p)
+				if !ok || h.LGN != s.Entry.LGN {
+					continue
+				}
+				if to := n.owners[h.To]; to != nil && to.inc == h.Incarnation && to.member && !to.draining {
+					c.grant(now, n, to, q, s.Entry.LGN)
+					rest = rest.Subtract(keyspace.NewRangeSet(q))
+					c.stats.Migrations++
+				}
+			}
+			for _, q := range rest.Ranges() {
+				c.set(now, n, q, leasetable.Entry{})
+				n.res.set(q, time.Time{})
+			}
+		}
+		for r := range o.handing {
+			if r.Overlaps(s.Range) && !kept.OverlapsRange(r) {
+				delete(o.handing, r)
+			}
 		}
 	}
 	return freed
+}
+
+// grant gives piece g to o with a fresh LGN, reserved from now; from, when
+// not zero, is the LGN whose state the grant carries (a migration).
+func (c *Core) grant(now time.Time, n *namespace, o *ownerSession, g keyspace.Range, from keyspace.LGN) {
+	lgn := c.nextLGN(n)
+	e := leasetable.Entry{Owner: o.id, Addr: o.addr, LGN: lgn}
+	if from != 0 {
+		e.Migrated, e.MigratedFrom = true, from
+	}
+	c.set(now, n, g, e)
+	n.res.set(g, now.Add(c.cfg.Timing.ManagerLease))
+	c.stats.Grants++
+	if o.fresh == nil {
+		o.fresh = map[keyspace.LGN]bool{}
+	}
+	o.fresh[lgn] = true
+	o.push = true
+}
+
+// drain starts moving every range of o away (handing the state over), if
+// the maintenance gate lets one more Owner drain.
+func (c *Core) drain(now time.Time, n *namespace, o *ownerSession) error {
+	if o.draining {
+		return nil
+	}
+	var busy []string
+	for id, p := range n.owners {
+		if p.draining && p.member {
+			busy = append(busy, id)
+		}
+	}
+	if gate := max(c.cfg.DrainGate, 1); len(busy) >= gate {
+		slices.Sort(busy)
+		return fmt.Errorf("%w: %d owners of namespace %q are draining already (%s); at most %d may drain at once",
+			ErrGateFull, len(busy), n.name, strings.Join(busy, ", "), gate)
+	}
+	o.draining = true
+	n.members = true
+	c.record(now, n, o)
+	return nil
+}
+
+// Drain starts draining an Owner at an operator's request (leasehold
+// drain): its ranges move to the others, with their state, and it gets
+// none. It fails with ErrGateFull while DrainGate Owners are draining.
+func (c *Core) Drain(now time.Time, ns, id string) error {
+	c.lastNow = now
+	n, err := c.namespace(ns)
+	if err != nil {
+		return err
+	}
+	o := n.owners[id]
+	if o == nil || !o.member {
+		return fmt.Errorf("manager: no live owner %q in namespace %q", id, ns)
+	}
+	if err := c.drain(now, n, o); err != nil {
+		return err
+	}
+	c.flush(now)
+	return nil
 }
 
 // reconcile expires leases whose reservation ended, and marks the owners
@@ -528,9 +648,15 @@ func (c *Core) reconcile(now time.Time, n *namespace) (expired uint64) {
 		n.eachDesired(s.Range, func(p keyspace.Range, want string) {
 			switch holder := s.Entry.Owner; {
 			case holder != "" && holder != want:
-				if o := n.owners[holder]; o != nil && o.sent.OverlapsRange(p) {
-					o.push = true // recall now
+				o := n.owners[holder]
+				if o == nil || !o.sent.OverlapsRange(p) {
+					break
 				}
+				if h, ok := o.handing[p]; ok && h.to == want && now.Before(h.deadline) {
+					wake(h.deadline) // handing over; recall at the deadline
+					break
+				}
+				o.push = true // recall, or ask for a handover, now
 			case holder != "":
 				if o := n.owners[holder]; o != nil && !o.sent.CoversRange(p) {
 					o.push = true // renew what the last message left out
@@ -584,18 +710,8 @@ func (n *namespace) eachDesired(r keyspace.Range, fn func(keyspace.Range, string
 func (c *Core) sendTo(now time.Time, n *namespace, o *ownerSession) {
 	until := now.Add(c.cfg.Timing.ManagerLease)
 	var leases []protocol.Lease
+	var handovers []protocol.Handover
 	if o.member {
-		for _, s := range n.heldBy(o.id) {
-			n.eachDesired(s.Range, func(p keyspace.Range, want string) {
-				switch {
-				case want == o.id:
-					leases = append(leases, protocol.Lease{Range: p, LGN: s.Entry.LGN})
-					n.res.extend(p, until)
-				case o.sent.OverlapsRange(p):
-					c.stats.Recalls++ // omitted now, listed last time
-				}
-			})
-		}
 		for _, d := range n.wants[o.id] {
 			for _, s := range n.s.table.Overlapping(d) {
 				if s.Entry.Owner != "" {
@@ -603,16 +719,36 @@ func (c *Core) sendTo(now time.Time, n *namespace, o *ownerSession) {
 				}
 				free, _ := n.res.free(s.Range, now)
 				for _, g := range free.Ranges() {
-					lgn := c.nextLGN(n)
-					c.set(now, n, g, leasetable.Entry{Owner: o.id, Addr: o.addr, LGN: lgn})
-					n.res.set(g, until)
-					leases = append(leases, protocol.Lease{Range: g, LGN: lgn, Grant: true})
-					c.stats.Grants++
+					c.grant(now, n, o, g, 0)
 				}
 			}
 		}
+		handing := map[keyspace.Range]handing{}
+		for _, s := range n.heldBy(o.id) {
+			n.eachDesired(s.Range, func(p keyspace.Range, want string) {
+				switch {
+				case want == o.id:
+				case c.handover(now, n, o, p, want, handing):
+					h, to := handing[p], n.owners[want]
+					handovers = append(handovers, protocol.Handover{Range: p, LGN: s.Entry.LGN, To: want, Addr: to.addr,
+						Incarnation: to.inc, Within: h.deadline.Sub(now)})
+				case o.sent.OverlapsRange(p):
+					c.stats.Recalls++ // omitted now, listed last time
+					return
+				default:
+					return
+				}
+				// Grants made since the last message (here, or by a
+				// migration) are listed as grants: new leases.
+				grant := o.fresh[s.Entry.LGN]
+				leases = append(leases, protocol.Lease{Range: p, LGN: s.Entry.LGN, Grant: grant, Migrated: grant && s.Entry.Migrated})
+				n.res.extend(p, until)
+			})
+		}
+		o.handing = handing
 		slices.SortFunc(leases, func(a, b protocol.Lease) int { return keyspace.Compare(a.Range, b.Range) })
 	}
+	clear(o.fresh)
 	o.mySeq++
 	o.push = false
 	o.resendAt = time.Time{}
@@ -630,7 +766,43 @@ func (c *Core) sendTo(now time.Time, n *namespace, o *ownerSession) {
 		Leases:      leases,
 		OwnerLease:  c.cfg.Timing.OwnerLease,
 		Renew:       c.cfg.Timing.Renew,
+		Handovers:   handovers,
+		Drain:       drainState(o),
 	}})
+}
+
+func drainState(o *ownerSession) protocol.Drain {
+	switch {
+	case o.draining:
+		return protocol.DrainActive
+	case o.wantDrain:
+		return protocol.DrainWaiting
+	}
+	return protocol.DrainNone
+}
+
+// handover reports whether piece p of o's lease moves to want as a planned
+// move — want is a live Owner that is not draining, and planned moves are
+// on — and records it in moves, keeping the deadline of a handover
+// already asked for. Past the deadline the piece is recalled instead.
+func (c *Core) handover(now time.Time, n *namespace, o *ownerSession, p keyspace.Range, want string, moves map[keyspace.Range]handing) bool {
+	to := n.owners[want]
+	if c.cfg.Handover < 0 || want == "" || to == nil || !to.member || to.draining {
+		return false
+	}
+	h, ok := o.handing[p]
+	if !ok || h.to != want || h.inc != to.inc {
+		within := c.cfg.Handover
+		if within == 0 {
+			within = c.cfg.Timing.OwnerLease
+		}
+		h = handing{to: want, inc: to.inc, deadline: now.Add(within)}
+	}
+	if !now.Before(h.deadline) {
+		return false // too late: recall it, and the state is lost
+	}
+	moves[p] = h
+	return true
 }
 
 // nextLGN issues a fresh lease generation number: every grant gets one, so

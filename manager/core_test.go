@@ -92,10 +92,18 @@ type round struct {
 	Lookups []LookupMessage
 }
 
+// newHarness starts a Manager core whose planned moves are off: ranges move
+// by recall, as the tests of this file expect (moves_test.go has the
+// handovers).
 func newHarness(t *testing.T, policy assign.Policy, peers ...*peer) *harness {
 	t.Helper()
-	h := &harness{t: t, c: NewCore(CoreConfig{Timing: tm, Policy: policy, Epoch: epoch, Seed: 1}, base),
-		peers: map[string]*peer{}}
+	return newHarnessCfg(t, CoreConfig{Policy: policy, Handover: -1}, peers...)
+}
+
+func newHarnessCfg(t *testing.T, cfg CoreConfig, peers ...*peer) *harness {
+	t.Helper()
+	cfg.Timing, cfg.Epoch, cfg.Seed = tm, epoch, 1
+	h := &harness{t: t, c: NewCore(cfg, base), peers: map[string]*peer{}}
 	h.f = NewFeed(h.c.State(), tm)
 	for _, p := range peers {
 		h.peers[p.id] = p
@@ -211,7 +219,12 @@ func checkGrants(t *testing.T, ls []protocol.Lease, want []keyspace.Range, after
 // restart reservation ends and are then granted their desired ranges.
 func joined(t *testing.T, pieces int, ps ...*peer) *harness {
 	t.Helper()
-	h := newHarness(t, assign.Fixed{Pieces: pieces}, ps...)
+	return joinedCfg(t, CoreConfig{Policy: assign.Fixed{Pieces: pieces}, Handover: -1}, ps...)
+}
+
+func joinedCfg(t *testing.T, cfg CoreConfig, ps ...*peer) *harness {
+	t.Helper()
+	h := newHarnessCfg(t, cfg, ps...)
 	h.renewals(base, restartEnd.Add(-1), ps...)
 	h.tick(restartEnd)
 	for _, p := range ps {

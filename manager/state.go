@@ -35,9 +35,11 @@ type nsState struct {
 
 // OwnerRecord is the replicated part of what the Manager knows of an owner.
 type OwnerRecord struct {
-	Addr        string `json:"a,omitempty"`
-	Incarnation uint64 `json:"i"`
-	Member      bool   `json:"m,omitempty"` // alive and given a share of the key space
+	Addr        string  `json:"a,omitempty"`
+	Incarnation uint64  `json:"i"`
+	Member      bool    `json:"m,omitempty"` // alive and given a share of the key space
+	Capacity    float64 `json:"c,omitempty"` // the Owner's weight; 0 means 1
+	Draining    bool    `json:"d,omitempty"` // moving every range away before it leaves
 }
 
 // Op is the kind of a Change.
