@@ -24,14 +24,34 @@ type Lease struct {
 	Num   LeaseNum
 	// Expiry is when the Owner stops believing the lease, on its own clock.
 	Expiry time.Time
+	// Migrated marks a grant that carries the previous holder's state: the
+	// state it handed over for this range is to be taken up, not thrown
+	// away (C§2.1.2). A grant without it starts empty.
+	Migrated bool
 }
 
 // OwnershipChange reports one step's change of the held set: Revoked ranges
-// are no longer held (recalled, expired, refused or replaced); Granted leases
-// are newly held. Within a change, revocations happened first.
+// are no longer held (recalled, expired, refused, handed over or replaced);
+// Granted leases are newly held; Handovers are planned moves the Manager
+// asks for. Within a change, revocations happened first.
 type OwnershipChange struct {
-	Revoked []keyspace.Range
-	Granted []Lease
+	Revoked   []keyspace.Range
+	Granted   []Lease
+	Handovers []Handover
+}
+
+// Handover asks the application to hand the state of Range (held under
+// Lease) over to the Owner To at Addr before Deadline, on this Owner's
+// clock, and then to call HandoverDone. The lease stays valid meanwhile;
+// the application should stop changing the range's state while it copies
+// it. Past the deadline the Manager recalls the range without the state.
+type Handover struct {
+	Range       keyspace.Range
+	Lease       LeaseNum
+	To          string
+	Addr        string
+	Incarnation uint64
+	Deadline    time.Time
 }
 
 // CoreConfig configures a Core.
@@ -45,6 +65,15 @@ type CoreConfig struct {
 	Timing      protocol.Timing
 	Seed        uint64 // seeds the race-backoff jitter
 	Faults      *faults.Set
+	// Handovers says the application hands state over (it takes the
+	// OwnershipChange.Handovers and calls HandoverDone). Without it every
+	// handover is declined at once: the range is given up as if recalled.
+	Handovers bool
+	// Capacity weighs this Owner's share of the load; 0 means 1.
+	Capacity float64
+	// Load, if set, is asked at every request for the requests per held
+	// range and the hot keys since the last call, and the window they span.
+	Load func(now time.Time) ([]protocol.RangeLoad, []protocol.KeyLoad, time.Duration)
 }
 
 // Core is the Owner's deterministic state machine: it is fed clock readings
@@ -66,9 +95,20 @@ type Core struct {
 	resendAt  time.Time // zero: no resend pending
 	leaving   bool
 	left      bool // the Manager acknowledged the goodbye
+	draining  bool
+	drain     protocol.Drain // the Manager's last answer to the drain
+
+	handing map[Handover]bool // planned moves asked for: false pending, true answered
+	handed  []handed          // reported to the Manager until their lease would have run out
 
 	out     []*protocol.LeaseRequest
 	changes []OwnershipChange
+}
+
+// handed is a handover done, reported in every request until until.
+type handed struct {
+	protocol.Handed
+	until time.Time
 }
 
 // NewCore returns a Core that will send its first request at the first Tick.
@@ -110,6 +150,51 @@ func (c *Core) Tick(now time.Time) {
 func (c *Core) Leave(now time.Time) {
 	c.leaving = true
 	c.setHeld(nil)
+	c.send(now)
+}
+
+// Drain asks the Manager to move every range away, handing the state over,
+// before the Owner leaves (a planned restart): the first half of a graceful
+// shutdown; Leave is the second, once Held is empty.
+func (c *Core) Drain(now time.Time) {
+	if c.draining || c.leaving {
+		return
+	}
+	c.draining = true
+	c.send(now)
+}
+
+// DrainState is the Manager's last answer about the drain: active, or
+// waiting for the maintenance gate.
+func (c *Core) DrainState() protocol.Drain { return c.drain }
+
+// HandoverDone ends a planned move. With ok the application has handed the
+// state of h.Range to h.To: the Owner gives the range up at once and tells
+// the Manager, which grants it to h.To marked migrated. Without ok it gave
+// up; the Manager recalls the range at the deadline and reports the state
+// lost.
+func (c *Core) HandoverDone(now time.Time, h Handover, ok bool) {
+	if answered, asked := c.handing[h]; !asked || answered {
+		return
+	}
+	c.handing[h] = true
+	if !ok {
+		return
+	}
+	if _, held := covering(c.Held(now), h.Range, h.Lease); !held {
+		return // expired or recalled meanwhile: nothing to hand over
+	}
+	var next []Lease
+	for _, l := range c.held {
+		for _, r := range keyspace.NewRangeSet(l.Range).Subtract(keyspace.NewRangeSet(h.Range)).Ranges() {
+			l := l
+			l.Range = r
+			next = append(next, l)
+		}
+	}
+	c.setHeld(next)
+	c.handed = append(c.handed, handed{protocol.Handed{Range: h.Range, LGN: h.Lease.LGN, To: h.To, Incarnation: h.Incarnation},
+		now.Add(c.cfg.Timing.OwnerLease)})
 	c.send(now)
 }
 
@@ -206,6 +291,19 @@ func (c *Core) send(now time.Time) {
 		AckEpoch:    c.peerEpoch,
 		AckSeq:      c.peerSeq,
 		Leaving:     c.leaving,
+		Draining:    c.draining && !c.leaving,
+		Capacity:    c.cfg.Capacity,
+	}
+	kept := c.handed[:0]
+	for _, h := range c.handed {
+		if now.Before(h.until) {
+			kept = append(kept, h)
+			req.Handed = append(req.Handed, h.Handed)
+		}
+	}
+	c.handed = kept
+	if c.cfg.Load != nil {
+		req.Load, req.HotKeys, req.Window = c.cfg.Load(now)
 	}
 	for _, l := range c.held {
 		req.Held = append(req.Held, protocol.Lease{Range: l.Range, LGN: l.Num.LGN})
@@ -259,7 +357,7 @@ func (c *Core) Step(now time.Time, m *protocol.LeaseResponse) {
 		}
 		num := LeaseNum{Epoch: m.Epoch, LGN: l.LGN}
 		if l.Grant {
-			next = append(next, Lease{Range: l.Range, Num: num, Expiry: expiry})
+			next = append(next, Lease{Range: l.Range, Num: num, Expiry: expiry, Migrated: l.Migrated})
 			continue
 		}
 		// A renewal is accepted only for a lease held without a gap: a
@@ -274,12 +372,65 @@ func (c *Core) Step(now time.Time, m *protocol.LeaseResponse) {
 	slices.SortFunc(next, func(a, b Lease) int { return keyspace.Compare(a.Range, b.Range) })
 	next = dropOverlaps(next)
 	c.epoch = m.Epoch
+	c.drain = m.Drain
 	recalled := c.setHeld(next)
+	if c.askHandovers(now, m) {
+		recalled = true
+	}
 	if recalled || refused {
 		// Acknowledge by omission now, so the Manager can move the range
 		// at once instead of waiting for the lease to run out (C§2.3.2).
 		c.send(now)
 	}
+}
+
+// askHandovers passes the planned moves of m to the application, once each,
+// or, if it does not hand state over, gives the ranges up at once as if
+// recalled. It reports whether it gave anything up.
+func (c *Core) askHandovers(now time.Time, m *protocol.LeaseResponse) (gaveUp bool) {
+	live := map[Handover]bool{}
+	var ask []Handover
+	drop := keyspace.RangeSet{}
+	for _, ho := range m.Handovers {
+		h := Handover{Range: ho.Range, Lease: LeaseNum{Epoch: m.Epoch, LGN: ho.LGN}, To: ho.To, Addr: ho.Addr,
+			Incarnation: ho.Incarnation}
+		if _, held := covering(c.held, h.Range, h.Lease); !held {
+			continue
+		}
+		if !c.cfg.Handovers {
+			drop = drop.Add(h.Range)
+			continue
+		}
+		// One handover is one (range, lease, target run): the Manager asks
+		// again in every message until it is done or too late.
+		for k, answered := range c.handing {
+			if k.Range == h.Range && k.Lease == h.Lease && k.To == h.To && k.Incarnation == h.Incarnation {
+				h.Deadline = k.Deadline
+				live[k] = answered
+			}
+		}
+		if h.Deadline.IsZero() {
+			h.Deadline = now.Add(ho.Within)
+			live[h] = false
+			ask = append(ask, h)
+		}
+	}
+	c.handing = live
+	if len(ask) > 0 {
+		c.changes = append(c.changes, OwnershipChange{Handovers: ask})
+	}
+	if drop.Empty() {
+		return false
+	}
+	var next []Lease
+	for _, l := range c.held {
+		for _, r := range keyspace.NewRangeSet(l.Range).Subtract(drop).Ranges() {
+			l := l
+			l.Range = r
+			next = append(next, l)
+		}
+	}
+	return c.setHeld(next)
 }
 
 // adopt takes the Manager's timings: the Manager reserves a range for its
@@ -348,7 +499,7 @@ func (c *Core) setHeld(next []Lease) (revoked bool) {
 	}
 	for _, l := range next {
 		for _, r := range uncovered(l.Range, c.held, l.Num) {
-			ch.Granted = append(ch.Granted, Lease{Range: r, Num: l.Num, Expiry: l.Expiry})
+			ch.Granted = append(ch.Granted, Lease{Range: r, Num: l.Num, Expiry: l.Expiry, Migrated: l.Migrated})
 		}
 	}
 	c.held = next
