@@ -90,13 +90,14 @@ type Core struct {
 	peerSeq   uint64    // highest Manager Seq heard in peerEpoch
 	epoch     uint64    // the epoch of the held leases
 
-	held      []Lease // sorted by Range.Start, disjoint
-	nextRenew time.Time
-	resendAt  time.Time // zero: no resend pending
-	leaving   bool
-	left      bool // the Manager acknowledged the goodbye
-	draining  bool
-	drain     protocol.Drain // the Manager's last answer to the drain
+	held       []Lease // sorted by Range.Start, disjoint
+	nextRenew  time.Time
+	resendAt   time.Time // zero: no resend pending
+	leaving    bool
+	left       bool // the Manager acknowledged the goodbye
+	draining   bool
+	drain      protocol.Drain // the Manager's last answer to the drain
+	drainHeard bool           // an answer arrived since Drain
 
 	handing map[Handover]bool // planned moves asked for: false pending, true answered
 	handed  []handed          // reported to the Manager until their lease would have run out
@@ -165,8 +166,9 @@ func (c *Core) Drain(now time.Time) {
 }
 
 // DrainState is the Manager's last answer about the drain: active, or
-// waiting for the maintenance gate.
-func (c *Core) DrainState() protocol.Drain { return c.drain }
+// waiting for the maintenance gate; and whether it has answered since Drain
+// at all (DrainNone then means a Manager that does not drain).
+func (c *Core) DrainState() (protocol.Drain, bool) { return c.drain, c.drainHeard }
 
 // HandoverDone ends a planned move. With ok the application has handed the
 // state of h.Range to h.To: the Owner gives the range up at once and tells
@@ -373,6 +375,7 @@ func (c *Core) Step(now time.Time, m *protocol.LeaseResponse) {
 	next = dropOverlaps(next)
 	c.epoch = m.Epoch
 	c.drain = m.Drain
+	c.drainHeard = c.draining
 	recalled := c.setHeld(next)
 	if c.askHandovers(now, m) {
 		recalled = true

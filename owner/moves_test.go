@@ -119,8 +119,8 @@ func TestMigratedGrant(t *testing.T) {
 	if len(r.chs) != 1 || len(r.chs[0].Granted) != 2 || !r.chs[0].Granted[0].Migrated || r.chs[0].Granted[1].Migrated {
 		t.Fatalf("changes %+v, want lo granted migrated and hi not", r.chs)
 	}
-	if c.DrainState() != protocol.DrainWaiting {
-		t.Fatalf("DrainState = %v, want waiting", c.DrainState())
+	if st, heard := c.DrainState(); st != protocol.DrainWaiting || !heard {
+		t.Fatalf("DrainState = %v %v, want waiting, heard", st, heard)
 	}
 }
 

@@ -47,6 +47,17 @@ type Config struct {
 	// little; correctness must rest on CheckLeaseNow and
 	// CheckLeaseContinuous, never on the upcall (P§2.2).
 	OnChange func(OwnershipChange)
+	// Handovers says the application moves state between Owners: OnChange
+	// receives the planned moves (OwnershipChange.Handovers), and for each
+	// the application copies the range's state to the target and calls
+	// HandoverDone; a grant marked Migrated then carries that state. Without
+	// it the Owner gives a range up as soon as the Manager asks to move it,
+	// and the state is reported lost (C§2.1.2).
+	Handovers bool
+	// Capacity weighs this server's share of the load against the others'
+	// (a server of capacity 2 is given twice the load of one of capacity
+	// 1); 0 means 1.
+	Capacity float64
 	// Logger receives the Owner's logs; nil discards them.
 	Logger *slog.Logger
 	// DialOptions replace the default (plaintext) gRPC dial options, for
@@ -67,6 +78,9 @@ func (c *Config) validate() error {
 	if err := runtime.CheckName("owner", "ID", c.ID); err != nil {
 		return err
 	}
+	if c.Capacity < 0 || c.Capacity > 1e6 || c.Capacity != c.Capacity {
+		return fmt.Errorf("owner: Config.Capacity %v: want a number in [0, 1e6] (0 means 1)", c.Capacity)
+	}
 	return runtime.CheckName("owner", "Addr", c.Addr)
 }
 
@@ -82,6 +96,9 @@ type Owner struct {
 	sendq    chan *pb.LeaseRequest
 	reopened chan struct{} // a new stream to a Manager replica was opened
 	leave    chan chan struct{}
+	drain    chan chan struct{}
+	done     chan doneMsg
+	load     loadMeter
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
 	up       *runtime.Upcalls[OwnershipChange]
@@ -106,15 +123,19 @@ func New(ctx context.Context, cfg Config) (*Owner, error) {
 		sendq:    make(chan *pb.LeaseRequest, 16),
 		reopened: make(chan struct{}, 1),
 		leave:    make(chan chan struct{}),
+		drain:    make(chan chan struct{}),
+		done:     make(chan doneMsg, 16),
 		up:       runtime.NewUpcalls(cfg.OnChange),
 	}
 	o.base = time.Now()
 	o.held.Store(&published{})
 	ctx, o.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	o.load.since = time.Now()
 	core := NewCore(CoreConfig{
 		Namespace: cfg.Namespace, ID: cfg.ID, Addr: cfg.Addr,
 		Incarnation: uint64(time.Now().UnixNano()), Timing: cfg.Timing,
-		Seed: uint64(time.Now().UnixNano()),
+		Seed: uint64(time.Now().UnixNano()), Handovers: cfg.Handovers, Capacity: cfg.Capacity,
+		Load: o.report,
 	})
 	o.wg.Add(2)
 	go o.run(ctx, core)
@@ -125,6 +146,10 @@ func New(ctx context.Context, cfg Config) (*Owner, error) {
 // CheckLeaseNow reports whether this Owner holds a lease covering key now,
 // and its number (C§3.2 step 1; PRS's GetOwnershipHandle). It is a local
 // read: no message, no lock, no allocation.
+//
+// Every call counts as one request on the key's range: the counts (and the
+// busiest keys, sampled) are reported to the Manager, which balances load
+// on them.
 func (o *Owner) CheckLeaseNow(key keyspace.Key) (LeaseNum, bool) {
 	h := o.held.Load()
 	i, ok := findLease(h.leases, key)
@@ -132,22 +157,53 @@ func (o *Owner) CheckLeaseNow(key keyspace.Key) (LeaseNum, bool) {
 	if !ok || time.Since(o.base) >= h.until[i] {
 		return LeaseNum{}, false
 	}
+	h.hits[i].Add(1)
+	if h.calls.Add(1)%hotSample == 0 {
+		o.load.sample(key)
+	}
 	return h.leases[i].Num, true
 }
 
 // published is the held leases as published for CheckLeaseNow: sorted and
-// disjoint, with each expiry as an offset from Owner.base.
+// disjoint, with each expiry as an offset from Owner.base, and the requests
+// counted on each since it was published.
 type published struct {
 	leases []Lease
 	until  []time.Duration
+	hits   []atomic.Uint64
+	calls  atomic.Uint64
 }
 
 func (o *Owner) publish(leases []Lease) {
-	h := &published{leases: leases, until: make([]time.Duration, len(leases))}
+	h := &published{leases: leases, until: make([]time.Duration, len(leases)), hits: make([]atomic.Uint64, len(leases))}
 	for i, l := range leases {
 		h.until[i] = l.Expiry.Sub(o.base)
 	}
-	o.held.Store(h)
+	o.load.fold(o.held.Swap(h))
+}
+
+// HandoverDone ends a planned move the Owner passed up in
+// OwnershipChange.Handovers: ok says the application handed the range's
+// state over to h.To (which keeps it until it is granted the range, marked
+// Migrated). The Owner then gives the range up at once. With !ok the
+// Manager recalls the range at the deadline and the state is reported lost.
+func (o *Owner) HandoverDone(h Handover, ok bool) {
+	select {
+	case o.done <- doneMsg{h, ok}:
+	default: // the loop is gone or swamped; the Manager will recall at the deadline
+	}
+}
+
+type doneMsg struct {
+	h  Handover
+	ok bool
+}
+
+// report is the core's load source: the requests counted per range and the
+// hot keys since the last report.
+func (o *Owner) report(now time.Time) ([]protocol.RangeLoad, []protocol.KeyLoad, time.Duration) {
+	o.load.fold(o.held.Load())
+	return o.load.take(now)
 }
 
 // CheckLeaseContinuous reports whether key has been covered by lease n,
@@ -170,24 +226,50 @@ func (o *Owner) Held() []Lease {
 	return out
 }
 
-// Close gives up every lease, tells the Manager this Owner is leaving (so
-// its ranges move at once instead of after the lease runs out), and stops.
-// It waits until the Manager acknowledges the goodbye, resending it on the
-// renewal timer, but no longer than one owner lease or until ctx ends:
-// without the acknowledgement the ranges move when the lease runs out. The last OnChange upcall (everything
-// revoked) is delivered before Close returns.
+// Close leaves gracefully. First it drains: it asks the Manager to move
+// every range away, and with Config.Handovers the application hands each
+// range's state over as it goes, so nothing is lost (C§2.1.2). It waits
+// for the ranges to move until ctx ends (or three owner leases if ctx has
+// no deadline), and longer while the Manager's maintenance gate holds the
+// drain back. Then it gives up what is left, tells the Manager it is
+// leaving, and waits for the acknowledgement at most one owner lease: the
+// ranges left then move without their state. The last OnChange upcall is
+// delivered before Close returns. A ctx that is already done skips the
+// drain.
 func (o *Owner) Close(ctx context.Context) error {
 	if !o.closed.CompareAndSwap(false, true) {
 		return nil
 	}
+	if ctx.Err() == nil {
+		dctx, cancel := ctx, context.CancelFunc(func() {})
+		if _, ok := ctx.Deadline(); !ok {
+			dctx, cancel = context.WithTimeout(ctx, 3*o.cfg.Timing.OwnerLease)
+		}
+		drained := make(chan struct{})
+		select {
+		case o.drain <- drained:
+			select {
+			case <-drained:
+			case <-dctx.Done():
+				o.cfg.Logger.Warn("owner: leaving before every range moved away; the rest move without their state")
+			}
+		case <-dctx.Done():
+		}
+		cancel()
+	}
 	done := make(chan struct{})
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*o.cfg.Timing.OwnerLease)
+	defer cancel()
+	if ctx.Err() != nil {
+		lctx = ctx
+	}
 	select {
 	case o.leave <- done:
 		select {
 		case <-done:
-		case <-ctx.Done():
+		case <-lctx.Done():
 		}
-	case <-ctx.Done():
+	case <-lctx.Done():
 	}
 	o.cancel()
 	o.wg.Wait()
@@ -200,7 +282,7 @@ func (o *Owner) run(ctx context.Context, core *Core) {
 	defer o.wg.Done()
 	timer := time.NewTimer(0)
 	defer timer.Stop()
-	var leaving chan struct{}
+	var leaving, draining chan struct{}
 	var leaveBy time.Time // give up waiting for the goodbye's acknowledgement
 	for {
 		reqs, changes := core.Ready()
@@ -215,6 +297,11 @@ func (o *Owner) run(ctx context.Context, core *Core) {
 			}
 		}
 		next := core.NextDeadline()
+		if st, heard := core.DrainState(); draining != nil && heard &&
+			(st == protocol.DrainNone || st == protocol.DrainActive && len(core.Held(time.Now())) == 0) {
+			close(draining) // everything moved away (or the Manager does not drain)
+			draining = nil
+		}
 		if leaving != nil {
 			if core.Left() || !time.Now().Before(leaveBy) {
 				close(leaving) // acknowledged, or the lease is over anyway
@@ -233,6 +320,11 @@ func (o *Owner) run(ctx context.Context, core *Core) {
 			core.Reconnected(time.Now())
 		case <-timer.C:
 			core.Tick(time.Now())
+		case d := <-o.done:
+			core.HandoverDone(time.Now(), d.h, d.ok)
+		case done := <-o.drain:
+			core.Drain(time.Now())
+			draining = done
 		case done := <-o.leave:
 			core.Leave(time.Now())
 			leaving, leaveBy = done, time.Now().Add(core.Timing().OwnerLease)
