@@ -51,6 +51,9 @@ type CoreConfig struct {
 	DrainGate int
 }
 
+// ErrUnknownOwner refuses to drain an Owner that is not a live member.
+var ErrUnknownOwner = errors.New("manager: no live owner")
+
 // ErrGateFull refuses a drain while DrainGate Owners are draining.
 var ErrGateFull = errors.New("manager: the maintenance gate is full")
 
@@ -109,6 +112,10 @@ type OwnerInfo struct {
 	Member      bool
 	Ranges      int     // lease-table segments held
 	Share       float64 // fraction of the key space held
+	Load        float64 // requests per second over the last report
+	Capacity    float64 // 0 means 1
+	Draining    bool
+	HotKeys     []protocol.KeyLoad // requests per second, estimated
 }
 
 // Owners describes a namespace's owner sessions, sorted by ID.
@@ -120,7 +127,8 @@ func (c *Core) Owners(ns string) []OwnerInfo {
 	by := map[string]*OwnerInfo{}
 	var out []OwnerInfo
 	for id, o := range n.owners {
-		by[id] = &OwnerInfo{ID: id, Addr: o.addr, Incarnation: o.inc, Member: o.member}
+		by[id] = &OwnerInfo{ID: id, Addr: o.addr, Incarnation: o.inc, Member: o.member,
+			Load: o.rate, Capacity: o.capacity, Draining: o.draining, HotKeys: o.hot}
 	}
 	n.s.table.Each(func(s leasetable.Segment) bool {
 		if i := by[s.Entry.Owner]; i != nil {
@@ -179,6 +187,11 @@ type ownerSession struct {
 	// piece of the table they move.
 	handing map[keyspace.Range]handing
 	fresh   map[keyspace.LGN]bool // granted since the last message
+	// The last load report: requests per second in all and per held range,
+	// and the hot keys with their rates (leader-local, like sessions).
+	rate       float64
+	rangeRates []protocol.RangeLoad // Requests holds the rate ×1000
+	hot        []protocol.KeyLoad   // Requests holds the rate
 }
 
 // handing is one planned move: the holder was asked to hand the state of a
@@ -361,6 +374,9 @@ func (c *Core) StepLease(now time.Time, req *protocol.LeaseRequest) error {
 		o.capacity = req.Capacity
 		n.members = true
 		c.record(now, n, o)
+	}
+	if req.Window > 0 {
+		c.recordLoad(o, req)
 	}
 	o.wantDrain = req.Draining
 	if req.Draining && !o.draining {
@@ -575,6 +591,22 @@ func (c *Core) grant(now time.Time, n *namespace, o *ownerSession, g keyspace.Ra
 	o.push = true
 }
 
+// recordLoad keeps an accepted request's load report as rates.
+func (c *Core) recordLoad(o *ownerSession, req *protocol.LeaseRequest) {
+	secs := req.Window.Seconds()
+	var total uint64
+	o.rangeRates = o.rangeRates[:0]
+	for _, l := range req.Load {
+		total += l.Requests
+		o.rangeRates = append(o.rangeRates, protocol.RangeLoad{Range: l.Range, Requests: uint64(float64(l.Requests) * 1000 / secs)})
+	}
+	o.rate = float64(total) / secs
+	o.hot = o.hot[:0]
+	for _, k := range req.HotKeys {
+		o.hot = append(o.hot, protocol.KeyLoad{Key: k.Key, Requests: uint64(float64(k.Requests) / secs)})
+	}
+}
+
 // drain starts moving every range of o away (handing the state over), if
 // the maintenance gate lets one more Owner drain.
 func (c *Core) drain(now time.Time, n *namespace, o *ownerSession) error {
@@ -609,7 +641,7 @@ func (c *Core) Drain(now time.Time, ns, id string) error {
 	}
 	o := n.owners[id]
 	if o == nil || !o.member {
-		return fmt.Errorf("manager: no live owner %q in namespace %q", id, ns)
+		return fmt.Errorf("%w %q in namespace %q", ErrUnknownOwner, id, ns)
 	}
 	if err := c.drain(now, n, o); err != nil {
 		return err

@@ -74,6 +74,13 @@ type ServerConfig struct {
 	// PeerDialOptions are used to dial the other replicas; nil means
 	// plaintext TCP.
 	PeerDialOptions []grpc.DialOption
+	// Handover is how long an Owner gets to hand a moving range's state
+	// over before the range is recalled without it; 0 means one owner
+	// lease, negative turns planned moves off (CoreConfig.Handover).
+	Handover time.Duration
+	// DrainGate caps how many Owners per namespace may drain at once; 0
+	// means 1.
+	DrainGate int
 	// Logger receives the server's logs; nil discards them.
 	Logger *slog.Logger
 	// MaxRequestRate caps the requests per second one stream may send, with
@@ -317,6 +324,11 @@ type closeEvent struct {
 	lookup *lookupStream
 }
 
+type drainEvent struct {
+	ns, owner string
+	errc      chan error
+}
+
 type confEvent struct {
 	cc   raftpb.ConfChange
 	errc chan error
@@ -386,8 +398,9 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 	}
 	r, err := NewReplica(ReplicaConfig{
-		ID:              s.cfg.ID,
-		Core:            CoreConfig{Timing: s.cfg.Timing, Policy: s.cfg.Policy, Epoch: s.cfg.Epoch, Namespaces: s.cfg.Namespaces},
+		ID: s.cfg.ID,
+		Core: CoreConfig{Timing: s.cfg.Timing, Policy: s.cfg.Policy, Epoch: s.cfg.Epoch, Namespaces: s.cfg.Namespaces,
+			Handover: s.cfg.Handover, DrainGate: s.cfg.DrainGate},
 		Storage:         ms,
 		Bootstrap:       boot,
 		Tick:            s.cfg.RaftTick,
@@ -541,6 +554,15 @@ func (l *loop) handle(ev event) {
 		}
 	case confEvent:
 		ev.errc <- l.r.ProposeConfChange(ev.cc)
+	case drainEvent:
+		core := l.r.Core()
+		if core == nil {
+			ev.errc <- l.r.notLeader()
+			break
+		}
+		err := core.Drain(now, ev.ns, ev.owner)
+		l.r.Flush(now)
+		ev.errc <- err
 	case unreachableEvent:
 		l.r.rn.ReportUnreachable(uint64(ev))
 	case snapshotEvent:
@@ -722,7 +744,9 @@ func grpcError(ctx context.Context, err error) error {
 		return runtime.NotLeader(ctx, nl.Leader)
 	case errors.Is(err, ErrNoEpoch):
 		return status.Error(codes.Unavailable, err.Error())
-	case errors.Is(err, ErrUnknownNamespace):
+	case errors.Is(err, ErrGateFull):
+		return status.Error(codes.FailedPrecondition, err.Error())
+	case errors.Is(err, ErrUnknownNamespace), errors.Is(err, ErrUnknownOwner):
 		return status.Error(codes.NotFound, err.Error())
 	case errors.Is(err, ErrBadMessage), errors.Is(err, wire.ErrInvalid):
 		return status.Error(codes.InvalidArgument, err.Error())
@@ -856,8 +880,12 @@ func (s *Server) Status(ctx context.Context, req *pb.StatusRequest) (*pb.StatusR
 		n := &pb.NamespaceStatus{Name: ns.Name, Lsn: uint64(ns.LSN), Segments: uint32(ns.Segments),
 			FreeSegments: uint32(ns.FreeSegments), Lookups: uint32(ns.Lookups)}
 		for _, o := range ns.Owners {
-			n.Owners = append(n.Owners, &pb.OwnerStatus{Id: o.ID, Addr: o.Addr, Incarnation: o.Incarnation,
-				Member: o.Member, Ranges: uint32(o.Ranges), Share: o.Share})
+			st := &pb.OwnerStatus{Id: o.ID, Addr: o.Addr, Incarnation: o.Incarnation,
+				Member: o.Member, Ranges: uint32(o.Ranges), Share: o.Share, Load: o.Load, Capacity: o.Capacity, Draining: o.Draining}
+			for _, k := range o.HotKeys {
+				st.HotKeys = append(st.HotKeys, &pb.HotKey{Key: uint64(k.Key), Rate: float64(k.Requests)})
+			}
+			n.Owners = append(n.Owners, st)
 		}
 		out.Namespaces = append(out.Namespaces, n)
 	}
@@ -946,6 +974,24 @@ func (s *Server) changePeers(ctx context.Context, cc raftpb.ConfChange, done fun
 		case <-tick.C:
 		}
 	}
+}
+
+// Drain starts draining an Owner (leasehold drain): its ranges move to the
+// others with their state. It is refused with FailedPrecondition while the
+// maintenance gate is full, and by a replica that is not the leader.
+func (s *Server) Drain(ctx context.Context, req *pb.DrainRequest) (*pb.DrainResponse, error) {
+	ns := req.GetNamespace()
+	if ns == "" {
+		ns = DefaultNamespace
+	}
+	if req.GetOwner() == "" {
+		return nil, status.Error(codes.InvalidArgument, "leasehold: drain needs an owner ID")
+	}
+	errc := make(chan error, 1)
+	if err := s.call(ctx, drainEvent{ns: ns, owner: req.GetOwner(), errc: errc}, errc); err != nil {
+		return nil, err
+	}
+	return &pb.DrainResponse{}, nil
 }
 
 // Backup streams a consistent copy of this replica's data directory.

@@ -197,7 +197,11 @@ func (c *Core) HandoverDone(now time.Time, h Handover, ok bool) {
 	c.setHeld(next)
 	c.handed = append(c.handed, handed{protocol.Handed{Range: h.Range, LGN: h.Lease.LGN, To: h.To, Incarnation: h.Incarnation},
 		now.Add(c.cfg.Timing.OwnerLease)})
-	c.send(now)
+	// Report it at the next Tick, which may be now: handovers finished
+	// together go out in one request.
+	if c.resendAt.IsZero() || now.Before(c.resendAt) {
+		c.resendAt = now
+	}
 }
 
 // Timing returns the timings in force: the Manager's, once it has answered.

@@ -55,7 +55,13 @@ func TestHandoverUpcallOnce(t *testing.T) {
 	// request for an owner lease.
 	c.HandoverDone(at(2*tm.Renew+50*ms), h, true)
 	r = readyOf(c)
-	req = one(t, r.reqs)
+	if len(r.reqs) != 0 {
+		t.Fatalf("HandoverDone sent %v at once; want it at the next Tick, with any other handover done meanwhile", r.reqs)
+	}
+	if d := c.NextDeadline(); !d.Equal(at(2*tm.Renew + 50*ms)) {
+		t.Fatalf("NextDeadline = %v, want now", d)
+	}
+	req = one(t, tick(c, at(2*tm.Renew+50*ms)).reqs)
 	if len(r.chs) != 1 || !slices.Equal(r.chs[0].Revoked, []keyspace.Range{hi}) {
 		t.Fatalf("changes %+v, want hi revoked", r.chs)
 	}

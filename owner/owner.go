@@ -100,6 +100,7 @@ type Owner struct {
 	done     chan doneMsg
 	load     loadMeter
 	cancel   context.CancelFunc
+	stopped  <-chan struct{} // closed when the Owner stops
 	wg       sync.WaitGroup
 	up       *runtime.Upcalls[OwnershipChange]
 	closed   atomic.Bool
@@ -130,6 +131,7 @@ func New(ctx context.Context, cfg Config) (*Owner, error) {
 	o.base = time.Now()
 	o.held.Store(&published{})
 	ctx, o.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	o.stopped = ctx.Done()
 	o.load.since = time.Now()
 	core := NewCore(CoreConfig{
 		Namespace: cfg.Namespace, ID: cfg.ID, Addr: cfg.Addr,
@@ -190,7 +192,7 @@ func (o *Owner) publish(leases []Lease) {
 func (o *Owner) HandoverDone(h Handover, ok bool) {
 	select {
 	case o.done <- doneMsg{h, ok}:
-	default: // the loop is gone or swamped; the Manager will recall at the deadline
+	case <-o.stopped: // closed: the Manager recalls at the deadline
 	}
 }
 

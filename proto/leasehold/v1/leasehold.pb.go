@@ -1187,7 +1187,14 @@ type OwnerStatus struct {
 	// ranges is the number of lease-table ranges the Owner holds.
 	Ranges uint32 `protobuf:"varint,5,opt,name=ranges,proto3" json:"ranges,omitempty"`
 	// share is the fraction of the key space the Owner holds.
-	Share         float64 `protobuf:"fixed64,6,opt,name=share,proto3" json:"share,omitempty"`
+	Share float64 `protobuf:"fixed64,6,opt,name=share,proto3" json:"share,omitempty"`
+	// load is the Owner's request rate (requests per second) over its last
+	// report, capacity its weight (0 means 1), draining whether its ranges
+	// are being moved away, and hot_keys its busiest keys.
+	Load          float64   `protobuf:"fixed64,7,opt,name=load,proto3" json:"load,omitempty"`
+	Capacity      float64   `protobuf:"fixed64,8,opt,name=capacity,proto3" json:"capacity,omitempty"`
+	Draining      bool      `protobuf:"varint,9,opt,name=draining,proto3" json:"draining,omitempty"`
+	HotKeys       []*HotKey `protobuf:"bytes,10,rep,name=hot_keys,json=hotKeys,proto3" json:"hot_keys,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1264,6 +1271,88 @@ func (x *OwnerStatus) GetShare() float64 {
 	return 0
 }
 
+func (x *OwnerStatus) GetLoad() float64 {
+	if x != nil {
+		return x.Load
+	}
+	return 0
+}
+
+func (x *OwnerStatus) GetCapacity() float64 {
+	if x != nil {
+		return x.Capacity
+	}
+	return 0
+}
+
+func (x *OwnerStatus) GetDraining() bool {
+	if x != nil {
+		return x.Draining
+	}
+	return false
+}
+
+func (x *OwnerStatus) GetHotKeys() []*HotKey {
+	if x != nil {
+		return x.HotKeys
+	}
+	return nil
+}
+
+type HotKey struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Key   uint64                 `protobuf:"varint,1,opt,name=key,proto3" json:"key,omitempty"`
+	// rate is the key's request rate in requests per second (estimated from
+	// a sample).
+	Rate          float64 `protobuf:"fixed64,2,opt,name=rate,proto3" json:"rate,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HotKey) Reset() {
+	*x = HotKey{}
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HotKey) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HotKey) ProtoMessage() {}
+
+func (x *HotKey) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HotKey.ProtoReflect.Descriptor instead.
+func (*HotKey) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *HotKey) GetKey() uint64 {
+	if x != nil {
+		return x.Key
+	}
+	return 0
+}
+
+func (x *HotKey) GetRate() float64 {
+	if x != nil {
+		return x.Rate
+	}
+	return 0
+}
+
 type NamespaceStatus struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -1278,7 +1367,7 @@ type NamespaceStatus struct {
 
 func (x *NamespaceStatus) Reset() {
 	*x = NamespaceStatus{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[16]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1290,7 +1379,7 @@ func (x *NamespaceStatus) String() string {
 func (*NamespaceStatus) ProtoMessage() {}
 
 func (x *NamespaceStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[16]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1303,7 +1392,7 @@ func (x *NamespaceStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NamespaceStatus.ProtoReflect.Descriptor instead.
 func (*NamespaceStatus) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{16}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *NamespaceStatus) GetName() string {
@@ -1360,7 +1449,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[17]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1372,7 +1461,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[17]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1385,7 +1474,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{17}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *StatusResponse) GetEpoch() uint64 {
@@ -1439,7 +1528,7 @@ type Cluster struct {
 
 func (x *Cluster) Reset() {
 	*x = Cluster{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[18]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1451,7 +1540,7 @@ func (x *Cluster) String() string {
 func (*Cluster) ProtoMessage() {}
 
 func (x *Cluster) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[18]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1464,7 +1553,7 @@ func (x *Cluster) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cluster.ProtoReflect.Descriptor instead.
 func (*Cluster) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{18}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Cluster) GetId() uint64 {
@@ -1546,7 +1635,7 @@ type Peer struct {
 
 func (x *Peer) Reset() {
 	*x = Peer{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[19]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1558,7 +1647,7 @@ func (x *Peer) String() string {
 func (*Peer) ProtoMessage() {}
 
 func (x *Peer) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[19]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1571,7 +1660,7 @@ func (x *Peer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Peer.ProtoReflect.Descriptor instead.
 func (*Peer) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{19}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Peer) GetId() uint64 {
@@ -1625,7 +1714,7 @@ type AddPeerRequest struct {
 
 func (x *AddPeerRequest) Reset() {
 	*x = AddPeerRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[20]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1637,7 +1726,7 @@ func (x *AddPeerRequest) String() string {
 func (*AddPeerRequest) ProtoMessage() {}
 
 func (x *AddPeerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[20]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1650,7 +1739,7 @@ func (x *AddPeerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddPeerRequest.ProtoReflect.Descriptor instead.
 func (*AddPeerRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{20}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *AddPeerRequest) GetId() uint64 {
@@ -1685,7 +1774,7 @@ type RemovePeerRequest struct {
 
 func (x *RemovePeerRequest) Reset() {
 	*x = RemovePeerRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[21]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1697,7 +1786,7 @@ func (x *RemovePeerRequest) String() string {
 func (*RemovePeerRequest) ProtoMessage() {}
 
 func (x *RemovePeerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[21]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1710,7 +1799,7 @@ func (x *RemovePeerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemovePeerRequest.ProtoReflect.Descriptor instead.
 func (*RemovePeerRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{21}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RemovePeerRequest) GetId() uint64 {
@@ -1732,7 +1821,7 @@ type ClusterResponse struct {
 
 func (x *ClusterResponse) Reset() {
 	*x = ClusterResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[22]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1744,7 +1833,7 @@ func (x *ClusterResponse) String() string {
 func (*ClusterResponse) ProtoMessage() {}
 
 func (x *ClusterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[22]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1757,7 +1846,7 @@ func (x *ClusterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterResponse.ProtoReflect.Descriptor instead.
 func (*ClusterResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{22}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ClusterResponse) GetCluster() *Cluster {
@@ -1765,6 +1854,94 @@ func (x *ClusterResponse) GetCluster() *Cluster {
 		return x.Cluster
 	}
 	return nil
+}
+
+type DrainRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Owner         string                 `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DrainRequest) Reset() {
+	*x = DrainRequest{}
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainRequest) ProtoMessage() {}
+
+func (x *DrainRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainRequest.ProtoReflect.Descriptor instead.
+func (*DrainRequest) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *DrainRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *DrainRequest) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+type DrainResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DrainResponse) Reset() {
+	*x = DrainResponse{}
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainResponse) ProtoMessage() {}
+
+func (x *DrainResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainResponse.ProtoReflect.Descriptor instead.
+func (*DrainResponse) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{25}
 }
 
 type BackupRequest struct {
@@ -1775,7 +1952,7 @@ type BackupRequest struct {
 
 func (x *BackupRequest) Reset() {
 	*x = BackupRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[23]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1787,7 +1964,7 @@ func (x *BackupRequest) String() string {
 func (*BackupRequest) ProtoMessage() {}
 
 func (x *BackupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[23]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1800,7 +1977,7 @@ func (x *BackupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupRequest.ProtoReflect.Descriptor instead.
 func (*BackupRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{23}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{26}
 }
 
 // BackupChunk is the next part of a backup; the parts concatenated are the
@@ -1814,7 +1991,7 @@ type BackupChunk struct {
 
 func (x *BackupChunk) Reset() {
 	*x = BackupChunk{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[24]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1826,7 +2003,7 @@ func (x *BackupChunk) String() string {
 func (*BackupChunk) ProtoMessage() {}
 
 func (x *BackupChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[24]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1839,7 +2016,7 @@ func (x *BackupChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupChunk.ProtoReflect.Descriptor instead.
 func (*BackupChunk) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{24}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *BackupChunk) GetData() []byte {
@@ -1861,7 +2038,7 @@ type RaftMessage struct {
 
 func (x *RaftMessage) Reset() {
 	*x = RaftMessage{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[25]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1873,7 +2050,7 @@ func (x *RaftMessage) String() string {
 func (*RaftMessage) ProtoMessage() {}
 
 func (x *RaftMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[25]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1886,7 +2063,7 @@ func (x *RaftMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftMessage.ProtoReflect.Descriptor instead.
 func (*RaftMessage) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{25}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RaftMessage) GetMessage() []byte {
@@ -1906,7 +2083,7 @@ type RaftAck struct {
 
 func (x *RaftAck) Reset() {
 	*x = RaftAck{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[26]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1918,7 +2095,7 @@ func (x *RaftAck) String() string {
 func (*RaftAck) ProtoMessage() {}
 
 func (x *RaftAck) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[26]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1931,7 +2108,7 @@ func (x *RaftAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftAck.ProtoReflect.Descriptor instead.
 func (*RaftAck) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{26}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{29}
 }
 
 var File_leasehold_v1_leasehold_proto protoreflect.FileDescriptor
@@ -2029,14 +2206,22 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"sync_nanos\x18\x05 \x01(\x03R\tsyncNanos\x12,\n" +
 	"\x12sync_timeout_nanos\x18\x06 \x01(\x03R\x10syncTimeoutNanos\"-\n" +
 	"\rStatusRequest\x12\x1c\n" +
-	"\tnamespace\x18\x01 \x01(\tR\tnamespace\"\x99\x01\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\"\x96\x02\n" +
 	"\vOwnerStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12 \n" +
 	"\vincarnation\x18\x03 \x01(\x04R\vincarnation\x12\x16\n" +
 	"\x06member\x18\x04 \x01(\bR\x06member\x12\x16\n" +
 	"\x06ranges\x18\x05 \x01(\rR\x06ranges\x12\x14\n" +
-	"\x05share\x18\x06 \x01(\x01R\x05share\"\xc5\x01\n" +
+	"\x05share\x18\x06 \x01(\x01R\x05share\x12\x12\n" +
+	"\x04load\x18\a \x01(\x01R\x04load\x12\x1a\n" +
+	"\bcapacity\x18\b \x01(\x01R\bcapacity\x12\x1a\n" +
+	"\bdraining\x18\t \x01(\bR\bdraining\x12/\n" +
+	"\bhot_keys\x18\n" +
+	" \x03(\v2\x14.leasehold.v1.HotKeyR\ahotKeys\".\n" +
+	"\x06HotKey\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\x04R\x03key\x12\x12\n" +
+	"\x04rate\x18\x02 \x01(\x01R\x04rate\"\xc5\x01\n" +
 	"\x0fNamespaceStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03lsn\x18\x02 \x01(\x04R\x03lsn\x12\x1a\n" +
@@ -2075,7 +2260,11 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x11RemovePeerRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\"B\n" +
 	"\x0fClusterResponse\x12/\n" +
-	"\acluster\x18\x01 \x01(\v2\x15.leasehold.v1.ClusterR\acluster\"\x0f\n" +
+	"\acluster\x18\x01 \x01(\v2\x15.leasehold.v1.ClusterR\acluster\"B\n" +
+	"\fDrainRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
+	"\x05owner\x18\x02 \x01(\tR\x05owner\"\x0f\n" +
+	"\rDrainResponse\"\x0f\n" +
 	"\rBackupRequest\"!\n" +
 	"\vBackupChunk\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\"'\n" +
@@ -2085,12 +2274,13 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x06Leases\x12F\n" +
 	"\aSession\x12\x1a.leasehold.v1.LeaseRequest\x1a\x1b.leasehold.v1.LeaseResponse(\x010\x012L\n" +
 	"\aLookups\x12A\n" +
-	"\x04Sync\x12\x19.leasehold.v1.SyncRequest\x1a\x1a.leasehold.v1.SyncResponse(\x010\x012\xa6\x02\n" +
+	"\x04Sync\x12\x19.leasehold.v1.SyncRequest\x1a\x1a.leasehold.v1.SyncResponse(\x010\x012\xe8\x02\n" +
 	"\x05Admin\x12C\n" +
 	"\x06Status\x12\x1b.leasehold.v1.StatusRequest\x1a\x1c.leasehold.v1.StatusResponse\x12F\n" +
 	"\aAddPeer\x12\x1c.leasehold.v1.AddPeerRequest\x1a\x1d.leasehold.v1.ClusterResponse\x12L\n" +
 	"\n" +
-	"RemovePeer\x12\x1f.leasehold.v1.RemovePeerRequest\x1a\x1d.leasehold.v1.ClusterResponse\x12B\n" +
+	"RemovePeer\x12\x1f.leasehold.v1.RemovePeerRequest\x1a\x1d.leasehold.v1.ClusterResponse\x12@\n" +
+	"\x05Drain\x12\x1a.leasehold.v1.DrainRequest\x1a\x1b.leasehold.v1.DrainResponse\x12B\n" +
 	"\x06Backup\x12\x1b.leasehold.v1.BackupRequest\x1a\x19.leasehold.v1.BackupChunk0\x012B\n" +
 	"\x04Raft\x12:\n" +
 	"\x04Send\x12\x19.leasehold.v1.RaftMessage\x1a\x15.leasehold.v1.RaftAck(\x01B?Z=github.com/leasehold/leasehold/proto/leasehold/v1;leaseholdv1b\x06proto3"
@@ -2107,7 +2297,7 @@ func file_leasehold_v1_leasehold_proto_rawDescGZIP() []byte {
 	return file_leasehold_v1_leasehold_proto_rawDescData
 }
 
-var file_leasehold_v1_leasehold_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_leasehold_v1_leasehold_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_leasehold_v1_leasehold_proto_goTypes = []any{
 	(*Range)(nil),             // 0: leasehold.v1.Range
 	(*Lease)(nil),             // 1: leasehold.v1.Lease
@@ -2125,17 +2315,20 @@ var file_leasehold_v1_leasehold_proto_goTypes = []any{
 	(*SyncResponse)(nil),      // 13: leasehold.v1.SyncResponse
 	(*StatusRequest)(nil),     // 14: leasehold.v1.StatusRequest
 	(*OwnerStatus)(nil),       // 15: leasehold.v1.OwnerStatus
-	(*NamespaceStatus)(nil),   // 16: leasehold.v1.NamespaceStatus
-	(*StatusResponse)(nil),    // 17: leasehold.v1.StatusResponse
-	(*Cluster)(nil),           // 18: leasehold.v1.Cluster
-	(*Peer)(nil),              // 19: leasehold.v1.Peer
-	(*AddPeerRequest)(nil),    // 20: leasehold.v1.AddPeerRequest
-	(*RemovePeerRequest)(nil), // 21: leasehold.v1.RemovePeerRequest
-	(*ClusterResponse)(nil),   // 22: leasehold.v1.ClusterResponse
-	(*BackupRequest)(nil),     // 23: leasehold.v1.BackupRequest
-	(*BackupChunk)(nil),       // 24: leasehold.v1.BackupChunk
-	(*RaftMessage)(nil),       // 25: leasehold.v1.RaftMessage
-	(*RaftAck)(nil),           // 26: leasehold.v1.RaftAck
+	(*HotKey)(nil),            // 16: leasehold.v1.HotKey
+	(*NamespaceStatus)(nil),   // 17: leasehold.v1.NamespaceStatus
+	(*StatusResponse)(nil),    // 18: leasehold.v1.StatusResponse
+	(*Cluster)(nil),           // 19: leasehold.v1.Cluster
+	(*Peer)(nil),              // 20: leasehold.v1.Peer
+	(*AddPeerRequest)(nil),    // 21: leasehold.v1.AddPeerRequest
+	(*RemovePeerRequest)(nil), // 22: leasehold.v1.RemovePeerRequest
+	(*ClusterResponse)(nil),   // 23: leasehold.v1.ClusterResponse
+	(*DrainRequest)(nil),      // 24: leasehold.v1.DrainRequest
+	(*DrainResponse)(nil),     // 25: leasehold.v1.DrainResponse
+	(*BackupRequest)(nil),     // 26: leasehold.v1.BackupRequest
+	(*BackupChunk)(nil),       // 27: leasehold.v1.BackupChunk
+	(*RaftMessage)(nil),       // 28: leasehold.v1.RaftMessage
+	(*RaftAck)(nil),           // 29: leasehold.v1.RaftAck
 }
 var file_leasehold_v1_leasehold_proto_depIdxs = []int32{
 	0,  // 0: leasehold.v1.Lease.range:type_name -> leasehold.v1.Range
@@ -2155,30 +2348,33 @@ var file_leasehold_v1_leasehold_proto_depIdxs = []int32{
 	9,  // 14: leasehold.v1.Update.changes:type_name -> leasehold.v1.Change
 	10, // 15: leasehold.v1.Update.segments:type_name -> leasehold.v1.Segment
 	11, // 16: leasehold.v1.SyncResponse.update:type_name -> leasehold.v1.Update
-	15, // 17: leasehold.v1.NamespaceStatus.owners:type_name -> leasehold.v1.OwnerStatus
-	16, // 18: leasehold.v1.StatusResponse.namespaces:type_name -> leasehold.v1.NamespaceStatus
-	18, // 19: leasehold.v1.StatusResponse.cluster:type_name -> leasehold.v1.Cluster
-	19, // 20: leasehold.v1.Cluster.peers:type_name -> leasehold.v1.Peer
-	18, // 21: leasehold.v1.ClusterResponse.cluster:type_name -> leasehold.v1.Cluster
-	2,  // 22: leasehold.v1.Leases.Session:input_type -> leasehold.v1.LeaseRequest
-	12, // 23: leasehold.v1.Lookups.Sync:input_type -> leasehold.v1.SyncRequest
-	14, // 24: leasehold.v1.Admin.Status:input_type -> leasehold.v1.StatusRequest
-	20, // 25: leasehold.v1.Admin.AddPeer:input_type -> leasehold.v1.AddPeerRequest
-	21, // 26: leasehold.v1.Admin.RemovePeer:input_type -> leasehold.v1.RemovePeerRequest
-	23, // 27: leasehold.v1.Admin.Backup:input_type -> leasehold.v1.BackupRequest
-	25, // 28: leasehold.v1.Raft.Send:input_type -> leasehold.v1.RaftMessage
-	7,  // 29: leasehold.v1.Leases.Session:output_type -> leasehold.v1.LeaseResponse
-	13, // 30: leasehold.v1.Lookups.Sync:output_type -> leasehold.v1.SyncResponse
-	17, // 31: leasehold.v1.Admin.Status:output_type -> leasehold.v1.StatusResponse
-	22, // 32: leasehold.v1.Admin.AddPeer:output_type -> leasehold.v1.ClusterResponse
-	22, // 33: leasehold.v1.Admin.RemovePeer:output_type -> leasehold.v1.ClusterResponse
-	24, // 34: leasehold.v1.Admin.Backup:output_type -> leasehold.v1.BackupChunk
-	26, // 35: leasehold.v1.Raft.Send:output_type -> leasehold.v1.RaftAck
-	29, // [29:36] is the sub-list for method output_type
-	22, // [22:29] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	16, // 17: leasehold.v1.OwnerStatus.hot_keys:type_name -> leasehold.v1.HotKey
+	15, // 18: leasehold.v1.NamespaceStatus.owners:type_name -> leasehold.v1.OwnerStatus
+	17, // 19: leasehold.v1.StatusResponse.namespaces:type_name -> leasehold.v1.NamespaceStatus
+	19, // 20: leasehold.v1.StatusResponse.cluster:type_name -> leasehold.v1.Cluster
+	20, // 21: leasehold.v1.Cluster.peers:type_name -> leasehold.v1.Peer
+	19, // 22: leasehold.v1.ClusterResponse.cluster:type_name -> leasehold.v1.Cluster
+	2,  // 23: leasehold.v1.Leases.Session:input_type -> leasehold.v1.LeaseRequest
+	12, // 24: leasehold.v1.Lookups.Sync:input_type -> leasehold.v1.SyncRequest
+	14, // 25: leasehold.v1.Admin.Status:input_type -> leasehold.v1.StatusRequest
+	21, // 26: leasehold.v1.Admin.AddPeer:input_type -> leasehold.v1.AddPeerRequest
+	22, // 27: leasehold.v1.Admin.RemovePeer:input_type -> leasehold.v1.RemovePeerRequest
+	24, // 28: leasehold.v1.Admin.Drain:input_type -> leasehold.v1.DrainRequest
+	26, // 29: leasehold.v1.Admin.Backup:input_type -> leasehold.v1.BackupRequest
+	28, // 30: leasehold.v1.Raft.Send:input_type -> leasehold.v1.RaftMessage
+	7,  // 31: leasehold.v1.Leases.Session:output_type -> leasehold.v1.LeaseResponse
+	13, // 32: leasehold.v1.Lookups.Sync:output_type -> leasehold.v1.SyncResponse
+	18, // 33: leasehold.v1.Admin.Status:output_type -> leasehold.v1.StatusResponse
+	23, // 34: leasehold.v1.Admin.AddPeer:output_type -> leasehold.v1.ClusterResponse
+	23, // 35: leasehold.v1.Admin.RemovePeer:output_type -> leasehold.v1.ClusterResponse
+	25, // 36: leasehold.v1.Admin.Drain:output_type -> leasehold.v1.DrainResponse
+	27, // 37: leasehold.v1.Admin.Backup:output_type -> leasehold.v1.BackupChunk
+	29, // 38: leasehold.v1.Raft.Send:output_type -> leasehold.v1.RaftAck
+	31, // [31:39] is the sub-list for method output_type
+	23, // [23:31] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_v1_leasehold_proto_init() }
@@ -2192,7 +2388,7 @@ func file_leasehold_v1_leasehold_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leasehold_v1_leasehold_proto_rawDesc), len(file_leasehold_v1_leasehold_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   27,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   4,
 		},

@@ -230,6 +230,7 @@ const (
 	Admin_Status_FullMethodName     = "/leasehold.v1.Admin/Status"
 	Admin_AddPeer_FullMethodName    = "/leasehold.v1.Admin/AddPeer"
 	Admin_RemovePeer_FullMethodName = "/leasehold.v1.Admin/RemovePeer"
+	Admin_Drain_FullMethodName      = "/leasehold.v1.Admin/Drain"
 	Admin_Backup_FullMethodName     = "/leasehold.v1.Admin/Backup"
 )
 
@@ -247,6 +248,9 @@ type AdminClient interface {
 	// RemovePeer removes a member from the Manager's Raft group. Only the
 	// leader carries it out; another replica refuses it.
 	RemovePeer(ctx context.Context, in *RemovePeerRequest, opts ...grpc.CallOption) (*ClusterResponse, error)
+	// Drain moves every range of an Owner to the others, handing the state
+	// over, behind the maintenance gate (leasehold drain).
+	Drain(ctx context.Context, in *DrainRequest, opts ...grpc.CallOption) (*DrainResponse, error)
 	// Backup streams a consistent copy of the answering replica's data
 	// directory (its Raft log and snapshot) while it keeps running.
 	Backup(ctx context.Context, in *BackupRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[BackupChunk], error)
@@ -290,6 +294,16 @@ func (c *adminClient) RemovePeer(ctx context.Context, in *RemovePeerRequest, opt
 	return out, nil
 }
 
+func (c *adminClient) Drain(ctx context.Context, in *DrainRequest, opts ...grpc.CallOption) (*DrainResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DrainResponse)
+	err := c.cc.Invoke(ctx, Admin_Drain_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *adminClient) Backup(ctx context.Context, in *BackupRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[BackupChunk], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	stream, err := c.cc.NewStream(ctx, &Admin_ServiceDesc.Streams[0], Admin_Backup_FullMethodName, cOpts...)
@@ -323,6 +337,9 @@ type AdminServer interface {
 	// RemovePeer removes a member from the Manager's Raft group. Only the
 	// leader carries it out; another replica refuses it.
 	RemovePeer(context.Context, *RemovePeerRequest) (*ClusterResponse, error)
+	// Drain moves every range of an Owner to the others, handing the state
+	// over, behind the maintenance gate (leasehold drain).
+	Drain(context.Context, *DrainRequest) (*DrainResponse, error)
 	// Backup streams a consistent copy of the answering replica's data
 	// directory (its Raft log and snapshot) while it keeps running.
 	Backup(*BackupRequest, grpc.ServerStreamingServer[BackupChunk]) error
@@ -344,6 +361,9 @@ func (UnimplementedAdminServer) AddPeer(context.Context, *AddPeerRequest) (*Clus
 }
 func (UnimplementedAdminServer) RemovePeer(context.Context, *RemovePeerRequest) (*ClusterResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RemovePeer not implemented")
+}
+func (UnimplementedAdminServer) Drain(context.Context, *DrainRequest) (*DrainResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Drain not implemented")
 }
 func (UnimplementedAdminServer) Backup(*BackupRequest, grpc.ServerStreamingServer[BackupChunk]) error {
 	return status.Error(codes.Unimplemented, "method Backup not implemented")
@@ -423,6 +443,24 @@ func _Admin_RemovePeer_Handler(srv interface{}, ctx context.Context, dec func(in
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_Drain_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DrainRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).Drain(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_Drain_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).Drain(ctx, req.(*DrainRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Admin_Backup_Handler(srv interface{}, stream grpc.ServerStream) error {
 	m := new(BackupRequest)
 	if err := stream.RecvMsg(m); err != nil {
@@ -452,6 +490,10 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RemovePeer",
 			Handler:    _Admin_RemovePeer_Handler,
+		},
+		{
+			MethodName: "Drain",
+			Handler:    _Admin_Drain_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
