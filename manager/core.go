@@ -14,6 +14,7 @@ import (
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/leasetable"
 	"github.com/leasehold/leasehold/protocol"
+	"github.com/leasehold/leasehold/rebalance"
 )
 
 // Errors returned for messages the Manager will not act on. Other clients
@@ -49,6 +50,12 @@ type CoreConfig struct {
 	// DrainGate caps how many Owners of a namespace may drain at once (the
 	// maintenance gate); 0 means 1.
 	DrainGate int
+	// Rebalance, if set, makes the desired assignment load-aware: every
+	// RebalanceEvery (default 5 s) it plans a round of moves from the
+	// Owners' load reports (rebalance.Weighted, or the Centrifuge baseline)
+	// and Policy is not used.
+	Rebalance      rebalance.Policy
+	RebalanceEvery time.Duration
 }
 
 // ErrUnknownOwner refuses to drain an Owner that is not a live member.
@@ -98,6 +105,9 @@ type Stats struct {
 	Expiries      uint64 // ranges freed because their reservation ran out
 	OwnerRestarts uint64 // new incarnations seen
 	Migrations    uint64 // ranges granted with the previous holder's state (planned moves)
+	Plans         uint64 // rebalancing rounds planned
+	PlannedMoves  uint64 // ranges the rounds moved
+	PlanErrors    uint64 // rounds the policy refused
 	RacesDropped  uint64 // requests dropped by the race filter (C§2.3.2)
 	StaleDropped  uint64 // duplicates and messages of dead incarnations
 }
@@ -166,6 +176,10 @@ type namespace struct {
 	members  bool                        // membership changed: recompute desired
 	dirty    bool                        // something changed: reconcile
 	nextWake time.Time                   // earliest future reservation end that matters
+
+	planAt    time.Time // next rebalancing round (Rebalance only)
+	lastPlan  time.Time
+	imbalance float64 // max/mean load per capacity after the last round
 }
 
 // ownerSession is the Manager's side of one Owner incarnation's session.
@@ -190,6 +204,7 @@ type ownerSession struct {
 	// The last load report: requests per second in all and per held range,
 	// and the hot keys with their rates (leader-local, like sessions).
 	rate       float64
+	reported   bool                 // a load report arrived in this session
 	rangeRates []protocol.RangeLoad // Requests holds the rate ×1000
 	hot        []protocol.KeyLoad   // Requests holds the rate
 }
@@ -247,6 +262,12 @@ func Resume(cfg CoreConfig, st *State, base uint64, now time.Time) *Core {
 			r := s.owners[id]
 			n.owners[id] = &ownerSession{id: id, addr: r.Addr, inc: r.Incarnation, member: r.Member,
 				capacity: r.Capacity, draining: r.Draining, mySeq: c.seqBase, lastHeard: now}
+		}
+		if cfg.Rebalance != nil && len(s.desired) > 0 {
+			// Carry on from it. The next round waits for the Owners' load
+			// reports: without them it would balance by key space.
+			c.setDesired(now, n, slices.Clone(s.desired))
+			n.members, n.planAt = false, now.Add(c.rebalanceEvery())
 		}
 		c.ns[name] = n
 	}
@@ -436,6 +457,9 @@ func (c *Core) NextDeadline() time.Time {
 	}
 	for _, n := range c.ns {
 		min(n.nextWake)
+		if c.cfg.Rebalance != nil {
+			min(n.planAt)
+		}
 		for _, o := range n.owners {
 			min(o.resendAt)
 			if o.member {
@@ -474,21 +498,13 @@ func (c *Core) Tick(now time.Time) {
 func (c *Core) flush(now time.Time) {
 	for _, name := range c.Namespaces() { // in order, so a run replays exactly
 		n := c.ns[name]
-		if n.members {
+		switch {
+		case c.cfg.Rebalance != nil && (n.members || !now.Before(n.planAt)):
+			c.plan(now, n, n.members)
 			n.members = false
-			var ms []assign.Member
-			for id, o := range n.owners {
-				if o.member && !o.draining {
-					ms = append(ms, assign.Member{ID: id, Capacity: o.capacity})
-				}
-			}
-			slices.SortFunc(ms, func(a, b assign.Member) int { return cmp.Compare(a.ID, b.ID) })
-			n.desired = c.cfg.Policy.Assign(ms)
-			n.wants = map[string][]keyspace.Range{}
-			for _, d := range n.desired {
-				n.wants[d.Owner] = append(n.wants[d.Owner], d.Range)
-			}
-			n.dirty = true
+		case n.members:
+			n.members = false
+			c.setDesired(now, n, c.cfg.Policy.Assign(n.activeMembers()))
 		}
 		if n.dirty || (!n.nextWake.IsZero() && !now.Before(n.nextWake)) {
 			c.stats.Expiries += c.reconcile(now, n)
@@ -601,6 +617,7 @@ func (c *Core) recordLoad(o *ownerSession, req *protocol.LeaseRequest) {
 		o.rangeRates = append(o.rangeRates, protocol.RangeLoad{Range: l.Range, Requests: uint64(float64(l.Requests) * 1000 / secs)})
 	}
 	o.rate = float64(total) / secs
+	o.reported = true
 	o.hot = o.hot[:0]
 	for _, k := range req.HotKeys {
 		o.hot = append(o.hot, protocol.KeyLoad{Key: k.Key, Requests: uint64(float64(k.Requests) / secs)})

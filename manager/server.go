@@ -29,6 +29,7 @@ import (
 	"github.com/leasehold/leasehold/leasetable"
 	pb "github.com/leasehold/leasehold/proto/leasehold/v1"
 	"github.com/leasehold/leasehold/protocol"
+	"github.com/leasehold/leasehold/rebalance"
 )
 
 // ServerConfig configures a Server. The zero value is a one-replica
@@ -81,6 +82,11 @@ type ServerConfig struct {
 	// DrainGate caps how many Owners per namespace may drain at once; 0
 	// means 1.
 	DrainGate int
+	// Rebalance, if set, makes the desired assignment load-aware
+	// (rebalance.Weighted, or rebalance.Centrifuge as a baseline), planned
+	// every RebalanceEvery (default 5 s); Policy is then not used.
+	Rebalance      rebalance.Policy
+	RebalanceEvery time.Duration
 	// Logger receives the server's logs; nil discards them.
 	Logger *slog.Logger
 	// MaxRequestRate caps the requests per second one stream may send, with
@@ -400,7 +406,7 @@ func (s *Server) Run(ctx context.Context) error {
 	r, err := NewReplica(ReplicaConfig{
 		ID: s.cfg.ID,
 		Core: CoreConfig{Timing: s.cfg.Timing, Policy: s.cfg.Policy, Epoch: s.cfg.Epoch, Namespaces: s.cfg.Namespaces,
-			Handover: s.cfg.Handover, DrainGate: s.cfg.DrainGate},
+			Handover: s.cfg.Handover, DrainGate: s.cfg.DrainGate, Rebalance: s.cfg.Rebalance, RebalanceEvery: s.cfg.RebalanceEvery},
 		Storage:         ms,
 		Bootstrap:       boot,
 		Tick:            s.cfg.RaftTick,

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/leasehold/leasehold/assign"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/leasetable"
 )
@@ -28,9 +29,10 @@ type State struct {
 }
 
 type nsState struct {
-	table  *leasetable.Table
-	lgn    keyspace.LGN // the largest LGN ever recorded
-	owners map[string]OwnerRecord
+	table   *leasetable.Table
+	lgn     keyspace.LGN // the largest LGN ever recorded
+	owners  map[string]OwnerRecord
+	desired assign.Assignment // the load-aware desired assignment, if any
 }
 
 // OwnerRecord is the replicated part of what the Manager knows of an owner.
@@ -53,6 +55,7 @@ const (
 	OpOwner                   // record Owner of NS as Record
 	OpForget                  // forget Owner of NS
 	OpPeer                    // record replica Peer at Addr ("" removes it)
+	OpDesired                 // set NS's desired assignment to Desired
 )
 
 // Change is one mutation of the State. The leader's Core emits Changes; the
@@ -67,6 +70,8 @@ type Change struct {
 	Record OwnerRecord      `json:"rec"`
 	Peer   uint64           `json:"p,omitempty"`
 	Addr   string           `json:"a,omitempty"`
+	// Desired is a load-aware desired assignment (OpDesired).
+	Desired assign.Assignment `json:"d,omitempty"`
 }
 
 // ErrCorrupt is wrapped by the errors of Apply and DecodeState: a committed
@@ -169,6 +174,13 @@ func (s *State) apply(now time.Time, c Change) error {
 		n.owners[c.Owner] = c.Record
 	case OpForget:
 		delete(n.owners, c.Owner)
+	case OpDesired:
+		if len(c.Desired) > 0 {
+			if err := c.Desired.Validate(); err != nil {
+				return err
+			}
+		}
+		n.desired = slices.Clone(c.Desired)
 	default:
 		return fmt.Errorf("unknown op %d", c.Op)
 	}
@@ -188,6 +200,7 @@ type nsImage struct {
 	LGN      keyspace.LGN           `json:"lgn"`
 	Segments []leasetable.Segment   `json:"segments"`
 	Owners   map[string]OwnerRecord `json:"owners,omitempty"`
+	Desired  assign.Assignment      `json:"desired,omitempty"`
 }
 
 // Encode returns the State as a Raft snapshot's data. The change logs are
@@ -198,7 +211,7 @@ func (s *State) Encode() []byte {
 	for _, name := range s.Namespaces() {
 		n := s.ns[name]
 		img.Namespaces = append(img.Namespaces, nsImage{Name: name, LSN: n.table.LSN(), LGN: n.lgn,
-			Segments: n.table.Segments(), Owners: n.owners})
+			Segments: n.table.Segments(), Owners: n.owners, Desired: n.desired})
 	}
 	b, err := json.Marshal(img)
 	if err != nil {
@@ -227,7 +240,7 @@ func DecodeState(data []byte, retention time.Duration) (*State, error) {
 		for id, r := range ni.Owners {
 			owners[id] = r
 		}
-		s.ns[ni.Name] = &nsState{table: t, lgn: ni.LGN, owners: owners}
+		s.ns[ni.Name] = &nsState{table: t, lgn: ni.LGN, owners: owners, desired: ni.Desired}
 	}
 	return s, nil
 }
