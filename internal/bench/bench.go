@@ -10,12 +10,14 @@
 //	…
 //	err = r.Write("bench-out", os.Stdout)
 //
-// The Manager's CPU is the real time spent inside manager.Core calls (a
-// stopwatch around StepLease, StepSync, Tick and Ready) per virtual second:
-// a fraction of one core of the machine the benchmark runs on. Its network
-// load is the bytes of the messages it sends and receives per virtual
-// second, by the simulation's estimate of the encoded size (close to the
-// protobuf encoding; no TCP, TLS or gRPC framing).
+// The Manager's CPU is the real time spent inside the calls to its leader
+// replica, a manager.Replica of one voter (a stopwatch around StepLease,
+// StepSync, Tick and the Flush, Ready and Advance that follow each, Raft's
+// log and the state machine included) per virtual second: a fraction of
+// one core of the machine the benchmark runs on. Its network load is the
+// bytes of the messages it sends and receives per virtual second, by the
+// simulation's estimate of the encoded size (close to the protobuf
+// encoding; no TCP, TLS or gRPC framing).
 package bench
 
 import (

@@ -10,7 +10,7 @@ import (
 // bucket of virtual time.
 type meter struct {
 	bucket   time.Duration
-	work     []time.Duration // real time in the Manager core, per bucket
+	work     []time.Duration // real time in the leader replica, per bucket
 	in, out  []int64         // bytes per bucket
 	messages []int64
 }

@@ -168,7 +168,7 @@ func scaleReport(results []scaleResult, warm, measure time.Duration, fullUpTo in
 		Figures: []Figure{cpu, net},
 		Table:   table,
 		Notes: []string{
-			"CPU is real time inside manager.Core calls per virtual second on this machine; network is the simulation's wire-size estimate (protobuf-like, no TCP/TLS/gRPC framing).",
+			"CPU is real time inside the leader replica's calls (manager.Replica: Core, Raft log and state machine) per virtual second on this machine; network is the simulation's wire-size estimate (protobuf-like, no TCP/TLS/gRPC framing).",
 			fmt.Sprintf("Lookups are full lookup.Cores with their own copy of the table up to %d Owners; beyond, thin: "+
 				"they send the same SyncRequests and receive the same deltas and snapshots, but keep only their LSN (no copy in memory).", fullUpTo),
 		},

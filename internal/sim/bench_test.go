@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"sync"
 	"testing"
 	"time"
 
@@ -26,20 +27,31 @@ func (p *countingProbe) ManagerTraffic(at time.Duration, bytes int, out bool) {
 // Lookups cost the Manager what full ones do, and the Probe sees the
 // Manager's work and traffic.
 func TestThinLookupsLoadTheManagerAlike(t *testing.T) {
+	t.Parallel()
+	length := 10 * time.Minute
+	if raceEnabled {
+		length = 5 * time.Minute
+	}
 	run := func(thin bool) (Result, *countingProbe) {
 		p := &countingProbe{}
 		r := Run(Config{
 			// Enough Owners and delay jitter that pushes overtake each other
 			// and Lookups repair gaps.
-			Seed: 3, Owners: 60, Lookups: 40, Timing: protocol.Production(), FaultTime: 10 * time.Minute,
+			Seed: 3, Owners: 60, Lookups: 40, Timing: protocol.Production(), FaultTime: length,
 			SettleTime: time.Nanosecond, MinDelay: 5 * time.Millisecond, ClockSkew: true, StartSpread: time.Minute,
 			OwnerCrashEvery: time.Minute, LookupCrashEvery: time.Minute,
 			NoChecks: true, ThinLookups: thin, Probe: p,
 		})
 		return r, p
 	}
-	full, fp := run(false)
-	thin, tp := run(true)
+	var (
+		full, thin Result
+		fp, tp     *countingProbe
+		wg         sync.WaitGroup
+	)
+	wg.Go(func() { full, fp = run(false) })
+	wg.Go(func() { thin, tp = run(true) })
+	wg.Wait()
 	if full.Violation != nil || thin.Violation != nil {
 		t.Fatalf("a run with NoChecks reported %v / %v", full.Violation, thin.Violation)
 	}

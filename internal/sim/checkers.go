@@ -5,6 +5,8 @@ import (
 	"slices"
 	"time"
 
+	"go.etcd.io/raft/v3/raftpb"
+
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/leasetable"
 	"github.com/leasehold/leasehold/lookup"
@@ -116,21 +118,29 @@ func (c *checker) ownerChanges(*node, []owner.OwnershipChange) {}
 
 // ---- recovery notification ----
 
-// managerStepped compares the Manager's table with the shadow, change by
-// change, and turns every unmigrated LGN change of an owned range into an
-// obligation for every Lookup that is up.
-func (c *checker) managerStepped() {
+// managerStepped follows the committed table: after every step of a
+// replica, it compares that replica's applied table with the shadow, change
+// by change, when the replica is ahead of it, and turns every unmigrated
+// LGN change of an owned range into an obligation for every Lookup that is
+// up. Every replica applies the same log, so LSNs agree and the shadow is
+// the table of whichever replica is furthest ahead: a change becomes an
+// obligation when it is first applied anywhere. (The leader's Core works
+// ahead of the log, but no Lookup is told a change before it is applied.)
+func (c *checker) managerStepped(n *node) {
 	if c.off {
 		return
 	}
-	m := c.s.mgr.mgr
-	t := m.Table(namespace)
-	if m.Epoch() != c.shadowEpoch {
-		c.shadow = leasetable.New(time.Hour)
-		c.shadowEpoch = m.Epoch()
-	}
-	if t.LSN() == c.shadow.LSN() {
+	st := n.rep.State()
+	t := st.Table(namespace)
+	if t == nil || st.Epoch() == 0 || st.Epoch() < c.shadowEpoch {
 		return
+	}
+	if st.Epoch() != c.shadowEpoch {
+		c.shadow = leasetable.New(time.Hour)
+		c.shadowEpoch = st.Epoch()
+	}
+	if t.LSN() <= c.shadow.LSN() {
+		return // a replica catching up
 	}
 	u := t.Since(c.shadow.LSN())
 	if u.Snapshot {
@@ -156,8 +166,9 @@ func (c *checker) change(r keyspace.Range, e leasetable.Entry) {
 	}
 }
 
-// managerCrashed: a Manager without a data directory loses its table, so
-// every lease of its epoch is lost now.
+// managerCrashed: a single Manager that restarts without its storage loses
+// its table, so every lease of its epoch is lost now. (A restart from the
+// Raft log, or a new leader, loses nothing: the table carries over.)
 func (c *checker) managerCrashed() {
 	if c.off {
 		return
@@ -259,27 +270,56 @@ func (c *checker) deadlines() {
 
 // ---- convergence ----
 
-// converged checks the quiet system: every Lookup's copy equals the
-// Manager's table, every key is owned, and by the owner the policy names.
+// converged checks the quiet system: one replica leads and has taken over,
+// its Core's working table is its applied table (nothing is waiting to
+// commit), every replica has applied that table, every key is owned, and
+// by the owner the policy names, and every Lookup's copy equals the table.
 func (c *checker) converged() {
 	if c.off {
 		return
 	}
-	m := c.s.mgr.mgr
-	t := m.Table(namespace)
+	var lead *node
+	for _, m := range c.s.mgrs {
+		if m.up && m.rep.Core() != nil {
+			if lead != nil {
+				c.fail("convergence", "%s and %s have both taken over %s after faults stopped", lead.name, m.name, c.s.cfg.SettleTime)
+				return
+			}
+			lead = m
+		}
+	}
+	if lead == nil {
+		c.fail("convergence", "no Manager replica has taken over %s after faults stopped", c.s.cfg.SettleTime)
+		return
+	}
+	core, st := lead.rep.Core(), lead.rep.State()
+	t := st.Table(namespace)
 	segs := t.Segments()
+	if w := core.Table(namespace); w.LSN() != t.LSN() || !slices.Equal(w.Segments(), segs) {
+		c.fail("convergence", "%s's working table (LSN %d) differs from its applied table (LSN %d)", lead.name, w.LSN(), t.LSN())
+		return
+	}
+	for _, m := range c.s.mgrs {
+		if !m.up || m == lead {
+			continue
+		}
+		if mt := m.rep.State().Table(namespace); mt == nil || mt.LSN() != t.LSN() || !slices.Equal(mt.Segments(), segs) {
+			c.fail("convergence", "%s's applied table differs from the leader %s's (LSN %d)", m.name, lead.name, t.LSN())
+			return
+		}
+	}
 	for _, seg := range segs {
 		if seg.Entry.Owner == "" {
 			c.fail("convergence", "%v has no owner %s after faults stopped", seg.Range, c.s.cfg.SettleTime)
 			return
 		}
 	}
-	desired := m.Desired(namespace)
+	desired := core.Desired(namespace)
 	var all []string
 	for _, o := range c.s.owners {
 		all = append(all, o.name)
 	}
-	if members := m.Members(namespace); !slices.Equal(members, all) {
+	if members := core.Members(namespace); !slices.Equal(members, all) {
 		c.fail("convergence", "members %v, want %v", members, all)
 		return
 	}
@@ -292,9 +332,9 @@ func (c *checker) converged() {
 		}
 	}
 	for _, l := range c.s.lookups {
-		if l.look.Epoch() != m.Epoch() || !slices.Equal(l.look.View().Segments(), segs) {
+		if l.look.Epoch() != st.Epoch() || !slices.Equal(l.look.View().Segments(), segs) {
 			c.fail("convergence", "%s's copy (epoch %d, LSN %d) differs from the manager's table (epoch %d, LSN %d)",
-				l.name, l.look.Epoch(), l.look.View().LSN(), m.Epoch(), t.LSN())
+				l.name, l.look.Epoch(), l.look.View().LSN(), st.Epoch(), t.LSN())
 			return
 		}
 	}
@@ -310,6 +350,10 @@ func wireSize(msg any) int {
 		return 40 + len(m.Namespace) + len(m.Owner) + 27*len(m.Leases)
 	case *protocol.SyncRequest:
 		return 28 + len(m.Namespace)
+	case raftpb.Message:
+		return m.Size()
+	case refusal:
+		return 16
 	case *protocol.SyncResponse:
 		n := 32 + len(m.Namespace)
 		for _, ch := range m.Update.Changes {

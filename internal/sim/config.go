@@ -1,11 +1,13 @@
-// Package sim runs one Manager core, many Owner cores and many Lookup cores
-// under a virtual clock, over a simulated network that drops, delays,
-// duplicates, reorders and partitions messages, while nodes crash and restart
-// and every node's clock runs at its own rate within the allowed drift.
+// Package sim runs a Manager — one replica or a Raft group of them — with
+// many Owner cores and many Lookup cores under a virtual clock, over a
+// simulated network that drops, delays, duplicates, reorders and partitions
+// messages, Raft's among them, while nodes crash and restart and every
+// node's clock runs at its own rate within the allowed drift.
 // Checkers watch every step for the two guarantees of leasehold — single copy
 // and recovery notification — and for convergence once faults stop.
 //
-// A run is a pure function of its Config: the same seed replays the same run.
+// A run is a pure function of its Config — Raft's random election timeouts
+// included (raftrand.go) — so the same seed replays the same run.
 package sim
 
 import (
@@ -18,10 +20,15 @@ import (
 
 // Config describes one simulated run.
 type Config struct {
-	Seed    uint64
-	Owners  int
-	Lookups int
-	Timing  protocol.Timing
+	Seed uint64
+	// Managers is the number of Manager replicas, one Raft group
+	// (DESIGN.md rule 8); 0 or 1 is a single replica, the embedded default.
+	// Raft traffic crosses the simulated network like any other, so drops,
+	// delays, duplicates and partitions apply to it.
+	Managers int
+	Owners   int
+	Lookups  int
+	Timing   protocol.Timing
 	// Unvalidated runs Timing even if Validate rejects it (to show that the
 	// checkers catch an unsafe timing).
 	Unvalidated bool
@@ -41,10 +48,25 @@ type Config struct {
 	LongDelayRate float64
 
 	// Node faults while FaultTime lasts, as mean times between events.
-	OwnerCrashEvery   time.Duration // 0: none
-	LookupCrashEvery  time.Duration
+	OwnerCrashEvery  time.Duration // 0: none
+	LookupCrashEvery time.Duration
+	// ManagerCrashEvery crashes a Manager replica: with several, the
+	// leader three times in four, a follower otherwise. A replica restarts
+	// from its Raft log (its storage survives, as a data directory does),
+	// unless ManagerLosesState.
 	ManagerCrashEvery time.Duration
-	PartitionEvery    time.Duration
+	// ManagerLosesState makes a single Manager (Managers ≤ 1) restart with
+	// empty storage and a new, larger epoch, as a Manager without a data
+	// directory does: every lease of the old epoch is lost. Ignored with
+	// several replicas, whose restarts always keep their storage.
+	ManagerLosesState bool
+	// PartitionEvery cuts a random group of nodes off from the rest. With
+	// one replica, a third of the time the Manager is in the group; with
+	// several, a third of the time the group holds the leader and a
+	// minority of the replicas (the leader is isolated and the majority
+	// elects another), a third of the time some followers, and otherwise
+	// no replica. Owners and Lookups each join the group one time in four.
+	PartitionEvery time.Duration
 	// ClockSkew gives every node a clock rate within Timing.MaxDrift of the
 	// others (half of them at an extreme) and a random offset.
 	ClockSkew bool
@@ -82,16 +104,17 @@ type Config struct {
 	Script func(*Control)
 }
 
-// Probe observes the Manager of a run, for benchmarks. Its methods are
-// called from the goroutine running Run, never concurrently.
+// Probe observes the Manager of a run — the leader replica — for
+// benchmarks. Its methods are called from the goroutine running Run, never
+// concurrently.
 type Probe interface {
-	// ManagerWork reports one call into the Manager core (StepLease,
-	// StepSync, Tick or Ready) at virtual time at that took took of real
-	// time.
+	// ManagerWork reports work of the leader replica at virtual time at
+	// that took took of real time: a step (StepLease, StepSync, StepRaft,
+	// Tick) or the Flush, Ready and Advance calls that follow it.
 	ManagerWork(at, took time.Duration)
 	// ManagerTraffic reports a message of about bytes bytes (the wireSize
-	// estimate) that the Manager sent (out) or received (!out) at virtual
-	// time at.
+	// estimate) that the leader replica sent (out) or received (!out) at
+	// virtual time at, Raft messages included.
 	ManagerTraffic(at time.Duration, bytes int, out bool)
 }
 
@@ -104,10 +127,12 @@ func ConvergenceBound(t protocol.Timing) time.Duration {
 	return 2*t.ManagerLease + 4*t.Renew + t.SyncTimeout
 }
 
-// Faulty returns a Config with every kind of fault, scaled to t, for seed.
+// Faulty returns a Config with every kind of fault, scaled to t, for seed:
+// a single Manager that loses its state when it restarts.
 func Faulty(seed uint64, t protocol.Timing) Config {
 	return Config{
 		Seed:              seed,
+		ManagerLosesState: true,
 		Owners:            8,
 		Lookups:           20,
 		Timing:            t,
@@ -123,4 +148,17 @@ func Faulty(seed uint64, t protocol.Timing) Config {
 		PartitionEvery:    2 * t.OwnerLease,
 		ClockSkew:         true,
 	}
+}
+
+// FaultyReplicated returns a Config with every kind of fault, scaled to t,
+// for seed and a group of managers replicas: leader and follower crashes
+// (each replica restarting from its Raft log), partitions that isolate the
+// leader with some Owners and Lookups, and the network's faults on Raft
+// traffic too.
+func FaultyReplicated(seed uint64, t protocol.Timing, managers int) Config {
+	c := Faulty(seed, t)
+	c.Managers = managers
+	c.ManagerLosesState = false
+	c.ManagerCrashEvery = 4 * t.OwnerLease
+	return c
 }

@@ -7,10 +7,11 @@ import (
 )
 
 // Control is how a Config.Script acts on a run: it schedules functions at
-// virtual times, crashes and starts Owners and Lookups, and asks a Lookup
-// where a key lives and that Owner whether it holds the key — what a
-// frontend of the application does. Its methods must be called from Script
-// or from functions it scheduled, never concurrently.
+// virtual times, crashes and starts Manager replicas, Owners and Lookups,
+// cuts nodes off, and asks a Lookup where a key lives and that Owner
+// whether it holds the key — what a frontend of the application does. Its
+// methods must be called from Script or from functions it scheduled, never
+// concurrently.
 type Control struct {
 	s   *Sim
 	end time.Duration
@@ -78,6 +79,63 @@ func (c *Control) startIfDown(n *node) {
 	if !n.up {
 		c.s.start(n)
 	}
+}
+
+// Managers is the number of Manager replicas; they are numbered from 0
+// (replica i has Raft ID i+1).
+func (c *Control) Managers() int { return len(c.s.mgrs) }
+
+// Leader is the number of the replica that leads and has taken over (of
+// two, the one of the later term), or -1 if none has.
+func (c *Control) Leader() int {
+	if l := c.s.leader(); l != nil && l.rep.Core() != nil {
+		return l.idx
+	}
+	return -1
+}
+
+// ManagerUp reports whether replica i is running.
+func (c *Control) ManagerUp(i int) bool { return c.s.mgrs[i].up }
+
+// CrashManager stops replica i. It keeps its Raft log, unless it is the
+// only replica and Config.ManagerLosesState is set.
+func (c *Control) CrashManager(i int) { c.s.crash(c.s.mgrs[i]) }
+
+// StartManager starts replica i again, from its Raft log, if it is down.
+func (c *Control) StartManager(i int) { c.startIfDown(c.s.mgrs[i]) }
+
+// RestartManager crashes replica i and starts it again after down.
+func (c *Control) RestartManager(i int, down time.Duration) {
+	c.CrashManager(i)
+	c.At(c.s.now+down, func() { c.StartManager(i) })
+}
+
+// Cut cuts the replicas, Owners and Lookups numbered in managers, owners
+// and lookups off from every other node for d: they can talk among
+// themselves only.
+func (c *Control) Cut(d time.Duration, managers, owners, lookups []int) {
+	s := c.s
+	s.stats.Partitions++
+	s.nextPart++
+	p := s.nextPart
+	lead := s.leader()
+	for _, i := range managers {
+		s.mgrs[i].part = p
+	}
+	for _, i := range owners {
+		s.owners[i].part = p
+	}
+	for _, i := range lookups {
+		s.lookups[i].part = p
+	}
+	s.countIsolation(lead)
+	c.At(s.now+d, func() {
+		for _, n := range s.nodes {
+			if n.part == p {
+				n.part = 0
+			}
+		}
+	})
 }
 
 // Route asks Lookup i which Owner its copy names for key: the Owner's

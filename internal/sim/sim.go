@@ -2,11 +2,16 @@ package sim
 
 import (
 	"container/heap"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"time"
 
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/lookup"
 	"github.com/leasehold/leasehold/manager"
 	"github.com/leasehold/leasehold/owner"
@@ -29,6 +34,7 @@ const (
 type node struct {
 	kind   kind
 	idx    int // index among nodes of its kind
+	pos    int // index in Sim.nodes
 	name   string
 	up     bool
 	inc    uint64 // runs so far
@@ -37,12 +43,27 @@ type node struct {
 	gen    uint64 // timer generation: a timer event of an older one is stale
 	part   int    // partition group; nodes in different groups cannot talk
 
-	mgr     *manager.Core
+	// A Manager replica, and its Raft log: the storage survives a crash
+	// (a data directory), unless Config.ManagerLosesState.
+	rep     *manager.Replica
+	store   *raft.MemoryStorage
+	hadCore bool // rep had taken over after its last step
+
+	// Owners and Lookups talk to one replica at a time, as their runtimes
+	// do: the target. A message from another replica finds no stream open.
+	target int       // index in Sim.mgrs
+	heard  time.Time // local time the target last sent something (or was chosen)
+
 	own     *owner.Core
 	look    *lookup.Core
 	thin    *thinLookup // instead of look, with Config.ThinLookups
 	session uint64      // the Lookup's session with the Manager
 }
+
+// refusal is a replica's answer to a client it will not serve (a
+// *manager.NotLeaderError): the client's stream ends, and the refusal names
+// the leader the replica knows, by index in Sim.mgrs (-1: none).
+type refusal struct{ leader int }
 
 // local is the node's clock reading at virtual real time t.
 func (n *node) local(t time.Duration) time.Time {
@@ -70,7 +91,7 @@ type event struct {
 	to   int
 	from int
 	msg  any
-	gen  uint64
+	gen  uint64 // for a timer: the node's timer generation; for a MsgSnap: the sender's run
 	fn   func()
 }
 
@@ -100,7 +121,10 @@ type Sim struct {
 	q        queue
 	seq      uint64
 	nodes    []*node
-	mgr      *node
+	mgrs     []*node // the Manager replicas, ID i+1 at index i
+	peers    []manager.Peer
+	byAddr   map[string]int // replica address → index in mgrs
+	tick     time.Duration  // the replicas' Raft tick
 	owners   []*node
 	lookups  []*node
 	byOwner  map[string]*node
@@ -113,26 +137,38 @@ type Sim struct {
 	stopped  bool // Control.Stop was called
 }
 
+// replicated reports whether the Manager is a group of several replicas.
+func (s *Sim) replicated() bool { return len(s.mgrs) > 1 }
+
 // Stats describes a run.
 type Stats struct {
 	Virtual         time.Duration
 	Events          int
 	OwnerCrashes    int
 	LookupCrashes   int
-	ManagerRestarts int
+	ManagerRestarts int // Manager replica crashes (each restarts)
+	LeaderCrashes   int // of them, crashes of the leader
 	Partitions      int
-	Messages        int // delivered or not
-	Dropped         int
-	Duplicated      int
-	LeaseMessages   int   // Owner ↔ Manager
-	LeaseBytes      int64 // Owner ↔ Manager, estimated wire size
-	SyncBytes       int64 // Lookup ↔ Manager, estimated wire size
-	LossEvents      int   // unmigrated LGN changes recorded by the Manager
-	Notified        int   // (loss, lookup) pairs notified in time
-	WorstDelay      time.Duration
-	Bound           time.Duration
-	Segments        int // lease-table segments at the end
-	ViewBytes       int // a Lookup's copy at the end
+	// LeaderIsolations counts the partitions that left the leader without
+	// a majority of the replicas on its side.
+	LeaderIsolations int
+	Takeovers        int // a replica became leader and took over (Resume)
+	Messages         int // delivered or not
+	Dropped          int
+	Duplicated       int
+	LeaseMessages    int   // Owner ↔ Manager
+	LeaseBytes       int64 // Owner ↔ Manager, estimated wire size
+	SyncBytes        int64 // Lookup ↔ Manager, estimated wire size
+	RaftMessages     int   // between replicas
+	Snapshots        int   // Raft snapshots taken (log compactions)
+	SnapshotsSent    int   // MsgSnap: a replica too far behind was sent the State whole
+	Refusals         int   // NotLeader answers to Owners and Lookups
+	LossEvents       int   // unmigrated LGN changes recorded by the Manager
+	Notified         int   // (loss, lookup) pairs notified in time
+	WorstDelay       time.Duration
+	Bound            time.Duration
+	Segments         int // lease-table segments at the end
+	ViewBytes        int // a Lookup's copy at the end
 }
 
 // MessagesPerOwnerMinute is the Owner ↔ Manager message rate per owner.
@@ -171,15 +207,24 @@ func Run(cfg Config) Result {
 	if cfg.SettleTime == 0 {
 		cfg.SettleTime = ConvergenceBound(cfg.Timing)
 	}
+	defer seedRaftRand(cfg.Seed)()
 	s := &Sim{
 		cfg:     cfg,
 		rng:     rand.New(rand.NewPCG(cfg.Seed, 0x1ea5e401d)),
 		byOwner: map[string]*node{},
 		bySess:  map[uint64]*node{},
+		byAddr:  map[string]int{},
+		tick:    raftTick(cfg.Timing),
+		epoch:   1,
 	}
 	s.chk = newChecker(s)
 	s.chk.off = cfg.NoChecks
-	s.mgr = s.addNode(managerNode, 0, "manager")
+	for i := range max(cfg.Managers, 1) {
+		n := s.addNode(managerNode, i, fmt.Sprintf("manager-%d", i+1))
+		s.mgrs = append(s.mgrs, n)
+		s.peers = append(s.peers, manager.Peer{ID: uint64(i + 1), Addr: n.name})
+		s.byAddr[n.name] = i
+	}
 	for i := range cfg.Owners {
 		n := s.addNode(ownerNode, i, fmt.Sprintf("owner-%02d", i))
 		s.owners = append(s.owners, n)
@@ -190,7 +235,7 @@ func Run(cfg Config) Result {
 	}
 	s.faulting = true
 	for _, n := range s.nodes {
-		if cfg.StartSpread > 0 && n != s.mgr {
+		if cfg.StartSpread > 0 && n.kind != managerNode {
 			s.at(s.uniform(0, cfg.StartSpread), func() {
 				if !n.up {
 					s.start(n)
@@ -199,6 +244,9 @@ func Run(cfg Config) Result {
 			continue
 		}
 		s.start(n)
+	}
+	if s.replicated() {
+		s.chk.bound += stalePart(cfg.Timing, s.mgrs[0].rep.StaleBound())
 	}
 	s.scheduleFaults()
 	s.at(cfg.FaultTime, s.stopFaults)
@@ -227,8 +275,8 @@ func Run(cfg Config) Result {
 	}
 	s.stats.Virtual = end
 	s.stats.Bound = s.chk.bound
-	if t := s.mgr.mgr.Table(namespace); t != nil {
-		s.stats.Segments = t.Len()
+	if t := s.furthest(); t != nil {
+		s.stats.Segments = t.Table(namespace).Len()
 	}
 	for _, l := range s.lookups {
 		if l.up && l.look != nil {
@@ -237,6 +285,102 @@ func Run(cfg Config) Result {
 		}
 	}
 	return Result{Seed: cfg.Seed, Violation: s.chk.violation, Stats: s.stats}
+}
+
+// raftTick is the replicas' Raft tick: a tenth of the renewal period, at
+// most 100 ms. The server's default is the smaller of 100 ms and Renew/20:
+// the same in production, half this in the fast profile, where twice the
+// ticks would cost the simulation more than they test. With 10 ticks to an
+// election, a leader's failure is noticed within 1–2 s in production and
+// 0.5–1 s in the fast profile, inside an OwnerLease.
+func raftTick(t protocol.Timing) time.Duration {
+	return min(t.Renew/10, 100*time.Millisecond)
+}
+
+// electionTicks is ReplicaConfig.ElectionTicks.
+const electionTicks = 10
+
+// snapshotEntries is ReplicaConfig.SnapshotEntries: low enough that a
+// faulty run compacts its logs several times and replicas that were down
+// catch up from a snapshot (MsgSnap) as well as from the log.
+const snapshotEntries = 100
+
+// stalePart is what a replicated Manager adds to the notification bound:
+// StaleBound × (1 + 2·MaxDrift), for an election timeout E (StaleBound).
+//
+// The single Manager's bound rests on this: an answer to a request sent
+// after the loss was recorded carries the loss. With replicas, a Lookup may
+// be answered by a replica whose applied table lags the newest committed
+// one; if every answer to a request sent S after a change carries it, the
+// argument goes through with the change recorded S later, and the bound
+// grows by S (in real time):
+//
+//   - a follower serves only while applied ≥ the index of a ReadIndex round
+//     it asked less than E ago on its clock: everything committed before it
+//     asked is in its answers, so S ≤ E·(1+MaxDrift);
+//   - a leader that has taken over serves until CheckQuorum deposes it: at
+//     most 2E on its clock after it lost its majority at real time I. A
+//     newer leader is elected only after a follower counted E on its own
+//     clock without hearing from it, so it records nothing before I plus
+//     E/(1+MaxDrift) in the deposed leader's clock: S ≤ 2E − E/(1+d) =
+//     E(1+2d)/(1+d), at most E(1+2d) on any clock.
+//
+// A change becomes an obligation when it is first applied anywhere, which
+// is after it committed.
+func stalePart(t protocol.Timing, stale time.Duration) time.Duration {
+	return time.Duration(float64(stale) * (1 + 2*t.MaxDrift))
+}
+
+// furthest returns the applied State of the replica whose table is
+// furthest ahead: every replica applies the same log, so LSNs agree and the
+// furthest table is the committed one.
+func (s *Sim) furthest() *manager.State {
+	var best *manager.State
+	for _, m := range s.mgrs {
+		if m.rep == nil || m.rep.State().Table(namespace) == nil {
+			continue
+		}
+		st := m.rep.State()
+		if best == nil || st.Epoch() > best.Epoch() ||
+			(st.Epoch() == best.Epoch() && st.Table(namespace).LSN() > best.Table(namespace).LSN()) {
+			best = st
+		}
+	}
+	return best
+}
+
+// leader returns the replica that leads: the one that has taken over (of
+// two, the one of the later term: the other is deposed and does not know
+// it yet), else one Raft calls leader, else nil.
+func (s *Sim) leader() *node {
+	var best *node
+	var term uint64
+	for _, m := range s.mgrs {
+		if !m.up || m.rep.Core() == nil {
+			continue
+		}
+		if t := m.rep.Status().Term; best == nil || t > term {
+			best, term = m, t
+		}
+	}
+	if best != nil {
+		return best
+	}
+	for _, m := range s.mgrs {
+		if m.up && s.leads(m) {
+			return m
+		}
+	}
+	return nil
+}
+
+// leads reports whether the replica believes it is Raft's leader.
+func (s *Sim) leads(n *node) bool {
+	if n.rep == nil {
+		return false
+	}
+	id, _ := n.rep.Leader()
+	return id == n.rep.ID()
 }
 
 // clock reads the real clock that times Manager calls, if anyone listens.
@@ -250,15 +394,15 @@ func (s *Sim) clock() time.Time {
 	return time.Now()
 }
 
-// work reports a Manager call that started at t0 (from clock).
-func (s *Sim) work(t0 time.Time) {
-	if s.cfg.Probe != nil {
-		s.cfg.Probe.ManagerWork(s.now, s.clock().Sub(t0))
+// work reports the leader's work that took took.
+func (s *Sim) work(n *node, took time.Duration) {
+	if s.cfg.Probe != nil && s.leads(n) {
+		s.cfg.Probe.ManagerWork(s.now, took)
 	}
 }
 
 func (s *Sim) addNode(k kind, idx int, name string) *node {
-	n := &node{kind: k, idx: idx, name: name, rate: 1}
+	n := &node{kind: k, idx: idx, pos: len(s.nodes), name: name, rate: 1}
 	s.nodes = append(s.nodes, n)
 	return n
 }
@@ -295,10 +439,17 @@ func (s *Sim) handle(e *event) {
 		if !n.up || e.gen != n.gen {
 			return
 		}
-		s.tick(n)
+		s.tickNode(n)
 	case evDeliver:
-		n := s.nodes[e.to]
-		if !n.up || s.nodes[e.from].part != n.part {
+		n, from := s.nodes[e.to], s.nodes[e.from]
+		if !n.up || from.part != n.part {
+			s.stats.Dropped++
+			s.snapshotDone(e, false)
+			return
+		}
+		if from.kind == managerNode && n.kind != managerNode && from.idx != n.target {
+			// The client has moved to another replica: the stream this
+			// came on is closed.
 			s.stats.Dropped++
 			return
 		}
@@ -306,16 +457,18 @@ func (s *Sim) handle(e *event) {
 	}
 }
 
-func (s *Sim) tick(n *node) {
+func (s *Sim) tickNode(n *node) {
 	now := n.local(s.now)
 	switch n.kind {
 	case managerNode:
 		t0 := s.clock()
-		n.mgr.Tick(now)
-		s.work(t0)
+		n.rep.Tick(now)
+		s.work(n, s.clock().Sub(t0))
 	case ownerNode:
+		s.checkTarget(n, now, s.cfg.Timing.Renew*3/2)
 		n.own.Tick(now)
 	case lookupNode:
+		s.checkTarget(n, now, s.cfg.Timing.Sync)
 		if n.thin != nil {
 			n.thin.tick(now)
 		} else {
@@ -323,6 +476,31 @@ func (s *Sim) tick(n *node) {
 		}
 	}
 	s.after(n)
+}
+
+// checkTarget moves a client that has heard nothing from its replica for
+// quiet on to the next one, as the runtimes do when a stream breaks. An
+// Owner hears an answer every Renew and a Lookup every Sync, so a client
+// moves on at its first timer after an answer failed to come: an Owner
+// whose leader died reaches the next leader within about 3×Renew of its
+// last answer (one hop may be a refusal naming the leader), inside its
+// OwnerLease of 4×Renew.
+func (s *Sim) checkTarget(n *node, now time.Time, quiet time.Duration) {
+	if s.replicated() && now.Sub(n.heard) > quiet {
+		s.retarget(n, now, -1)
+	}
+}
+
+// retarget points a client at the leader a refusal named, or else at the
+// next replica.
+func (s *Sim) retarget(n *node, now time.Time, leader int) {
+	if leader >= 0 && leader != n.target {
+		n.target = leader
+	} else {
+		n.target = (n.target + 1) % len(s.mgrs)
+	}
+	n.heard = now
+	s.trace(n, "now talks to %s", s.mgrs[n.target].name)
 }
 
 // traceNode names a node whose messages are printed to stdout as the run
@@ -338,33 +516,58 @@ func (s *Sim) trace(n *node, format string, args ...any) {
 
 func (s *Sim) deliver(n *node, e *event) {
 	now := n.local(s.now)
+	from := s.nodes[e.from]
 	if m, ok := e.msg.(*protocol.SyncResponse); ok && traceNode != "" && n.look != nil {
 		s.trace(n, "recv id=%d epoch=%d snap=%v from=%d to=%d changes=%d viewLSN=%d", m.ID, m.Epoch, m.Update.Snapshot, m.Update.From, m.Update.To, len(m.Update.Changes), n.look.View().LSN())
 	}
+	if m, ok := e.msg.(refusal); ok {
+		// The replica will not serve this client: follow its hint. The
+		// request it refused is lost; the core resends on its own timers.
+		s.trace(n, "refused by %s (leader %d)", from.name, m.leader)
+		s.retarget(n, now, m.leader)
+		return
+	}
 	switch n.kind {
 	case managerNode:
-		var err error
-		if s.cfg.Probe != nil {
+		if s.cfg.Probe != nil && s.leads(n) {
 			s.cfg.Probe.ManagerTraffic(s.now, wireSize(e.msg), false)
 		}
+		var err error
 		t0 := s.clock()
 		switch m := e.msg.(type) {
+		case raftpb.Message:
+			_ = n.rep.StepRaft(now, m) // Raft's own errors (a stale peer's message) change nothing
+			defer s.snapshotDone(e, true)
 		case *protocol.LeaseRequest:
-			err = n.mgr.StepLease(now, m)
+			s.trace(n, "recv req from %s seq=%d", m.Owner, m.Seq)
+			err = n.rep.StepLease(now, m)
 		case *protocol.SyncRequest:
-			err = n.mgr.StepSync(now, s.nodes[e.from].session, m)
+			err = n.rep.StepSync(now, from.session, m)
 		}
-		s.work(t0)
-		if err != nil {
-			panic(fmt.Sprintf("manager rejected a well-formed message: %v", err))
+		s.work(n, s.clock().Sub(t0))
+		if nl := (*manager.NotLeaderError)(nil); errors.As(err, &nl) {
+			leader, ok := s.byAddr[nl.Leader]
+			if !ok {
+				leader = -1
+			}
+			s.trace(n, "refuse %s (leader %q)", from.name, nl.Leader)
+			s.send(n, from, refusal{leader: leader})
+		} else if errors.Is(err, manager.ErrNoEpoch) {
+			// The first leader, before its first entry commits: the
+			// server answers Unavailable, and the client tries elsewhere.
+			s.send(n, from, refusal{leader: -1})
+		} else if err != nil {
+			panic(fmt.Sprintf("%s rejected a well-formed message: %v", n.name, err))
 		}
 	case ownerNode:
+		n.heard = now
 		m := e.msg.(*protocol.LeaseResponse)
-		s.trace(n, "recv resp epoch=%d seq=%d ack=%d inc=%d leases=%d (my inc=%d)", m.Epoch, m.Seq, m.AckSeq, m.Incarnation, len(m.Leases), n.inc)
+		s.trace(n, "recv resp from %s epoch=%d seq=%d ack=%d inc=%d leases=%d (my inc=%d)", from.name, m.Epoch, m.Seq, m.AckSeq, m.Incarnation, len(m.Leases), n.inc)
 		before := s.chk.heldNums(n)
 		n.own.Step(now, m)
 		s.chk.ownerStepped(n, before)
 	case lookupNode:
+		n.heard = now
 		m := e.msg.(*protocol.SyncResponse)
 		if n.thin != nil {
 			n.thin.step(now, m)
@@ -381,35 +584,21 @@ func (s *Sim) after(n *node) {
 	var deadline time.Time
 	switch n.kind {
 	case managerNode:
-		s.chk.managerStepped()
-		t0 := s.clock()
-		r := n.mgr.Ready()
-		deadline = n.mgr.NextDeadline()
-		s.work(t0)
-		for _, m := range r.Owners {
-			if to := s.byOwner[m.To]; to != nil {
-				s.send(n, to, m.Msg)
-			}
-		}
-		for _, m := range r.Lookups {
-			if to := s.bySess[m.To]; to != nil {
-				s.send(n, to, m.Msg)
-			}
-		}
+		deadline = s.afterReplica(n)
 	case ownerNode:
 		out, changes := n.own.Ready()
 		for _, m := range out {
-			s.trace(n, "send req seq=%d ackE=%d ackS=%d held=%d inc=%d", m.Seq, m.AckEpoch, m.AckSeq, len(m.Held), m.Incarnation)
+			s.trace(n, "send req to %s seq=%d ackE=%d ackS=%d held=%d inc=%d", s.mgrs[n.target].name, m.Seq, m.AckEpoch, m.AckSeq, len(m.Held), m.Incarnation)
 		}
 		s.chk.ownerChanges(n, changes)
 		for _, m := range out {
-			s.send(n, s.mgr, m)
+			s.send(n, s.mgrs[n.target], m)
 		}
 		deadline = n.own.NextDeadline()
 	case lookupNode:
 		if n.thin != nil {
 			for _, m := range n.thin.ready() {
-				s.send(n, s.mgr, m)
+				s.send(n, s.mgrs[n.target], m)
 			}
 			deadline = n.thin.nextDeadline()
 			break
@@ -419,11 +608,11 @@ func (s *Sim) after(n *node) {
 			s.trace(n, "loss all=%v %d ranges", l.All, len(l.Ranges))
 		}
 		for _, m := range out {
-			s.trace(n, "send sync id=%d lsn=%d epoch=%d", m.ID, m.LSN, m.Epoch)
+			s.trace(n, "send sync to %s id=%d lsn=%d epoch=%d", s.mgrs[n.target].name, m.ID, m.LSN, m.Epoch)
 		}
 		s.chk.lookupLosses(n, losses)
 		for _, m := range out {
-			s.send(n, s.mgr, m)
+			s.send(n, s.mgrs[n.target], m)
 		}
 		deadline = n.look.NextDeadline()
 	}
@@ -438,17 +627,72 @@ func (s *Sim) after(n *node) {
 			t++
 		}
 	}
-	s.push(&event{at: t, kind: evTimer, to: s.index(n), gen: n.gen})
+	s.push(&event{at: t, kind: evTimer, to: n.pos, gen: n.gen})
 }
 
-func (s *Sim) index(n *node) int {
-	switch n.kind {
-	case managerNode:
-		return 0
-	case ownerNode:
-		return 1 + n.idx
+// afterReplica drives a replica as its server does after every step: Flush
+// the Core's round into a proposal, then persist each Ready (Advance appends
+// to the MemoryStorage, which is the replica's log), send its Raft messages
+// and the Owner and Lookup messages Advance releases. It returns the
+// replica's next deadline.
+func (s *Sim) afterReplica(n *node) time.Time {
+	r := n.rep
+	now := n.local(s.now)
+	t0 := s.clock()
+	r.Flush(now)
+	for r.HasReady() {
+		rd := r.Ready()
+		applied, err := r.Advance(now, rd)
+		if err != nil {
+			panic(fmt.Sprintf("%s: %v", n.name, err))
+		}
+		if !raft.IsEmptySnap(applied.Compacted) {
+			s.stats.Snapshots++
+		}
+		for _, m := range rd.Messages {
+			if m.Type == raftpb.MsgSnap {
+				s.stats.SnapshotsSent++
+			}
+			if to := int(m.To) - 1; to >= 0 && to < len(s.mgrs) && to != n.idx {
+				s.send(n, s.mgrs[to], m)
+			}
+		}
+		s.sendManaged(n, applied.Owners, applied.Lookups)
 	}
-	return 1 + len(s.owners) + n.idx
+	s.sendManaged(n, r.Outbox(), nil)
+	deadline := r.NextDeadline()
+	s.work(n, s.clock().Sub(t0))
+	if core := r.Core() != nil; core != n.hadCore {
+		n.hadCore = core
+		if core {
+			s.stats.Takeovers++
+			s.trace(n, "took over")
+		}
+	}
+	if traceNode == n.name {
+		st := r.Status()
+		lsn := keyspace.LSN(0)
+		if t := r.State().Table(namespace); t != nil {
+			lsn = t.LSN()
+		}
+		s.trace(n, "term=%d lead=%d state=%s commit=%d applied=%d lsn=%d core=%v serving=%v", st.Term, st.Lead, st.RaftState, st.Commit, st.Applied, lsn, r.Core() != nil, r.Serving(now))
+	}
+	s.chk.managerStepped(n)
+	return deadline
+}
+
+// sendManaged sends a replica's messages to Owners and Lookups.
+func (s *Sim) sendManaged(n *node, owners []manager.OwnerMessage, lookups []manager.LookupMessage) {
+	for _, m := range owners {
+		if to := s.byOwner[m.To]; to != nil {
+			s.send(n, to, m.Msg)
+		}
+	}
+	for _, m := range lookups {
+		if to := s.bySess[m.To]; to != nil {
+			s.send(n, to, m.Msg)
+		}
+	}
 }
 
 // send puts a message on the network: partitions and drops lose it, delays
@@ -456,27 +700,62 @@ func (s *Sim) index(n *node) int {
 func (s *Sim) send(from, to *node, msg any) {
 	s.stats.Messages++
 	size := wireSize(msg)
-	if from.kind == managerNode && s.cfg.Probe != nil {
+	if from.kind == managerNode && s.cfg.Probe != nil && s.leads(from) {
 		s.cfg.Probe.ManagerTraffic(s.now, size, true)
 	}
-	if from.kind == ownerNode || to.kind == ownerNode {
+	switch {
+	case from.kind == managerNode && to.kind == managerNode:
+		s.stats.RaftMessages++
+	case from.kind == ownerNode || to.kind == ownerNode:
 		s.stats.LeaseMessages++
 		s.stats.LeaseBytes += int64(size)
-	} else {
+	default:
 		s.stats.SyncBytes += int64(size)
 	}
+	if _, ok := msg.(refusal); ok {
+		s.stats.Refusals++
+	}
+	e := &event{at: s.now + s.delay(), kind: evDeliver, from: from.pos, to: to.pos, msg: msg, gen: from.inc}
 	if from.part != to.part || (s.faulting && s.rng.Float64() < s.cfg.DropRate) {
 		s.stats.Dropped++
+		if isSnapshot(msg) {
+			// The sender's transport learns the stream failed.
+			s.at(e.at, func() { s.snapshotDone(e, false) })
+		}
 		return
 	}
 	copies := 1
-	if s.faulting && s.rng.Float64() < s.cfg.DupRate {
+	if s.faulting && s.rng.Float64() < s.cfg.DupRate && !isSnapshot(msg) {
 		copies = 2
 		s.stats.Duplicated++
 	}
 	for range copies {
-		s.push(&event{at: s.now + s.delay(), kind: evDeliver, from: s.index(from), to: s.index(to), msg: msg})
+		c := *e
+		c.at = s.now + s.delay()
+		s.push(&c)
 	}
+}
+
+func isSnapshot(msg any) bool {
+	m, ok := msg.(raftpb.Message)
+	return ok && m.Type == raftpb.MsgSnap
+}
+
+// snapshotDone reports to the sender of a MsgSnap whether it arrived, as a
+// server's transport does (RawNode.ReportSnapshot): until it is told, Raft
+// sends that replica nothing more. A restarted sender is not told.
+func (s *Sim) snapshotDone(e *event, ok bool) {
+	m, snap := e.msg.(raftpb.Message)
+	from := s.nodes[e.from]
+	if !snap || m.Type != raftpb.MsgSnap || !from.up || from.inc != e.gen {
+		return
+	}
+	status := raft.SnapshotFailure
+	if ok {
+		status = raft.SnapshotFinish
+	}
+	from.rep.ReportSnapshot(m.To, status)
+	s.after(from)
 }
 
 func (s *Sim) delay() time.Duration {
@@ -487,8 +766,10 @@ func (s *Sim) delay() time.Duration {
 	return c.MinDelay + time.Duration(s.rng.Int64N(int64(3*c.MinDelay)+1))
 }
 
-// start boots a node (again): a new run with no memory of the last one, a new
-// clock rate, and for the Manager a new epoch.
+// start boots a node (again) with a new clock rate. An Owner or a Lookup
+// starts a new run with no memory of the last; a Manager replica restarts
+// from its Raft log, or, when it loses its state, from nothing with a new
+// epoch.
 func (s *Sim) start(n *node) {
 	n.up = true
 	n.inc++
@@ -509,12 +790,34 @@ func (s *Sim) start(n *node) {
 	}
 	now := n.local(s.now)
 	seed := s.rng.Uint64()
+	if n.kind != managerNode {
+		n.target, n.heard = 0, now
+		if s.replicated() {
+			// Clients list the replicas in different orders, so Lookups
+			// spread over the followers.
+			n.target = s.rng.IntN(len(s.mgrs))
+		}
+	}
 	switch n.kind {
 	case managerNode:
-		s.epoch++
-		n.mgr = manager.NewCore(manager.CoreConfig{
-			Timing: s.cfg.Timing, Policy: s.cfg.Policy, Epoch: s.epoch, Seed: seed, Faults: s.cfg.Break,
+		if n.store == nil || (s.cfg.ManagerLosesState && !s.replicated()) {
+			if n.store != nil {
+				s.epoch++
+			}
+			n.store = raft.NewMemoryStorage()
+		}
+		var err error
+		n.rep, err = manager.NewReplica(manager.ReplicaConfig{
+			ID: uint64(n.idx + 1),
+			Core: manager.CoreConfig{
+				Timing: s.cfg.Timing, Policy: s.cfg.Policy, Epoch: s.epoch, Seed: seed, Faults: s.cfg.Break,
+			},
+			Storage: n.store, Bootstrap: s.peers, Tick: s.tick, ElectionTicks: electionTicks, SnapshotEntries: snapshotEntries,
 		}, now)
+		if err != nil {
+			panic(fmt.Sprintf("%s: %v", n.name, err))
+		}
+		n.hadCore = false
 	case ownerNode:
 		n.own = owner.NewCore(owner.CoreConfig{
 			Namespace: namespace, ID: n.name, Addr: n.name + ":7000", Incarnation: n.inc,
@@ -535,24 +838,30 @@ func (s *Sim) start(n *node) {
 	s.after(n)
 }
 
-// crash stops a node: it loses all state; its timers and in-flight messages
-// to it go nowhere.
+// crash stops a node: it loses all state but a replica's Raft log; its
+// timers and in-flight messages to it go nowhere.
 func (s *Sim) crash(n *node) {
 	if !n.up {
 		return
 	}
-	n.up = false
-	n.gen++
 	switch n.kind {
 	case managerNode:
 		s.stats.ManagerRestarts++
-		s.chk.managerCrashed()
+		if n == s.leader() {
+			s.stats.LeaderCrashes++
+		}
+		if s.cfg.ManagerLosesState && !s.replicated() {
+			s.chk.managerCrashed()
+		}
+		n.rep = nil
 	case ownerNode:
 		s.stats.OwnerCrashes++
 	case lookupNode:
 		s.stats.LookupCrashes++
 		s.chk.lookupCrashed(n)
 	}
+	n.up = false
+	n.gen++
 }
 
 func (s *Sim) exp(mean time.Duration) time.Duration {
@@ -592,18 +901,41 @@ func (s *Sim) scheduleFaults() {
 		}
 	})
 	repeat(c.ManagerCrashEvery, func() {
-		s.crash(s.mgr)
-		s.at(s.now+s.uniform(0, 2*t.ManagerLease), func() { s.restart(s.mgr) })
+		n := s.mgrs[0]
+		if s.replicated() {
+			// The leader most of the time: its failover is what the
+			// replication is for.
+			n = s.leader()
+			if n == nil || s.rng.IntN(4) == 0 {
+				var followers []*node
+				for _, m := range s.mgrs {
+					if m != n {
+						followers = append(followers, m)
+					}
+				}
+				if f := s.pickUp(followers); f != nil {
+					n = f
+				}
+			}
+			if n == nil {
+				return
+			}
+		}
+		s.crash(n)
+		s.at(s.now+s.uniform(0, 2*t.ManagerLease), func() { s.restart(n) })
 	})
 	repeat(c.PartitionEvery, func() {
 		s.stats.Partitions++
 		s.nextPart++
 		p := s.nextPart
-		// Cut off a random group; a third of the time the Manager is in it
-		// with the Owners that are, isolated from everyone else.
-		withMgr := s.rng.IntN(3) == 0
-		if withMgr {
-			s.mgr.part = p
+		if !s.replicated() {
+			// Cut off a random group; a third of the time the Manager is
+			// in it with the Owners that are, isolated from everyone else.
+			if s.rng.IntN(3) == 0 {
+				s.mgrs[0].part = p
+			}
+		} else {
+			s.cutReplicas(p)
 		}
 		for _, n := range append(append([]*node{}, s.owners...), s.lookups...) {
 			if s.rng.IntN(4) == 0 {
@@ -618,6 +950,59 @@ func (s *Sim) scheduleFaults() {
 			}
 		})
 	})
+}
+
+// cutReplicas puts some replicas in partition group p: a third of the time
+// the leader with a minority (so the majority elects another leader while
+// the old one, and the Owners cut off with it, do not know yet), a third of
+// the time some followers, otherwise none.
+func (s *Sim) cutReplicas(p int) {
+	lead := s.leader()
+	var others []*node
+	for _, m := range s.mgrs {
+		if m != lead {
+			others = append(others, m)
+		}
+	}
+	switch s.rng.IntN(3) {
+	case 0:
+		if lead == nil {
+			return
+		}
+		lead.part = p
+		s.rng.Shuffle(len(others), func(i, j int) { others[i], others[j] = others[j], others[i] })
+		k := 0
+		if h := (len(s.mgrs) - 1) / 2; h > 0 {
+			k = s.rng.IntN(h) // the group stays a minority
+		}
+		for _, m := range others[:k] {
+			m.part = p
+		}
+	case 1:
+		for _, m := range others {
+			if s.rng.IntN(3) == 0 {
+				m.part = p
+			}
+		}
+	}
+	s.countIsolation(lead)
+}
+
+// countIsolation counts a partition that leaves lead without a majority
+// of the replicas on its side.
+func (s *Sim) countIsolation(lead *node) {
+	if lead == nil || !s.replicated() {
+		return
+	}
+	with := 0
+	for _, m := range s.mgrs {
+		if m.part == lead.part {
+			with++
+		}
+	}
+	if 2*with <= len(s.mgrs) {
+		s.stats.LeaderIsolations++
+	}
 }
 
 func (s *Sim) restart(n *node) {
