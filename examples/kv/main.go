@@ -3,15 +3,19 @@
 // See package github.com/leasehold/leasehold/examples/kv/kv.
 //
 //	kv serve --manager ADDR --listen ADDR [--namespace NS] [--id ID] [--advertise ADDR]
+//	         [--capacity W] [--drain-timeout D]
 //	kv put   --manager ADDR [--namespace NS] [--timeout D] KEY VALUE
 //	kv get   --manager ADDR [--namespace NS] [--timeout D] KEY
 //
 // --manager ADDR is host:port, or for a replicated Manager its replicas'
 // addresses, comma-separated: the Owner and the Lookup follow the leader.
 //
-// serve runs a server until SIGINT or SIGTERM, then leaves gracefully (its
-// ranges move at once). put exits 0 on success; get prints the value and
-// exits 0, or prints "not found" and exits 1. Other errors exit 2.
+// serve runs a server until SIGINT or SIGTERM, then leaves gracefully: it
+// drains, handing every range over to the other servers with its values
+// (for at most --drain-timeout; a second signal cuts it short), and exits.
+// put and get retry while ownership moves, for at most --timeout. put exits
+// 0 on success; get prints the value and exits 0, or prints "not found" and
+// exits 1. Other errors exit 2.
 package main
 
 import (
@@ -38,6 +42,7 @@ const (
 
 const usage = `usage:
   kv serve --manager ADDR --listen ADDR [--namespace NS] [--id ID] [--advertise ADDR]
+           [--capacity 1] [--drain-timeout 1m]
   kv put   --manager ADDR [--namespace NS] [--timeout 10s] KEY VALUE
   kv get   --manager ADDR [--namespace NS] [--timeout 10s] KEY
 --manager ADDR is host:port, or a replicated Manager's replicas, comma-separated.
@@ -97,6 +102,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	listen := fs.String("listen", "", "the HTTP listen address, host:port (required)")
 	id := fs.String("id", "", "the Owner ID (default: the listen address)")
 	advertise := fs.String("advertise", "", "the address clients reach this server at (default: the listen address)")
+	capacity := fs.Float64("capacity", 0, "this server's capacity weight: one of 2 gets twice the load of one of 1 (default 1)")
+	drainTimeout := fs.Duration("drain-timeout", time.Minute, "on SIGINT or SIGTERM, how long to wait for every range to move away with its values")
 	if err := fs.Parse(args); err != nil {
 		return parseError(err)
 	}
@@ -104,10 +111,14 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, "kv serve: --listen is required and takes no arguments\n")
 		return exitError
 	}
+	if *drainTimeout <= 0 {
+		fmt.Fprintf(stderr, "kv serve: --drain-timeout %s must be positive\n", *drainTimeout)
+		return exitError
+	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	srv, err := kv.NewServer(ctx, kv.ServerConfig{
 		Manager: *manager, Namespace: *namespace, ID: *id,
-		Listen: *listen, Advertise: *advertise, Logger: logger,
+		Listen: *listen, Advertise: *advertise, Capacity: *capacity, Logger: logger,
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "kv serve: %v\n", err)
@@ -115,13 +126,38 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "kv serving on %s as %s\n", srv.Addr(), srv.ID())
 	<-ctx.Done()
-	closeCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	// Drain: every range moves to the other servers with its values. A
+	// second signal gives up waiting; the ranges left move without them.
+	closeCtx, cancel := context.WithTimeout(context.Background(), *drainTimeout)
 	defer cancel()
-	if err := srv.Close(closeCtx); err != nil {
+	again := make(chan os.Signal, 1)
+	signal.Notify(again, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(again)
+	go func() {
+		select {
+		case <-again:
+			cancel()
+		case <-closeCtx.Done():
+		}
+	}()
+	started := time.Now()
+	err = srv.Close(closeCtx)
+	st := srv.Stats()
+	fmt.Fprintf(stdout, "kv stopped after %s: %s handed over with %s, %d without\n",
+		time.Since(started).Round(time.Millisecond), plural(st.HandedOver, "range"), plural(st.ValuesSent, "value"), st.HandoverFailures)
+	if err != nil {
 		fmt.Fprintf(stderr, "kv serve: %v\n", err)
 		return exitError
 	}
 	return exitOK
+}
+
+// plural is n and noun, plural unless n is 1.
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 func putGet(ctx context.Context, cmd string, args []string, stdout, stderr io.Writer) int {

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/leasehold/leasehold/keyspace"
@@ -64,6 +65,21 @@ type Client struct {
 	http      *http.Client
 	ownsHTTP  bool
 	transport *http.Transport // set when ownsHTTP
+
+	ops, retries, failed atomic.Int64
+}
+
+// ClientStats counts a Client's operations: Ops Puts and Gets, Retries the
+// attempts after the first (no route, unreachable server, 421 not the
+// owner, 503 moving), and Failed the operations that returned an error
+// other than ErrNotFound.
+type ClientStats struct {
+	Ops, Retries, Failed int64
+}
+
+// Stats returns the Client's counts so far.
+func (c *Client) Stats() ClientStats {
+	return ClientStats{Ops: c.ops.Load(), Retries: c.retries.Load(), Failed: c.failed.Load()}
 }
 
 // NewClient starts a Client: its Lookup begins to follow the Manager's lease
@@ -128,8 +144,18 @@ func (c *Client) Get(ctx context.Context, key string) ([]byte, error) {
 }
 
 // do sends one request, retrying with jittered backoff while there is no
-// route, the server cannot be reached, or it answers 421 or 5xx.
+// route, the server cannot be reached, or it answers 421 or 5xx (503 while
+// the key's range moves to another server with its state).
 func (c *Client) do(ctx context.Context, method, key string, body []byte) ([]byte, error) {
+	c.ops.Add(1)
+	value, err := c.doRetry(ctx, method, key, body)
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		c.failed.Add(1)
+	}
+	return value, err
+}
+
+func (c *Client) doRetry(ctx context.Context, method, key string, body []byte) ([]byte, error) {
 	op := strings.ToLower(method)
 	if key == "" {
 		return nil, fmt.Errorf("kv: %s: empty key", op)
@@ -161,6 +187,7 @@ func (c *Client) do(ctx context.Context, method, key string, body []byte) ([]byt
 			return nil, fmt.Errorf("kv: %s %q: %w after %d attempts; last: %w", op, key, ctx.Err(), attempt, err)
 		case <-t.C:
 		}
+		c.retries.Add(1)
 		wait = min(2*wait, backoffMax)
 	}
 }

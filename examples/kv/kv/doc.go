@@ -14,7 +14,7 @@
 //		Listen:  "127.0.0.1:8001",
 //	})
 //	if err != nil { ... }
-//	defer srv.Close(ctx) // hands the ranges back at once
+//	defer srv.Close(ctx) // drains: every range moves to the others with its values
 //
 //	c, err := kv.NewClient(ctx, kv.ClientConfig{Manager: "127.0.0.1:7400"})
 //	if err != nil { ... }
@@ -27,11 +27,27 @@
 //	PUT /kv/{key}   body: the value (at most MaxValueBytes) → 204
 //	GET /kv/{key}   → 200 with the value, or 404 "not found"
 //	GET /healthz    → 200 "ok"
+//	POST /internal/migrate   a range's values handed over by another server → 204
 //
 // The key is one path segment, URL-path-escaped (url.PathEscape). A server
 // that does not hold the key's lease answers 421 Misdirected Request with
 // "not the owner", and one whose lease ended during the request answers 421
-// "lease lost"; the Client then looks the key up again and retries.
+// "lease lost"; the Client then looks the key up again and retries. While
+// the key's range moves to another server with its values, a write is
+// answered 503 Service Unavailable "moving" (with Retry-After), and the new
+// server may answer 503 "arriving" for a moment until it has taken the
+// values up; the Client retries those too.
+//
+// POST /internal/migrate is for the other servers: a JSON body
+//
+//	{"from":"kv-1","to":"kv-2","within_ms":1800,
+//	 "ranges":[{"start":N,"end":N,"epoch":N,"lgn":N,
+//	            "entries":[{"key":"alice","value":"<base64>"}]}]}
+//
+// of at most MaxMigrateBytes (413 beyond), naming this server's ID in "to"
+// (409 otherwise); anything malformed — unknown fields, a key outside its
+// range, an oversized value — is refused with 400 and a message. Keep it
+// off the network clients reach, as any internal endpoint.
 //
 // # Five steps per request
 //
@@ -41,12 +57,27 @@
 // dropped; (3) operate, storing the LeaseNum with what is stored; (4)
 // CheckLeaseContinuous with the number from step 1, else 421; (5) respond.
 //
+// # Planned moves
+//
+// When the Manager moves a range between two live servers — one drains
+// before a restart (Close, SIGTERM on kv serve, leasehold drain), another
+// joins — it asks the holder to hand the range's state over (C§2.1.2): the
+// server copies the range's values, refuses writes on it from then on, and
+// POSTs them to the next owner, which keeps them aside. Once that server
+// has them, the holder calls owner.Owner.HandoverDone and the Manager
+// grants the range to the next owner marked migrated; the next owner takes
+// the values up, under its new lease, and Lookups raise no loss
+// notification. A grant without the mark means the handover did not
+// complete in time: the values received are thrown away. Reads are served
+// by the old owner until the range is gone from it.
+//
 // # Soft state
 //
 // Values live only in the memory of the server that owns the key. When a
-// key's lease moves without migration — its server crashed, left, or had the
-// range recalled for a new server — the value is gone: the new owner answers
-// 404, never an older value, and the Lookup library raises a loss
-// notification so clients can republish (P§2.1). A restarted server starts
-// empty.
+// key's lease moves without migration — its server crashed, or a handover
+// failed or ran past its deadline — the value is gone: the new owner
+// answers 404, never an older value, and the Lookup library raises a loss
+// notification so clients can republish (P§2.1). A server restarted after
+// a crash starts empty; one restarted gracefully gets its share back from
+// the others, values and all.
 package kv

@@ -19,6 +19,11 @@ import (
 // answered 413 Request Entity Too Large.
 const MaxValueBytes = 1 << 20
 
+// MaxMigrateBytes is the largest body POST /internal/migrate accepts; a
+// larger one is answered 413. A server hands a range over in as many
+// requests as it takes to stay under migrateBatchBytes.
+const MaxMigrateBytes = 64 << 20
+
 // ServerConfig configures a Server.
 type ServerConfig struct {
 	// Manager is the Manager's address, host:port, or a replicated
@@ -42,6 +47,9 @@ type ServerConfig struct {
 	// value means protocol.Production(). The Owner adopts the Manager's
 	// timings in any case.
 	Timing protocol.Timing
+	// Capacity weighs this server's share of the load against the others'
+	// (owner.Config.Capacity); 0 means 1.
+	Capacity float64
 	// Logger receives the server's and its Owner's logs; nil discards them.
 	Logger *slog.Logger
 }
@@ -57,6 +65,11 @@ type Server struct {
 	served chan error // the result of http.Server.Serve
 	close  sync.Once
 	err    error // Close's result, set once
+
+	ready     chan struct{} // closed once owner and store are set up
+	moves     *handovers    // outgoing handovers
+	peers     *http.Client  // sends handovers to the other servers
+	transport *http.Transport
 }
 
 // NewServer listens on cfg.Listen, starts an Owner that joins cfg.Manager,
@@ -84,22 +97,28 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	if cfg.ID == "" {
 		cfg.ID = addr
 	}
-	st := newStore()
+	s := &Server{cfg: cfg, lis: lis, store: newStore(), served: make(chan error, 1), ready: make(chan struct{})}
+	s.transport = http.DefaultTransport.(*http.Transport).Clone()
+	s.peers = &http.Client{Transport: s.transport}
+	s.moves = newHandovers(s)
 	o, err := owner.New(ctx, owner.Config{
 		Manager:   cfg.Manager,
 		Namespace: cfg.Namespace,
 		ID:        cfg.ID,
 		Addr:      cfg.Advertise,
 		Timing:    cfg.Timing,
+		Capacity:  cfg.Capacity,
+		Handovers: true,
 		Logger:    cfg.Logger,
-		OnChange:  func(owner.OwnershipChange) { st.sweep() },
+		OnChange:  s.changed,
 	})
 	if err != nil {
 		lis.Close()
 		return nil, fmt.Errorf("kv: %w", err)
 	}
-	st.setLeases(o)
-	s := &Server{cfg: cfg, lis: lis, owner: o, store: st, served: make(chan error, 1)}
+	s.owner = o
+	s.store.setLeases(o)
+	close(s.ready)
 	s.http = &http.Server{
 		Handler:           s.handler(),
 		ReadHeaderTimeout: 10 * time.Second,
@@ -128,28 +147,65 @@ func (s *Server) ID() string { return s.cfg.ID }
 // Advertise returns the address registered with the Manager.
 func (s *Server) Advertise() string { return s.cfg.Advertise }
 
+// ServerStats counts a Server's planned moves (C§2.1.2).
+type ServerStats struct {
+	// HandedOver is the ranges whose values this server handed to their
+	// next owner, ValuesSent the values it sent with them, and
+	// HandoverFailures the ranges it could not hand over in time (they
+	// move without their values).
+	HandedOver, ValuesSent, HandoverFailures int
+	// ValuesPending is the values handed to this server for ranges not
+	// granted to it yet; ValuesTakenUp those taken up with a migrated
+	// grant, and ValuesDiscarded those thrown away (the grant was not
+	// migrated, or they came too late).
+	ValuesPending, ValuesTakenUp, ValuesDiscarded int
+}
+
+// Stats returns the server's counts of planned moves so far.
+func (s *Server) Stats() ServerStats {
+	var st ServerStats
+	st.HandedOver, st.HandoverFailures, st.ValuesSent = s.moves.counts()
+	st.ValuesPending, st.ValuesTakenUp, st.ValuesDiscarded = s.store.handedIn()
+	return st
+}
+
 // shutdownGrace bounds how long Close waits for HTTP requests in flight.
 // Requests take microseconds; what can linger is a connection a client
 // opened but never used, which http.Server.Shutdown would wait 5 s for.
 const shutdownGrace = time.Second
 
-// Close stops serving HTTP (requests in flight get up to a second, or until
-// ctx ends) and closes the Owner, which hands every range back to the
-// Manager so the ranges move at once, waiting for the Manager's
-// acknowledgement until ctx ends. The stored values are gone with the
-// server.
+// changed is the Owner's OnChange upcall: it settles the values handed
+// over with new grants, drops stale state, and starts the handovers the
+// Manager asks for.
+func (s *Server) changed(ch owner.OwnershipChange) {
+	<-s.ready
+	s.store.changed(ch)
+	if len(ch.Handovers) > 0 {
+		s.moves.start(ch.Handovers)
+	}
+}
+
+// Close leaves gracefully. First it drains (owner.Owner.Close): the
+// Manager moves every range to the other servers, and this one hands each
+// range's values over to the next owner as it goes, serving reads and
+// refusing writes on a moving range (503) meanwhile, so nothing is lost.
+// That takes a few round trips, or until ctx ends; ranges still held then
+// move without their values. Then it stops serving HTTP (requests in
+// flight get up to a second). A ctx already done skips the drain: the
+// values are lost, as in a crash, but the ranges move at once.
 func (s *Server) Close(ctx context.Context) error {
 	s.close.Do(func() {
-		sctx, cancel := context.WithTimeout(ctx, shutdownGrace)
+		err := s.owner.Close(ctx)
+		s.moves.stop()
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownGrace)
 		if s.http.Shutdown(sctx) != nil {
 			s.http.Close() // drop the connections still open
 		}
 		cancel()
-		var err error
 		if serr := <-s.served; !errors.Is(serr, http.ErrServerClosed) {
-			err = serr
+			err = errors.Join(err, serr)
 		}
-		err = errors.Join(err, s.owner.Close(ctx))
+		s.transport.CloseIdleConnections()
 		if err != nil {
 			err = fmt.Errorf("kv: close %s: %w", s.cfg.ID, err)
 		}
@@ -164,6 +220,7 @@ func (s *Server) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("PUT /kv/{key}", s.handlePut)
 	mux.HandleFunc("GET /kv/{key}", s.handleGet)
+	mux.HandleFunc("POST "+migratePath, s.handleMigrate)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		io.WriteString(w, "ok\n")
 	})
@@ -182,17 +239,30 @@ func (s *Server) handlePut(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := s.store.put(key, value); err != nil {
-		http.Error(w, err.Error(), http.StatusMisdirectedRequest)
+		storeError(w, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// storeError answers a failed operation: 503 with Retry-After while the
+// key's range moves with its state (the client retries, and reaches the
+// new owner once the move is done), 421 when this server does not hold
+// the key.
+func storeError(w http.ResponseWriter, err error) {
+	if errors.Is(err, errMoving) || errors.Is(err, errArriving) {
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	http.Error(w, err.Error(), http.StatusMisdirectedRequest)
 }
 
 func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) {
 	value, found, err := s.store.get(r.PathValue("key"))
 	switch {
 	case err != nil:
-		http.Error(w, err.Error(), http.StatusMisdirectedRequest)
+		storeError(w, err)
 	case !found:
 		http.Error(w, "not found", http.StatusNotFound)
 	default:

@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/owner"
@@ -18,6 +19,7 @@ import (
 type fakeLeases struct {
 	n        owner.LeaseNum
 	held     bool
+	migrated bool // the lease is a grant marked migrated, as Held shows it
 	afterNow func(*fakeLeases)
 }
 
@@ -37,7 +39,16 @@ func (f *fakeLeases) CheckLeaseContinuous(_ keyspace.Key, n owner.LeaseNum) bool
 	return f.held && f.n == n
 }
 
-func (f *fakeLeases) grant(lgn keyspace.LGN) { f.n, f.held = owner.LeaseNum{Epoch: 1, LGN: lgn}, true }
+func (f *fakeLeases) Held() []owner.Lease {
+	if !f.held {
+		return nil
+	}
+	return []owner.Lease{{Range: keyspace.Full, Num: f.n, Expiry: time.Now().Add(time.Hour), Migrated: f.migrated}}
+}
+
+func (f *fakeLeases) grant(lgn keyspace.LGN) {
+	f.n, f.held, f.migrated = owner.LeaseNum{Epoch: 1, LGN: lgn}, true, false
+}
 
 func newTestStore(f *fakeLeases) *store {
 	s := newStore()
@@ -192,4 +203,146 @@ func TestHandlerHTTP(t *testing.T) {
 	if _, found := mustGet(t, s.store, odd); found {
 		t.Error("the value stored under the old lease is still exposed")
 	}
+}
+
+// TestStoreHandoverRefusesWrites checks the holder's side of a planned
+// move: the copy holds every value of the range, writes on it are refused
+// from then on (they would be lost) while reads are still served, and a
+// failed handover, or one past its deadline, lets writes in again.
+func TestStoreHandoverRefusesWrites(t *testing.T) {
+	f := &fakeLeases{}
+	f.grant(1)
+	s := newTestStore(f)
+	now := time.Now()
+	s.now = func() time.Time { return now }
+	for _, k := range []string{"a", "b"} {
+		if err := s.put(k, []byte("1-"+k)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h := owner.Handover{Range: keyspace.Full, Lease: f.n, To: "kv-b", Addr: "127.0.0.1:1", Deadline: now.Add(time.Minute)}
+	entries, held := s.beginHandover(h)
+	if !held || len(entries) != 2 {
+		t.Fatalf("beginHandover = %v, %v; want both values", entries, held)
+	}
+	if err := s.put("a", []byte("2")); !errors.Is(err, errMoving) {
+		t.Fatalf("put while handing over: %v, want %v", err, errMoving)
+	}
+	if v, found := mustGet(t, s, "a"); !found || v != "1-a" {
+		t.Fatalf("get while handing over = %q, %v; want the value handed over", v, found)
+	}
+	s.endHandover(h) // the target refused: the range stays until recalled
+	if err := s.put("a", []byte("2")); err != nil {
+		t.Fatalf("put after a failed handover: %v", err)
+	}
+	if _, held := s.beginHandover(h); !held {
+		t.Fatal("second handover: lease not held")
+	}
+	now = now.Add(2 * time.Minute) // past the deadline: the Manager recalls, or changed its mind
+	if err := s.put("a", []byte("3")); err != nil {
+		t.Fatalf("put past the handover's deadline: %v", err)
+	}
+	// A handover under another lease does not stop writes under this one.
+	f.grant(2)
+	if _, held := s.beginHandover(h); !held {
+		t.Fatal("beginHandover refused")
+	}
+	now = time.Now()
+	if err := s.put("a", []byte("4")); err != nil {
+		t.Fatalf("put under a lease not handed over: %v", err)
+	}
+}
+
+// TestStorePendingSettledByGrant checks the receiver's side: values handed
+// over wait for the grant of their range, are taken up with a grant marked
+// migrated, and are thrown away with a grant without the mark.
+func TestStorePendingSettledByGrant(t *testing.T) {
+	from := owner.LeaseNum{Epoch: 1, LGN: 7}
+	handed := []entry{{Key: "a", Value: []byte("1")}, {Key: "b", Value: []byte("2")}}
+	expires := time.Now().Add(time.Minute)
+	grant := func(f *fakeLeases, lgn keyspace.LGN, migrated bool) owner.OwnershipChange {
+		f.grant(lgn)
+		f.migrated = migrated
+		return owner.OwnershipChange{Granted: []owner.Lease{{Range: keyspace.Full, Num: f.n, Migrated: migrated}}}
+	}
+	t.Run("grant without migrated discards", func(t *testing.T) {
+		f := &fakeLeases{}
+		s := newTestStore(f)
+		s.receive(keyspace.Full, from, handed, expires)
+		if _, _, err := s.get("a"); !errors.Is(err, errNotOwner) {
+			t.Fatalf("get before the grant: %v, want %v", err, errNotOwner)
+		}
+		s.changed(grant(f, 8, false))
+		if v, found := mustGet(t, s, "a"); found {
+			t.Fatalf("get = %q after a grant without migration, want not found", v)
+		}
+		if p, up, gone := s.handedIn(); p != 0 || up != 0 || gone != 2 {
+			t.Fatalf("pending %d, taken up %d, discarded %d; want 0, 0, 2", p, up, gone)
+		}
+		// Values arriving after the grant was reported are stale.
+		s.receive(keyspace.Full, owner.LeaseNum{Epoch: 1, LGN: 9}, handed, expires)
+		if v, found := mustGet(t, s, "b"); found {
+			t.Fatalf("get = %q from a handover that arrived after the grant", v)
+		}
+	})
+	t.Run("migrated grant takes up", func(t *testing.T) {
+		f := &fakeLeases{}
+		s := newTestStore(f)
+		s.receive(keyspace.Full, from, handed, expires)
+		ch := grant(f, 8, true)
+		// A request before the upcall: Held shows the grant migrated.
+		if v, found := mustGet(t, s, "a"); !found || v != "1" {
+			t.Fatalf("get before the upcall = %q, %v; want the value handed over", v, found)
+		}
+		s.changed(ch)
+		if v, found := mustGet(t, s, "b"); !found || v != "2" {
+			t.Fatalf("get after the upcall = %q, %v; want the value handed over", v, found)
+		}
+		if p, up, gone := s.handedIn(); p != 0 || up != 2 || gone != 0 {
+			t.Fatalf("pending %d, taken up %d, discarded %d; want 0, 2, 0", p, up, gone)
+		}
+	})
+	t.Run("unknown until the upcall", func(t *testing.T) {
+		f := &fakeLeases{}
+		s := newTestStore(f)
+		s.receive(keyspace.Full, from, handed, expires)
+		ch := grant(f, 8, true)
+		f.migrated = false // renewed before the upcall: Held no longer shows the mark
+		if err := s.put("a", []byte("new")); !errors.Is(err, errArriving) {
+			t.Fatalf("put before the upcall: %v, want %v", err, errArriving)
+		}
+		s.changed(ch)
+		if err := s.put("a", []byte("new")); err != nil {
+			t.Fatal(err)
+		}
+		if v, found := mustGet(t, s, "a"); !found || v != "new" {
+			t.Fatalf("get = %q, %v; want the value written after the take-up", v, found)
+		}
+		if v, found := mustGet(t, s, "b"); !found || v != "2" {
+			t.Fatalf("get b = %q, %v; want the value handed over", v, found)
+		}
+	})
+	t.Run("upcall before the grant shows", func(t *testing.T) {
+		// The Owner may run OnChange a moment before CheckLeaseNow shows
+		// the change it reports.
+		f := &fakeLeases{}
+		s := newTestStore(f)
+		s.receive(keyspace.Full, from, handed, expires)
+		n := owner.LeaseNum{Epoch: 1, LGN: 8}
+		s.changed(owner.OwnershipChange{Granted: []owner.Lease{{Range: keyspace.Full, Num: n, Migrated: true}}})
+		s.changed(owner.OwnershipChange{}) // another upcall sweeps
+		f.n, f.held = n, true
+		if v, found := mustGet(t, s, "a"); !found || v != "1" {
+			t.Fatalf("get = %q, %v; want the value handed over", v, found)
+		}
+	})
+	t.Run("expired", func(t *testing.T) {
+		f := &fakeLeases{}
+		s := newTestStore(f)
+		s.receive(keyspace.Full, from, handed, time.Now().Add(-time.Second))
+		grant(f, 8, true)
+		if v, found := mustGet(t, s, "a"); found {
+			t.Fatalf("get = %q from a handover past its deadline", v)
+		}
+	})
 }
