@@ -439,13 +439,14 @@ func TestHelp(t *testing.T) {
 	if code != ExitOK {
 		t.Errorf("--help: exit %d", code)
 	}
-	for _, sub := range []string{"manager", "status", "lookup", "watch"} {
+	for _, sub := range []string{"manager", "status", "lookup", "watch", "drain"} {
 		if !strings.Contains(stdout, "\n  "+sub+" ") {
 			t.Errorf("--help does not list %s:\n%s", sub, stdout)
 		}
 	}
 	for sub, flags := range map[string][]string{
-		"manager": {`--listen ADDR`, `(default "127.0.0.1:7400")`, "--timings production|fast", "(default production)", "--manager-lease duration", "--namespace NS", "--metrics-listen ADDR", "(default info)"},
+		"manager": {`--listen ADDR`, `(default "127.0.0.1:7400")`, "--timings production|fast", "(default production)", "--manager-lease duration", "--namespace NS", "--metrics-listen ADDR", "(default info)", "--handover duration", "--drain-gate int", "(default 1)"},
+		"drain":   {"OWNER_ID", "--manager ADDR", "--namespace NS", "--json", "--drain-gate"},
 		"status":  {`--manager ADDR`, `--namespace NS`, "--json", "(default 5s)"},
 		"lookup":  {"--raw", "--json", "KEY"},
 		"watch":   {"--json", `"event":"loss"`},

@@ -80,6 +80,8 @@ type managerOptions struct {
 	dataDir       string
 	join          bool
 	advertise     string
+	drainGate     int           // --drain-gate
+	handover      time.Duration // --handover
 
 	overrides protocol.Timing // the override flags' values; used only where set
 	flags     *pflag.FlagSet  // to tell which overrides were set
@@ -102,6 +104,12 @@ it, and the result must be safe (docs/protocol.md, "Timers"), or the Manager
 refuses to start (exit code 2).
 
 ` + profileTable() + `
+Planned moves hand a range's state from its old Owner to the new one
+(C§2.1.2): the old Owner gets --handover to do it (default: one owner lease)
+before the range is recalled without it; a negative --handover turns planned
+moves off. At most --drain-gate Owners of a namespace may drain at once (on
+a graceful stop, or leasehold drain); the others wait.
+
 The Manager is a Raft group of one or more replicas (docs/operations.md).
 Alone, it is a group of one: with --data-dir it keeps its state there, and a
 restart within an owner lease costs the Owners nothing; without, a restart
@@ -139,6 +147,8 @@ Logs go to stderr. SIGINT or SIGTERM stops it cleanly (exit code 0).`,
 	f.StringVar(&o.peers, "peers", "", "the founding replicas of a new group, `ID=ADDR,…`, this one included (default: a group of one); with --join, the running group's replicas")
 	f.BoolVar(&o.join, "join", false, "start empty and wait to be added to the running group --peers names (leasehold cluster add)")
 	f.StringVar(&o.advertise, "advertise", "", "the `ADDR` other replicas and clients reach this one at (default: --listen)")
+	f.DurationVar(&o.handover, "handover", 0, "how long an Owner gets to hand a moving range's state over before the range is recalled without it (0: one owner lease; negative: no planned moves)")
+	f.IntVar(&o.drainGate, "drain-gate", 1, "how many Owners of a namespace may drain at once (the maintenance gate), at least 1")
 	f.StringVar(&o.metricsListen, "metrics-listen", "", "serve Prometheus metrics at http://`ADDR`/metrics (default: no metrics)")
 	f.Var(newChoice(&o.logLevel, "info", "debug", "info", "warn", "error"), "log-level", "the least severe log level written to stderr")
 	cmd.Flags().SortFlags = false
@@ -202,9 +212,12 @@ func (o *managerOptions) config(logger *slog.Logger) (manager.ServerConfig, erro
 		extra = append(extra, ns)
 	}
 	cfg := manager.ServerConfig{Timing: t, Namespaces: extra, Logger: logger, ID: o.id, DataDir: o.dataDir,
-		Join: o.join, Advertise: o.advertise}
+		Join: o.join, Advertise: o.advertise, Handover: o.handover, DrainGate: o.drainGate}
 	if o.id == 0 {
 		return cfg, usagef("--id must be a positive integer")
+	}
+	if o.drainGate < 1 {
+		return cfg, usagef("--drain-gate %d must be at least 1", o.drainGate)
 	}
 	if cfg.Peers, err = parsePeers(o.peers); err != nil {
 		return cfg, err
@@ -293,7 +306,8 @@ func (o *managerOptions) run(ctx context.Context, e *env) error {
 	log.Info("manager listening", "addr", lis.Addr().String(), "timings", o.timings,
 		"owner_lease", cfg.Timing.OwnerLease, "renew", cfg.Timing.Renew, "manager_lease", cfg.Timing.ManagerLease,
 		"sync", cfg.Timing.Sync, "sync_timeout", cfg.Timing.SyncTimeout, "log_retention", cfg.Timing.LogRetention,
-		"max_drift", cfg.Timing.MaxDrift, "namespaces", append([]string{manager.DefaultNamespace}, cfg.Namespaces...))
+		"max_drift", cfg.Timing.MaxDrift, "namespaces", append([]string{manager.DefaultNamespace}, cfg.Namespaces...),
+		"handover", handoverText(cfg), "drain_gate", cfg.DrainGate)
 	fmt.Fprintf(e.stdout, "leasehold manager listening on %s (timings %s, replica %d)\n",
 		lis.Addr(), o.timings, cfg.ID)
 
@@ -302,6 +316,17 @@ func (o *managerOptions) run(ctx context.Context, e *env) error {
 	}
 	log.Info("manager shut down")
 	return nil
+}
+
+// handoverText describes the Handover setting for the log.
+func handoverText(cfg manager.ServerConfig) string {
+	switch {
+	case cfg.Handover < 0:
+		return "off"
+	case cfg.Handover == 0:
+		return cfg.Timing.OwnerLease.String()
+	}
+	return cfg.Handover.String()
 }
 
 // listen opens a TCP listener, with an error that names the address.

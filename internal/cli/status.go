@@ -1,14 +1,18 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
+	"github.com/leasehold/leasehold/keyspace"
 	pb "github.com/leasehold/leasehold/proto/leasehold/v1"
 )
 
@@ -30,13 +34,16 @@ log position; every Manager in --manager (a comma-separated list) is asked,
 and every replica they name. Then, from the leader, for each namespace the
 LSN of its lease table, its ranges (segments of the table), the free ones,
 the Lookups connected, and a table of the Owners with the ranges and the
-share of the key space each holds.
+share of the key space each holds, its load (requests per second, as its
+last report measured them), its capacity weight, and whether it is
+draining; then the busiest keys each Owner reported (sampled rates).
 
 Without --namespace the text output shows every namespace. With --json it
 prints one JSON object for one namespace ("default" unless --namespace says):
   {"epoch":N,"namespace":"default","lsn":N,"ranges":N,"free_ranges":N,"lookups":N,
    "owners":[{"id":"kv-1","addr":"127.0.0.1:8001","incarnation":N,"member":true,
-              "ranges":N,"share":0.5}],
+              "ranges":N,"share":0.5,"load":120.5,"capacity":1,"draining":false,
+              "hot_keys":[{"key":"0x…","rate":40}]}],
    "leader":N,"leader_addr":"127.0.0.1:7401",
    "managers":[{"id":N,"addr":"127.0.0.1:7401","role":"leader","term":N,
                 "commit":N,"applied":N}]}`,
@@ -72,6 +79,25 @@ type ownerJSON struct {
 	Member      bool    `json:"member"`
 	Ranges      uint32  `json:"ranges"`
 	Share       float64 `json:"share"`
+	// Load is requests per second over the Owner's last report, Capacity
+	// its weight (1 unless it set another), HotKeys its busiest keys.
+	Load     float64      `json:"load"`
+	Capacity float64      `json:"capacity"`
+	Draining bool         `json:"draining"`
+	HotKeys  []hotKeyJSON `json:"hot_keys"`
+}
+
+type hotKeyJSON struct {
+	Key  string  `json:"key"`  // 0x and 16 hex digits
+	Rate float64 `json:"rate"` // requests per second, estimated from a sample
+}
+
+// capacity is an Owner's capacity weight: 0 means 1.
+func capacity(ow *pb.OwnerStatus) float64 {
+	if c := ow.GetCapacity(); c > 0 {
+		return c
+	}
+	return 1
 }
 
 func (o *statusOptions) run(ctx context.Context, e *env) error {
@@ -104,8 +130,13 @@ func (o *statusOptions) run(ctx context.Context, e *env) error {
 	out := statusJSON{Epoch: resp.GetEpoch(), Namespace: n.GetName(), LSN: n.GetLsn(), Ranges: n.GetSegments(),
 		FreeRanges: n.GetFreeSegments(), Lookups: n.GetLookups(), Owners: []ownerJSON{}, clusterJSON: cluster}
 	for _, ow := range n.GetOwners() {
-		out.Owners = append(out.Owners, ownerJSON{ID: ow.GetId(), Addr: ow.GetAddr(), Incarnation: ow.GetIncarnation(),
-			Member: ow.GetMember(), Ranges: ow.GetRanges(), Share: ow.GetShare()})
+		oj := ownerJSON{ID: ow.GetId(), Addr: ow.GetAddr(), Incarnation: ow.GetIncarnation(),
+			Member: ow.GetMember(), Ranges: ow.GetRanges(), Share: ow.GetShare(), Load: ow.GetLoad(),
+			Capacity: capacity(ow), Draining: ow.GetDraining(), HotKeys: []hotKeyJSON{}}
+		for _, k := range ow.GetHotKeys() {
+			oj.HotKeys = append(oj.HotKeys, hotKeyJSON{Key: hexKey(keyspace.Key(k.GetKey())), Rate: k.GetRate()})
+		}
+		out.Owners = append(out.Owners, oj)
 	}
 	return json.NewEncoder(e.stdout).Encode(out)
 }
@@ -122,17 +153,48 @@ func writeStatus(w io.Writer, resp *pb.StatusResponse) {
 			continue
 		}
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "  ID\tADDR\tMEMBER\tRANGES\tSHARE%\tINCARNATION")
+		fmt.Fprintln(tw, "  ID\tADDR\tMEMBER\tRANGES\tSHARE%\tLOAD/s\tCAP\tDRAINING\tINCARNATION")
+		hot := false
 		for _, ow := range n.GetOwners() {
-			member := "no"
-			if ow.GetMember() {
-				member = "yes"
-			}
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\t%.1f\t%d\n", ow.GetId(), ow.GetAddr(), member, ow.GetRanges(),
-				100*ow.GetShare(), ow.GetIncarnation())
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\t%.1f\t%.1f\t%g\t%s\t%d\n", ow.GetId(), ow.GetAddr(), yesNo(ow.GetMember()),
+				ow.GetRanges(), 100*ow.GetShare(), ow.GetLoad(), capacity(ow), yesNo(ow.GetDraining()), ow.GetIncarnation())
+			hot = hot || len(ow.GetHotKeys()) > 0
 		}
 		_ = tw.Flush()
+		if hot {
+			writeHotKeys(w, n.GetOwners())
+		}
 	}
+}
+
+// hotKeysShown is how many of each Owner's hot keys the text output shows.
+const hotKeysShown = 3
+
+// writeHotKeys prints each Owner's busiest keys, the busiest first, after
+// the owners' table: one line per Owner that reported any.
+func writeHotKeys(w io.Writer, owners []*pb.OwnerStatus) {
+	fmt.Fprintln(w, "  hot keys (requests/s):")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, ow := range owners {
+		keys := slices.Clone(ow.GetHotKeys())
+		if len(keys) == 0 {
+			continue
+		}
+		slices.SortStableFunc(keys, func(a, b *pb.HotKey) int { return cmp.Compare(b.GetRate(), a.GetRate()) })
+		var parts []string
+		for _, k := range keys[:min(len(keys), hotKeysShown)] {
+			parts = append(parts, fmt.Sprintf("%s %.1f", hexKey(keyspace.Key(k.GetKey())), k.GetRate()))
+		}
+		fmt.Fprintf(tw, "    %s\t%s\n", ow.GetId(), strings.Join(parts, ", "))
+	}
+	_ = tw.Flush()
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
 }
 
 // count is n and noun, plural unless n is 1.
