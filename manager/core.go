@@ -413,6 +413,15 @@ func (c *Core) StepLease(now time.Time, req *protocol.LeaseRequest) error {
 		if o.resendAt.IsZero() {
 			o.resendAt = now.Add(c.backoff())
 		}
+		// What the owner did on its own before sending — handing ranges
+		// over, leaving — stands whatever raced with it. Act on it now: an
+		// owner that stops right after its goodbye (answered by our
+		// resend, which acknowledges this request's Seq) would otherwise
+		// never get it through, and the ranges would wait to expire.
+		if len(req.Handed) > 0 || req.Leaving {
+			c.stats.Releases += c.releaseOwn(now, n, o, req.Handed, req.Leaving)
+			c.flush(now)
+		}
 		return nil
 	}
 	if !fresh || c.seqBase == 0 {
@@ -587,6 +596,28 @@ func (c *Core) release(now time.Time, n *namespace, o *ownerSession, held []prot
 		}
 	}
 	return freed
+}
+
+// releaseOwn releases what a raced request says the owner gave up by its
+// own act: the pieces it handed over (under the LGN it handed), or, when it
+// is leaving, everything. Omissions in a raced request prove nothing, so
+// nothing else is released.
+func (c *Core) releaseOwn(now time.Time, n *namespace, o *ownerSession, handed []protocol.Handed, leaving bool) uint64 {
+	var keep []protocol.Lease
+	if !leaving {
+		for _, s := range n.heldBy(o.id) {
+			var gone keyspace.RangeSet
+			for _, h := range handed {
+				if h.LGN == s.Entry.LGN {
+					gone = gone.Add(h.Range)
+				}
+			}
+			for _, r := range keyspace.NewRangeSet(s.Range).Subtract(gone).Ranges() {
+				keep = append(keep, protocol.Lease{Range: r, LGN: s.Entry.LGN})
+			}
+		}
+	}
+	return c.release(now, n, o, keep, handed)
 }
 
 // grant gives piece g to o with a fresh LGN, reserved from now; from, when

@@ -210,3 +210,48 @@ func TestDrainGate(t *testing.T) {
 		t.Fatalf("b's drain after a left answered %v, want active", mb.Drain)
 	}
 }
+
+// TestRacedHandedActs: a request that raced a Manager message still hands
+// over what it reports handed (and a raced goodbye still releases
+// everything): those are the Owner's own completed acts, which no message
+// in flight can undo. Its omissions still release nothing.
+func TestRacedHandedActs(t *testing.T) {
+	a, b := newPeer("a"), newPeer("b")
+	h := planned(t, a)
+	h.add(b)
+	now := restartEnd.Add(100 * ms)
+	h.send(now, b) // a is asked to hand pieces 1 and 3 to b
+	lsn := h.mark()
+	var p1 protocol.Lease
+	var kept []protocol.Lease
+	for _, l := range a.held {
+		if l.Range == piece(1, 4) {
+			p1 = l
+		} else if l.Range != piece(0, 4) {
+			kept = append(kept, l) // omits piece 0 too: an omission of a raced request
+		}
+	}
+	req := a.request()
+	req.AckSeq-- // raced: sent before a heard the Manager's latest message
+	req.Held, req.Handed = kept, []protocol.Handed{handed(p1, b)}
+	h.stepLease(now.Add(100*ms), req)
+	if e := h.entry(piece(1, 4)); e.Owner != "b" || !e.Migrated || e.MigratedFrom != p1.LGN {
+		t.Fatalf("piece 1 = %v after a raced handover report, want b's, migrated from %d", e, p1.LGN)
+	}
+	if e := h.entry(piece(0, 4)); e.Owner != "a" {
+		t.Fatalf("piece 0 = %v: a raced request's omission released it", e)
+	}
+	if got := h.lostSince(lsn); len(got) != 0 {
+		t.Fatalf("a Lookup reports %v lost", got)
+	}
+	req = a.request()
+	req.AckSeq--
+	req.Held, req.Leaving = nil, true
+	h.stepLease(now.Add(200*ms), req)
+	h.table().Each(func(s leasetable.Segment) bool {
+		if s.Entry.Owner == "a" {
+			t.Fatalf("a raced goodbye left a holding %v", s.Range)
+		}
+		return true
+	})
+}

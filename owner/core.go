@@ -84,11 +84,14 @@ type Core struct {
 	cfg CoreConfig
 	rng *rand.Rand
 
-	seq       uint64    // Seq of the last LeaseRequest sent
-	sentAt    time.Time // when it was sent: the start of any lease it earns
-	peerEpoch uint64    // Manager epoch last heard
-	peerSeq   uint64    // highest Manager Seq heard in peerEpoch
-	epoch     uint64    // the epoch of the held leases
+	seq    uint64    // Seq of the last LeaseRequest sent
+	sentAt time.Time // when it was sent: the start of any lease it earns
+	// sentAts keeps when each recent request was sent, so that grants in a
+	// raced answer can be timed from the request they answer.
+	sentAts   map[uint64]time.Time
+	peerEpoch uint64 // Manager epoch last heard
+	peerSeq   uint64 // highest Manager Seq heard in peerEpoch
+	epoch     uint64 // the epoch of the held leases
 
 	held       []Lease // sorted by Range.Start, disjoint
 	nextRenew  time.Time
@@ -286,6 +289,11 @@ func (c *Core) send(now time.Time) {
 	c.expire(now)
 	c.seq++
 	c.sentAt = now
+	if c.sentAts == nil {
+		c.sentAts = map[uint64]time.Time{}
+	}
+	c.sentAts[c.seq] = now
+	delete(c.sentAts, c.seq-sentAtsKept)
 	c.nextRenew = now.Add(c.cfg.Timing.Renew)
 	c.resendAt = time.Time{}
 	req := &protocol.LeaseRequest{
@@ -335,6 +343,7 @@ func (c *Core) Step(now time.Time, m *protocol.LeaseResponse) {
 		if c.resendAt.IsZero() {
 			c.resendAt = now.Add(c.backoff())
 		}
+		c.adoptRacedGrants(now, m)
 		return
 	}
 	if c.leaving {
@@ -389,6 +398,39 @@ func (c *Core) Step(now time.Time, m *protocol.LeaseResponse) {
 		// at once instead of waiting for the lease to run out (C§2.3.2).
 		c.send(now)
 	}
+}
+
+// sentAtsKept is how many recent requests' send times the Core keeps.
+const sentAtsKept = 64
+
+// adoptRacedGrants takes up the new grants of a raced message m. The rest
+// of m is stale and ignored, but a grant in it must not be: our next
+// request acknowledges m's Seq, and the Manager would take the grant's
+// absence from our held set for a release — losing the state a migrated
+// grant carries. Each lease runs from when the request m answers was sent,
+// as any lease does (C§2.3.1), so it ends before the Manager's
+// reservation.
+func (c *Core) adoptRacedGrants(now time.Time, m *protocol.LeaseResponse) {
+	at, ok := c.sentAts[m.AckSeq]
+	if !ok || c.leaving || m.Epoch != c.epoch || !now.Before(at.Add(c.cfg.Timing.OwnerLease)) {
+		return
+	}
+	next := slices.Clone(c.held)
+	for _, l := range m.Leases {
+		if !l.Grant || !l.Range.Valid() {
+			continue
+		}
+		if slices.ContainsFunc(c.held, func(h Lease) bool { return h.Range.Overlaps(l.Range) }) {
+			continue
+		}
+		next = append(next, Lease{Range: l.Range, Num: LeaseNum{Epoch: m.Epoch, LGN: l.LGN},
+			Expiry: at.Add(c.cfg.Timing.OwnerLease), Migrated: l.Migrated})
+	}
+	if len(next) == len(c.held) {
+		return
+	}
+	slices.SortFunc(next, func(a, b Lease) int { return keyspace.Compare(a.Range, b.Range) })
+	c.setHeld(dropOverlaps(next))
 }
 
 // askHandovers passes the planned moves of m to the application, once each,

@@ -135,3 +135,26 @@ func asking(m *protocol.LeaseResponse, hs ...protocol.Handover) *protocol.LeaseR
 	m.Handovers = hs
 	return m
 }
+
+// TestRacedGrantAdopted: a grant in a message that raced the Owner's
+// request is taken up anyway, timed from the request it answers; otherwise
+// the next request, which acknowledges that message, would read as its
+// release, and a migrated grant's state would be lost.
+func TestRacedGrantAdopted(t *testing.T) {
+	c := withHandovers(t, true) // lo (3) and hi (4) from request 1 sent at base
+	req2 := one(t, tick(c, at(tm.Renew)).reqs)
+	req3 := one(t, tick(c, at(tm.Renew+tm.BackoffMax+tm.Renew)).reqs) // the answer to 2 is late
+	mid := rng(1<<63, 1<<63+1<<62)
+	m := resp(2, req2.Seq, renew(lo, 3), renew(hi, 4), protocol.Lease{Range: mid, LGN: 8, Grant: true, Migrated: true})
+	r := step(c, at(2*tm.Renew+tm.BackoffMax+10*ms), m)
+	if len(r.chs) != 1 || len(r.chs[0].Granted) != 1 || r.chs[0].Granted[0].Range != mid || !r.chs[0].Granted[0].Migrated {
+		t.Fatalf("changes %+v, want the raced grant of mid taken up, migrated", r.chs)
+	}
+	if got, want := r.chs[0].Granted[0].Expiry, at(tm.Renew+tm.OwnerLease); !got.Equal(want) {
+		t.Fatalf("the raced grant runs until %v, want from request %d's send: %v", got, req2.Seq, want)
+	}
+	next := one(t, tick(c, at(2*tm.Renew+2*tm.BackoffMax+10*ms)).reqs) // the race resend
+	if !slices.Contains(next.Held, held(mid, 8)) || next.AckSeq != 2 || next.Seq <= req3.Seq {
+		t.Fatalf("the next request holds %v (ack %d), want mid listed", next.Held, next.AckSeq)
+	}
+}

@@ -288,10 +288,11 @@ func (o *Owner) run(ctx context.Context, core *Core) {
 	var leaveBy time.Time // give up waiting for the goodbye's acknowledgement
 	for {
 		reqs, changes := core.Ready()
+		// Publish first: an upcall reporting a grant must find it held.
+		o.publish(core.Held(time.Now()))
 		for _, c := range changes {
 			o.up.Push(c)
 		}
-		o.publish(core.Held(time.Now()))
 		for _, r := range reqs {
 			select {
 			case o.sendq <- wire.LeaseRequestToPB(r):
@@ -324,6 +325,14 @@ func (o *Owner) run(ctx context.Context, core *Core) {
 			core.Tick(time.Now())
 		case d := <-o.done:
 			core.HandoverDone(time.Now(), d.h, d.ok)
+			for more := true; more; { // handovers finished together: one request
+				select {
+				case d := <-o.done:
+					core.HandoverDone(time.Now(), d.h, d.ok)
+				default:
+					more = false
+				}
+			}
 		case done := <-o.drain:
 			core.Drain(time.Now())
 			draining = done
