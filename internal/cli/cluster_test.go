@@ -28,6 +28,8 @@ func TestReplicaUsageErrors(t *testing.T) {
 		{[]string{"cluster", "add", "4", "nohost"}, "ADDR:"},
 		{[]string{"cluster", "remove", "x"}, `ID "x": want a replica ID`},
 		{[]string{"restore", "backup.db"}, "--data-dir is required"},
+		{[]string{"manager", "--rebalance", "bogus"}, `invalid argument "bogus" for "--rebalance" flag: must be off, weighted or centrifuge`},
+		{[]string{"manager", "--rebalance-every", "0s"}, "--rebalance-every 0s must be positive"},
 	} {
 		code, stdout, stderr := cli(t, tc.args...)
 		if code != ExitUsage {

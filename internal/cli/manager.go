@@ -21,6 +21,7 @@ import (
 
 	"github.com/leasehold/leasehold/manager"
 	"github.com/leasehold/leasehold/protocol"
+	"github.com/leasehold/leasehold/rebalance"
 )
 
 func init() { register(newManagerCommand) }
@@ -82,6 +83,8 @@ type managerOptions struct {
 	advertise     string
 	drainGate     int           // --drain-gate
 	handover      time.Duration // --handover
+	rebalance     string        // --rebalance: off, weighted or centrifuge
+	rebalanceEach time.Duration // --rebalance-every
 
 	overrides protocol.Timing // the override flags' values; used only where set
 	flags     *pflag.FlagSet  // to tell which overrides were set
@@ -149,6 +152,8 @@ Logs go to stderr. SIGINT or SIGTERM stops it cleanly (exit code 0).`,
 	f.StringVar(&o.advertise, "advertise", "", "the `ADDR` other replicas and clients reach this one at (default: --listen)")
 	f.DurationVar(&o.handover, "handover", 0, "how long an Owner gets to hand a moving range's state over before the range is recalled without it (0: one owner lease; negative: no planned moves)")
 	f.IntVar(&o.drainGate, "drain-gate", 1, "how many Owners of a namespace may drain at once (the maintenance gate), at least 1")
+	f.Var(newChoice(&o.rebalance, "off", "off", "weighted", "centrifuge"), "rebalance", "balance the Owners' reported load: weighted moves under a churn budget, or Centrifuge's ±10% rule (off: consistent hashing by membership)")
+	f.DurationVar(&o.rebalanceEach, "rebalance-every", 5*time.Second, "how often a rebalancing round is planned")
 	f.StringVar(&o.metricsListen, "metrics-listen", "", "serve Prometheus metrics at http://`ADDR`/metrics (default: no metrics)")
 	f.Var(newChoice(&o.logLevel, "info", "debug", "info", "warn", "error"), "log-level", "the least severe log level written to stderr")
 	cmd.Flags().SortFlags = false
@@ -212,7 +217,18 @@ func (o *managerOptions) config(logger *slog.Logger) (manager.ServerConfig, erro
 		extra = append(extra, ns)
 	}
 	cfg := manager.ServerConfig{Timing: t, Namespaces: extra, Logger: logger, ID: o.id, DataDir: o.dataDir,
-		Join: o.join, Advertise: o.advertise, Handover: o.handover, DrainGate: o.drainGate}
+		Join: o.join, Advertise: o.advertise, Handover: o.handover, DrainGate: o.drainGate, RebalanceEvery: o.rebalanceEach}
+	switch o.rebalance {
+	case "weighted":
+		if cfg.Rebalance, err = rebalance.Weighted(rebalance.Config{Interval: o.rebalanceEach}); err != nil {
+			return cfg, usagef("--rebalance-every %v: %v", o.rebalanceEach, err)
+		}
+	case "centrifuge":
+		cfg.Rebalance = rebalance.Centrifuge()
+	}
+	if o.rebalanceEach <= 0 {
+		return cfg, usagef("--rebalance-every %v must be positive", o.rebalanceEach)
+	}
 	if o.id == 0 {
 		return cfg, usagef("--id must be a positive integer")
 	}
