@@ -1,0 +1,29 @@
+package e2e
+
+import (
+	"context"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestDemo runs the README's first command, leasehold demo, as a user
+// would: it must exit 0 and tell its whole story.
+func TestDemo(t *testing.T) {
+	if testing.Short() {
+		t.Skip("e2e: builds binaries and runs real processes; skipped with -short")
+	}
+	leasehold, _ := build(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, leasehold, "demo").CombinedOutput()
+	if err != nil {
+		t.Fatalf("leasehold demo: %v\n%s", err, out)
+	}
+	for _, want := range []string{"The frontend was told", "Every key reads back its value: 30/30", "No loss notification", "Done."} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("the demo's output lacks %q:\n%s", want, out)
+		}
+	}
+}
