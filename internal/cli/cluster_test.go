@@ -98,10 +98,15 @@ func TestClusterCommands(t *testing.T) {
 		t.Fatalf("cluster status: %+v, want one leader and two followers", c)
 	}
 
-	// leasehold status names the leader and shows the namespaces.
-	code, stdout, stderr := cli(t, "status", "--manager", addrs[0])
-	if code != ExitOK || !regexp.MustCompile(`leader: manager \d at 127\.0\.0\.1:\d+`).MatchString(stdout) ||
-		strings.Count(stdout, "127.0.0.1:") < 4 || !strings.Contains(stdout, "namespace default:") {
+	// leasehold status names the leader and, once it has taken over (its
+	// first entry committed), shows the namespaces.
+	var code int
+	var stdout, stderr string
+	waitFor(t, "the leader's namespaces", 10*time.Second, func() bool {
+		code, stdout, stderr = cli(t, "status", "--manager", addrs[0])
+		return code == ExitOK && strings.Contains(stdout, "namespace default:")
+	})
+	if !regexp.MustCompile(`leader: manager \d at 127\.0\.0\.1:\d+`).MatchString(stdout) || strings.Count(stdout, "127.0.0.1:") < 4 {
 		t.Fatalf("status through one replica: exit %d, stderr %s, stdout:\n%s", code, stderr, stdout)
 	}
 
