@@ -424,11 +424,15 @@ func (c *Core) StepLease(now time.Time, req *protocol.LeaseRequest) error {
 		}
 		return nil
 	}
-	if !fresh || c.seqBase == 0 {
+	switch {
+	case !fresh || c.seqBase == 0:
+		c.stats.Releases += c.release(now, n, o, req.Held, req.Handed)
+	case len(req.Handed) > 0 || req.Leaving:
 		// A fresh session under a new leader may answer a request sent
 		// before the owner heard the old leader's last grant: what it omits
-		// proves nothing. (With no earlier leader there was no such grant.)
-		c.stats.Releases += c.release(now, n, o, req.Held, req.Handed)
+		// proves nothing (with no earlier leader there was no such grant).
+		// What it did on its own still stands, as in a raced request.
+		c.stats.Releases += c.releaseOwn(now, n, o, req.Handed, req.Leaving)
 	}
 	o.push = true // answer every accepted request
 	c.flush(now)

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/leasehold/leasehold/assign"
 	"github.com/leasehold/leasehold/keyspace"
@@ -254,4 +255,43 @@ func TestRacedHandedActs(t *testing.T) {
 		}
 		return true
 	})
+}
+
+// TestFreshSessionHandedActs: after a failover, an Owner's first request
+// in the new leader's session releases nothing by omission (it may predate
+// the Owner's last message from the old leader), but what it reports handed
+// still goes through, migrated. A draining Owner gets no takeover message
+// (it should hold nothing), so its first request is such a fresh one.
+func TestFreshSessionHandedActs(t *testing.T) {
+	a, b := newPeer("a"), newPeer("b")
+	h := planned(t, a, b)
+	now := restartEnd.Add(100 * ms)
+	req := a.request()
+	req.Draining = true
+	ma := h.to(h.stepLease(now, req), "a")
+	if len(ma.Handovers) == 0 {
+		t.Fatal("a draining owner was asked to hand nothing over")
+	}
+	// The old leader dies before it hears a's report; a new one takes over.
+	h.c = Resume(CoreConfig{Timing: tm, Policy: assign.Fixed{Pieces: 4}, Epoch: epoch, Seed: 1}, h.c.State(), 5<<32, now.Add(time.Second))
+	h.f = NewFeed(h.c.State(), tm)
+	if r := h.ready(); slices.ContainsFunc(r.Owners, func(m OwnerMessage) bool { return m.To == "a" }) {
+		t.Fatalf("the takeover sent the draining owner %+v; the test needs its first request to be fresh", r.Owners)
+	}
+	lsn := h.mark()
+	var handedAll []protocol.Handed
+	for _, ho := range ma.Handovers {
+		handedAll = append(handedAll, protocol.Handed{Range: ho.Range, LGN: ho.LGN, To: "b", Incarnation: b.inc})
+	}
+	req = a.request()
+	req.Held, req.Handed, req.Draining = nil, handedAll, true
+	h.stepLease(now.Add(time.Second+100*ms), req)
+	for _, ho := range ma.Handovers {
+		if e := h.entry(ho.Range); e.Owner != "b" || !e.Migrated || e.MigratedFrom != ho.LGN {
+			t.Fatalf("%v = %v after a handover reported in a fresh session, want b's, migrated from %d", ho.Range, e, ho.LGN)
+		}
+	}
+	if got := h.lostSince(lsn); len(got) != 0 {
+		t.Fatalf("a Lookup reports %v lost", got)
+	}
 }
