@@ -177,9 +177,8 @@ type namespace struct {
 	dirty    bool                        // something changed: reconcile
 	nextWake time.Time                   // earliest future reservation end that matters
 
-	planAt    time.Time // next rebalancing round (Rebalance only)
-	lastPlan  time.Time
-	imbalance float64 // max/mean load per capacity after the last round
+	planAt   time.Time // next rebalancing round (Rebalance only)
+	lastPlan time.Time
 }
 
 // ownerSession is the Manager's side of one Owner incarnation's session.

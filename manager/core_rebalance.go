@@ -18,7 +18,7 @@ import (
 // is replicated (OpDesired), so a new leader carries on from it: it cannot
 // be recomputed from membership alone.
 
-// members returns the Owners that may be given ranges: live and not
+// activeMembers returns the Owners that may be given ranges: live and not
 // draining, sorted.
 func (n *namespace) activeMembers() []assign.Member {
 	var ms []assign.Member
@@ -85,7 +85,6 @@ func (c *Core) plan(now time.Time, n *namespace, membership bool) {
 	}
 	c.stats.Plans++
 	c.stats.PlannedMoves += uint64(len(p.Moves))
-	n.imbalance = p.After
 	c.setDesired(now, n, p.Assignment())
 }
 
