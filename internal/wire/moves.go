@@ -31,17 +31,12 @@ func handoversFromPB(where string, ms []*leaseholdv1.Handover) ([]protocol.Hando
 		if m == nil {
 			return nil, fmt.Errorf("%w: %s: nil handover", ErrInvalid, at)
 		}
-		r, err := rangeFromPB(m.GetRange())
+		r, err := checkMove(at, m.GetRange(), m.GetLgn(), m.GetTo(), m.GetIncarnation())
 		if err != nil {
-			return nil, fmt.Errorf("%w: %s: %v", ErrInvalid, at, err)
+			return nil, err
 		}
-		if m.GetLgn() == 0 || m.GetTo() == "" || m.GetIncarnation() == 0 {
-			return nil, fmt.Errorf("%w: %s: a handover needs an LGN, a target owner and its incarnation", ErrInvalid, at)
-		}
-		for field, s := range map[string]string{".to": m.GetTo(), ".addr": m.GetAddr()} {
-			if err := checkString(s, false); err != nil {
-				return nil, invalid(at+field, err)
-			}
+		if err := checkString(m.GetAddr(), false); err != nil {
+			return nil, invalid(at+".addr", err)
 		}
 		if err := checkDuration(m.GetWithinNanos()); err != nil || m.GetWithinNanos() == 0 {
 			return nil, fmt.Errorf("%w: %s.within_nanos: %d; want a positive duration", ErrInvalid, at, m.GetWithinNanos())
@@ -50,6 +45,22 @@ func handoversFromPB(where string, ms []*leaseholdv1.Handover) ([]protocol.Hando
 			Incarnation: m.GetIncarnation(), Within: time.Duration(m.GetWithinNanos())})
 	}
 	return out, nil
+}
+
+// checkMove checks what a Handover and a Handed share: a valid range, an
+// LGN, and the target Owner's ID and incarnation.
+func checkMove(at string, pr *leaseholdv1.Range, lgn uint64, to string, inc uint64) (keyspace.Range, error) {
+	r, err := rangeFromPB(pr)
+	if err != nil {
+		return r, fmt.Errorf("%w: %s: %v", ErrInvalid, at, err)
+	}
+	if lgn == 0 || to == "" || inc == 0 {
+		return r, fmt.Errorf("%w: %s: a handover needs an LGN, a target owner and its incarnation", ErrInvalid, at)
+	}
+	if err := checkString(to, false); err != nil {
+		return r, invalid(at+".to", err)
+	}
+	return r, nil
 }
 
 func handedToPB(hs []protocol.Handed) []*leaseholdv1.Handed {
@@ -70,15 +81,9 @@ func handedFromPB(where string, ms []*leaseholdv1.Handed) ([]protocol.Handed, er
 		if m == nil {
 			return nil, fmt.Errorf("%w: %s: nil handover", ErrInvalid, at)
 		}
-		r, err := rangeFromPB(m.GetRange())
+		r, err := checkMove(at, m.GetRange(), m.GetLgn(), m.GetTo(), m.GetIncarnation())
 		if err != nil {
-			return nil, fmt.Errorf("%w: %s: %v", ErrInvalid, at, err)
-		}
-		if m.GetLgn() == 0 || m.GetTo() == "" || m.GetIncarnation() == 0 {
-			return nil, fmt.Errorf("%w: %s: a handover needs an LGN, a target owner and its incarnation", ErrInvalid, at)
-		}
-		if err := checkString(m.GetTo(), false); err != nil {
-			return nil, invalid(at+".to", err)
+			return nil, err
 		}
 		out = append(out, protocol.Handed{Range: r, LGN: keyspace.LGN(m.GetLgn()), To: m.GetTo(), Incarnation: m.GetIncarnation()})
 	}
