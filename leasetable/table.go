@@ -22,16 +22,25 @@ const DefaultRetention = 5 * time.Minute
 // the caller's clock; Since answers a Lookup's sync from it (C§2.2.1, P§4.2).
 //
 // A Table is not safe for concurrent use: the manager's core owns it and
-// calls it from one goroutine.
+// calls it from one goroutine. The Updates it returns are immutable and may
+// be read from any goroutine while the table goes on changing.
 type Table struct {
 	segs      segList[Entry]
 	lsn       keyspace.LSN // LSN of the latest change; 0 for none
 	retention time.Duration
 	// log holds the retained changes, LSNs lsn-len(log)+1 .. lsn in order,
 	// and stamps[i] the manager's clock when log[i] was made. (Parallel
-	// slices, so that Since copies changes in one block.)
+	// slices, so that the changes of a delta are one block of log.)
+	//
+	// Since hands out subslices of log without copying, so an element of
+	// log's backing array is written once, by append, and never again:
+	// Truncate reslices rather than shifting, and Restore drops the array.
 	log    []Change
 	stamps []time.Time
+	// snap is the snapshot of the table at LSN lsn, made by the first
+	// Snapshot since the last change and shared by every Update that
+	// carries it; nil when not made yet.
+	snap []Segment
 }
 
 // New returns an empty table (all free, LSN 0) whose change log keeps
@@ -68,6 +77,7 @@ func (t *Table) Set(now time.Time, r keyspace.Range, e Entry) keyspace.LSN {
 	if !t.segs.set(r, e, nil) {
 		return t.lsn
 	}
+	t.snap = nil
 	t.lsn++
 	t.log = append(t.log, Change{LSN: t.lsn, Range: r, Entry: e})
 	t.stamps = append(t.stamps, now)
@@ -104,15 +114,23 @@ func (t *Table) FirstLSN() keyspace.LSN { return t.lsn - keyspace.LSN(len(t.log)
 // 5 minutes). It drops only a prefix of the log, so if the clock stepped back
 // a newer change stamped earlier than an older one stays until the older one
 // goes.
+//
+// Truncate never moves or overwrites a change it keeps, since Updates
+// returned by Since may share them: it reslices the log, and moves what is
+// left to a new, smaller array once that is under a quarter of the old
+// one's capacity. The old array is freed when no Update holds it.
 func (t *Table) Truncate(now time.Time) {
 	cutoff := now.Add(-t.retention)
 	n := 0
 	for n < len(t.stamps) && t.stamps[n].Before(cutoff) {
 		n++
 	}
-	if n > 0 {
-		t.log = slices.Delete(t.log, 0, n)
-		t.stamps = slices.Delete(t.stamps, 0, n)
+	if n == 0 {
+		return
+	}
+	t.log, t.stamps = t.log[n:], t.stamps[n:]
+	if len(t.log) < cap(t.log)/4 {
+		t.log, t.stamps = slices.Clone(t.log), slices.Clone(t.stamps)
 	}
 }
 
@@ -123,16 +141,38 @@ func (t *Table) Truncate(now time.Time) {
 //   - otherwise (log truncated past lsn, lsn > LSN(), or the snapshot is
 //     smaller) a Snapshot of the whole table with From: lsn, To: LSN().
 //
-// The result shares no storage with the table.
+// The result is read-only: its Changes or Segments are shared with the
+// table and with every other result that carries them, so a Manager that
+// answers thousands of Lookups at one LSN holds one copy of a delta or a
+// snapshot, not one per Lookup. Nothing the table does later changes a
+// result already returned, so it may be read (sent, encoded, applied) while
+// the table goes on changing. A caller must not modify it; appending to its
+// Changes or Segments makes a copy.
+//
+// Cost: O(1) for a delta; a snapshot copies the table's n segments (O(n))
+// the first time it is asked for at an LSN, and costs O(1) after that.
 func (t *Table) Since(lsn keyspace.LSN) Update {
 	if lsn == t.lsn {
 		return Update{From: lsn, To: lsn}
 	}
 	if lsn < t.lsn && lsn >= t.FirstLSN()-1 && uint64(t.lsn-lsn) <= uint64(t.Len()) {
-		changes := slices.Clone(t.log[len(t.log)-int(t.lsn-lsn):])
-		return Update{From: lsn, To: t.lsn, Changes: changes}
+		n := len(t.log)
+		return Update{From: lsn, To: t.lsn, Changes: t.log[n-int(t.lsn-lsn) : n : n]}
 	}
-	return Update{From: lsn, To: t.lsn, Snapshot: true, Segments: t.Segments()}
+	u := t.Snapshot()
+	u.From = lsn
+	return u
+}
+
+// Snapshot returns the whole table as a snapshot Update at LSN() (From 0).
+// Like Since's, the result is read-only and shared: every Snapshot between
+// two changes returns the same segments.
+func (t *Table) Snapshot() Update {
+	if t.snap == nil {
+		t.snap = t.Segments()
+	}
+	n := len(t.snap)
+	return Update{To: t.lsn, Snapshot: true, Segments: t.snap[:n:n]}
 }
 
 // Restore replaces the table's content with a snapshot taken at lsn, and
@@ -154,7 +194,7 @@ func (t *Table) Restore(lsn keyspace.LSN, segs []Segment) error {
 		s.starts = append(s.starts, sg.Range.Start)
 		s.ents = append(s.ents, sg.Entry)
 	}
-	t.segs, t.lsn, t.log, t.stamps = s, lsn, nil, nil
+	t.segs, t.lsn, t.log, t.stamps, t.snap = s, lsn, nil, nil, nil
 	return nil
 }
 

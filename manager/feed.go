@@ -31,8 +31,20 @@ type Feed struct {
 	st     *State
 	timing protocol.Timing
 	subs   map[string]map[uint64]*lookupSub
-	out    []LookupMessage
-	syncs  uint64
+	// upTo records, per namespace, the table and LSN of the last Push: every
+	// session has been sent up to there (StepSync never leaves a session
+	// behind the table it answers from), so Push has nothing to do until
+	// the table moves on. Push runs after every Raft entry applied, one per
+	// Owner renewal; without this it would visit every Lookup session each
+	// time.
+	upTo  map[string]pushMark
+	out   []LookupMessage
+	syncs uint64
+}
+
+type pushMark struct {
+	t   *leasetable.Table
+	lsn keyspace.LSN
 }
 
 type lookupSub struct {
@@ -42,7 +54,7 @@ type lookupSub struct {
 
 // NewFeed returns a Feed over st.
 func NewFeed(st *State, timing protocol.Timing) *Feed {
-	return &Feed{st: st, timing: timing, subs: map[string]map[uint64]*lookupSub{}}
+	return &Feed{st: st, timing: timing, subs: map[string]map[uint64]*lookupSub{}, upTo: map[string]pushMark{}}
 }
 
 // Rebase points the Feed at a new State (a snapshot was installed). Each
@@ -50,6 +62,7 @@ func NewFeed(st *State, timing protocol.Timing) *Feed {
 // are not in its log.
 func (f *Feed) Rebase(st *State) {
 	f.st = st
+	clear(f.upTo)
 }
 
 // StepSync handles a Lookup's SyncRequest received at now on session id.
@@ -95,9 +108,9 @@ func (f *Feed) StepSync(now time.Time, id uint64, req *protocol.SyncRequest) err
 	return nil
 }
 
-func snapshot(t *leasetable.Table) leasetable.Update {
-	return leasetable.Update{To: t.LSN(), Snapshot: true, Segments: t.Segments()}
-}
+// snapshot is the table as a snapshot, shared by every session that gets
+// one at this LSN.
+func snapshot(t *leasetable.Table) leasetable.Update { return t.Snapshot() }
 
 // Close forgets a Lookup session (its stream ended).
 func (f *Feed) Close(ns string, id uint64) {
@@ -127,11 +140,19 @@ func (f *Feed) Tick(now time.Time) {
 // Push sends every subscribed Lookup the changes it has not been sent
 // (C§2.2.1 made push: the periodic sync remains the safety net). Call it
 // after the State changed.
+//
+// Sessions at one LSN share one Update (leasetable.Table.Since): a push
+// round costs one message header per session, whatever the size of the
+// delta or snapshot.
 func (f *Feed) Push() {
 	for _, name := range f.st.Namespaces() {
 		t := f.st.Table(name)
-		subs := f.subs[name]
 		lsn := t.LSN()
+		if m := f.upTo[name]; m.t == t && m.lsn == lsn {
+			continue // every session has been sent up to lsn
+		}
+		f.upTo[name] = pushMark{t, lsn}
+		subs := f.subs[name]
 		ids := make([]uint64, 0, len(subs))
 		for id, l := range subs {
 			if l.pushed < lsn {
