@@ -179,6 +179,7 @@ type namespace struct {
 
 	planAt   time.Time // next rebalancing round (Rebalance only)
 	lastPlan time.Time
+	rates    []rate // the load map (Rebalance only; leader-local)
 }
 
 // ownerSession is the Manager's side of one Owner incarnation's session.
@@ -199,13 +200,22 @@ type ownerSession struct {
 	// handing lists the planned moves in progress off this Owner, by the
 	// piece of the table they move.
 	handing map[keyspace.Range]handing
-	fresh   map[keyspace.LGN]bool // granted since the last message
-	// The last load report: requests per second in all and per held range,
-	// and the hot keys with their rates (leader-local, like sessions).
-	rate       float64
-	reported   bool                 // a load report arrived in this session
-	rangeRates []protocol.RangeLoad // Requests holds the rate ×1000
-	hot        []protocol.KeyLoad   // Requests holds the rate
+	// fresh holds the grants not yet acknowledged, with the Seq of the
+	// first message that listed each (0: none yet). Every message lists
+	// them as grants until a request acknowledges one of those messages:
+	// messages may be lost or overtaken, and an Owner that saw a grant only
+	// as a renewal would refuse it and lose what a migration carried.
+	fresh map[keyspace.LGN]uint64
+	// The last load report: requests per second in all, and the hot keys
+	// with their rates (leader-local, like sessions; the rates per range
+	// go to the namespace's load map).
+	rate     float64
+	reported time.Time // when the last load report of this session arrived
+	// grantedAt is when each lease granted since the last load report
+	// was granted (Rebalance only): a report counts such a lease's range
+	// for part of its window only.
+	grantedAt map[keyspace.LGN]time.Time
+	hot       []protocol.KeyLoad // Requests holds the rate
 }
 
 // handing is one planned move: the holder was asked to hand the state of a
@@ -385,6 +395,15 @@ func (c *Core) StepLease(now time.Time, req *protocol.LeaseRequest) error {
 	}
 	o.peerSeq = req.Seq
 	o.lastHeard = now
+	if req.AckEpoch == c.st.epoch {
+		// The owner has seen a message at or after AckSeq, and each of
+		// those listed the grants first sent by then.
+		for lgn, first := range o.fresh {
+			if first != 0 && first <= req.AckSeq {
+				delete(o.fresh, lgn)
+			}
+		}
+	}
 	if o.member == req.Leaving {
 		o.member = !req.Leaving
 		n.members = true
@@ -396,7 +415,7 @@ func (c *Core) StepLease(now time.Time, req *protocol.LeaseRequest) error {
 		c.record(now, n, o)
 	}
 	if req.Window > 0 {
-		c.recordLoad(o, req)
+		c.recordLoad(n, o, req)
 	}
 	o.wantDrain = req.Draining
 	if req.Draining && !o.draining {
@@ -588,6 +607,9 @@ func (c *Core) release(now time.Time, n *namespace, o *ownerSession, held []prot
 				}
 			}
 			for _, q := range rest.Ranges() {
+				if c.cfg.Faults.Has(func(f *faults.Set) bool { return f.MigrateUnhanded }) && c.migrateUnhanded(now, n, o, q, s.Entry.LGN) {
+					continue
+				}
 				c.set(now, n, q, leasetable.Entry{})
 				n.res.set(q, time.Time{})
 			}
@@ -599,6 +621,20 @@ func (c *Core) release(now time.Time, n *namespace, o *ownerSession, held []prot
 		}
 	}
 	return freed
+}
+
+// migrateUnhanded is the broken rule faults.MigrateUnhanded: it grants q,
+// given up by o without a handover, to the Owner the desired assignment
+// names, as if its state had been handed over.
+func (c *Core) migrateUnhanded(now time.Time, n *namespace, o *ownerSession, q keyspace.Range, from keyspace.LGN) bool {
+	done := false
+	n.eachDesired(q, func(p keyspace.Range, want string) {
+		if to := n.owners[want]; p == q && want != o.id && to != nil && to.member && !to.draining {
+			c.grant(now, n, to, q, from)
+			done = true
+		}
+	})
+	return done
 }
 
 // releaseOwn releases what a raced request says the owner gave up by its
@@ -635,23 +671,40 @@ func (c *Core) grant(now time.Time, n *namespace, o *ownerSession, g keyspace.Ra
 	n.res.set(g, now.Add(c.cfg.Timing.ManagerLease))
 	c.stats.Grants++
 	if o.fresh == nil {
-		o.fresh = map[keyspace.LGN]bool{}
+		o.fresh = map[keyspace.LGN]uint64{}
 	}
-	o.fresh[lgn] = true
+	o.fresh[lgn] = 0
+	if c.cfg.Rebalance != nil {
+		if o.grantedAt == nil {
+			o.grantedAt = map[keyspace.LGN]time.Time{}
+		}
+		o.grantedAt[lgn] = now
+	}
 	o.push = true
 }
 
-// recordLoad keeps an accepted request's load report as rates.
-func (c *Core) recordLoad(o *ownerSession, req *protocol.LeaseRequest) {
+// recordLoad keeps an accepted request's load report as rates: the
+// Owner's in all, and, for load-aware rebalancing, each range's in the
+// namespace's load map.
+func (c *Core) recordLoad(n *namespace, o *ownerSession, req *protocol.LeaseRequest) {
 	secs := req.Window.Seconds()
 	var total uint64
-	o.rangeRates = o.rangeRates[:0]
+	var report []rate
 	for _, l := range req.Load {
 		total += l.Requests
-		o.rangeRates = append(o.rangeRates, protocol.RangeLoad{Range: l.Range, Requests: uint64(float64(l.Requests) * 1000 / secs)})
+		report = append(report, rate{l.Range, float64(l.Requests) / secs})
+	}
+	if c.cfg.Rebalance != nil {
+		from := c.lastNow.Add(-req.Window)
+		n.recordRates(fullWindow(n, o, report, from, c.lastNow))
+		for lgn, at := range o.grantedAt {
+			if !at.After(from) {
+				delete(o.grantedAt, lgn) // no later window begins before it
+			}
+		}
 	}
 	o.rate = float64(total) / secs
-	o.reported = true
+	o.reported = c.lastNow
 	o.hot = o.hot[:0]
 	for _, k := range req.HotKeys {
 		o.hot = append(o.hot, protocol.KeyLoad{Key: k.Key, Requests: uint64(float64(k.Requests) / secs)})
@@ -821,9 +874,9 @@ func (c *Core) sendTo(now time.Time, n *namespace, o *ownerSession) {
 				default:
 					return
 				}
-				// Grants made since the last message (here, or by a
-				// migration) are listed as grants: new leases.
-				grant := o.fresh[s.Entry.LGN]
+				// Grants (made here, or by a migration) are listed as
+				// grants, new leases, until acknowledged.
+				_, grant := o.fresh[s.Entry.LGN]
 				leases = append(leases, protocol.Lease{Range: p, LGN: s.Entry.LGN, Grant: grant, Migrated: grant && s.Entry.Migrated})
 				n.res.extend(p, until)
 			})
@@ -831,8 +884,12 @@ func (c *Core) sendTo(now time.Time, n *namespace, o *ownerSession) {
 		o.handing = handing
 		slices.SortFunc(leases, func(a, b protocol.Lease) int { return keyspace.Compare(a.Range, b.Range) })
 	}
-	clear(o.fresh)
 	o.mySeq++
+	for lgn, first := range o.fresh {
+		if first == 0 {
+			o.fresh[lgn] = o.mySeq
+		}
+	}
 	o.push = false
 	o.resendAt = time.Time{}
 	o.sent = keyspace.RangeSet{}

@@ -59,7 +59,7 @@ func (c *Core) plan(now time.Time, n *namespace, membership bool) {
 	}
 	if !membership && len(n.desired) > 0 {
 		for _, m := range ms {
-			if !n.owners[m.ID].reported {
+			if !n.owners[m.ID].reported.After(n.lastPlan) {
 				return
 			}
 		}
@@ -70,8 +70,11 @@ func (c *Core) plan(now time.Time, n *namespace, membership bool) {
 	}
 	n.lastPlan = now
 	cur := n.desired
-	if len(cur) == 0 {
-		// The first assignment: consistent hashing, then balance by load.
+	if len(cur) == 0 || (membership && n.nothingHeld()) {
+		// The first assignment, or Owners joining while no range is held
+		// (a new Manager's reservation): consistent hashing, then balance
+		// by load. With nothing held, no move costs a handover, so the
+		// churn budget need not pace the joins.
 		cur = assign.ConsistentHash{}.Assign(ms)
 	}
 	in := rebalance.Input{Members: ms, Current: c.measure(n, cur), HotKeys: n.hotKeys(), Elapsed: elapsed}
@@ -88,6 +91,16 @@ func (c *Core) plan(now time.Time, n *namespace, membership bool) {
 	c.setDesired(now, n, p.Assignment())
 }
 
+// nothingHeld reports whether no range of the namespace has an Owner.
+func (n *namespace) nothingHeld() bool {
+	for _, s := range n.s.table.Segments() {
+		if s.Entry.Owner != "" {
+			return false
+		}
+	}
+	return true
+}
+
 // rebalanceEvery is the planning period, 5 s unless configured.
 func (c *Core) rebalanceEvery() time.Duration {
 	if c.cfg.RebalanceEvery > 0 {
@@ -96,22 +109,110 @@ func (c *Core) rebalanceEvery() time.Duration {
 	return 5 * time.Second
 }
 
-// measure attaches to each desired segment the load the Owners reported on
-// it: each reported range's rate spread evenly over its keys. With no load
-// reported at all, each segment weighs its share of the key space, so that
-// an idle namespace is balanced by key space.
-func (c *Core) measure(n *namespace, d assign.Assignment) []rebalance.Segment {
-	type rate struct {
-		r keyspace.Range
-		v float64 // requests per second
+// rate is the request rate of a range, from the latest report that
+// covered it.
+type rate struct {
+	r keyspace.Range
+	v float64 // requests per second
+}
+
+// recordRates folds one Owner's load report into the namespace's load map:
+// the rates it reports replace what older reports said of those keys, and
+// the rest of the map stays. A range that changed hands keeps the load its
+// last holder saw until its new holder reports it: without that, a round
+// planned in between would see the new holder light and move more load
+// onto it.
+func (n *namespace) recordRates(report []rate) {
+	report = disjoint(report)
+	if len(report) == 0 {
+		return
 	}
-	var rates []rate
-	for _, o := range n.owners {
-		for _, l := range o.rangeRates {
-			rates = append(rates, rate{l.Range, float64(l.Requests) / 1000})
+	out := make([]rate, 0, len(n.rates)+len(report))
+	for _, e := range n.rates {
+		k, _ := slices.BinarySearchFunc(report, e.r.Start, func(x rate, key keyspace.Key) int {
+			if x.r.Last() < key {
+				return -1
+			}
+			return 1
+		})
+		cur, done := e.r.Start, false
+		keep := func(end keyspace.Key) {
+			p := keyspace.Range{Start: cur, End: end}
+			out = append(out, rate{p, e.v * p.Size() / e.r.Size()})
+		}
+		for ; k < len(report) && report[k].r.Start <= e.r.Last(); k++ {
+			if report[k].r.Start > cur {
+				keep(report[k].r.Start)
+			}
+			if report[k].r.Last() >= e.r.Last() {
+				done = true
+				break
+			}
+			cur = report[k].r.End
+		}
+		if !done {
+			keep(e.r.End)
 		}
 	}
-	slices.SortFunc(rates, func(a, b rate) int { return keyspace.Compare(a.r, b.r) })
+	out = append(out, report...)
+	slices.SortFunc(out, func(a, b rate) int { return keyspace.Compare(a.r, b.r) })
+	n.rates = out
+}
+
+// fullWindow corrects an Owner's report for the ranges it was granted
+// after the window began (at from, until now): their counts cover only the
+// time since the grant, so their rate is scaled up to it. A range held for
+// less than a tenth of the window is left out (too few requests to go by):
+// the load map keeps what its previous holder reported until the next
+// report.
+func fullWindow(n *namespace, o *ownerSession, report []rate, from, now time.Time) []rate {
+	if len(o.grantedAt) == 0 {
+		return report
+	}
+	window := now.Sub(from)
+	out := report[:0]
+	for _, x := range report {
+		since := from
+		for _, s := range n.s.table.Overlapping(x.r) {
+			if at, ok := o.grantedAt[s.Entry.LGN]; ok && s.Entry.Owner == o.id && at.After(since) {
+				since = at
+			}
+		}
+		held := now.Sub(since)
+		if held < window/10 {
+			continue
+		}
+		x.v *= float64(window) / float64(held)
+		out = append(out, x)
+	}
+	return out
+}
+
+// disjoint sorts a report's ranges and merges any that overlap (an Owner
+// reports every range it held during the window, and its ranges may have
+// been split or merged meanwhile) into one, with their rates added.
+func disjoint(report []rate) []rate {
+	slices.SortFunc(report, func(a, b rate) int { return keyspace.Compare(a.r, b.r) })
+	out := report[:0]
+	for _, x := range report {
+		if l := len(out) - 1; l >= 0 && x.r.Start <= out[l].r.Last() {
+			if x.r.Last() > out[l].r.Last() {
+				out[l].r.End = x.r.End
+			}
+			out[l].v += x.v
+			continue
+		}
+		out = append(out, x)
+	}
+	return out
+}
+
+// measure attaches to each desired segment its load by the load map: each
+// range's rate spread evenly over its keys. With no load reported at all,
+// each segment weighs its share of the key space, so that an idle
+// namespace is balanced by key space.
+func (c *Core) measure(n *namespace, d assign.Assignment) []rebalance.Segment {
+	rates := n.rates
 	out := make([]rebalance.Segment, len(d))
 	total := 0.0
 	for i, s := range d {

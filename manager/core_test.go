@@ -224,6 +224,18 @@ func joined(t *testing.T, pieces int, ps ...*peer) *harness {
 
 func joinedCfg(t *testing.T, cfg CoreConfig, ps ...*peer) *harness {
 	t.Helper()
+	h := granted(t, cfg, ps...)
+	for _, p := range ps {
+		// Acknowledge the grants: until then every message repeats them.
+		h.send(restartEnd, p)
+	}
+	return h
+}
+
+// granted is joinedCfg up to the first grants, which the peers have taken
+// but not yet acknowledged.
+func granted(t *testing.T, cfg CoreConfig, ps ...*peer) *harness {
+	t.Helper()
 	h := newHarnessCfg(t, cfg, ps...)
 	h.renewals(base, restartEnd.Add(-1), ps...)
 	h.tick(restartEnd)
@@ -490,7 +502,7 @@ func TestRecallNotAcknowledged(t *testing.T) {
 // freed (a loss) and granted to the others.
 func TestSilentOwnerExpires(t *testing.T) {
 	a, b := newPeer("a"), newPeer("b")
-	h := joined(t, 4, a, b)
+	h := granted(t, CoreConfig{Policy: assign.Fixed{Pieces: 4}, Handover: -1}, a, b)
 	// a's last request was at 2.0 s; the grant pushed at 2.2 s was the
 	// Manager's last message to it, and reserves pieces 0 and 2 until 4.4 s.
 	lastReq := restartEnd.Add(-tm.ManagerLease % tm.Renew)
@@ -921,5 +933,40 @@ func TestFirstRequestNeedsNoAck(t *testing.T) {
 	req.AckEpoch, req.AckSeq = epoch, 42
 	if m := h.to(h.stepLease(at(100*ms), req), "a"); m.Seq != 1 || m.Incarnation != a.inc {
 		t.Fatalf("new incarnation's first request answered %+v, want Seq 1 of incarnation %d", *m, a.inc)
+	}
+}
+
+// TestGrantRepeatedUntilAcknowledged: the Manager lists a grant as a grant
+// in every message until the owner acknowledges one of them: a message may
+// be lost or overtaken, and an owner that first saw the lease as a renewal
+// would refuse it (losing the state a migrated grant carries). A request
+// whose AckSeq reaches the first message that listed it ends that.
+func TestGrantRepeatedUntilAcknowledged(t *testing.T) {
+	a, b := newPeer("a"), newPeer("b")
+	h := granted(t, CoreConfig{Policy: assign.Fixed{Pieces: 4}, Handover: -1}, a, b)
+	grants := func(m *protocol.LeaseResponse) (n int) {
+		for _, l := range m.Leases {
+			if l.Grant {
+				n++
+			}
+		}
+		return n
+	}
+	// a's grants went out at the end of the restart reservation; a's next
+	// request was sent before that message arrived (its AckSeq is older):
+	// it raced, and the Manager resends after a backoff.
+	req := a.request()
+	req.AckSeq = 0
+	if r := h.stepLease(restartEnd.Add(10*ms), req); len(r.Owners) != 0 {
+		t.Fatalf("a raced request was answered: %+v", r.Owners)
+	}
+	r := h.tick(restartEnd.Add(10*ms + tm.BackoffMax))
+	if m := h.to(r, "a"); grants(m) != 2 {
+		t.Fatalf("the resend lists %d grants, want both again: %+v", grants(m), m.Leases)
+	}
+	// A request acknowledging the answer (which listed them too) ends it.
+	r = h.send(restartEnd.Add(20*ms+tm.BackoffMax), a)
+	if m := h.to(r, "a"); grants(m) != 0 || len(m.Leases) != 2 {
+		t.Fatalf("after the acknowledgement: %d grants of %d leases, want 2 renewals", grants(m), len(m.Leases))
 	}
 }

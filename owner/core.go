@@ -104,9 +104,23 @@ type Core struct {
 
 	handing map[Handover]bool // planned moves asked for: false pending, true answered
 	handed  []handed          // reported to the Manager until their lease would have run out
+	// gone are the pieces of leases this run gave up (recalled, refused,
+	// expired, handed over), kept until the Manager answers a request sent
+	// after: the Manager repeats a grant in its messages until a request
+	// acknowledges one of them, so a message it sent before it learned of
+	// the give-up may still list the piece as a grant. Taking it up again
+	// would believe the lease again after a gap.
+	gone []gonePiece
 
 	out     []*protocol.LeaseRequest
 	changes []OwnershipChange
+}
+
+// gonePiece is a piece of a lease given up before request until was sent.
+type gonePiece struct {
+	num   LeaseNum
+	r     keyspace.Range
+	until uint64
 }
 
 // handed is a handover done, reported in every request until until.
@@ -269,9 +283,30 @@ func (c *Core) expire(now time.Time) {
 		}
 	}
 	if len(revoked) > 0 {
+		for _, l := range c.held {
+			if !now.Before(l.Expiry) {
+				c.gave(l.Num, l.Range)
+			}
+		}
 		c.held = kept
 		c.changes = append(c.changes, OwnershipChange{Revoked: revoked})
 	}
+}
+
+// gave records that piece r of lease n is given up.
+func (c *Core) gave(n LeaseNum, r keyspace.Range) {
+	c.gone = append(c.gone, gonePiece{num: n, r: r, until: c.seq + 1})
+}
+
+// notGone returns the parts of r that lease n was not given up on.
+func (c *Core) notGone(n LeaseNum, r keyspace.Range) []keyspace.Range {
+	rs := keyspace.NewRangeSet(r)
+	for _, g := range c.gone {
+		if g.num == n && g.r.Overlaps(r) {
+			rs = rs.Subtract(keyspace.NewRangeSet(g.r))
+		}
+	}
+	return rs.Ranges()
 }
 
 // Reconnected tells the Owner its transport reached a Manager replica anew
@@ -372,7 +407,15 @@ func (c *Core) Step(now time.Time, m *protocol.LeaseResponse) {
 		}
 		num := LeaseNum{Epoch: m.Epoch, LGN: l.LGN}
 		if l.Grant {
-			next = append(next, Lease{Range: l.Range, Num: num, Expiry: expiry, Migrated: l.Migrated})
+			// A grant is repeated until acknowledged; a piece given up
+			// since is refused (C§2.3: the lease is not renewed after a gap).
+			parts := c.notGone(num, l.Range)
+			if len(parts) != 1 || parts[0] != l.Range {
+				refused = true
+			}
+			for _, r := range parts {
+				next = append(next, Lease{Range: r, Num: num, Expiry: expiry, Migrated: l.Migrated})
+			}
 			continue
 		}
 		// A renewal is accepted only for a lease held without a gap: a
@@ -386,6 +429,10 @@ func (c *Core) Step(now time.Time, m *protocol.LeaseResponse) {
 	}
 	slices.SortFunc(next, func(a, b Lease) int { return keyspace.Compare(a.Range, b.Range) })
 	next = dropOverlaps(next)
+	// The Manager has answered our latest request: whatever we gave up
+	// before sending it, it knows, and no message of its still to come
+	// lists it (an older one would be overtaken).
+	c.gone = slices.DeleteFunc(c.gone, func(g gonePiece) bool { return g.until <= m.AckSeq })
 	c.epoch = m.Epoch
 	c.drain = m.Drain
 	c.drainHeard = c.draining
@@ -423,8 +470,10 @@ func (c *Core) adoptRacedGrants(now time.Time, m *protocol.LeaseResponse) {
 		if slices.ContainsFunc(c.held, func(h Lease) bool { return h.Range.Overlaps(l.Range) }) {
 			continue
 		}
-		next = append(next, Lease{Range: l.Range, Num: LeaseNum{Epoch: m.Epoch, LGN: l.LGN},
-			Expiry: at.Add(c.cfg.Timing.OwnerLease), Migrated: l.Migrated})
+		num := LeaseNum{Epoch: m.Epoch, LGN: l.LGN}
+		for _, r := range c.notGone(num, l.Range) {
+			next = append(next, Lease{Range: r, Num: num, Expiry: at.Add(c.cfg.Timing.OwnerLease), Migrated: l.Migrated})
+		}
 	}
 	if len(next) == len(c.held) {
 		return
@@ -544,7 +593,10 @@ func dropOverlaps(ls []Lease) []Lease {
 func (c *Core) setHeld(next []Lease) (revoked bool) {
 	var ch OwnershipChange
 	for _, l := range c.held {
-		ch.Revoked = append(ch.Revoked, uncovered(l.Range, next, l.Num)...)
+		for _, r := range uncovered(l.Range, next, l.Num) {
+			ch.Revoked = append(ch.Revoked, r)
+			c.gave(l.Num, r)
+		}
 	}
 	for _, l := range next {
 		for _, r := range uncovered(l.Range, c.held, l.Num) {

@@ -158,3 +158,63 @@ func TestRacedGrantAdopted(t *testing.T) {
 		t.Fatalf("the next request holds %v (ack %d), want mid listed", next.Held, next.AckSeq)
 	}
 }
+
+// TestRepeatedGrantAfterGiveUp: the Manager lists a grant in every message
+// until a request acknowledges it, so a message it sent before it learned
+// the Owner handed the range over may list it again. The Owner refuses it
+// (believing the lease again after a gap would vouch for state it gave
+// away) until the Manager answers a request sent after the give-up.
+func TestRepeatedGrantAfterGiveUp(t *testing.T) {
+	c := withHandovers(t, true)
+	req := one(t, tick(c, at(tm.Renew)).reqs)
+	r := step(c, at(tm.Renew+10*ms), asking(resp(2, req.Seq, renew(lo, 3), renew(hi, 4)), handover(hi, 4)))
+	h := r.chs[0].Handovers[0]
+	c.HandoverDone(at(tm.Renew+20*ms), h, true)
+	handedReq := one(t, tick(c, at(tm.Renew+20*ms)).reqs)
+
+	// An answer to the request before, still listing hi as a grant: raced.
+	step(c, at(tm.Renew+30*ms), resp(3, req.Seq, renew(lo, 3), grant(hi, 4)))
+	if _, ok := c.CheckLeaseNow(at(tm.Renew+31*ms), hi.Start); ok {
+		t.Fatal("a raced message's repeated grant gave back the range handed over")
+	}
+	// An answer to the latest request that still lists it (the Manager
+	// had not yet processed the report): refused, and said so at once.
+	r = step(c, at(tm.Renew+40*ms), resp(4, handedReq.Seq, renew(lo, 3), grant(hi, 4)))
+	if _, ok := c.CheckLeaseNow(at(tm.Renew+41*ms), hi.Start); ok {
+		t.Fatal("a repeated grant gave back the range handed over")
+	}
+	if len(r.chs) != 0 {
+		t.Fatalf("changes %+v for a refused grant", r.chs)
+	}
+	refusal := one(t, r.reqs)
+	if !slices.Equal(refusal.Held, []protocol.Lease{held(lo, 3)}) {
+		t.Fatalf("the refusal holds %v, want lo only", refusal.Held)
+	}
+	// Once the Manager has answered a request sent after the give-up, the
+	// Owner forgets it: a grant of LGN 4 can no longer come.
+	step(c, at(tm.Renew+50*ms), resp(5, refusal.Seq, renew(lo, 3)))
+	if len(c.gone) != 0 {
+		t.Fatalf("still remembers %v given up after the Manager answered", c.gone)
+	}
+}
+
+// TestRepeatedGrantTakenOnce: a grant listed again in the next message, the
+// first having been lost, is taken up there; listed again once held, it
+// renews the lease without a second upcall.
+func TestRepeatedGrantTakenOnce(t *testing.T) {
+	c := newCore(t)
+	req := one(t, tick(c, base).reqs)
+	// resp 1 (granting lo) was lost; resp 2 repeats it.
+	r := step(c, at(100*ms), resp(2, req.Seq, grant(lo, 3)))
+	if len(r.chs) != 1 || len(r.chs[0].Granted) != 1 {
+		t.Fatalf("changes %+v, want lo granted", r.chs)
+	}
+	req = one(t, tick(c, at(tm.Renew)).reqs)
+	r = step(c, at(tm.Renew+10*ms), resp(3, req.Seq, grant(lo, 3)))
+	if len(r.chs) != 0 || len(r.reqs) != 0 {
+		t.Fatalf("a repeated grant of a held lease changed %+v, sent %v", r.chs, r.reqs)
+	}
+	if l := c.Held(at(tm.Renew + 20*ms)); len(l) != 1 || !l[0].Expiry.Equal(at(tm.Renew+tm.OwnerLease)) {
+		t.Fatalf("held %+v, want lo renewed from the request at %v", l, at(tm.Renew))
+	}
+}

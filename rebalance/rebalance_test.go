@@ -535,8 +535,9 @@ func TestImbalance(t *testing.T) {
 
 // TestPlanInvariants checks every plan of many random inputs, for both
 // policies: Next is a valid assignment of members; every key whose owner
-// changed is in exactly one Move, which names a whole range of Current with
-// its load; the churn fits the budget; orphans are all placed.
+// changed is in exactly one Move, which names a range of Current with its
+// load or a part of one with part of its load (Centrifuge placing a new
+// member on the ring); the churn fits the budget; orphans are all placed.
 func TestPlanInvariants(t *testing.T) {
 	rng := rand.New(rand.NewSource(7))
 	for i := range 300 {
@@ -643,8 +644,10 @@ func checkPlan(in Input, plan Plan, budgeted bool) error {
 			return fmt.Errorf("%v went from %q to %q without a move", s.Range, from, s.Owner)
 		case m.From != from || m.To != s.Owner || m.Orphaned == isMember[from]:
 			return fmt.Errorf("move %v, want from %q to %q, orphaned %v", m, from, s.Owner, !isMember[from])
-		case in.Current[j].Range != s.Range || in.Current[j].Load != m.Load:
-			return fmt.Errorf("move %v is not the whole range %v with its load %g", m, in.Current[j].Range, in.Current[j].Load)
+		case in.Current[j].Range == s.Range && in.Current[j].Load != m.Load:
+			return fmt.Errorf("move %v of the whole range %v has not its load %g", m, in.Current[j].Range, in.Current[j].Load)
+		case in.Current[j].Range != s.Range && (s.Range.Last() > in.Current[j].Range.Last() || m.Load > in.Current[j].Load+1e-9):
+			return fmt.Errorf("move %v is not part of the range %v with at most its load %g", m, in.Current[j].Range, in.Current[j].Load)
 		}
 		delete(byRange, s.Range)
 		if !m.Orphaned {
@@ -701,5 +704,37 @@ func BenchmarkWeightedPlanBalanced(b *testing.B) {
 		if _, err := p.Plan(in); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestCentrifugeJoinPlacesOnRing: a member that holds nothing has joined;
+// Centrifuge places it on the hash ring at once, as its virtual nodes would
+// be, keeping the load of every key where it is.
+func TestCentrifugeJoinPlacesOnRing(t *testing.T) {
+	before := assign.ConsistentHash{}.Assign(members("a", "b"))
+	cur := make([]Segment, len(before))
+	for i, s := range before {
+		cur[i] = Segment{Range: s.Range, Owner: s.Owner, Load: s.Range.Size() / keySpace * 100}
+	}
+	ms := members("a", "b", "c")
+	plan, err := Centrifuge().Plan(Input{Members: ms, Current: cur})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ring := assign.ConsistentHash{}.Assign(ms)
+	var total float64
+	for _, s := range plan.Next {
+		total += s.Load
+		for _, k := range []keyspace.Key{s.Range.Start, s.Range.Last()} {
+			if want := ring.Owner(k); s.Owner != want {
+				t.Fatalf("key %016x went to %s, the ring says %s", uint64(k), s.Owner, want)
+			}
+		}
+	}
+	if math.Abs(total-100) > 1e-6 {
+		t.Errorf("the load adds up to %g after placing, want 100", total)
+	}
+	if plan.KeySpaceMoved < 0.2 || plan.KeySpaceMoved > 0.5 {
+		t.Errorf("KeySpaceMoved %g: the new member should take about a third of the key space", plan.KeySpaceMoved)
 	}
 }

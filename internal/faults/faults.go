@@ -26,6 +26,11 @@ type Set struct {
 	// once instead of reserving every range for a ManagerLease (the second
 	// failover rule).
 	NoTakeoverReservation bool
+	// MigrateUnhanded makes the Manager grant a range its holder gave up
+	// without reporting a handover to the next Owner all the same, marked
+	// migrated: a declined or late planned move must fall back to a recall
+	// that reports the state lost (C§2.1.2).
+	MigrateUnhanded bool
 }
 
 // Has reports whether s is non-nil and f(s) holds.

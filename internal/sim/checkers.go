@@ -40,17 +40,22 @@ type checker struct {
 	owed     map[*node][]*obligation
 	everHeld map[*node]map[owner.LeaseNum]bool // leases each Owner run has believed
 
+	// migratedFrom names, for every migrated grant the table has shown,
+	// the lease whose state it carries (Entry.MigratedFrom).
+	migratedFrom map[leaseID]keyspace.LGN
+
 	violation *Violation
 	off       bool // Config.NoChecks
 }
 
 func newChecker(s *Sim) *checker {
 	return &checker{
-		s:        s,
-		bound:    s.cfg.Timing.NotificationBound(),
-		shadow:   leasetable.New(time.Hour),
-		owed:     map[*node][]*obligation{},
-		everHeld: map[*node]map[owner.LeaseNum]bool{},
+		s:            s,
+		bound:        s.cfg.Timing.NotificationBound(),
+		shadow:       leasetable.New(time.Hour),
+		owed:         map[*node][]*obligation{},
+		everHeld:     map[*node]map[owner.LeaseNum]bool{},
+		migratedFrom: map[leaseID]keyspace.LGN{},
 	}
 }
 
@@ -86,10 +91,12 @@ func (c *checker) ownerStepped(n *node, before map[owner.LeaseNum]bool) {
 	for _, l := range mine {
 		// Continuity: a lease number believed again after a gap would let
 		// CheckLeaseContinuous vouch for state another owner may have
-		// changed meanwhile.
+		// changed meanwhile. (A lease may come in several pieces.)
 		if c.everHeld[n][l.Num] && !before[l.Num] {
 			c.fail("continuity", "%s believes lease %+v again after a gap", n.name, l.Num)
 		}
+	}
+	for _, l := range mine {
 		c.everHeld[n][l.Num] = true
 	}
 	for _, o := range c.s.owners {
@@ -114,7 +121,36 @@ func (c *checker) ownerStepped(n *node, before map[owner.LeaseNum]bool) {
 	}
 }
 
-func (c *checker) ownerChanges(*node, []owner.OwnershipChange) {}
+// ---- migration ----
+
+// tookUp checks a migrated grant an Owner run takes up: the run must have
+// received the state of the lease the grant carries on (Entry.MigratedFrom)
+// for all of the granted range. If it has not, the state is lost, and the
+// migrated flag keeps every Lookup from hearing of it.
+func (c *checker) tookUp(n *node, g owner.Lease) {
+	if c.off {
+		return
+	}
+	c.s.stats.MigratedGrants++
+	id := leaseID{g.Num.Epoch, g.Num.LGN}
+	from, ok := c.migratedFrom[id]
+	if !ok {
+		c.fail("migration", "%s took up a migrated grant of %v (lease %+v) the table never showed", n.name, g.Range, id)
+		return
+	}
+	var got keyspace.RangeSet
+	for _, t := range n.app.pending {
+		if t.from == (leaseID{id.epoch, from}) {
+			if p, ok := t.r.Intersect(g.Range); ok {
+				got = got.Add(p)
+			}
+		}
+	}
+	if !got.CoversRange(g.Range) {
+		c.fail("migration", "%s took up %v as migrated from lease %d (now lease %+v) but received the state of only %v: "+
+			"a loss no Lookup is told of", n.name, g.Range, from, id, got)
+	}
+}
 
 // ---- recovery notification ----
 
@@ -159,8 +195,14 @@ func (c *checker) managerStepped(n *node) {
 }
 
 func (c *checker) change(r keyspace.Range, e leasetable.Entry) {
+	if e.Migrated {
+		c.migratedFrom[leaseID{c.shadowEpoch, e.LGN}] = e.MigratedFrom
+	}
 	for _, old := range c.shadow.Overlapping(r) {
 		if old.Entry.LGN != 0 && old.Entry.LGN != e.LGN && !e.Migrated {
+			if traceNode == "losses" {
+				fmt.Printf("%12s loss %v %s/%d -> %q/%d\n", c.s.now, old.Range, old.Entry.Owner, old.Entry.LGN, e.Owner, e.LGN)
+			}
 			c.lost(old.Range, leaseID{c.shadowEpoch, old.Entry.LGN})
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/leasehold/leasehold/assign"
 	"github.com/leasehold/leasehold/internal/faults"
 	"github.com/leasehold/leasehold/protocol"
+	"github.com/leasehold/leasehold/rebalance"
 )
 
 // Config describes one simulated run.
@@ -72,6 +73,34 @@ type Config struct {
 	ClockSkew bool
 
 	Break *faults.Set // rules to break deliberately
+
+	// Migration gives the Owners an application that hands state over on
+	// planned moves (app.go): the holder sends the range's state to the
+	// next Owner over the simulated network and calls HandoverDone when it
+	// is acknowledged. The migration checker fails any Owner that takes up
+	// a migrated grant without the state it names. AppFaults makes one
+	// Owner run in eight an application without the handover upcall, and
+	// the application give up one handover in sixteen.
+	Migration bool
+	AppFaults bool
+	// DrainEvery restarts an Owner gracefully (drain, leave, start again)
+	// on average this often while FaultTime lasts; DrainGate is the
+	// Manager's maintenance gate (CoreConfig.DrainGate).
+	DrainEvery time.Duration
+	DrainGate  int
+
+	// Workload, if set, is the popularity of the keys requested, Rate
+	// requests per second in all: every Owner reports the load its held
+	// ranges carry and the hottest keys among them, as its load meter
+	// would. Rebalance is the Manager's load-aware policy
+	// (CoreConfig.Rebalance, planned every RebalanceEvery); nil keeps the
+	// membership-only Policy. Owner i has capacity
+	// Capacities[i%len(Capacities)] (none: all 1).
+	Workload       *rebalance.Workload
+	Rate           float64
+	Rebalance      rebalance.Policy
+	RebalanceEvery time.Duration
+	Capacities     []float64
 
 	// StartSpread starts the Owners and Lookups at random times within
 	// StartSpread of the Manager instead of all at once (0): thousands of

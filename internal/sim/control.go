@@ -3,7 +3,9 @@ package sim
 import (
 	"time"
 
+	"github.com/leasehold/leasehold/assign"
 	"github.com/leasehold/leasehold/keyspace"
+	"github.com/leasehold/leasehold/rebalance"
 )
 
 // Control is how a Config.Script acts on a run: it schedules functions at
@@ -170,3 +172,64 @@ func (c *Control) Holds(i int, key keyspace.Key) bool {
 // Stop ends the run after the current event (a benchmark was cancelled).
 // The end-of-run checks still run.
 func (c *Control) Stop() { c.s.stopped = true }
+
+// Load is the load the Owners carry now by the committed lease table and
+// Config.Workload: requests per second of each Owner (Owner i at index i),
+// and the imbalance among the Owners that are up and not shutting down —
+// the highest load per unit of capacity over the mean (rebalance.Imbalance;
+// ranges no such Owner holds count in the mean only). Without a Workload
+// or a table it returns nil and 0.
+func (c *Control) Load() (perOwner []float64, imbalance float64) {
+	s := c.s
+	st := s.furthest()
+	if s.cfg.Workload == nil || st == nil {
+		return nil, 0
+	}
+	segs := st.Table(namespace).Segments()
+	loads := make([]rebalance.Segment, len(segs))
+	perOwner = make([]float64, len(s.owners))
+	for i, seg := range segs {
+		loads[i] = rebalance.Segment{Range: seg.Range, Owner: seg.Entry.Owner, Load: s.cfg.Workload.Load(seg.Range) * s.cfg.Rate}
+		if o := s.byOwner[seg.Entry.Owner]; o != nil {
+			perOwner[o.idx] += loads[i].Load
+		}
+	}
+	var members []assign.Member
+	for _, o := range s.owners {
+		if o.up && !o.draining {
+			members = append(members, assign.Member{ID: o.name, Capacity: c.capacity(o.idx)})
+		}
+	}
+	return perOwner, rebalance.Imbalance(members, loads)
+}
+
+// capacity is Owner i's capacity (Config.Capacities; 1 without).
+func (c *Control) capacity(i int) float64 {
+	if caps := c.s.cfg.Capacities; len(caps) > 0 {
+		return caps[i%len(caps)]
+	}
+	return 1
+}
+
+// Capacity is Owner i's capacity (Config.Capacities; 1 without).
+func (c *Control) Capacity(i int) float64 { return c.capacity(i) }
+
+// Desired is the desired assignment of the replica that leads, which the
+// Manager moves the leases towards: the load-aware policy's latest round
+// (Config.Rebalance). Nil while no replica has taken over.
+func (c *Control) Desired() assign.Assignment {
+	if l := c.s.leader(); l != nil && l.rep.Core() != nil {
+		return l.rep.Core().Desired(namespace)
+	}
+	return nil
+}
+
+// OwnerName is the ID Owner i uses with the Manager.
+func (c *Control) OwnerName(i int) string { return c.s.owners[i].name }
+
+// SetWorkload changes the popularity of the keys from now on (skew
+// appearing, or shifting): the Owners' next load reports follow it.
+func (c *Control) SetWorkload(w *rebalance.Workload) {
+	c.s.cfg.Workload = w
+	c.s.hot = w.Top(hotKeys, c.s.cfg.Rate)
+}

@@ -16,6 +16,7 @@ import (
 	"github.com/leasehold/leasehold/manager"
 	"github.com/leasehold/leasehold/owner"
 	"github.com/leasehold/leasehold/protocol"
+	"github.com/leasehold/leasehold/rebalance"
 )
 
 const namespace = manager.DefaultNamespace
@@ -58,6 +59,9 @@ type node struct {
 	look    *lookup.Core
 	thin    *thinLookup // instead of look, with Config.ThinLookups
 	session uint64      // the Lookup's session with the Manager
+
+	app      app  // an Owner's application (app.go)
+	draining bool // an Owner shutting down gracefully (Config.DrainEvery)
 }
 
 // refusal is a replica's answer to a client it will not serve (a
@@ -134,7 +138,8 @@ type Sim struct {
 	nextPart int
 	chk      *checker
 	stats    Stats
-	stopped  bool // Control.Stop was called
+	stopped  bool               // Control.Stop was called
+	hot      []rebalance.HotKey // Config.Workload's hottest keys, requests/s
 }
 
 // replicated reports whether the Manager is a group of several replicas.
@@ -163,8 +168,18 @@ type Stats struct {
 	Snapshots        int   // Raft snapshots taken (log compactions)
 	SnapshotsSent    int   // MsgSnap: a replica too far behind was sent the State whole
 	Refusals         int   // NotLeader answers to Owners and Lookups
-	LossEvents       int   // unmigrated LGN changes recorded by the Manager
-	Notified         int   // (loss, lookup) pairs notified in time
+	// Planned moves (Config.Migration): handovers the Owners were asked
+	// for, those whose state arrived and was acknowledged, those the
+	// application gave up, the migrated grants taken up (each checked to
+	// carry the state it names), and the messages between Owners.
+	Handovers        int
+	HandoversDone    int
+	HandoversGivenUp int
+	MigratedGrants   int
+	Transfers        int
+	Drains           int // graceful Owner restarts begun (Config.DrainEvery)
+	LossEvents       int // unmigrated LGN changes recorded by the Manager
+	Notified         int // (loss, lookup) pairs notified in time
 	WorstDelay       time.Duration
 	Bound            time.Duration
 	Segments         int // lease-table segments at the end
@@ -219,6 +234,9 @@ func Run(cfg Config) Result {
 	}
 	s.chk = newChecker(s)
 	s.chk.off = cfg.NoChecks
+	if cfg.Workload != nil {
+		s.hot = cfg.Workload.Top(hotKeys, cfg.Rate)
+	}
 	for i := range max(cfg.Managers, 1) {
 		n := s.addNode(managerNode, i, fmt.Sprintf("manager-%d", i+1))
 		s.mgrs = append(s.mgrs, n)
@@ -560,6 +578,10 @@ func (s *Sim) deliver(n *node, e *event) {
 			panic(fmt.Sprintf("%s rejected a well-formed message: %v", n.name, err))
 		}
 	case ownerNode:
+		if from.kind == ownerNode {
+			s.appDeliver(n, from, e.msg)
+			break
+		}
 		n.heard = now
 		m := e.msg.(*protocol.LeaseResponse)
 		s.trace(n, "recv resp from %s epoch=%d seq=%d ack=%d inc=%d leases=%d (my inc=%d)", from.name, m.Epoch, m.Seq, m.AckSeq, m.Incarnation, len(m.Leases), n.inc)
@@ -590,7 +612,7 @@ func (s *Sim) after(n *node) {
 		for _, m := range out {
 			s.trace(n, "send req to %s seq=%d ackE=%d ackS=%d held=%d inc=%d", s.mgrs[n.target].name, m.Seq, m.AckEpoch, m.AckSeq, len(m.Held), m.Incarnation)
 		}
-		s.chk.ownerChanges(n, changes)
+		s.ownerChanged(n, changes)
 		for _, m := range out {
 			s.send(n, s.mgrs[n.target], m)
 		}
@@ -706,6 +728,8 @@ func (s *Sim) send(from, to *node, msg any) {
 	switch {
 	case from.kind == managerNode && to.kind == managerNode:
 		s.stats.RaftMessages++
+	case from.kind == ownerNode && to.kind == ownerNode:
+		s.stats.Transfers++
 	case from.kind == ownerNode || to.kind == ownerNode:
 		s.stats.LeaseMessages++
 		s.stats.LeaseBytes += int64(size)
@@ -811,6 +835,7 @@ func (s *Sim) start(n *node) {
 			ID: uint64(n.idx + 1),
 			Core: manager.CoreConfig{
 				Timing: s.cfg.Timing, Policy: s.cfg.Policy, Epoch: s.epoch, Seed: seed, Faults: s.cfg.Break,
+				Rebalance: s.cfg.Rebalance, RebalanceEvery: s.cfg.RebalanceEvery, DrainGate: s.cfg.DrainGate,
 			},
 			Storage: n.store, Bootstrap: s.peers, Tick: s.tick, ElectionTicks: electionTicks, SnapshotEntries: snapshotEntries,
 		}, now)
@@ -819,10 +844,11 @@ func (s *Sim) start(n *node) {
 		}
 		n.hadCore = false
 	case ownerNode:
-		n.own = owner.NewCore(owner.CoreConfig{
+		n.draining = false
+		n.own = owner.NewCore(s.ownerConfig(n, owner.CoreConfig{
 			Namespace: namespace, ID: n.name, Addr: n.name + ":7000", Incarnation: n.inc,
 			Timing: s.cfg.Timing, Seed: seed, Faults: s.cfg.Break,
-		})
+		}))
 		s.chk.ownerStarted(n)
 	case lookupNode:
 		delete(s.bySess, n.session)
@@ -898,6 +924,17 @@ func (s *Sim) scheduleFaults() {
 		if n := s.pickUp(s.lookups); n != nil {
 			s.crash(n)
 			s.at(s.now+s.uniform(0, 2*t.SyncTimeout), func() { s.restart(n) })
+		}
+	})
+	repeat(c.DrainEvery, func() {
+		var idle []*node
+		for _, n := range s.owners {
+			if !n.draining {
+				idle = append(idle, n)
+			}
+		}
+		if n := s.pickUp(idle); n != nil {
+			s.drain(n)
 		}
 	})
 	repeat(c.ManagerCrashEvery, func() {
@@ -1029,6 +1066,9 @@ func (s *Sim) stopFaults() {
 	s.faulting = false
 	for _, n := range s.nodes {
 		n.part = 0
+		if n.draining {
+			s.crash(n) // an Owner shutting down finishes, and starts again
+		}
 		if !n.up {
 			s.start(n)
 		}

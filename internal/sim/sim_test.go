@@ -15,7 +15,7 @@ var (
 	seedsFlag = flag.Int("sim.seeds", 200, "number of seeds per simulation test")
 	soakFlag  = flag.Int("sim.soak", 0, "if set, run this many seeds instead (a long soak)")
 	seedFlag  = flag.Uint64("sim.seed", 0, "replay only this seed")
-	traceFlag = flag.String("sim.trace", "", "with -sim.seed: print the messages of this node (e.g. owner-03, lookup-07)")
+	traceFlag = flag.String("sim.trace", "", "with -sim.seed: print the messages of this node (e.g. owner-03, lookup-07), or every loss the Manager records (losses)")
 )
 
 // shortLog is Fast with a change log that keeps about one sync period, so
@@ -118,6 +118,12 @@ func total(results []Result) Stats {
 		tot.Refusals += s.Refusals
 		tot.LossEvents += s.LossEvents
 		tot.Notified += s.Notified
+		tot.Handovers += s.Handovers
+		tot.HandoversDone += s.HandoversDone
+		tot.HandoversGivenUp += s.HandoversGivenUp
+		tot.MigratedGrants += s.MigratedGrants
+		tot.Transfers += s.Transfers
+		tot.Drains += s.Drains
 		tot.WorstDelay = max(tot.WorstDelay, s.WorstDelay)
 		tot.Bound = max(tot.Bound, s.Bound)
 	}

@@ -1,0 +1,237 @@
+package sim
+
+import (
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/leasehold/leasehold/keyspace"
+	"github.com/leasehold/leasehold/owner"
+	"github.com/leasehold/leasehold/protocol"
+)
+
+// The application on each Owner: what a server that keeps state in memory
+// does with its upcalls (Config.Migration, Config.Workload).
+//
+// A planned move (C§2.1.2) is carried out as examples/kv does it: the holder
+// sends the range's state to the next Owner over the simulated network
+// (stateMsg), the next Owner keeps it for the grant to come and acknowledges
+// (stateAck), and on the acknowledgement the holder calls HandoverDone.
+// Messages between Owners are dropped, delayed, duplicated and cut off like
+// any other, so some moves miss their deadline and fall back to a recall.
+// With Config.AppFaults, one Owner run in declineOneIn has no handover
+// upcall at all (it gives every range up at once, as an application
+// without migration does), and the application gives up one handover in
+// giveUpOneIn.
+//
+// The migration checker (checker.tookUp) holds the Manager to its side of
+// the bargain: an Owner that takes up a grant marked migrated must have
+// received the state of the very lease the grant names (MigratedFrom);
+// otherwise the state is gone and no Lookup hears of it.
+
+const (
+	declineOneIn = 8
+	giveUpOneIn  = 16
+)
+
+// app is the application state of one Owner run.
+type app struct {
+	decline bool       // this run hands nothing over
+	pending []transfer // state received for moves, waiting for their grant
+	loadAt  time.Time  // local time of the last load report
+	// since is when each held lease was taken up, local time: a load
+	// meter counts a range's requests only while it is held.
+	since map[owner.LeaseNum]time.Time
+}
+
+// transfer is the state of a range handed over to this Owner run: the
+// state of lease from, received at (virtual time).
+type transfer struct {
+	r    keyspace.Range
+	from leaseID
+	at   time.Duration
+}
+
+// stateMsg carries the state of h.Range from the Owner run fromInc to the
+// run h.Incarnation of h.To.
+type stateMsg struct {
+	h       owner.Handover
+	fromInc uint64
+}
+
+// stateAck acknowledges a stateMsg to the Owner run fromInc.
+type stateAck struct {
+	h       owner.Handover
+	fromInc uint64
+}
+
+// ownerConfig completes an Owner run's core configuration with what its
+// application does: hand state over, weigh its capacity, report its load.
+func (s *Sim) ownerConfig(n *node, cfg owner.CoreConfig) owner.CoreConfig {
+	n.app = app{}
+	if s.cfg.Migration {
+		n.app.decline = s.cfg.AppFaults && s.rng.IntN(declineOneIn) == 0
+		cfg.Handovers = !n.app.decline
+	}
+	if len(s.cfg.Capacities) > 0 {
+		cfg.Capacity = s.cfg.Capacities[n.idx%len(s.cfg.Capacities)]
+	}
+	if s.cfg.Workload != nil {
+		cfg.Load = func(now time.Time) ([]protocol.RangeLoad, []protocol.KeyLoad, time.Duration) {
+			return s.loadReport(n, now)
+		}
+	}
+	return cfg
+}
+
+// loadReport is what an Owner's load meter would have counted since its
+// last report: each held range's share of the workload's requests while it
+// was held (a range taken up during the window counts for part of it), and
+// the hottest keys among those it holds. Ranges given up during the window
+// are left out (a real meter reports them too).
+func (s *Sim) loadReport(n *node, now time.Time) ([]protocol.RangeLoad, []protocol.KeyLoad, time.Duration) {
+	prev := n.app.loadAt
+	n.app.loadAt = now
+	window := now.Sub(prev)
+	if prev.IsZero() || window <= 0 {
+		return nil, nil, 0
+	}
+	secs := window.Seconds()
+	held := n.own.Held(now)
+	var loads []protocol.RangeLoad
+	for _, l := range held {
+		from := prev
+		if at, ok := n.app.since[l.Num]; ok && at.After(from) {
+			from = at
+		}
+		loads = append(loads, protocol.RangeLoad{Range: l.Range,
+			Requests: uint64(s.cfg.Workload.Load(l.Range)*s.cfg.Rate*now.Sub(from).Seconds() + 0.5)})
+	}
+	maps.DeleteFunc(n.app.since, func(num owner.LeaseNum, _ time.Time) bool {
+		return !slices.ContainsFunc(held, func(l owner.Lease) bool { return l.Num == num })
+	})
+	var hot []protocol.KeyLoad
+	for _, k := range s.hot {
+		if len(hot) == hotReported {
+			break
+		}
+		if slices.ContainsFunc(held, func(l owner.Lease) bool { return l.Range.Contains(k.Key) }) {
+			hot = append(hot, protocol.KeyLoad{Key: k.Key, Requests: uint64(k.Load*secs + 0.5)})
+		}
+	}
+	return loads, hot, window
+}
+
+// hotKeys is how many of the workload's hottest keys the Owners' sketches
+// are assumed to find; hotReported how many an Owner reports (as
+// owner/load.go does).
+const (
+	hotKeys     = 64
+	hotReported = 8
+)
+
+// ownerChanged runs the application's upcalls of an Owner step: it takes
+// up the state of migrated grants (checking that it has it), drops the
+// state of revoked ranges, and starts the handovers asked for.
+func (s *Sim) ownerChanged(n *node, changes []owner.OwnershipChange) {
+	for _, ch := range changes {
+		for _, g := range ch.Granted {
+			if n.app.since == nil {
+				n.app.since = map[owner.LeaseNum]time.Time{}
+			}
+			if _, ok := n.app.since[g.Num]; !ok {
+				n.app.since[g.Num] = n.local(s.now)
+			}
+		}
+		if traceNode == n.name {
+			s.trace(n, "revoked %v granted %v handovers %v", ch.Revoked, ch.Granted, ch.Handovers)
+		}
+		for _, g := range ch.Granted {
+			if g.Migrated {
+				s.chk.tookUp(n, g)
+			}
+		}
+		for _, h := range ch.Handovers {
+			s.handOver(n, h)
+		}
+	}
+	// State received for a move is kept about as long as the move can
+	// take: the holder's deadline is an OwnerLease.
+	keep := 4 * s.cfg.Timing.OwnerLease
+	n.app.pending = slices.DeleteFunc(n.app.pending, func(t transfer) bool { return s.now-t.at > keep })
+}
+
+// handOver starts the application's side of a planned move: send the
+// state to the next Owner, or give up.
+func (s *Sim) handOver(n *node, h owner.Handover) {
+	s.stats.Handovers++
+	if s.cfg.AppFaults && s.rng.IntN(giveUpOneIn) == 0 {
+		s.stats.HandoversGivenUp++
+		n.own.HandoverDone(n.local(s.now), h, false)
+		return
+	}
+	to := s.byOwner[h.To]
+	if to == nil {
+		n.own.HandoverDone(n.local(s.now), h, false)
+		return
+	}
+	s.send(n, to, stateMsg{h: h, fromInc: n.inc})
+}
+
+// appDeliver handles a message from another Owner.
+func (s *Sim) appDeliver(n *node, from *node, msg any) {
+	now := n.local(s.now)
+	switch m := msg.(type) {
+	case stateMsg:
+		if m.h.Incarnation != n.inc {
+			return // for an earlier run of this Owner: its memory is gone
+		}
+		n.app.pending = append(n.app.pending, transfer{r: m.h.Range,
+			from: leaseID{m.h.Lease.Epoch, m.h.Lease.LGN}, at: s.now})
+		s.send(n, from, stateAck(m))
+	case stateAck:
+		if m.fromInc != n.inc {
+			return
+		}
+		s.stats.HandoversDone++
+		s.trace(n, "handover done %v lease %v", m.h.Range, m.h.Lease)
+		n.own.HandoverDone(now, m.h, true)
+	}
+}
+
+// drain restarts Owner n gracefully, as `kv serve` does on SIGTERM and
+// owner.Close does: drain (every range moves away, with its state, once the
+// maintenance gate lets it), leave once nothing is held or after
+// drainTimeout, and start again a little later.
+func (s *Sim) drain(n *node) {
+	s.stats.Drains++
+	n.draining = true
+	inc, began := n.inc, s.now
+	n.own.Drain(n.local(s.now))
+	s.after(n)
+	t := s.cfg.Timing
+	var poll func()
+	poll = func() {
+		if !n.up || n.inc != inc || !s.faulting {
+			return
+		}
+		now := n.local(s.now)
+		if len(n.own.Held(now)) > 0 && s.now-began < drainTimeout(t) {
+			s.at(s.now+t.Renew/2, poll)
+			return
+		}
+		n.own.Leave(now)
+		s.after(n)
+		s.at(s.now+t.Renew, func() {
+			if n.up && n.inc == inc {
+				s.crash(n)
+				s.at(s.now+s.uniform(0, t.ManagerLease), func() { s.restart(n) })
+			}
+		})
+	}
+	s.at(s.now+t.Renew/2, poll)
+}
+
+// drainTimeout is how long a draining Owner waits for its ranges to move
+// before it leaves with what it still holds (kv's --drain-timeout).
+func drainTimeout(t protocol.Timing) time.Duration { return 4 * t.OwnerLease }
