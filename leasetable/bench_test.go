@@ -148,3 +148,33 @@ func BenchmarkViewApply(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkTableOwned: the segments of one owner of the paper's table (64
+// of 6400), from the owner index and by a scan of the table, which is
+// what the Manager did on every lease request before the index.
+func BenchmarkTableOwned(b *testing.B) {
+	t := paperTable(b)
+	b.Run("index", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if len(t.Owned("owner-042")) == 0 {
+				b.Fatal("owner-042 holds nothing")
+			}
+		}
+	})
+	b.Run("scan", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var out []Segment
+			t.Each(func(s Segment) bool {
+				if s.Entry.Owner == "owner-042" {
+					out = append(out, s)
+				}
+				return true
+			})
+			if len(out) == 0 {
+				b.Fatal("owner-042 holds nothing")
+			}
+		}
+	})
+}

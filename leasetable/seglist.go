@@ -63,6 +63,15 @@ func (s *segList[E]) covered(r keyspace.Range, e E) bool {
 	return s.ents[i] == e && i == s.find(r.Last())
 }
 
+// window returns the segments lo..hi-1 that set(r, …) rewrites: those r
+// touches and one neighbour each side. After set they are replaced by
+// segments lo..hi-1+len()-(length before); all others keep their start and
+// entry. r must be valid.
+func (s *segList[E]) window(r keyspace.Range) (lo, hi int) {
+	i, j := s.find(r.Start), s.find(r.Last())
+	return max(i-1, 0), min(j+2, len(s.starts))
+}
+
 // set overwrites r with e, keeping canonical form, and reports whether
 // anything changed. If visit is not nil it is called, in key order and before
 // anything changes, with each piece of r and the entry the piece had.
@@ -85,7 +94,8 @@ func (s *segList[E]) set(r keyspace.Range, e E, visit func(piece keyspace.Range,
 	// Rewrite segments lo..hi-1: those r touches plus one unchanged
 	// neighbour each side, so that merging with the neighbours is just
 	// coalescing this short list. The segments outside keep their entries
-	// at the edges of the list, so canonical form holds outside it.
+	// at the edges of the list, so canonical form holds outside it. (These
+	// are window's lo and hi.)
 	lo, hi := max(i-1, 0), min(j+2, len(s.starts))
 	var (
 		ps [5]keyspace.Key

@@ -41,6 +41,10 @@ type Table struct {
 	// Snapshot since the last change and shared by every Update that
 	// carries it; nil when not made yet.
 	snap []Segment
+	// owned indexes the owned segments by owner: the start keys of the
+	// segments whose Entry.Owner is the map's key (Owned). Owners with no
+	// segment have no entry.
+	owned map[string]map[keyspace.Key]struct{}
 }
 
 // New returns an empty table (all free, LSN 0) whose change log keeps
@@ -53,7 +57,7 @@ func New(retention time.Duration) *Table {
 	if retention == 0 {
 		retention = DefaultRetention
 	}
-	return &Table{segs: newSegList(Entry{}), retention: retention}
+	return &Table{segs: newSegList(Entry{}), retention: retention, owned: map[string]map[keyspace.Key]struct{}{}}
 }
 
 // Set overwrites r with e. If r already has e throughout, Set is a no-op and
@@ -74,9 +78,14 @@ func (t *Table) Set(now time.Time, r keyspace.Range, e Entry) keyspace.LSN {
 	if err := e.Validate(); err != nil {
 		panic(fmt.Sprintf("leasetable: Set %v on %v: %v", e, r, err))
 	}
-	if !t.segs.set(r, e, nil) {
+	if t.segs.covered(r, e) {
 		return t.lsn
 	}
+	lo, hi := t.segs.window(r)
+	n := t.segs.len()
+	t.unindex(lo, hi)
+	t.segs.set(r, e, nil)
+	t.index(lo, hi+t.segs.len()-n)
 	t.snap = nil
 	t.lsn++
 	t.log = append(t.log, Change{LSN: t.lsn, Range: r, Entry: e})
@@ -195,7 +204,40 @@ func (t *Table) Restore(lsn keyspace.LSN, segs []Segment) error {
 		s.ents = append(s.ents, sg.Entry)
 	}
 	t.segs, t.lsn, t.log, t.stamps, t.snap = s, lsn, nil, nil, nil
+	t.owned = map[string]map[keyspace.Key]struct{}{}
+	t.index(0, t.segs.len())
 	return nil
+}
+
+// index adds segments lo..hi-1 to the owner index.
+func (t *Table) index(lo, hi int) {
+	for k := lo; k < hi; k++ {
+		o := t.segs.ents[k].Owner
+		if o == "" {
+			continue
+		}
+		m := t.owned[o]
+		if m == nil {
+			m = map[keyspace.Key]struct{}{}
+			t.owned[o] = m
+		}
+		m[t.segs.starts[k]] = struct{}{}
+	}
+}
+
+// unindex removes segments lo..hi-1 from the owner index.
+func (t *Table) unindex(lo, hi int) {
+	for k := lo; k < hi; k++ {
+		o := t.segs.ents[k].Owner
+		if o == "" {
+			continue
+		}
+		m := t.owned[o]
+		delete(m, t.segs.starts[k])
+		if len(m) == 0 {
+			delete(t.owned, o)
+		}
+	}
 }
 
 func identity(e Entry) Entry { return e }

@@ -183,6 +183,11 @@ func TestTableRandomVsModel(t *testing.T) {
 			for _, i := range p.indexes(rg) {
 				covered = covered && m.ents[i] == e
 			}
+			if step%97 == 96 { // a snapshot installed: the owner index is rebuilt
+				if err := tb.Restore(tb.LSN(), tb.Segments()); err != nil {
+					t.Fatal(err)
+				}
+			}
 			lsn := tb.Set(t0, rg, e)
 			m.set(rg, e)
 			if want := before + 1; covered {
@@ -202,6 +207,20 @@ func TestTableRandomVsModel(t *testing.T) {
 			}
 			if err := tb.segs.check(); err != nil {
 				t.Fatalf("step %d: %v", step, err)
+			}
+			if err := tb.checkOwned(); err != nil {
+				t.Fatalf("step %d: %v", step, err)
+			}
+			for _, o := range []string{"a", "b", "c", "d"} {
+				var want []Segment
+				for _, s := range m.segments() {
+					if s.Entry.Owner == o {
+						want = append(want, s)
+					}
+				}
+				if got := tb.Owned(o); !slices.Equal(got, want) {
+					t.Fatalf("step %d: Owned(%q)\n got %v\nwant %v", step, o, got, want)
+				}
 			}
 			if tb.Len() != len(m.segments()) {
 				t.Fatalf("step %d: Len() = %d, want %d", step, tb.Len(), len(m.segments()))
@@ -360,6 +379,8 @@ func clone(t *testing.T, tb *Table) *Table {
 		retention: tb.retention,
 		log:       slices.Clone(tb.log),
 		stamps:    slices.Clone(tb.stamps),
+		owned:     map[string]map[keyspace.Key]struct{}{},
 	}
+	c.index(0, c.segs.len())
 	return c
 }

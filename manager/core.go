@@ -91,8 +91,12 @@ type Core struct {
 	ns      map[string]*namespace
 	seqBase uint64 // sessions number their messages from here
 	lastNow time.Time
-	out     Ready
-	stats   Stats
+	// wake caches NextDeadline's answer until the next step changes the
+	// Core (zero: not computed). NextDeadline is asked after every step of
+	// the Manager, Lookup syncs included, and visits every Owner session.
+	wake  time.Time
+	out   Ready
+	stats Stats
 }
 
 // Stats counts what a Core has done since it started.
@@ -361,7 +365,7 @@ func (c *Core) noRaceFilter() bool {
 // StepLease handles a LeaseRequest received at now. An error means the
 // request was malformed or for an unknown namespace; it changed nothing.
 func (c *Core) StepLease(now time.Time, req *protocol.LeaseRequest) error {
-	c.lastNow = now
+	c.step(now)
 	c.stats.LeaseRequests++
 	n, err := c.namespace(req.Namespace)
 	if err != nil {
@@ -478,8 +482,22 @@ func validateLeaseRequest(req *protocol.LeaseRequest) error {
 	return nil
 }
 
+// step starts a step at now that may change the Core: every exported
+// method that changes it calls step first.
+func (c *Core) step(now time.Time) {
+	c.lastNow = now
+	c.wake = time.Time{}
+}
+
 // NextDeadline is the local time by which Tick must be called next.
 func (c *Core) NextDeadline() time.Time {
+	if c.wake.IsZero() {
+		c.wake = c.nextDeadline()
+	}
+	return c.wake
+}
+
+func (c *Core) nextDeadline() time.Time {
 	d := c.lastNow.Add(c.cfg.Timing.Renew / 4)
 	min := func(t time.Time) {
 		if !t.IsZero() && t.Before(d) {
@@ -504,7 +522,7 @@ func (c *Core) NextDeadline() time.Time {
 // Tick runs the timers: owner liveness, lease expiry, deferred grants, race
 // resends, lookup session expiry and log truncation.
 func (c *Core) Tick(now time.Time) {
-	c.lastNow = now
+	c.step(now)
 	t := c.cfg.Timing
 	for _, n := range c.ns {
 		for id, o := range n.owners {
@@ -563,17 +581,10 @@ func (c *Core) loseOwner(now time.Time, n *namespace, o *ownerSession) {
 	n.dirty = true
 }
 
-// heldBy returns the table segments the owner holds.
-func (n *namespace) heldBy(id string) []leasetable.Segment {
-	var out []leasetable.Segment
-	n.s.table.Each(func(s leasetable.Segment) bool {
-		if s.Entry.Owner == id {
-			out = append(out, s)
-		}
-		return true
-	})
-	return out
-}
+// heldBy returns the table segments the owner holds, in key order, from
+// the table's owner index (not a scan of the table: it is asked on every
+// lease request).
+func (n *namespace) heldBy(id string) []leasetable.Segment { return n.s.table.Owned(id) }
 
 // release frees every part of the owner's table entries that its accepted
 // request no longer lists: the owner dropped them after processing our
@@ -738,7 +749,7 @@ func (c *Core) drain(now time.Time, n *namespace, o *ownerSession) error {
 // drain): its ranges move to the others, with their state, and it gets
 // none. It fails with ErrGateFull while DrainGate Owners are draining.
 func (c *Core) Drain(now time.Time, ns, id string) error {
-	c.lastNow = now
+	c.step(now)
 	n, err := c.namespace(ns)
 	if err != nil {
 		return err

@@ -63,8 +63,10 @@ func (m *reservations) set(r keyspace.Range, t time.Time) {
 		j = m.split(r.End)
 		i = m.index(r.Start)
 	}
-	m.starts = append(m.starts[:i+1], m.starts[j:]...)
-	m.until = append(m.until[:i+1], m.until[j:]...)
+	if j > i+1 { // r spans several segments: make them one
+		m.starts = append(m.starts[:i+1], m.starts[j:]...)
+		m.until = append(m.until[:i+1], m.until[j:]...)
+	}
 	m.until[i] = t
 	m.merge(i)
 }
