@@ -611,14 +611,34 @@ func (c *Core) setHeld(next []Lease) (revoked bool) {
 }
 
 // uncovered returns the parts of r not covered by the leases in ls numbered n.
+// ls is sorted and disjoint (a held set), so only the leases overlapping r
+// are looked at.
 func uncovered(r keyspace.Range, ls []Lease, n LeaseNum) []keyspace.Range {
-	var cover keyspace.RangeSet
-	for _, l := range ls {
-		if l.Num == n && l.Range.Overlaps(r) {
-			cover = cover.Add(l.Range)
+	i, _ := slices.BinarySearchFunc(ls, r.Start, func(l Lease, k keyspace.Key) int {
+		if l.Range.Last() < k {
+			return -1
 		}
+		return 1
+	})
+	var out []keyspace.Range
+	cur, done := r.Start, false
+	for ; i < len(ls) && ls[i].Range.Start <= r.Last(); i++ {
+		if ls[i].Num != n {
+			continue
+		}
+		if ls[i].Range.Start > cur {
+			out = append(out, keyspace.Range{Start: cur, End: ls[i].Range.Start})
+		}
+		if ls[i].Range.Last() >= r.Last() {
+			done = true
+			break
+		}
+		cur = ls[i].Range.End
 	}
-	return keyspace.NewRangeSet(r).Subtract(cover).Ranges()
+	if !done {
+		out = append(out, keyspace.Range{Start: cur, End: r.End})
+	}
+	return out
 }
 
 // backoff draws the random wait before a resend (C§2.3.2).

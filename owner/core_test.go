@@ -1,6 +1,7 @@
 package owner
 
 import (
+	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
@@ -720,5 +721,40 @@ func TestReconnectedRenewsNow(t *testing.T) {
 	}
 	if got, want := c.NextDeadline(), at(100*ms+tm.Renew); got.After(want) {
 		t.Fatalf("next renewal at %v, want by %v", got, want)
+	}
+}
+
+// TestUncovered checks uncovered against the set arithmetic it stands for,
+// on random held sets.
+func TestUncovered(t *testing.T) {
+	rnd := rand.New(rand.NewPCG(3, 4))
+	for range 2000 {
+		var ls []Lease
+		var k uint64
+		for k < 56 {
+			start := k + uint64(rnd.IntN(3))
+			end := start + 1 + uint64(rnd.IntN(6))
+			ls = append(ls, Lease{Range: rng(keyspace.Key(start<<58), keyspace.Key(end<<58)), Num: num(keyspace.LGN(1 + rnd.IntN(2)))})
+			k = end
+		}
+		if rnd.IntN(2) == 0 {
+			ls[len(ls)-1].Range.End = 0 // to the end of the key space
+		}
+		a := uint64(rnd.IntN(62))
+		r := rng(keyspace.Key(a<<58), keyspace.Key((a+1+uint64(rnd.IntN(63-int(a))))<<58))
+		if rnd.IntN(4) == 0 {
+			r.End = 0
+		}
+		n := num(keyspace.LGN(1 + rnd.IntN(2)))
+		var cover keyspace.RangeSet
+		for _, l := range ls {
+			if l.Num == n {
+				cover = cover.Add(l.Range)
+			}
+		}
+		want := keyspace.NewRangeSet(r).Subtract(cover).Ranges()
+		if got := uncovered(r, ls, n); !slices.Equal(got, want) && !(len(got) == 0 && len(want) == 0) {
+			t.Fatalf("uncovered(%v, %v, %v) = %v, want %v", r, ls, n, got, want)
+		}
 	}
 }

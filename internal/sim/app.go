@@ -76,7 +76,7 @@ func (s *Sim) ownerConfig(n *node, cfg owner.CoreConfig) owner.CoreConfig {
 	if len(s.cfg.Capacities) > 0 {
 		cfg.Capacity = s.cfg.Capacities[n.idx%len(s.cfg.Capacities)]
 	}
-	if s.cfg.Workload != nil {
+	if s.cfg.Workload != nil || s.cfg.Rate > 0 {
 		cfg.Load = func(now time.Time) ([]protocol.RangeLoad, []protocol.KeyLoad, time.Duration) {
 			return s.loadReport(n, now)
 		}
@@ -93,8 +93,8 @@ func (s *Sim) loadReport(n *node, now time.Time) ([]protocol.RangeLoad, []protoc
 	prev := n.app.loadAt
 	n.app.loadAt = now
 	window := now.Sub(prev)
-	if prev.IsZero() || window <= 0 {
-		return nil, nil, 0
+	if prev.IsZero() || window <= 0 || s.cfg.Workload == nil {
+		return nil, nil, 0 // the first report, or no requests yet
 	}
 	secs := window.Seconds()
 	held := n.own.Held(now)

@@ -92,7 +92,8 @@ type Config struct {
 	// Workload, if set, is the popularity of the keys requested, Rate
 	// requests per second in all: every Owner reports the load its held
 	// ranges carry and the hottest keys among them, as its load meter
-	// would. Rebalance is the Manager's load-aware policy
+	// would. With Rate but no Workload, no requests come until
+	// Control.SetWorkload. Rebalance is the Manager's load-aware policy
 	// (CoreConfig.Rebalance, planned every RebalanceEvery); nil keeps the
 	// membership-only Policy. Owner i has capacity
 	// Capacities[i%len(Capacities)] (none: all 1).

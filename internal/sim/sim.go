@@ -48,7 +48,8 @@ type node struct {
 	// (a data directory), unless Config.ManagerLosesState.
 	rep     *manager.Replica
 	store   *raft.MemoryStorage
-	hadCore bool // rep had taken over after its last step
+	hadCore bool   // rep had taken over after its last step
+	plans   uint64 // rebalancing rounds its Core had planned after its last step
 
 	// Owners and Lookups talk to one replica at a time, as their runtimes
 	// do: the target. A message from another replica finds no stream open.
@@ -178,6 +179,7 @@ type Stats struct {
 	MigratedGrants   int
 	Transfers        int
 	Drains           int // graceful Owner restarts begun (Config.DrainEvery)
+	Plans            int // rebalancing rounds planned (Config.Rebalance)
 	LossEvents       int // unmigrated LGN changes recorded by the Manager
 	Notified         int // (loss, lookup) pairs notified in time
 	WorstDelay       time.Duration
@@ -685,11 +687,15 @@ func (s *Sim) afterReplica(n *node) time.Time {
 	deadline := r.NextDeadline()
 	s.work(n, s.clock().Sub(t0))
 	if core := r.Core() != nil; core != n.hadCore {
-		n.hadCore = core
+		n.hadCore, n.plans = core, 0
 		if core {
 			s.stats.Takeovers++
 			s.trace(n, "took over")
 		}
+	}
+	if c := r.Core(); c != nil && c.Stats().Plans > n.plans {
+		s.stats.Plans += int(c.Stats().Plans - n.plans)
+		n.plans = c.Stats().Plans
 	}
 	if traceNode == n.name {
 		st := r.Status()

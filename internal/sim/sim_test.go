@@ -124,6 +124,7 @@ func total(results []Result) Stats {
 		tot.MigratedGrants += s.MigratedGrants
 		tot.Transfers += s.Transfers
 		tot.Drains += s.Drains
+		tot.Plans += s.Plans
 		tot.WorstDelay = max(tot.WorstDelay, s.WorstDelay)
 		tot.Bound = max(tot.Bound, s.Bound)
 	}
