@@ -233,3 +233,36 @@ func (c *Control) SetWorkload(w *rebalance.Workload) {
 	c.s.cfg.Workload = w
 	c.s.hot = w.Top(hotKeys, c.s.cfg.Rate)
 }
+
+// TableLSN is the epoch and LSN of the committed lease table (the replica
+// furthest ahead; 0, 0 before the first).
+func (c *Control) TableLSN() (uint64, keyspace.LSN) {
+	st := c.s.furthest()
+	if st == nil {
+		return 0, 0
+	}
+	return st.Epoch(), st.Table(namespace).LSN()
+}
+
+// LookupLSN is the epoch and LSN of Lookup i's copy, thin or full, and
+// whether the Lookup is up.
+func (c *Control) LookupLSN(i int) (uint64, keyspace.LSN, bool) {
+	l := c.s.lookups[i]
+	switch {
+	case !l.up:
+		return 0, 0, false
+	case l.thin != nil:
+		return l.thin.epoch, l.thin.lsn, true
+	}
+	return l.look.Epoch(), l.look.View().LSN(), true
+}
+
+// OnTableLSN calls fn whenever the committed lease table's LSN grows (the
+// first replica to apply a change), and OnLookupLSN calls fn whenever a
+// full Lookup's copy changes LSN: for measuring how changes propagate. One
+// Manager epoch only: a Manager that restarts with empty storage starts
+// LSNs over.
+func (c *Control) OnTableLSN(fn func(keyspace.LSN)) { c.s.onTable = fn }
+
+// OnLookupLSN: see OnTableLSN.
+func (c *Control) OnLookupLSN(fn func(lookup int, lsn keyspace.LSN)) { c.s.onLookup = fn }

@@ -141,6 +141,11 @@ type Sim struct {
 	stats    Stats
 	stopped  bool               // Control.Stop was called
 	hot      []rebalance.HotKey // Config.Workload's hottest keys, requests/s
+
+	// Control.OnTableLSN and OnLookupLSN.
+	onTable  func(keyspace.LSN)
+	onLookup func(int, keyspace.LSN)
+	tableLSN keyspace.LSN
 }
 
 // replicated reports whether the Manager is a group of several replicas.
@@ -596,7 +601,11 @@ func (s *Sim) deliver(n *node, e *event) {
 		if n.thin != nil {
 			n.thin.step(now, m)
 		} else {
+			before := n.look.View().LSN()
 			n.look.Step(now, m)
+			if s.onLookup != nil && n.look.View().LSN() != before {
+				s.onLookup(n.idx, n.look.View().LSN())
+			}
 		}
 	}
 	s.after(n)
@@ -706,6 +715,12 @@ func (s *Sim) afterReplica(n *node) time.Time {
 		s.trace(n, "term=%d lead=%d state=%s commit=%d applied=%d lsn=%d core=%v serving=%v", st.Term, st.Lead, st.RaftState, st.Commit, st.Applied, lsn, r.Core() != nil, r.Serving(now))
 	}
 	s.chk.managerStepped(n)
+	if s.onTable != nil {
+		if t := r.State().Table(namespace); t != nil && t.LSN() > s.tableLSN {
+			s.tableLSN = t.LSN()
+			s.onTable(t.LSN())
+		}
+	}
 	return deadline
 }
 
