@@ -52,12 +52,17 @@ var (
 // reported lost in time (recovery notification), besides single copy,
 // continuity and convergence.
 //
-// It runs half as many seeds as the other sweeps (100 by default): its runs
-// cost more, a rebalancing one several times a plain one, and the plain
-// protocol under them is swept by TestSimulationFaulty.
+// It runs half as many seeds as the other sweeps (100 by default), and a
+// tenth under the race detector: its runs cost more, a rebalancing one
+// several times a plain one, and the plain protocol under them is swept by
+// TestSimulationFaulty.
 func TestSimulationMigration(t *testing.T) {
 	t.Parallel()
-	results := seeds(t, max(*seedsFlag/2, 1), migrating)
+	n := *seedsFlag / 2
+	if raceEnabled && *soakFlag == 0 {
+		n = *seedsFlag / 10
+	}
+	results := seeds(t, max(n, 1), migrating)
 	tot := sweep(t, results, func(s Stats) map[string]int {
 		return map[string]int{
 			"graceful restarts": s.Drains, "handovers": s.Handovers, "handovers done": s.HandoversDone,
