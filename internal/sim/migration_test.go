@@ -53,14 +53,14 @@ var (
 // continuity and convergence.
 //
 // It runs half as many seeds as the other sweeps (100 by default), and a
-// tenth under the race detector: its runs cost more, a rebalancing one
+// twentieth under the race detector: its runs cost more, a rebalancing one
 // several times a plain one, and the plain protocol under them is swept by
 // TestSimulationFaulty.
 func TestSimulationMigration(t *testing.T) {
 	t.Parallel()
 	n := *seedsFlag / 2
 	if raceEnabled && *soakFlag == 0 {
-		n = *seedsFlag / 10
+		n = *seedsFlag / 20
 	}
 	results := seeds(t, max(n, 1), migrating)
 	tot := sweep(t, results, func(s Stats) map[string]int {

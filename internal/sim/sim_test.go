@@ -40,6 +40,16 @@ func scenario(s uint64) Config {
 	return c
 }
 
+// sweepSeeds is how many seeds a sweep of n runs: half under the race
+// detector (CI's run, which is about the harness's concurrency; every seed
+// is a third as long there too), unless a soak asks for more.
+func sweepSeeds(n int) int {
+	if raceEnabled && *soakFlag == 0 {
+		return max(n/2, 1)
+	}
+	return n
+}
+
 // seeds runs cfg for each seed in parallel and returns the results in seed order.
 func seeds(t *testing.T, n int, cfg func(uint64) Config) []Result {
 	t.Helper()
@@ -154,7 +164,7 @@ func sweep(t *testing.T, results []Result, required func(Stats) map[string]int) 
 
 func TestSimulationFaulty(t *testing.T) {
 	t.Parallel()
-	results := seeds(t, *seedsFlag, scenario)
+	results := seeds(t, sweepSeeds(*seedsFlag), scenario)
 	tot := sweep(t, results, func(s Stats) map[string]int {
 		return map[string]int{
 			"owner crashes": s.OwnerCrashes, "manager restarts": s.ManagerRestarts,
@@ -175,7 +185,7 @@ func TestSimulationReplicated5(t *testing.T) { testReplicated(t, 5) }
 
 func testReplicated(t *testing.T, managers int) {
 	t.Parallel()
-	results := seeds(t, *seedsFlag, replicated(managers))
+	results := seeds(t, sweepSeeds(*seedsFlag), replicated(managers))
 	tot := sweep(t, results, func(s Stats) map[string]int {
 		return map[string]int{
 			"leader crashes": s.LeaderCrashes, "follower crashes": s.ManagerRestarts - s.LeaderCrashes,
