@@ -597,17 +597,58 @@ func (l *loop) send(a Applied) {
 			l.dropped++
 		}
 	}
+	var shared map[updateKey]*pb.Update
+	if len(a.Lookups) > 0 {
+		shared = map[updateKey]*pb.Update{}
+	}
 	for _, m := range a.Lookups {
 		st := l.lookups[m.To]
 		if st == nil {
 			continue
 		}
 		select {
-		case st.out <- wire.SyncResponseToPB(m.Msg):
+		case st.out <- syncResponseToPB(m.Msg, shared):
 		default:
 			l.dropped++
 		}
 	}
+}
+
+// updateKey names an Update by its storage: Updates the Feed hands out at
+// one LSN share their Changes or Segments (leasetable.Table.Since), which
+// never change.
+type updateKey struct {
+	from, to keyspace.LSN
+	snapshot bool
+	changes  *leasetable.Change
+	segments *leasetable.Segment
+	n        int
+}
+
+// syncResponseToPB converts m to its wire form, converting its Update only
+// once per round for all the Lookups it goes to: a push of a big delta to
+// thousands of Lookups holds one copy of it in wire form, not one per
+// Lookup. (The streams' goroutines marshal the shared message
+// concurrently, which protobuf allows: marshalling only reads it.)
+func syncResponseToPB(m *protocol.SyncResponse, shared map[updateKey]*pb.Update) *pb.SyncResponse {
+	u := &m.Update
+	k := updateKey{from: u.From, to: u.To, snapshot: u.Snapshot, n: len(u.Changes) + len(u.Segments)}
+	if len(u.Changes) > 0 {
+		k.changes = &u.Changes[0]
+	}
+	if len(u.Segments) > 0 {
+		k.segments = &u.Segments[0]
+	}
+	pu := shared[k]
+	if pu == nil {
+		pu = wire.UpdateToPB(u)
+		shared[k] = pu
+	}
+	rest := *m
+	rest.Update = leasetable.Update{}
+	out := wire.SyncResponseToPB(&rest)
+	out.Update = pu
+	return out
 }
 
 // changed notes that the replica's state may have changed. The snapshot

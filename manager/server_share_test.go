@@ -1,0 +1,74 @@
+package manager
+
+import (
+	"reflect"
+	"sync"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/leasehold/leasehold/internal/wire"
+	pb "github.com/leasehold/leasehold/proto/leasehold/v1"
+	"github.com/leasehold/leasehold/protocol"
+)
+
+// TestSyncResponsesShareTheirWireUpdate: the server converts an Update the
+// Feed shares between Lookups to its wire form once, and every Lookup's
+// message carries it with its own ID; the messages read back as what the
+// Feed sent, and marshalling them concurrently (one stream goroutine each)
+// is safe.
+func TestSyncResponsesShareTheirWireUpdate(t *testing.T) {
+	const sessions = 50
+	st, f := feedWith(t, 500, sessions)
+	grantAll(t, st, 500, 10000) // a push of 500 changes to every session
+	f.Push()
+	// And one session asking from further back: a different update.
+	if err := f.StepSync(base, 7, &protocol.SyncRequest{Namespace: DefaultNamespace, ID: 42, Epoch: epoch, LSN: 3}); err != nil {
+		t.Fatal(err)
+	}
+	out := f.Ready()
+	if len(out) != sessions+1 {
+		t.Fatalf("%d messages, want %d", len(out), sessions+1)
+	}
+	shared := map[updateKey]*pb.Update{}
+	var msgs []*pb.SyncResponse
+	for _, m := range out {
+		msgs = append(msgs, syncResponseToPB(m.Msg, shared))
+	}
+	if len(shared) != 2 {
+		t.Errorf("%d updates converted for one push round and one older sync, want 2", len(shared))
+	}
+	for i, pm := range msgs[:sessions] {
+		if pm.Update != msgs[0].Update {
+			t.Fatalf("message %d has its own wire update", i)
+		}
+	}
+	if msgs[sessions].Update == msgs[0].Update || msgs[sessions].GetId() != 42 {
+		t.Fatalf("the answer to the older sync: id %d, shares the push's update: %v", msgs[sessions].GetId(), msgs[sessions].Update == msgs[0].Update)
+	}
+	var wg sync.WaitGroup
+	encoded := make([][]byte, len(msgs))
+	for i, pm := range msgs {
+		wg.Go(func() {
+			b, err := proto.Marshal(pm)
+			if err != nil {
+				t.Error(err)
+			}
+			encoded[i] = b
+		})
+	}
+	wg.Wait()
+	for i, b := range encoded {
+		var back pb.SyncResponse
+		if err := proto.Unmarshal(b, &back); err != nil {
+			t.Fatal(err)
+		}
+		got, err := wire.SyncResponseFromPB(&back)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, out[i].Msg) {
+			t.Fatalf("message %d reads back as %+v, want %+v", i, got, out[i].Msg)
+		}
+	}
+}
