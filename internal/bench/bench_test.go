@@ -3,8 +3,11 @@ package bench
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -59,5 +62,36 @@ func TestSmoke(t *testing.T) {
 func TestUnknownScenario(t *testing.T) {
 	if _, err := Run(context.Background(), "nope", Options{Size: Smoke}); err == nil {
 		t.Fatal("no error for an unknown scenario")
+	}
+}
+
+// TestSmokeScaleBeyond: --beyond adds the points past 2,500 nodes (at smoke
+// size, 12 Owners with 4 and with 10 Lookups each), each plotted in the
+// series of its number of Lookups per Owner.
+func TestSmokeScaleBeyond(t *testing.T) {
+	t.Parallel()
+	r, err := Run(context.Background(), "scale", Options{Size: Smoke, Beyond: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows []string
+	for _, row := range r.Table[1:] {
+		rows = append(rows, row[0]+"/"+row[1]+"/"+row[3])
+	}
+	want := []string{"4/16/false", "8/32/false", "12/48/false", "12/120/false", "4/16/true", "8/32/true", "12/48/true", "12/120/true"}
+	if !slices.Equal(rows, want) {
+		t.Fatalf("points (owners/lookups/churn) %v, want %v", rows, want)
+	}
+	var names []string
+	for _, s := range r.Figures[0].Series {
+		names = append(names, fmt.Sprintf("%s: %d", s.Name, len(s.X)))
+	}
+	wantNames := []string{"no churn, 4 Lookups per Owner: 3", "no churn, 10 Lookups per Owner: 1",
+		"churn (8 h mean lifetime), 4 Lookups per Owner: 3", "churn (8 h mean lifetime), 10 Lookups per Owner: 1"}
+	if !slices.Equal(names, wantNames) {
+		t.Fatalf("series %v, want %v", names, wantNames)
+	}
+	if _, err := r.Write(t.TempDir(), io.Discard); err != nil {
+		t.Fatal(err)
 	}
 }
