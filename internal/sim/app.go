@@ -36,7 +36,6 @@ const (
 
 // app is the application state of one Owner run.
 type app struct {
-	decline bool       // this run hands nothing over
 	pending []transfer // state received for moves, waiting for their grant
 	loadAt  time.Time  // local time of the last load report
 	// since is when each held lease was taken up, local time: a load
@@ -70,8 +69,8 @@ type stateAck struct {
 func (s *Sim) ownerConfig(n *node, cfg owner.CoreConfig) owner.CoreConfig {
 	n.app = app{}
 	if s.cfg.Migration {
-		n.app.decline = s.cfg.AppFaults && s.rng.IntN(declineOneIn) == 0
-		cfg.Handovers = !n.app.decline
+		decline := s.cfg.AppFaults && s.rng.IntN(declineOneIn) == 0 // this run hands nothing over
+		cfg.Handovers = !decline
 	}
 	if len(s.cfg.Capacities) > 0 {
 		cfg.Capacity = s.cfg.Capacities[n.idx%len(s.cfg.Capacities)]
