@@ -263,44 +263,27 @@ func parseReplicaID(s string) (uint64, error) {
 // turn, following a refusal's leader hint, and prints the group after.
 func (o *clientOptions) change(ctx context.Context, e *env,
 	call func(context.Context, pb.AdminClient, ...grpc.CallOption) (*pb.ClusterResponse, error)) error {
-	if err := o.validate(); err != nil {
-		return err
-	}
-	addrs, err := runtime.SplitManagers(o.manager)
-	if err != nil {
-		return usagef("--manager: %v", err)
-	}
-	tried := map[string]bool{}
-	var last error
-	for hops := 0; len(addrs) > 0 && hops < 8; hops++ {
-		addr := addrs[0]
-		addrs = addrs[1:]
-		if tried[addr] {
-			continue
-		}
-		tried[addr] = true
+	var resp *pb.ClusterResponse
+	_, err := o.atLeader(func(addr string) (hint string, err error) {
 		oo := *o
 		oo.manager = addr
-		resp, hint, err := oo.changeAt(ctx, call)
-		if err == nil {
-			c := clusterJSON{Managers: []managerJSON{}}
-			cl := resp.GetCluster()
-			c.Leader, c.LeaderAddr = cl.GetLeader(), cl.GetLeaderAddr()
-			for _, p := range cl.GetPeers() {
-				c.Managers = append(c.Managers, managerJSON{ID: p.GetId(), Addr: p.GetClientAddr(), Role: "member"})
-			}
-			if o.json {
-				return json.NewEncoder(e.stdout).Encode(c)
-			}
-			writeCluster(e.stdout, c)
-			return nil
-		}
-		last = err
-		if hint != "" {
-			addrs = append([]string{hint}, addrs...)
-		}
+		resp, hint, err = oo.changeAt(ctx, call)
+		return hint, err
+	}, nil)
+	if err != nil {
+		return err
 	}
-	return last
+	c := clusterJSON{Managers: []managerJSON{}}
+	cl := resp.GetCluster()
+	c.Leader, c.LeaderAddr = cl.GetLeader(), cl.GetLeaderAddr()
+	for _, p := range cl.GetPeers() {
+		c.Managers = append(c.Managers, managerJSON{ID: p.GetId(), Addr: p.GetClientAddr(), Role: "member"})
+	}
+	if o.json {
+		return json.NewEncoder(e.stdout).Encode(c)
+	}
+	writeCluster(e.stdout, c)
+	return nil
 }
 
 func (o *clientOptions) changeAt(ctx context.Context,

@@ -68,39 +68,16 @@ type drainJSON struct {
 // drain asks the leader to drain an Owner: it tries each Manager in turn,
 // following a refusal's leader hint, and stops at the first answer.
 func drain(ctx context.Context, e *env, o *clientOptions, id string) error {
-	if err := o.validate(); err != nil {
+	addr, err := o.atLeader(func(addr string) (string, error) { return o.drainAt(ctx, addr, id) },
+		func(err error) bool { return !unreachableError(err) }) // refused: the gate is full, no such owner …
+	if err != nil {
 		return err
 	}
-	addrs, err := runtime.SplitManagers(o.manager)
-	if err != nil {
-		return usagef("--manager: %v", err)
+	if o.json {
+		return json.NewEncoder(e.stdout).Encode(drainJSON{Owner: id, Namespace: o.namespace, Draining: true, Manager: addr})
 	}
-	tried := map[string]bool{}
-	var last error
-	for hops := 0; len(addrs) > 0 && hops < 8; hops++ {
-		addr := addrs[0]
-		addrs = addrs[1:]
-		if tried[addr] {
-			continue
-		}
-		tried[addr] = true
-		hint, err := o.drainAt(ctx, addr, id)
-		if err == nil {
-			if o.json {
-				return json.NewEncoder(e.stdout).Encode(drainJSON{Owner: id, Namespace: o.namespace, Draining: true, Manager: addr})
-			}
-			fmt.Fprintf(e.stdout, "draining %s in namespace %s: its ranges move to the other owners\n", id, o.namespace)
-			return nil
-		}
-		last = err
-		switch {
-		case hint != "":
-			addrs = append([]string{hint}, addrs...)
-		case !unreachableError(err):
-			return err // refused: the gate is full, no such owner …
-		}
-	}
-	return last
+	fmt.Fprintf(e.stdout, "draining %s in namespace %s: its ranges move to the other owners\n", id, o.namespace)
+	return nil
 }
 
 // drainAt sends one Drain to the replica at addr. On a refusal by a

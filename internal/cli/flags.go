@@ -197,3 +197,38 @@ func (o *clientOptions) managerErrorAt(addr string, err error) error {
 	}
 	return fmt.Errorf("manager at %s: %s", addr, msg)
 }
+
+// atLeader calls try on the Managers of --manager in turn, a refusal's
+// leader hint first, until one answers; it returns the address that did.
+// An error that final reports (a refusal that no replica would lift) ends
+// the search at once.
+func (o *clientOptions) atLeader(try func(addr string) (hint string, err error), final func(error) bool) (string, error) {
+	if err := o.validate(); err != nil {
+		return "", err
+	}
+	addrs, err := runtime.SplitManagers(o.manager)
+	if err != nil {
+		return "", usagef("--manager: %v", err)
+	}
+	tried := map[string]bool{}
+	var last error
+	for hops := 0; len(addrs) > 0 && hops < 8; hops++ {
+		addr := addrs[0]
+		addrs = addrs[1:]
+		if tried[addr] {
+			continue
+		}
+		tried[addr] = true
+		hint, err := try(addr)
+		switch {
+		case err == nil:
+			return addr, nil
+		case hint != "":
+			addrs = append([]string{hint}, addrs...)
+		case final != nil && final(err):
+			return "", err
+		}
+		last = err
+	}
+	return "", last
+}
