@@ -76,3 +76,73 @@ func TestLoadAwareDesired(t *testing.T) {
 		t.Fatalf("after takeover the desired assignment is %v, want the replicated one", r.Desired(DefaultNamespace))
 	}
 }
+
+// TestJoinsWhileNothingHeld: Owners that join one by one while a new
+// Manager holds every range back (its first ManagerLease) are placed by
+// consistent hashing, not walked there a budgeted round at a time: no move
+// costs a handover yet.
+func TestJoinsWhileNothingHeld(t *testing.T) {
+	pol, err := rebalance.Weighted(rebalance.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := []*peer{newPeer("a"), newPeer("b"), newPeer("c"), newPeer("d")}
+	h := newHarnessCfg(t, CoreConfig{Rebalance: pol, Handover: -1}, ps...)
+	for i, p := range ps {
+		h.send(base.Add(time.Duration(i)*100*ms), p) // one join, one round
+	}
+	// A budgeted walk from everything on the first to join would leave a
+	// with most of the key space; consistent hashing gives each about a
+	// quarter, and the round after it moves at most a tenth.
+	shares := map[string]float64{}
+	for _, s := range h.c.Desired(DefaultNamespace) {
+		shares[s.Owner] += s.Range.Size() / (1 << 64)
+	}
+	for _, p := range ps {
+		if sh := shares[p.id]; sh < 0.15 || sh > 0.35 {
+			t.Fatalf("after four joins with nothing held %s's share of the key space is %.3f; want about a quarter (%v)", p.id, sh, shares)
+		}
+	}
+}
+
+// TestLoadRoundWaitsForEveryReport: a round for load alone is planned only
+// once every Owner has reported since the last round, so no round mixes a
+// fresh report with one from before the last round's moves.
+func TestLoadRoundWaitsForEveryReport(t *testing.T) {
+	pol, err := rebalance.Weighted(rebalance.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := newPeer("a"), newPeer("b")
+	every := 200 * ms // well inside a ManagerLease, so both stay members throughout
+	h := joinedCfg(t, CoreConfig{Rebalance: pol, RebalanceEvery: every, Handover: -1}, a, b)
+	report := func(now time.Time, p *peer) {
+		req := p.request()
+		req.Window = time.Second
+		for _, l := range p.held {
+			req.Load = append(req.Load, protocol.RangeLoad{Range: l.Range, Requests: 100})
+		}
+		h.stepLease(now, req)
+	}
+	now := restartEnd.Add(100 * ms)
+	report(now, a)
+	report(now, b)
+	h.tick(now.Add(every))
+	plans := h.c.Stats().Plans
+	if plans == 0 {
+		t.Fatal("no round after both Owners reported")
+	}
+	// Only a reports again: the next rounds wait.
+	report(now.Add(2*every), a)
+	for i := 3; i <= 6; i++ {
+		h.tick(now.Add(time.Duration(i) * every))
+	}
+	if got := h.c.Stats().Plans; got != plans {
+		t.Fatalf("%d rounds planned with only one of two Owners reporting since the last; want none", got-plans)
+	}
+	report(now.Add(6*every+ms), b)
+	h.tick(now.Add(7 * every))
+	if got := h.c.Stats().Plans; got != plans+1 {
+		t.Fatalf("%d rounds after both reported again; want one", got-plans)
+	}
+}
