@@ -5,8 +5,10 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/leasehold/leasehold/keyspace"
+	"github.com/leasehold/leasehold/leasetable"
 )
 
 // TestLoadMapKeepsMovedRanges: a report replaces the rates of the keys it
@@ -83,4 +85,27 @@ func loadOn(n *namespace, r keyspace.Range) float64 {
 		}
 	}
 	return v
+}
+
+// TestFullWindowScalesLateGrants: a range its Owner was granted after the
+// report's window began was counted for part of the window only; its rate
+// is scaled up to the whole window. One held for under a tenth of it is
+// left out, and one held all along is taken as reported.
+func TestFullWindowScalesLateGrants(t *testing.T) {
+	from := base
+	now := from.Add(10 * time.Second)
+	r1 := keyspace.Range{Start: 0, End: 1 << 62}       // held all along (LGN 1)
+	r2 := keyspace.Range{Start: 1 << 62, End: 1 << 63} // granted halfway (LGN 2)
+	r3 := keyspace.Range{Start: 1 << 63, End: 3 << 62} // granted just now (LGN 3)
+	n := &namespace{s: &nsState{table: leasetable.New(time.Hour)}}
+	for i, r := range []keyspace.Range{r1, r2, r3} {
+		n.s.table.Set(from, r, leasetable.Entry{Owner: "a", Addr: "a:1", LGN: keyspace.LGN(i + 1)})
+	}
+	o := &ownerSession{id: "a", grantedAt: map[keyspace.LGN]time.Time{
+		1: from.Add(-time.Minute), 2: from.Add(5 * time.Second), 3: now.Add(-500 * ms)}}
+	got := fullWindow(n, o, []rate{{r1, 100}, {r2, 50}, {r3, 5}}, from, now)
+	want := []rate{{r1, 100}, {r2, 100}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("fullWindow = %v, want %v", got, want)
+	}
 }
