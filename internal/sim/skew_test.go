@@ -3,6 +3,7 @@ package sim
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -112,7 +113,7 @@ func runSkewed(cfg Config) skewRun {
 		out.imbalance = append(out.imbalance, imb)
 		out.perCap = append(out.perCap, per)
 		d := c.Desired()
-		if last != nil && d != nil && !equalAssignments(last, d) {
+		if last != nil && d != nil && !slices.Equal(last, d) {
 			keys, load := moved(last, d, cfg.Workload)
 			out.rounds = append(out.rounds, churn{c.Now(), keys, load})
 		}
@@ -131,18 +132,6 @@ func runSkewed(cfg Config) skewRun {
 	}
 	out.res = Run(cfg)
 	return out
-}
-
-func equalAssignments(a, b assign.Assignment) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // moved returns the shares of the key space and of w's load whose owner
