@@ -51,6 +51,7 @@ func propagationRun(ctx context.Context, o Options, p propagationPlan, loss floa
 		Seed: o.seed(), Owners: p.owners, Lookups: p.lookups, Timing: protocol.Production(),
 		FaultTime: end, SettleTime: time.Nanosecond, MinDelay: time.Millisecond, ClockSkew: true,
 		NoChecks: true, StartSpread: time.Minute, DropRate: loss,
+		SnapshotEntries: productionSnapshotEntries,
 	}
 	cfg.Script = func(c *sim.Control) {
 		copies = make([]keyspace.LSN, c.Lookups())

@@ -68,6 +68,7 @@ func runRack(ctx context.Context, o Options) (*Report, error) {
 		Seed: o.seed(), Owners: p.owners, Lookups: p.lookups, Timing: protocol.Production(),
 		FaultTime: p.end, SettleTime: time.Nanosecond, MinDelay: time.Millisecond, ClockSkew: true,
 		NoChecks: true, StartSpread: time.Minute,
+		SnapshotEntries: productionSnapshotEntries,
 	}
 	cfg.Script = func(c *sim.Control) {
 		c.Every(10*time.Second, func() {

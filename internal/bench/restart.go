@@ -42,6 +42,7 @@ func restartRun(ctx context.Context, o Options, p restartPlan, owners bool, prog
 		Seed: o.seed(), Owners: p.owners, Lookups: p.lookups, Timing: protocol.Production(),
 		FaultTime: end, SettleTime: time.Nanosecond, MinDelay: time.Millisecond, ClockSkew: true,
 		NoChecks: true, Probe: m, StartSpread: time.Minute,
+		SnapshotEntries: productionSnapshotEntries,
 	}
 	cfg.Script = func(c *sim.Control) {
 		c.Every(10*time.Second, func() {

@@ -82,6 +82,7 @@ func skewRun(ctx context.Context, o Options, p skewPlan, name string, policy reb
 		Seed: o.seed(), Owners: p.owners, Lookups: 2, Timing: protocol.Production(),
 		FaultTime: end, SettleTime: time.Nanosecond, MinDelay: time.Millisecond, ClockSkew: true,
 		NoChecks: true, Migration: true, Rate: p.rate, Rebalance: policy,
+		SnapshotEntries: productionSnapshotEntries,
 	}
 	cfg.Script = func(c *sim.Control) {
 		c.Every(10*time.Second, func() {

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"cmp"
 	"container/heap"
 	"errors"
 	"fmt"
@@ -325,9 +326,8 @@ func raftTick(t protocol.Timing) time.Duration {
 // electionTicks is ReplicaConfig.ElectionTicks.
 const electionTicks = 10
 
-// snapshotEntries is ReplicaConfig.SnapshotEntries: low enough that a
-// faulty run compacts its logs several times and replicas that were down
-// catch up from a snapshot (MsgSnap) as well as from the log.
+// snapshotEntries is ReplicaConfig.SnapshotEntries unless
+// Config.SnapshotEntries says otherwise.
 const snapshotEntries = 100
 
 // stalePart is what a replicated Manager adds to the notification bound:
@@ -858,7 +858,7 @@ func (s *Sim) start(n *node) {
 				Timing: s.cfg.Timing, Policy: s.cfg.Policy, Epoch: s.epoch, Seed: seed, Faults: s.cfg.Break,
 				Rebalance: s.cfg.Rebalance, RebalanceEvery: s.cfg.RebalanceEvery, DrainGate: s.cfg.DrainGate,
 			},
-			Storage: n.store, Bootstrap: s.peers, Tick: s.tick, ElectionTicks: electionTicks, SnapshotEntries: snapshotEntries,
+			Storage: n.store, Bootstrap: s.peers, Tick: s.tick, ElectionTicks: electionTicks, SnapshotEntries: cmp.Or(s.cfg.SnapshotEntries, snapshotEntries),
 		}, now)
 		if err != nil {
 			panic(fmt.Sprintf("%s: %v", n.name, err))
