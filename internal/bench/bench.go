@@ -56,6 +56,11 @@ type Options struct {
 	// take too long for the default run: 2,500 Owners with 4 and with 10
 	// Lookups each (about 45 minutes on a 2-core machine).
 	Beyond bool
+	// Owners and Lookups, when both are set, make scale run that one point
+	// (thin Lookups past 200 Owners, as in the sweep) instead of the
+	// sweep, with churn and without unless Churn says "on" or "off".
+	Owners, Lookups int
+	Churn           string
 	// Progress, if set, is told how far the run is, in [0, 1], with a short
 	// description of the current step. Called from the goroutine of Run.
 	Progress func(done float64, step string)

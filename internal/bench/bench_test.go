@@ -95,3 +95,20 @@ func TestSmokeScaleBeyond(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestSmokeScalePoint: Owners and Lookups run that one point (here without
+// churn only) instead of the sweep.
+func TestSmokeScalePoint(t *testing.T) {
+	t.Parallel()
+	r, err := Run(context.Background(), "scale", Options{Size: Smoke, Owners: 6, Lookups: 30, Churn: "off"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows []string
+	for _, row := range r.Table[1:] {
+		rows = append(rows, row[0]+"/"+row[1]+"/"+row[2]+"/"+row[3])
+	}
+	if want := []string{"6/30/thin/false"}; !slices.Equal(rows, want) {
+		t.Fatalf("points (owners/lookups/copies/churn) %v, want %v", rows, want)
+	}
+}

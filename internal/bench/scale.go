@@ -106,7 +106,20 @@ func scalePlanFor(o Options) scalePlan {
 		owners = []int{4, 8}
 		beyond = []extra{{12, 4}, {12, 10}}
 	}
-	for _, churn := range []bool{false, true} {
+	churns := []bool{false, true}
+	switch o.Churn {
+	case "on":
+		churns = []bool{true}
+	case "off":
+		churns = []bool{false}
+	}
+	if o.Owners > 0 && o.Lookups > 0 {
+		for _, churn := range churns {
+			p.points = append(p.points, scalePoint{owners: o.Owners, lookups: o.Lookups, churn: churn, thin: o.Owners > p.fullUpTo})
+		}
+		return p
+	}
+	for _, churn := range churns {
 		for _, n := range owners {
 			p.points = append(p.points, scalePoint{owners: n, lookups: 4 * n, churn: churn, thin: n > p.fullUpTo})
 		}

@@ -21,6 +21,9 @@ type benchOptions struct {
 	seed   uint64
 	smoke  bool
 	beyond bool
+	// scale's single point
+	owners, lookups int
+	churn           string
 }
 
 func newBenchCommand(e *env) *cobra.Command {
@@ -49,6 +52,9 @@ its network load is the simulation's estimate of the bytes it sends and receives
 	f.Uint64Var(&o.seed, "seed", 1, "the simulation seed")
 	f.BoolVar(&o.smoke, "smoke", false, "a tiny run of the scenario (seconds), to try the command")
 	f.BoolVar(&o.beyond, "beyond", false, "scale: also the points past the papers' 2,500 nodes (2,500 Owners with 4 and 10 Lookups each; about 45 min)")
+	f.IntVar(&o.owners, "owners", 0, "scale: run only the point with this many Owners (with --lookups)")
+	f.IntVar(&o.lookups, "lookups", 0, "scale: run only the point with this many Lookups (with --owners)")
+	f.StringVar(&o.churn, "churn", "both", "scale: the points with churn (on), without (off), or both")
 	return cmd
 }
 
@@ -63,7 +69,20 @@ func (o *benchOptions) run(ctx context.Context, e *env, name string) error {
 	if o.beyond && name != "scale" {
 		return usagef("--beyond is for the scale scenario only")
 	}
-	opts := bench.Options{Seed: o.seed, Beyond: o.beyond}
+	if name != "scale" && (o.owners != 0 || o.lookups != 0 || o.churn != "both") {
+		return usagef("--owners, --lookups and --churn are for the scale scenario only")
+	}
+	switch {
+	case o.owners < 0 || o.lookups < 0:
+		return usagef("--owners and --lookups must not be negative")
+	case (o.owners == 0) != (o.lookups == 0):
+		return usagef("--owners and --lookups go together: give both or neither")
+	case o.churn != "both" && o.churn != "on" && o.churn != "off":
+		return usagef("--churn is on, off or both, not %q", o.churn)
+	case o.owners > 0 && o.beyond:
+		return usagef("--beyond runs the sweep; --owners and --lookups run one point: give one or the other")
+	}
+	opts := bench.Options{Seed: o.seed, Beyond: o.beyond, Owners: o.owners, Lookups: o.lookups, Churn: o.churn}
 	if o.smoke {
 		opts.Size = bench.Smoke
 	}
