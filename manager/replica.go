@@ -65,9 +65,12 @@ type ReplicaConfig struct {
 // Ready returns, then calls Advance.
 //
 // The two failover rules live here and in Resume:
-//   - every Core round is proposed as one entry and its Owner messages are
-//     held until that entry commits in the term it was proposed in, so no
-//     response that grants or renews leaves a deposed leader;
+//   - every Core round that changes the State is proposed as one entry and
+//     its Owner messages are held until that entry commits in the term it
+//     was proposed in; a round that changes nothing (renewals) is held
+//     until a ReadIndex round started after it confirms the replica still
+//     leads and every earlier round has committed. Either way no response
+//     that grants or renews leaves a deposed leader;
 //   - a new leader takes over (Resume) only once it has applied an entry of
 //     its own term, and then reserves every range for a ManagerLease.
 type Replica struct {
@@ -88,6 +91,10 @@ type Replica struct {
 
 	prop    uint64                    // proposals made
 	pending map[uint64][]OwnerMessage // held until their batch commits
+	// confirming holds the Owner messages of rounds that changed nothing
+	// (renewals), by the context of the ReadIndex round that proves this
+	// replica still led after they were made, in the order they were made.
+	confirming []*confirmRound
 
 	nextTick     time.Time
 	nextFeedTick time.Time
@@ -105,9 +112,20 @@ type Replica struct {
 	readAt    time.Time
 }
 
+// confirmRound is a Core round with Owner messages and no change to the
+// State, waiting for proof that the replica still led when it was made.
+type confirmRound struct {
+	ctx   string
+	msgs  []OwnerMessage
+	after uint64 // the proposals made before it: each must commit first
+	index uint64 // the commit index the ReadIndex round answered with
+	ok    bool   // answered
+}
+
 // ReplicaStats counts a replica's Raft activity.
 type ReplicaStats struct {
 	Proposals, Applied, Takeovers, Snapshots uint64
+	Confirmations                            uint64 // rounds sent on a ReadIndex proof, with no entry
 	Dropped                                  uint64 // owner messages never sent: their batch did not commit in time
 }
 
@@ -331,6 +349,10 @@ func (r *Replica) Flush(now time.Time) {
 	if len(rd.Changes) == 0 && len(rd.Owners) == 0 {
 		return
 	}
+	if len(rd.Changes) == 0 && !r.cfg.Core.Faults.Has(func(f *faults.Set) bool { return f.AnswerBeforeCommit }) {
+		r.confirm(rd.Owners)
+		return
+	}
 	r.prop++
 	b := batch{Node: r.cfg.ID, Term: r.coreTerm, Seq: r.prop, Changes: rd.Changes}
 	if err := r.rn.Propose(encodeBatch(b)); err != nil {
@@ -346,6 +368,40 @@ func (r *Replica) Flush(now time.Time) {
 		return
 	}
 	r.pending[b.Seq] = rd.Owners
+}
+
+// confirm holds the messages of a round that changed nothing — renewals,
+// the bulk of a Manager's work — until a ReadIndex round started now
+// proves this replica still leads (a heartbeat round to a quorum, no log
+// entry and no disk write), and every round proposed before it has
+// committed: a message may repeat a grant of an earlier round. That is as
+// strong as the commit of an entry proposed now, which is what the first
+// failover rule asks: no response leaves a replica that a new leader may
+// already have replaced.
+func (r *Replica) confirm(msgs []OwnerMessage) {
+	r.readSeq++
+	ctx := fmt.Sprintf("o/%d/%d/%d", r.cfg.ID, r.started.UnixNano(), r.readSeq) // unique at this replica
+	r.confirming = append(r.confirming, &confirmRound{ctx: ctx, msgs: msgs, after: r.prop})
+	r.rn.ReadIndex([]byte(ctx))
+}
+
+// releaseConfirmed sends, in order, the held rounds whose proof arrived and
+// whose earlier proposals have all been applied.
+func (r *Replica) releaseConfirmed() {
+	for len(r.confirming) > 0 {
+		c := r.confirming[0]
+		if !c.ok || r.applied < c.index {
+			return
+		}
+		for seq := range r.pending {
+			if seq <= c.after {
+				return // an earlier round has not committed yet
+			}
+		}
+		r.confirming = r.confirming[1:]
+		r.owners = append(r.owners, c.msgs...)
+		r.stats.Confirmations++
+	}
 }
 
 // Replies returns the Feed's answers to Lookups since the last call (or
@@ -411,6 +467,11 @@ func (r *Replica) Advance(now time.Time, rd raft.Ready) (Applied, error) {
 		r.lead, r.role = rd.SoftState.Lead, rd.SoftState.RaftState
 	}
 	for _, rs := range rd.ReadStates {
+		for _, c := range r.confirming {
+			if c.ctx == string(rs.RequestCtx) {
+				c.ok, c.index = true, rs.Index
+			}
+		}
 		if at, ok := r.reads[string(rs.RequestCtx)]; ok {
 			delete(r.reads, string(rs.RequestCtx))
 			if at.After(r.readAt) {
@@ -440,6 +501,7 @@ func (r *Replica) Advance(now time.Time, rd raft.Ready) (Applied, error) {
 		r.stats.Takeovers++
 		r.Flush(now)
 	}
+	r.releaseConfirmed()
 	r.feed.Push()
 	if r.applied-r.snapshot >= r.cfg.SnapshotEntries {
 		snap, err := r.ms.CreateSnapshot(r.applied, &r.conf, r.st.Encode())
@@ -481,6 +543,10 @@ func (r *Replica) stepDown() {
 		r.stats.Dropped += uint64(len(msgs))
 	}
 	clear(r.pending)
+	for _, c := range r.confirming {
+		r.stats.Dropped += uint64(len(c.msgs))
+	}
+	r.confirming = nil
 	r.core = nil
 }
 

@@ -256,6 +256,59 @@ func TestReplicaAnswersOnlyAfterCommit(t *testing.T) {
 	}
 }
 
+// TestReplicaRenewsOnlyWithQuorum: a renewal changes nothing in the State,
+// so it is sent on a ReadIndex proof instead of a log entry; a leader cut
+// off from its followers gets no proof and renews nothing, though it still
+// believes it leads for up to two election timeouts. Broken deliberately
+// (AnswerBeforeCommit), it renews.
+func TestReplicaRenewsOnlyWithQuorum(t *testing.T) {
+	for _, broken := range []bool{false, true} {
+		t.Run(fmt.Sprintf("broken=%v", broken), func(t *testing.T) {
+			var fs *faults.Set
+			if broken {
+				fs = &faults.Set{AnswerBeforeCommit: true}
+			}
+			g := newGroup(t, 3, fs)
+			l := g.runUntilLeader()
+			a := g.addOwner("a")
+			g.run(groupTiming.ManagerLease + 4*groupTiming.Renew)
+			latest := func() (e time.Time) {
+				for _, h := range a.Held(g.now) {
+					if h.Expiry.After(e) {
+						e = h.Expiry
+					}
+				}
+				return e
+			}
+			if len(a.Held(g.now)) != 4 {
+				t.Fatalf("a holds %v, want the four pieces", a.Held(g.now))
+			}
+			if l.Stats().Confirmations == 0 && !broken {
+				t.Fatal("no renewal was sent on a ReadIndex proof")
+			}
+			// Cut it off just before a's next renewal, so that the renewal
+			// reaches it while it still believes it leads.
+			for a.NextDeadline().Sub(g.now) > 20*ms {
+				g.run(10 * ms)
+			}
+			e0 := latest()
+			g.cut[l.ID()] = true
+			g.target = l
+			renewed := false
+			for range 100 { // 1 s: past the CheckQuorum step-down
+				g.run(10 * ms)
+				renewed = renewed || latest().After(e0)
+			}
+			if !broken && renewed {
+				t.Fatal("a leader without a quorum renewed a lease")
+			}
+			if broken && !renewed {
+				t.Fatal("with the rule broken the isolated leader should have renewed (the test shows nothing)")
+			}
+		})
+	}
+}
+
 // TestReplicaTakeoverReserves: a new leader grants nothing until takeover +
 // ManagerLease, even a range whose holder went silent and was being
 // recalled — the second failover rule. Broken deliberately

@@ -42,10 +42,8 @@ func stateOf(tb testing.TB, owners int) *State {
 }
 
 // BenchmarkStateEncode: one Raft snapshot of the State (Replica.Advance
-// takes one every SnapshotEntries entries; every renewal is an entry) with
-// 64 segments per Owner. The simulation snapshots every 100 entries, so at
-// 2,500 Owners renewing every 15 s (167 entries/s) it spends 1.7 × this
-// per second.
+// takes one every SnapshotEntries entries: rounds that change the State,
+// not renewals) with 64 segments per Owner.
 func BenchmarkStateEncode(b *testing.B) {
 	for _, owners := range []int{100, 1000, 2500, 10000} {
 		b.Run(fmt.Sprintf("owners=%d", owners), func(b *testing.B) {

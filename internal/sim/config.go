@@ -124,11 +124,11 @@ type Config struct {
 	ThinLookups bool
 	// SnapshotEntries is how many applied Raft entries a Manager replica
 	// lets pass between snapshots of its State (ReplicaConfig
-	// .SnapshotEntries); 0 means 100, low enough that a faulty run compacts
+	// .SnapshotEntries); 0 means 10, low enough that a faulty run compacts
 	// its logs several times and replicas that were down catch up from a
 	// snapshot (MsgSnap) as well as from the log. Benchmarks of the
-	// Manager's cost set production's value: every renewal is an entry, and
-	// a snapshot is the whole State.
+	// Manager's cost set production's value (10,000): a snapshot is the
+	// whole State.
 	SnapshotEntries uint64
 	// Probe, if set, is told how long each call into the Manager core takes
 	// on the real clock, and every message the Manager sends or receives.

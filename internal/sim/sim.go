@@ -328,7 +328,7 @@ const electionTicks = 10
 
 // snapshotEntries is ReplicaConfig.SnapshotEntries unless
 // Config.SnapshotEntries says otherwise.
-const snapshotEntries = 100
+const snapshotEntries = 10
 
 // stalePart is what a replicated Manager adds to the notification bound:
 // StaleBound × (1 + 2·MaxDrift), for an election timeout E (StaleBound).
