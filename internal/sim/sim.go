@@ -122,6 +122,7 @@ func (q *queue) Pop() any {
 // Sim is one simulated run.
 type Sim struct {
 	cfg      Config
+	sizes    sizes
 	rng      *rand.Rand
 	now      time.Duration
 	q        queue
@@ -555,7 +556,7 @@ func (s *Sim) deliver(n *node, e *event) {
 	switch n.kind {
 	case managerNode:
 		if s.cfg.Probe != nil && s.leads(n) {
-			s.cfg.Probe.ManagerTraffic(s.now, wireSize(e.msg), false)
+			s.cfg.Probe.ManagerTraffic(s.now, s.sizes.of(e.msg), false)
 		}
 		var err error
 		t0 := s.clock()
@@ -742,7 +743,7 @@ func (s *Sim) sendManaged(n *node, owners []manager.OwnerMessage, lookups []mana
 // reorder it, and it may arrive twice.
 func (s *Sim) send(from, to *node, msg any) {
 	s.stats.Messages++
-	size := wireSize(msg)
+	size := s.sizes.of(msg)
 	if from.kind == managerNode && s.cfg.Probe != nil && s.leads(from) {
 		s.cfg.Probe.ManagerTraffic(s.now, size, true)
 	}
