@@ -935,7 +935,10 @@ func drainState(o *ownerSession) protocol.Drain {
 // handover reports whether piece p of o's lease moves to want as a planned
 // move — want is a live Owner that is not draining, and planned moves are
 // on — and records it in moves, keeping the deadline of a handover
-// already asked for. Past the deadline the piece is recalled instead.
+// already asked for. Past the deadline the piece is recalled instead, and
+// stays recalled: the expired handover is kept in moves, so a later
+// message does not ask for the handover again with a new deadline (the
+// Owner may not have seen the recall yet, and would keep the lease).
 func (c *Core) handover(now time.Time, n *namespace, o *ownerSession, p keyspace.Range, want string, moves map[keyspace.Range]handing) bool {
 	to := n.owners[want]
 	if c.cfg.Handover < 0 || want == "" || to == nil || !to.member || to.draining {
@@ -949,11 +952,9 @@ func (c *Core) handover(now time.Time, n *namespace, o *ownerSession, p keyspace
 		}
 		h = handing{to: want, inc: to.inc, deadline: now.Add(within)}
 	}
-	if !now.Before(h.deadline) {
-		return false // too late: recall it, and the state is lost
-	}
 	moves[p] = h
-	return true
+	// Too late: recall it, and the state is lost.
+	return now.Before(h.deadline)
 }
 
 // nextLGN issues a fresh lease generation number: every grant gets one, so

@@ -295,3 +295,56 @@ func TestFreshSessionHandedActs(t *testing.T) {
 		t.Fatalf("a Lookup reports %v lost", got)
 	}
 }
+
+// TestHandoverPastDeadlineStaysRecalled: a piece not handed over by the
+// deadline is recalled, and every later message recalls it too. When the
+// recall is lost and the Owner's next request races with it, the resend
+// must not ask for the handover again with a new deadline: an Owner that
+// never hears the recall would keep the lease for good.
+func TestHandoverPastDeadlineStaysRecalled(t *testing.T) {
+	a, b := newPeer("a"), newPeer("b")
+	h := planned(t, a)
+	h.add(b)
+	now := restartEnd.Add(100 * ms)
+	r := h.send(now, b)
+	if m := h.to(r, "a"); len(m.Handovers) != 2 {
+		t.Fatalf("a was asked for handovers %v, want pieces 1 and 3", m.Handovers)
+	}
+	deadline := now.Add(tm.OwnerLease)
+	h.renewals(now.Add(tm.Renew), deadline.Add(-ms), a, b)
+
+	// At the deadline a's renewal is answered with the recall, which is
+	// lost.
+	if err := h.c.StepLease(deadline, a.request()); err != nil {
+		t.Fatal(err)
+	}
+	lost := h.c.Ready()
+	recalls := func(m *protocol.LeaseResponse, when string) {
+		t.Helper()
+		if len(m.Handovers) != 0 {
+			t.Fatalf("%s: a was asked again for handovers %v", when, m.Handovers)
+		}
+		for _, l := range m.Leases {
+			if l.Range == piece(1, 4) || l.Range == piece(3, 4) {
+				t.Fatalf("%s: a was sent %v, want pieces 1 and 3 recalled", when, m.Leases)
+			}
+		}
+	}
+	recalls(h.to(round{Owners: lost.Owners}, "a"), "the recall at the deadline")
+
+	// a's next request, sent before it heard the recall, races with it: the
+	// Manager drops it and resends after a backoff.
+	h.stepLease(deadline.Add(10*ms), a.request())
+	r = h.tick(deadline.Add(tm.BackoffMax + 10*ms))
+	recalls(h.to(r, "a"), "the resend")
+	if e := h.entry(piece(3, 4)); e.Owner != "a" {
+		t.Fatalf("piece 3 is %v, want still a's until a lets it go", e)
+	}
+	// Once a has let the pieces go, b gets them.
+	h.renewals(deadline.Add(tm.Renew), deadline.Add(3*tm.Renew), a, b)
+	for _, i := range []int{1, 3} {
+		if e := h.entry(piece(i, 4)); e.Owner != "b" || e.Migrated {
+			t.Fatalf("piece %d is %v, want b's, not migrated", i, e)
+		}
+	}
+}

@@ -89,12 +89,11 @@ type Replica struct {
 	conf     raftpb.ConfState
 	termSeen bool // an entry of the current term was applied
 
-	prop    uint64                    // proposals made
-	pending map[uint64][]OwnerMessage // held until their batch commits
-	// confirming holds the Owner messages of rounds that changed nothing
-	// (renewals), by the context of the ReadIndex round that proves this
-	// replica still led after they were made, in the order they were made.
-	confirming []*confirmRound
+	prop    uint64                // proposals made
+	pending map[uint64]*heldRound // rounds whose batch has not committed, by batch Seq
+	// held is every round whose Owner messages wait for their proof, in
+	// the order they were made; they are sent in that order.
+	held []*heldRound
 
 	nextTick     time.Time
 	nextFeedTick time.Time
@@ -112,14 +111,16 @@ type Replica struct {
 	readAt    time.Time
 }
 
-// confirmRound is a Core round with Owner messages and no change to the
-// State, waiting for proof that the replica still led when it was made.
-type confirmRound struct {
-	ctx   string
+// heldRound is a Core round's Owner messages, held until it is proven
+// that the replica still led when the round was made: by the commit of
+// the round's entry, or, for a round that changed nothing, by a ReadIndex
+// round (ctx) and the application of everything committed when it was
+// asked (index).
+type heldRound struct {
 	msgs  []OwnerMessage
-	after uint64 // the proposals made before it: each must commit first
-	index uint64 // the commit index the ReadIndex round answered with
-	ok    bool   // answered
+	ctx   string // the ReadIndex context; "" for a round with an entry
+	index uint64
+	ok    bool // committed, or the ReadIndex round answered
 }
 
 // ReplicaStats counts a replica's Raft activity.
@@ -147,7 +148,7 @@ func NewReplica(cfg ReplicaConfig, now time.Time) (*Replica, error) {
 		cfg.Storage = raft.NewMemoryStorage()
 	}
 	r := &Replica{cfg: cfg, ms: cfg.Storage, st: NewState(cfg.Core.Timing.LogRetention),
-		pending: map[uint64][]OwnerMessage{}, nextTick: now.Add(cfg.Tick),
+		pending: map[uint64]*heldRound{}, nextTick: now.Add(cfg.Tick),
 		started: now, reads: map[string]time.Time{}}
 	snap, err := r.ms.Snapshot()
 	if err != nil {
@@ -367,40 +368,39 @@ func (r *Replica) Flush(now time.Time) {
 		r.owners = append(r.owners, rd.Owners...)
 		return
 	}
-	r.pending[b.Seq] = rd.Owners
+	h := &heldRound{msgs: rd.Owners}
+	r.pending[b.Seq] = h
+	r.held = append(r.held, h)
 }
 
 // confirm holds the messages of a round that changed nothing — renewals,
 // the bulk of a Manager's work — until a ReadIndex round started now
 // proves this replica still leads (a heartbeat round to a quorum, no log
-// entry and no disk write), and every round proposed before it has
-// committed: a message may repeat a grant of an earlier round. That is as
-// strong as the commit of an entry proposed now, which is what the first
-// failover rule asks: no response leaves a replica that a new leader may
-// already have replaced.
+// entry and no disk write). That is as strong as the commit of an entry
+// proposed now, which is what the first failover rule asks: no response
+// leaves a replica that a new leader may already have replaced. Rounds are
+// sent in the order they were made, so the messages also wait for every
+// earlier round's commit (one may repeat an earlier round's grant).
 func (r *Replica) confirm(msgs []OwnerMessage) {
 	r.readSeq++
 	ctx := fmt.Sprintf("o/%d/%d/%d", r.cfg.ID, r.started.UnixNano(), r.readSeq) // unique at this replica
-	r.confirming = append(r.confirming, &confirmRound{ctx: ctx, msgs: msgs, after: r.prop})
+	r.held = append(r.held, &heldRound{msgs: msgs, ctx: ctx})
 	r.rn.ReadIndex([]byte(ctx))
 }
 
-// releaseConfirmed sends, in order, the held rounds whose proof arrived and
-// whose earlier proposals have all been applied.
-func (r *Replica) releaseConfirmed() {
-	for len(r.confirming) > 0 {
-		c := r.confirming[0]
-		if !c.ok || r.applied < c.index {
+// release sends the held rounds that are proven, in the order they were
+// made, up to the first that is not.
+func (r *Replica) release() {
+	for len(r.held) > 0 {
+		h := r.held[0]
+		if !h.ok || r.applied < h.index {
 			return
 		}
-		for seq := range r.pending {
-			if seq <= c.after {
-				return // an earlier round has not committed yet
-			}
+		r.held = r.held[1:]
+		r.owners = append(r.owners, h.msgs...)
+		if h.ctx != "" {
+			r.stats.Confirmations++
 		}
-		r.confirming = r.confirming[1:]
-		r.owners = append(r.owners, c.msgs...)
-		r.stats.Confirmations++
 	}
 }
 
@@ -467,9 +467,9 @@ func (r *Replica) Advance(now time.Time, rd raft.Ready) (Applied, error) {
 		r.lead, r.role = rd.SoftState.Lead, rd.SoftState.RaftState
 	}
 	for _, rs := range rd.ReadStates {
-		for _, c := range r.confirming {
-			if c.ctx == string(rs.RequestCtx) {
-				c.ok, c.index = true, rs.Index
+		for _, h := range r.held {
+			if h.ctx != "" && h.ctx == string(rs.RequestCtx) {
+				h.ok, h.index = true, rs.Index
 			}
 		}
 		if at, ok := r.reads[string(rs.RequestCtx)]; ok {
@@ -501,7 +501,7 @@ func (r *Replica) Advance(now time.Time, rd raft.Ready) (Applied, error) {
 		r.stats.Takeovers++
 		r.Flush(now)
 	}
-	r.releaseConfirmed()
+	r.release()
 	r.feed.Push()
 	if r.applied-r.snapshot >= r.cfg.SnapshotEntries {
 		snap, err := r.ms.CreateSnapshot(r.applied, &r.conf, r.st.Encode())
@@ -539,14 +539,11 @@ func (r *Replica) campaignAlone() {
 }
 
 func (r *Replica) stepDown() {
-	for _, msgs := range r.pending {
-		r.stats.Dropped += uint64(len(msgs))
+	for _, h := range r.held {
+		r.stats.Dropped += uint64(len(h.msgs))
 	}
 	clear(r.pending)
-	for _, c := range r.confirming {
-		r.stats.Dropped += uint64(len(c.msgs))
-	}
-	r.confirming = nil
+	r.held = nil
 	r.core = nil
 }
 
@@ -571,9 +568,9 @@ func (r *Replica) applyEntry(now time.Time, e raftpb.Entry) error {
 		if err := r.st.Apply(now, b.Changes); err != nil {
 			return fmt.Errorf("entry %d: %w", e.Index, err)
 		}
-		if msgs, ok := r.pending[b.Seq]; ok && b.Node == r.cfg.ID && b.Term == r.coreTerm {
+		if h, ok := r.pending[b.Seq]; ok && b.Node == r.cfg.ID && b.Term == r.coreTerm {
 			delete(r.pending, b.Seq)
-			r.owners = append(r.owners, msgs...)
+			h.ok = true
 		}
 	case raftpb.EntryConfChange:
 		var cc raftpb.ConfChange
