@@ -165,8 +165,8 @@ func coalesceFeed(t *testing.T, every time.Duration) (*State, *Feed, *leasetable
 	return st, f, v
 }
 
-// change regrants one piece of the key space with a fresh LGN: one change.
-func change(t *testing.T, st *State, lgn keyspace.LGN) {
+// regrantFirst regrants one piece of the key space with a fresh LGN: one change.
+func regrantFirst(t *testing.T, st *State, lgn keyspace.LGN) {
 	t.Helper()
 	r := keyspace.Range{Start: 0, End: keyspace.Key(1) << 60}
 	if err := st.Apply(base, []Change{{Op: OpSet, NS: DefaultNamespace, Range: r,
@@ -207,7 +207,7 @@ func TestFeedCoalescesPushes(t *testing.T) {
 	lsn0 := tab.LSN()
 
 	// A change after a quiet time: pushed at once (the leading edge).
-	change(t, st, 1000)
+	regrantFirst(t, st, 1000)
 	f.Changed(t0)
 	pushRound(t, f.Ready(), lsn0, lsn0+1, v)
 	if d := f.NextDeadline(); !d.IsZero() {
@@ -216,7 +216,7 @@ func TestFeedCoalescesPushes(t *testing.T) {
 
 	// A burst within PushEvery: nothing until the trailing edge.
 	for i, d := range []time.Duration{10 * ms, 20 * ms, 30 * ms} {
-		change(t, st, keyspace.LGN(1001+i))
+		regrantFirst(t, st, keyspace.LGN(1001+i))
 		f.Changed(t0.Add(d))
 		if got := f.Ready(); len(got) != 0 {
 			t.Fatalf("change %d ms after a round was pushed at once: %+v", d/ms, got)
@@ -248,7 +248,7 @@ func TestFeedCoalescesPushes(t *testing.T) {
 
 	// The trailing round counts as a round: a change 50 ms after it waits.
 	t1 := t0.Add(every)
-	change(t, st, 1010)
+	regrantFirst(t, st, 1010)
 	f.Changed(t1.Add(50 * ms))
 	if got := f.Ready(); len(got) != 0 {
 		t.Fatalf("a change 50 ms after the trailing round was pushed at once: %+v", got)
@@ -267,13 +267,13 @@ func TestFeedCoalescesPushes(t *testing.T) {
 	if got, d := f.Ready(), f.NextDeadline(); len(got) != 0 || !d.IsZero() {
 		t.Fatalf("Changed with the table unchanged: %+v, deadline %v", got, d)
 	}
-	change(t, st, 1011)
+	regrantFirst(t, st, 1011)
 	f.Changed(t2.Add(time.Second))
 	pushRound(t, f.Ready(), lsn0+5, lsn0+6, v)
-	change(t, st, 1012)
+	regrantFirst(t, st, 1012)
 	t3 := t2.Add(time.Second + 10*ms)
 	f.Changed(t3)
-	change(t, st, 1013)
+	regrantFirst(t, st, 1013)
 	f.Changed(t3.Add(every + 5*ms)) // PushDue was not called at t3 - 10 ms + every
 	pushRound(t, f.Ready(), lsn0+6, lsn0+8, v)
 	if d := f.NextDeadline(); !d.IsZero() {
@@ -290,7 +290,7 @@ func TestFeedPushEveryOff(t *testing.T) {
 	st, f, v := coalesceFeed(t, -1)
 	lsn := st.Table(DefaultNamespace).LSN()
 	for i := range 5 {
-		change(t, st, keyspace.LGN(1000+i))
+		regrantFirst(t, st, keyspace.LGN(1000+i))
 		f.Changed(base.Add(time.Duration(i) * ms))
 		pushRound(t, f.Ready(), lsn, lsn+1, v)
 		lsn++
