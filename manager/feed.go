@@ -2,6 +2,7 @@ package manager
 
 import (
 	"errors"
+	"maps"
 	"slices"
 	"time"
 
@@ -21,25 +22,57 @@ type LookupMessage struct {
 }
 
 // Feed serves Lookups from a replica's applied State (C§2.2.1, P§4.2): it
-// answers their syncs with a delta or a snapshot, and pushes every change
-// as soon as the replica applies it. Every replica, leader or follower, runs
-// one, so Lookups can be spread over them; a follower's table is the
-// leader's committed table, at most its replication lag behind.
+// answers their syncs with a delta or a snapshot, and pushes the changes
+// the replica applies. Every replica, leader or follower, runs one, so
+// Lookups can be spread over them; a follower's table is the leader's
+// committed table, at most its replication lag behind.
 //
-// A Feed is deterministic and not safe for concurrent use.
+// Push rounds are coalesced per namespace (Changed): a change is pushed at
+// once if the namespace's last round was at least PushEvery ago, and
+// otherwise at that round + PushEvery, together with everything applied
+// meanwhile. A lone change still reaches every Lookup at once, while a
+// burst of entries (a large pool starting: nearly every entry grants)
+// costs one round per PushEvery instead of one per entry, each round a
+// message to every Lookup. Sync answers are never delayed.
+//
+// A Feed is deterministic and not safe for concurrent use: what it sends is
+// a function of its calls and the times passed to them.
 type Feed struct {
 	st     *State
 	timing protocol.Timing
 	subs   map[string]map[uint64]*lookupSub
-	// upTo records, per namespace, the table and LSN of the last Push: every
-	// session has been sent up to there (StepSync never leaves a session
-	// behind the table it answers from), so Push has nothing to do until
-	// the table moves on. Push runs after every Raft entry applied, one per
-	// Owner renewal; without this it would visit every Lookup session each
-	// time.
-	upTo  map[string]pushMark
-	out   []LookupMessage
-	syncs uint64
+	// upTo records, per namespace, the table and LSN of the last push
+	// round: every session has been sent up to there (StepSync never
+	// leaves a session behind the table it answers from), so a round has
+	// nothing to do, and Changed starts none, until the table moves on.
+	// Changed runs after every Raft Ready applied, most of which change no
+	// table (heartbeats, ReadIndex rounds for renewals); without this a
+	// round would visit every Lookup session each time.
+	upTo map[string]pushMark
+	// every is the least time between two push rounds of a namespace (0:
+	// no coalescing); rounds holds, per namespace, when the last one ran
+	// and when the next is due.
+	every  time.Duration
+	rounds map[string]*pushRounds
+	out    []LookupMessage
+	syncs  uint64
+}
+
+// DefaultPushEvery is the least time between two push rounds of a
+// namespace when ReplicaConfig.PushEvery is 0. A change applied within
+// PushEvery of the last round waits at most this long for the next one: a
+// tenth of the 1 s goal for a change to reach every Lookup, and one period
+// of the default Raft tick. A sustained burst then costs at most 10 rounds
+// a second: at start-up of a pool of 10,000 Owners joining over a minute,
+// at most 600 messages to each Lookup instead of one per entry that
+// changes the table (tens of thousands). 50 ms would halve the wait and
+// double the rounds.
+const DefaultPushEvery = 100 * time.Millisecond
+
+type pushRounds struct {
+	last time.Time // when the last round ran
+	ran  bool      // a round has run (last is set)
+	due  time.Time // when the pending round runs; zero: none pending
 }
 
 type pushMark struct {
@@ -52,9 +85,25 @@ type lookupSub struct {
 	pushed   keyspace.LSN // the LSN the session's copy will have
 }
 
-// NewFeed returns a Feed over st.
+// NewFeed returns a Feed over st that coalesces push rounds by
+// DefaultPushEvery (SetPushEvery changes it).
 func NewFeed(st *State, timing protocol.Timing) *Feed {
-	return &Feed{st: st, timing: timing, subs: map[string]map[uint64]*lookupSub{}, upTo: map[string]pushMark{}}
+	return &Feed{st: st, timing: timing, subs: map[string]map[uint64]*lookupSub{}, upTo: map[string]pushMark{},
+		every: DefaultPushEvery, rounds: map[string]*pushRounds{}}
+}
+
+// SetPushEvery sets the least time between two push rounds of a namespace:
+// 0 means DefaultPushEvery, and a negative d turns coalescing off (Changed
+// pushes every change at once).
+func (f *Feed) SetPushEvery(d time.Duration) {
+	switch {
+	case d == 0:
+		f.every = DefaultPushEvery
+	case d < 0:
+		f.every = 0
+	default:
+		f.every = d
+	}
 }
 
 // Rebase points the Feed at a new State (a snapshot was installed). Each
@@ -137,35 +186,110 @@ func (f *Feed) Tick(now time.Time) {
 	}
 }
 
-// Push sends every subscribed Lookup the changes it has not been sent
-// (C§2.2.1 made push: the periodic sync remains the safety net). Call it
-// after the State changed.
+// Changed tells the Feed that the State may have changed at now; the
+// replica calls it after every Ready it applies. Each namespace whose table
+// moved since its last push round gets a round now if that round was at
+// least PushEvery ago (or never ran), and otherwise one at that round +
+// PushEvery (NextDeadline; PushDue runs it).
+func (f *Feed) Changed(now time.Time) {
+	for _, name := range f.st.Namespaces() {
+		if !f.moved(name) {
+			continue
+		}
+		r := f.rounds[name]
+		if r == nil {
+			r = &pushRounds{}
+			f.rounds[name] = r
+		}
+		switch {
+		case f.every == 0 || !r.ran || now.Sub(r.last) >= f.every:
+			f.round(name, now)
+		case r.due.IsZero():
+			r.due = r.last.Add(f.every)
+		}
+	}
+}
+
+// NextDeadline returns when PushDue must be called next: the earliest
+// pending push round, or the zero time if none is pending.
+func (f *Feed) NextDeadline() time.Time {
+	var d time.Time
+	for _, r := range f.rounds {
+		if !r.due.IsZero() && (d.IsZero() || r.due.Before(d)) {
+			d = r.due
+		}
+	}
+	return d
+}
+
+// PushDue runs the push rounds due by now.
+func (f *Feed) PushDue(now time.Time) {
+	if d := f.NextDeadline(); d.IsZero() || now.Before(d) {
+		return
+	}
+	for _, name := range slices.Sorted(maps.Keys(f.rounds)) { // deterministic order
+		r := f.rounds[name]
+		if r.due.IsZero() || now.Before(r.due) {
+			continue
+		}
+		if f.st.Table(name) == nil {
+			r.due = time.Time{} // the namespace went with a Rebase
+			continue
+		}
+		f.round(name, now)
+	}
+}
+
+// round runs a push round of namespace name at now.
+func (f *Feed) round(name string, now time.Time) {
+	f.push(name)
+	r := f.rounds[name]
+	r.last, r.ran, r.due = now, true, time.Time{}
+}
+
+// Push runs a push round at once in every namespace whose table moved,
+// without coalescing (Changed is the coalesced form; a round Push runs
+// does not count as one for it).
+func (f *Feed) Push() {
+	for _, name := range f.st.Namespaces() {
+		f.push(name)
+	}
+}
+
+// moved reports whether namespace name's table moved since its last push.
+func (f *Feed) moved(name string) bool {
+	t := f.st.Table(name)
+	m := f.upTo[name]
+	return m.t != t || m.lsn != t.LSN()
+}
+
+// push sends every subscribed Lookup of namespace name the changes it has
+// not been sent (C§2.2.1 made push: the periodic sync remains the safety
+// net).
 //
 // Sessions at one LSN share one Update (leasetable.Table.Since): a push
 // round costs one message header per session, whatever the size of the
 // delta or snapshot.
-func (f *Feed) Push() {
-	for _, name := range f.st.Namespaces() {
-		t := f.st.Table(name)
-		lsn := t.LSN()
-		if m := f.upTo[name]; m.t == t && m.lsn == lsn {
-			continue // every session has been sent up to lsn
+func (f *Feed) push(name string) {
+	if !f.moved(name) {
+		return // every session has been sent up to the table's LSN
+	}
+	t := f.st.Table(name)
+	lsn := t.LSN()
+	f.upTo[name] = pushMark{t, lsn}
+	subs := f.subs[name]
+	ids := make([]uint64, 0, len(subs))
+	for id, l := range subs {
+		if l.pushed < lsn {
+			ids = append(ids, id)
 		}
-		f.upTo[name] = pushMark{t, lsn}
-		subs := f.subs[name]
-		ids := make([]uint64, 0, len(subs))
-		for id, l := range subs {
-			if l.pushed < lsn {
-				ids = append(ids, id)
-			}
-		}
-		slices.Sort(ids) // deterministic order
-		for _, id := range ids {
-			l := subs[id]
-			u := t.Since(l.pushed)
-			l.pushed = u.To
-			f.out = append(f.out, LookupMessage{To: id, Msg: f.response(name, 0, u)})
-		}
+	}
+	slices.Sort(ids) // deterministic order
+	for _, id := range ids {
+		l := subs[id]
+		u := t.Since(l.pushed)
+		l.pushed = u.To
+		f.out = append(f.out, LookupMessage{To: id, Msg: f.response(name, 0, u)})
 	}
 }
 

@@ -3,7 +3,9 @@ package manager
 import (
 	"fmt"
 	"runtime"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/leasetable"
@@ -146,5 +148,154 @@ func BenchmarkFeedPush(b *testing.B) {
 		b.StartTimer()
 		f.Push()
 		f.Ready()
+	}
+}
+
+// coalesceFeed returns a Feed coalescing by every over a table of 16
+// granted pieces, sessions 1..3 synced at its LSN, and a copy of the
+// table as a Lookup holds it (the View session 1 keeps).
+func coalesceFeed(t *testing.T, every time.Duration) (*State, *Feed, *leasetable.View) {
+	t.Helper()
+	st, f := feedWith(t, 16, 3)
+	f.SetPushEvery(every)
+	v := leasetable.NewView()
+	if _, err := v.Apply(st.Table(DefaultNamespace).Snapshot()); err != nil {
+		t.Fatal(err)
+	}
+	return st, f, v
+}
+
+// regrantFirst regrants one piece of the key space with a fresh LGN: one change.
+func regrantFirst(t *testing.T, st *State, lgn keyspace.LGN) {
+	t.Helper()
+	r := keyspace.Range{Start: 0, End: keyspace.Key(1) << 60}
+	if err := st.Apply(base, []Change{{Op: OpSet, NS: DefaultNamespace, Range: r,
+		Entry: leasetable.Entry{Owner: "owner-x", Addr: "10.0.0.2:7000", LGN: lgn}}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// pushRound checks that msgs is one push round to sessions 1..3, each the
+// delta from..to, and applies session 1's to v.
+func pushRound(t *testing.T, msgs []LookupMessage, from, to keyspace.LSN, v *leasetable.View) {
+	t.Helper()
+	if len(msgs) != 3 {
+		t.Fatalf("%d messages, want a push round to the 3 sessions: %+v", len(msgs), msgs)
+	}
+	for i, m := range msgs {
+		u := m.Msg.Update
+		if m.To != uint64(i+1) || m.Msg.ID != 0 || u.Snapshot || u.From != from || u.To != to || len(u.Changes) != int(to-from) {
+			t.Fatalf("message %d: to %d, ID %d, update %d..%d (snapshot %v, %d changes); want a push to %d of the delta %d..%d",
+				i, m.To, m.Msg.ID, u.From, u.To, u.Snapshot, len(u.Changes), i+1, from, to)
+		}
+	}
+	if _, err := v.Apply(msgs[0].Msg.Update); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestFeedCoalescesPushes: a push round runs at once when the namespace's
+// last round was PushEvery ago or more, and otherwise at that round +
+// PushEvery, carrying everything applied meanwhile; NextDeadline reports
+// when; a sync is answered at once meanwhile; the Lookup's copy ends equal
+// to the table.
+func TestFeedCoalescesPushes(t *testing.T) {
+	const every = 100 * ms
+	st, f, v := coalesceFeed(t, every)
+	tab := st.Table(DefaultNamespace)
+	t0 := base.Add(time.Minute)
+	lsn0 := tab.LSN()
+
+	// A change after a quiet time: pushed at once (the leading edge).
+	regrantFirst(t, st, 1000)
+	f.Changed(t0)
+	pushRound(t, f.Ready(), lsn0, lsn0+1, v)
+	if d := f.NextDeadline(); !d.IsZero() {
+		t.Fatalf("NextDeadline %v after a leading round with nothing pending; want none", d)
+	}
+
+	// A burst within PushEvery: nothing until the trailing edge.
+	for i, d := range []time.Duration{10 * ms, 20 * ms, 30 * ms} {
+		regrantFirst(t, st, keyspace.LGN(1001+i))
+		f.Changed(t0.Add(d))
+		if got := f.Ready(); len(got) != 0 {
+			t.Fatalf("change %d ms after a round was pushed at once: %+v", d/ms, got)
+		}
+		if got := f.NextDeadline(); !got.Equal(t0.Add(every)) {
+			t.Fatalf("NextDeadline = %v, want the trailing edge %v", got, t0.Add(every))
+		}
+	}
+	// A sync meanwhile is answered at once, and the round skips it.
+	if err := f.StepSync(t0.Add(35*ms), 9, &protocol.SyncRequest{Namespace: DefaultNamespace, ID: 5, Epoch: epoch, LSN: lsn0}); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.Ready(); len(got) != 1 || got[0].To != 9 || got[0].Msg.ID != 5 || got[0].Msg.Update.To != lsn0+4 {
+		t.Fatalf("a sync during a burst: %+v, want session 9 answered at once up to LSN %d", got, lsn0+4)
+	}
+	f.PushDue(t0.Add(every - 1))
+	if got := f.Ready(); len(got) != 0 {
+		t.Fatalf("pushed before the trailing edge: %+v", got)
+	}
+	f.PushDue(t0.Add(every))
+	pushRound(t, f.Ready(), lsn0+1, lsn0+4, v) // the whole burst in one delta each
+	f.Close(DefaultNamespace, 9)
+	if d := f.NextDeadline(); !d.IsZero() {
+		t.Fatalf("NextDeadline %v after the trailing round; want none", d)
+	}
+	if !slices.Equal(v.Segments(), tab.Segments()) {
+		t.Fatalf("the Lookup's copy at LSN %d differs from the table at LSN %d", v.LSN(), tab.LSN())
+	}
+
+	// The trailing round counts as a round: a change 50 ms after it waits.
+	t1 := t0.Add(every)
+	regrantFirst(t, st, 1010)
+	f.Changed(t1.Add(50 * ms))
+	if got := f.Ready(); len(got) != 0 {
+		t.Fatalf("a change 50 ms after the trailing round was pushed at once: %+v", got)
+	}
+	if got := f.NextDeadline(); !got.Equal(t1.Add(every)) {
+		t.Fatalf("NextDeadline = %v, want %v", got, t1.Add(every))
+	}
+	f.PushDue(t1.Add(every))
+	pushRound(t, f.Ready(), lsn0+4, lsn0+5, v)
+
+	// Nothing applied starts no round; a change after a quiet time again
+	// goes at once, and so does one applied after a due round its driver
+	// ran late.
+	t2 := t1.Add(every)
+	f.Changed(t2.Add(time.Second))
+	if got, d := f.Ready(), f.NextDeadline(); len(got) != 0 || !d.IsZero() {
+		t.Fatalf("Changed with the table unchanged: %+v, deadline %v", got, d)
+	}
+	regrantFirst(t, st, 1011)
+	f.Changed(t2.Add(time.Second))
+	pushRound(t, f.Ready(), lsn0+5, lsn0+6, v)
+	regrantFirst(t, st, 1012)
+	t3 := t2.Add(time.Second + 10*ms)
+	f.Changed(t3)
+	regrantFirst(t, st, 1013)
+	f.Changed(t3.Add(every + 5*ms)) // PushDue was not called at t3 - 10 ms + every
+	pushRound(t, f.Ready(), lsn0+6, lsn0+8, v)
+	if d := f.NextDeadline(); !d.IsZero() {
+		t.Fatalf("NextDeadline %v with nothing pending", d)
+	}
+	if !slices.Equal(v.Segments(), tab.Segments()) || v.LSN() != tab.LSN() {
+		t.Fatalf("the Lookup's copy at LSN %d differs from the table at LSN %d", v.LSN(), tab.LSN())
+	}
+}
+
+// TestFeedPushEveryOff: with a negative PushEvery every change is pushed
+// as it is applied.
+func TestFeedPushEveryOff(t *testing.T) {
+	st, f, v := coalesceFeed(t, -1)
+	lsn := st.Table(DefaultNamespace).LSN()
+	for i := range 5 {
+		regrantFirst(t, st, keyspace.LGN(1000+i))
+		f.Changed(base.Add(time.Duration(i) * ms))
+		pushRound(t, f.Ready(), lsn, lsn+1, v)
+		lsn++
+		if d := f.NextDeadline(); !d.IsZero() {
+			t.Fatalf("NextDeadline %v without coalescing", d)
+		}
 	}
 }

@@ -54,7 +54,13 @@ type ReplicaConfig struct {
 	// SnapshotEntries is how many applied entries trigger a snapshot and
 	// log compaction. Default 10,000.
 	SnapshotEntries uint64
-	Logger          raft.Logger
+	// PushEvery is the least time between two rounds of pushes to the
+	// Lookups of a namespace (Feed): a change applied sooner after the
+	// last round waits for the next, which carries everything applied
+	// meanwhile. 0 means DefaultPushEvery (100 ms); a negative value
+	// pushes every applied change at once.
+	PushEvery time.Duration
+	Logger    raft.Logger
 }
 
 // Replica is one member of the replicated Manager (C§2.1.1, DESIGN.md rule
@@ -161,6 +167,7 @@ func NewReplica(cfg ReplicaConfig, now time.Time) (*Replica, error) {
 		r.applied, r.snapshot, r.conf = snap.Metadata.Index, snap.Metadata.Index, snap.Metadata.ConfState
 	}
 	r.feed = NewFeed(r.st, cfg.Core.Timing)
+	r.feed.SetPushEvery(cfg.PushEvery)
 	rc := &raft.Config{
 		ID:              cfg.ID,
 		ElectionTick:    cfg.ElectionTicks,
@@ -312,10 +319,15 @@ func (r *Replica) NextDeadline() time.Time {
 			d = cd
 		}
 	}
+	if fd := r.feed.NextDeadline(); !fd.IsZero() && fd.Before(d) {
+		d = fd // a coalesced push round
+	}
 	return d
 }
 
-// Tick runs Raft's ticks due by now and the Core's and Feed's timers.
+// Tick runs Raft's ticks due by now and the Core's and Feed's timers. The
+// Lookup messages of a push round it runs are collected by Replies (or the
+// next Advance).
 func (r *Replica) Tick(now time.Time) {
 	for ticks := 0; !now.Before(r.nextTick); ticks++ {
 		if ticks < 4*r.cfg.ElectionTicks { // a long pause is not a storm of ticks
@@ -326,6 +338,7 @@ func (r *Replica) Tick(now time.Time) {
 			r.nextTick = now.Add(r.cfg.Tick)
 		}
 	}
+	r.feed.PushDue(now)
 	if !now.Before(r.nextFeedTick) {
 		r.feed.Tick(now)
 		r.nextFeedTick = now.Add(time.Second)
@@ -404,8 +417,10 @@ func (r *Replica) release() {
 	}
 }
 
-// Replies returns the Feed's answers to Lookups since the last call (or
-// Advance) and forgets them: StepSync answers at once, without Raft.
+// Replies returns the Feed's messages to Lookups since the last call (or
+// Advance) and forgets them: StepSync answers at once, without Raft, and
+// Tick runs coalesced push rounds. Drivers collect them after steps and
+// after Tick.
 func (r *Replica) Replies() []LookupMessage { return r.feed.Ready() }
 
 // Outbox returns the Owner messages released outside Advance (only when a
@@ -502,7 +517,7 @@ func (r *Replica) Advance(now time.Time, rd raft.Ready) (Applied, error) {
 		r.Flush(now)
 	}
 	r.release()
-	r.feed.Push()
+	r.feed.Changed(now)
 	if r.applied-r.snapshot >= r.cfg.SnapshotEntries {
 		snap, err := r.ms.CreateSnapshot(r.applied, &r.conf, r.st.Encode())
 		if err != nil {

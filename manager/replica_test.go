@@ -12,6 +12,8 @@ import (
 
 	"github.com/leasehold/leasehold/assign"
 	"github.com/leasehold/leasehold/internal/faults"
+	"github.com/leasehold/leasehold/keyspace"
+	"github.com/leasehold/leasehold/leasetable"
 	"github.com/leasehold/leasehold/owner"
 	"github.com/leasehold/leasehold/protocol"
 )
@@ -413,4 +415,159 @@ func TestReplicaSnapshotRestart(t *testing.T) {
 	if got := g.runUntilLeader().State().Encode(); string(got) != string(want) {
 		t.Fatalf("restarted state\n%s\nwant\n%s", got, want)
 	}
+}
+
+// TestReplicaCoalescesPushes: a replica driven only at its NextDeadline and
+// when its Owners send runs the Feed's coalesced push rounds on time: push
+// rounds to a Lookup are PushEvery apart or more, yet every table change
+// reaches it within PushEvery of being applied, and its copy ends equal to
+// the table.
+func TestReplicaCoalescesPushes(t *testing.T) {
+	const every = 100 * ms
+	// A Raft tick of a second: only the Feed's deadline brings the
+	// trailing rounds on time.
+	r, err := NewReplica(ReplicaConfig{ID: 1, Bootstrap: []Peer{{ID: 1, Addr: "m1:7400"}}, Tick: time.Second, PushEvery: every,
+		Core: CoreConfig{Timing: groupTiming, Policy: assign.Fixed{Pieces: 64}, Epoch: epoch, Seed: 1}}, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := base
+	owners := map[string]*owner.Core{}
+	view := leasetable.NewView()
+	var (
+		applied = map[keyspace.LSN]time.Time{} // table LSN → when the replica applied it
+		reached = map[keyspace.LSN]time.Time{} // view LSN → when the Lookup's copy reached it
+		rounds  []time.Time                    // push rounds to the Lookup
+		lsn     keyspace.LSN
+	)
+	lookup := func(msgs []LookupMessage) {
+		for _, m := range msgs {
+			if m.To != 1 {
+				t.Fatalf("message to session %d", m.To)
+			}
+			if m.Msg.ID == 0 {
+				if n := len(rounds); n > 0 && rounds[n-1].Equal(now) {
+					t.Fatalf("two pushes to one session at %v", now.Sub(base))
+				}
+				rounds = append(rounds, now)
+			}
+			if _, err := view.Apply(m.Msg.Update); err != nil {
+				t.Fatalf("at %v: %v", now.Sub(base), err)
+			}
+			if _, ok := reached[view.LSN()]; !ok {
+				reached[view.LSN()] = now
+			}
+		}
+	}
+	// settle runs the replica and its Owners until neither has anything
+	// to send.
+	settle := func() {
+		for busy := true; busy; {
+			busy = false
+			r.Flush(now)
+			var out []OwnerMessage
+			for r.HasReady() {
+				a, err := r.Advance(now, r.Ready())
+				if err != nil {
+					t.Fatal(err)
+				}
+				out = append(out, a.Owners...)
+				lookup(a.Lookups)
+			}
+			lookup(r.Replies())
+			if l := r.State().Table(DefaultNamespace); l != nil && l.LSN() > lsn {
+				for lsn < l.LSN() {
+					lsn++
+					applied[lsn] = now
+				}
+			}
+			for _, m := range out {
+				owners[m.To].Step(now, m.Msg)
+			}
+			for _, id := range slices.Sorted(maps.Keys(owners)) {
+				reqs, _ := owners[id].Ready()
+				for _, req := range reqs {
+					busy = true
+					if err := r.StepLease(now, req); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+		}
+	}
+	settle()
+	if r.Core() == nil {
+		t.Fatal("a group of one did not take over at once")
+	}
+	if err := r.StepSync(now, 1, &protocol.SyncRequest{Namespace: DefaultNamespace, ID: 1}); err != nil {
+		t.Fatal(err)
+	}
+	settle()
+	// Owners join one after another, some within PushEvery of each other;
+	// nothing is granted for a ManagerLease after the takeover.
+	joins := []time.Duration{0, 2300 * ms, 2330 * ms, 2360 * ms, 2500 * ms, 3000 * ms, 3040 * ms}
+	end := base.Add(4500 * ms) // before the Feed forgets a session silent for 2 SyncTimeouts
+	for steps := 0; now.Before(end); steps++ {
+		if steps > 100000 {
+			t.Fatalf("stuck at %v: NextDeadline %v", now.Sub(base), r.NextDeadline().Sub(base))
+		}
+		next := end
+		earlier := func(d time.Time) {
+			if d.Before(next) {
+				next = d
+			}
+		}
+		earlier(r.NextDeadline())
+		for _, o := range owners {
+			earlier(o.NextDeadline())
+		}
+		if len(joins) > 0 {
+			earlier(base.Add(joins[0]))
+		}
+		if next.After(now) {
+			now = next
+		}
+		for len(joins) > 0 && !now.Before(base.Add(joins[0])) {
+			id := fmt.Sprintf("o%d", len(owners))
+			owners[id] = owner.NewCore(owner.CoreConfig{Namespace: DefaultNamespace, ID: id, Addr: id + ":7000", Incarnation: 1, Timing: groupTiming, Seed: 1})
+			joins = joins[1:]
+		}
+		if !now.Before(r.NextDeadline()) {
+			r.Tick(now)
+		}
+		for _, id := range slices.Sorted(maps.Keys(owners)) {
+			if o := owners[id]; !now.Before(o.NextDeadline()) {
+				o.Tick(now)
+			}
+		}
+		settle()
+	}
+
+	tab := r.State().Table(DefaultNamespace)
+	if view.LSN() != tab.LSN() || !slices.Equal(view.Segments(), tab.Segments()) {
+		t.Fatalf("the Lookup's copy at LSN %d differs from the table at LSN %d", view.LSN(), tab.LSN())
+	}
+	for i := 1; i < len(rounds); i++ {
+		if gap := rounds[i].Sub(rounds[i-1]); gap < every {
+			t.Errorf("push rounds at %v and %v: %v apart, want PushEvery (%v) or more", rounds[i-1].Sub(base), rounds[i].Sub(base), gap, every)
+		}
+	}
+	late := 0 // changes that waited for a trailing round
+	for l := keyspace.LSN(1); l <= tab.LSN(); l++ {
+		var got time.Time
+		for v, at := range reached {
+			if v >= l && (got.IsZero() || at.Before(got)) {
+				got = at
+			}
+		}
+		if d := got.Sub(applied[l]); d > every {
+			t.Errorf("LSN %d applied at %v reached the Lookup %v later, want PushEvery (%v) at most", l, applied[l].Sub(base), d, every)
+		} else if d > 0 {
+			late++
+		}
+	}
+	if late == 0 || len(rounds) < 3 {
+		t.Fatalf("%d changes in %d push rounds, %d of them waiting for a trailing round: the run exercised no coalescing", tab.LSN(), len(rounds), late)
+	}
+	t.Logf("%d changes in %d push rounds, %d of them pushed by a trailing round", tab.LSN(), len(rounds), late)
 }

@@ -477,6 +477,7 @@ func (s *Server) Run(ctx context.Context) error {
 		case <-timer.C:
 			if !time.Now().Before(l.r.NextDeadline()) {
 				l.r.Tick(time.Now())
+				l.send(Applied{Lookups: l.r.Replies()}) // a coalesced push round
 				l.changed()
 			}
 		}

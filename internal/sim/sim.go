@@ -490,6 +490,7 @@ func (s *Sim) tickNode(n *node) {
 		t0 := s.clock()
 		n.rep.Tick(now)
 		s.work(n, s.clock().Sub(t0))
+		s.sendManaged(n, nil, n.rep.Replies()) // a coalesced push round, as the server sends it
 	case ownerNode:
 		s.checkTarget(n, now, s.cfg.Timing.Renew*3/2)
 		n.own.Tick(now)
