@@ -49,6 +49,8 @@ type Feed struct {
 	// table (heartbeats, ReadIndex rounds for renewals); without this a
 	// round would visit every Lookup session each time.
 	upTo map[string]pushMark
+	// snaps holds, per namespace, the last snapshot sent (snapshot).
+	snaps map[string]sentSnapshot
 	// every is the least time between two push rounds of a namespace (0:
 	// no coalescing); rounds holds, per namespace, when the last one ran
 	// and when the next is due.
@@ -88,7 +90,7 @@ type lookupSub struct {
 // NewFeed returns a Feed over st that coalesces push rounds by
 // DefaultPushEvery (SetPushEvery changes it).
 func NewFeed(st *State, timing protocol.Timing) *Feed {
-	return &Feed{st: st, timing: timing, subs: map[string]map[uint64]*lookupSub{}, upTo: map[string]pushMark{},
+	return &Feed{st: st, timing: timing, subs: map[string]map[uint64]*lookupSub{}, upTo: map[string]pushMark{}, snaps: map[string]sentSnapshot{},
 		every: DefaultPushEvery, rounds: map[string]*pushRounds{}}
 }
 
@@ -112,6 +114,7 @@ func (f *Feed) SetPushEvery(d time.Duration) {
 func (f *Feed) Rebase(st *State) {
 	f.st = st
 	clear(f.upTo)
+	clear(f.snaps)
 }
 
 // StepSync handles a Lookup's SyncRequest received at now on session id.
@@ -145,21 +148,61 @@ func (f *Feed) StepSync(now time.Time, id uint64, req *protocol.SyncRequest) err
 		return nil
 	}
 	var u leasetable.Update
-	if req.Epoch != f.st.epoch {
+	switch {
+	case req.Epoch != f.st.epoch:
 		// The Lookup's copy is from another Manager incarnation: its LSNs
 		// mean nothing here.
-		u = snapshot(t)
-	} else {
+		u = f.snapshot(req.Namespace, t, 0)
+	case req.LSN == t.LSN() || hasDelta(t, req.LSN):
 		u = t.Since(req.LSN)
+	default:
+		u = f.snapshot(req.Namespace, t, req.LSN)
+		u.From = req.LSN
 	}
 	sub.pushed = u.To
 	f.out = append(f.out, LookupMessage{To: id, Msg: f.response(req.Namespace, req.ID, u)})
+	if u.To < t.LSN() {
+		// An earlier snapshot: the rest follows in a push round.
+		delete(f.upTo, req.Namespace)
+		f.Changed(now)
+	}
 	return nil
 }
 
-// snapshot is the table as a snapshot, shared by every session that gets
-// one at this LSN.
-func snapshot(t *leasetable.Table) leasetable.Update { return t.Snapshot() }
+// hasDelta reports whether Table.Since(lsn) is a delta rather than a
+// snapshot (lsn < LSN()): the log reaches back to lsn, with no more
+// changes after it than the table has segments.
+func hasDelta(t *leasetable.Table, lsn keyspace.LSN) bool {
+	return lsn < t.LSN() && lsn >= t.FirstLSN()-1 && uint64(t.LSN()-lsn) <= uint64(t.Len())
+}
+
+// snapshot returns a snapshot of t for a Lookup whose copy is at lsn (0:
+// none, or another epoch's), shared by every session that gets it: the
+// last one this Feed sent if it is not behind lsn and no more than a
+// snapshotLag of changes behind the table (the rest follows as a delta in
+// the next push round), else a new one. A table copies all its segments
+// for a snapshot at a new LSN: when a large pool starts, with the table
+// changing all the time and Lookups starting too, a new snapshot for each
+// would cost O(segments) per Lookup.
+func (f *Feed) snapshot(name string, t *leasetable.Table, lsn keyspace.LSN) leasetable.Update {
+	if r, ok := f.snaps[name]; ok && r.t == t && r.u.To >= lsn && (r.u.To == t.LSN() || hasDelta(t, r.u.To)) &&
+		uint64(t.LSN()-r.u.To) <= uint64(t.Len()/snapshotLag) {
+		return r.u
+	}
+	u := t.Snapshot()
+	f.snaps[name] = sentSnapshot{t, u}
+	return u
+}
+
+// snapshotLag: a snapshot is sent again while the table has changed less
+// than 1/snapshotLag of its segments' worth since; the delta that follows
+// is then at most that large.
+const snapshotLag = 8
+
+type sentSnapshot struct {
+	t *leasetable.Table
+	u leasetable.Update
+}
 
 // Close forgets a Lookup session (its stream ended).
 func (f *Feed) Close(ns string, id uint64) {
