@@ -110,8 +110,8 @@ const (
 )
 
 // LeaseResponse is the Manager's message to an Owner: the complete set of
-// leases the Owner should hold now (in Leases, or by RenewHeld). It answers a LeaseRequest, or is pushed
-// unsolicited to recall or grant at once.
+// leases the Owner should hold now (in Leases, or by RenewHeld). It answers
+// a LeaseRequest, or is pushed unsolicited to recall or grant at once.
 type LeaseResponse struct {
 	Namespace   string
 	Owner       string
