@@ -220,6 +220,15 @@ type ownerSession struct {
 	// for part of its window only.
 	grantedAt map[keyspace.LGN]time.Time
 	hot       []protocol.KeyLoad // Requests holds the rate
+
+	// The compact forms (HeldAsAcked, RenewHeld). sentLeases is the lease
+	// list of message mySeq (when mySeq is not seqBase): what a request
+	// that says HeldAsAcked and acknowledges it holds. peerHeld is the Held
+	// of request peerSeq, expanded, if peerHeldKnown: a message whose list
+	// renews exactly it is sent as RenewHeld.
+	sentLeases    []protocol.Lease
+	peerHeld      []protocol.Lease
+	peerHeldKnown bool
 }
 
 // handing is one planned move: the holder was asked to hand the state of a
@@ -399,6 +408,10 @@ func (c *Core) StepLease(now time.Time, req *protocol.LeaseRequest) error {
 	}
 	o.peerSeq = req.Seq
 	o.lastHeard = now
+	// The compact form is expanded here, before anything reads Held: from
+	// here on a request means what its complete form would.
+	held, heldKnown := c.expandHeld(o, req)
+	o.peerHeld, o.peerHeldKnown = held, heldKnown
 	if req.AckEpoch == c.st.epoch {
 		// The owner has seen a message at or after AckSeq, and each of
 		// those listed the grants first sent by then.
@@ -447,13 +460,14 @@ func (c *Core) StepLease(now time.Time, req *protocol.LeaseRequest) error {
 		return nil
 	}
 	switch {
-	case !fresh || c.seqBase == 0:
-		c.stats.Releases += c.release(now, n, o, req.Held, req.Handed)
+	case heldKnown && (!fresh || c.seqBase == 0):
+		c.stats.Releases += c.release(now, n, o, held, req.Handed)
 	case len(req.Handed) > 0 || req.Leaving:
 		// A fresh session under a new leader may answer a request sent
 		// before the owner heard the old leader's last grant: what it omits
 		// proves nothing (with no earlier leader there was no such grant).
-		// What it did on its own still stands, as in a raced request.
+		// Nor does a compact Held we cannot expand say what it omits. What
+		// the owner did on its own still stands, as in a raced request.
 		c.stats.Releases += c.releaseOwn(now, n, o, req.Handed, req.Leaving)
 	}
 	o.push = true // answer every accepted request
@@ -479,7 +493,35 @@ func validateLeaseRequest(req *protocol.LeaseRequest) error {
 			return bad("lease request from %q holds invalid lease %v LGN %d", req.Owner, l.Range, l.LGN)
 		}
 	}
+	if req.HeldAsAcked && len(req.Held) > 0 {
+		return bad("lease request from %q says HeldAsAcked and lists %d leases in Held; the compact form lists none",
+			req.Owner, len(req.Held))
+	}
 	return nil
+}
+
+// expandHeld returns what req holds, and whether that is known. Held in
+// full is known. HeldAsAcked says the owner holds exactly the leases of our
+// message AckSeq; we remember only our latest message of this session, so
+// it is known only for a request that acknowledges that one. Anything else
+// (a raced request, a fresh session whose owner acknowledges an earlier
+// leader's or a forgotten session's message) is unknown, and releases
+// nothing: not releasing is always safe, since the owner refuses renewals
+// of what it does not hold and then lists its set in full.
+func (c *Core) expandHeld(o *ownerSession, req *protocol.LeaseRequest) ([]protocol.Lease, bool) {
+	if !req.HeldAsAcked {
+		return req.Held, true
+	}
+	if req.AckEpoch != c.st.epoch || req.AckSeq != o.mySeq || o.mySeq == c.seqBase {
+		return nil, false
+	}
+	return o.sentLeases, true
+}
+
+// sameLeases reports whether two lease lists name the same ranges under the
+// same LGNs in the same order: what a request's Held says of each.
+func sameLeases(a, b []protocol.Lease) bool {
+	return slices.EqualFunc(a, b, func(x, y protocol.Lease) bool { return x.Range == y.Range && x.LGN == y.LGN })
 }
 
 // step starts a step at now that may change the Core: every exported
@@ -907,7 +949,8 @@ func (c *Core) sendTo(now time.Time, n *namespace, o *ownerSession) {
 	for _, l := range leases {
 		o.sent = o.sent.Add(l.Range)
 	}
-	c.out.Owners = append(c.out.Owners, OwnerMessage{To: o.id, Msg: &protocol.LeaseResponse{
+	o.sentLeases = leases
+	msg := &protocol.LeaseResponse{
 		Namespace:   n.name,
 		Owner:       o.id,
 		Incarnation: o.inc,
@@ -919,7 +962,28 @@ func (c *Core) sendTo(now time.Time, n *namespace, o *ownerSession) {
 		Renew:       c.cfg.Timing.Renew,
 		Handovers:   handovers,
 		Drain:       drainState(o),
-	}})
+	}
+	if c.renewsHeld(o, leases) {
+		// A steady-state renewal: the owner expands it with the Held of
+		// its request AckSeq, and gets exactly this list.
+		msg.Leases, msg.RenewHeld = nil, true
+	}
+	c.out.Owners = append(c.out.Owners, OwnerMessage{To: o.id, Msg: msg})
+}
+
+// renewsHeld reports whether leases, a message to o, may be sent as
+// RenewHeld: it renews exactly what o's request peerSeq held — the same
+// ranges under the same LGNs, none a grant — and that Held is known.
+func (c *Core) renewsHeld(o *ownerSession, leases []protocol.Lease) bool {
+	if !o.peerHeldKnown || len(leases) == 0 || slices.ContainsFunc(leases, func(l protocol.Lease) bool { return l.Grant }) {
+		return false
+	}
+	if c.cfg.Faults.Has(func(f *faults.Set) bool { return f.RenewHeldSubset }) {
+		return !slices.ContainsFunc(leases, func(l protocol.Lease) bool {
+			return !slices.ContainsFunc(o.peerHeld, func(h protocol.Lease) bool { return h.Range == l.Range && h.LGN == l.LGN })
+		})
+	}
+	return sameLeases(leases, o.peerHeld)
 }
 
 func drainState(o *ownerSession) protocol.Drain {

@@ -43,6 +43,9 @@ type peer struct {
 	seq  uint64 // last request sent
 	ack  uint64 // last response heard
 	held []protocol.Lease
+	// sentHeld is the Held of each request, to expand a response that
+	// says RenewHeld.
+	sentHeld map[uint64][]protocol.Lease
 }
 
 func newPeer(id string) *peer { return &peer{id: id, inc: 1} }
@@ -52,16 +55,39 @@ func (p *peer) addr() string { return p.id + ":7000" }
 // request builds p's next request.
 func (p *peer) request() *protocol.LeaseRequest {
 	p.seq++
+	if p.sentHeld == nil {
+		p.sentHeld = map[uint64][]protocol.Lease{}
+	}
+	p.sentHeld[p.seq] = slices.Clone(p.held)
 	return &protocol.LeaseRequest{
 		Namespace: DefaultNamespace, Owner: p.id, Addr: p.addr(), Incarnation: p.inc,
 		Seq: p.seq, AckEpoch: epoch, AckSeq: p.ack, Held: slices.Clone(p.held),
 	}
 }
 
+// expand returns m with its complete lease set: a RenewHeld response lists
+// the Held of the request it acknowledges. It returns nil if p did not send
+// that request.
+func (p *peer) expand(m *protocol.LeaseResponse) *protocol.LeaseResponse {
+	if !m.RenewHeld {
+		return m
+	}
+	held, ok := p.sentHeld[m.AckSeq]
+	if !ok || m.Incarnation != p.inc {
+		return nil
+	}
+	full := *m
+	full.Leases, full.RenewHeld = slices.Clone(held), false
+	return &full
+}
+
 // take handles a response as an Owner would (without refusals).
 func (p *peer) take(m *protocol.LeaseResponse) {
 	if m.Incarnation != p.inc || m.Seq <= p.ack {
 		return
+	}
+	if m = p.expand(m); m == nil {
+		return // a renewal of a request p does not know: as if lost
 	}
 	p.ack = m.Seq
 	if m.AckSeq != p.seq {
@@ -76,7 +102,7 @@ func (p *peer) take(m *protocol.LeaseResponse) {
 // restart makes p a new incarnation that holds nothing.
 func (p *peer) restart() {
 	p.inc++
-	p.seq, p.ack, p.held = 0, 0, nil
+	p.seq, p.ack, p.held, p.sentHeld = 0, 0, nil, nil
 }
 
 type harness struct {
@@ -174,6 +200,14 @@ func (h *harness) to(r round, id string) *protocol.LeaseResponse {
 	}
 	if len(out) != 1 {
 		h.t.Fatalf("%d messages to %q in %+v, want 1", len(out), id, r.Owners)
+	}
+	if p := h.peers[id]; p != nil && out[0].RenewHeld {
+		// The complete set, as the peer reads it.
+		full := p.expand(out[0])
+		if full == nil {
+			h.t.Fatalf("message to %q renews the Held of request %d, which it did not send", id, out[0].AckSeq)
+		}
+		return full
 	}
 	return out[0]
 }
@@ -700,6 +734,7 @@ func TestStepLeaseErrors(t *testing.T) {
 		{"zero LGN held", func(r *protocol.LeaseRequest) {
 			r.Held = []protocol.Lease{{Range: valid.Range, LGN: 0}}
 		}, ErrBadMessage, "LGN 0"},
+		{"compact form with a Held", func(r *protocol.LeaseRequest) { r.HeldAsAcked = true }, ErrBadMessage, "HeldAsAcked"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

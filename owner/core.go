@@ -91,7 +91,16 @@ type Core struct {
 	sentAts   map[uint64]time.Time
 	peerEpoch uint64 // Manager epoch last heard
 	peerSeq   uint64 // highest Manager Seq heard in peerEpoch
-	epoch     uint64 // the epoch of the held leases
+	// peerLeases is the lease list of the Manager's message peerSeq (of
+	// peerEpoch), if peerKnown: while the held set is exactly that list, a
+	// request says so by HeldAsAcked instead of listing it.
+	peerLeases []protocol.Lease
+	peerKnown  bool
+	// sentHeld keeps the Held of each recent request (consecutive requests
+	// share one slice while the held set stays the same), to expand a
+	// response that renews it by RenewHeld.
+	sentHeld map[uint64][]protocol.Lease
+	epoch    uint64 // the epoch of the held leases
 
 	held       []Lease // sorted by Range.Start, disjoint
 	nextRenew  time.Time
@@ -354,10 +363,56 @@ func (c *Core) send(now time.Time) {
 	if c.cfg.Load != nil {
 		req.Load, req.HotKeys, req.Window = c.cfg.Load(now)
 	}
+	var held []protocol.Lease
 	for _, l := range c.held {
-		req.Held = append(req.Held, protocol.Lease{Range: l.Range, LGN: l.Num.LGN})
+		held = append(held, protocol.Lease{Range: l.Range, LGN: l.Num.LGN})
+	}
+	if last, ok := c.sentHeld[c.seq-1]; ok && sameLeases(held, last) {
+		held = last
+	}
+	if c.sentHeld == nil {
+		c.sentHeld = map[uint64][]protocol.Lease{}
+	}
+	c.sentHeld[c.seq] = held
+	delete(c.sentHeld, c.seq-sentHeldKept)
+	req.Held = held
+	if len(held) > 0 && c.peerKnown && sameLeases(held, c.peerLeases) {
+		// We hold exactly what the message we acknowledge lists: say so
+		// instead of listing it. The Manager expands it against that
+		// message, so this is the complete set all the same (C§2.3).
+		req.Held, req.HeldAsAcked = nil, true
 	}
 	c.out = append(c.out, req)
+}
+
+// sentHeldKept is how many recent requests' Held the Core keeps. A
+// response to an older one is dropped, as if lost, if it says RenewHeld.
+const sentHeldKept = 16
+
+// sameLeases reports whether two lease lists name the same ranges under the
+// same LGNs in the same order: all a request's Held says of each.
+func sameLeases(a, b []protocol.Lease) bool {
+	return slices.EqualFunc(a, b, func(x, y protocol.Lease) bool { return x.Range == y.Range && x.LGN == y.LGN })
+}
+
+// expandRenewHeld returns m in full: a RenewHeld response lists as renewals
+// exactly the Held of our request m.AckSeq. It reports false when that Held
+// is no longer known, or m is malformed; m is then dropped, as if lost.
+func (c *Core) expandRenewHeld(m *protocol.LeaseResponse) (*protocol.LeaseResponse, bool) {
+	if !m.RenewHeld {
+		return m, true
+	}
+	held, ok := c.sentHeld[m.AckSeq]
+	if !ok || len(m.Leases) > 0 {
+		return nil, false
+	}
+	full := *m
+	full.RenewHeld = false
+	full.Leases = make([]protocol.Lease, len(held))
+	for i, l := range held {
+		full.Leases[i] = protocol.Lease{Range: l.Range, LGN: l.LGN}
+	}
+	return &full, true
 }
 
 // Step handles a LeaseResponse received at now.
@@ -368,7 +423,17 @@ func (c *Core) Step(now time.Time, m *protocol.LeaseResponse) {
 	if m.Epoch < c.peerEpoch || (m.Epoch == c.peerEpoch && m.Seq <= c.peerSeq) {
 		return // from a dead Manager incarnation, a duplicate, or overtaken
 	}
+	m, ok := c.expandRenewHeld(m)
+	if !ok {
+		return
+	}
 	c.peerEpoch, c.peerSeq = m.Epoch, m.Seq
+	compactAsAccepted := c.cfg.Faults.Has(func(f *faults.Set) bool { return f.CompactAsAccepted })
+	if !compactAsAccepted {
+		// Our next request acknowledges m, raced or not: HeldAsAcked then
+		// means m's list.
+		c.peerLeases, c.peerKnown = m.Leases, true
+	}
 	c.adopt(m)
 	c.expire(now)
 	if m.AckSeq != c.seq && !c.cfg.Faults.Has(func(f *faults.Set) bool { return f.NoRaceFilter }) {
@@ -380,6 +445,9 @@ func (c *Core) Step(now time.Time, m *protocol.LeaseResponse) {
 		}
 		c.adoptRacedGrants(now, m)
 		return
+	}
+	if compactAsAccepted {
+		c.peerLeases, c.peerKnown = m.Leases, true
 	}
 	if c.leaving {
 		c.left = true // it answered the goodbye: we are out of the membership

@@ -69,6 +69,7 @@ type ready struct {
 
 func readyOf(c *Core) ready {
 	reqs, chs := c.Ready()
+	trailOf(c).sent(reqs)
 	return ready{reqs, chs}
 }
 
@@ -80,6 +81,7 @@ func tick(c *Core, now time.Time) ready {
 
 // step delivers m at now and returns what c asks for.
 func step(c *Core, now time.Time, m *protocol.LeaseResponse) ready {
+	trailOf(c).heard(m)
 	c.Step(now, m)
 	return readyOf(c)
 }
@@ -412,8 +414,8 @@ func TestRenewalRules(t *testing.T) {
 			if r.Seq != req.Seq+1 || r.AckSeq != 2 || r.AckEpoch != epoch {
 				t.Errorf("acknowledgement Seq %d AckEpoch %d AckSeq %d, want %d %d 2", r.Seq, r.AckEpoch, r.AckSeq, req.Seq+1, epoch)
 			}
-			if !slices.Equal(r.Held, tc.wantHeld) {
-				t.Errorf("acknowledgement lists %v, want %v", r.Held, tc.wantHeld)
+			if got := listed(t, c, r); !slices.Equal(got, tc.wantHeld) {
+				t.Errorf("acknowledgement lists %v, want %v", got, tc.wantHeld)
 			}
 		})
 	}
@@ -471,8 +473,8 @@ func TestRaceFilter(t *testing.T) {
 			if req.Seq != 3 || req.AckSeq != tc.ackSeq || req.AckEpoch != tc.ackEpch {
 				t.Fatalf("next request Seq %d AckEpoch %d AckSeq %d, want 3 %d %d", req.Seq, req.AckEpoch, req.AckSeq, tc.ackEpch, tc.ackSeq)
 			}
-			if !slices.Equal(req.Held, []protocol.Lease{held(a, 5)}) {
-				t.Fatalf("next request lists %v, want a/5", req.Held)
+			if got := listed(t, c, req); !slices.Equal(got, []protocol.Lease{held(a, 5)}) {
+				t.Fatalf("next request lists %v, want a/5", got)
 			}
 		})
 	}
@@ -535,7 +537,7 @@ func TestEpochs(t *testing.T) {
 			t.Fatalf("changes = %+v, want %+v", chs, want)
 		}
 		r := one(t, reqs) // the revocation is acknowledged at once
-		if r.AckEpoch != epoch+1 || r.AckSeq != 1 || !slices.Equal(r.Held, []protocol.Lease{held(rng(0, 50), 3)}) {
+		if r.AckEpoch != epoch+1 || r.AckSeq != 1 || !slices.Equal(listed(t, c, r), []protocol.Lease{held(rng(0, 50), 3)}) {
 			t.Fatalf("acknowledgement %+v, want AckEpoch %d AckSeq 1 holding [0,50)/3", *r, epoch+1)
 		}
 		// The dead Manager's later messages are ignored.
@@ -555,8 +557,8 @@ func TestEpochs(t *testing.T) {
 		if len(chs) != 1 || !equalChange(chs[0], OwnershipChange{Revoked: []keyspace.Range{a}}) {
 			t.Fatalf("changes = %+v, want a revoked", chs)
 		}
-		if r := one(t, reqs); len(r.Held) != 0 {
-			t.Fatalf("refusal lists %v, want nothing", r.Held)
+		if r := one(t, reqs); len(listed(t, c, r)) != 0 {
+			t.Fatalf("refusal lists %v, want nothing", listed(t, c, r))
 		}
 	})
 }
@@ -567,7 +569,7 @@ func TestExpiryOnTick(t *testing.T) {
 	// No more answers. Renewals go out on time and list both leases.
 	for _, s := range []time.Duration{500 * ms, 1000 * ms, 1500 * ms} {
 		r := tick(c, at(s))
-		if len(r.chs) != 0 || len(one(t, r.reqs).Held) != 2 {
+		if len(r.chs) != 0 || len(listed(t, c, one(t, r.reqs))) != 2 {
 			t.Fatalf("renewal at %v: requests %v changes %v, want one request holding a and b", s, r.reqs, r.chs)
 		}
 	}
@@ -582,8 +584,8 @@ func TestExpiryOnTick(t *testing.T) {
 	if len(r.chs) != 1 || !equalChange(r.chs[0], OwnershipChange{Revoked: []keyspace.Range{a, b}}) {
 		t.Fatalf("at expiry: changes %+v, want a and b revoked", r.chs)
 	}
-	if req := one(t, r.reqs); len(req.Held) != 0 {
-		t.Fatalf("renewal at expiry lists %v, want nothing", req.Held)
+	if req := one(t, r.reqs); len(listed(t, c, req)) != 0 {
+		t.Fatalf("renewal at expiry lists %v, want nothing", listed(t, c, req))
 	}
 	// Revoked once only.
 	tick(c, at(tm.OwnerLease+100*ms)).none(t)
@@ -716,7 +718,7 @@ func TestReconnectedRenewsNow(t *testing.T) {
 	}
 	c.Reconnected(at(100 * ms))
 	r := readyOf(c)
-	if len(r.reqs) != 1 || r.reqs[0].Seq != first[0].Seq+1 || len(r.reqs[0].Held) != 1 || r.reqs[0].Held[0].LGN != 3 {
+	if len(r.reqs) != 1 || r.reqs[0].Seq != first[0].Seq+1 || len(listed(t, c, r.reqs[0])) != 1 || listed(t, c, r.reqs[0])[0].LGN != 3 {
 		t.Fatalf("after Reconnected: %+v, want one request listing the held lease", r.reqs)
 	}
 	if got, want := c.NextDeadline(), at(100*ms+tm.Renew); got.After(want) {

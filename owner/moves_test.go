@@ -66,8 +66,8 @@ func TestHandoverUpcallOnce(t *testing.T) {
 		t.Fatalf("changes %+v, want hi revoked", r.chs)
 	}
 	wantHanded := []protocol.Handed{{Range: hi, LGN: 4, To: "o2", Incarnation: 9}}
-	if !slices.Equal(req.Handed, wantHanded) || !slices.Equal(req.Held, []protocol.Lease{held(lo, 3)}) {
-		t.Fatalf("request held %v handed %v, want lo held and hi handed", req.Held, req.Handed)
+	if !slices.Equal(req.Handed, wantHanded) || !slices.Equal(listed(t, c, req), []protocol.Lease{held(lo, 3)}) {
+		t.Fatalf("request held %v handed %v, want lo held and hi handed", listed(t, c, req), req.Handed)
 	}
 	req = one(t, tick(c, at(3*tm.Renew+50*ms)).reqs)
 	if !slices.Equal(req.Handed, wantHanded) {
@@ -105,8 +105,8 @@ func TestHandoverDeclined(t *testing.T) {
 	if len(r.chs) != 1 || !slices.Equal(r.chs[0].Revoked, []keyspace.Range{hi}) || len(r.chs[0].Handovers) != 0 {
 		t.Fatalf("changes %+v, want hi revoked and no handover passed up", r.chs)
 	}
-	if !slices.Equal(req.Held, []protocol.Lease{held(lo, 3)}) || len(req.Handed) != 0 {
-		t.Fatalf("request held %v handed %v, want lo only, nothing handed", req.Held, req.Handed)
+	if !slices.Equal(listed(t, c, req), []protocol.Lease{held(lo, 3)}) || len(req.Handed) != 0 {
+		t.Fatalf("request held %v handed %v, want lo only, nothing handed", listed(t, c, req), req.Handed)
 	}
 }
 
@@ -154,8 +154,8 @@ func TestRacedGrantAdopted(t *testing.T) {
 		t.Fatalf("the raced grant runs until %v, want from request %d's send: %v", got, req2.Seq, want)
 	}
 	next := one(t, tick(c, at(2*tm.Renew+2*tm.BackoffMax+10*ms)).reqs) // the race resend
-	if !slices.Contains(next.Held, held(mid, 8)) || next.AckSeq != 2 || next.Seq <= req3.Seq {
-		t.Fatalf("the next request holds %v (ack %d), want mid listed", next.Held, next.AckSeq)
+	if !slices.Contains(listed(t, c, next), held(mid, 8)) || next.AckSeq != 2 || next.Seq <= req3.Seq {
+		t.Fatalf("the next request holds %v (ack %d), want mid listed", listed(t, c, next), next.AckSeq)
 	}
 }
 
@@ -187,8 +187,8 @@ func TestRepeatedGrantAfterGiveUp(t *testing.T) {
 		t.Fatalf("changes %+v for a refused grant", r.chs)
 	}
 	refusal := one(t, r.reqs)
-	if !slices.Equal(refusal.Held, []protocol.Lease{held(lo, 3)}) {
-		t.Fatalf("the refusal holds %v, want lo only", refusal.Held)
+	if !slices.Equal(listed(t, c, refusal), []protocol.Lease{held(lo, 3)}) {
+		t.Fatalf("the refusal holds %v, want lo only", listed(t, c, refusal))
 	}
 	// Once the Manager has answered a request sent after the give-up, the
 	// Owner forgets it: a grant of LGN 4 can no longer come.

@@ -23,8 +23,8 @@ type Lease struct {
 }
 
 // LeaseRequest is an Owner's message to the Manager: a liveness signal, the
-// complete set of leases it holds, and (by omission) acknowledgements of
-// recalls.
+// complete set of leases it holds (in Held, or by HeldAsAcked), and (by
+// omission) acknowledgements of recalls.
 type LeaseRequest struct {
 	Namespace string
 	Owner     string // the Owner's ID, stable across restarts
@@ -37,6 +37,14 @@ type LeaseRequest struct {
 	AckEpoch    uint64 // the Manager epoch of the last LeaseResponse heard
 	AckSeq      uint64 // the Seq of the last LeaseResponse heard (0: none)
 	Held        []Lease
+	// HeldAsAcked says the Owner holds exactly the leases listed by the
+	// Manager's message AckSeq (of epoch AckEpoch), each over the range and
+	// under the LGN listed, and nothing else; Held is then empty. It is an
+	// encoding of Held, not a new meaning: a steady-state renewal is one
+	// flag instead of the complete set. The Manager expands it only against
+	// its own latest message in the session, and otherwise treats Held as
+	// unknown and releases nothing on it.
+	HeldAsAcked bool
 	// Leaving says the Owner is shutting down: it holds nothing and should be
 	// removed from the membership at once.
 	Leaving bool
@@ -102,8 +110,8 @@ const (
 )
 
 // LeaseResponse is the Manager's message to an Owner: the complete set of
-// leases the Owner should hold now. It answers a LeaseRequest, or is pushed
-// unsolicited to recall or grant at once.
+// leases the Owner should hold now (in Leases, or by RenewHeld). It answers
+// a LeaseRequest, or is pushed unsolicited to recall or grant at once.
 type LeaseResponse struct {
 	Namespace   string
 	Owner       string
@@ -115,6 +123,12 @@ type LeaseResponse struct {
 	Seq    uint64 // this message's sequence number in the session
 	AckSeq uint64 // the Seq of the last LeaseRequest heard
 	Leases []Lease
+	// RenewHeld says Leases is exactly the Held of the Owner's request
+	// AckSeq, every lease a renewal (no grant, nothing recalled); Leases is
+	// then empty. Like HeldAsAcked it is an encoding, not a new meaning: the
+	// Owner expands it with the Held it sent in that request, and drops the
+	// message, as if lost, if it no longer knows it.
+	RenewHeld bool
 	// OwnerLease and Renew are the Manager's timings. The Owner adopts them,
 	// so an Owner configured differently can never believe a lease longer
 	// than the Manager reserves it. Zero means "keep your own".

@@ -31,6 +31,17 @@ type Set struct {
 	// migrated: a declined or late planned move must fall back to a recall
 	// that reports the state lost (C§2.1.2).
 	MigrateUnhanded bool
+	// CompactAsAccepted makes the Owner say HeldAsAcked when it holds
+	// exactly the leases of the last response it accepted, instead of those
+	// of the message it acknowledges: after a raced recall it acknowledges
+	// the recall while still holding the range, and the Manager, expanding
+	// the compact form against the recall, releases the range.
+	CompactAsAccepted bool
+	// RenewHeldSubset makes the Manager send RenewHeld when every lease it
+	// lists renews one the request held, without checking that it lists
+	// them all: a recall is lost in the compact form, and the Owner renews
+	// the range past the Manager's reservation.
+	RenewHeldSubset bool
 }
 
 // Has reports whether s is non-nil and f(s) holds.

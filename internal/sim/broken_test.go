@@ -179,3 +179,33 @@ func TestBrokenAnswerBeforeCommit(t *testing.T) {
 func TestBrokenNoTakeoverReservation(t *testing.T) {
 	caught(t, 100, brokenReplicated(5, faults.Set{NoTakeoverReservation: true}), "single copy")
 }
+
+// brokenMigrating breaks f in the faulty run with planned moves: there
+// ranges are also recalled by omission (a handover given up or past its
+// deadline, a drain), which is where a compact form that stands for the
+// wrong set shows.
+func brokenMigrating(f faults.Set) func(uint64) Config {
+	return func(s uint64) Config {
+		c := migrating(s)
+		c.Break = &f
+		return c
+	}
+}
+
+// TestBrokenCompactAsAccepted lets an Owner say HeldAsAcked when it holds
+// what the last response it accepted listed, rather than what the message
+// it acknowledges lists. After a raced recall — dropped, but heard, so the
+// next request acknowledges it — the Owner still holds the range, and the
+// Manager, expanding the compact form against the recall, releases it and
+// grants it on while the Owner believes it.
+func TestBrokenCompactAsAccepted(t *testing.T) {
+	caught(t, 100, brokenMigrating(faults.Set{CompactAsAccepted: true}), "single copy")
+}
+
+// TestBrokenRenewHeldSubset lets the Manager say RenewHeld when it renews
+// only part of what the request held: the Owner then renews a range being
+// recalled, whose reservation the Manager no longer extends, and still
+// believes it when the Manager expires the reservation and grants it on.
+func TestBrokenRenewHeldSubset(t *testing.T) {
+	caught(t, 100, brokenMigrating(faults.Set{RenewHeldSubset: true}), "single copy")
+}

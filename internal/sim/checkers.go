@@ -383,13 +383,20 @@ func (c *checker) converged() {
 }
 
 // wireSize estimates a message's encoded size: 8-byte integers, ranges of 16
-// bytes, strings with a length byte — close to the protobuf encoding.
+// bytes, strings with a length byte, 2 bytes for a flag that is set — close
+// to the protobuf encoding.
 func wireSize(msg any) int {
+	flag := func(set bool) int {
+		if set {
+			return 2
+		}
+		return 0
+	}
 	switch m := msg.(type) {
 	case *protocol.LeaseRequest:
-		return 48 + len(m.Namespace) + len(m.Owner) + len(m.Addr) + 26*len(m.Held)
+		return 48 + len(m.Namespace) + len(m.Owner) + len(m.Addr) + 26*len(m.Held) + flag(m.HeldAsAcked)
 	case *protocol.LeaseResponse:
-		return 40 + len(m.Namespace) + len(m.Owner) + 27*len(m.Leases)
+		return 40 + len(m.Namespace) + len(m.Owner) + 27*len(m.Leases) + flag(m.RenewHeld)
 	case *protocol.SyncRequest:
 		return 28 + len(m.Namespace)
 	case raftpb.Message:

@@ -593,7 +593,7 @@ func (s *Sim) deliver(n *node, e *event) {
 		}
 		n.heard = now
 		m := e.msg.(*protocol.LeaseResponse)
-		s.trace(n, "recv resp from %s epoch=%d seq=%d ack=%d inc=%d leases=%d (my inc=%d)", from.name, m.Epoch, m.Seq, m.AckSeq, m.Incarnation, len(m.Leases), n.inc)
+		s.trace(n, "recv resp from %s epoch=%d seq=%d ack=%d inc=%d leases=%d renewHeld=%v (my inc=%d)", from.name, m.Epoch, m.Seq, m.AckSeq, m.Incarnation, len(m.Leases), m.RenewHeld, n.inc)
 		before := s.chk.heldNums(n)
 		n.own.Step(now, m)
 		s.chk.ownerStepped(n, before)
@@ -623,7 +623,7 @@ func (s *Sim) after(n *node) {
 	case ownerNode:
 		out, changes := n.own.Ready()
 		for _, m := range out {
-			s.trace(n, "send req to %s seq=%d ackE=%d ackS=%d held=%d inc=%d", s.mgrs[n.target].name, m.Seq, m.AckEpoch, m.AckSeq, len(m.Held), m.Incarnation)
+			s.trace(n, "send req to %s seq=%d ackE=%d ackS=%d held=%d heldAsAcked=%v inc=%d", s.mgrs[n.target].name, m.Seq, m.AckEpoch, m.AckSeq, len(m.Held), m.HeldAsAcked, m.Incarnation)
 		}
 		s.ownerChanged(n, changes)
 		for _, m := range out {

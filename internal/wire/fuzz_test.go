@@ -84,7 +84,11 @@ func checkDecoded[V any, M proto.Message](t *testing.T, data []byte, m M, from f
 func FuzzLeaseRequest(f *testing.F) {
 	bad := pbLeaseRequest()
 	bad.Held[1].Lgn = 0
-	addSeeds(f, randLeaseRequest, LeaseRequestToPB, pbLeaseRequest(), bad)
+	compact := pbLeaseRequest()
+	compact.Held, compact.HeldAsAcked = nil, true
+	badCompact := pbLeaseRequest()
+	badCompact.HeldAsAcked = true
+	addSeeds(f, randLeaseRequest, LeaseRequestToPB, pbLeaseRequest(), bad, compact, badCompact)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		checkDecoded(t, data, new(leaseholdv1.LeaseRequest), LeaseRequestFromPB, LeaseRequestToPB)
 	})
@@ -93,7 +97,11 @@ func FuzzLeaseRequest(f *testing.F) {
 func FuzzLeaseResponse(f *testing.F) {
 	bad := pbLeaseResponse()
 	bad.Leases[0].Range = pbRange(3, 3)
-	addSeeds(f, randLeaseResponse, LeaseResponseToPB, pbLeaseResponse(), bad)
+	compact := pbLeaseResponse()
+	compact.Leases, compact.RenewHeld = nil, true
+	badCompact := pbLeaseResponse()
+	badCompact.RenewHeld = true
+	addSeeds(f, randLeaseResponse, LeaseResponseToPB, pbLeaseResponse(), bad, compact, badCompact)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		checkDecoded(t, data, new(leaseholdv1.LeaseResponse), LeaseResponseFromPB, LeaseResponseToPB)
 	})

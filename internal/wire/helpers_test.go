@@ -114,7 +114,7 @@ func randDuration(rng *rand.Rand) time.Duration {
 }
 
 func randLeaseRequest(rng *rand.Rand) *protocol.LeaseRequest {
-	return &protocol.LeaseRequest{
+	r := &protocol.LeaseRequest{
 		Namespace:   randString(rng, true),
 		Owner:       randString(rng, false),
 		Addr:        randString(rng, false),
@@ -131,6 +131,10 @@ func randLeaseRequest(rng *rand.Rand) *protocol.LeaseRequest {
 		HotKeys:     randKeys(rng),
 		Window:      randDuration(rng),
 	}
+	if rng.IntN(4) == 0 {
+		r.Held, r.HeldAsAcked = nil, true // the compact form lists nothing
+	}
+	return r
 }
 
 // randID is a non-empty owner ID.
@@ -170,7 +174,7 @@ func randKeys(rng *rand.Rand) []protocol.KeyLoad {
 }
 
 func randLeaseResponse(rng *rand.Rand) *protocol.LeaseResponse {
-	return &protocol.LeaseResponse{
+	r := &protocol.LeaseResponse{
 		Namespace:   randString(rng, false),
 		Owner:       randString(rng, false),
 		Incarnation: randUint(rng),
@@ -183,6 +187,10 @@ func randLeaseResponse(rng *rand.Rand) *protocol.LeaseResponse {
 		Handovers:   randHandovers(rng),
 		Drain:       protocol.Drain(rng.IntN(3)),
 	}
+	if rng.IntN(4) == 0 {
+		r.Leases, r.RenewHeld = nil, true // the compact form lists nothing
+	}
+	return r
 }
 
 func randSyncRequest(rng *rand.Rand) *protocol.SyncRequest {

@@ -24,6 +24,7 @@ func LeaseRequestToPB(r *protocol.LeaseRequest) *leaseholdv1.LeaseRequest {
 		AckEpoch:    r.AckEpoch,
 		AckSeq:      r.AckSeq,
 		Held:        leasesToPB(r.Held),
+		HeldAsAcked: r.HeldAsAcked,
 		Leaving:     r.Leaving,
 		Draining:    r.Draining,
 		Handed:      handedToPB(r.Handed),
@@ -56,6 +57,10 @@ func LeaseRequestFromPB(m *leaseholdv1.LeaseRequest) (*protocol.LeaseRequest, er
 	if err != nil {
 		return nil, err
 	}
+	if m.GetHeldAsAcked() && len(held) > 0 {
+		return nil, fmt.Errorf("%w: %s: held_as_acked set and %d leases in held; the compact form lists none",
+			ErrInvalid, msg, len(held))
+	}
 	handed, err := handedFromPB(msg+".handed", m.GetHanded())
 	if err != nil {
 		return nil, err
@@ -83,6 +88,7 @@ func LeaseRequestFromPB(m *leaseholdv1.LeaseRequest) (*protocol.LeaseRequest, er
 		AckEpoch:    m.GetAckEpoch(),
 		AckSeq:      m.GetAckSeq(),
 		Held:        held,
+		HeldAsAcked: m.GetHeldAsAcked(),
 		Leaving:     m.GetLeaving(),
 		Draining:    m.GetDraining(),
 		Handed:      handed,
@@ -107,6 +113,7 @@ func LeaseResponseToPB(r *protocol.LeaseResponse) *leaseholdv1.LeaseResponse {
 		Seq:             r.Seq,
 		AckSeq:          r.AckSeq,
 		Leases:          leasesToPB(r.Leases),
+		RenewHeld:       r.RenewHeld,
 		OwnerLeaseNanos: int64(r.OwnerLease),
 		RenewNanos:      int64(r.Renew),
 		Handovers:       handoversToPB(r.Handovers),
@@ -138,6 +145,10 @@ func LeaseResponseFromPB(m *leaseholdv1.LeaseResponse) (*protocol.LeaseResponse,
 	if err != nil {
 		return nil, err
 	}
+	if m.GetRenewHeld() && len(leases) > 0 {
+		return nil, fmt.Errorf("%w: %s: renew_held set and %d leases in leases; the compact form lists none",
+			ErrInvalid, msg, len(leases))
+	}
 	handovers, err := handoversFromPB(msg+".handovers", m.GetHandovers())
 	if err != nil {
 		return nil, err
@@ -153,6 +164,7 @@ func LeaseResponseFromPB(m *leaseholdv1.LeaseResponse) (*protocol.LeaseResponse,
 		Seq:         m.GetSeq(),
 		AckSeq:      m.GetAckSeq(),
 		Leases:      leases,
+		RenewHeld:   m.GetRenewHeld(),
 		OwnerLease:  time.Duration(m.GetOwnerLeaseNanos()),
 		Renew:       time.Duration(m.GetRenewNanos()),
 		Handovers:   handovers,

@@ -221,6 +221,8 @@ func TestFromPBRejects(t *testing.T) {
 			"LeaseRequest.held[1]: lease on [0000000000000005, 0000000000000009) has LGN 0"},
 		{"lease request too many leases", lreq(func(m *leaseholdv1.LeaseRequest) { m.Held = manyLeases }),
 			"LeaseRequest.held: 65537 leases; at most 65536 allowed"},
+		{"lease request compact with held", lreq(func(m *leaseholdv1.LeaseRequest) { m.HeldAsAcked = true }),
+			"LeaseRequest: held_as_acked set and 2 leases in held; the compact form lists none"},
 
 		// LeaseResponse
 		{"lease response nil", func() error { _, err := LeaseResponseFromPB(nil); return err }, "nil LeaseResponse"},
@@ -238,6 +240,8 @@ func TestFromPBRejects(t *testing.T) {
 			"LeaseResponse.leases[0]: missing range"},
 		{"lease response too many leases", lresp(func(m *leaseholdv1.LeaseResponse) { m.Leases = manyLeases }),
 			"LeaseResponse.leases: 65537 leases"},
+		{"lease response compact with leases", lresp(func(m *leaseholdv1.LeaseResponse) { m.RenewHeld = true }),
+			"LeaseResponse: renew_held set and 1 leases in leases; the compact form lists none"},
 
 		// SyncRequest
 		{"sync request nil", func() error { _, err := SyncRequestFromPB(nil); return err }, "nil SyncRequest"},

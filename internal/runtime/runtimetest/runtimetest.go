@@ -60,6 +60,8 @@ type Group struct {
 	lsn     keyspace.LSN   // the lease table's LSN
 	entry   leasetable.Entry
 	tableNo keyspace.LGN // the last LGN put in the table
+
+	listed map[uint64][]protocol.Lease // the leases of each LeaseResponse, by Seq
 }
 
 // Epoch is the fake Manager's epoch.
@@ -185,11 +187,19 @@ func (g *Group) lease(req *protocol.LeaseRequest) *protocol.LeaseResponse {
 		g.leaseNo++
 	}
 	if g.holder == req.Owner {
-		held := slices.ContainsFunc(req.Held, func(l protocol.Lease) bool {
+		heldSet := req.Held
+		if req.HeldAsAcked && req.AckEpoch == Epoch {
+			heldSet = g.listed[req.AckSeq] // what the acknowledged message listed
+		}
+		held := slices.ContainsFunc(heldSet, func(l protocol.Lease) bool {
 			return l.Range == keyspace.Full && l.LGN == g.leaseNo
 		})
 		resp.Leases = []protocol.Lease{{Range: keyspace.Full, LGN: g.leaseNo, Grant: !held}}
 	}
+	if g.listed == nil {
+		g.listed = map[uint64][]protocol.Lease{}
+	}
+	g.listed[resp.Seq] = resp.Leases
 	return resp
 }
 

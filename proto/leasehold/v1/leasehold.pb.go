@@ -150,7 +150,8 @@ func (x *Lease) GetMigrated() bool {
 }
 
 // LeaseRequest is an Owner's message: liveness, the complete set of leases
-// it holds, and by omission acknowledgements of recalls (C§2.3).
+// it holds (held, or held_as_acked), and by omission acknowledgements of
+// recalls (C§2.3).
 type LeaseRequest struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	Namespace   string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
@@ -171,9 +172,13 @@ type LeaseRequest struct {
 	Capacity float64 `protobuf:"fixed64,12,opt,name=capacity,proto3" json:"capacity,omitempty"`
 	// load counts requests per held range over the last window_nanos, and
 	// hot_keys the busiest single keys among them.
-	Load          []*RangeLoad `protobuf:"bytes,13,rep,name=load,proto3" json:"load,omitempty"`
-	HotKeys       []*KeyLoad   `protobuf:"bytes,14,rep,name=hot_keys,json=hotKeys,proto3" json:"hot_keys,omitempty"`
-	WindowNanos   int64        `protobuf:"varint,15,opt,name=window_nanos,json=windowNanos,proto3" json:"window_nanos,omitempty"`
+	Load        []*RangeLoad `protobuf:"bytes,13,rep,name=load,proto3" json:"load,omitempty"`
+	HotKeys     []*KeyLoad   `protobuf:"bytes,14,rep,name=hot_keys,json=hotKeys,proto3" json:"hot_keys,omitempty"`
+	WindowNanos int64        `protobuf:"varint,15,opt,name=window_nanos,json=windowNanos,proto3" json:"window_nanos,omitempty"`
+	// held_as_acked says the Owner holds exactly the leases of the Manager's
+	// message ack_seq (epoch ack_epoch) and nothing else; held is then empty.
+	// It encodes held compactly for a steady-state renewal.
+	HeldAsAcked   bool `protobuf:"varint,16,opt,name=held_as_acked,json=heldAsAcked,proto3" json:"held_as_acked,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -311,6 +316,13 @@ func (x *LeaseRequest) GetWindowNanos() int64 {
 		return x.WindowNanos
 	}
 	return 0
+}
+
+func (x *LeaseRequest) GetHeldAsAcked() bool {
+	if x != nil {
+		return x.HeldAsAcked
+	}
+	return false
 }
 
 // Handover asks the holder of a lease to hand its state over to another
@@ -578,7 +590,7 @@ func (x *KeyLoad) GetRequests() uint64 {
 }
 
 // LeaseResponse is the Manager's message: the complete set of leases the
-// Owner should hold now.
+// Owner should hold now (leases, or renew_held).
 type LeaseResponse struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	Namespace   string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
@@ -598,7 +610,11 @@ type LeaseResponse struct {
 	Handovers []*Handover `protobuf:"bytes,10,rep,name=handovers,proto3" json:"handovers,omitempty"`
 	// drain: 0 not draining, 1 the Manager is moving the Owner's ranges away,
 	// 2 waiting for the maintenance gate.
-	Drain         uint32 `protobuf:"varint,11,opt,name=drain,proto3" json:"drain,omitempty"`
+	Drain uint32 `protobuf:"varint,11,opt,name=drain,proto3" json:"drain,omitempty"`
+	// renew_held says leases is exactly the held of the Owner's request
+	// ack_seq, every one renewed; leases is then empty. It encodes leases
+	// compactly for a steady-state renewal.
+	RenewHeld     bool `protobuf:"varint,12,opt,name=renew_held,json=renewHeld,proto3" json:"renew_held,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -708,6 +724,13 @@ func (x *LeaseResponse) GetDrain() uint32 {
 		return x.Drain
 	}
 	return 0
+}
+
+func (x *LeaseResponse) GetRenewHeld() bool {
+	if x != nil {
+		return x.RenewHeld
+	}
+	return false
 }
 
 // Entry is what the lease table says about a range.
@@ -2123,7 +2146,7 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x05range\x18\x01 \x01(\v2\x13.leasehold.v1.RangeR\x05range\x12\x10\n" +
 	"\x03lgn\x18\x02 \x01(\x04R\x03lgn\x12\x14\n" +
 	"\x05grant\x18\x03 \x01(\bR\x05grant\x12\x1a\n" +
-	"\bmigrated\x18\x04 \x01(\bR\bmigrated\"\xeb\x03\n" +
+	"\bmigrated\x18\x04 \x01(\bR\bmigrated\"\x8f\x04\n" +
 	"\fLeaseRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x12\n" +
@@ -2140,7 +2163,8 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\bcapacity\x18\f \x01(\x01R\bcapacity\x12+\n" +
 	"\x04load\x18\r \x03(\v2\x17.leasehold.v1.RangeLoadR\x04load\x120\n" +
 	"\bhot_keys\x18\x0e \x03(\v2\x15.leasehold.v1.KeyLoadR\ahotKeys\x12!\n" +
-	"\fwindow_nanos\x18\x0f \x01(\x03R\vwindowNanos\"\xb0\x01\n" +
+	"\fwindow_nanos\x18\x0f \x01(\x03R\vwindowNanos\x12\"\n" +
+	"\rheld_as_acked\x18\x10 \x01(\bR\vheldAsAcked\"\xb0\x01\n" +
 	"\bHandover\x12)\n" +
 	"\x05range\x18\x01 \x01(\v2\x13.leasehold.v1.RangeR\x05range\x12\x10\n" +
 	"\x03lgn\x18\x02 \x01(\x04R\x03lgn\x12\x0e\n" +
@@ -2158,7 +2182,7 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\brequests\x18\x02 \x01(\x04R\brequests\"7\n" +
 	"\aKeyLoad\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x04R\x03key\x12\x1a\n" +
-	"\brequests\x18\x02 \x01(\x04R\brequests\"\xec\x02\n" +
+	"\brequests\x18\x02 \x01(\x04R\brequests\"\x8b\x03\n" +
 	"\rLeaseResponse\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12 \n" +
@@ -2172,7 +2196,9 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"renewNanos\x124\n" +
 	"\thandovers\x18\n" +
 	" \x03(\v2\x16.leasehold.v1.HandoverR\thandovers\x12\x14\n" +
-	"\x05drain\x18\v \x01(\rR\x05drain\"\x84\x01\n" +
+	"\x05drain\x18\v \x01(\rR\x05drain\x12\x1d\n" +
+	"\n" +
+	"renew_held\x18\f \x01(\bR\trenewHeld\"\x84\x01\n" +
 	"\x05Entry\x12\x14\n" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x10\n" +
