@@ -159,13 +159,16 @@ func (f *Feed) StepSync(now time.Time, id uint64, req *protocol.SyncRequest) err
 		u = f.snapshot(req.Namespace, t, req.LSN)
 		u.From = req.LSN
 	}
+	if u.To < t.LSN() {
+		// An earlier snapshot (snapshot): it goes as a push, and the answer
+		// is the delta from it. The Lookup counts its copy fresh only once
+		// it has the answer, so a lost delta is a lost answer, never a copy
+		// taken for newer than it is.
+		f.out = append(f.out, LookupMessage{To: id, Msg: f.response(req.Namespace, 0, u)})
+		u = t.Since(u.To)
+	}
 	sub.pushed = u.To
 	f.out = append(f.out, LookupMessage{To: id, Msg: f.response(req.Namespace, req.ID, u)})
-	if u.To < t.LSN() {
-		// An earlier snapshot: the rest follows in a push round.
-		delete(f.upTo, req.Namespace)
-		f.Changed(now)
-	}
 	return nil
 }
 
@@ -179,8 +182,8 @@ func hasDelta(t *leasetable.Table, lsn keyspace.LSN) bool {
 // snapshot returns a snapshot of t for a Lookup whose copy is at lsn (0:
 // none, or another epoch's), shared by every session that gets it: the
 // last one this Feed sent if it is not behind lsn and no more than a
-// snapshotLag of changes behind the table (the rest follows as a delta in
-// the next push round), else a new one. A table copies all its segments
+// snapshotLag of changes behind the table (the rest follows as a delta),
+// else a new one. A table copies all its segments
 // for a snapshot at a new LSN: when a large pool starts, with the table
 // changing all the time and Lookups starting too, a new snapshot for each
 // would cost O(segments) per Lookup.

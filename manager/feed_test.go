@@ -301,13 +301,13 @@ func TestFeedPushEveryOff(t *testing.T) {
 }
 
 // TestFeedReusesRecentSnapshot: a Lookup that needs a snapshot gets the
-// last one sent while the table has changed by less than an eighth of its
-// segments since, followed at once by a push of the changes after it; its
-// copy ends equal to the table. Further behind, it gets a new snapshot.
+// last one sent, while the table has changed by less than an eighth of its
+// segments since, as a push, and as the answer to its sync the delta after
+// it: its copy ends equal to the table, and it counts the copy fresh only
+// with the delta. Further behind, it gets a new snapshot.
 func TestFeedReusesRecentSnapshot(t *testing.T) {
 	const segments = 2000
 	st, f := feedWith(t, segments, 0)
-	f.SetPushEvery(-1)
 	tab := st.Table(DefaultNamespace)
 	sync := func(id uint64) []LookupMessage {
 		t.Helper()
@@ -318,7 +318,7 @@ func TestFeedReusesRecentSnapshot(t *testing.T) {
 		return f.Ready()
 	}
 	first := sync(1)
-	if len(first) != 1 || !first[0].Msg.Update.Snapshot || first[0].Msg.Update.To != tab.LSN() {
+	if len(first) != 1 || first[0].Msg.ID != 1 || !first[0].Msg.Update.Snapshot || first[0].Msg.Update.To != tab.LSN() {
 		t.Fatalf("first sync answered %+v, want one snapshot at LSN %d", first, tab.LSN())
 	}
 	snap := first[0].Msg.Update
@@ -326,18 +326,16 @@ func TestFeedReusesRecentSnapshot(t *testing.T) {
 		regrantFirst(t, st, keyspace.LGN(10_000+i))
 	}
 	got := sync(2)
-	// The answer, then a push round to both sessions (session 1 is as far
-	// behind).
-	if len(got) != 3 || got[2].To != 2 || got[1].To != 1 || got[1].Msg.Update.From != snap.To {
-		t.Fatalf("second sync sent %+v, want the snapshot and a push round to sessions 1 and 2", got)
+	if len(got) != 2 {
+		t.Fatalf("second sync sent %+v, want the snapshot and the delta after it", got)
 	}
-	got = []LookupMessage{got[0], got[2]}
 	u := got[0].Msg.Update
-	if got[0].To != 2 || !u.Snapshot || u.To != snap.To || &u.Segments[0] != &snap.Segments[0] {
-		t.Fatalf("second sync answered %d..%d (snapshot %v), want the first snapshot (at %d) again", u.From, u.To, u.Snapshot, snap.To)
+	if got[0].To != 2 || got[0].Msg.ID != 0 || !u.Snapshot || u.To != snap.To || &u.Segments[0] != &snap.Segments[0] {
+		t.Fatalf("second sync sent first %d..%d (snapshot %v, ID %d), want the first snapshot (at %d) again, as a push",
+			u.From, u.To, u.Snapshot, got[0].Msg.ID, snap.To)
 	}
-	if p := got[1]; p.To != 2 || p.Msg.ID != 0 || p.Msg.Update.Snapshot || p.Msg.Update.From != snap.To || p.Msg.Update.To != tab.LSN() {
-		t.Fatalf("then %+v, want a push of the delta %d..%d to session 2", p, snap.To, tab.LSN())
+	if a := got[1]; a.To != 2 || a.Msg.ID != 2 || a.Msg.Update.Snapshot || a.Msg.Update.From != snap.To || a.Msg.Update.To != tab.LSN() {
+		t.Fatalf("then %+v, want the answer: the delta %d..%d", a, snap.To, tab.LSN())
 	}
 	v := leasetable.NewView()
 	for _, m := range got {
@@ -346,15 +344,13 @@ func TestFeedReusesRecentSnapshot(t *testing.T) {
 		}
 	}
 	if !slices.Equal(v.Segments(), tab.Segments()) || v.LSN() != tab.LSN() {
-		t.Fatal("the copy from the reused snapshot and the push differs from the table")
+		t.Fatal("the copy from the reused snapshot and the delta differs from the table")
 	}
 	for i := range segments / 8 {
 		regrantFirst(t, st, keyspace.LGN(20_000+i))
 	}
-	f.Changed(base)
-	f.Ready()
 	got = sync(3)
-	if len(got) != 1 || !got[0].Msg.Update.Snapshot || got[0].Msg.Update.To != tab.LSN() {
+	if len(got) != 1 || got[0].Msg.ID != 3 || !got[0].Msg.Update.Snapshot || got[0].Msg.Update.To != tab.LSN() {
 		t.Fatalf("a sync %d changes after the snapshot answered %+v, want a new snapshot at %d", tab.LSN()-snap.To, got, tab.LSN())
 	}
 }
