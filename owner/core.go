@@ -385,6 +385,24 @@ func (c *Core) send(now time.Time) {
 	c.out = append(c.out, req)
 }
 
+// stepForgotten handles a RenewHeld answer to a request too old for its
+// Held to be kept: it raced with our later requests. It is handled as any
+// raced message: acknowledged, nothing in it taken up (a RenewHeld grants
+// nothing), and our request sent again after a random backoff, listing
+// what we hold in full since we cannot say which leases m stood for.
+// Dropping it instead would leave the Manager waiting for a request that
+// acknowledges its latest message until our next renewal, holding back
+// every recall and handover meanwhile.
+func (c *Core) stepForgotten(now time.Time, m *protocol.LeaseResponse) {
+	c.peerEpoch, c.peerSeq = m.Epoch, m.Seq
+	c.peerLeases, c.peerKnown = nil, false
+	c.adopt(m)
+	c.expire(now)
+	if c.resendAt.IsZero() {
+		c.resendAt = now.Add(c.backoff())
+	}
+}
+
 // sentHeldKept is how many recent requests' Held the Core keeps. A
 // response to an older one is dropped, as if lost, if it says RenewHeld.
 const sentHeldKept = 16
@@ -397,7 +415,8 @@ func sameLeases(a, b []protocol.Lease) bool {
 
 // expandRenewHeld returns m in full: a RenewHeld response lists as renewals
 // exactly the Held of our request m.AckSeq. It reports false when that Held
-// is no longer known, or m is malformed; m is then dropped, as if lost.
+// is no longer known (Step handles m as raced: stepForgotten), or m is
+// malformed (m is dropped, as if lost).
 func (c *Core) expandRenewHeld(m *protocol.LeaseResponse) (*protocol.LeaseResponse, bool) {
 	if !m.RenewHeld {
 		return m, true
@@ -423,10 +442,14 @@ func (c *Core) Step(now time.Time, m *protocol.LeaseResponse) {
 	if m.Epoch < c.peerEpoch || (m.Epoch == c.peerEpoch && m.Seq <= c.peerSeq) {
 		return // from a dead Manager incarnation, a duplicate, or overtaken
 	}
-	m, ok := c.expandRenewHeld(m)
+	full, ok := c.expandRenewHeld(m)
 	if !ok {
+		if len(m.Leases) == 0 && m.AckSeq != c.seq {
+			c.stepForgotten(now, m)
+		}
 		return
 	}
+	m = full
 	c.peerEpoch, c.peerSeq = m.Epoch, m.Seq
 	compactAsAccepted := c.cfg.Faults.Has(func(f *faults.Set) bool { return f.CompactAsAccepted })
 	if !compactAsAccepted {
