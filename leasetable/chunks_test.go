@@ -24,28 +24,28 @@ func mustCheckTable(t *testing.T, what string, tb *Table, want []Segment) {
 	}
 }
 
-// TestTableChunksEveryEdge: on a table of 40 segments in chunks of at most
+// TestTableChunksEveryEdge: on a table of 25 segments in chunks of at most
 // 4, every Set whose ends fall on, just before or just after a segment
 // boundary (and so on every kind of chunk edge), with a new entry and with
 // the entries of the segments around it (so that it merges), compared with
 // the pool model.
 func TestTableChunksEveryEdge(t *testing.T) {
 	var p pool
-	for k := keyspace.Key(0); k <= 400; k += 5 {
+	for k := keyspace.Key(0); k <= 240; k += 5 {
 		p = append(p, k)
 	}
 	base := newModel(p)
 	for i := range p {
 		base.ents[i] = own(fmt.Sprintf("o%d", i/2%7), keyspace.LGN(i/2+1)) // segments [10j, 10j+10)
 	}
-	base.ents[len(p)-1] = Entry{} // [400, end) free
+	base.ents[len(p)-1] = Entry{} // [240, end) free
 	tb0 := newTable(0, 4)
 	if err := tb0.Restore(1, base.segments()); err != nil {
 		t.Fatal(err)
 	}
 	mustCheckTable(t, "restored", tb0, base.segments())
-	if n := len(tb0.segs.chunks); n < 10 {
-		t.Fatalf("%d segments in %d chunks; want at least 10 chunks", tb0.Len(), n)
+	if n := len(tb0.segs.chunks); n < 6 {
+		t.Fatalf("%d segments in %d chunks; want at least 6 chunks", tb0.Len(), n)
 	}
 	for a := range p {
 		for b := a + 1; b <= len(p); b++ {
@@ -78,15 +78,15 @@ func TestTableChunksEveryEdge(t *testing.T) {
 func TestTableChunksVsModel(t *testing.T) {
 	for _, chunk := range []int{4, 7, 16} {
 		t.Run(fmt.Sprintf("chunk=%d", chunk), func(t *testing.T) {
-			forSeeds(t, 8, func(t *testing.T, rng *rand.Rand) {
+			forSeeds(t, 6, func(t *testing.T, rng *rand.Rand) {
 				p := newPool(rng, 300)
 				m := newModel(p)
 				tb := newTable(0, chunk)
 				var splits, merges, spans, most int
-				for step := range 2400 {
+				for step := range 1800 {
 					var rg keyspace.Range
 					var e Entry
-					switch phase := step / 800; phase {
+					switch phase := step / 600; phase {
 					case 0: // grow: short ranges, fresh entries
 						a := rng.IntN(len(p) - 1)
 						rg, e = r(p[a], p[a+1+rng.IntN(min(2, len(p)-a-1))]), own(fmt.Sprintf("g%d", rng.IntN(5)), keyspace.LGN(step+1))
