@@ -223,7 +223,10 @@ func (s *chunkList[E]) splice(ac, ai, bc, bi int, starts []keyspace.Key, ents []
 
 // fix restores the invariants for chunk c after a change to it, given that
 // they hold for every other chunk: it drops c if empty, splits it if over
-// max, joins it with a neighbour if short, and updates firsts.
+// max, joins it with a neighbour if short, and updates firsts. It is also
+// right when the chunk before c holds anything from 1 to max+2 segments, as
+// splice leaves it: join then merges the two or leaves both at half their
+// total, at most max.
 func (s *chunkList[E]) fix(c int) {
 	ch := s.chunks[c]
 	n := len(ch.starts)

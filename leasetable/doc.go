@@ -68,14 +68,15 @@
 //
 // A Table cuts the list into chunks of at most 128 segments, with the
 // first key of every chunk in a sorted slice of its own. A change searches
-// that slice and then one chunk, and moves the segments of the chunk after
+// that slice and then one chunk, and moves the segments of that chunk after
 // the change; a chunk that grows past 128 is split in two, and one that
-// shrinks below 32 is merged with a neighbour (or takes segments from it),
-// which moves the chunk list itself (n/128 pointers) about once in 32 or
-// more changes. So Set costs O(log n + B + k), B = 128, for the k segments
-// it overwrites, independent of the table's size in practice: a couple of
-// µs at 640,000 segments (10,000 Owners × 64 virtual nodes), and building
-// such a table one grant at a time is O(n log n) rather than O(n²).
+// shrinks below 32 is merged with a neighbour (or takes segments from it).
+// Only a split or a merge moves the chunk list itself (n/128 pointers), and
+// it takes 32 or more changes to bring one about, amortised. So Set costs
+// O(log n + B + k), B = 128, for the k segments it overwrites: in practice
+// independent of the table's size, a few µs at 640,000 segments (10,000
+// Owners × 64 virtual nodes), and building such a table one grant at a time
+// is O(n log n) rather than O(n²).
 // Table.Each and Table.EachOverlapping walk the chunks in key order without
 // copying them.
 //

@@ -60,14 +60,6 @@ func (s *segList[E]) rangeOf(i int) keyspace.Range {
 	return keyspace.Range{Start: s.starts[i], End: s.end(i)}
 }
 
-// covered reports whether every key of r already carries e. r must be valid.
-func (s *segList[E]) covered(r keyspace.Range, e E) bool {
-	i := s.find(r.Start)
-	// Adjacent segments differ, so r has e throughout only if one segment
-	// holds all of r.
-	return s.ents[i] == e && i == s.find(r.Last())
-}
-
 // setBounds is the rewrite that overwriting r with e makes to a partition in
 // canonical form, shared by segList and chunkList. Think of the partition as
 // its boundaries, a (start, entry) pair for each segment. Overwriting r
@@ -77,7 +69,8 @@ func (s *segList[E]) covered(r keyspace.Range, e E) bool {
 //   - (r.Start, e), unless the key before r already has e (prev), in which
 //     case that segment grows over r;
 //   - (r.End, next), where next is the entry the key r.End had, unless next
-//     is e (the segment grows into r) or r reaches the end of the key space.
+//     is e (that segment grows back over r) or r reaches the end of the key
+//     space.
 //
 // Boundaries outside [r.Start, r.End] keep their start and entry, and
 // canonical form holds: a new boundary's entry differs from the one before
