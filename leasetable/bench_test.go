@@ -179,34 +179,40 @@ func BenchmarkTableOwned(b *testing.B) {
 	})
 }
 
+// splitTable returns a table of n segments over random start keys, 64 per
+// owner (n/64 owners), each its own grant, as a Manager that has granted
+// every virtual node holds; and the segments it was restored from.
+func splitTable(b *testing.B, n int, rng *rand.Rand) (*Table, []Segment) {
+	points := make([]keyspace.Key, n)
+	for i := 1; i < n; i++ {
+		points[i] = keyspace.Key(rng.Uint64())
+	}
+	slices.Sort(points)
+	points = slices.Compact(points)
+	segs := make([]Segment, 0, n)
+	for i, p := range points {
+		end := keyspace.Key(0)
+		if i+1 < len(points) {
+			end = points[i+1]
+		}
+		segs = append(segs, Segment{Range: r(p, end), Entry: Entry{Owner: fmt.Sprintf("owner-%d", i%(n/64)), LGN: keyspace.LGN(i + 1)}})
+	}
+	t := New(0)
+	if err := t.Restore(1, segs); err != nil {
+		b.Fatal(err)
+	}
+	return t, segs
+}
+
 // BenchmarkTableSplit: a grant of half a segment (one more segment) and
 // its undoing (one fewer), on tables of 64 segments per owner for 100,
-// 1,000 and 10,000 owners. Each shifts the segments after it: the cost
-// grows with the table, so building a table of n segments one grant at a
-// time costs O(n²).
+// 1,000 and 10,000 owners: two Sets per op, each adding or removing a
+// segment somewhere in the middle of the table.
 func BenchmarkTableSplit(b *testing.B) {
 	for _, n := range []int{6400, 64000, 640000} {
 		b.Run(fmt.Sprintf("segments=%d", n), func(b *testing.B) {
 			rng := rand.New(rand.NewPCG(uint64(n), 3))
-			points := make([]keyspace.Key, n)
-			for i := 1; i < n; i++ {
-				points[i] = keyspace.Key(rng.Uint64())
-			}
-			slices.Sort(points)
-			points = slices.Compact(points)
-			segs := make([]Segment, 0, n)
-			for i, p := range points {
-				end := keyspace.Key(0)
-				if i+1 < len(points) {
-					end = points[i+1]
-				}
-				segs = append(segs, Segment{Range: r(p, end), Entry: Entry{Owner: fmt.Sprintf("owner-%d", i%(n/64)), LGN: keyspace.LGN(i + 1)}})
-			}
-			segs[len(segs)-1].Range.End = 0
-			t := New(0)
-			if err := t.Restore(1, segs); err != nil {
-				b.Fatal(err)
-			}
+			t, _ := splitTable(b, n, rng)
 			lgn := keyspace.LGN(1 << 40)
 			b.ReportAllocs()
 			for b.Loop() {
@@ -219,6 +225,32 @@ func BenchmarkTableSplit(b *testing.B) {
 				t.Set(t0, half, Entry{Owner: "mover", LGN: lgn})
 				t.Set(t0, half, s.Entry)
 			}
+		})
+	}
+}
+
+// BenchmarkTableBuild: a Manager's start-up, building a table of n segments
+// (64 per owner) one grant at a time from an all-free table, owner after
+// owner, so each grant splits a free segment somewhere in the key space.
+// One op is the whole build; grant-ns is the cost per Set.
+func BenchmarkTableBuild(b *testing.B) {
+	for _, n := range []int{6400, 64000, 640000} {
+		b.Run(fmt.Sprintf("segments=%d", n), func(b *testing.B) {
+			_, segs := splitTable(b, n, rand.New(rand.NewPCG(uint64(n), 5)))
+			owners := n / 64
+			b.ReportAllocs()
+			for b.Loop() {
+				t := New(0)
+				for o := range owners {
+					for i := o; i < len(segs); i += owners {
+						t.Set(t0, segs[i].Range, segs[i].Entry)
+					}
+				}
+				if t.Len() != len(segs) {
+					b.Fatalf("built %d segments, want %d", t.Len(), len(segs))
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(segs)), "grant-ns")
 		})
 	}
 }

@@ -26,7 +26,7 @@ func FuzzViewApply(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		in := &fuzzInput{b: data}
 		v := NewView()
-		ref := New(0) // the reference content; its own LSN is not used
+		ref := newTable(0, 4) // the reference content; its own LSN is not used
 		for step := 0; step < 64 && in.more(); step++ {
 			op := in.byte()
 			if op%16 == 15 {
@@ -35,7 +35,7 @@ func FuzzViewApply(f *testing.F) {
 				if !slices.Equal(lost, wantLost) {
 					t.Fatalf("step %d: Reset() = %v, want %v", step, lost, wantLost)
 				}
-				ref = New(0)
+				ref = newTable(0, 4)
 				mustCheck(t, v)
 				continue
 			}
@@ -55,6 +55,9 @@ func FuzzViewApply(f *testing.F) {
 				continue
 			}
 			wantLost := refApply(t, ref, u)
+			if err := ref.check(); err != nil {
+				t.Fatalf("step %d: reference table: %v", step, err)
+			}
 			if !slices.Equal(lost, wantLost) {
 				t.Fatalf("step %d: Apply(%+v) lost %v, want %v", step, u, lost, wantLost)
 			}

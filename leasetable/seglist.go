@@ -14,7 +14,9 @@ import (
 //
 // Invariants (checked by check): len(starts) == len(ents) >= 1,
 // starts[0] == 0, starts strictly increasing, and ents[i] != ents[i+1].
-// Table uses it with E = Entry, View with its compact viewEntry.
+// View uses it with its compact viewEntry: one flat slice of starts is what
+// its radix index and Lookup need. Table keeps its segments in a chunkList,
+// which makes the same changes (setBounds) in chunks.
 type segList[E comparable] struct {
 	starts []keyspace.Key
 	ents   []E
@@ -26,10 +28,9 @@ func newSegList[E comparable](free E) segList[E] {
 
 func (s *segList[E]) len() int { return len(s.starts) }
 
-// find returns the index of the segment containing k: the largest i with
-// starts[i] <= k. It never allocates.
-func (s *segList[E]) find(k keyspace.Key) int {
-	starts := s.starts
+// search returns the largest i with starts[i] <= k, where starts is sorted
+// and starts[0] <= k. It never allocates.
+func search(starts []keyspace.Key, k keyspace.Key) int {
 	// Invariant: starts[lo] <= k, and k < starts[hi] when hi < len(starts).
 	lo, hi := 0, len(starts)
 	for hi-lo > 1 {
@@ -43,6 +44,10 @@ func (s *segList[E]) find(k keyspace.Key) int {
 	return lo
 }
 
+// find returns the index of the segment containing k: the largest i with
+// starts[i] <= k. It never allocates.
+func (s *segList[E]) find(k keyspace.Key) int { return search(s.starts, k) }
+
 // end returns the exclusive end of segment i (0 for the end of the key space).
 func (s *segList[E]) end(i int) keyspace.Key {
 	if i+1 < len(s.starts) {
@@ -55,21 +60,33 @@ func (s *segList[E]) rangeOf(i int) keyspace.Range {
 	return keyspace.Range{Start: s.starts[i], End: s.end(i)}
 }
 
-// covered reports whether every key of r already carries e. r must be valid.
-func (s *segList[E]) covered(r keyspace.Range, e E) bool {
-	i := s.find(r.Start)
-	// Adjacent segments differ, so r has e throughout only if one segment
-	// holds all of r.
-	return s.ents[i] == e && i == s.find(r.Last())
-}
-
-// window returns the segments lo..hi-1 that set(r, …) rewrites: those r
-// touches and one neighbour each side. After set they are replaced by
-// segments lo..hi-1+len()-(length before); all others keep their start and
-// entry. r must be valid.
-func (s *segList[E]) window(r keyspace.Range) (lo, hi int) {
-	i, j := s.find(r.Start), s.find(r.Last())
-	return max(i-1, 0), min(j+2, len(s.starts))
+// setBounds is the rewrite that overwriting r with e makes to a partition in
+// canonical form, shared by segList and chunkList. Think of the partition as
+// its boundaries, a (start, entry) pair for each segment. Overwriting r
+// removes every boundary whose start lies in [r.Start, r.End] (both ends
+// included; to the end of the key space when r.End == 0) and puts back the
+// n <= 2 that setBounds returns, in key order:
+//   - (r.Start, e), unless the key before r already has e (prev), in which
+//     case that segment grows over r;
+//   - (r.End, next), where next is the entry the key r.End had, unless next
+//     is e (that segment grows back over r) or r reaches the end of the key
+//     space.
+//
+// Boundaries outside [r.Start, r.End] keep their start and entry, and
+// canonical form holds: a new boundary's entry differs from the one before
+// it (e != prev, next != e), and the boundary after r.End, if any, differs
+// from next, the entry of the segment it followed before the change. prev
+// is ignored when r.Start == 0, next when r.End == 0. r must be valid.
+func setBounds[E comparable](r keyspace.Range, e, prev, next E) (starts [2]keyspace.Key, ents [2]E, n int) {
+	if r.Start == 0 || prev != e {
+		starts[n], ents[n] = r.Start, e
+		n++
+	}
+	if r.End != 0 && next != e {
+		starts[n], ents[n] = r.End, next
+		n++
+	}
+	return starts, ents, n
 }
 
 // set overwrites r with e, keeping canonical form, and reports whether
@@ -90,40 +107,26 @@ func (s *segList[E]) set(r keyspace.Range, e E, visit func(piece keyspace.Range,
 			visit(piece, s.ents[k])
 		}
 	}
-
-	// Rewrite segments lo..hi-1: those r touches plus one unchanged
-	// neighbour each side, so that merging with the neighbours is just
-	// coalescing this short list. The segments outside keep their entries
-	// at the edges of the list, so canonical form holds outside it. (These
-	// are window's lo and hi.)
-	lo, hi := max(i-1, 0), min(j+2, len(s.starts))
-	var (
-		ps [5]keyspace.Key
-		pe [5]E
-		n  int
-	)
-	add := func(start keyspace.Key, ent E) {
-		if n > 0 && pe[n-1] == ent {
-			return // same entry as the piece before: merge
+	// Replace the boundaries a..b-1, those with starts in [r.Start, r.End].
+	var prev, next E
+	a, b := 0, len(s.starts)
+	if r.Start > 0 {
+		p := i // the segment holding r.Start-1
+		if s.starts[i] == r.Start {
+			p = i - 1
 		}
-		ps[n], pe[n] = start, ent
-		n++
+		prev, a = s.ents[p], p+1
 	}
-	if lo < i {
-		add(s.starts[lo], s.ents[lo])
+	if r.End != 0 {
+		q := j // the segment holding r.End
+		if s.end(j) == r.End {
+			q = j + 1
+		}
+		next, b = s.ents[q], q+1
 	}
-	if s.starts[i] < r.Start {
-		add(s.starts[i], s.ents[i]) // left remainder of segment i
-	}
-	add(r.Start, e)
-	if r.End != 0 && r.End != s.end(j) {
-		add(r.End, s.ents[j]) // right remainder of segment j
-	}
-	if j+1 < hi {
-		add(s.starts[j+1], s.ents[j+1])
-	}
-	s.starts = slices.Replace(s.starts, lo, hi, ps[:n]...)
-	s.ents = slices.Replace(s.ents, lo, hi, pe[:n]...)
+	starts, ents, n := setBounds(r, e, prev, next)
+	s.starts = slices.Replace(s.starts, a, b, starts[:n]...)
+	s.ents = slices.Replace(s.ents, a, b, ents[:n]...)
 	return true
 }
 

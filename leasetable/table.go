@@ -25,7 +25,7 @@ const DefaultRetention = 5 * time.Minute
 // calls it from one goroutine. The Updates it returns are immutable and may
 // be read from any goroutine while the table goes on changing.
 type Table struct {
-	segs      segList[Entry]
+	segs      chunkList[Entry]
 	lsn       keyspace.LSN // LSN of the latest change; 0 for none
 	retention time.Duration
 	// log holds the retained changes, LSNs lsn-len(log)+1 .. lsn in order,
@@ -57,7 +57,13 @@ func New(retention time.Duration) *Table {
 	if retention == 0 {
 		retention = DefaultRetention
 	}
-	return &Table{segs: newSegList(Entry{}), retention: retention, owned: map[string]map[keyspace.Key]struct{}{}}
+	return newTable(retention, defaultChunk)
+}
+
+// newTable is New with chunks of at most chunk segments; tests use small
+// chunks to split and merge them often.
+func newTable(retention time.Duration, chunk int) *Table {
+	return &Table{segs: newChunkList(Entry{}, chunk), retention: retention, owned: map[string]map[keyspace.Key]struct{}{}}
 }
 
 // Set overwrites r with e. If r already has e throughout, Set is a no-op and
@@ -69,8 +75,12 @@ func New(retention time.Duration) *Table {
 // (Entry.Validate): both are programmer errors in the manager, and a bad
 // entry logged here would be refused by every Lookup.
 //
-// Cost: O(log n) to find r, plus O(n) to shift the segments after r when the
-// number of segments changes (n = Len()).
+// Cost: O(log n + B + k), n = Len(): binary searches for the ends of r,
+// moving up to B = 128 segments within a chunk, and O(1) for each of the k
+// segments r overwrites (and for its entry in the owner index). When a
+// chunk splits or merges (amortised, about once in B/4 changes or fewer),
+// the n/B chunk pointers after it move too. See doc.go, "Representation and
+// cost".
 func (t *Table) Set(now time.Time, r keyspace.Range, e Entry) keyspace.LSN {
 	if !r.Valid() {
 		panic(fmt.Sprintf("leasetable: Set on invalid range %v", r))
@@ -81,11 +91,11 @@ func (t *Table) Set(now time.Time, r keyspace.Range, e Entry) keyspace.LSN {
 	if t.segs.covered(r, e) {
 		return t.lsn
 	}
-	lo, hi := t.segs.window(r)
-	n := t.segs.len()
-	t.unindex(lo, hi)
-	t.segs.set(r, e, nil)
-	t.index(lo, hi+t.segs.len()-n)
+	// set replaces the segments that start in [r.Start, r.End], so those
+	// are the ones to take out of the owner index and to put back.
+	t.indexBounds(r, false)
+	t.segs.set(r, e)
+	t.indexBounds(r, true)
 	t.snap = nil
 	t.lsn++
 	t.log = append(t.log, Change{LSN: t.lsn, Range: r, Entry: e})
@@ -95,8 +105,8 @@ func (t *Table) Set(now time.Time, r keyspace.Range, e Entry) keyspace.LSN {
 
 // At returns the segment containing k.
 func (t *Table) At(k keyspace.Key) Segment {
-	i := t.segs.find(k)
-	return Segment{Range: t.segs.rangeOf(i), Entry: t.segs.ents[i]}
+	r, e := t.segs.at(k)
+	return Segment{Range: r, Entry: e}
 }
 
 // Overlapping returns the segments intersecting r, clipped to r, in key
@@ -192,52 +202,51 @@ func (t *Table) Restore(lsn keyspace.LSN, segs []Segment) error {
 	if err := validateSegments(segs); err != nil {
 		return err
 	}
-	s := segList[Entry]{
-		starts: make([]keyspace.Key, 0, len(segs)),
-		ents:   make([]Entry, 0, len(segs)),
-	}
-	for _, sg := range segs {
-		if n := len(s.ents); n > 0 && s.ents[n-1] == sg.Entry {
-			continue
-		}
-		s.starts = append(s.starts, sg.Range.Start)
-		s.ents = append(s.ents, sg.Entry)
-	}
-	t.segs, t.lsn, t.log, t.stamps, t.snap = s, lsn, nil, nil, nil
-	t.owned = map[string]map[keyspace.Key]struct{}{}
-	t.index(0, t.segs.len())
+	t.load(segs)
+	t.lsn, t.log, t.stamps, t.snap = lsn, nil, nil, nil
 	return nil
 }
 
-// index adds segments lo..hi-1 to the owner index.
-func (t *Table) index(lo, hi int) {
-	for k := lo; k < hi; k++ {
-		o := t.segs.ents[k].Owner
-		if o == "" {
-			continue
-		}
-		m := t.owned[o]
-		if m == nil {
-			m = map[keyspace.Key]struct{}{}
-			t.owned[o] = m
-		}
-		m[t.segs.starts[k]] = struct{}{}
+// load replaces the segments with segs, which must be valid, merging
+// adjacent equal entries, and rebuilds the owner index.
+func (t *Table) load(segs []Segment) {
+	s := emptyChunkList[Entry](t.segs.max)
+	for _, sg := range segs {
+		s.push(sg.Range.Start, sg.Entry)
 	}
+	s.finish()
+	t.segs = s
+	t.owned = map[string]map[keyspace.Key]struct{}{}
+	t.indexBounds(keyspace.Full, true)
 }
 
-// unindex removes segments lo..hi-1 from the owner index.
-func (t *Table) unindex(lo, hi int) {
-	for k := lo; k < hi; k++ {
-		o := t.segs.ents[k].Owner
-		if o == "" {
-			continue
-		}
-		m := t.owned[o]
-		delete(m, t.segs.starts[k])
-		if len(m) == 0 {
-			delete(t.owned, o)
-		}
+// indexBounds adds to the owner index (add) or removes from it the
+// segments that start in [r.Start, r.End] (to the end of the key space when
+// r.End == 0). r must be valid.
+func (t *Table) indexBounds(r keyspace.Range, add bool) {
+	w := keyspace.Range{Start: r.Start} // the keys up to and including r.End
+	if r.End != 0 {
+		w.End = r.End + 1 // 0, the end of the key space, for MaxKey
 	}
+	t.segs.each(w, func(seg keyspace.Range, e Entry) bool {
+		if seg.Start < r.Start || e.Owner == "" {
+			return true
+		}
+		m := t.owned[e.Owner]
+		if add {
+			if m == nil {
+				m = map[keyspace.Key]struct{}{}
+				t.owned[e.Owner] = m
+			}
+			m[seg.Start] = struct{}{}
+		} else {
+			delete(m, seg.Start)
+			if len(m) == 0 {
+				delete(t.owned, e.Owner)
+			}
+		}
+		return true
+	})
 }
 
 func identity(e Entry) Entry { return e }

@@ -10,11 +10,26 @@ import (
 // Each calls fn for every segment in key order, without copying the table,
 // until fn returns false. fn must not change the table.
 func (t *Table) Each(fn func(Segment) bool) {
-	for i := range t.segs.starts {
-		if !fn(Segment{Range: t.segs.rangeOf(i), Entry: t.segs.ents[i]}) {
-			return
-		}
+	t.segs.each(keyspace.Full, func(r keyspace.Range, e Entry) bool {
+		return fn(Segment{Range: r, Entry: e})
+	})
+}
+
+// EachOverlapping calls fn for the segments intersecting r, clipped to r, in
+// key order, until fn returns false: what Overlapping returns, without
+// copying them into a slice. It does nothing if r is not a valid range. fn
+// must not change the table.
+//
+// Cost: O(log n) to find r.Start, then O(1) per segment; no allocation
+// (unless fn's closure escapes).
+func (t *Table) EachOverlapping(r keyspace.Range, fn func(Segment) bool) {
+	if !r.Valid() {
+		return
 	}
+	t.segs.each(r, func(seg keyspace.Range, e Entry) bool {
+		piece, _ := seg.Intersect(r)
+		return fn(Segment{Range: piece, Entry: e})
+	})
 }
 
 // Owned returns the segments whose entry names owner, in key order: what
@@ -35,8 +50,7 @@ func (t *Table) Owned(owner string) []Segment {
 	slices.Sort(starts)
 	out := make([]Segment, len(starts))
 	for i, k := range starts {
-		j := t.segs.find(k)
-		out[i] = Segment{Range: t.segs.rangeOf(j), Entry: t.segs.ents[j]}
+		out[i] = t.At(k)
 	}
 	return out
 }
@@ -45,14 +59,19 @@ func (t *Table) Owned(owner string) []Segment {
 // nil (an assertion for tests).
 func (t *Table) checkOwned() error {
 	n := 0
-	for i, e := range t.segs.ents {
+	var err error
+	t.segs.each(keyspace.Full, func(r keyspace.Range, e Entry) bool {
 		if e.Owner == "" {
-			continue
+			return true
 		}
 		n++
-		if _, ok := t.owned[e.Owner][t.segs.starts[i]]; !ok {
-			return fmt.Errorf("leasetable: internal error: segment %d (%v) is not in the index of %q", i, t.segs.rangeOf(i), e.Owner)
+		if _, ok := t.owned[e.Owner][r.Start]; !ok {
+			err = fmt.Errorf("leasetable: internal error: segment %v is not in the index of %q", r, e.Owner)
 		}
+		return err == nil
+	})
+	if err != nil {
+		return err
 	}
 	m := 0
 	for o, starts := range t.owned {
@@ -63,6 +82,29 @@ func (t *Table) checkOwned() error {
 	}
 	if m != n {
 		return fmt.Errorf("leasetable: internal error: the owner index has %d segments, the table %d owned ones", m, n)
+	}
+	return nil
+}
+
+// check reports a broken invariant of the table (an assertion error), or
+// nil: of its segment chunks, of the owner index, and of the log.
+func (t *Table) check() error {
+	if err := t.segs.check(); err != nil {
+		return err
+	}
+	if err := t.checkOwned(); err != nil {
+		return err
+	}
+	if len(t.log) != len(t.stamps) {
+		return fmt.Errorf("leasetable: internal error: %d changes but %d stamps", len(t.log), len(t.stamps))
+	}
+	for i, c := range t.log {
+		if want := t.FirstLSN() + keyspace.LSN(i); c.LSN != want {
+			return fmt.Errorf("leasetable: internal error: change %d of the log has LSN %d, want %d", i, c.LSN, want)
+		}
+	}
+	if t.snap != nil && !slices.Equal(t.snap, t.Segments()) {
+		return fmt.Errorf("leasetable: internal error: the snapshot kept for LSN %d is not the table", t.lsn)
 	}
 	return nil
 }

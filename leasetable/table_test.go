@@ -1,6 +1,7 @@
 package leasetable
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -71,7 +72,7 @@ func TestTableSet(t *testing.T) {
 			if got := tb.Segments(); !slices.Equal(got, tt.want) {
 				t.Fatalf("Segments()\n got %v\nwant %v", got, tt.want)
 			}
-			if err := tb.segs.check(); err != nil {
+			if err := tb.check(); err != nil {
 				t.Fatal(err)
 			}
 		})
@@ -168,12 +169,21 @@ func TestTableAtOverlapping(t *testing.T) {
 
 // TestTableRandomVsModel checks Set against the pool-key model after every
 // one of many random operations: At for every pool key, exact Segments, and
-// canonical form.
+// canonical form; with chunks small enough to split and merge all the time,
+// and with the default.
 func TestTableRandomVsModel(t *testing.T) {
+	for _, chunk := range []int{4, 5, defaultChunk} {
+		t.Run(fmt.Sprintf("chunk=%d", chunk), func(t *testing.T) {
+			testTableRandomVsModel(t, chunk)
+		})
+	}
+}
+
+func testTableRandomVsModel(t *testing.T, chunk int) {
 	forSeeds(t, 50, func(t *testing.T, rng *rand.Rand) {
 		p := newPool(rng, 20)
 		m := newModel(p)
-		tb := New(0)
+		tb := newTable(0, chunk)
 		// Few distinct entries, so that merges happen often.
 		choices := []Entry{{}, own("a", 1), own("a", 2), own("b", 3), migrated("c", 4, 1), migrated("c", 4, 0)}
 		for step := range 400 {
@@ -205,10 +215,7 @@ func TestTableRandomVsModel(t *testing.T) {
 			if got, want := tb.Segments(), m.segments(); !slices.Equal(got, want) {
 				t.Fatalf("step %d: Segments()\n got %v\nwant %v", step, got, want)
 			}
-			if err := tb.segs.check(); err != nil {
-				t.Fatalf("step %d: %v", step, err)
-			}
-			if err := tb.checkOwned(); err != nil {
+			if err := tb.check(); err != nil {
 				t.Fatalf("step %d: %v", step, err)
 			}
 			for _, o := range []string{"a", "b", "c", "d"} {
@@ -373,14 +380,8 @@ func TestTableRestore(t *testing.T) {
 // clone returns a copy of tb made through its public API plus the log.
 func clone(t *testing.T, tb *Table) *Table {
 	t.Helper()
-	c := &Table{
-		segs:      segList[Entry]{starts: slices.Clone(tb.segs.starts), ents: slices.Clone(tb.segs.ents)},
-		lsn:       tb.lsn,
-		retention: tb.retention,
-		log:       slices.Clone(tb.log),
-		stamps:    slices.Clone(tb.stamps),
-		owned:     map[string]map[keyspace.Key]struct{}{},
-	}
-	c.index(0, c.segs.len())
+	c := newTable(tb.retention, tb.segs.max)
+	c.load(tb.Segments())
+	c.lsn, c.log, c.stamps = tb.lsn, slices.Clone(tb.log), slices.Clone(tb.stamps)
 	return c
 }
