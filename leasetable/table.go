@@ -78,7 +78,7 @@ func newTable(retention time.Duration, chunk int) *Table {
 // Cost: O(log n + B + k), n = Len(): binary searches for the ends of r,
 // moving up to B = 128 segments within a chunk, and O(1) for each of the k
 // segments r overwrites (and for its entry in the owner index). When a
-// chunk splits or merges (amortised, about once in B/4 changes or fewer),
+// chunk splits or merges (amortised, at most about once per B/4 changes),
 // the n/B chunk pointers after it move too. See doc.go, "Representation and
 // cost".
 func (t *Table) Set(now time.Time, r keyspace.Range, e Entry) keyspace.LSN {
