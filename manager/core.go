@@ -171,15 +171,19 @@ func (c *Core) Namespaces() []string {
 // namespace is the leader's view of one namespace: the replicated part in s,
 // and the leader-local reservations, sessions and desired assignment.
 type namespace struct {
-	name     string
-	s        *nsState
-	res      *reservations
-	owners   map[string]*ownerSession
-	desired  assign.Assignment
-	wants    map[string][]keyspace.Range // desired ranges by owner
-	members  bool                        // membership changed: recompute desired
-	dirty    bool                        // something changed: reconcile
-	nextWake time.Time                   // earliest future reservation end that matters
+	name    string
+	s       *nsState
+	res     *reservations
+	owners  map[string]*ownerSession
+	desired assign.Assignment
+	wants   map[string][]keyspace.Range // desired ranges by owner
+	members bool                        // membership changed: recompute desired
+	// dirty lists the ranges the next flush reconciles: freed, released,
+	// given another desired owner. The rest of the table is as the last
+	// reconcile left it, or waits for a time: a reservation's end (res's
+	// ends) or a handover's deadline (handovers).
+	dirty     []keyspace.Range
+	handovers *ordered[handoverEnd] // the deadlines of the handovers asked for
 
 	planAt   time.Time // next rebalancing round (Rebalance only)
 	lastPlan time.Time
@@ -266,10 +270,10 @@ func Resume(cfg CoreConfig, st *State, base uint64, now time.Time) *Core {
 	}
 	for _, name := range c.st.Namespaces() {
 		s := c.st.ns[name]
-		n := &namespace{name: name, s: s, res: newReservations(), owners: map[string]*ownerSession{}, members: true}
+		n := &namespace{name: name, s: s, res: newReservations(), owners: map[string]*ownerSession{}, members: true,
+			handovers: newOrdered(cmpHandoverEnd)}
 		if base == 0 || !cfg.Faults.Has(func(f *faults.Set) bool { return f.NoTakeoverReservation }) {
 			n.res.set(keyspace.Full, now.Add(cfg.Timing.ManagerLease))
-			n.nextWake = now.Add(cfg.Timing.ManagerLease)
 		}
 		for _, id := range sortedOwnerIDs(s.owners) {
 			r := s.owners[id]
@@ -505,7 +509,7 @@ func (c *Core) nextDeadline() time.Time {
 		}
 	}
 	for _, n := range c.ns {
-		min(n.nextWake)
+		min(n.wakeAt())
 		if c.cfg.Rebalance != nil {
 			min(n.planAt)
 		}
@@ -555,7 +559,7 @@ func (c *Core) flush(now time.Time) {
 			n.members = false
 			c.setDesired(now, n, c.cfg.Policy.Assign(n.activeMembers()))
 		}
-		if n.dirty || (!n.nextWake.IsZero() && !now.Before(n.nextWake)) {
+		if wake := n.wakeAt(); len(n.dirty) > 0 || (!wake.IsZero() && !now.Before(wake)) {
 			c.stats.Expiries += c.reconcile(now, n)
 		}
 		ids := make([]string, 0, len(n.owners))
@@ -577,8 +581,8 @@ func (c *Core) flush(now time.Time) {
 func (c *Core) loseOwner(now time.Time, n *namespace, o *ownerSession) {
 	for _, r := range n.heldBy(o.id) {
 		c.set(now, n, r.Range, leasetable.Entry{})
+		n.markDirty(r.Range)
 	}
-	n.dirty = true
 }
 
 // heldBy returns the table segments the owner holds, in key order, from
@@ -600,7 +604,7 @@ func (c *Core) release(now time.Time, n *namespace, o *ownerSession, held []prot
 			}
 		}
 		for _, p := range keyspace.NewRangeSet(s.Range).Subtract(kept).Ranges() {
-			n.dirty = true
+			n.markDirty(p)
 			freed++
 			// A piece whose state the holder handed over goes straight to
 			// the next Owner, marked migrated: Lookups see the LGN change
@@ -768,60 +772,119 @@ func (c *Core) Drain(now time.Time, ns, id string) error {
 // reconcile expires leases whose reservation ended, and marks the owners
 // that need a message now: those holding a range the desired assignment
 // gives elsewhere (recall), and those a free range can be granted to.
+//
+// It visits only the table segments that may need it: those overlapping a
+// dirty range, a reservation that has run out, or a handover past its
+// deadline. Everywhere else nothing it looks at has changed since it last
+// looked, and what it would wait for (a reservation's end, a deadline) is
+// in res's ends or in handovers, which wake it at that time (wakeAt).
 func (c *Core) reconcile(now time.Time, n *namespace) (expired uint64) {
-	n.dirty = false
-	n.nextWake = time.Time{}
-	wake := func(t time.Time) {
-		if n.nextWake.IsZero() || t.Before(n.nextWake) {
-			n.nextWake = t
+	n.res.due(now, n.markDirty)
+	for {
+		h, ok := n.handovers.first()
+		if !ok || h.at.After(now) {
+			break
 		}
+		n.handovers.deleteAt(pos{})
+		n.markDirty(h.r)
 	}
+	// Whole segments, as a walk of the whole table would see them.
+	dirty := coalesce(n.dirty)
+	n.dirty = nil
+	for i, r := range dirty {
+		dirty[i] = keyspace.Range{Start: n.s.table.At(r.Start).Range.Start, End: n.s.table.At(r.Last()).Range.End}
+	}
+	dirty = coalesce(dirty)
 	// Expiry: the reservation ran out, so the holder's own lease ran out
 	// earlier (C§2.3.1).
-	for _, s := range n.s.table.Segments() {
-		if s.Entry.Owner == "" {
-			continue
-		}
-		gone, next := n.res.free(s.Range, now)
-		for _, p := range gone.Ranges() {
-			c.set(now, n, p, leasetable.Entry{})
-			expired++
-		}
-		if !next.IsZero() {
-			wake(next)
+	for _, r := range dirty {
+		for _, s := range n.s.table.Overlapping(r) {
+			if s.Entry.Owner == "" {
+				continue
+			}
+			gone, _ := n.res.free(s.Range, now)
+			for _, p := range gone.Ranges() {
+				c.set(now, n, p, leasetable.Entry{})
+				expired++
+			}
 		}
 	}
-	for _, s := range n.s.table.Segments() {
-		n.eachDesired(s.Range, func(p keyspace.Range, want string) {
-			switch holder := s.Entry.Owner; {
-			case holder != "" && holder != want:
-				o := n.owners[holder]
-				if o == nil || !o.sent.OverlapsRange(p) {
-					break
-				}
-				if h, ok := o.handing[p]; ok && h.to == want && now.Before(h.deadline) {
-					wake(h.deadline) // handing over; recall at the deadline
-					break
-				}
-				o.push = true // recall, or ask for a handover, now
-			case holder != "":
-				if o := n.owners[holder]; o != nil && !o.sent.CoversRange(p) {
-					o.push = true // renew what the last message left out
-				}
-			case want != "":
-				free, next := n.res.free(p, now)
-				if !free.Empty() {
-					if o := n.owners[want]; o != nil {
-						o.push = true // grant
+	for _, r := range dirty {
+		for _, s := range n.s.table.Overlapping(r) {
+			n.eachDesired(s.Range, func(p keyspace.Range, want string) {
+				switch holder := s.Entry.Owner; {
+				case holder != "" && holder != want:
+					o := n.owners[holder]
+					if o == nil || !o.sent.OverlapsRange(p) {
+						break
+					}
+					if h, ok := o.handing[p]; ok && h.to == want && now.Before(h.deadline) {
+						break // handing over; recalled at the deadline
+					}
+					o.push = true // recall, or ask for a handover, now
+				case holder != "":
+					if o := n.owners[holder]; o != nil && !o.sent.CoversRange(p) {
+						o.push = true // renew what the last message left out
+					}
+				case want != "":
+					if free, _ := n.res.free(p, now); !free.Empty() {
+						if o := n.owners[want]; o != nil {
+							o.push = true // grant
+						}
 					}
 				}
-				if !next.IsZero() {
-					wake(next)
-				}
-			}
-		})
+			})
+		}
 	}
 	return expired
+}
+
+// markDirty has the next flush reconcile r.
+func (n *namespace) markDirty(r keyspace.Range) {
+	if l := len(n.dirty) - 1; l >= 0 && n.dirty[l].End == r.Start && r.Start != 0 {
+		n.dirty[l].End = r.End // the common case: adjacent ranges in key order
+		return
+	}
+	n.dirty = append(n.dirty, r)
+}
+
+// wakeAt is when reconcile has something to do without a change: the
+// earliest end of a pending reservation or handover deadline (zero: none).
+func (n *namespace) wakeAt() time.Time {
+	t := n.res.nextEnd()
+	if h, ok := n.handovers.first(); ok && (t.IsZero() || h.at.Before(t)) {
+		t = h.at
+	}
+	return t
+}
+
+// handoverEnd is the deadline of a handover asked for of piece r.
+type handoverEnd struct {
+	at time.Time
+	r  keyspace.Range
+}
+
+func cmpHandoverEnd(a, b handoverEnd) int {
+	if c := a.at.Compare(b.at); c != 0 {
+		return c
+	}
+	return keyspace.Compare(a.r, b.r)
+}
+
+// coalesce sorts rs and merges the ranges that overlap or touch, in place.
+func coalesce(rs []keyspace.Range) []keyspace.Range {
+	slices.SortFunc(rs, func(a, b keyspace.Range) int { return cmp.Compare(a.Start, b.Start) })
+	out := rs[:0]
+	for _, r := range rs {
+		if l := len(out) - 1; l >= 0 && (out[l].End == 0 || r.Start <= out[l].End) {
+			if out[l].End != 0 && (r.End == 0 || r.End > out[l].End) {
+				out[l].End = r.End
+			}
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
 }
 
 // eachDesired calls fn for each piece of r with the owner the desired
@@ -948,6 +1011,7 @@ func (c *Core) handover(now time.Time, n *namespace, o *ownerSession, p keyspace
 			within = c.cfg.Timing.OwnerLease
 		}
 		h = handing{to: want, inc: to.inc, deadline: now.Add(within)}
+		n.handovers.insert(handoverEnd{h.deadline, p}) // reconciled then
 	}
 	if !now.Before(h.deadline) {
 		return false // too late: recall it, and the state is lost
