@@ -56,6 +56,16 @@ type CoreConfig struct {
 	// and Policy is not used.
 	Rebalance      rebalance.Policy
 	RebalanceEvery time.Duration
+	// MembershipEvery paces the planning of membership changes (joins,
+	// leaves, drains, capacities), which recomputes the desired assignment
+	// over every member: a change is planned at once if none was in the
+	// last MembershipEvery, and otherwise at the end of it, together with
+	// every change that came meanwhile. A lone join is served at once; the
+	// joins of a starting cluster cost one plan per MembershipEvery, not
+	// one per Owner. 0 means 1 s, or a quarter of Timing.Renew if that is
+	// shorter (125 ms in the fast profile); negative plans every change at
+	// once.
+	MembershipEvery time.Duration
 }
 
 // ErrUnknownOwner refuses to drain an Owner that is not a live member.
@@ -178,6 +188,9 @@ type namespace struct {
 	desired assign.Assignment
 	wants   map[string][]keyspace.Range // desired ranges by owner
 	members bool                        // membership changed: recompute desired
+	// membersAt is the earliest time the next membership change may be
+	// planned: MembershipEvery after the last one (zero: at once).
+	membersAt time.Time
 	// dirty lists the ranges the next flush reconciles: freed, released,
 	// given another desired owner. The rest of the table is as the last
 	// reconcile left it, or waits for a time: a reservation's end (res's
@@ -289,6 +302,9 @@ func Resume(cfg CoreConfig, st *State, base uint64, now time.Time) *Core {
 		c.ns[name] = n
 	}
 	c.flush(now)
+	for _, n := range c.ns {
+		n.membersAt = time.Time{} // starting is no membership change: the first one is planned at once
+	}
 	return c
 }
 
@@ -510,6 +526,9 @@ func (c *Core) nextDeadline() time.Time {
 	}
 	for _, n := range c.ns {
 		min(n.wakeAt())
+		if n.members {
+			min(n.membersAt) // a membership change waits to be planned
+		}
 		if c.cfg.Rebalance != nil {
 			min(n.planAt)
 		}
@@ -551,13 +570,16 @@ func (c *Core) Tick(now time.Time) {
 func (c *Core) flush(now time.Time) {
 	for _, name := range c.Namespaces() { // in order, so a run replays exactly
 		n := c.ns[name]
+		due := n.members && !now.Before(n.membersAt)
 		switch {
-		case c.cfg.Rebalance != nil && (n.members || !now.Before(n.planAt)):
-			c.plan(now, n, n.members)
-			n.members = false
-		case n.members:
-			n.members = false
+		case c.cfg.Rebalance != nil && (due || !now.Before(n.planAt)):
+			c.plan(now, n, due)
+		case due:
 			c.setDesired(now, n, c.cfg.Policy.Assign(n.activeMembers()))
+		}
+		if due {
+			n.members = false
+			n.membersAt = now.Add(c.membershipEvery())
 		}
 		if wake := n.wakeAt(); len(n.dirty) > 0 || (!wake.IsZero() && !now.Before(wake)) {
 			c.stats.Expiries += c.reconcile(now, n)
@@ -573,6 +595,14 @@ func (c *Core) flush(now time.Time) {
 			c.sendTo(now, n, n.owners[id])
 		}
 	}
+}
+
+// membershipEvery is CoreConfig.MembershipEvery with its default.
+func (c *Core) membershipEvery() time.Duration {
+	if e := c.cfg.MembershipEvery; e != 0 {
+		return e
+	}
+	return min(time.Second, c.cfg.Timing.Renew/4)
 }
 
 // loseOwner records that an owner incarnation's soft state is gone: each of
@@ -922,7 +952,13 @@ func (c *Core) sendTo(now time.Time, n *namespace, o *ownerSession) {
 	var leases []protocol.Lease
 	var handovers []protocol.Handover
 	if o.member {
-		for _, d := range n.wants[o.id] {
+		wants := n.wants[o.id]
+		if o.draining {
+			// Given nothing new, even while the desired assignment still
+			// names it (its drain waits to be planned).
+			wants = nil
+		}
+		for _, d := range wants {
 			for _, s := range n.s.table.Overlapping(d) {
 				if s.Entry.Owner != "" {
 					continue

@@ -93,8 +93,12 @@ func TestReconcileIncremental(t *testing.T) {
 		if seed%2 == 1 {
 			handover = -1
 		}
+		pacing := time.Duration(0) // membership changes paced by the default
+		if seed%4 >= 2 {
+			pacing = -1
+		}
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
-			reconcileRun(t, seed, CoreConfig{Policy: assign.ConsistentHash{VNodes: 4}, Handover: handover}, 1500)
+			reconcileRun(t, seed, CoreConfig{Policy: assign.ConsistentHash{VNodes: 4}, Handover: handover, MembershipEvery: pacing}, 1500)
 		})
 	}
 }
