@@ -103,13 +103,18 @@ func (m *reservations) split(k keyspace.Key) {
 // is zero.
 func (m *reservations) setUntil(k keyspace.Key, t time.Time) {
 	p, _ := m.segs.search(resSeg{start: k})
+	m.setAt(p, t)
+}
+
+// setAt reserves the segment at p until t, pending unless t is zero.
+func (m *reservations) setAt(p pos, t time.Time) {
 	s := m.segs.at(p)
 	if !s.until.IsZero() {
-		m.ends.delete(resEnd{s.until, k})
+		m.ends.delete(resEnd{s.until, s.start})
 	}
 	s.until = t
 	if !t.IsZero() {
-		m.ends.insert(resEnd{t, k})
+		m.ends.insert(resEnd{t, s.start})
 	}
 }
 
@@ -129,6 +134,23 @@ func (m *reservations) join(k keyspace.Key) {
 
 // set reserves r until t (a zero t clears the reservation).
 func (m *reservations) set(r keyspace.Range, t time.Time) {
+	if p := m.find(r.Start); m.segs.at(p).start == r.Start && m.endOf(p) == r.End {
+		// r is a whole segment, as a renewal's usually is: no split, no
+		// segment to drop, and the neighbours are at hand.
+		m.setAt(p, t)
+		q := m.segs.next(p)
+		next := !m.segs.end(q) && m.segs.at(q).until.Equal(t)
+		q, ok := m.segs.prev(p)
+		prev := ok && m.segs.at(q).until.Equal(t)
+		// (join finds segments by key: a join may move p.)
+		if next {
+			m.join(r.End)
+		}
+		if prev {
+			m.join(r.Start)
+		}
+		return
+	}
 	m.split(r.Start)
 	if r.End != 0 {
 		m.split(r.End)
@@ -159,6 +181,13 @@ func (m *reservations) set(r keyspace.Range, t time.Time) {
 
 // extend reserves r until at least t.
 func (m *reservations) extend(r keyspace.Range, t time.Time) {
+	if p := m.find(r.Start); m.endOf(p) == 0 || (r.End != 0 && r.End <= m.endOf(p)) {
+		// Within one segment, as a renewal usually is.
+		if m.segs.at(p).until.Before(t) {
+			m.set(r, t)
+		}
+		return
+	}
 	m.each(r, func(p keyspace.Range, u time.Time) {
 		if u.Before(t) {
 			m.set(p, t)

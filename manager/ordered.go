@@ -21,8 +21,9 @@ type ordered[E any] struct {
 	n      int
 }
 
-// maxChunk bounds a chunk: a full one splits in two halves.
-const maxChunk = 256
+// maxChunk bounds a chunk: a full one splits in two halves. (A variable
+// only so that tests can make chunks tiny, and every path common.)
+var maxChunk = 256
 
 // pos is the position of an element: chunk c, index i in it. c ==
 // len(chunks) is the end.
