@@ -197,6 +197,14 @@ type namespace struct {
 	// ends) or a handover's deadline (handovers).
 	dirty     []keyspace.Range
 	handovers *ordered[handoverEnd] // the deadlines of the handovers asked for
+	// pushing lists the sessions whose push was set since the last flush,
+	// and resends and silences the sessions' race resends and the times
+	// their members fall silent, in time order. An entry is added when the
+	// time is set and dropped when found out of date (timerCurrent): flush
+	// and NextDeadline, asked on every request, need not visit every
+	// session.
+	pushing           []string
+	resends, silences *ordered[ownerTimer]
 
 	planAt   time.Time // next rebalancing round (Rebalance only)
 	lastPlan time.Time
@@ -284,7 +292,7 @@ func Resume(cfg CoreConfig, st *State, base uint64, now time.Time) *Core {
 	for _, name := range c.st.Namespaces() {
 		s := c.st.ns[name]
 		n := &namespace{name: name, s: s, res: newReservations(), owners: map[string]*ownerSession{}, members: true,
-			handovers: newOrdered(cmpHandoverEnd)}
+			handovers: newOrdered(cmpHandoverEnd), resends: newOrdered(cmpOwnerTimer), silences: newOrdered(cmpOwnerTimer)}
 		if base == 0 || !cfg.Faults.Has(func(f *faults.Set) bool { return f.NoTakeoverReservation }) {
 			n.res.set(keyspace.Full, now.Add(cfg.Timing.ManagerLease))
 		}
@@ -292,6 +300,7 @@ func Resume(cfg CoreConfig, st *State, base uint64, now time.Time) *Core {
 			r := s.owners[id]
 			n.owners[id] = &ownerSession{id: id, addr: r.Addr, inc: r.Incarnation, member: r.Member,
 				capacity: r.Capacity, draining: r.Draining, mySeq: c.seqBase, lastHeard: now}
+			c.heard(n, n.owners[id])
 		}
 		if cfg.Rebalance != nil && len(s.desired) > 0 {
 			// Carry on from it. The next round waits for the Owners' load
@@ -433,6 +442,7 @@ func (c *Core) StepLease(now time.Time, req *protocol.LeaseRequest) error {
 		n.members = true
 		c.record(now, n, o)
 	}
+	c.heard(n, o)
 	if req.Capacity != o.capacity && req.Capacity >= 0 {
 		o.capacity = req.Capacity
 		n.members = true
@@ -454,6 +464,7 @@ func (c *Core) StepLease(now time.Time, req *protocol.LeaseRequest) error {
 		c.stats.RacesDropped++
 		if o.resendAt.IsZero() {
 			o.resendAt = now.Add(c.backoff())
+			n.resends.insert(ownerTimer{o.resendAt, o.id})
 		}
 		// What the owner did on its own before sending — handing ranges
 		// over, leaving — stands whatever raced with it. Act on it now: an
@@ -476,7 +487,7 @@ func (c *Core) StepLease(now time.Time, req *protocol.LeaseRequest) error {
 		// What it did on its own still stands, as in a raced request.
 		c.stats.Releases += c.releaseOwn(now, n, o, req.Handed, req.Leaving)
 	}
-	o.push = true // answer every accepted request
+	n.push(o) // answer every accepted request
 	c.flush(now)
 	return nil
 }
@@ -532,14 +543,63 @@ func (c *Core) nextDeadline() time.Time {
 		if c.cfg.Rebalance != nil {
 			min(n.planAt)
 		}
-		for _, o := range n.owners {
-			min(o.resendAt)
-			if o.member {
-				min(o.lastHeard.Add(c.cfg.Timing.ManagerLease))
-			}
-		}
+		min(c.firstTimer(n, n.resends))
+		min(c.firstTimer(n, n.silences))
 	}
 	return d
+}
+
+// ownerTimer is a time set for a session: a race resend (resends) or when
+// a member falls silent (silences).
+type ownerTimer struct {
+	at time.Time
+	id string
+}
+
+func cmpOwnerTimer(a, b ownerTimer) int {
+	if c := a.at.Compare(b.at); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.id, b.id)
+}
+
+// timerCurrent reports whether e is still the session's time in ts.
+func (c *Core) timerCurrent(n *namespace, ts *ordered[ownerTimer], e ownerTimer) bool {
+	o := n.owners[e.id]
+	switch {
+	case o == nil:
+		return false
+	case ts == n.resends:
+		return o.resendAt.Equal(e.at)
+	}
+	return o.member && o.lastHeard.Add(c.cfg.Timing.ManagerLease).Equal(e.at)
+}
+
+// firstTimer returns the earliest current time in ts (zero if none),
+// dropping the out-of-date entries before it.
+func (c *Core) firstTimer(n *namespace, ts *ordered[ownerTimer]) time.Time {
+	for {
+		e, ok := ts.first()
+		if !ok || c.timerCurrent(n, ts, e) {
+			return e.at
+		}
+		ts.deleteAt(pos{})
+	}
+}
+
+// heard records when a member falls silent, after a request from it.
+func (c *Core) heard(n *namespace, o *ownerSession) {
+	if o.member {
+		n.silences.insert(ownerTimer{o.lastHeard.Add(c.cfg.Timing.ManagerLease), o.id})
+	}
+}
+
+// push has the next flush send o a message.
+func (n *namespace) push(o *ownerSession) {
+	if !o.push {
+		o.push = true
+		n.pushing = append(n.pushing, o.id)
+	}
 }
 
 // Tick runs the timers: owner liveness, lease expiry, deferred grants, race
@@ -584,14 +644,21 @@ func (c *Core) flush(now time.Time) {
 		if wake := n.wakeAt(); len(n.dirty) > 0 || (!wake.IsZero() && !now.Before(wake)) {
 			c.stats.Expiries += c.reconcile(now, n)
 		}
-		ids := make([]string, 0, len(n.owners))
-		for id, o := range n.owners {
-			if o.push || (!o.resendAt.IsZero() && !now.Before(o.resendAt)) {
+		var ids []string
+		for _, id := range n.pushing {
+			if o := n.owners[id]; o != nil && o.push {
 				ids = append(ids, id)
 			}
 		}
+		n.pushing = nil
+		for e, ok := n.resends.first(); ok && !e.at.After(now); e, ok = n.resends.first() {
+			n.resends.deleteAt(pos{})
+			if c.timerCurrent(n, n.resends, e) {
+				ids = append(ids, e.id) // a resend due
+			}
+		}
 		slices.Sort(ids) // deterministic order
-		for _, id := range ids {
+		for _, id := range slices.Compact(ids) {
 			c.sendTo(now, n, n.owners[id])
 		}
 	}
@@ -725,7 +792,7 @@ func (c *Core) grant(now time.Time, n *namespace, o *ownerSession, g keyspace.Ra
 		}
 		o.grantedAt[lgn] = now
 	}
-	o.push = true
+	n.push(o)
 }
 
 // recordLoad keeps an accepted request's load report as rates: the
@@ -851,15 +918,15 @@ func (c *Core) reconcile(now time.Time, n *namespace) (expired uint64) {
 					if h, ok := o.handing[p]; ok && h.to == want && now.Before(h.deadline) {
 						break // handing over; recalled at the deadline
 					}
-					o.push = true // recall, or ask for a handover, now
+					n.push(o) // recall, or ask for a handover, now
 				case holder != "":
 					if o := n.owners[holder]; o != nil && !o.sent.CoversRange(p) {
-						o.push = true // renew what the last message left out
+						n.push(o) // renew what the last message left out
 					}
 				case want != "":
 					if free, _ := n.res.free(p, now); !free.Empty() {
 						if o := n.owners[want]; o != nil {
-							o.push = true // grant
+							n.push(o) // grant
 						}
 					}
 				}

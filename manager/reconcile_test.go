@@ -14,12 +14,14 @@ import (
 
 // checkReconciled walks the whole table as reconcile once did on every
 // change, and fails t if that walk would still find something to do after
-// the step just taken, which flushed: a range held past its reservation
+// the step just taken, which flushed: a session to be sent a message or
+// due a resend and not sent one, a range held past its reservation
 // (not expired), a member holding a range another is desired to hold and
 // neither recalled nor handing it over, a member holding a desired range
 // its last message left out, or a free, unreserved range that a live,
 // undraining member is desired to hold. It also fails t if the Core's
-// NextDeadline is later than the first time that walk would act at.
+// NextDeadline is later than the first time that walk, or a walk of every
+// session (resends, members falling silent), would act at.
 //
 // Incremental reconciliation visits only what changed; this is the walk it
 // must agree with.
@@ -34,6 +36,18 @@ func checkReconciled(t *testing.T, c *Core, what string) {
 	}
 	for _, name := range c.Namespaces() {
 		n := c.ns[name]
+		for id, o := range n.owners {
+			if o.push {
+				t.Fatalf("%s: %s is to be sent a message, but the flush did not send it", what, id)
+			}
+			if !o.resendAt.IsZero() && !o.resendAt.After(now) {
+				t.Fatalf("%s: %s's resend was due at %v, but the flush did not send it", what, id, o.resendAt.Sub(base))
+			}
+			at(o.resendAt)
+			if o.member {
+				at(o.lastHeard.Add(c.cfg.Timing.ManagerLease))
+			}
+		}
 		segs := n.s.table.Segments()
 		for _, s := range segs {
 			if s.Entry.Owner == "" {
