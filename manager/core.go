@@ -56,6 +56,16 @@ type CoreConfig struct {
 	// and Policy is not used.
 	Rebalance      rebalance.Policy
 	RebalanceEvery time.Duration
+	// MembershipEvery paces the planning of membership changes (joins,
+	// leaves, drains, capacities), which recomputes the desired assignment
+	// over every member: a change is planned at once if none was in the
+	// last MembershipEvery, and otherwise at the end of it, together with
+	// every change that came meanwhile. A lone join is served at once; the
+	// joins of a starting cluster cost one plan per MembershipEvery, not
+	// one per Owner. 0 means 1 s, or a quarter of Timing.Renew if that is
+	// shorter (125 ms in the fast profile); negative plans every change at
+	// once.
+	MembershipEvery time.Duration
 }
 
 // ErrUnknownOwner refuses to drain an Owner that is not a live member.
@@ -171,15 +181,30 @@ func (c *Core) Namespaces() []string {
 // namespace is the leader's view of one namespace: the replicated part in s,
 // and the leader-local reservations, sessions and desired assignment.
 type namespace struct {
-	name     string
-	s        *nsState
-	res      *reservations
-	owners   map[string]*ownerSession
-	desired  assign.Assignment
-	wants    map[string][]keyspace.Range // desired ranges by owner
-	members  bool                        // membership changed: recompute desired
-	dirty    bool                        // something changed: reconcile
-	nextWake time.Time                   // earliest future reservation end that matters
+	name    string
+	s       *nsState
+	res     *reservations
+	owners  map[string]*ownerSession
+	desired assign.Assignment
+	wants   map[string][]keyspace.Range // desired ranges by owner
+	members bool                        // membership changed: recompute desired
+	// membersAt is the earliest time the next membership change may be
+	// planned: MembershipEvery after the last one (zero: at once).
+	membersAt time.Time
+	// dirty lists the ranges the next flush reconciles: freed, released,
+	// given another desired owner. The rest of the table is as the last
+	// reconcile left it, or waits for a time: a reservation's end (res's
+	// ends) or a handover's deadline (handovers).
+	dirty     []keyspace.Range
+	handovers *ordered[handoverEnd] // the deadlines of the handovers asked for
+	// pushing lists the sessions whose push was set since the last flush,
+	// and resends and silences the sessions' race resends and the times
+	// their members fall silent, in time order. An entry is added when the
+	// time is set and dropped when found out of date (timerCurrent): flush
+	// and NextDeadline, asked on every request, need not visit every
+	// session.
+	pushing           []string
+	resends, silences *ordered[ownerTimer]
 
 	planAt   time.Time // next rebalancing round (Rebalance only)
 	lastPlan time.Time
@@ -275,15 +300,16 @@ func Resume(cfg CoreConfig, st *State, base uint64, now time.Time) *Core {
 	}
 	for _, name := range c.st.Namespaces() {
 		s := c.st.ns[name]
-		n := &namespace{name: name, s: s, res: newReservations(), owners: map[string]*ownerSession{}, members: true}
+		n := &namespace{name: name, s: s, res: newReservations(), owners: map[string]*ownerSession{}, members: true,
+			handovers: newOrdered(cmpHandoverEnd), resends: newOrdered(cmpOwnerTimer), silences: newOrdered(cmpOwnerTimer)}
 		if base == 0 || !cfg.Faults.Has(func(f *faults.Set) bool { return f.NoTakeoverReservation }) {
 			n.res.set(keyspace.Full, now.Add(cfg.Timing.ManagerLease))
-			n.nextWake = now.Add(cfg.Timing.ManagerLease)
 		}
 		for _, id := range sortedOwnerIDs(s.owners) {
 			r := s.owners[id]
 			n.owners[id] = &ownerSession{id: id, addr: r.Addr, inc: r.Incarnation, member: r.Member,
 				capacity: r.Capacity, draining: r.Draining, mySeq: c.seqBase, lastHeard: now}
+			c.heard(n, n.owners[id])
 		}
 		if cfg.Rebalance != nil && len(s.desired) > 0 {
 			// Carry on from it. The next round waits for the Owners' load
@@ -294,6 +320,9 @@ func Resume(cfg CoreConfig, st *State, base uint64, now time.Time) *Core {
 		c.ns[name] = n
 	}
 	c.flush(now)
+	for _, n := range c.ns {
+		n.membersAt = time.Time{} // starting is no membership change: the first one is planned at once
+	}
 	return c
 }
 
@@ -426,6 +455,7 @@ func (c *Core) StepLease(now time.Time, req *protocol.LeaseRequest) error {
 		n.members = true
 		c.record(now, n, o)
 	}
+	c.heard(n, o)
 	if req.Capacity != o.capacity && req.Capacity >= 0 {
 		o.capacity = req.Capacity
 		n.members = true
@@ -447,6 +477,7 @@ func (c *Core) StepLease(now time.Time, req *protocol.LeaseRequest) error {
 		c.stats.RacesDropped++
 		if o.resendAt.IsZero() {
 			o.resendAt = now.Add(c.backoff())
+			n.resends.insert(ownerTimer{o.resendAt, o.id})
 		}
 		// What the owner did on its own before sending — handing ranges
 		// over, leaving — stands whatever raced with it. Act on it now: an
@@ -470,7 +501,7 @@ func (c *Core) StepLease(now time.Time, req *protocol.LeaseRequest) error {
 		// the owner did on its own still stands, as in a raced request.
 		c.stats.Releases += c.releaseOwn(now, n, o, req.Handed, req.Leaving)
 	}
-	o.push = true // answer every accepted request
+	n.push(o) // answer every accepted request
 	c.flush(now)
 	return nil
 }
@@ -547,18 +578,70 @@ func (c *Core) nextDeadline() time.Time {
 		}
 	}
 	for _, n := range c.ns {
-		min(n.nextWake)
+		min(n.wakeAt())
+		if n.members {
+			min(n.membersAt) // a membership change waits to be planned
+		}
 		if c.cfg.Rebalance != nil {
 			min(n.planAt)
 		}
-		for _, o := range n.owners {
-			min(o.resendAt)
-			if o.member {
-				min(o.lastHeard.Add(c.cfg.Timing.ManagerLease))
-			}
-		}
+		min(c.firstTimer(n, n.resends))
+		min(c.firstTimer(n, n.silences))
 	}
 	return d
+}
+
+// ownerTimer is a time set for a session: a race resend (resends) or when
+// a member falls silent (silences).
+type ownerTimer struct {
+	at time.Time
+	id string
+}
+
+func cmpOwnerTimer(a, b ownerTimer) int {
+	if c := a.at.Compare(b.at); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.id, b.id)
+}
+
+// timerCurrent reports whether e is still the session's time in ts.
+func (c *Core) timerCurrent(n *namespace, ts *ordered[ownerTimer], e ownerTimer) bool {
+	o := n.owners[e.id]
+	switch {
+	case o == nil:
+		return false
+	case ts == n.resends:
+		return o.resendAt.Equal(e.at)
+	}
+	return o.member && o.lastHeard.Add(c.cfg.Timing.ManagerLease).Equal(e.at)
+}
+
+// firstTimer returns the earliest current time in ts (zero if none),
+// dropping the out-of-date entries before it.
+func (c *Core) firstTimer(n *namespace, ts *ordered[ownerTimer]) time.Time {
+	for {
+		e, ok := ts.first()
+		if !ok || c.timerCurrent(n, ts, e) {
+			return e.at
+		}
+		ts.deleteAt(pos{})
+	}
+}
+
+// heard records when a member falls silent, after a request from it.
+func (c *Core) heard(n *namespace, o *ownerSession) {
+	if o.member {
+		n.silences.insert(ownerTimer{o.lastHeard.Add(c.cfg.Timing.ManagerLease), o.id})
+	}
+}
+
+// push has the next flush send o a message.
+func (n *namespace) push(o *ownerSession) {
+	if !o.push {
+		o.push = true
+		n.pushing = append(n.pushing, o.id)
+	}
 }
 
 // Tick runs the timers: owner liveness, lease expiry, deferred grants, race
@@ -589,28 +672,46 @@ func (c *Core) Tick(now time.Time) {
 func (c *Core) flush(now time.Time) {
 	for _, name := range c.Namespaces() { // in order, so a run replays exactly
 		n := c.ns[name]
+		due := n.members && !now.Before(n.membersAt)
 		switch {
-		case c.cfg.Rebalance != nil && (n.members || !now.Before(n.planAt)):
-			c.plan(now, n, n.members)
-			n.members = false
-		case n.members:
-			n.members = false
+		case c.cfg.Rebalance != nil && (due || !now.Before(n.planAt)):
+			c.plan(now, n, due)
+		case due:
 			c.setDesired(now, n, c.cfg.Policy.Assign(n.activeMembers()))
 		}
-		if n.dirty || (!n.nextWake.IsZero() && !now.Before(n.nextWake)) {
+		if due {
+			n.members = false
+			n.membersAt = now.Add(c.membershipEvery())
+		}
+		if wake := n.wakeAt(); len(n.dirty) > 0 || (!wake.IsZero() && !now.Before(wake)) {
 			c.stats.Expiries += c.reconcile(now, n)
 		}
-		ids := make([]string, 0, len(n.owners))
-		for id, o := range n.owners {
-			if o.push || (!o.resendAt.IsZero() && !now.Before(o.resendAt)) {
+		var ids []string
+		for _, id := range n.pushing {
+			if o := n.owners[id]; o != nil && o.push {
 				ids = append(ids, id)
 			}
 		}
+		n.pushing = nil
+		for e, ok := n.resends.first(); ok && !e.at.After(now); e, ok = n.resends.first() {
+			n.resends.deleteAt(pos{})
+			if c.timerCurrent(n, n.resends, e) {
+				ids = append(ids, e.id) // a resend due
+			}
+		}
 		slices.Sort(ids) // deterministic order
-		for _, id := range ids {
+		for _, id := range slices.Compact(ids) {
 			c.sendTo(now, n, n.owners[id])
 		}
 	}
+}
+
+// membershipEvery is CoreConfig.MembershipEvery with its default.
+func (c *Core) membershipEvery() time.Duration {
+	if e := c.cfg.MembershipEvery; e != 0 {
+		return e
+	}
+	return min(time.Second, c.cfg.Timing.Renew/4)
 }
 
 // loseOwner records that an owner incarnation's soft state is gone: each of
@@ -619,8 +720,8 @@ func (c *Core) flush(now time.Time) {
 func (c *Core) loseOwner(now time.Time, n *namespace, o *ownerSession) {
 	for _, r := range n.heldBy(o.id) {
 		c.set(now, n, r.Range, leasetable.Entry{})
+		n.markDirty(r.Range)
 	}
-	n.dirty = true
 }
 
 // heldBy returns the table segments the owner holds, in key order, from
@@ -642,7 +743,7 @@ func (c *Core) release(now time.Time, n *namespace, o *ownerSession, held []prot
 			}
 		}
 		for _, p := range keyspace.NewRangeSet(s.Range).Subtract(kept).Ranges() {
-			n.dirty = true
+			n.markDirty(p)
 			freed++
 			// A piece whose state the holder handed over goes straight to
 			// the next Owner, marked migrated: Lookups see the LGN change
@@ -733,7 +834,7 @@ func (c *Core) grant(now time.Time, n *namespace, o *ownerSession, g keyspace.Ra
 		}
 		o.grantedAt[lgn] = now
 	}
-	o.push = true
+	n.push(o)
 }
 
 // recordLoad keeps an accepted request's load report as rates: the
@@ -810,60 +911,119 @@ func (c *Core) Drain(now time.Time, ns, id string) error {
 // reconcile expires leases whose reservation ended, and marks the owners
 // that need a message now: those holding a range the desired assignment
 // gives elsewhere (recall), and those a free range can be granted to.
+//
+// It visits only the table segments that may need it: those overlapping a
+// dirty range, a reservation that has run out, or a handover past its
+// deadline. Everywhere else nothing it looks at has changed since it last
+// looked, and what it would wait for (a reservation's end, a deadline) is
+// in res's ends or in handovers, which wake it at that time (wakeAt).
 func (c *Core) reconcile(now time.Time, n *namespace) (expired uint64) {
-	n.dirty = false
-	n.nextWake = time.Time{}
-	wake := func(t time.Time) {
-		if n.nextWake.IsZero() || t.Before(n.nextWake) {
-			n.nextWake = t
+	n.res.due(now, n.markDirty)
+	for {
+		h, ok := n.handovers.first()
+		if !ok || h.at.After(now) {
+			break
 		}
+		n.handovers.deleteAt(pos{})
+		n.markDirty(h.r)
 	}
+	// Whole segments, as a walk of the whole table would see them.
+	dirty := coalesce(n.dirty)
+	n.dirty = nil
+	for i, r := range dirty {
+		dirty[i] = keyspace.Range{Start: n.s.table.At(r.Start).Range.Start, End: n.s.table.At(r.Last()).Range.End}
+	}
+	dirty = coalesce(dirty)
 	// Expiry: the reservation ran out, so the holder's own lease ran out
 	// earlier (C§2.3.1).
-	for _, s := range n.s.table.Segments() {
-		if s.Entry.Owner == "" {
-			continue
-		}
-		gone, next := n.res.free(s.Range, now)
-		for _, p := range gone.Ranges() {
-			c.set(now, n, p, leasetable.Entry{})
-			expired++
-		}
-		if !next.IsZero() {
-			wake(next)
+	for _, r := range dirty {
+		for _, s := range n.s.table.Overlapping(r) {
+			if s.Entry.Owner == "" {
+				continue
+			}
+			gone, _ := n.res.free(s.Range, now)
+			for _, p := range gone.Ranges() {
+				c.set(now, n, p, leasetable.Entry{})
+				expired++
+			}
 		}
 	}
-	for _, s := range n.s.table.Segments() {
-		n.eachDesired(s.Range, func(p keyspace.Range, want string) {
-			switch holder := s.Entry.Owner; {
-			case holder != "" && holder != want:
-				o := n.owners[holder]
-				if o == nil || !o.sent.OverlapsRange(p) {
-					break
-				}
-				if h, ok := o.handing[p]; ok && h.to == want && now.Before(h.deadline) {
-					wake(h.deadline) // handing over; recall at the deadline
-					break
-				}
-				o.push = true // recall, or ask for a handover, now
-			case holder != "":
-				if o := n.owners[holder]; o != nil && !o.sent.CoversRange(p) {
-					o.push = true // renew what the last message left out
-				}
-			case want != "":
-				free, next := n.res.free(p, now)
-				if !free.Empty() {
-					if o := n.owners[want]; o != nil {
-						o.push = true // grant
+	for _, r := range dirty {
+		for _, s := range n.s.table.Overlapping(r) {
+			n.eachDesired(s.Range, func(p keyspace.Range, want string) {
+				switch holder := s.Entry.Owner; {
+				case holder != "" && holder != want:
+					o := n.owners[holder]
+					if o == nil || !o.sent.OverlapsRange(p) {
+						break
+					}
+					if h, ok := o.handing[p]; ok && h.to == want && now.Before(h.deadline) {
+						break // handing over; recalled at the deadline
+					}
+					n.push(o) // recall, or ask for a handover, now
+				case holder != "":
+					if o := n.owners[holder]; o != nil && !o.sent.CoversRange(p) {
+						n.push(o) // renew what the last message left out
+					}
+				case want != "":
+					if free, _ := n.res.free(p, now); !free.Empty() {
+						if o := n.owners[want]; o != nil {
+							n.push(o) // grant
+						}
 					}
 				}
-				if !next.IsZero() {
-					wake(next)
-				}
-			}
-		})
+			})
+		}
 	}
 	return expired
+}
+
+// markDirty has the next flush reconcile r.
+func (n *namespace) markDirty(r keyspace.Range) {
+	if l := len(n.dirty) - 1; l >= 0 && n.dirty[l].End == r.Start && r.Start != 0 {
+		n.dirty[l].End = r.End // the common case: adjacent ranges in key order
+		return
+	}
+	n.dirty = append(n.dirty, r)
+}
+
+// wakeAt is when reconcile has something to do without a change: the
+// earliest end of a pending reservation or handover deadline (zero: none).
+func (n *namespace) wakeAt() time.Time {
+	t := n.res.nextEnd()
+	if h, ok := n.handovers.first(); ok && (t.IsZero() || h.at.Before(t)) {
+		t = h.at
+	}
+	return t
+}
+
+// handoverEnd is the deadline of a handover asked for of piece r.
+type handoverEnd struct {
+	at time.Time
+	r  keyspace.Range
+}
+
+func cmpHandoverEnd(a, b handoverEnd) int {
+	if c := a.at.Compare(b.at); c != 0 {
+		return c
+	}
+	return keyspace.Compare(a.r, b.r)
+}
+
+// coalesce sorts rs and merges the ranges that overlap or touch, in place.
+func coalesce(rs []keyspace.Range) []keyspace.Range {
+	slices.SortFunc(rs, func(a, b keyspace.Range) int { return cmp.Compare(a.Start, b.Start) })
+	out := rs[:0]
+	for _, r := range rs {
+		if l := len(out) - 1; l >= 0 && (out[l].End == 0 || r.Start <= out[l].End) {
+			if out[l].End != 0 && (r.End == 0 || r.End > out[l].End) {
+				out[l].End = r.End
+			}
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
 }
 
 // eachDesired calls fn for each piece of r with the owner the desired
@@ -901,7 +1061,13 @@ func (c *Core) sendTo(now time.Time, n *namespace, o *ownerSession) {
 	var leases []protocol.Lease
 	var handovers []protocol.Handover
 	if o.member {
-		for _, d := range n.wants[o.id] {
+		wants := n.wants[o.id]
+		if o.draining {
+			// Given nothing new, even while the desired assignment still
+			// names it (its drain waits to be planned).
+			wants = nil
+		}
+		for _, d := range wants {
 			for _, s := range n.s.table.Overlapping(d) {
 				if s.Entry.Owner != "" {
 					continue
@@ -1015,6 +1181,7 @@ func (c *Core) handover(now time.Time, n *namespace, o *ownerSession, p keyspace
 			within = c.cfg.Timing.OwnerLease
 		}
 		h = handing{to: want, inc: to.inc, deadline: now.Add(within)}
+		n.handovers.insert(handoverEnd{h.deadline, p}) // reconciled then
 	}
 	moves[p] = h
 	// Too late: recall it, and the state is lost.

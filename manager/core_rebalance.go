@@ -32,17 +32,93 @@ func (n *namespace) activeMembers() []assign.Member {
 }
 
 // setDesired installs a desired assignment (and replicates it when the
-// policy is load-aware).
+// policy is load-aware). It compares the new assignment with the old in one
+// pass over both: the ranges whose desired owner changed are reconciled,
+// and the desired ranges (wants) of only the owners whose segments changed
+// are rebuilt. A join among 10,000 Owners changes about 64 ranges of
+// 640,000.
 func (c *Core) setDesired(now time.Time, n *namespace, d assign.Assignment) {
 	if c.cfg.Rebalance != nil && !slices.Equal(d, n.s.desired) {
 		c.apply(now, Change{Op: OpDesired, NS: n.name, Desired: d})
 	}
+	removed, added := map[string][]keyspace.Range{}, map[string][]keyspace.Range{}
+	diffDesired(n.desired, d, n.markDirty,
+		func(s assign.Segment) { removed[s.Owner] = append(removed[s.Owner], s.Range) },
+		func(s assign.Segment) { added[s.Owner] = append(added[s.Owner], s.Range) })
 	n.desired = d
-	n.wants = map[string][]keyspace.Range{}
-	for _, s := range d {
-		n.wants[s.Owner] = append(n.wants[s.Owner], s.Range)
+	if n.wants == nil {
+		n.wants = map[string][]keyspace.Range{}
 	}
-	n.dirty = true
+	for id := range removed {
+		n.wants[id] = patchWants(n.wants[id], removed[id], added[id])
+	}
+	for id := range added {
+		if _, done := removed[id]; !done {
+			n.wants[id] = patchWants(n.wants[id], nil, added[id])
+		}
+	}
+	for id, w := range n.wants {
+		if len(w) == 0 {
+			delete(n.wants, id)
+		}
+	}
+}
+
+// diffDesired compares two desired assignments (sorted segments covering
+// the key space, or none), calling dirty for every range whose owner
+// differs (an empty assignment owns nothing), removed for every segment of
+// old that new does not have as it is, and added for every segment of new
+// that old does not have.
+func diffDesired(old, new assign.Assignment, dirty func(keyspace.Range), removed, added func(assign.Segment)) {
+	i, j := 0, 0
+	for i < len(old) && j < len(new) {
+		// old[i] and new[j] overlap. Segments that are the same start
+		// together, so they meet as a pair here.
+		a, b := old[i], new[j]
+		if a == b {
+			i, j = i+1, j+1
+			continue
+		}
+		if ov, ok := a.Range.Intersect(b.Range); ok && a.Owner != b.Owner {
+			dirty(ov)
+		}
+		ae, be := a.Range.Last(), b.Range.Last()
+		if ae <= be {
+			removed(a)
+			i++
+		}
+		if be <= ae {
+			added(b)
+			j++
+		}
+	}
+	for ; i < len(old); i++ {
+		dirty(old[i].Range)
+		removed(old[i])
+	}
+	for ; j < len(new); j++ {
+		dirty(new[j].Range)
+		added(new[j])
+	}
+}
+
+// patchWants returns an owner's desired ranges w without the ones removed
+// and with the ones added (all sorted by key; removed is a subset of w).
+func patchWants(w, removed, added []keyspace.Range) []keyspace.Range {
+	out := make([]keyspace.Range, 0, len(w)-len(removed)+len(added))
+	k := 0
+	for _, r := range w {
+		for k < len(added) && added[k].Start < r.Start {
+			out = append(out, added[k])
+			k++
+		}
+		if len(removed) > 0 && removed[0] == r {
+			removed = removed[1:]
+			continue
+		}
+		out = append(out, r)
+	}
+	return append(out, added[k:]...)
 }
 
 // plan runs one round of the load-aware policy at now. A round for load
@@ -91,10 +167,11 @@ func (c *Core) plan(now time.Time, n *namespace, membership bool) {
 	c.setDesired(now, n, p.Assignment())
 }
 
-// nothingHeld reports whether no range of the namespace has an Owner.
+// nothingHeld reports whether no range of the namespace has an Owner, from
+// the table's owner index: every Owner the table names has a session.
 func (n *namespace) nothingHeld() bool {
-	for _, s := range n.s.table.Segments() {
-		if s.Entry.Owner != "" {
+	for id := range n.owners {
+		if len(n.heldBy(id)) > 0 {
 			return false
 		}
 	}

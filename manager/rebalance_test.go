@@ -89,8 +89,9 @@ func TestJoinsWhileNothingHeld(t *testing.T) {
 	ps := []*peer{newPeer("a"), newPeer("b"), newPeer("c"), newPeer("d")}
 	h := newHarnessCfg(t, CoreConfig{Rebalance: pol, Handover: -1}, ps...)
 	for i, p := range ps {
-		h.send(base.Add(time.Duration(i)*100*ms), p) // one join, one round
+		h.send(base.Add(time.Duration(i)*100*ms), p) // a round per join, or per MembershipEvery
 	}
+	h.tick(h.c.NextDeadline()) // the round of the joins still waiting
 	// A budgeted walk from everything on the first to join would leave a
 	// with most of the key space; consistent hashing gives each about a
 	// quarter, and the round after it moves at most a tenth.
