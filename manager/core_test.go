@@ -165,6 +165,13 @@ func (h *harness) send(now time.Time, p *peer) round {
 
 func (h *harness) stepLease(now time.Time, req *protocol.LeaseRequest) round {
 	h.t.Helper()
+	if p := h.peers[req.Owner]; p != nil && p.inc == req.Incarnation && !req.HeldAsAcked {
+		// What was sent, which a test may have changed after request().
+		if p.sentHeld == nil {
+			p.sentHeld = map[uint64][]protocol.Lease{}
+		}
+		p.sentHeld[req.Seq] = slices.Clone(req.Held)
+	}
 	if err := h.c.StepLease(now, req); err != nil {
 		h.t.Fatalf("StepLease(%v, %+v) = %v", now, *req, err)
 	}
