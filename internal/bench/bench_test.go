@@ -111,4 +111,7 @@ func TestSmokeScalePoint(t *testing.T) {
 	if want := []string{"6/30/thin/false"}; !slices.Equal(rows, want) {
 		t.Fatalf("points (owners/lookups/copies/churn) %v, want %v", rows, want)
 	}
+	if m := r.Figures[0].Measured; !strings.Contains(m, "without churn") || strings.Contains(m, "with churn") {
+		t.Fatalf("summary %q: want the point without churn only", m)
+	}
 }

@@ -28,6 +28,14 @@ type scalePoint struct {
 // lifetime is the mean node lifetime under churn (P§7.1).
 const lifetime = 8 * time.Hour
 
+// churnName says whether a point ran with churn.
+func churnName(churn bool) string {
+	if churn {
+		return "with churn"
+	}
+	return "without churn"
+}
+
 // perOwner is the number of Lookups per Owner.
 func (p scalePoint) perOwner() int { return p.lookups / p.owners }
 
@@ -230,9 +238,21 @@ func scaleReport(results []scaleResult, warm, measure time.Duration, fullUpTo in
 			churned = r
 		}
 	}
+	if quiet.owners == 0 { // only points with churn were run
+		quiet, churned = churned, scaleResult{}
+		for _, r := range results {
+			if r.owners+r.lookups > quiet.owners+quiet.lookups {
+				quiet = r
+			}
+		}
+	}
 	at := fmt.Sprintf("at %d nodes (%d Owners, %d Lookups)", quiet.owners+quiet.lookups, quiet.owners, quiet.lookups)
-	cpu.Measured = fmt.Sprintf("%s: %.3f%% of one core without churn, %.3f%% with churn", at, 100*quiet.cpu, 100*churned.cpu)
-	net.Measured = fmt.Sprintf("%s: %.1f KB/s without churn, %.1f KB/s with churn", at, quiet.bytes/1000, churned.bytes/1000)
+	cpu.Measured = fmt.Sprintf("%s: %.3f%% of one core %s", at, 100*quiet.cpu, churnName(quiet.churn))
+	net.Measured = fmt.Sprintf("%s: %.1f KB/s %s", at, quiet.bytes/1000, churnName(quiet.churn))
+	if churned.owners != 0 {
+		cpu.Measured += fmt.Sprintf(", %.3f%% with churn", 100*churned.cpu)
+		net.Measured += fmt.Sprintf(", %.1f KB/s with churn", churned.bytes/1000)
+	}
 	return &Report{
 		Figures: []Figure{cpu, net},
 		Table:   table,
