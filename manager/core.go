@@ -991,15 +991,16 @@ func (n *namespace) eachDesired(r keyspace.Range, fn func(keyspace.Range, string
 		fn(r, "")
 		return
 	}
-	i, _ := slices.BinarySearchFunc(n.desired, r.Start, func(s assign.Segment, k keyspace.Key) int {
-		if s.Range.Last() < k {
-			return -1
+	// The first segment that does not end before r starts.
+	i, j := 0, len(n.desired)
+	for i < j {
+		mid := int(uint(i+j) >> 1)
+		if n.desired[mid].Range.Last() < r.Start {
+			i = mid + 1
+		} else {
+			j = mid
 		}
-		if s.Range.Start > k {
-			return 1
-		}
-		return 0
-	})
+	}
 	for ; i < len(n.desired); i++ {
 		p, ok := n.desired[i].Range.Intersect(r)
 		if !ok {
