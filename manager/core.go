@@ -200,7 +200,8 @@ type namespace struct {
 	// pushing lists the sessions whose push was set since the last flush,
 	// and resends and silences the sessions' race resends and the times
 	// their members fall silent, in time order. An entry is added when the
-	// time is set and dropped when found out of date (timerCurrent): flush
+	// time is set and dropped when found out of date (resendCurrent,
+	// silenceCurrent): flush
 	// and NextDeadline, asked on every request, need not visit every
 	// session.
 	pushing           []string
@@ -585,8 +586,8 @@ func (c *Core) nextDeadline() time.Time {
 		if c.cfg.Rebalance != nil {
 			min(n.planAt)
 		}
-		min(c.firstTimer(n, n.resends))
-		min(c.firstTimer(n, n.silences))
+		min(firstTimer(n.resends, c.resendCurrent(n)))
+		min(firstTimer(n.silences, c.silenceCurrent(n)))
 	}
 	return d
 }
@@ -605,24 +606,30 @@ func cmpOwnerTimer(a, b ownerTimer) int {
 	return cmp.Compare(a.id, b.id)
 }
 
-// timerCurrent reports whether e is still the session's time in ts.
-func (c *Core) timerCurrent(n *namespace, ts *ordered[ownerTimer], e ownerTimer) bool {
-	o := n.owners[e.id]
-	switch {
-	case o == nil:
-		return false
-	case ts == n.resends:
-		return o.resendAt.Equal(e.at)
+// resendCurrent reports whether an entry of n.resends is still its
+// session's race resend.
+func (c *Core) resendCurrent(n *namespace) func(ownerTimer) bool {
+	return func(e ownerTimer) bool {
+		o := n.owners[e.id]
+		return o != nil && o.resendAt.Equal(e.at)
 	}
-	return o.member && o.lastHeard.Add(c.cfg.Timing.ManagerLease).Equal(e.at)
+}
+
+// silenceCurrent reports whether an entry of n.silences is still when its
+// session, a member, falls silent.
+func (c *Core) silenceCurrent(n *namespace) func(ownerTimer) bool {
+	return func(e ownerTimer) bool {
+		o := n.owners[e.id]
+		return o != nil && o.member && o.lastHeard.Add(c.cfg.Timing.ManagerLease).Equal(e.at)
+	}
 }
 
 // firstTimer returns the earliest current time in ts (zero if none),
 // dropping the out-of-date entries before it.
-func (c *Core) firstTimer(n *namespace, ts *ordered[ownerTimer]) time.Time {
+func firstTimer(ts *ordered[ownerTimer], current func(ownerTimer) bool) time.Time {
 	for {
 		e, ok := ts.first()
-		if !ok || c.timerCurrent(n, ts, e) {
+		if !ok || current(e) {
 			return e.at
 		}
 		ts.deleteAt(pos{})
@@ -693,9 +700,10 @@ func (c *Core) flush(now time.Time) {
 			}
 		}
 		n.pushing = nil
+		current := c.resendCurrent(n)
 		for e, ok := n.resends.first(); ok && !e.at.After(now); e, ok = n.resends.first() {
 			n.resends.deleteAt(pos{})
-			if c.timerCurrent(n, n.resends, e) {
+			if current(e) {
 				ids = append(ids, e.id) // a resend due
 			}
 		}
@@ -720,6 +728,8 @@ func (c *Core) membershipEvery() time.Duration {
 func (c *Core) loseOwner(now time.Time, n *namespace, o *ownerSession) {
 	for _, r := range n.heldBy(o.id) {
 		c.set(now, n, r.Range, leasetable.Entry{})
+		// Still reserved, so reconciled again when that ends; marked all
+		// the same, as everything freed is.
 		n.markDirty(r.Range)
 	}
 }
@@ -1033,15 +1043,16 @@ func (n *namespace) eachDesired(r keyspace.Range, fn func(keyspace.Range, string
 		fn(r, "")
 		return
 	}
-	i, _ := slices.BinarySearchFunc(n.desired, r.Start, func(s assign.Segment, k keyspace.Key) int {
-		if s.Range.Last() < k {
-			return -1
+	// The first segment that does not end before r starts.
+	i, j := 0, len(n.desired)
+	for i < j {
+		mid := int(uint(i+j) >> 1)
+		if n.desired[mid].Range.Last() < r.Start {
+			i = mid + 1
+		} else {
+			j = mid
 		}
-		if s.Range.Start > k {
-			return 1
-		}
-		return 0
-	})
+	}
 	for ; i < len(n.desired); i++ {
 		p, ok := n.desired[i].Range.Intersect(r)
 		if !ok {

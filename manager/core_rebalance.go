@@ -49,17 +49,19 @@ func (c *Core) setDesired(now time.Time, n *namespace, d assign.Assignment) {
 	if n.wants == nil {
 		n.wants = map[string][]keyspace.Range{}
 	}
+	patch := func(id string) {
+		if w := patchWants(n.wants[id], removed[id], added[id]); len(w) > 0 {
+			n.wants[id] = w
+		} else {
+			delete(n.wants, id)
+		}
+	}
 	for id := range removed {
-		n.wants[id] = patchWants(n.wants[id], removed[id], added[id])
+		patch(id)
 	}
 	for id := range added {
 		if _, done := removed[id]; !done {
-			n.wants[id] = patchWants(n.wants[id], nil, added[id])
-		}
-	}
-	for id, w := range n.wants {
-		if len(w) == 0 {
-			delete(n.wants, id)
+			patch(id)
 		}
 	}
 }

@@ -37,17 +37,32 @@ func (o *ordered[E]) Len() int { return o.n }
 // search returns the position of the first element not less than e, and
 // whether that element equals e.
 func (o *ordered[E]) search(e E) (pos, bool) {
-	c, _ := slices.BinarySearchFunc(o.chunks, e, func(ch []E, e E) int {
-		if o.cmp(ch[len(ch)-1], e) < 0 {
-			return -1
+	// The first chunk whose last element is not less than e, then the
+	// first such element in it. (Loops rather than slices.BinarySearchFunc:
+	// one call of cmp a step instead of two, on every request's path.)
+	lo, hi := 0, len(o.chunks)
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		if ch := o.chunks[mid]; o.cmp(ch[len(ch)-1], e) < 0 {
+			lo = mid + 1
+		} else {
+			hi = mid
 		}
-		return 1
-	})
-	if c == len(o.chunks) {
-		return pos{c, 0}, false
 	}
-	i, found := slices.BinarySearchFunc(o.chunks[c], e, o.cmp)
-	return pos{c, i}, found
+	if lo == len(o.chunks) {
+		return pos{lo, 0}, false
+	}
+	ch := o.chunks[lo]
+	i, j := 0, len(ch)
+	for i < j {
+		mid := int(uint(i+j) >> 1)
+		if o.cmp(ch[mid], e) < 0 {
+			i = mid + 1
+		} else {
+			j = mid
+		}
+	}
+	return pos{lo, i}, o.cmp(ch[i], e) == 0
 }
 
 // end reports whether p is past the last element.
