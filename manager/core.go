@@ -550,12 +550,6 @@ func (c *Core) expandHeld(o *ownerSession, req *protocol.LeaseRequest) ([]protoc
 	return o.sentLeases, true
 }
 
-// sameLeases reports whether two lease lists name the same ranges under the
-// same LGNs in the same order: what a request's Held says of each.
-func sameLeases(a, b []protocol.Lease) bool {
-	return slices.EqualFunc(a, b, func(x, y protocol.Lease) bool { return x.Range == y.Range && x.LGN == y.LGN })
-}
-
 // step starts a step at now that may change the Core: every exported
 // method that changes it calls step first.
 func (c *Core) step(now time.Time) {
@@ -1160,7 +1154,7 @@ func (c *Core) renewsHeld(o *ownerSession, leases []protocol.Lease) bool {
 			return !slices.ContainsFunc(o.peerHeld, func(h protocol.Lease) bool { return h.Range == l.Range && h.LGN == l.LGN })
 		})
 	}
-	return sameLeases(leases, o.peerHeld)
+	return protocol.SameHeld(leases, o.peerHeld)
 }
 
 func drainState(o *ownerSession) protocol.Drain {

@@ -367,7 +367,7 @@ func (c *Core) send(now time.Time) {
 	for _, l := range c.held {
 		held = append(held, protocol.Lease{Range: l.Range, LGN: l.Num.LGN})
 	}
-	if last, ok := c.sentHeld[c.seq-1]; ok && sameLeases(held, last) {
+	if last, ok := c.sentHeld[c.seq-1]; ok && protocol.SameHeld(held, last) {
 		held = last
 	}
 	if c.sentHeld == nil {
@@ -376,7 +376,7 @@ func (c *Core) send(now time.Time) {
 	c.sentHeld[c.seq] = held
 	delete(c.sentHeld, c.seq-sentHeldKept)
 	req.Held = held
-	if len(held) > 0 && c.peerKnown && sameLeases(held, c.peerLeases) {
+	if len(held) > 0 && c.peerKnown && protocol.SameHeld(held, c.peerLeases) {
 		// We hold exactly what the message we acknowledge lists: say so
 		// instead of listing it. The Manager expands it against that
 		// message, so this is the complete set all the same (C§2.3).
@@ -406,12 +406,6 @@ func (c *Core) stepForgotten(now time.Time, m *protocol.LeaseResponse) {
 // sentHeldKept is how many recent requests' Held the Core keeps. A
 // response to an older one is dropped, as if lost, if it says RenewHeld.
 const sentHeldKept = 16
-
-// sameLeases reports whether two lease lists name the same ranges under the
-// same LGNs in the same order: all a request's Held says of each.
-func sameLeases(a, b []protocol.Lease) bool {
-	return slices.EqualFunc(a, b, func(x, y protocol.Lease) bool { return x.Range == y.Range && x.LGN == y.LGN })
-}
 
 // expandRenewHeld returns m in full: a RenewHeld response lists as renewals
 // exactly the Held of our request m.AckSeq. It reports false when that Held

@@ -1,6 +1,7 @@
 package protocol
 
 import (
+	"slices"
 	"time"
 
 	"github.com/leasehold/leasehold/keyspace"
@@ -20,6 +21,14 @@ type Lease struct {
 	// Migrated marks a grant whose state was handed over by the previous
 	// holder (C§2.1.2); lookups raise no loss notification for it.
 	Migrated bool
+}
+
+// SameHeld reports whether two lease lists name the same ranges under the
+// same LGNs in the same order: all a request's Held says of each. The
+// compact forms (HeldAsAcked, RenewHeld) stand for a list only when it is
+// SameHeld as the one they replace.
+func SameHeld(a, b []Lease) bool {
+	return slices.EqualFunc(a, b, func(x, y Lease) bool { return x.Range == y.Range && x.LGN == y.LGN })
 }
 
 // LeaseRequest is an Owner's message to the Manager: a liveness signal, the
