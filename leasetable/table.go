@@ -174,13 +174,20 @@ func (t *Table) Since(lsn keyspace.LSN) Update {
 	if lsn == t.lsn {
 		return Update{From: lsn, To: lsn}
 	}
-	if lsn < t.lsn && lsn >= t.FirstLSN()-1 && uint64(t.lsn-lsn) <= uint64(t.Len()) {
+	if t.HasDelta(lsn) {
 		n := len(t.log)
 		return Update{From: lsn, To: t.lsn, Changes: t.log[n-int(t.lsn-lsn) : n : n]}
 	}
 	u := t.Snapshot()
 	u.From = lsn
 	return u
+}
+
+// HasDelta reports whether Since(lsn) answers with changes rather than a
+// snapshot for lsn < LSN(): the log reaches back to lsn, and there are no
+// more changes after it than the table has segments.
+func (t *Table) HasDelta(lsn keyspace.LSN) bool {
+	return lsn < t.lsn && lsn >= t.FirstLSN()-1 && uint64(t.lsn-lsn) <= uint64(t.Len())
 }
 
 // Snapshot returns the whole table as a snapshot Update at LSN() (From 0).

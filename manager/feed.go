@@ -153,7 +153,7 @@ func (f *Feed) StepSync(now time.Time, id uint64, req *protocol.SyncRequest) err
 		// The Lookup's copy is from another Manager incarnation: its LSNs
 		// mean nothing here.
 		u = f.snapshot(req.Namespace, t, 0)
-	case req.LSN == t.LSN() || hasDelta(t, req.LSN):
+	case req.LSN == t.LSN() || t.HasDelta(req.LSN):
 		u = t.Since(req.LSN)
 	default:
 		u = f.snapshot(req.Namespace, t, req.LSN)
@@ -172,13 +172,6 @@ func (f *Feed) StepSync(now time.Time, id uint64, req *protocol.SyncRequest) err
 	return nil
 }
 
-// hasDelta reports whether Table.Since(lsn) is a delta rather than a
-// snapshot (lsn < LSN()): the log reaches back to lsn, with no more
-// changes after it than the table has segments.
-func hasDelta(t *leasetable.Table, lsn keyspace.LSN) bool {
-	return lsn < t.LSN() && lsn >= t.FirstLSN()-1 && uint64(t.LSN()-lsn) <= uint64(t.Len())
-}
-
 // snapshot returns a snapshot of t for a Lookup whose copy is at lsn (0:
 // none, or another epoch's), shared by every session that gets it: the
 // last one this Feed sent if it is not behind lsn and no more than a
@@ -188,7 +181,7 @@ func hasDelta(t *leasetable.Table, lsn keyspace.LSN) bool {
 // changing all the time and Lookups starting too, a new snapshot for each
 // would cost O(segments) per Lookup.
 func (f *Feed) snapshot(name string, t *leasetable.Table, lsn keyspace.LSN) leasetable.Update {
-	if r, ok := f.snaps[name]; ok && r.t == t && r.u.To >= lsn && (r.u.To == t.LSN() || hasDelta(t, r.u.To)) &&
+	if r, ok := f.snaps[name]; ok && r.t == t && r.u.To >= lsn && (r.u.To == t.LSN() || t.HasDelta(r.u.To)) &&
 		uint64(t.LSN()-r.u.To) <= uint64(t.Len()/snapshotLag) {
 		return r.u
 	}
