@@ -250,11 +250,10 @@ type ownerSession struct {
 	// The compact forms (HeldAsAcked, RenewHeld). sentLeases is the lease
 	// list of message mySeq (when mySeq is not seqBase): what a request
 	// that says HeldAsAcked and acknowledges it holds. peerHeld is the Held
-	// of request peerSeq, expanded, if peerHeldKnown: a message whose list
-	// renews exactly it is sent as RenewHeld.
-	sentLeases    []protocol.Lease
-	peerHeld      []protocol.Lease
-	peerHeldKnown bool
+	// of request peerSeq, expanded (nil when not known): a message whose
+	// list renews exactly it, and is not empty, is sent as RenewHeld.
+	sentLeases []protocol.Lease
+	peerHeld   []protocol.Lease
 }
 
 // handing is one planned move: the holder was asked to hand the state of a
@@ -441,7 +440,7 @@ func (c *Core) StepLease(now time.Time, req *protocol.LeaseRequest) error {
 	// The compact form is expanded here, before anything reads Held: from
 	// here on a request means what its complete form would.
 	held, heldKnown := c.expandHeld(o, req)
-	o.peerHeld, o.peerHeldKnown = held, heldKnown
+	o.peerHeld = held // nil when not known
 	if req.AckEpoch == c.st.epoch {
 		// The owner has seen a message at or after AckSeq, and each of
 		// those listed the grants first sent by then.
@@ -1144,9 +1143,9 @@ func (c *Core) sendTo(now time.Time, n *namespace, o *ownerSession) {
 
 // renewsHeld reports whether leases, a message to o, may be sent as
 // RenewHeld: it renews exactly what o's request peerSeq held — the same
-// ranges under the same LGNs, none a grant — and that Held is known.
+// ranges under the same LGNs, none a grant (a Held not known is nil, and matches no list).
 func (c *Core) renewsHeld(o *ownerSession, leases []protocol.Lease) bool {
-	if !o.peerHeldKnown || len(leases) == 0 || slices.ContainsFunc(leases, func(l protocol.Lease) bool { return l.Grant }) {
+	if len(leases) == 0 || slices.ContainsFunc(leases, func(l protocol.Lease) bool { return l.Grant }) {
 		return false
 	}
 	if c.cfg.Faults.Has(func(f *faults.Set) bool { return f.RenewHeldSubset }) {
