@@ -35,11 +35,12 @@ package manager
 //	    heard, listing everything it holds. Each argument overrides one field;
 //	    compact sends HeldAsAcked instead of the list; handed reports the
 //	    handover of lease L to Owner TO's current run.
-//	deliver [owner=ID] [n=N]
+//	deliver [owner=ID] [n=N | seq=N]
 //	    Deliver the Manager's messages in flight to the Owner (all Owners if
-//	    none is named), in the order sent, or only the first n.
-//	drop owner=ID [n=N]
-//	    Lose the Owner's messages in flight (or the first n).
+//	    none is named), in the order sent; or only the first n; or only the
+//	    one numbered seq, overtaking those sent before it.
+//	drop owner=ID [n=N | seq=N]
+//	    Lose the Owner's messages in flight (or the first n, or one).
 //	restart owner=ID
 //	    The Owner's process restarts: a new incarnation that holds nothing.
 //	resume term=T
@@ -317,9 +318,11 @@ func (g *golden) request(t *testing.T, d *datadriven.TestData) {
 		if o.sent == nil {
 			o.sent = map[uint64][]protocol.Lease{}
 		}
-		if !req.HeldAsAcked {
-			o.sent[req.Seq] = slices.Clone(req.Held)
+		held := req.Held
+		if req.HeldAsAcked {
+			held = o.held // what the Owner holds, which the flag stands for
 		}
+		o.sent[req.Seq] = slices.Clone(held)
 	}
 	g.printf("%s → M  %s\n", o.id, g.describeRequest(req))
 	if err := g.c.StepLease(g.at(), req); err != nil {
@@ -393,6 +396,25 @@ func (g *golden) deliver(t *testing.T, d *datadriven.TestData, take bool) {
 		slices.Sort(ids)
 	} else {
 		d.Fatalf(t, "drop needs owner=ID")
+	}
+	if a, ok := d.Arg("seq"); ok {
+		// One message out of order: a late or overtaken delivery.
+		want, err := g.parseSeq(a.SingleVal(t))
+		if err != nil || len(ids) != 1 {
+			d.Fatalf(t, "%s seq=N needs owner=ID and a sequence number (%v)", d.Cmd, err)
+		}
+		msgs := g.inflight[ids[0]]
+		i := slices.IndexFunc(msgs, func(m *protocol.LeaseResponse) bool { return m.Seq == want })
+		if i < 0 {
+			d.Fatalf(t, "no message seq=%s in flight to %s", a.SingleVal(t), ids[0])
+		}
+		if take {
+			g.take(g.owner(ids[0]), msgs[i])
+		} else {
+			g.printf("lost: M → %s  seq=%s\n", ids[0], g.seqString(msgs[i].Seq))
+		}
+		g.inflight[ids[0]] = slices.Delete(msgs, i, i+1)
+		return
 	}
 	for _, id := range ids {
 		msgs := g.inflight[id]
