@@ -46,7 +46,7 @@ package manager
 //	resume term=T
 //	    A new leader takes over: the Manager core is rebuilt by Resume from
 //	    the replicated State, its sessions numbering their messages from
-//	    B = T·2³² + 2²⁴, as a Replica's first takeover in term T does. The
+//	    BT = T·2³² + 2²⁴, as a Replica's first takeover in term T does. The
 //	    old leader is gone; its messages in flight are still delivered.
 //	table
 //	    Print the lease table.
@@ -55,7 +55,7 @@ package manager
 // must do it: first the replicated changes ("change …", with the LSN each
 // table change gets), then the messages sent ("M → a …"). Messages to an
 // Owner wait in flight until delivered or dropped. A sequence number of the
-// resumed leader is written B+n.
+// leader resumed in term T is written BT+n.
 //
 // # The Owners
 //
@@ -106,7 +106,7 @@ type golden struct {
 	c        *Core
 	applied  *State // the replicated State: every change the core made, applied
 	now      time.Duration
-	base     uint64 // the current leader's session base (0: none resumed)
+	bases    map[uint64]uint64 // the session base of each resumed leader, by term
 	owners   map[string]*goldenOwner
 	inflight map[string][]*protocol.LeaseResponse
 	out      *strings.Builder
@@ -332,7 +332,7 @@ func (g *golden) request(t *testing.T, d *datadriven.TestData) {
 
 func (g *golden) describeRequest(req *protocol.LeaseRequest) string {
 	var b strings.Builder
-	if req.Incarnation != 1 {
+	if req.Incarnation != 1 || g.owner(req.Owner).inc != 1 {
 		fmt.Fprintf(&b, "inc=%d ", req.Incarnation)
 	}
 	fmt.Fprintf(&b, "seq=%s ack=%s", g.seqString(req.Seq), g.seqString(req.AckSeq))
@@ -355,7 +355,7 @@ func (g *golden) describeRequest(req *protocol.LeaseRequest) string {
 
 func (g *golden) describeResponse(m *protocol.LeaseResponse) string {
 	var b strings.Builder
-	if m.Incarnation != 1 {
+	if m.Incarnation != 1 || g.owner(m.Owner).inc != 1 {
 		fmt.Fprintf(&b, "inc=%d ", m.Incarnation)
 	}
 	fmt.Fprintf(&b, "seq=%s ack=%s", g.seqString(m.Seq), g.seqString(m.AckSeq))
@@ -512,10 +512,16 @@ func (g *golden) resume(t *testing.T, d *datadriven.TestData) {
 	if term == 0 || term >= 1<<31 {
 		d.Fatalf(t, "resume: term %d out of range", term)
 	}
-	g.base = term<<32 | 1<<24
-	g.printf("new leader of term %d takes over the replicated state at LSN %d; sessions number from B\n",
-		term, g.applied.Table(DefaultNamespace).LSN())
-	g.c = Resume(g.cfg, g.applied, g.base, g.at())
+	if g.bases[term] != 0 {
+		d.Fatalf(t, "resume: term %d has a leader already", term)
+	}
+	if g.bases == nil {
+		g.bases = map[uint64]uint64{}
+	}
+	g.bases[term] = term<<32 | 1<<24
+	g.printf("leader of term %d takes over the replicated state at LSN %d; its sessions number from B%d\n",
+		term, g.applied.Table(DefaultNamespace).LSN(), term)
+	g.c = Resume(g.cfg, g.applied, g.bases[term], g.at())
 }
 
 // ready prints what the core asks of its driver: the changes to replicate,
@@ -609,21 +615,30 @@ func entryString(e leasetable.Entry) string {
 	return s
 }
 
-// seqString writes a sequence number of the resumed leader as B+n.
+// seqString writes a sequence number of the leader resumed in term T as
+// BT+n.
 func (g *golden) seqString(s uint64) string {
-	if g.base != 0 && s >= g.base {
-		return fmt.Sprintf("B+%d", s-g.base)
+	var term, base uint64
+	for t, b := range g.bases {
+		if s >= b && b > base {
+			term, base = t, b
+		}
 	}
-	return strconv.FormatUint(s, 10)
+	if base == 0 {
+		return strconv.FormatUint(s, 10)
+	}
+	return fmt.Sprintf("B%d+%d", term, s-base)
 }
 
 func (g *golden) parseSeq(v string) (uint64, error) {
-	if rest, ok := strings.CutPrefix(v, "B+"); ok {
-		if g.base == 0 {
-			return 0, fmt.Errorf("%q: no leader resumed, so no B", v)
+	if rest, ok := strings.CutPrefix(v, "B"); ok {
+		term, n, ok := strings.Cut(rest, "+")
+		tn, err := strconv.ParseUint(term, 10, 64)
+		if !ok || err != nil || g.bases[tn] == 0 {
+			return 0, fmt.Errorf("%q: want BT+n, T the term of a resumed leader", v)
 		}
-		n, err := strconv.ParseUint(rest, 10, 32)
-		return g.base + n, err
+		k, err := strconv.ParseUint(n, 10, 32)
+		return g.bases[tn] + k, err
 	}
 	return strconv.ParseUint(v, 10, 64)
 }
