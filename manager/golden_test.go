@@ -10,7 +10,8 @@ package manager
 //	go test ./manager -run TestGolden -rewrite    # rewrite the expected output
 //
 // After -rewrite, read the diff of testdata/golden before committing it: the
-// expected output is the assertion.
+// expected output is the assertion. The scripts' comments cite the protocol
+// rules of docs/design.md by number ("rule 7").
 //
 // # The language
 //

@@ -19,12 +19,12 @@ type Set struct {
 	IgnoreSnapshotDiff bool
 	// AnswerBeforeCommit makes a Manager leader send its answers as soon as
 	// its Core makes them, before their Raft entry commits: a deposed
-	// leader can then still renew (the first failover rule, DESIGN.md
-	// rule 8).
+	// leader can then still renew (the first failover rule,
+	// docs/design.md rule 8).
 	AnswerBeforeCommit bool
 	// NoTakeoverReservation makes a new Manager leader grant free ranges at
 	// once instead of reserving every range for a ManagerLease (the second
-	// failover rule).
+	// failover rule, docs/design.md rule 10).
 	NoTakeoverReservation bool
 	// MigrateUnhanded makes the Manager grant a range its holder gave up
 	// without reporting a handover to the next Owner all the same, marked

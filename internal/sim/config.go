@@ -23,7 +23,7 @@ import (
 type Config struct {
 	Seed uint64
 	// Managers is the number of Manager replicas, one Raft group
-	// (DESIGN.md rule 8); 0 or 1 is a single replica, the embedded default.
+	// (docs/design.md rule 8); 0 or 1 is a single replica, the embedded default.
 	// Raft traffic crosses the simulated network like any other, so drops,
 	// delays, duplicates and partitions apply to it.
 	Managers int

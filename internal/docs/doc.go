@@ -1,0 +1,4 @@
+// Package docs holds no code: its tests keep the documentation and the tree
+// true to each other. TestRuleCitations fails when code, a doc or a golden
+// script cites "rule N" and docs/design.md has no rule N.
+package docs
