@@ -63,8 +63,9 @@ package manager
 // The Owners are models, reduced to their messages, of the rules an
 // owner.Core follows: a response is taken only if it is addressed to this
 // run, its Seq is above every Seq heard, and it acknowledges the Owner's
-// latest request (otherwise it raced: its Seq is still recorded as heard). A
-// RenewHeld response is expanded with the Held of the request it
+// latest request (otherwise it raced: its Seq is still recorded as heard, and
+// its grants of ranges the Owner does not hold are taken up, since the
+// Owner's next request acknowledges it). A RenewHeld response is expanded with the Held of the request it
 // acknowledges. A taken response's list becomes what the Owner holds: grants
 // are taken, a renewal only of a lease held under the same LGN over the whole
 // range (otherwise it is refused), and what the list omits is given up
@@ -462,8 +463,22 @@ func (g *golden) take(o *goldenOwner, m *protocol.LeaseResponse) {
 	}
 	o.heard, o.epoch = m.Seq, m.Epoch
 	if m.AckSeq != o.seq {
-		g.printf("%s: raced, it acknowledges request %s but %s sent %s since (seq recorded as heard)\n",
+		g.printf("%s: raced, it acknowledges request %s but %s sent %s since (seq recorded as heard)",
 			name, g.seqString(m.AckSeq), o.id, g.seqString(o.seq))
+		// The next request acknowledges this message: a grant in it left
+		// out of that request would read as released, so it is taken up.
+		var adopted []protocol.Lease
+		for _, l := range leases {
+			if l.Grant && !slices.ContainsFunc(o.held, func(h protocol.Lease) bool { return h.Range.Overlaps(l.Range) }) {
+				adopted = append(adopted, protocol.Lease{Range: l.Range, LGN: l.LGN})
+			}
+		}
+		if len(adopted) > 0 {
+			o.held = append(o.held, adopted...)
+			slices.SortFunc(o.held, func(a, b protocol.Lease) int { return keyspace.Compare(a.Range, b.Range) })
+			g.printf("; takes up its grants %s", leaseList(adopted, false))
+		}
+		g.printf("\n")
 		return
 	}
 	var held, refused []protocol.Lease
