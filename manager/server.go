@@ -23,6 +23,7 @@ import (
 	"github.com/leasehold/leasehold/assign"
 	"github.com/leasehold/leasehold/internal/peers"
 	"github.com/leasehold/leasehold/internal/raftstore"
+	"github.com/leasehold/leasehold/internal/replica"
 	"github.com/leasehold/leasehold/internal/runtime"
 	"github.com/leasehold/leasehold/internal/wire"
 	"github.com/leasehold/leasehold/keyspace"
@@ -31,6 +32,16 @@ import (
 	"github.com/leasehold/leasehold/protocol"
 	"github.com/leasehold/leasehold/rebalance"
 )
+
+// DefaultNamespace is the namespace every Manager serves.
+const DefaultNamespace = replica.DefaultNamespace
+
+// Peer names one Manager replica: its Raft ID and the address where it
+// serves Owners, Lookups, other replicas and operators.
+type Peer struct {
+	ID   uint64
+	Addr string
+}
 
 // ServerConfig configures a Server. The zero value is a one-replica
 // Manager that keeps its state in memory, serving the default namespace
@@ -176,7 +187,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	}
 	s := &Server{
 		cfg:        cfg,
-		namespaces: map[string]bool{DefaultNamespace: true},
+		namespaces: map[string]bool{replica.DefaultNamespace: true},
 		events:     make(chan event, 1024),
 		raftIn:     make(chan raftpb.Message, 4096),
 		ready:      make(chan struct{}),
@@ -275,8 +286,8 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 // metrics and status.
 type Snapshot struct {
 	Epoch      uint64
-	Stats      Stats
-	Replica    ReplicaStats
+	Stats      replica.Stats
+	Replica    replica.ReplicaStats
 	Cluster    ClusterInfo
 	Namespaces []NamespaceSnapshot
 }
@@ -305,7 +316,7 @@ type NamespaceSnapshot struct {
 	Segments     int
 	FreeSegments int
 	Lookups      int
-	Owners       []OwnerInfo
+	Owners       []replica.OwnerInfo
 }
 
 // Snapshot returns the state published after the loop's last step.
@@ -360,7 +371,7 @@ type routeKey struct{ ns, owner string }
 // loop is the state owned by Run's goroutine.
 type loop struct {
 	s       *Server
-	r       *Replica
+	r       *replica.Replica
 	routes  map[routeKey]*ownerStream
 	lookups map[uint64]*lookupStream
 	dropped uint64
@@ -392,9 +403,12 @@ func (s *Server) Run(ctx context.Context) error {
 			return err
 		}
 	}
-	boot := s.cfg.Peers
+	var boot []replica.Peer
+	for _, p := range s.cfg.Peers {
+		boot = append(boot, replica.Peer(p))
+	}
 	if len(boot) == 0 && !s.cfg.Join {
-		boot = []Peer{{ID: s.cfg.ID, Addr: s.cfg.Advertise}}
+		boot = []replica.Peer{{ID: s.cfg.ID, Addr: s.cfg.Advertise}}
 	}
 	if s.cfg.Join || !fresh {
 		boot = nil
@@ -404,9 +418,9 @@ func (s *Server) Run(ctx context.Context) error {
 			s.transport.SetPeer(p.ID, p.Addr)
 		}
 	}
-	r, err := NewReplica(ReplicaConfig{
+	r, err := replica.NewReplica(replica.ReplicaConfig{
 		ID: s.cfg.ID,
-		Core: CoreConfig{Timing: s.cfg.Timing, Policy: s.cfg.Policy, Epoch: s.cfg.Epoch, Namespaces: s.cfg.Namespaces,
+		Core: replica.CoreConfig{Timing: s.cfg.Timing, Policy: s.cfg.Policy, Epoch: s.cfg.Epoch, Namespaces: s.cfg.Namespaces,
 			Handover: s.cfg.Handover, DrainGate: s.cfg.DrainGate, Rebalance: s.cfg.Rebalance, RebalanceEvery: s.cfg.RebalanceEvery},
 		Storage:         ms,
 		Bootstrap:       boot,
@@ -424,7 +438,7 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 	}
 	s.cfg.Logger.Info("manager started", "id", s.cfg.ID, "data_dir", s.cfg.DataDir, "restored", !fresh,
-		"namespaces", append([]string{DefaultNamespace}, s.cfg.Namespaces...),
+		"namespaces", append([]string{replica.DefaultNamespace}, s.cfg.Namespaces...),
 		"owner_lease", s.cfg.Timing.OwnerLease, "manager_lease", s.cfg.Timing.ManagerLease)
 	if err := l.drive(); err != nil {
 		return err
@@ -460,7 +474,7 @@ func (s *Server) Run(ctx context.Context) error {
 				break
 			}
 			l.r.Flush(time.Now())
-			l.send(Applied{Lookups: l.r.Replies()})
+			l.send(replica.Applied{Lookups: l.r.Replies()})
 			l.changed()
 		case m := <-s.raftIn:
 			now := time.Now()
@@ -478,7 +492,7 @@ func (s *Server) Run(ctx context.Context) error {
 		case <-timer.C:
 			if !time.Now().Before(l.r.NextDeadline()) {
 				l.r.Tick(time.Now())
-				l.send(Applied{Lookups: l.r.Replies()}) // a coalesced push round
+				l.send(replica.Applied{Lookups: l.r.Replies()}) // a coalesced push round
 				l.changed()
 			}
 		}
@@ -543,7 +557,7 @@ func (l *loop) handle(ev event) {
 		var err error
 		if ev.req.Namespace != ev.st.ns {
 			err = fmt.Errorf("%w: a lookup stream serves one namespace (%q), got a request for %q",
-				ErrBadMessage, ev.st.ns, ev.req.Namespace)
+				replica.ErrBadMessage, ev.st.ns, ev.req.Namespace)
 		} else if err = l.r.StepSync(now, ev.st.id, ev.req); err == nil {
 			l.lookups[ev.st.id] = ev.st
 		}
@@ -563,23 +577,18 @@ func (l *loop) handle(ev event) {
 	case confEvent:
 		ev.errc <- l.r.ProposeConfChange(ev.cc)
 	case drainEvent:
-		core := l.r.Core()
-		if core == nil {
-			ev.errc <- l.r.notLeader()
-			break
-		}
-		err := core.Drain(now, ev.ns, ev.owner)
+		err := l.r.Drain(now, ev.ns, ev.owner)
 		l.r.Flush(now)
 		ev.errc <- err
 	case unreachableEvent:
-		l.r.rn.ReportUnreachable(uint64(ev))
+		l.r.ReportUnreachable(uint64(ev))
 	case snapshotEvent:
 		st := raft.SnapshotFinish
 		if !ev.ok {
 			st = raft.SnapshotFailure
 		}
-		l.r.rn.ReportSnapshot(ev.id, st)
-	case func(*Replica):
+		l.r.ReportSnapshot(ev.id, st)
+	case func(*replica.Replica):
 		ev(l.r)
 	}
 }
@@ -587,7 +596,7 @@ func (l *loop) handle(ev event) {
 // send hands the replica's messages to their streams without ever
 // blocking: a stream whose queue is full loses the message, which the
 // protocol tolerates like any other lost message.
-func (l *loop) send(a Applied) {
+func (l *loop) send(a replica.Applied) {
 	for _, m := range a.Owners {
 		st := l.routes[routeKey{m.Msg.Namespace, m.To}]
 		if st == nil {
@@ -735,10 +744,10 @@ func roleName(s raft.StateType) string {
 
 // ownerInfos describes a namespace's owners from the replicated records
 // alone (a follower has no sessions).
-func ownerInfos(st *State, ns string) []OwnerInfo {
-	by := map[string]*OwnerInfo{}
+func ownerInfos(st *replica.State, ns string) []replica.OwnerInfo {
+	by := map[string]*replica.OwnerInfo{}
 	for id, r := range st.Owners(ns) {
-		by[id] = &OwnerInfo{ID: id, Addr: r.Addr, Incarnation: r.Incarnation, Member: r.Member}
+		by[id] = &replica.OwnerInfo{ID: id, Addr: r.Addr, Incarnation: r.Incarnation, Member: r.Member}
 	}
 	st.Table(ns).Each(func(s leasetable.Segment) bool {
 		if i := by[s.Entry.Owner]; i != nil {
@@ -747,11 +756,11 @@ func ownerInfos(st *State, ns string) []OwnerInfo {
 		}
 		return true
 	})
-	out := make([]OwnerInfo, 0, len(by))
+	out := make([]replica.OwnerInfo, 0, len(by))
 	for _, i := range by {
 		out = append(out, *i)
 	}
-	slices.SortFunc(out, func(a, b OwnerInfo) int { return cmp.Compare(a.ID, b.ID) })
+	slices.SortFunc(out, func(a, b replica.OwnerInfo) int { return cmp.Compare(a.ID, b.ID) })
 	return out
 }
 
@@ -790,19 +799,19 @@ func (s *Server) call(ctx context.Context, ev event, errc chan error) error {
 }
 
 func grpcError(ctx context.Context, err error) error {
-	var nl *NotLeaderError
+	var nl *replica.NotLeaderError
 	switch {
 	case err == nil:
 		return nil
 	case errors.As(err, &nl):
 		return runtime.NotLeader(ctx, nl.Leader)
-	case errors.Is(err, ErrNoEpoch):
+	case errors.Is(err, replica.ErrNoEpoch):
 		return status.Error(codes.Unavailable, err.Error())
-	case errors.Is(err, ErrGateFull):
+	case errors.Is(err, replica.ErrGateFull):
 		return status.Error(codes.FailedPrecondition, err.Error())
-	case errors.Is(err, ErrUnknownNamespace), errors.Is(err, ErrUnknownOwner):
+	case errors.Is(err, replica.ErrUnknownNamespace), errors.Is(err, replica.ErrUnknownOwner):
 		return status.Error(codes.NotFound, err.Error())
-	case errors.Is(err, ErrBadMessage), errors.Is(err, wire.ErrInvalid):
+	case errors.Is(err, replica.ErrBadMessage), errors.Is(err, wire.ErrInvalid):
 		return status.Error(codes.InvalidArgument, err.Error())
 	}
 	return status.Error(codes.Internal, err.Error())
@@ -967,7 +976,7 @@ func (s *Server) AddPeer(ctx context.Context, req *pb.AddPeerRequest) (*pb.Clust
 	if _, _, err := net.SplitHostPort(req.GetAddr()); err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "leasehold: peer address %q: %v", req.GetAddr(), err)
 	}
-	cc := raftpb.ConfChange{Type: raftpb.ConfChangeAddNode, NodeID: req.GetId(), Context: PeerContext(req.GetAddr())}
+	cc := raftpb.ConfChange{Type: raftpb.ConfChangeAddNode, NodeID: req.GetId(), Context: replica.PeerContext(req.GetAddr())}
 	return s.changePeers(ctx, cc, func(ci ClusterInfo) bool {
 		for _, p := range ci.Peers {
 			if p.ID == req.GetId() && p.Addr == req.GetAddr() && p.Voter {
@@ -1036,7 +1045,7 @@ func (s *Server) changePeers(ctx context.Context, cc raftpb.ConfChange, done fun
 func (s *Server) Drain(ctx context.Context, req *pb.DrainRequest) (*pb.DrainResponse, error) {
 	ns := req.GetNamespace()
 	if ns == "" {
-		ns = DefaultNamespace
+		ns = replica.DefaultNamespace
 	}
 	if req.GetOwner() == "" {
 		return nil, status.Error(codes.InvalidArgument, "leasehold: drain needs an owner ID")

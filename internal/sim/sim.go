@@ -12,15 +12,15 @@ import (
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 
+	"github.com/leasehold/leasehold/internal/replica"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/lookup"
-	"github.com/leasehold/leasehold/manager"
 	"github.com/leasehold/leasehold/owner"
 	"github.com/leasehold/leasehold/protocol"
 	"github.com/leasehold/leasehold/rebalance"
 )
 
-const namespace = manager.DefaultNamespace
+const namespace = replica.DefaultNamespace
 
 // base is the virtual wall time every local clock is offset from.
 var base = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -47,7 +47,7 @@ type node struct {
 
 	// A Manager replica, and its Raft log: the storage survives a crash
 	// (a data directory), unless Config.ManagerLosesState.
-	rep     *manager.Replica
+	rep     *replica.Replica
 	store   *raft.MemoryStorage
 	hadCore bool   // rep had taken over after its last step
 	plans   uint64 // rebalancing rounds its Core had planned after its last step
@@ -67,7 +67,7 @@ type node struct {
 }
 
 // refusal is a replica's answer to a client it will not serve (a
-// *manager.NotLeaderError): the client's stream ends, and the refusal names
+// *replica.NotLeaderError): the client's stream ends, and the refusal names
 // the leader the replica knows, by index in Sim.mgrs (-1: none).
 type refusal struct{ leader int }
 
@@ -129,7 +129,7 @@ type Sim struct {
 	seq      uint64
 	nodes    []*node
 	mgrs     []*node // the Manager replicas, ID i+1 at index i
-	peers    []manager.Peer
+	peers    []replica.Peer
 	byAddr   map[string]int // replica address → index in mgrs
 	tick     time.Duration  // the replicas' Raft tick
 	owners   []*node
@@ -249,7 +249,7 @@ func Run(cfg Config) Result {
 	for i := range max(cfg.Managers, 1) {
 		n := s.addNode(managerNode, i, fmt.Sprintf("manager-%d", i+1))
 		s.mgrs = append(s.mgrs, n)
-		s.peers = append(s.peers, manager.Peer{ID: uint64(i + 1), Addr: n.name})
+		s.peers = append(s.peers, replica.Peer{ID: uint64(i + 1), Addr: n.name})
 		s.byAddr[n.name] = i
 	}
 	for i := range cfg.Owners {
@@ -360,8 +360,8 @@ func stalePart(t protocol.Timing, stale time.Duration) time.Duration {
 // furthest returns the applied State of the replica whose table is
 // furthest ahead: every replica applies the same log, so LSNs agree and the
 // furthest table is the committed one.
-func (s *Sim) furthest() *manager.State {
-	var best *manager.State
+func (s *Sim) furthest() *replica.State {
+	var best *replica.State
 	for _, m := range s.mgrs {
 		if m.rep == nil || m.rep.State().Table(namespace) == nil {
 			continue
@@ -572,14 +572,14 @@ func (s *Sim) deliver(n *node, e *event) {
 			err = n.rep.StepSync(now, from.session, m)
 		}
 		s.work(n, s.clock().Sub(t0))
-		if nl := (*manager.NotLeaderError)(nil); errors.As(err, &nl) {
+		if nl := (*replica.NotLeaderError)(nil); errors.As(err, &nl) {
 			leader, ok := s.byAddr[nl.Leader]
 			if !ok {
 				leader = -1
 			}
 			s.trace(n, "refuse %s (leader %q)", from.name, nl.Leader)
 			s.send(n, from, refusal{leader: leader})
-		} else if errors.Is(err, manager.ErrNoEpoch) {
+		} else if errors.Is(err, replica.ErrNoEpoch) {
 			// The first leader, before its first entry commits: the
 			// server answers Unavailable, and the client tries elsewhere.
 			s.send(n, from, refusal{leader: -1})
@@ -727,7 +727,7 @@ func (s *Sim) afterReplica(n *node) time.Time {
 }
 
 // sendManaged sends a replica's messages to Owners and Lookups.
-func (s *Sim) sendManaged(n *node, owners []manager.OwnerMessage, lookups []manager.LookupMessage) {
+func (s *Sim) sendManaged(n *node, owners []replica.OwnerMessage, lookups []replica.LookupMessage) {
 	for _, m := range owners {
 		if to := s.byOwner[m.To]; to != nil {
 			s.send(n, to, m.Msg)
@@ -854,9 +854,9 @@ func (s *Sim) start(n *node) {
 			n.store = raft.NewMemoryStorage()
 		}
 		var err error
-		n.rep, err = manager.NewReplica(manager.ReplicaConfig{
+		n.rep, err = replica.NewReplica(replica.ReplicaConfig{
 			ID: uint64(n.idx + 1),
-			Core: manager.CoreConfig{
+			Core: replica.CoreConfig{
 				Timing: s.cfg.Timing, Policy: s.cfg.Policy, Epoch: s.epoch, Seed: seed, Faults: s.cfg.Break,
 				Rebalance: s.cfg.Rebalance, RebalanceEvery: s.cfg.RebalanceEvery, DrainGate: s.cfg.DrainGate,
 			},

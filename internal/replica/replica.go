@@ -1,4 +1,4 @@
-package manager
+package replica
 
 import (
 	"errors"
@@ -235,6 +235,10 @@ func (r *Replica) ReportSnapshot(id uint64, status raft.SnapshotStatus) {
 	r.rn.ReportSnapshot(id, status)
 }
 
+// ReportUnreachable tells Raft that a message to replica id could not be
+// delivered, so the leader probes it instead of streaming to it.
+func (r *Replica) ReportUnreachable(id uint64) { r.rn.ReportUnreachable(id) }
+
 // StepLease handles an Owner's LeaseRequest. Only a leader that has taken
 // over answers; any other replica returns a *NotLeaderError.
 func (r *Replica) StepLease(now time.Time, req *protocol.LeaseRequest) error {
@@ -297,6 +301,15 @@ func (r *Replica) StaleBound() time.Duration { return r.electionTimeout() }
 func (r *Replica) notLeader() error {
 	_, addr := r.Leader()
 	return &NotLeaderError{Leader: addr}
+}
+
+// Drain starts draining Owner id of namespace ns (Core.Drain); only a
+// leader that has taken over accepts.
+func (r *Replica) Drain(now time.Time, ns, id string) error {
+	if r.core == nil {
+		return r.notLeader()
+	}
+	return r.core.Drain(now, ns, id)
 }
 
 // CloseLookup forgets a Lookup session.
