@@ -41,7 +41,10 @@ type CoreConfig struct {
 	// Namespaces served besides DefaultNamespace.
 	Namespaces []string
 	Seed       uint64 // seeds the race-backoff jitter
-	Faults     *faults.Set
+	// Break selects protocol rules to break on purpose, for the
+	// simulation's broken twins (core_broken.go); the zero value breaks
+	// none.
+	Break faults.Set
 	// Handover is how long the holder of a range that moves between two
 	// live Owners is given to hand its state over (C§2.1.2) before the
 	// range is recalled without it; 0 means one OwnerLease. Negative turns
@@ -302,7 +305,7 @@ func Resume(cfg CoreConfig, st *State, base uint64, now time.Time) *Core {
 		s := c.st.ns[name]
 		n := &namespace{name: name, s: s, res: newReservations(), owners: map[string]*ownerSession{}, members: true,
 			handovers: newOrdered(cmpHandoverEnd), resends: newOrdered(cmpOwnerTimer), silences: newOrdered(cmpOwnerTimer)}
-		if base == 0 || !cfg.Faults.Has(func(f *faults.Set) bool { return f.NoTakeoverReservation }) {
+		if base == 0 || !cfg.Break.NoTakeoverReservation {
 			n.res.set(keyspace.Full, now.Add(cfg.Timing.ManagerLease))
 		}
 		for _, id := range sortedOwnerIDs(s.owners) {
@@ -397,7 +400,7 @@ func errUnknownNamespace(name string) error {
 }
 
 func (c *Core) noRaceFilter() bool {
-	return c.cfg.Faults.Has(func(f *faults.Set) bool { return f.NoRaceFilter })
+	return c.cfg.Break.NoRaceFilter
 }
 
 // StepLease handles a LeaseRequest received at now. An error means the
@@ -764,7 +767,7 @@ func (c *Core) release(now time.Time, n *namespace, o *ownerSession, held []prot
 				}
 			}
 			for _, q := range rest.Ranges() {
-				if c.cfg.Faults.Has(func(f *faults.Set) bool { return f.MigrateUnhanded }) && c.migrateUnhanded(now, n, o, q, s.Entry.LGN) {
+				if c.cfg.Break.MigrateUnhanded && c.migrateUnhanded(now, n, o, q, s.Entry.LGN) {
 					continue
 				}
 				c.set(now, n, q, leasetable.Entry{})
@@ -778,20 +781,6 @@ func (c *Core) release(now time.Time, n *namespace, o *ownerSession, held []prot
 		}
 	}
 	return freed
-}
-
-// migrateUnhanded is the broken rule faults.MigrateUnhanded: it grants q,
-// given up by o without a handover, to the Owner the desired assignment
-// names, as if its state had been handed over.
-func (c *Core) migrateUnhanded(now time.Time, n *namespace, o *ownerSession, q keyspace.Range, from keyspace.LGN) bool {
-	done := false
-	n.eachDesired(q, func(p keyspace.Range, want string) {
-		if to := n.owners[want]; p == q && want != o.id && to != nil && to.member && !to.draining {
-			c.grant(now, n, to, q, from)
-			done = true
-		}
-	})
-	return done
 }
 
 // releaseOwn releases what a raced request says the owner gave up by its
@@ -1148,10 +1137,8 @@ func (c *Core) renewsHeld(o *ownerSession, leases []protocol.Lease) bool {
 	if len(leases) == 0 || slices.ContainsFunc(leases, func(l protocol.Lease) bool { return l.Grant }) {
 		return false
 	}
-	if c.cfg.Faults.Has(func(f *faults.Set) bool { return f.RenewHeldSubset }) {
-		return !slices.ContainsFunc(leases, func(l protocol.Lease) bool {
-			return !slices.ContainsFunc(o.peerHeld, func(h protocol.Lease) bool { return h.Range == l.Range && h.LGN == l.LGN })
-		})
+	if c.cfg.Break.RenewHeldSubset {
+		return renewsHeldSubset(leases, o.peerHeld)
 	}
 	return protocol.SameHeld(leases, o.peerHeld)
 }
@@ -1195,10 +1182,10 @@ func (c *Core) handover(now time.Time, n *namespace, o *ownerSession, p keyspace
 // nextLGN issues a fresh lease generation number: every grant gets one, so
 // every loss shows as an LGN change (C§2.3, P§4.1).
 func (c *Core) nextLGN(n *namespace) keyspace.LGN {
-	if n.s.lgn == 0 || !c.cfg.Faults.Has(func(f *faults.Set) bool { return f.ReuseLGN }) {
-		return n.s.lgn + 1 // recorded by the Set that grants it
+	if c.cfg.Break.ReuseLGN {
+		return reusedLGN(n)
 	}
-	return n.s.lgn
+	return n.s.lgn + 1 // recorded by the Set that grants it
 }
 
 // backoff draws the random wait before a resend (C§2.3.2).

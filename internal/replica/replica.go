@@ -10,7 +10,6 @@ import (
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 
-	"github.com/leasehold/leasehold/internal/faults"
 	"github.com/leasehold/leasehold/protocol"
 )
 
@@ -376,7 +375,7 @@ func (r *Replica) Flush(now time.Time) {
 	if len(rd.Changes) == 0 && len(rd.Owners) == 0 {
 		return
 	}
-	if len(rd.Changes) == 0 && !r.cfg.Core.Faults.Has(func(f *faults.Set) bool { return f.AnswerBeforeCommit }) {
+	if len(rd.Changes) == 0 && !r.cfg.Core.Break.AnswerBeforeCommit {
 		r.confirm(rd.Owners)
 		return
 	}
@@ -390,7 +389,7 @@ func (r *Replica) Flush(now time.Time) {
 		return
 	}
 	r.stats.Proposals++
-	if r.cfg.Core.Faults.Has(func(f *faults.Set) bool { return f.AnswerBeforeCommit }) {
+	if r.cfg.Core.Break.AnswerBeforeCommit {
 		r.owners = append(r.owners, rd.Owners...)
 		return
 	}

@@ -36,7 +36,7 @@ type group struct {
 
 var groupTiming = protocol.Fast()
 
-func newGroup(t *testing.T, n int, fs *faults.Set) *group {
+func newGroup(t *testing.T, n int, fs faults.Set) *group {
 	t.Helper()
 	g := &group{t: t, now: base, reps: map[uint64]*Replica{}, down: map[uint64]bool{}, cut: map[uint64]bool{},
 		sent: map[string][]*protocol.LeaseResponse{}, owners: map[string]*owner.Core{}}
@@ -46,7 +46,7 @@ func newGroup(t *testing.T, n int, fs *faults.Set) *group {
 	}
 	for _, p := range boot {
 		r, err := NewReplica(ReplicaConfig{ID: p.ID, Bootstrap: boot, Tick: 25 * ms,
-			Core: CoreConfig{Timing: groupTiming, Policy: assign.Fixed{Pieces: 4}, Epoch: epoch, Seed: p.ID, Faults: fs}}, g.now)
+			Core: CoreConfig{Timing: groupTiming, Policy: assign.Fixed{Pieces: 4}, Epoch: epoch, Seed: p.ID, Break: fs}}, g.now)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -186,7 +186,7 @@ func (g *group) addOwner(id string) *owner.Core {
 // the owner's leases are renewed with the same LGNs (no grant, no loss), and
 // its messages order after the old leader's.
 func TestReplicaFailoverKeepsLeases(t *testing.T) {
-	g := newGroup(t, 3, nil)
+	g := newGroup(t, 3, faults.Set{})
 	l1 := g.runUntilLeader()
 	a := g.addOwner("a")
 	g.run(groupTiming.ManagerLease + 4*groupTiming.Renew) // nothing is granted for a ManagerLease
@@ -236,9 +236,9 @@ func TestReplicaFailoverKeepsLeases(t *testing.T) {
 func TestReplicaAnswersOnlyAfterCommit(t *testing.T) {
 	for _, broken := range []bool{false, true} {
 		t.Run(fmt.Sprintf("broken=%v", broken), func(t *testing.T) {
-			var fs *faults.Set
+			var fs faults.Set
 			if broken {
-				fs = &faults.Set{AnswerBeforeCommit: true}
+				fs = faults.Set{AnswerBeforeCommit: true}
 			}
 			g := newGroup(t, 3, fs)
 			l := g.runUntilLeader()
@@ -266,9 +266,9 @@ func TestReplicaAnswersOnlyAfterCommit(t *testing.T) {
 func TestReplicaRenewsOnlyWithQuorum(t *testing.T) {
 	for _, broken := range []bool{false, true} {
 		t.Run(fmt.Sprintf("broken=%v", broken), func(t *testing.T) {
-			var fs *faults.Set
+			var fs faults.Set
 			if broken {
-				fs = &faults.Set{AnswerBeforeCommit: true}
+				fs = faults.Set{AnswerBeforeCommit: true}
 			}
 			g := newGroup(t, 3, fs)
 			l := g.runUntilLeader()
@@ -319,9 +319,9 @@ func TestReplicaRenewsOnlyWithQuorum(t *testing.T) {
 func TestReplicaTakeoverReserves(t *testing.T) {
 	for _, broken := range []bool{false, true} {
 		t.Run(fmt.Sprintf("broken=%v", broken), func(t *testing.T) {
-			var fs *faults.Set
+			var fs faults.Set
 			if broken {
-				fs = &faults.Set{NoTakeoverReservation: true}
+				fs = faults.Set{NoTakeoverReservation: true}
 			}
 			g := newGroup(t, 3, fs)
 			l1 := g.runUntilLeader()
@@ -364,7 +364,7 @@ func TestReplicaTakeoverReserves(t *testing.T) {
 // applied state while they hear from the leader, and refuse, naming the
 // leader, once cut off; only the leader serves owners.
 func TestReplicaFollowerServesLookups(t *testing.T) {
-	g := newGroup(t, 3, nil)
+	g := newGroup(t, 3, faults.Set{})
 	l := g.runUntilLeader()
 	g.run(time.Second)
 	var f *Replica
@@ -398,7 +398,7 @@ func TestReplicaFollowerServesLookups(t *testing.T) {
 // TestReplicaSnapshotRestart: a replica restarted from its storage after
 // compaction rebuilds the same state.
 func TestReplicaSnapshotRestart(t *testing.T) {
-	g := newGroup(t, 1, nil)
+	g := newGroup(t, 1, faults.Set{})
 	g.reps[1].cfg.SnapshotEntries = 3 // compact often
 	l := g.runUntilLeader()
 	g.addOwner("a")

@@ -12,6 +12,7 @@ import (
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 
+	"github.com/leasehold/leasehold/internal/faults"
 	"github.com/leasehold/leasehold/internal/replica"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/lookup"
@@ -857,7 +858,7 @@ func (s *Sim) start(n *node) {
 		n.rep, err = replica.NewReplica(replica.ReplicaConfig{
 			ID: uint64(n.idx + 1),
 			Core: replica.CoreConfig{
-				Timing: s.cfg.Timing, Policy: s.cfg.Policy, Epoch: s.epoch, Seed: seed, Faults: s.cfg.Break,
+				Timing: s.cfg.Timing, Policy: s.cfg.Policy, Epoch: s.epoch, Seed: seed, Break: s.broken(),
 				Rebalance: s.cfg.Rebalance, RebalanceEvery: s.cfg.RebalanceEvery, DrainGate: s.cfg.DrainGate,
 			},
 			Storage: n.store, Bootstrap: s.peers, Tick: s.tick, ElectionTicks: electionTicks, SnapshotEntries: cmp.Or(s.cfg.SnapshotEntries, snapshotEntries),
@@ -870,8 +871,9 @@ func (s *Sim) start(n *node) {
 		n.draining = false
 		n.own = owner.NewCore(s.ownerConfig(n, owner.CoreConfig{
 			Namespace: namespace, ID: n.name, Addr: n.name + ":7000", Incarnation: n.inc,
-			Timing: s.cfg.Timing, Seed: seed, Faults: s.cfg.Break,
+			Timing: s.cfg.Timing, Seed: seed,
 		}))
+		faults.Owner(n.own, s.broken())
 		s.chk.ownerStarted(n)
 	case lookupNode:
 		delete(s.bySess, n.session)
@@ -881,10 +883,19 @@ func (s *Sim) start(n *node) {
 			n.thin = newThinLookup(s.cfg.Timing, now)
 			break
 		}
-		n.look = lookup.NewCore(lookup.CoreConfig{Namespace: namespace, Timing: s.cfg.Timing, Faults: s.cfg.Break}, now)
+		n.look = lookup.NewCore(lookup.CoreConfig{Namespace: namespace, Timing: s.cfg.Timing}, now)
+		faults.Lookup(n.look, s.broken())
 		s.chk.lookupStarted(n)
 	}
 	s.after(n)
+}
+
+// broken returns the rules Config.Break breaks, none if it is nil.
+func (s *Sim) broken() faults.Set {
+	if s.cfg.Break == nil {
+		return faults.Set{}
+	}
+	return *s.cfg.Break
 }
 
 // crash stops a node: it loses all state but a replica's Raft log; its
