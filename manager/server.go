@@ -462,82 +462,88 @@ func (s *Server) Run(ctx context.Context) error {
 			s.cfg.Logger.Info("manager stopped")
 			return nil
 		case ev := <-s.events:
-			l.handle(ev)
 			// Take what else is queued, so one entry carries the round.
-			for n := 0; n < 256; n++ {
-				select {
-				case ev := <-s.events:
-					l.handle(ev)
-					continue
-				default:
-				}
-				break
-			}
-			l.r.Flush(time.Now())
-			l.send(replica.Applied{Lookups: l.r.Replies()})
+			drain(s.events, ev, l.handle)
 			l.changed()
 		case m := <-s.raftIn:
 			now := time.Now()
-			_ = l.r.StepRaft(now, m) // stale or foreign messages are Raft's to ignore
-			for n := 0; n < 256; n++ {
-				select {
-				case m := <-s.raftIn:
-					_ = l.r.StepRaft(now, m)
-					continue
-				default:
-				}
-				break
-			}
+			drain(s.raftIn, m, func(m raftpb.Message) {
+				_ = l.r.StepRaft(now, m) // stale or foreign messages are Raft's to ignore
+			})
 			l.changed()
 		case <-timer.C:
 			if !time.Now().Before(l.r.NextDeadline()) {
-				l.r.Tick(time.Now())
-				l.send(replica.Applied{Lookups: l.r.Replies()}) // a coalesced push round
+				l.r.Tick(time.Now()) // the next drive sends a coalesced push round
 				l.changed()
 			}
 		}
 	}
 }
 
-// drive persists and sends what the replica has ready, until it has
-// nothing: Raft's order is persist, then send, then apply.
+// drain hands first and then up to 256 more values already queued on ch to
+// fn, so that a burst is one round: one Raft entry, one fsync.
+func drain[T any](ch <-chan T, first T, fn func(T)) {
+	fn(first)
+	for range 256 {
+		select {
+		case v := <-ch:
+			fn(v)
+		default:
+			return
+		}
+	}
+}
+
+// drive runs the replica's Ready/Advance cycle (replica.Drive) with the
+// loop as its driver, then publishes the snapshot if it is due.
 func (l *loop) drive() error {
-	for l.r.HasReady() {
-		rd := l.r.Ready()
-		if l.s.store != nil {
-			if err := l.s.store.Save(rd.HardState, rd.Entries, rd.Snapshot); err != nil {
-				return fmt.Errorf("manager: saving the Raft log: %w", err)
-			}
-		}
-		l.s.transport.Send(rd.Messages)
-		applied, err := l.r.Advance(time.Now(), rd)
-		if err != nil {
-			return err
-		}
-		if l.s.store != nil && !raft.IsEmptySnap(applied.Compacted) {
-			if err := l.s.store.Compact(applied.Compacted); err != nil {
-				return fmt.Errorf("manager: compacting the Raft log: %w", err)
-			}
-		}
-		for _, p := range applied.Peers {
-			switch {
-			case p.ID == l.s.cfg.ID:
-			case p.Addr == "":
-				l.s.transport.RemovePeer(p.ID)
-			default:
-				l.s.transport.SetPeer(p.ID, p.Addr)
-			}
-		}
-		l.send(applied)
-		if id, addr := l.r.Leader(); id != l.leader {
-			l.leader = id
-			l.s.cfg.Logger.Info("leader changed", "leader", id, "addr", addr, "self", id == l.s.cfg.ID)
-		}
+	if err := replica.Drive(l.r, l); err != nil {
+		return err
+	}
+	if id, addr := l.r.Leader(); id != l.leader {
+		l.leader = id
+		l.s.cfg.Logger.Info("leader changed", "leader", id, "addr", addr, "self", id == l.s.cfg.ID)
 	}
 	if l.stale && !time.Now().Before(l.publishAt) {
 		l.publish()
 	}
 	return nil
+}
+
+// Now reads the wall clock (replica.Driver).
+func (l *loop) Now() time.Time { return time.Now() }
+
+// Persist writes rd to the data directory, if there is one
+// (replica.Driver).
+func (l *loop) Persist(rd *replica.Ready) error {
+	if l.s.store == nil {
+		return nil
+	}
+	if !raft.IsEmptySnap(rd.Compacted) {
+		if err := l.s.store.Compact(rd.Compacted); err != nil {
+			return fmt.Errorf("manager: compacting the Raft log: %w", err)
+		}
+	}
+	if err := l.s.store.Save(rd.HardState, rd.Entries, rd.Snapshot); err != nil {
+		return fmt.Errorf("manager: saving the Raft log: %w", err)
+	}
+	return nil
+}
+
+// Send updates the transport's replicas, sends the Raft messages, and
+// hands the answers to their streams (replica.Driver).
+func (l *loop) Send(rd *replica.Ready) {
+	for _, p := range rd.Peers {
+		switch {
+		case p.ID == l.s.cfg.ID:
+		case p.Addr == "":
+			l.s.transport.RemovePeer(p.ID)
+		default:
+			l.s.transport.SetPeer(p.ID, p.Addr)
+		}
+	}
+	l.s.transport.Send(rd.Messages)
+	l.send(rd.Owners, rd.Lookups)
 }
 
 func (l *loop) handle(ev event) {
@@ -577,9 +583,7 @@ func (l *loop) handle(ev event) {
 	case confEvent:
 		ev.errc <- l.r.ProposeConfChange(ev.cc)
 	case drainEvent:
-		err := l.r.Drain(now, ev.ns, ev.owner)
-		l.r.Flush(now)
-		ev.errc <- err
+		ev.errc <- l.r.Drain(now, ev.ns, ev.owner)
 	case unreachableEvent:
 		l.r.ReportUnreachable(uint64(ev))
 	case snapshotEvent:
@@ -588,16 +592,14 @@ func (l *loop) handle(ev event) {
 			st = raft.SnapshotFailure
 		}
 		l.r.ReportSnapshot(ev.id, st)
-	case func(*replica.Replica):
-		ev(l.r)
 	}
 }
 
 // send hands the replica's messages to their streams without ever
 // blocking: a stream whose queue is full loses the message, which the
 // protocol tolerates like any other lost message.
-func (l *loop) send(a replica.Applied) {
-	for _, m := range a.Owners {
+func (l *loop) send(owners []replica.OwnerMessage, lookups []replica.LookupMessage) {
+	for _, m := range owners {
 		st := l.routes[routeKey{m.Msg.Namespace, m.To}]
 		if st == nil {
 			continue
@@ -609,10 +611,10 @@ func (l *loop) send(a replica.Applied) {
 		}
 	}
 	var shared map[updateKey]*pb.Update
-	if len(a.Lookups) > 0 {
+	if len(lookups) > 0 {
 		shared = map[updateKey]*pb.Update{}
 	}
-	for _, m := range a.Lookups {
+	for _, m := range lookups {
 		st := l.lookups[m.To]
 		if st == nil {
 			continue

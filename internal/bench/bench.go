@@ -12,7 +12,7 @@
 //
 // The Manager's CPU is the real time spent inside the calls to its leader
 // replica, a replica.Replica of one voter (a stopwatch around StepLease,
-// StepSync, Tick and the Flush, Ready and Advance that follow each, Raft's
+// StepSync, Tick and the replica.Drive that follows each, Raft's
 // log and the state machine included) per virtual second: a fraction of
 // one core of the machine the benchmark runs on. Its network load is the
 // bytes of the messages it sends and receives per virtual second, by the

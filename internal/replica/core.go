@@ -83,10 +83,11 @@ type OwnerMessage struct {
 	Msg *protocol.LeaseResponse
 }
 
-// Ready is what a Core asks its driver to do: record Changes in the
-// replicated state, and only then send the Owners' messages (DESIGN.md rule
-// 8: the leader commits every change before it answers).
-type Ready struct {
+// Round is what a Core asks its Replica to do after a round of steps:
+// record Changes in the replicated state, and only then send the Owners'
+// messages (DESIGN.md rule 8: the leader commits every change before it
+// answers).
+type Round struct {
 	Changes []Change
 	Owners  []OwnerMessage
 }
@@ -108,7 +109,7 @@ type Core struct {
 	// Core (zero: not computed). NextDeadline is asked after every step of
 	// the Manager, Lookup syncs included, and visits every Owner session.
 	wake  time.Time
-	out   Ready
+	out   Round
 	stats Stats
 }
 
@@ -332,7 +333,7 @@ func Resume(cfg CoreConfig, st *State, base uint64, now time.Time) *Core {
 // Epoch returns the Manager's epoch.
 func (c *Core) Epoch() uint64 { return c.st.epoch }
 
-// apply records a change in the working state and in the Ready.
+// apply records a change in the working state and in the Round.
 func (c *Core) apply(now time.Time, ch Change) {
 	if err := c.st.apply(now, ch); err != nil {
 		panic(fmt.Sprintf("manager: core made an invalid change %+v: %v", ch, err))
@@ -354,9 +355,9 @@ func (c *Core) record(now time.Time, n *namespace, o *ownerSession) {
 }
 
 // Ready returns the messages to send since the last call and forgets them.
-func (c *Core) Ready() Ready {
+func (c *Core) Ready() Round {
 	r := c.out
-	c.out = Ready{}
+	c.out = Round{}
 	return r
 }
 

@@ -66,8 +66,8 @@ type ReplicaConfig struct {
 // 8): a Raft node whose state machine is the State, a Feed serving Lookups
 // from the applied State, and, on the leader, the Core that runs the lease
 // logic. Like the Core it is deterministic: it starts no goroutines, opens
-// no sockets and never reads a clock; its driver persists and sends what
-// Ready returns, then calls Advance.
+// no sockets and never reads a clock; its driver persists, sends and
+// answers what Ready returns, then calls Advance (Drive, driver.go).
 //
 // The two failover rules live here and in Resume:
 //   - every Core round that changes the State is proposed as one entry and
@@ -102,8 +102,9 @@ type Replica struct {
 
 	nextTick     time.Time
 	nextFeedTick time.Time
-	owners       []OwnerMessage
-	peerChanges  []Peer
+	owners       []OwnerMessage  // released, for the next Ready
+	peerChanges  []Peer          // for the next Ready
+	compacted    raftpb.Snapshot // taken by Advance, for the next Ready
 	stats        ReplicaStats
 
 	// A follower serves Lookups on the proof of a ReadIndex round: the
@@ -338,8 +339,7 @@ func (r *Replica) NextDeadline() time.Time {
 }
 
 // Tick runs Raft's ticks due by now and the Core's and Feed's timers. The
-// Lookup messages of a push round it runs are collected by Replies (or the
-// next Advance).
+// Lookup messages of a push round it runs go out with the next Ready.
 func (r *Replica) Tick(now time.Time) {
 	for ticks := 0; !now.Before(r.nextTick); ticks++ {
 		if ticks < 4*r.cfg.ElectionTicks { // a long pause is not a storm of ticks
@@ -361,13 +361,13 @@ func (r *Replica) Tick(now time.Time) {
 	if r.role == raft.StateFollower && r.lead != 0 && !now.Before(r.nextRead) {
 		r.askRead(now)
 	}
-	r.Flush(now)
+	r.flush(now)
 }
 
-// Flush proposes the Core's latest changes as one entry and holds its Owner
-// messages until that entry commits (the first failover rule). Drivers call
-// it after a round of steps; Tick calls it itself.
-func (r *Replica) Flush(now time.Time) {
+// flush proposes the Core's latest changes as one entry and holds its Owner
+// messages until that entry commits (the first failover rule). Ready calls
+// it, so a round of steps is one entry; Tick and a takeover call it too.
+func (r *Replica) flush(now time.Time) {
 	if r.core == nil {
 		return
 	}
@@ -429,51 +429,42 @@ func (r *Replica) release() {
 	}
 }
 
-// Replies returns the Feed's messages to Lookups since the last call (or
-// Advance) and forgets them: StepSync answers at once, without Raft, and
-// Tick runs coalesced push rounds. Drivers collect them after steps and
-// after Tick.
-func (r *Replica) Replies() []LookupMessage { return r.feed.Ready() }
-
-// Outbox returns the Owner messages released outside Advance (only when a
-// rule is deliberately broken) and forgets them.
-func (r *Replica) Outbox() []OwnerMessage {
-	out := r.owners
-	r.owners = nil
-	return out
+// Ready returns everything the replica asks its driver to do now, and
+// false if there is nothing: it first proposes the Core's latest round
+// (flush), so the steps since the last call are in it. The driver does it
+// in the order Ready's fields are listed, then calls Advance; Drive is that
+// loop. The Ready must be handed to Advance before Ready is called again.
+func (r *Replica) Ready(now time.Time) (Ready, bool) {
+	r.flush(now)
+	var rd Ready
+	if r.rn.HasReady() {
+		rr := r.rn.Ready()
+		rd.raft = &rr
+		rd.HardState, rd.Entries, rd.Snapshot = rr.HardState, rr.Entries, rr.Snapshot
+		rd.Messages, rd.CommittedEntries = rr.Messages, rr.CommittedEntries
+	}
+	rd.Compacted, r.compacted = r.compacted, raftpb.Snapshot{}
+	rd.Peers, r.peerChanges = r.peerChanges, nil
+	rd.Owners, r.owners = r.owners, nil
+	rd.Lookups = r.feed.Ready()
+	ok := rd.raft != nil || !raft.IsEmptySnap(rd.Compacted) || len(rd.Peers) > 0 || len(rd.Owners) > 0 || len(rd.Lookups) > 0
+	return rd, ok
 }
 
-// HasReady reports whether Ready has something to persist or send.
-func (r *Replica) HasReady() bool { return r.rn.HasReady() }
-
-// Ready returns what Raft needs persisted (HardState, Entries, Snapshot)
-// before its Messages are sent. The driver persists it, then calls Advance
-// with it, then sends rd.Messages and the messages Advance returns.
-func (r *Replica) Ready() raft.Ready { return r.rn.Ready() }
-
-// Applied is what Advance asks the driver to do.
-type Applied struct {
-	Owners  []OwnerMessage
-	Lookups []LookupMessage
-	// Compacted, when not empty, is a snapshot the replica took: persist it
-	// and drop the log entries it covers.
-	Compacted raftpb.Snapshot
-	// Peers lists replicas added (Addr set) or removed (Addr empty).
-	Peers []Peer
-}
-
-// Advance applies a persisted Ready at now: it installs snapshots, applies
-// committed entries to the State, takes over or steps down as leadership
-// changes, and releases the Owner messages whose entries committed.
-func (r *Replica) Advance(now time.Time, rd raft.Ready) (Applied, error) {
-	var out Applied
+// Advance tells the replica that rd has been persisted, sent and answered
+// (Drive has also recorded it in the MemoryStorage), and applies it at now: it installs a snapshot, applies the committed
+// entries to the State, takes over or steps down as leadership changes,
+// and queues for the next Ready what that releases (Owner messages whose
+// proof arrived, pushes to Lookups, replicas added or removed, a snapshot
+// it took).
+func (r *Replica) Advance(now time.Time, rd Ready) error {
+	if rd.raft == nil {
+		return nil
+	}
 	if !raft.IsEmptySnap(rd.Snapshot) {
-		if err := r.ms.ApplySnapshot(rd.Snapshot); err != nil {
-			return out, err
-		}
 		st, err := DecodeState(rd.Snapshot.Data, r.cfg.Core.Timing.LogRetention)
 		if err != nil {
-			return out, err
+			return err
 		}
 		r.st = st
 		r.feed.Rebase(st)
@@ -482,18 +473,10 @@ func (r *Replica) Advance(now time.Time, rd raft.Ready) (Applied, error) {
 			r.peerChanges = append(r.peerChanges, Peer{ID: id, Addr: st.peers[id]})
 		}
 	}
-	if !raft.IsEmptyHardState(rd.HardState) {
-		if err := r.ms.SetHardState(rd.HardState); err != nil {
-			return out, err
-		}
+	if ss := rd.raft.SoftState; ss != nil {
+		r.lead, r.role = ss.Lead, ss.RaftState
 	}
-	if err := r.ms.Append(rd.Entries); err != nil {
-		return out, err
-	}
-	if rd.SoftState != nil {
-		r.lead, r.role = rd.SoftState.Lead, rd.SoftState.RaftState
-	}
-	for _, rs := range rd.ReadStates {
+	for _, rs := range rd.raft.ReadStates {
 		for _, h := range r.held {
 			if h.ctx != "" && h.ctx == string(rs.RequestCtx) {
 				h.ok, h.index = true, rs.Index
@@ -514,11 +497,11 @@ func (r *Replica) Advance(now time.Time, rd raft.Ready) (Applied, error) {
 		r.coreTerm, r.resumes, r.termSeen = term, 0, false
 	}
 	for _, e := range rd.CommittedEntries {
-		if err := r.applyEntry(now, e); err != nil {
-			return out, err
+		if err := r.apply(now, e); err != nil {
+			return err
 		}
 	}
-	r.rn.Advance(rd)
+	r.rn.Advance(*rd.raft)
 	r.campaignAlone()
 	if r.role == raft.StateLeader && r.core == nil && r.termSeen && len(r.pending) == 0 {
 		// The second failover rule: take over only with every committed
@@ -526,26 +509,23 @@ func (r *Replica) Advance(now time.Time, rd raft.Ready) (Applied, error) {
 		r.resumes++
 		r.core = Resume(r.cfg.Core, r.st, r.coreTerm<<32|r.resumes<<24, now)
 		r.stats.Takeovers++
-		r.Flush(now)
+		r.flush(now)
 	}
 	r.release()
 	r.feed.Changed(now)
 	if r.applied-r.snapshot >= r.cfg.SnapshotEntries {
 		snap, err := r.ms.CreateSnapshot(r.applied, &r.conf, r.st.Encode())
 		if err != nil {
-			return out, err
+			return err
 		}
 		if err := r.ms.Compact(r.applied); err != nil {
-			return out, err
+			return err
 		}
 		r.snapshot = r.applied
 		r.stats.Snapshots++
-		out.Compacted = snap
+		r.compacted = snap
 	}
-	out.Owners, r.owners = r.owners, nil
-	out.Lookups = r.feed.Ready()
-	out.Peers, r.peerChanges = r.peerChanges, nil
-	return out, nil
+	return nil
 }
 
 // campaignAlone starts an election at once in a group of one: it needs no
@@ -574,51 +554,83 @@ func (r *Replica) stepDown() {
 	r.core = nil
 }
 
-func (r *Replica) applyEntry(now time.Time, e raftpb.Entry) error {
+// apply applies committed entry e: to the State (applyEntry), to Raft's
+// configuration, and to the rounds waiting for their entry to commit.
+func (r *Replica) apply(now time.Time, e raftpb.Entry) error {
 	if e.Index <= r.applied {
 		return nil
 	}
 	r.applied = e.Index
 	r.stats.Applied++
-	switch e.Type {
-	case raftpb.EntryNormal:
-		if e.Term == r.coreTerm && r.role == raft.StateLeader {
-			r.termSeen = true
-		}
-		if len(e.Data) == 0 {
-			return nil // a new leader's empty entry
-		}
-		b, err := decodeBatch(e.Data)
-		if err != nil {
-			return fmt.Errorf("entry %d: %w", e.Index, err)
-		}
-		if err := r.st.Apply(now, b.Changes); err != nil {
-			return fmt.Errorf("entry %d: %w", e.Index, err)
-		}
+	if e.Type == raftpb.EntryNormal && e.Term == r.coreTerm && r.role == raft.StateLeader {
+		r.termSeen = true
+	}
+	a, err := applyEntry(r.st, now, e)
+	if err != nil {
+		return err
+	}
+	if a.cc != nil {
+		r.conf = *r.rn.ApplyConfChange(*a.cc)
+	}
+	if a.peer != nil {
+		r.peerChanges = append(r.peerChanges, *a.peer)
+	}
+	if b := a.batch; b != nil {
 		if h, ok := r.pending[b.Seq]; ok && b.Node == r.cfg.ID && b.Term == r.coreTerm {
 			delete(r.pending, b.Seq)
 			h.ok = true
 		}
+	}
+	return nil
+}
+
+// entryEffect is what applying an entry did beyond the State.
+type entryEffect struct {
+	batch *batch             // a normal entry's batch of Changes
+	cc    *raftpb.ConfChange // a conf change, for Raft to apply
+	peer  *Peer              // the replica it adds (Addr set) or removes
+}
+
+// applyEntry applies committed entry e to st: a normal entry's batch of
+// Changes (none for a new leader's empty entry), or the replica a conf
+// change adds or removes; other conf changes leave st as it is. A running
+// replica and a restore (ReplayLog) both apply entries through it, so they
+// reach the same State.
+func applyEntry(st *State, now time.Time, e raftpb.Entry) (entryEffect, error) {
+	var out entryEffect
+	switch e.Type {
+	case raftpb.EntryNormal:
+		if len(e.Data) == 0 {
+			return out, nil
+		}
+		b, err := decodeBatch(e.Data)
+		if err != nil {
+			return out, fmt.Errorf("entry %d: %w", e.Index, err)
+		}
+		if err := st.Apply(now, b.Changes); err != nil {
+			return out, fmt.Errorf("entry %d: %w", e.Index, err)
+		}
+		out.batch = &b
 	case raftpb.EntryConfChange:
 		var cc raftpb.ConfChange
 		if err := cc.Unmarshal(e.Data); err != nil {
-			return fmt.Errorf("%w: entry %d: conf change: %v", ErrCorrupt, e.Index, err)
+			return out, fmt.Errorf("%w: entry %d: conf change: %v", ErrCorrupt, e.Index, err)
 		}
-		r.conf = *r.rn.ApplyConfChange(cc)
+		out.cc = &cc
 		p := Peer{ID: cc.NodeID}
 		switch cc.Type {
 		case raftpb.ConfChangeAddNode, raftpb.ConfChangeAddLearnerNode:
 			p.Addr = string(cc.Context)
 		case raftpb.ConfChangeRemoveNode:
 		default:
-			return nil
+			return out, nil
 		}
-		if err := r.st.Apply(now, []Change{{Op: OpPeer, Peer: p.ID, Addr: p.Addr}}); err != nil {
-			return fmt.Errorf("entry %d: %w", e.Index, err)
+		if err := st.Apply(now, []Change{{Op: OpPeer, Peer: p.ID, Addr: p.Addr}}); err != nil {
+			return out, fmt.Errorf("entry %d: %w", e.Index, err)
 		}
-		r.peerChanges = append(r.peerChanges, p)
+		out.peer = &p
 	}
-	return nil
+	return out, nil
 }
 
 // PeerContext is the Context of an AddNode ConfChange: the new replica's
@@ -668,29 +680,8 @@ func ReplayLog(ms *raft.MemoryStorage, retention time.Duration, now time.Time) (
 		return nil, 0, 0, err
 	}
 	for _, e := range ents {
-		switch e.Type {
-		case raftpb.EntryNormal:
-			if len(e.Data) > 0 {
-				b, err := decodeBatch(e.Data)
-				if err == nil {
-					err = st.Apply(now, b.Changes)
-				}
-				if err != nil {
-					return nil, 0, 0, fmt.Errorf("entry %d: %w", e.Index, err)
-				}
-			}
-		case raftpb.EntryConfChange:
-			var cc raftpb.ConfChange
-			if err := cc.Unmarshal(e.Data); err != nil {
-				return nil, 0, 0, fmt.Errorf("%w: entry %d: conf change: %v", ErrCorrupt, e.Index, err)
-			}
-			addr := ""
-			if cc.Type == raftpb.ConfChangeAddNode || cc.Type == raftpb.ConfChangeAddLearnerNode {
-				addr = string(cc.Context)
-			}
-			if err := st.Apply(now, []Change{{Op: OpPeer, Peer: cc.NodeID, Addr: addr}}); err != nil {
-				return nil, 0, 0, err
-			}
+		if _, err := applyEntry(st, now, e); err != nil {
+			return nil, 0, 0, err
 		}
 		index, term = e.Index, e.Term
 	}

@@ -55,6 +55,20 @@ func newGroup(t *testing.T, n int, fs faults.Set) *group {
 	return g
 }
 
+// testDriver drives a replica at a fixed time, with nothing to persist
+// beyond its MemoryStorage, and hands what it sends to send.
+type testDriver struct {
+	now     time.Time
+	send    func(*Ready)
+	readies int // Readies handled
+}
+
+func (d *testDriver) Now() time.Time { return d.now }
+
+func (d *testDriver) Persist(*Ready) error { d.readies++; return nil }
+
+func (d *testDriver) Send(rd *Ready) { d.send(rd) }
+
 // settle drives every replica until nothing is left to persist or deliver.
 func (g *group) settle() {
 	for range 1000 {
@@ -64,21 +78,16 @@ func (g *group) settle() {
 			if g.down[id] {
 				continue
 			}
-			for _, m := range r.Outbox() {
-				g.sent[m.To] = append(g.sent[m.To], m.Msg)
-			}
-			for r.HasReady() {
-				busy = true
-				rd := r.Ready()
-				a, err := r.Advance(g.now, rd)
-				if err != nil {
-					g.t.Fatal(err)
-				}
+			d := &testDriver{now: g.now, send: func(rd *Ready) {
 				g.inbox = append(g.inbox, rd.Messages...)
-				for _, m := range a.Owners {
+				for _, m := range rd.Owners {
 					g.sent[m.To] = append(g.sent[m.To], m.Msg)
 				}
+			}}
+			if err := Drive(r, d); err != nil {
+				g.t.Fatal(err)
 			}
+			busy = busy || d.readies > 0
 		}
 		msgs := g.inbox
 		g.inbox = nil
@@ -120,9 +129,6 @@ func (g *group) run(d time.Duration) {
 					_ = to.StepLease(g.now, req) // NotLeaderError: lost
 				}
 			}
-		}
-		if to != nil && !g.down[to.ID()] {
-			to.Flush(g.now)
 		}
 		g.settle()
 		for _, id := range slices.Sorted(maps.Keys(g.owners)) {
@@ -464,17 +470,14 @@ func TestReplicaCoalescesPushes(t *testing.T) {
 	settle := func() {
 		for busy := true; busy; {
 			busy = false
-			r.Flush(now)
 			var out []OwnerMessage
-			for r.HasReady() {
-				a, err := r.Advance(now, r.Ready())
-				if err != nil {
-					t.Fatal(err)
-				}
-				out = append(out, a.Owners...)
-				lookup(a.Lookups)
+			d := &testDriver{now: now, send: func(rd *Ready) {
+				out = append(out, rd.Owners...)
+				lookup(rd.Lookups)
+			}}
+			if err := Drive(r, d); err != nil {
+				t.Fatal(err)
 			}
-			lookup(r.Replies())
 			if l := r.State().Table(DefaultNamespace); l != nil && l.LSN() > lsn {
 				for lsn < l.LSN() {
 					lsn++

@@ -148,7 +148,7 @@ type Config struct {
 type Probe interface {
 	// ManagerWork reports work of the leader replica at virtual time at
 	// that took took of real time: a step (StepLease, StepSync, StepRaft,
-	// Tick) or the Flush, Ready and Advance calls that follow it.
+	// Tick) or the replica.Drive that follows it.
 	ManagerWork(at, took time.Duration)
 	// ManagerTraffic reports a message of about bytes bytes (the wireSize
 	// estimate) that the leader replica sent (out) or received (!out) at

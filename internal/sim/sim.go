@@ -489,9 +489,8 @@ func (s *Sim) tickNode(n *node) {
 	switch n.kind {
 	case managerNode:
 		t0 := s.clock()
-		n.rep.Tick(now)
+		n.rep.Tick(now) // after sends the coalesced push round it runs
 		s.work(n, s.clock().Sub(t0))
-		s.sendManaged(n, nil, n.rep.Replies()) // a coalesced push round, as the server sends it
 	case ownerNode:
 		s.checkTarget(n, now, s.cfg.Timing.Renew*3/2)
 		n.own.Tick(now)
@@ -666,36 +665,17 @@ func (s *Sim) after(n *node) {
 	s.push(&event{at: t, kind: evTimer, to: n.pos, gen: n.gen})
 }
 
-// afterReplica drives a replica as its server does after every step: Flush
-// the Core's round into a proposal, then persist each Ready (Advance appends
-// to the MemoryStorage, which is the replica's log), send its Raft messages
-// and the Owner and Lookup messages Advance releases. It returns the
-// replica's next deadline.
+// afterReplica drives a replica as its server does after every step:
+// replica.Drive, with the node as its network and its MemoryStorage, kept
+// across restarts, as its durable log. It returns the replica's next
+// deadline.
 func (s *Sim) afterReplica(n *node) time.Time {
 	r := n.rep
 	now := n.local(s.now)
 	t0 := s.clock()
-	r.Flush(now)
-	for r.HasReady() {
-		rd := r.Ready()
-		applied, err := r.Advance(now, rd)
-		if err != nil {
-			panic(fmt.Sprintf("%s: %v", n.name, err))
-		}
-		if !raft.IsEmptySnap(applied.Compacted) {
-			s.stats.Snapshots++
-		}
-		for _, m := range rd.Messages {
-			if m.Type == raftpb.MsgSnap {
-				s.stats.SnapshotsSent++
-			}
-			if to := int(m.To) - 1; to >= 0 && to < len(s.mgrs) && to != n.idx {
-				s.send(n, s.mgrs[to], m)
-			}
-		}
-		s.sendManaged(n, applied.Owners, applied.Lookups)
+	if err := replica.Drive(r, replicaDriver{s, n, now}); err != nil {
+		panic(fmt.Sprintf("%s: %v", n.name, err))
 	}
-	s.sendManaged(n, r.Outbox(), nil)
 	deadline := r.NextDeadline()
 	s.work(n, s.clock().Sub(t0))
 	if core := r.Core() != nil; core != n.hadCore {
@@ -725,6 +705,39 @@ func (s *Sim) afterReplica(n *node) time.Time {
 		}
 	}
 	return deadline
+}
+
+// replicaDriver is a replica's runtime in the simulation (replica.Driver).
+type replicaDriver struct {
+	s   *Sim
+	n   *node
+	now time.Time
+}
+
+func (d replicaDriver) Now() time.Time { return d.now }
+
+// Persist has nothing to write: the replica's MemoryStorage, which
+// replica.Drive fills before Send, is the log a restarted replica finds.
+func (d replicaDriver) Persist(rd *replica.Ready) error {
+	if !raft.IsEmptySnap(rd.Compacted) {
+		d.s.stats.Snapshots++
+	}
+	return nil
+}
+
+// Send puts the replica's messages on the network; every replica's
+// address is known from the start, so Peers needs nothing.
+func (d replicaDriver) Send(rd *replica.Ready) {
+	s, n := d.s, d.n
+	for _, m := range rd.Messages {
+		if m.Type == raftpb.MsgSnap {
+			s.stats.SnapshotsSent++
+		}
+		if to := int(m.To) - 1; to >= 0 && to < len(s.mgrs) && to != n.idx {
+			s.send(n, s.mgrs[to], m)
+		}
+	}
+	s.sendManaged(n, rd.Owners, rd.Lookups)
 }
 
 // sendManaged sends a replica's messages to Owners and Lookups.
