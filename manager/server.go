@@ -20,7 +20,6 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/leasehold/leasehold/assign"
 	"github.com/leasehold/leasehold/internal/peers"
 	"github.com/leasehold/leasehold/internal/raftstore"
 	"github.com/leasehold/leasehold/internal/replica"
@@ -28,13 +27,13 @@ import (
 	"github.com/leasehold/leasehold/internal/wire"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/leasetable"
+	"github.com/leasehold/leasehold/manager/config"
 	pb "github.com/leasehold/leasehold/proto/leasehold/v1"
 	"github.com/leasehold/leasehold/protocol"
-	"github.com/leasehold/leasehold/rebalance"
 )
 
 // DefaultNamespace is the namespace every Manager serves.
-const DefaultNamespace = replica.DefaultNamespace
+const DefaultNamespace = "default"
 
 // Peer names one Manager replica: its Raft ID and the address where it
 // serves Owners, Lookups, other replicas and operators.
@@ -47,18 +46,12 @@ type Peer struct {
 // Manager that keeps its state in memory, serving the default namespace
 // with production timings.
 type ServerConfig struct {
-	// Timing is the protocol's timers; the zero value means
-	// protocol.Production(). Owners and Lookups adopt the Manager's timings.
-	Timing protocol.Timing
-	// Namespaces served besides DefaultNamespace.
-	Namespaces []string
-	// Policy computes assignments; nil means consistent hashing with 64
-	// virtual nodes per owner.
-	Policy assign.Policy
-	// Epoch names a new group's state; 0 means the start time in Unix
-	// nanoseconds, which grows across restarts as the protocol requires. A
-	// group that restarts from its data directory keeps its epoch.
-	Epoch uint64
+	// Replica is the lease logic, the Lookup feed and the Raft pacing,
+	// handed to the replica as they are. Its Epoch, when 0, is the start
+	// time in Unix nanoseconds, which grows across restarts as the
+	// protocol requires; a group that restarts from its data directory
+	// keeps its epoch.
+	config.Replica
 	// ID is this replica's Raft ID, 1 if zero.
 	ID uint64
 	// Advertise is the address other replicas and clients reach this one
@@ -75,29 +68,10 @@ type ServerConfig struct {
 	// DataDir keeps the Raft log and snapshots; empty keeps them in memory,
 	// so a restart starts a new epoch and every Owner loses its leases.
 	DataDir string
-	// RaftTick and ElectionTicks pace Raft: a heartbeat every tick, an
-	// election after ElectionTicks (randomised up to twice that) without a
-	// leader. Defaults: the smaller of 100 ms and Timing.Renew/20, and 10.
-	RaftTick      time.Duration
-	ElectionTicks int
-	// SnapshotEntries is how many applied entries trigger a snapshot and
-	// log compaction; 0 means 10,000.
-	SnapshotEntries uint64
-	// PeerDialOptions are used to dial the other replicas; nil means
-	// plaintext TCP.
+	// PeerDialOptions are used to dial the other replicas (credentials, for
+	// one); nil means plaintext TCP. The server's own listener options are
+	// the embedder's: see Server.GRPCOptions and Register.
 	PeerDialOptions []grpc.DialOption
-	// Handover is how long an Owner gets to hand a moving range's state
-	// over before the range is recalled without it; 0 means one owner
-	// lease, negative turns planned moves off (CoreConfig.Handover).
-	Handover time.Duration
-	// DrainGate caps how many Owners per namespace may drain at once; 0
-	// means 1.
-	DrainGate int
-	// Rebalance, if set, makes the desired assignment load-aware
-	// (rebalance.Weighted, or rebalance.Centrifuge as a baseline), planned
-	// every RebalanceEvery (default 5 s); Policy is then not used.
-	Rebalance      rebalance.Policy
-	RebalanceEvery time.Duration
 	// Logger receives the server's logs; nil discards them.
 	Logger *slog.Logger
 	// MaxRequestRate caps the requests per second one stream may send, with
@@ -109,11 +83,11 @@ type ServerConfig struct {
 	MaxMessageBytes int
 }
 
-func (c *ServerConfig) setDefaults() error {
-	if c.Timing == (protocol.Timing{}) {
-		c.Timing = protocol.Production()
-	}
-	if err := c.Timing.Validate(); err != nil {
+// Validate fills in c's defaults and checks it, the replica's settings
+// included (config.Replica.Validate). Its error is a *config.FieldError
+// that names the field at fault. NewServer calls it.
+func (c *ServerConfig) Validate() error {
+	if err := c.Replica.Validate(); err != nil {
 		return err
 	}
 	if c.Epoch == 0 {
@@ -121,11 +95,6 @@ func (c *ServerConfig) setDefaults() error {
 	}
 	if c.ID == 0 {
 		c.ID = 1
-	}
-	if c.RaftTick == 0 {
-		// Heartbeats well within a renewal: 25 ms with fast timings, so a
-		// failover takes a fraction of a 2 s lease.
-		c.RaftTick = min(100*time.Millisecond, c.Timing.Renew/20)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -136,21 +105,16 @@ func (c *ServerConfig) setDefaults() error {
 	if c.MaxMessageBytes == 0 {
 		c.MaxMessageBytes = 4 << 20
 	}
-	for _, ns := range c.Namespaces {
-		if ns == "" || len(ns) > wire.MaxStringLen {
-			return fmt.Errorf("manager: invalid namespace name %q", ns)
-		}
-	}
 	if len(c.Peers) > 0 {
 		seen := map[uint64]bool{}
 		for _, p := range c.Peers {
 			if p.ID == 0 || p.Addr == "" || seen[p.ID] {
-				return fmt.Errorf("manager: invalid peer list: each peer needs a distinct non-zero ID and an address (got %d=%q)", p.ID, p.Addr)
+				return &config.FieldError{Field: "Peers", Err: fmt.Errorf("each peer needs a distinct non-zero ID and an address (got %d=%q)", p.ID, p.Addr)}
 			}
 			seen[p.ID] = true
 		}
 		if !seen[c.ID] && !c.Join {
-			return fmt.Errorf("manager: the peer list does not include this replica's ID %d", c.ID)
+			return &config.FieldError{Field: "Peers", Err: fmt.Errorf("the list does not include this replica's ID %d", c.ID)}
 		}
 	}
 	return nil
@@ -161,10 +125,6 @@ func (c *ServerConfig) setDefaults() error {
 // the other replicas, and serves the Leases, Lookups, Admin and Raft gRPC
 // services around it.
 type Server struct {
-	pb.UnimplementedLeasesServer
-	pb.UnimplementedLookupsServer
-	pb.UnimplementedAdminServer
-
 	cfg        ServerConfig
 	namespaces map[string]bool
 	events     chan event
@@ -182,7 +142,7 @@ type Server struct {
 // Call Serve, or Register and Run, to start it; Run closes the data
 // directory when it ends.
 func NewServer(cfg ServerConfig) (*Server, error) {
-	if err := cfg.setDefaults(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	s := &Server{
@@ -223,11 +183,28 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 
 // Register adds the server's services to g.
 func (s *Server) Register(g *grpc.Server) {
-	pb.RegisterLeasesServer(g, s)
-	pb.RegisterLookupsServer(g, s)
-	pb.RegisterAdminServer(g, s)
+	pb.RegisterLeasesServer(g, leasesService{Server: s})
+	pb.RegisterLookupsServer(g, lookupsService{Server: s})
+	pb.RegisterAdminServer(g, adminService{Server: s})
 	s.transport.Register(g)
 }
+
+// The gRPC services' handlers live on unexported types, so that they are
+// no part of Server's API: an embedder registers them with Register.
+type (
+	leasesService struct {
+		pb.UnimplementedLeasesServer
+		*Server
+	}
+	lookupsService struct {
+		pb.UnimplementedLookupsServer
+		*Server
+	}
+	adminService struct {
+		pb.UnimplementedAdminServer
+		*Server
+	}
+)
 
 // raftMessageBytes caps a message between replicas: snapshots of large
 // tables travel as one message.
@@ -286,8 +263,8 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 // metrics and status.
 type Snapshot struct {
 	Epoch      uint64
-	Stats      replica.Stats
-	Replica    replica.ReplicaStats
+	Stats      Stats
+	Replica    ReplicaStats
 	Cluster    ClusterInfo
 	Namespaces []NamespaceSnapshot
 }
@@ -316,7 +293,46 @@ type NamespaceSnapshot struct {
 	Segments     int
 	FreeSegments int
 	Lookups      int
-	Owners       []replica.OwnerInfo
+	Owners       []OwnerInfo
+}
+
+// Stats counts the leader's lease work since it took over (zero on a
+// follower), and the Lookup syncs this replica served.
+type Stats struct {
+	LeaseRequests uint64 // accepted or not
+	SyncRequests  uint64
+	Grants        uint64 // ranges granted with a fresh LGN
+	Recalls       uint64 // ranges omitted from a holder's message to move them
+	Releases      uint64 // ranges freed by acknowledgement (recall or refusal)
+	Expiries      uint64 // ranges freed because their reservation ran out
+	OwnerRestarts uint64 // new incarnations seen
+	Migrations    uint64 // ranges granted with the previous holder's state (planned moves)
+	Plans         uint64 // rebalancing rounds planned
+	PlannedMoves  uint64 // ranges the rounds moved
+	PlanErrors    uint64 // rounds the policy refused
+	RacesDropped  uint64 // requests dropped by the race filter (C§2.3.2)
+	StaleDropped  uint64 // duplicates and messages of dead incarnations
+}
+
+// ReplicaStats counts the replica's Raft activity.
+type ReplicaStats struct {
+	Proposals, Applied, Takeovers, Snapshots uint64
+	Confirmations                            uint64 // rounds answered on a ReadIndex proof, with no entry
+	Dropped                                  uint64 // Owner messages never sent: their round was not proven in time
+}
+
+// OwnerInfo describes one Owner. A follower knows only what is replicated:
+// ID, address, incarnation, membership and what the Owner holds.
+type OwnerInfo struct {
+	ID, Addr    string
+	Incarnation uint64
+	Member      bool
+	Ranges      int     // lease-table segments held
+	Share       float64 // fraction of the key space held
+	Load        float64 // requests per second over the last report
+	Capacity    float64 // 0 means 1
+	Draining    bool
+	HotKeys     []protocol.KeyLoad // requests per second, estimated
 }
 
 // Snapshot returns the state published after the loop's last step.
@@ -418,16 +434,7 @@ func (s *Server) Run(ctx context.Context) error {
 			s.transport.SetPeer(p.ID, p.Addr)
 		}
 	}
-	r, err := replica.NewReplica(replica.ReplicaConfig{
-		ID: s.cfg.ID,
-		Core: replica.CoreConfig{Timing: s.cfg.Timing, Policy: s.cfg.Policy, Epoch: s.cfg.Epoch, Namespaces: s.cfg.Namespaces,
-			Handover: s.cfg.Handover, DrainGate: s.cfg.DrainGate, Rebalance: s.cfg.Rebalance, RebalanceEvery: s.cfg.RebalanceEvery},
-		Storage:         ms,
-		Bootstrap:       boot,
-		Tick:            s.cfg.RaftTick,
-		ElectionTicks:   s.cfg.ElectionTicks,
-		SnapshotEntries: s.cfg.SnapshotEntries,
-	}, time.Now())
+	r, err := replica.NewReplica(replica.ReplicaConfig{ID: s.cfg.ID, Core: s.cfg.Replica, Storage: ms, Bootstrap: boot}, time.Now())
 	if err != nil {
 		return err
 	}
@@ -687,17 +694,19 @@ func (l *loop) publish() {
 	defer func() { l.publishTook = time.Since(start) }()
 	l.stale = false
 	st := l.r.State()
-	snap := &Snapshot{Epoch: st.Epoch(), Replica: l.r.Stats(), Cluster: l.clusterInfo()}
+	snap := &Snapshot{Epoch: st.Epoch(), Replica: ReplicaStats(l.r.Stats()), Cluster: l.clusterInfo()}
 	core := l.r.Core()
 	if core != nil {
-		snap.Stats = core.Stats()
+		snap.Stats = Stats(core.Stats())
 	}
 	snap.Stats.SyncRequests = l.r.Feed().Syncs()
 	for _, name := range st.Namespaces() {
 		t := st.Table(name)
 		ns := NamespaceSnapshot{Name: name, LSN: t.LSN(), Segments: t.Len(), Lookups: l.r.Feed().Lookups(name)}
 		if core != nil {
-			ns.Owners = core.Owners(name)
+			for _, o := range core.Owners(name) {
+				ns.Owners = append(ns.Owners, OwnerInfo(o))
+			}
 		} else {
 			ns.Owners = ownerInfos(st, name)
 		}
@@ -746,10 +755,10 @@ func roleName(s raft.StateType) string {
 
 // ownerInfos describes a namespace's owners from the replicated records
 // alone (a follower has no sessions).
-func ownerInfos(st *replica.State, ns string) []replica.OwnerInfo {
-	by := map[string]*replica.OwnerInfo{}
+func ownerInfos(st *replica.State, ns string) []OwnerInfo {
+	by := map[string]*OwnerInfo{}
 	for id, r := range st.Owners(ns) {
-		by[id] = &replica.OwnerInfo{ID: id, Addr: r.Addr, Incarnation: r.Incarnation, Member: r.Member}
+		by[id] = &OwnerInfo{ID: id, Addr: r.Addr, Incarnation: r.Incarnation, Member: r.Member}
 	}
 	st.Table(ns).Each(func(s leasetable.Segment) bool {
 		if i := by[s.Entry.Owner]; i != nil {
@@ -758,11 +767,11 @@ func ownerInfos(st *replica.State, ns string) []replica.OwnerInfo {
 		}
 		return true
 	})
-	out := make([]replica.OwnerInfo, 0, len(by))
+	out := make([]OwnerInfo, 0, len(by))
 	for _, i := range by {
 		out = append(out, *i)
 	}
-	slices.SortFunc(out, func(a, b replica.OwnerInfo) int { return cmp.Compare(a.ID, b.ID) })
+	slices.SortFunc(out, func(a, b OwnerInfo) int { return cmp.Compare(a.ID, b.ID) })
 	return out
 }
 
@@ -841,9 +850,9 @@ func (l *limiter) allow() bool {
 }
 
 // Session serves one Owner's lease stream.
-func (s *Server) Session(stream pb.Leases_SessionServer) error {
+func (s leasesService) Session(stream pb.Leases_SessionServer) error {
 	st := &ownerStream{out: make(chan *pb.LeaseResponse, 64)}
-	return serveStream(s, stream.Context(), st.out, stream.Send, func() (event, chan error, error) {
+	return serveStream(s.Server, stream.Context(), st.out, stream.Send, func() (event, chan error, error) {
 		m, err := stream.Recv()
 		if err != nil {
 			return nil, nil, err
@@ -861,9 +870,9 @@ func (s *Server) Session(stream pb.Leases_SessionServer) error {
 }
 
 // Sync serves one Lookup's sync stream.
-func (s *Server) Sync(stream pb.Lookups_SyncServer) error {
+func (s lookupsService) Sync(stream pb.Lookups_SyncServer) error {
 	st := &lookupStream{id: s.sessions.Add(1), out: make(chan *pb.SyncResponse, 64)}
-	return serveStream(s, stream.Context(), st.out, stream.Send, func() (event, chan error, error) {
+	return serveStream(s.Server, stream.Context(), st.out, stream.Send, func() (event, chan error, error) {
 		m, err := stream.Recv()
 		if err != nil {
 			return nil, nil, err
@@ -929,7 +938,7 @@ func serveStream[T any](s *Server, ctx context.Context, out chan T, send func(T)
 }
 
 // Status answers leasehold status.
-func (s *Server) Status(ctx context.Context, req *pb.StatusRequest) (*pb.StatusResponse, error) {
+func (s adminService) Status(ctx context.Context, req *pb.StatusRequest) (*pb.StatusResponse, error) {
 	snap := s.stats.Load()
 	// Namespaces are replicated: a replica serves those of its state (a
 	// restored one's, say) as well as those it was configured with.
@@ -971,7 +980,7 @@ func clusterPB(ci ClusterInfo) *pb.Cluster {
 // AddPeer adds a replica to the group (leasehold cluster add). It returns
 // once the change is applied here, or fails if this replica is not the
 // leader.
-func (s *Server) AddPeer(ctx context.Context, req *pb.AddPeerRequest) (*pb.ClusterResponse, error) {
+func (s adminService) AddPeer(ctx context.Context, req *pb.AddPeerRequest) (*pb.ClusterResponse, error) {
 	if req.GetId() == 0 || req.GetAddr() == "" {
 		return nil, status.Error(codes.InvalidArgument, "leasehold: a peer needs a non-zero ID and an address")
 	}
@@ -990,7 +999,7 @@ func (s *Server) AddPeer(ctx context.Context, req *pb.AddPeerRequest) (*pb.Clust
 }
 
 // RemovePeer removes a replica from the group (leasehold cluster remove).
-func (s *Server) RemovePeer(ctx context.Context, req *pb.RemovePeerRequest) (*pb.ClusterResponse, error) {
+func (s adminService) RemovePeer(ctx context.Context, req *pb.RemovePeerRequest) (*pb.ClusterResponse, error) {
 	if req.GetId() == 0 {
 		return nil, status.Error(codes.InvalidArgument, "leasehold: peer ID 0")
 	}
@@ -1044,7 +1053,7 @@ func (s *Server) changePeers(ctx context.Context, cc raftpb.ConfChange, done fun
 // Drain starts draining an Owner (leasehold drain): its ranges move to the
 // others with their state. It is refused with FailedPrecondition while the
 // maintenance gate is full, and by a replica that is not the leader.
-func (s *Server) Drain(ctx context.Context, req *pb.DrainRequest) (*pb.DrainResponse, error) {
+func (s adminService) Drain(ctx context.Context, req *pb.DrainRequest) (*pb.DrainResponse, error) {
 	ns := req.GetNamespace()
 	if ns == "" {
 		ns = replica.DefaultNamespace
@@ -1060,7 +1069,7 @@ func (s *Server) Drain(ctx context.Context, req *pb.DrainRequest) (*pb.DrainResp
 }
 
 // Backup streams a consistent copy of this replica's data directory.
-func (s *Server) Backup(_ *pb.BackupRequest, stream pb.Admin_BackupServer) error {
+func (s adminService) Backup(_ *pb.BackupRequest, stream pb.Admin_BackupServer) error {
 	if s.store == nil {
 		return status.Error(codes.FailedPrecondition, "leasehold: this manager keeps its state in memory (no --data-dir): nothing to back up")
 	}

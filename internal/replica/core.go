@@ -13,8 +13,8 @@ import (
 	"github.com/leasehold/leasehold/internal/faults"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/leasetable"
+	"github.com/leasehold/leasehold/manager/config"
 	"github.com/leasehold/leasehold/protocol"
-	"github.com/leasehold/leasehold/rebalance"
 )
 
 // Errors returned for messages the Manager will not act on. Other clients
@@ -27,49 +27,10 @@ var (
 // DefaultNamespace is the namespace every Manager serves.
 const DefaultNamespace = "default"
 
-// CoreConfig configures a Core.
-type CoreConfig struct {
-	Timing protocol.Timing
-	// Policy computes the desired assignment; nil means consistent hashing
-	// with 64 virtual nodes per owner (C§2.1.2).
-	Policy assign.Policy
-	// Epoch names this Manager's lease table. It must grow every time the
-	// Manager starts without its previous state, so Owners and Lookups can
-	// tell a restarted Manager from a delayed message of a dead one. Zero,
-	// which Lookups read as "no epoch yet", is taken as 1.
-	Epoch uint64
-	// Namespaces served besides DefaultNamespace.
-	Namespaces []string
-	Seed       uint64 // seeds the race-backoff jitter
-	// Break selects protocol rules to break on purpose, for the
-	// simulation's broken twins (core_broken.go); the zero value breaks
-	// none.
-	Break faults.Set
-	// Handover is how long the holder of a range that moves between two
-	// live Owners is given to hand its state over (C§2.1.2) before the
-	// range is recalled without it; 0 means one OwnerLease. Negative turns
-	// planned moves off: ranges are always recalled.
-	Handover time.Duration
-	// DrainGate caps how many Owners of a namespace may drain at once (the
-	// maintenance gate); 0 means 1.
-	DrainGate int
-	// Rebalance, if set, makes the desired assignment load-aware: every
-	// RebalanceEvery (default 5 s) it plans a round of moves from the
-	// Owners' load reports (rebalance.Weighted, or the Centrifuge baseline)
-	// and Policy is not used.
-	Rebalance      rebalance.Policy
-	RebalanceEvery time.Duration
-	// MembershipEvery paces the planning of membership changes (joins,
-	// leaves, drains, capacities), which recomputes the desired assignment
-	// over every member: a change is planned at once if none was in the
-	// last MembershipEvery, and otherwise at the end of it, together with
-	// every change that came meanwhile. A lone join is served at once; the
-	// joins of a starting cluster cost one plan per MembershipEvery, not
-	// one per Owner. 0 means 1 s, or a quarter of Timing.Renew if that is
-	// shorter (125 ms in the fast profile); negative plans every change at
-	// once.
-	MembershipEvery time.Duration
-}
+// CoreConfig configures a Core: the replica's settings, of which the Core
+// reads the lease logic's (Timing to MembershipEvery). It is the struct
+// manager.ServerConfig embeds, so a setting reaches the Core uncopied.
+type CoreConfig = config.Replica
 
 // ErrUnknownOwner refuses to drain an Owner that is not a live member.
 var ErrUnknownOwner = errors.New("manager: no live owner")
@@ -100,6 +61,7 @@ type Round struct {
 // safe for concurrent use.
 type Core struct {
 	cfg     CoreConfig
+	broken  faults.Set // rules broken on purpose (core_broken.go); none outside the simulation
 	rng     *rand.Rand
 	st      *State // the working copy: the replicated state plus this Core's Changes
 	ns      map[string]*namespace
@@ -288,11 +250,16 @@ func NewCore(cfg CoreConfig, now time.Time) *Core {
 // count of takeovers within the term), so an Owner orders a new leader's
 // messages after an old one's.
 func Resume(cfg CoreConfig, st *State, base uint64, now time.Time) *Core {
+	return resume(cfg, faults.Set{}, st, base, now)
+}
+
+// resume is Resume with the rules broken (core_broken.go) set.
+func resume(cfg CoreConfig, broken faults.Set, st *State, base uint64, now time.Time) *Core {
 	if cfg.Policy == nil {
 		cfg.Policy = assign.ConsistentHash{}
 	}
 	cfg.Epoch = max(cfg.Epoch, 1)
-	c := &Core{cfg: cfg, st: st.Clone(), ns: map[string]*namespace{}, seqBase: base, lastNow: now}
+	c := &Core{cfg: cfg, broken: broken, st: st.Clone(), ns: map[string]*namespace{}, seqBase: base, lastNow: now}
 	if c.st.epoch == 0 {
 		c.apply(now, Change{Op: OpEpoch, Epoch: cfg.Epoch})
 	}
@@ -306,7 +273,7 @@ func Resume(cfg CoreConfig, st *State, base uint64, now time.Time) *Core {
 		s := c.st.ns[name]
 		n := &namespace{name: name, s: s, res: newReservations(), owners: map[string]*ownerSession{}, members: true,
 			handovers: newOrdered(cmpHandoverEnd), resends: newOrdered(cmpOwnerTimer), silences: newOrdered(cmpOwnerTimer)}
-		if base == 0 || !cfg.Break.NoTakeoverReservation {
+		if base == 0 || !broken.NoTakeoverReservation {
 			n.res.set(keyspace.Full, now.Add(cfg.Timing.ManagerLease))
 		}
 		for _, id := range sortedOwnerIDs(s.owners) {
@@ -401,7 +368,7 @@ func errUnknownNamespace(name string) error {
 }
 
 func (c *Core) noRaceFilter() bool {
-	return c.cfg.Break.NoRaceFilter
+	return c.broken.NoRaceFilter
 }
 
 // StepLease handles a LeaseRequest received at now. An error means the
@@ -768,7 +735,7 @@ func (c *Core) release(now time.Time, n *namespace, o *ownerSession, held []prot
 				}
 			}
 			for _, q := range rest.Ranges() {
-				if c.cfg.Break.MigrateUnhanded && c.migrateUnhanded(now, n, o, q, s.Entry.LGN) {
+				if c.broken.MigrateUnhanded && c.migrateUnhanded(now, n, o, q, s.Entry.LGN) {
 					continue
 				}
 				c.set(now, n, q, leasetable.Entry{})
@@ -1138,7 +1105,7 @@ func (c *Core) renewsHeld(o *ownerSession, leases []protocol.Lease) bool {
 	if len(leases) == 0 || slices.ContainsFunc(leases, func(l protocol.Lease) bool { return l.Grant }) {
 		return false
 	}
-	if c.cfg.Break.RenewHeldSubset {
+	if c.broken.RenewHeldSubset {
 		return renewsHeldSubset(leases, o.peerHeld)
 	}
 	return protocol.SameHeld(leases, o.peerHeld)
@@ -1183,7 +1150,7 @@ func (c *Core) handover(now time.Time, n *namespace, o *ownerSession, p keyspace
 // nextLGN issues a fresh lease generation number: every grant gets one, so
 // every loss shows as an LGN change (C§2.3, P§4.1).
 func (c *Core) nextLGN(n *namespace) keyspace.LGN {
-	if c.cfg.Break.ReuseLGN {
+	if c.broken.ReuseLGN {
 		return reusedLGN(n)
 	}
 	return n.s.lgn + 1 // recorded by the Set that grants it

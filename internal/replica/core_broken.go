@@ -9,9 +9,10 @@ import (
 )
 
 // The broken rules. The simulation proves its checkers can fail by running
-// the Manager with a rule broken on purpose (CoreConfig.Break, a
-// faults.Set): each switch is read where its rule is kept, and the bodies
-// that break a rule live here, so the safety code reads as the rule.
+// the Manager with a rule broken on purpose (ReplicaConfig.Break, a
+// faults.Set, which the Replica hands its Core): each switch is read where
+// its rule is kept, and the bodies that break a rule live here, so the
+// safety code reads as the rule.
 // NoRaceFilter, NoTakeoverReservation and AnswerBeforeCommit (Replica)
 // need no body of their own: breaking them skips a step.
 

@@ -10,6 +10,7 @@ import (
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 
+	"github.com/leasehold/leasehold/internal/faults"
 	"github.com/leasehold/leasehold/protocol"
 )
 
@@ -35,7 +36,11 @@ type Peer struct {
 
 // ReplicaConfig configures a Replica.
 type ReplicaConfig struct {
-	ID   uint64
+	ID uint64
+	// Core is the replica's settings: its Core's, its Feed's and its Raft
+	// node's (manager.ServerConfig embeds the same struct). NewReplica
+	// fills in their defaults but does not validate them, so that the
+	// simulation can run timings that break the protocol's rules.
 	Core CoreConfig
 	// Storage holds the Raft log the replica restarts from; the driver
 	// loads it from the data directory (or starts it empty).
@@ -45,21 +50,11 @@ type ReplicaConfig struct {
 	// empty Bootstrap with empty Storage waits to be added to an existing
 	// group by its leader.
 	Bootstrap []Peer
-	// Tick is Raft's tick: heartbeats go out every tick, and a follower
-	// that hears no leader for ElectionTicks (randomised up to twice that)
-	// starts an election. Defaults: 100 ms and 10.
-	Tick          time.Duration
-	ElectionTicks int
-	// SnapshotEntries is how many applied entries trigger a snapshot and
-	// log compaction. Default 10,000.
-	SnapshotEntries uint64
-	// PushEvery is the least time between two rounds of pushes to the
-	// Lookups of a namespace (Feed): a change applied sooner after the
-	// last round waits for the next, which carries everything applied
-	// meanwhile. 0 means DefaultPushEvery (100 ms); a negative value
-	// pushes every applied change at once.
-	PushEvery time.Duration
 	Logger    raft.Logger
+	// Break selects protocol rules to break on purpose, for the
+	// simulation's broken twins (core_broken.go); the zero value breaks
+	// none.
+	Break faults.Set
 }
 
 // Replica is one member of the replicated Manager (C§2.1.1, DESIGN.md rule
@@ -141,20 +136,12 @@ func NewReplica(cfg ReplicaConfig, now time.Time) (*Replica, error) {
 	if cfg.ID == 0 {
 		return nil, errors.New("manager: replica ID 0")
 	}
-	if cfg.Tick <= 0 {
-		cfg.Tick = 100 * time.Millisecond
-	}
-	if cfg.ElectionTicks <= 0 {
-		cfg.ElectionTicks = 10
-	}
-	if cfg.SnapshotEntries == 0 {
-		cfg.SnapshotEntries = 10000
-	}
+	cfg.Core.SetDefaults()
 	if cfg.Storage == nil {
 		cfg.Storage = raft.NewMemoryStorage()
 	}
 	r := &Replica{cfg: cfg, ms: cfg.Storage, st: NewState(cfg.Core.Timing.LogRetention),
-		pending: map[uint64]*heldRound{}, nextTick: now.Add(cfg.Tick),
+		pending: map[uint64]*heldRound{}, nextTick: now.Add(cfg.Core.RaftTick),
 		started: now, reads: map[string]time.Time{}}
 	snap, err := r.ms.Snapshot()
 	if err != nil {
@@ -167,10 +154,10 @@ func NewReplica(cfg ReplicaConfig, now time.Time) (*Replica, error) {
 		r.applied, r.snapshot, r.conf = snap.Metadata.Index, snap.Metadata.Index, snap.Metadata.ConfState
 	}
 	r.feed = NewFeed(r.st, cfg.Core.Timing)
-	r.feed.SetPushEvery(cfg.PushEvery)
+	r.feed.SetPushEvery(cfg.Core.PushEvery)
 	rc := &raft.Config{
 		ID:              cfg.ID,
-		ElectionTick:    cfg.ElectionTicks,
+		ElectionTick:    cfg.Core.ElectionTicks,
 		HeartbeatTick:   1,
 		Storage:         r.ms,
 		Applied:         r.applied,
@@ -288,7 +275,7 @@ func (r *Replica) askRead(now time.Time) {
 }
 
 func (r *Replica) electionTimeout() time.Duration {
-	return time.Duration(r.cfg.ElectionTicks) * r.cfg.Tick
+	return time.Duration(r.cfg.Core.ElectionTicks) * r.cfg.Core.RaftTick
 }
 
 // StaleBound is how far behind the newest committed table a serving
@@ -342,12 +329,12 @@ func (r *Replica) NextDeadline() time.Time {
 // Lookup messages of a push round it runs go out with the next Ready.
 func (r *Replica) Tick(now time.Time) {
 	for ticks := 0; !now.Before(r.nextTick); ticks++ {
-		if ticks < 4*r.cfg.ElectionTicks { // a long pause is not a storm of ticks
+		if ticks < 4*r.cfg.Core.ElectionTicks { // a long pause is not a storm of ticks
 			r.rn.Tick()
 		}
-		r.nextTick = r.nextTick.Add(r.cfg.Tick)
-		if !now.Before(r.nextTick) && ticks >= 4*r.cfg.ElectionTicks {
-			r.nextTick = now.Add(r.cfg.Tick)
+		r.nextTick = r.nextTick.Add(r.cfg.Core.RaftTick)
+		if !now.Before(r.nextTick) && ticks >= 4*r.cfg.Core.ElectionTicks {
+			r.nextTick = now.Add(r.cfg.Core.RaftTick)
 		}
 	}
 	r.feed.PushDue(now)
@@ -375,7 +362,7 @@ func (r *Replica) flush(now time.Time) {
 	if len(rd.Changes) == 0 && len(rd.Owners) == 0 {
 		return
 	}
-	if len(rd.Changes) == 0 && !r.cfg.Core.Break.AnswerBeforeCommit {
+	if len(rd.Changes) == 0 && !r.cfg.Break.AnswerBeforeCommit {
 		r.confirm(rd.Owners)
 		return
 	}
@@ -389,7 +376,7 @@ func (r *Replica) flush(now time.Time) {
 		return
 	}
 	r.stats.Proposals++
-	if r.cfg.Core.Break.AnswerBeforeCommit {
+	if r.cfg.Break.AnswerBeforeCommit {
 		r.owners = append(r.owners, rd.Owners...)
 		return
 	}
@@ -507,13 +494,13 @@ func (r *Replica) Advance(now time.Time, rd Ready) error {
 		// The second failover rule: take over only with every committed
 		// entry applied, and reserve everything (Resume).
 		r.resumes++
-		r.core = Resume(r.cfg.Core, r.st, r.coreTerm<<32|r.resumes<<24, now)
+		r.core = resume(r.cfg.Core, r.cfg.Break, r.st, r.coreTerm<<32|r.resumes<<24, now)
 		r.stats.Takeovers++
 		r.flush(now)
 	}
 	r.release()
 	r.feed.Changed(now)
-	if r.applied-r.snapshot >= r.cfg.SnapshotEntries {
+	if r.applied-r.snapshot >= r.cfg.Core.SnapshotEntries {
 		snap, err := r.ms.CreateSnapshot(r.applied, &r.conf, r.st.Encode())
 		if err != nil {
 			return err

@@ -45,8 +45,8 @@ func newGroup(t *testing.T, n int, fs faults.Set) *group {
 		boot = append(boot, Peer{ID: uint64(i), Addr: fmt.Sprintf("m%d:7400", i)})
 	}
 	for _, p := range boot {
-		r, err := NewReplica(ReplicaConfig{ID: p.ID, Bootstrap: boot, Tick: 25 * ms,
-			Core: CoreConfig{Timing: groupTiming, Policy: assign.Fixed{Pieces: 4}, Epoch: epoch, Seed: p.ID, Break: fs}}, g.now)
+		r, err := NewReplica(ReplicaConfig{ID: p.ID, Bootstrap: boot, Break: fs,
+			Core: CoreConfig{Timing: groupTiming, Policy: assign.Fixed{Pieces: 4}, Epoch: epoch, Seed: p.ID, RaftTick: 25 * ms}}, g.now)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -227,7 +227,7 @@ func TestReplicaFailoverKeepsLeases(t *testing.T) {
 		}
 		held = after
 		g.down[l.ID()] = false // back as a follower, from its storage
-		r, err := NewReplica(ReplicaConfig{ID: l.ID(), Storage: l.ms, Core: l.cfg.Core, Tick: l.cfg.Tick}, g.now)
+		r, err := NewReplica(ReplicaConfig{ID: l.ID(), Storage: l.ms, Core: l.cfg.Core}, g.now)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -405,7 +405,7 @@ func TestReplicaFollowerServesLookups(t *testing.T) {
 // compaction rebuilds the same state.
 func TestReplicaSnapshotRestart(t *testing.T) {
 	g := newGroup(t, 1, faults.Set{})
-	g.reps[1].cfg.SnapshotEntries = 3 // compact often
+	g.reps[1].cfg.Core.SnapshotEntries = 3 // compact often
 	l := g.runUntilLeader()
 	g.addOwner("a")
 	g.run(groupTiming.ManagerLease + 3*groupTiming.Renew)
@@ -413,7 +413,7 @@ func TestReplicaSnapshotRestart(t *testing.T) {
 		t.Fatal("no snapshot was taken")
 	}
 	want := l.State().Encode()
-	r, err := NewReplica(ReplicaConfig{ID: 1, Storage: l.ms, Core: l.cfg.Core, Tick: l.cfg.Tick}, g.now)
+	r, err := NewReplica(ReplicaConfig{ID: 1, Storage: l.ms, Core: l.cfg.Core}, g.now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -432,8 +432,8 @@ func TestReplicaCoalescesPushes(t *testing.T) {
 	const every = 100 * ms
 	// A Raft tick of a second: only the Feed's deadline brings the
 	// trailing rounds on time.
-	r, err := NewReplica(ReplicaConfig{ID: 1, Bootstrap: []Peer{{ID: 1, Addr: "m1:7400"}}, Tick: time.Second, PushEvery: every,
-		Core: CoreConfig{Timing: groupTiming, Policy: assign.Fixed{Pieces: 64}, Epoch: epoch, Seed: 1}}, base)
+	r, err := NewReplica(ReplicaConfig{ID: 1, Bootstrap: []Peer{{ID: 1, Addr: "m1:7400"}},
+		Core: CoreConfig{Timing: groupTiming, Policy: assign.Fixed{Pieces: 64}, Epoch: epoch, Seed: 1, RaftTick: time.Second, PushEvery: every}}, base)
 	if err != nil {
 		t.Fatal(err)
 	}

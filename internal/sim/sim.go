@@ -325,10 +325,10 @@ func raftTick(t protocol.Timing) time.Duration {
 	return min(t.Renew/10, 100*time.Millisecond)
 }
 
-// electionTicks is ReplicaConfig.ElectionTicks.
+// electionTicks is CoreConfig.ElectionTicks, the production default.
 const electionTicks = 10
 
-// snapshotEntries is ReplicaConfig.SnapshotEntries unless
+// snapshotEntries is CoreConfig.SnapshotEntries unless
 // Config.SnapshotEntries says otherwise.
 const snapshotEntries = 10
 
@@ -871,10 +871,11 @@ func (s *Sim) start(n *node) {
 		n.rep, err = replica.NewReplica(replica.ReplicaConfig{
 			ID: uint64(n.idx + 1),
 			Core: replica.CoreConfig{
-				Timing: s.cfg.Timing, Policy: s.cfg.Policy, Epoch: s.epoch, Seed: seed, Break: s.broken(),
+				Timing: s.cfg.Timing, Policy: s.cfg.Policy, Epoch: s.epoch, Seed: seed,
 				Rebalance: s.cfg.Rebalance, RebalanceEvery: s.cfg.RebalanceEvery, DrainGate: s.cfg.DrainGate,
+				RaftTick: s.tick, ElectionTicks: electionTicks, SnapshotEntries: cmp.Or(s.cfg.SnapshotEntries, snapshotEntries),
 			},
-			Storage: n.store, Bootstrap: s.peers, Tick: s.tick, ElectionTicks: electionTicks, SnapshotEntries: cmp.Or(s.cfg.SnapshotEntries, snapshotEntries),
+			Storage: n.store, Bootstrap: s.peers, Break: s.broken(),
 		}, now)
 		if err != nil {
 			panic(fmt.Sprintf("%s: %v", n.name, err))
