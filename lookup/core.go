@@ -13,7 +13,6 @@ import (
 type CoreConfig struct {
 	Namespace string
 	Timing    protocol.Timing
-	Faults    *faults.Set
 }
 
 // Loss is a loss notification: the soft state of every key in Ranges may be
@@ -32,6 +31,9 @@ type Loss struct {
 type Core struct {
 	cfg  CoreConfig
 	view *leasetable.View
+	// broken holds the rules the simulation breaks on purpose
+	// (core_broken.go); the zero value, always outside it, breaks none.
+	broken faults.Set
 
 	epoch   uint64               // the epoch of the copy (0: none yet)
 	nextID  uint64               // last SyncRequest ID used
@@ -177,7 +179,7 @@ func (c *Core) Step(now time.Time, m *protocol.SyncResponse) {
 			c.repair(now)
 			return
 		}
-		if u.Snapshot && c.cfg.Faults.Has(func(f *faults.Set) bool { return f.IgnoreSnapshotDiff }) {
+		if u.Snapshot && c.broken.IgnoreSnapshotDiff {
 			lost = nil
 		}
 		c.report(lost, false)

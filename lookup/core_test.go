@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/replica"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/leasetable"
-	"github.com/leasehold/leasehold/manager"
 	"github.com/leasehold/leasehold/protocol"
 )
 
@@ -571,12 +571,12 @@ func TestAdoptManagerTimings(t *testing.T) {
 }
 
 // TestEpochZeroManagerIsHeard: a Lookup reads Epoch 0 as "no copy yet" and
-// drops responses carrying it, so manager.NewCore takes a zero Epoch as 1.
+// drops responses carrying it, so replica.NewCore takes a zero Epoch as 1.
 // Otherwise a Manager built with the zero-value config would never be heard
 // by any Lookup.
 func TestEpochZeroManagerIsHeard(t *testing.T) {
-	m := manager.NewCore(manager.CoreConfig{Timing: tm}, base)
-	f := manager.NewFeed(m.State(), tm)
+	m := replica.NewCore(replica.CoreConfig{Timing: tm}, base)
+	f := replica.NewFeed(m.State(), tm)
 	c := newCore()
 	req := oneReq(t, tick(c, base).reqs)
 	if err := f.StepSync(base, 1, req); err != nil {

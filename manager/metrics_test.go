@@ -16,6 +16,7 @@ import (
 
 	"github.com/leasehold/leasehold/lookup"
 	"github.com/leasehold/leasehold/manager"
+	"github.com/leasehold/leasehold/manager/config"
 	"github.com/leasehold/leasehold/owner"
 	"github.com/leasehold/leasehold/protocol"
 )
@@ -32,7 +33,7 @@ var metricNames = []string{
 // TestCollectorBeforeRun: before the loop's first step the collector has
 // the epoch and zero counters, and no namespaces; it lints clean.
 func TestCollectorBeforeRun(t *testing.T) {
-	srv, err := manager.NewServer(manager.ServerConfig{Timing: protocol.Fast(), Epoch: 42})
+	srv, err := manager.NewServer(manager.ServerConfig{Replica: config.Replica{Timing: protocol.Fast(), Epoch: 42}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +71,7 @@ leasehold_grants_total 0
 func TestCollectorFollowsServer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		tm := protocol.Fast()
-		srv, err := manager.NewServer(manager.ServerConfig{Timing: tm, Epoch: 7, Namespaces: []string{"extra"}})
+		srv, err := manager.NewServer(manager.ServerConfig{Replica: config.Replica{Timing: tm, Epoch: 7, Namespaces: []string{"extra"}}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -20,34 +20,38 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/leasehold/leasehold/assign"
 	"github.com/leasehold/leasehold/internal/peers"
 	"github.com/leasehold/leasehold/internal/raftstore"
+	"github.com/leasehold/leasehold/internal/replica"
 	"github.com/leasehold/leasehold/internal/runtime"
 	"github.com/leasehold/leasehold/internal/wire"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/leasetable"
+	"github.com/leasehold/leasehold/manager/config"
 	pb "github.com/leasehold/leasehold/proto/leasehold/v1"
 	"github.com/leasehold/leasehold/protocol"
-	"github.com/leasehold/leasehold/rebalance"
 )
+
+// DefaultNamespace is the namespace every Manager serves.
+const DefaultNamespace = "default"
+
+// Peer names one Manager replica: its Raft ID and the address where it
+// serves Owners, Lookups, other replicas and operators.
+type Peer struct {
+	ID   uint64
+	Addr string
+}
 
 // ServerConfig configures a Server. The zero value is a one-replica
 // Manager that keeps its state in memory, serving the default namespace
 // with production timings.
 type ServerConfig struct {
-	// Timing is the protocol's timers; the zero value means
-	// protocol.Production(). Owners and Lookups adopt the Manager's timings.
-	Timing protocol.Timing
-	// Namespaces served besides DefaultNamespace.
-	Namespaces []string
-	// Policy computes assignments; nil means consistent hashing with 64
-	// virtual nodes per owner.
-	Policy assign.Policy
-	// Epoch names a new group's state; 0 means the start time in Unix
-	// nanoseconds, which grows across restarts as the protocol requires. A
-	// group that restarts from its data directory keeps its epoch.
-	Epoch uint64
+	// Replica is the lease logic, the Lookup feed and the Raft pacing,
+	// handed to the replica as they are. Its Epoch, when 0, is the start
+	// time in Unix nanoseconds, which grows across restarts as the
+	// protocol requires; a group that restarts from its data directory
+	// keeps its epoch.
+	config.Replica
 	// ID is this replica's Raft ID, 1 if zero.
 	ID uint64
 	// Advertise is the address other replicas and clients reach this one
@@ -64,29 +68,10 @@ type ServerConfig struct {
 	// DataDir keeps the Raft log and snapshots; empty keeps them in memory,
 	// so a restart starts a new epoch and every Owner loses its leases.
 	DataDir string
-	// RaftTick and ElectionTicks pace Raft: a heartbeat every tick, an
-	// election after ElectionTicks (randomised up to twice that) without a
-	// leader. Defaults: the smaller of 100 ms and Timing.Renew/20, and 10.
-	RaftTick      time.Duration
-	ElectionTicks int
-	// SnapshotEntries is how many applied entries trigger a snapshot and
-	// log compaction; 0 means 10,000.
-	SnapshotEntries uint64
-	// PeerDialOptions are used to dial the other replicas; nil means
-	// plaintext TCP.
+	// PeerDialOptions are used to dial the other replicas (credentials, for
+	// one); nil means plaintext TCP. The server's own listener options are
+	// the embedder's: see Server.GRPCOptions and Register.
 	PeerDialOptions []grpc.DialOption
-	// Handover is how long an Owner gets to hand a moving range's state
-	// over before the range is recalled without it; 0 means one owner
-	// lease, negative turns planned moves off (CoreConfig.Handover).
-	Handover time.Duration
-	// DrainGate caps how many Owners per namespace may drain at once; 0
-	// means 1.
-	DrainGate int
-	// Rebalance, if set, makes the desired assignment load-aware
-	// (rebalance.Weighted, or rebalance.Centrifuge as a baseline), planned
-	// every RebalanceEvery (default 5 s); Policy is then not used.
-	Rebalance      rebalance.Policy
-	RebalanceEvery time.Duration
 	// Logger receives the server's logs; nil discards them.
 	Logger *slog.Logger
 	// MaxRequestRate caps the requests per second one stream may send, with
@@ -98,11 +83,11 @@ type ServerConfig struct {
 	MaxMessageBytes int
 }
 
-func (c *ServerConfig) setDefaults() error {
-	if c.Timing == (protocol.Timing{}) {
-		c.Timing = protocol.Production()
-	}
-	if err := c.Timing.Validate(); err != nil {
+// Validate fills in c's defaults and checks it, the replica's settings
+// included (config.Replica.Validate). Its error is a *config.FieldError
+// that names the field at fault. NewServer calls it.
+func (c *ServerConfig) Validate() error {
+	if err := c.Replica.Validate(); err != nil {
 		return err
 	}
 	if c.Epoch == 0 {
@@ -110,11 +95,6 @@ func (c *ServerConfig) setDefaults() error {
 	}
 	if c.ID == 0 {
 		c.ID = 1
-	}
-	if c.RaftTick == 0 {
-		// Heartbeats well within a renewal: 25 ms with fast timings, so a
-		// failover takes a fraction of a 2 s lease.
-		c.RaftTick = min(100*time.Millisecond, c.Timing.Renew/20)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -125,21 +105,16 @@ func (c *ServerConfig) setDefaults() error {
 	if c.MaxMessageBytes == 0 {
 		c.MaxMessageBytes = 4 << 20
 	}
-	for _, ns := range c.Namespaces {
-		if ns == "" || len(ns) > wire.MaxStringLen {
-			return fmt.Errorf("manager: invalid namespace name %q", ns)
-		}
-	}
 	if len(c.Peers) > 0 {
 		seen := map[uint64]bool{}
 		for _, p := range c.Peers {
 			if p.ID == 0 || p.Addr == "" || seen[p.ID] {
-				return fmt.Errorf("manager: invalid peer list: each peer needs a distinct non-zero ID and an address (got %d=%q)", p.ID, p.Addr)
+				return &config.FieldError{Field: "Peers", Err: fmt.Errorf("each peer needs a distinct non-zero ID and an address (got %d=%q)", p.ID, p.Addr)}
 			}
 			seen[p.ID] = true
 		}
 		if !seen[c.ID] && !c.Join {
-			return fmt.Errorf("manager: the peer list does not include this replica's ID %d", c.ID)
+			return &config.FieldError{Field: "Peers", Err: fmt.Errorf("the list does not include this replica's ID %d", c.ID)}
 		}
 	}
 	return nil
@@ -150,10 +125,6 @@ func (c *ServerConfig) setDefaults() error {
 // the other replicas, and serves the Leases, Lookups, Admin and Raft gRPC
 // services around it.
 type Server struct {
-	pb.UnimplementedLeasesServer
-	pb.UnimplementedLookupsServer
-	pb.UnimplementedAdminServer
-
 	cfg        ServerConfig
 	namespaces map[string]bool
 	events     chan event
@@ -171,12 +142,12 @@ type Server struct {
 // Call Serve, or Register and Run, to start it; Run closes the data
 // directory when it ends.
 func NewServer(cfg ServerConfig) (*Server, error) {
-	if err := cfg.setDefaults(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	s := &Server{
 		cfg:        cfg,
-		namespaces: map[string]bool{DefaultNamespace: true},
+		namespaces: map[string]bool{replica.DefaultNamespace: true},
 		events:     make(chan event, 1024),
 		raftIn:     make(chan raftpb.Message, 4096),
 		ready:      make(chan struct{}),
@@ -212,11 +183,28 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 
 // Register adds the server's services to g.
 func (s *Server) Register(g *grpc.Server) {
-	pb.RegisterLeasesServer(g, s)
-	pb.RegisterLookupsServer(g, s)
-	pb.RegisterAdminServer(g, s)
+	pb.RegisterLeasesServer(g, leasesService{Server: s})
+	pb.RegisterLookupsServer(g, lookupsService{Server: s})
+	pb.RegisterAdminServer(g, adminService{Server: s})
 	s.transport.Register(g)
 }
+
+// The gRPC services' handlers live on unexported types, so that they are
+// no part of Server's API: an embedder registers them with Register.
+type (
+	leasesService struct {
+		pb.UnimplementedLeasesServer
+		*Server
+	}
+	lookupsService struct {
+		pb.UnimplementedLookupsServer
+		*Server
+	}
+	adminService struct {
+		pb.UnimplementedAdminServer
+		*Server
+	}
+)
 
 // raftMessageBytes caps a message between replicas: snapshots of large
 // tables travel as one message.
@@ -308,6 +296,45 @@ type NamespaceSnapshot struct {
 	Owners       []OwnerInfo
 }
 
+// Stats counts the leader's lease work since it took over (zero on a
+// follower), and the Lookup syncs this replica served.
+type Stats struct {
+	LeaseRequests uint64 // accepted or not
+	SyncRequests  uint64
+	Grants        uint64 // ranges granted with a fresh LGN
+	Recalls       uint64 // ranges omitted from a holder's message to move them
+	Releases      uint64 // ranges freed by acknowledgement (recall or refusal)
+	Expiries      uint64 // ranges freed because their reservation ran out
+	OwnerRestarts uint64 // new incarnations seen
+	Migrations    uint64 // ranges granted with the previous holder's state (planned moves)
+	Plans         uint64 // rebalancing rounds planned
+	PlannedMoves  uint64 // ranges the rounds moved
+	PlanErrors    uint64 // rounds the policy refused
+	RacesDropped  uint64 // requests dropped by the race filter (C§2.3.2)
+	StaleDropped  uint64 // duplicates and messages of dead incarnations
+}
+
+// ReplicaStats counts the replica's Raft activity.
+type ReplicaStats struct {
+	Proposals, Applied, Takeovers, Snapshots uint64
+	Confirmations                            uint64 // rounds answered on a ReadIndex proof, with no entry
+	Dropped                                  uint64 // Owner messages never sent: their round was not proven in time
+}
+
+// OwnerInfo describes one Owner. A follower knows only what is replicated:
+// ID, address, incarnation, membership and what the Owner holds.
+type OwnerInfo struct {
+	ID, Addr    string
+	Incarnation uint64
+	Member      bool
+	Ranges      int     // lease-table segments held
+	Share       float64 // fraction of the key space held
+	Load        float64 // requests per second over the last report
+	Capacity    float64 // 0 means 1
+	Draining    bool
+	HotKeys     []protocol.KeyLoad // requests per second, estimated
+}
+
 // Snapshot returns the state published after the loop's last step.
 func (s *Server) Snapshot() *Snapshot { return s.stats.Load() }
 
@@ -360,7 +387,7 @@ type routeKey struct{ ns, owner string }
 // loop is the state owned by Run's goroutine.
 type loop struct {
 	s       *Server
-	r       *Replica
+	r       *replica.Replica
 	routes  map[routeKey]*ownerStream
 	lookups map[uint64]*lookupStream
 	dropped uint64
@@ -392,9 +419,12 @@ func (s *Server) Run(ctx context.Context) error {
 			return err
 		}
 	}
-	boot := s.cfg.Peers
+	var boot []replica.Peer
+	for _, p := range s.cfg.Peers {
+		boot = append(boot, replica.Peer(p))
+	}
 	if len(boot) == 0 && !s.cfg.Join {
-		boot = []Peer{{ID: s.cfg.ID, Addr: s.cfg.Advertise}}
+		boot = []replica.Peer{{ID: s.cfg.ID, Addr: s.cfg.Advertise}}
 	}
 	if s.cfg.Join || !fresh {
 		boot = nil
@@ -404,16 +434,7 @@ func (s *Server) Run(ctx context.Context) error {
 			s.transport.SetPeer(p.ID, p.Addr)
 		}
 	}
-	r, err := NewReplica(ReplicaConfig{
-		ID: s.cfg.ID,
-		Core: CoreConfig{Timing: s.cfg.Timing, Policy: s.cfg.Policy, Epoch: s.cfg.Epoch, Namespaces: s.cfg.Namespaces,
-			Handover: s.cfg.Handover, DrainGate: s.cfg.DrainGate, Rebalance: s.cfg.Rebalance, RebalanceEvery: s.cfg.RebalanceEvery},
-		Storage:         ms,
-		Bootstrap:       boot,
-		Tick:            s.cfg.RaftTick,
-		ElectionTicks:   s.cfg.ElectionTicks,
-		SnapshotEntries: s.cfg.SnapshotEntries,
-	}, time.Now())
+	r, err := replica.NewReplica(replica.ReplicaConfig{ID: s.cfg.ID, Core: s.cfg.Replica, Storage: ms, Bootstrap: boot}, time.Now())
 	if err != nil {
 		return err
 	}
@@ -424,7 +445,7 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 	}
 	s.cfg.Logger.Info("manager started", "id", s.cfg.ID, "data_dir", s.cfg.DataDir, "restored", !fresh,
-		"namespaces", append([]string{DefaultNamespace}, s.cfg.Namespaces...),
+		"namespaces", append([]string{replica.DefaultNamespace}, s.cfg.Namespaces...),
 		"owner_lease", s.cfg.Timing.OwnerLease, "manager_lease", s.cfg.Timing.ManagerLease)
 	if err := l.drive(); err != nil {
 		return err
@@ -448,82 +469,88 @@ func (s *Server) Run(ctx context.Context) error {
 			s.cfg.Logger.Info("manager stopped")
 			return nil
 		case ev := <-s.events:
-			l.handle(ev)
 			// Take what else is queued, so one entry carries the round.
-			for n := 0; n < 256; n++ {
-				select {
-				case ev := <-s.events:
-					l.handle(ev)
-					continue
-				default:
-				}
-				break
-			}
-			l.r.Flush(time.Now())
-			l.send(Applied{Lookups: l.r.Replies()})
+			drain(s.events, ev, l.handle)
 			l.changed()
 		case m := <-s.raftIn:
 			now := time.Now()
-			_ = l.r.StepRaft(now, m) // stale or foreign messages are Raft's to ignore
-			for n := 0; n < 256; n++ {
-				select {
-				case m := <-s.raftIn:
-					_ = l.r.StepRaft(now, m)
-					continue
-				default:
-				}
-				break
-			}
+			drain(s.raftIn, m, func(m raftpb.Message) {
+				_ = l.r.StepRaft(now, m) // stale or foreign messages are Raft's to ignore
+			})
 			l.changed()
 		case <-timer.C:
 			if !time.Now().Before(l.r.NextDeadline()) {
-				l.r.Tick(time.Now())
-				l.send(Applied{Lookups: l.r.Replies()}) // a coalesced push round
+				l.r.Tick(time.Now()) // the next drive sends a coalesced push round
 				l.changed()
 			}
 		}
 	}
 }
 
-// drive persists and sends what the replica has ready, until it has
-// nothing: Raft's order is persist, then send, then apply.
+// drain hands first and then up to 256 more values already queued on ch to
+// fn, so that a burst is one round: one Raft entry, one fsync.
+func drain[T any](ch <-chan T, first T, fn func(T)) {
+	fn(first)
+	for range 256 {
+		select {
+		case v := <-ch:
+			fn(v)
+		default:
+			return
+		}
+	}
+}
+
+// drive runs the replica's Ready/Advance cycle (replica.Drive) with the
+// loop as its driver, then publishes the snapshot if it is due.
 func (l *loop) drive() error {
-	for l.r.HasReady() {
-		rd := l.r.Ready()
-		if l.s.store != nil {
-			if err := l.s.store.Save(rd.HardState, rd.Entries, rd.Snapshot); err != nil {
-				return fmt.Errorf("manager: saving the Raft log: %w", err)
-			}
-		}
-		l.s.transport.Send(rd.Messages)
-		applied, err := l.r.Advance(time.Now(), rd)
-		if err != nil {
-			return err
-		}
-		if l.s.store != nil && !raft.IsEmptySnap(applied.Compacted) {
-			if err := l.s.store.Compact(applied.Compacted); err != nil {
-				return fmt.Errorf("manager: compacting the Raft log: %w", err)
-			}
-		}
-		for _, p := range applied.Peers {
-			switch {
-			case p.ID == l.s.cfg.ID:
-			case p.Addr == "":
-				l.s.transport.RemovePeer(p.ID)
-			default:
-				l.s.transport.SetPeer(p.ID, p.Addr)
-			}
-		}
-		l.send(applied)
-		if id, addr := l.r.Leader(); id != l.leader {
-			l.leader = id
-			l.s.cfg.Logger.Info("leader changed", "leader", id, "addr", addr, "self", id == l.s.cfg.ID)
-		}
+	if err := replica.Drive(l.r, l); err != nil {
+		return err
+	}
+	if id, addr := l.r.Leader(); id != l.leader {
+		l.leader = id
+		l.s.cfg.Logger.Info("leader changed", "leader", id, "addr", addr, "self", id == l.s.cfg.ID)
 	}
 	if l.stale && !time.Now().Before(l.publishAt) {
 		l.publish()
 	}
 	return nil
+}
+
+// Now reads the wall clock (replica.Driver).
+func (l *loop) Now() time.Time { return time.Now() }
+
+// Persist writes rd to the data directory, if there is one
+// (replica.Driver).
+func (l *loop) Persist(rd *replica.Ready) error {
+	if l.s.store == nil {
+		return nil
+	}
+	if !raft.IsEmptySnap(rd.Compacted) {
+		if err := l.s.store.Compact(rd.Compacted); err != nil {
+			return fmt.Errorf("manager: compacting the Raft log: %w", err)
+		}
+	}
+	if err := l.s.store.Save(rd.HardState, rd.Entries, rd.Snapshot); err != nil {
+		return fmt.Errorf("manager: saving the Raft log: %w", err)
+	}
+	return nil
+}
+
+// Send updates the transport's replicas, sends the Raft messages, and
+// hands the answers to their streams (replica.Driver).
+func (l *loop) Send(rd *replica.Ready) {
+	for _, p := range rd.Peers {
+		switch {
+		case p.ID == l.s.cfg.ID:
+		case p.Addr == "":
+			l.s.transport.RemovePeer(p.ID)
+		default:
+			l.s.transport.SetPeer(p.ID, p.Addr)
+		}
+	}
+	l.s.transport.Send(rd.Messages)
+	l.send(rd.Owners, rd.Lookups)
 }
 
 func (l *loop) handle(ev event) {
@@ -543,7 +570,7 @@ func (l *loop) handle(ev event) {
 		var err error
 		if ev.req.Namespace != ev.st.ns {
 			err = fmt.Errorf("%w: a lookup stream serves one namespace (%q), got a request for %q",
-				ErrBadMessage, ev.st.ns, ev.req.Namespace)
+				replica.ErrBadMessage, ev.st.ns, ev.req.Namespace)
 		} else if err = l.r.StepSync(now, ev.st.id, ev.req); err == nil {
 			l.lookups[ev.st.id] = ev.st
 		}
@@ -563,32 +590,23 @@ func (l *loop) handle(ev event) {
 	case confEvent:
 		ev.errc <- l.r.ProposeConfChange(ev.cc)
 	case drainEvent:
-		core := l.r.Core()
-		if core == nil {
-			ev.errc <- l.r.notLeader()
-			break
-		}
-		err := core.Drain(now, ev.ns, ev.owner)
-		l.r.Flush(now)
-		ev.errc <- err
+		ev.errc <- l.r.Drain(now, ev.ns, ev.owner)
 	case unreachableEvent:
-		l.r.rn.ReportUnreachable(uint64(ev))
+		l.r.ReportUnreachable(uint64(ev))
 	case snapshotEvent:
 		st := raft.SnapshotFinish
 		if !ev.ok {
 			st = raft.SnapshotFailure
 		}
-		l.r.rn.ReportSnapshot(ev.id, st)
-	case func(*Replica):
-		ev(l.r)
+		l.r.ReportSnapshot(ev.id, st)
 	}
 }
 
 // send hands the replica's messages to their streams without ever
 // blocking: a stream whose queue is full loses the message, which the
 // protocol tolerates like any other lost message.
-func (l *loop) send(a Applied) {
-	for _, m := range a.Owners {
+func (l *loop) send(owners []replica.OwnerMessage, lookups []replica.LookupMessage) {
+	for _, m := range owners {
 		st := l.routes[routeKey{m.Msg.Namespace, m.To}]
 		if st == nil {
 			continue
@@ -600,10 +618,10 @@ func (l *loop) send(a Applied) {
 		}
 	}
 	var shared map[updateKey]*pb.Update
-	if len(a.Lookups) > 0 {
+	if len(lookups) > 0 {
 		shared = map[updateKey]*pb.Update{}
 	}
-	for _, m := range a.Lookups {
+	for _, m := range lookups {
 		st := l.lookups[m.To]
 		if st == nil {
 			continue
@@ -676,17 +694,19 @@ func (l *loop) publish() {
 	defer func() { l.publishTook = time.Since(start) }()
 	l.stale = false
 	st := l.r.State()
-	snap := &Snapshot{Epoch: st.Epoch(), Replica: l.r.Stats(), Cluster: l.clusterInfo()}
+	snap := &Snapshot{Epoch: st.Epoch(), Replica: ReplicaStats(l.r.Stats()), Cluster: l.clusterInfo()}
 	core := l.r.Core()
 	if core != nil {
-		snap.Stats = core.Stats()
+		snap.Stats = Stats(core.Stats())
 	}
 	snap.Stats.SyncRequests = l.r.Feed().Syncs()
 	for _, name := range st.Namespaces() {
 		t := st.Table(name)
 		ns := NamespaceSnapshot{Name: name, LSN: t.LSN(), Segments: t.Len(), Lookups: l.r.Feed().Lookups(name)}
 		if core != nil {
-			ns.Owners = core.Owners(name)
+			for _, o := range core.Owners(name) {
+				ns.Owners = append(ns.Owners, OwnerInfo(o))
+			}
 		} else {
 			ns.Owners = ownerInfos(st, name)
 		}
@@ -735,7 +755,7 @@ func roleName(s raft.StateType) string {
 
 // ownerInfos describes a namespace's owners from the replicated records
 // alone (a follower has no sessions).
-func ownerInfos(st *State, ns string) []OwnerInfo {
+func ownerInfos(st *replica.State, ns string) []OwnerInfo {
 	by := map[string]*OwnerInfo{}
 	for id, r := range st.Owners(ns) {
 		by[id] = &OwnerInfo{ID: id, Addr: r.Addr, Incarnation: r.Incarnation, Member: r.Member}
@@ -790,19 +810,19 @@ func (s *Server) call(ctx context.Context, ev event, errc chan error) error {
 }
 
 func grpcError(ctx context.Context, err error) error {
-	var nl *NotLeaderError
+	var nl *replica.NotLeaderError
 	switch {
 	case err == nil:
 		return nil
 	case errors.As(err, &nl):
 		return runtime.NotLeader(ctx, nl.Leader)
-	case errors.Is(err, ErrNoEpoch):
+	case errors.Is(err, replica.ErrNoEpoch):
 		return status.Error(codes.Unavailable, err.Error())
-	case errors.Is(err, ErrGateFull):
+	case errors.Is(err, replica.ErrGateFull):
 		return status.Error(codes.FailedPrecondition, err.Error())
-	case errors.Is(err, ErrUnknownNamespace), errors.Is(err, ErrUnknownOwner):
+	case errors.Is(err, replica.ErrUnknownNamespace), errors.Is(err, replica.ErrUnknownOwner):
 		return status.Error(codes.NotFound, err.Error())
-	case errors.Is(err, ErrBadMessage), errors.Is(err, wire.ErrInvalid):
+	case errors.Is(err, replica.ErrBadMessage), errors.Is(err, wire.ErrInvalid):
 		return status.Error(codes.InvalidArgument, err.Error())
 	}
 	return status.Error(codes.Internal, err.Error())
@@ -830,9 +850,9 @@ func (l *limiter) allow() bool {
 }
 
 // Session serves one Owner's lease stream.
-func (s *Server) Session(stream pb.Leases_SessionServer) error {
+func (s leasesService) Session(stream pb.Leases_SessionServer) error {
 	st := &ownerStream{out: make(chan *pb.LeaseResponse, 64)}
-	return serveStream(s, stream.Context(), st.out, stream.Send, func() (event, chan error, error) {
+	return serveStream(s.Server, stream.Context(), st.out, stream.Send, func() (event, chan error, error) {
 		m, err := stream.Recv()
 		if err != nil {
 			return nil, nil, err
@@ -850,9 +870,9 @@ func (s *Server) Session(stream pb.Leases_SessionServer) error {
 }
 
 // Sync serves one Lookup's sync stream.
-func (s *Server) Sync(stream pb.Lookups_SyncServer) error {
+func (s lookupsService) Sync(stream pb.Lookups_SyncServer) error {
 	st := &lookupStream{id: s.sessions.Add(1), out: make(chan *pb.SyncResponse, 64)}
-	return serveStream(s, stream.Context(), st.out, stream.Send, func() (event, chan error, error) {
+	return serveStream(s.Server, stream.Context(), st.out, stream.Send, func() (event, chan error, error) {
 		m, err := stream.Recv()
 		if err != nil {
 			return nil, nil, err
@@ -918,7 +938,7 @@ func serveStream[T any](s *Server, ctx context.Context, out chan T, send func(T)
 }
 
 // Status answers leasehold status.
-func (s *Server) Status(ctx context.Context, req *pb.StatusRequest) (*pb.StatusResponse, error) {
+func (s adminService) Status(ctx context.Context, req *pb.StatusRequest) (*pb.StatusResponse, error) {
 	snap := s.stats.Load()
 	// Namespaces are replicated: a replica serves those of its state (a
 	// restored one's, say) as well as those it was configured with.
@@ -960,14 +980,14 @@ func clusterPB(ci ClusterInfo) *pb.Cluster {
 // AddPeer adds a replica to the group (leasehold cluster add). It returns
 // once the change is applied here, or fails if this replica is not the
 // leader.
-func (s *Server) AddPeer(ctx context.Context, req *pb.AddPeerRequest) (*pb.ClusterResponse, error) {
+func (s adminService) AddPeer(ctx context.Context, req *pb.AddPeerRequest) (*pb.ClusterResponse, error) {
 	if req.GetId() == 0 || req.GetAddr() == "" {
 		return nil, status.Error(codes.InvalidArgument, "leasehold: a peer needs a non-zero ID and an address")
 	}
 	if _, _, err := net.SplitHostPort(req.GetAddr()); err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "leasehold: peer address %q: %v", req.GetAddr(), err)
 	}
-	cc := raftpb.ConfChange{Type: raftpb.ConfChangeAddNode, NodeID: req.GetId(), Context: PeerContext(req.GetAddr())}
+	cc := raftpb.ConfChange{Type: raftpb.ConfChangeAddNode, NodeID: req.GetId(), Context: replica.PeerContext(req.GetAddr())}
 	return s.changePeers(ctx, cc, func(ci ClusterInfo) bool {
 		for _, p := range ci.Peers {
 			if p.ID == req.GetId() && p.Addr == req.GetAddr() && p.Voter {
@@ -979,7 +999,7 @@ func (s *Server) AddPeer(ctx context.Context, req *pb.AddPeerRequest) (*pb.Clust
 }
 
 // RemovePeer removes a replica from the group (leasehold cluster remove).
-func (s *Server) RemovePeer(ctx context.Context, req *pb.RemovePeerRequest) (*pb.ClusterResponse, error) {
+func (s adminService) RemovePeer(ctx context.Context, req *pb.RemovePeerRequest) (*pb.ClusterResponse, error) {
 	if req.GetId() == 0 {
 		return nil, status.Error(codes.InvalidArgument, "leasehold: peer ID 0")
 	}
@@ -1033,10 +1053,10 @@ func (s *Server) changePeers(ctx context.Context, cc raftpb.ConfChange, done fun
 // Drain starts draining an Owner (leasehold drain): its ranges move to the
 // others with their state. It is refused with FailedPrecondition while the
 // maintenance gate is full, and by a replica that is not the leader.
-func (s *Server) Drain(ctx context.Context, req *pb.DrainRequest) (*pb.DrainResponse, error) {
+func (s adminService) Drain(ctx context.Context, req *pb.DrainRequest) (*pb.DrainResponse, error) {
 	ns := req.GetNamespace()
 	if ns == "" {
-		ns = DefaultNamespace
+		ns = replica.DefaultNamespace
 	}
 	if req.GetOwner() == "" {
 		return nil, status.Error(codes.InvalidArgument, "leasehold: drain needs an owner ID")
@@ -1049,7 +1069,7 @@ func (s *Server) Drain(ctx context.Context, req *pb.DrainRequest) (*pb.DrainResp
 }
 
 // Backup streams a consistent copy of this replica's data directory.
-func (s *Server) Backup(_ *pb.BackupRequest, stream pb.Admin_BackupServer) error {
+func (s adminService) Backup(_ *pb.BackupRequest, stream pb.Admin_BackupServer) error {
 	if s.store == nil {
 		return status.Error(codes.FailedPrecondition, "leasehold: this manager keeps its state in memory (no --data-dir): nothing to back up")
 	}

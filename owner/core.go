@@ -64,7 +64,6 @@ type CoreConfig struct {
 	Incarnation uint64
 	Timing      protocol.Timing
 	Seed        uint64 // seeds the race-backoff jitter
-	Faults      *faults.Set
 	// Handovers says the application hands state over (it takes the
 	// OwnershipChange.Handovers and calls HandoverDone). Without it every
 	// handover is declined at once: the range is given up as if recalled.
@@ -83,6 +82,9 @@ type CoreConfig struct {
 type Core struct {
 	cfg CoreConfig
 	rng *rand.Rand
+	// broken holds the rules the simulation breaks on purpose
+	// (core_broken.go); the zero value, always outside it, breaks none.
+	broken faults.Set
 
 	seq    uint64    // Seq of the last LeaseRequest sent
 	sentAt time.Time // when it was sent: the start of any lease it earns
@@ -445,15 +447,14 @@ func (c *Core) Step(now time.Time, m *protocol.LeaseResponse) {
 	}
 	m = full
 	c.peerEpoch, c.peerSeq = m.Epoch, m.Seq
-	compactAsAccepted := c.cfg.Faults.Has(func(f *faults.Set) bool { return f.CompactAsAccepted })
-	if !compactAsAccepted {
+	if !c.broken.CompactAsAccepted {
 		// Our next request acknowledges m, raced or not: HeldAsAcked then
 		// means m's list.
 		c.peerLeases, c.peerKnown = m.Leases, true
 	}
 	c.adopt(m)
 	c.expire(now)
-	if m.AckSeq != c.seq && !c.cfg.Faults.Has(func(f *faults.Set) bool { return f.NoRaceFilter }) {
+	if m.AckSeq != c.seq && !c.broken.NoRaceFilter {
 		// The Manager sent this before it saw our latest request: it raced
 		// (C§2.3.2). Drop it, and resend after a random backoff so one
 		// side's message gets through before the other's resend.
@@ -463,7 +464,7 @@ func (c *Core) Step(now time.Time, m *protocol.LeaseResponse) {
 		c.adoptRacedGrants(now, m)
 		return
 	}
-	if compactAsAccepted {
+	if c.broken.CompactAsAccepted {
 		c.peerLeases, c.peerKnown = m.Leases, true
 	}
 	if c.leaving {
@@ -474,7 +475,7 @@ func (c *Core) Step(now time.Time, m *protocol.LeaseResponse) {
 	// The lease runs from when the answered request was sent, on our clock:
 	// the Manager's reservation began later, when it answered (C§2.3.1).
 	start := c.sentAt
-	if c.cfg.Faults.Has(func(f *faults.Set) bool { return f.TimerAtReceipt }) {
+	if c.broken.TimerAtReceipt {
 		start = now
 	}
 	expiry := start.Add(c.cfg.Timing.OwnerLease)

@@ -185,8 +185,8 @@ func TestLeaseRunsFromSend(t *testing.T) {
 // TestLeaseRunsFromSendDetectsFault checks that TestLeaseRunsFromSend's
 // assertion can fail: with the timer started at receipt, it would.
 func TestLeaseRunsFromSendDetectsFault(t *testing.T) {
-	c := NewCore(CoreConfig{Namespace: ns, ID: me, Incarnation: inc, Timing: tm,
-		Faults: &faults.Set{TimerAtReceipt: true}})
+	c := NewCore(CoreConfig{Namespace: ns, ID: me, Incarnation: inc, Timing: tm})
+	c.broken = faults.Set{TimerAtReceipt: true}
 	tick(c, base)
 	chs := step(c, at(300*ms), resp(1, 1, grant(rng(0, 100), 5))).chs
 	if got := chs[0].Granted[0].Expiry; got.Equal(at(tm.OwnerLease)) {
@@ -483,8 +483,8 @@ func TestRaceFilter(t *testing.T) {
 // TestRaceFilterDetectsFault checks that TestRaceFilter's assertion can
 // fail: without the filter, a raced recall is obeyed.
 func TestRaceFilterDetectsFault(t *testing.T) {
-	c := NewCore(CoreConfig{Namespace: ns, ID: me, Incarnation: inc, Timing: tm,
-		Faults: &faults.Set{NoRaceFilter: true}})
+	c := NewCore(CoreConfig{Namespace: ns, ID: me, Incarnation: inc, Timing: tm})
+	c.broken = faults.Set{NoRaceFilter: true}
 	tick(c, base)
 	step(c, at(100*ms), resp(1, 1, grant(rng(0, 100), 5)))
 	tick(c, at(500*ms))

@@ -7,6 +7,7 @@ import (
 
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/manager"
+	"github.com/leasehold/leasehold/manager/config"
 	"github.com/leasehold/leasehold/owner"
 	"github.com/leasehold/leasehold/protocol"
 )
@@ -18,7 +19,7 @@ func startManager() (string, func()) {
 	if err != nil {
 		panic(err)
 	}
-	srv, err := manager.NewServer(manager.ServerConfig{Timing: protocol.Fast()})
+	srv, err := manager.NewServer(manager.ServerConfig{Replica: config.Replica{Timing: protocol.Fast()}})
 	if err != nil {
 		panic(err)
 	}

@@ -76,11 +76,23 @@ func Fast() Timing {
 // ErrUnsafeTiming is wrapped by every error Validate returns.
 var ErrUnsafeTiming = errors.New("protocol: unsafe timing")
 
-// Validate rejects timings that would break a guarantee or thrash. Each
-// error names the fields and values involved.
+// A TimingError is a Timing that Validate refuses. Fields names the fields
+// the broken rule involves, the one it constrains first; Why states the
+// rule with their values. It wraps ErrUnsafeTiming.
+type TimingError struct {
+	Fields []string
+	Why    string
+}
+
+func (e *TimingError) Error() string { return ErrUnsafeTiming.Error() + ": " + e.Why }
+
+func (e *TimingError) Unwrap() error { return ErrUnsafeTiming }
+
+// Validate rejects timings that would break a guarantee or thrash, with a
+// *TimingError that names the fields and values involved.
 func (t Timing) Validate() error {
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: %s", ErrUnsafeTiming, fmt.Sprintf(format, args...))
+	bad := func(fields []string, format string, args ...any) error {
+		return &TimingError{Fields: fields, Why: fmt.Sprintf(format, args...)}
 	}
 	for _, f := range []struct {
 		name string
@@ -91,39 +103,39 @@ func (t Timing) Validate() error {
 		{"BackoffMax", t.BackoffMax},
 	} {
 		if f.d <= 0 {
-			return bad("%s (%s) must be positive", f.name, f.d)
+			return bad([]string{f.name}, "%s (%s) must be positive", f.name, f.d)
 		}
 	}
 	if !(t.MaxDrift >= 0 && t.MaxDrift < 1) { // also rejects NaN, which compares false to everything
-		return bad("MaxDrift (%g) must be in [0, 1)", t.MaxDrift)
+		return bad([]string{"MaxDrift"}, "MaxDrift (%g) must be in [0, 1)", t.MaxDrift)
 	}
 	// Single copy (C§2.3.1): the Owner's timer starts before the Manager's,
 	// and OwnerLease on the slowest clock must end before ManagerLease on
 	// the fastest one.
 	if float64(t.ManagerLease) < float64(t.OwnerLease)*(1+t.MaxDrift) {
-		return bad("ManagerLease (%s) must be at least OwnerLease (%s) × (1 + MaxDrift %g) = %s",
+		return bad([]string{"ManagerLease", "OwnerLease", "MaxDrift"}, "ManagerLease (%s) must be at least OwnerLease (%s) × (1 + MaxDrift %g) = %s",
 			t.ManagerLease, t.OwnerLease, t.MaxDrift,
 			time.Duration(float64(t.OwnerLease)*(1+t.MaxDrift)))
 	}
 	// Liveness: at least two renewals per lease, so one lost request does
 	// not cost a lease.
 	if t.Renew*2 > t.OwnerLease {
-		return bad("Renew (%s) must be at most half of OwnerLease (%s)", t.Renew, t.OwnerLease)
+		return bad([]string{"Renew", "OwnerLease"}, "Renew (%s) must be at most half of OwnerLease (%s)", t.Renew, t.OwnerLease)
 	}
 	if t.BackoffMin < 0 || t.BackoffMin > t.BackoffMax {
-		return bad("BackoffMin (%s) must be between 0 and BackoffMax (%s)", t.BackoffMin, t.BackoffMax)
+		return bad([]string{"BackoffMin", "BackoffMax"}, "BackoffMin (%s) must be between 0 and BackoffMax (%s)", t.BackoffMin, t.BackoffMax)
 	}
 	if t.BackoffMax >= t.Renew {
-		return bad("BackoffMax (%s) must be shorter than Renew (%s)", t.BackoffMax, t.Renew)
+		return bad([]string{"BackoffMax", "Renew"}, "BackoffMax (%s) must be shorter than Renew (%s)", t.BackoffMax, t.Renew)
 	}
 	// Recovery notification: one lost poll must not make a Lookup raise
 	// loss on everything.
 	if t.SyncTimeout < 2*t.Sync {
-		return bad("SyncTimeout (%s) must be at least twice Sync (%s)", t.SyncTimeout, t.Sync)
+		return bad([]string{"SyncTimeout", "Sync"}, "SyncTimeout (%s) must be at least twice Sync (%s)", t.SyncTimeout, t.Sync)
 	}
 	// A Lookup that syncs on time must be able to get a delta.
 	if t.LogRetention < t.SyncTimeout {
-		return bad("LogRetention (%s) must be at least SyncTimeout (%s)", t.LogRetention, t.SyncTimeout)
+		return bad([]string{"LogRetention", "SyncTimeout"}, "LogRetention (%s) must be at least SyncTimeout (%s)", t.LogRetention, t.SyncTimeout)
 	}
 	return nil
 }

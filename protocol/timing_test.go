@@ -3,6 +3,7 @@ package protocol
 import (
 	"errors"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -45,8 +46,8 @@ func TestProductionMatchesPapers(t *testing.T) {
 }
 
 // TestValidateRejects changes one field of a valid profile at a time and
-// checks that Validate names the fields of the rule it breaks and wraps
-// ErrUnsafeTiming.
+// checks that Validate names the fields of the rule it breaks, in its text
+// and in TimingError.Fields, and wraps ErrUnsafeTiming.
 func TestValidateRejects(t *testing.T) {
 	tests := []struct {
 		name   string
@@ -116,9 +117,16 @@ func TestValidateRejects(t *testing.T) {
 			if !errors.Is(err, ErrUnsafeTiming) {
 				t.Errorf("Validate() = %v, does not wrap ErrUnsafeTiming", err)
 			}
+			var te *TimingError
+			if !errors.As(err, &te) {
+				t.Fatalf("Validate() = %v, not a *TimingError", err)
+			}
 			for _, f := range tc.fields {
 				if !strings.Contains(err.Error(), f) {
 					t.Errorf("Validate() = %q, does not name %q", err, f)
+				}
+				if !slices.Contains(te.Fields, strings.TrimSpace(f)) {
+					t.Errorf("Validate() names fields %v, not %q", te.Fields, f)
 				}
 			}
 		})

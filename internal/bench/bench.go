@@ -11,8 +11,8 @@
 //	err = r.Write("bench-out", os.Stdout)
 //
 // The Manager's CPU is the real time spent inside the calls to its leader
-// replica, a manager.Replica of one voter (a stopwatch around StepLease,
-// StepSync, Tick and the Flush, Ready and Advance that follow each, Raft's
+// replica, a replica.Replica of one voter (a stopwatch around StepLease,
+// StepSync, Tick and the replica.Drive that follows each, Raft's
 // log and the state machine included) per virtual second: a fraction of
 // one core of the machine the benchmark runs on. Its network load is the
 // bytes of the messages it sends and receives per virtual second, by the
@@ -30,7 +30,7 @@ import (
 	"time"
 )
 
-// productionSnapshotEntries is manager.ReplicaConfig's default
+// productionSnapshotEntries is replica.ReplicaConfig's default
 // SnapshotEntries: the simulated Manager snapshots its State as often as a
 // production one (the simulation's own default, 100, is for exercising log
 // compaction under faults, and would make the snapshots most of the CPU

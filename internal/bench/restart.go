@@ -122,5 +122,5 @@ func runRestart(ctx context.Context, o Options) (*Report, error) {
 	cpu.Measured = joinSentences(measured)
 	net.Measured = cpu.Measured
 	return &Report{Figures: []Figure{cpu, net}, Table: table,
-		Notes: []string{"CPU is real time inside the leader replica's calls (manager.Replica: Core, Raft log and state machine) per virtual second on this machine; network is the simulation's wire-size estimate (protobuf-like, no TCP/TLS/gRPC framing)."}}, nil
+		Notes: []string{"CPU is real time inside the leader replica's calls (replica.Replica: Core, Raft log and state machine) per virtual second on this machine; network is the simulation's wire-size estimate (protobuf-like, no TCP/TLS/gRPC framing)."}}, nil
 }

@@ -13,8 +13,8 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/leasehold/leasehold/internal/raftstore"
+	"github.com/leasehold/leasehold/internal/replica"
 	"github.com/leasehold/leasehold/internal/runtime"
-	"github.com/leasehold/leasehold/manager"
 	pb "github.com/leasehold/leasehold/proto/leasehold/v1"
 )
 
@@ -168,11 +168,11 @@ func restore(dir string, id uint64, addr string, r io.Reader) error {
 	if err != nil {
 		return err
 	}
-	st, index, term, err := manager.ReplayLog(ms, 0, time.Now())
+	st, index, term, err := replica.ReplayLog(ms, 0, time.Now())
 	if err != nil {
 		return fmt.Errorf("replaying the backup: %w", err)
 	}
-	manager.Refound(st, id, addr, uint64(time.Now().UnixNano()))
+	replica.Refound(st, id, addr, uint64(time.Now().UnixNano()))
 	store, err := raftstore.Open(dir)
 	if err != nil {
 		return err

@@ -17,6 +17,7 @@ import (
 
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/manager"
+	"github.com/leasehold/leasehold/manager/config"
 	"github.com/leasehold/leasehold/owner"
 	"github.com/leasehold/leasehold/protocol"
 )
@@ -95,7 +96,7 @@ func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool)
 // startManager serves a Manager with fast timings on a free local port.
 func startManager(t *testing.T, namespaces ...string) string {
 	t.Helper()
-	srv, err := manager.NewServer(manager.ServerConfig{Timing: protocol.Fast(), Namespaces: namespaces})
+	srv, err := manager.NewServer(manager.ServerConfig{Replica: config.Replica{Timing: protocol.Fast(), Namespaces: namespaces}})
 	if err != nil {
 		t.Fatal(err)
 	}

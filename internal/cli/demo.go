@@ -21,6 +21,7 @@ import (
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/lookup"
 	"github.com/leasehold/leasehold/manager"
+	"github.com/leasehold/leasehold/manager/config"
 	"github.com/leasehold/leasehold/protocol"
 )
 
@@ -103,7 +104,7 @@ func (d *demo) run(ctx context.Context) error {
 		return err
 	}
 	d.addr = lis.Addr().String()
-	if d.srv, err = manager.NewServer(manager.ServerConfig{Timing: t}); err != nil {
+	if d.srv, err = manager.NewServer(manager.ServerConfig{Replica: config.Replica{Timing: t}}); err != nil {
 		return err
 	}
 	served := make(chan error, 1)

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -20,6 +19,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/leasehold/leasehold/manager"
+	"github.com/leasehold/leasehold/manager/config"
 	"github.com/leasehold/leasehold/protocol"
 	"github.com/leasehold/leasehold/rebalance"
 )
@@ -33,7 +33,7 @@ var profiles = map[string]func() protocol.Timing{
 }
 
 // timingFlags are the flags that override one field of the chosen profile.
-// field is the protocol.Timing field as Timing.Validate's errors name it;
+// field is the protocol.Timing field as a protocol.TimingError names it;
 // dur points at it, or is nil for MaxDrift, the one that is not a duration.
 var timingFlags = []struct {
 	flag, field, usage string
@@ -85,6 +85,9 @@ type managerOptions struct {
 	handover      time.Duration // --handover
 	rebalance     string        // --rebalance: off, weighted or centrifuge
 	rebalanceEach time.Duration // --rebalance-every
+
+	// The flags of the other settings, straight into the configuration.
+	settings manager.ServerConfig
 
 	overrides protocol.Timing // the override flags' values; used only where set
 	flags     *pflag.FlagSet  // to tell which overrides were set
@@ -154,55 +157,83 @@ Logs go to stderr. SIGINT or SIGTERM stops it cleanly (exit code 0).`,
 	f.IntVar(&o.drainGate, "drain-gate", 1, "how many Owners of a namespace may drain at once (the maintenance gate), at least 1")
 	f.Var(newChoice(&o.rebalance, "off", "off", "weighted", "centrifuge"), "rebalance", "balance the Owners' reported load: weighted moves under a churn budget, or Centrifuge's ±10% rule (off: consistent hashing by membership)")
 	f.DurationVar(&o.rebalanceEach, "rebalance-every", 5*time.Second, "how often a rebalancing round is planned")
+	f.DurationVar(&o.settings.MembershipEvery, "membership-every", 0, "plan membership changes (joins, leaves, drains) at most this often, batching those that come meanwhile (0: 1s or --renew/4, the shorter; negative: each at once)")
+	f.DurationVar(&o.settings.PushEvery, "push-every", 0, "push table changes to Lookups at most this often, batching those that come meanwhile (0: 100ms; negative: each at once)")
+	f.DurationVar(&o.settings.RaftTick, "raft-tick", 0, "Raft's heartbeat interval (0: 100ms or --renew/20, the shorter)")
+	f.IntVar(&o.settings.ElectionTicks, "election-ticks", 0, "Raft ticks without a leader before an election, randomised up to twice that (0: 10)")
+	f.Uint64Var(&o.settings.SnapshotEntries, "snapshot-entries", 0, "applied Raft entries between two snapshots of the state, which compact the log (0: 10000)")
+	f.Float64Var(&o.settings.MaxRequestRate, "max-request-rate", 0, "requests per second one Owner or Lookup stream may send, with bursts of twice that (0: 50)")
+	f.IntVar(&o.settings.MaxMessageBytes, "max-message-bytes", 0, "the largest message an Owner or Lookup may send, in bytes (0: 4 MiB)")
 	f.StringVar(&o.metricsListen, "metrics-listen", "", "serve Prometheus metrics at http://`ADDR`/metrics (default: no metrics)")
 	f.Var(newChoice(&o.logLevel, "info", "debug", "info", "warn", "error"), "log-level", "the least severe log level written to stderr")
 	cmd.Flags().SortFlags = false
 	return cmd
 }
 
-// timing is the chosen profile with the overrides applied. An unsafe result
-// is a usage error that names the flags involved.
-func (o *managerOptions) timing() (protocol.Timing, error) {
+// timing is the chosen profile with the overrides applied; config
+// validates it.
+func (o *managerOptions) timing() protocol.Timing {
 	t := profiles[o.timings]()
-	set := func(flag string) bool { return o.flags != nil && o.flags.Changed(flag) }
 	for _, tf := range timingFlags {
 		switch {
-		case !set(tf.flag):
+		case !o.set(tf.flag):
 		case tf.dur != nil:
 			*tf.dur(&t) = *tf.dur(&o.overrides)
 		default:
 			t.MaxDrift = o.overrides.MaxDrift
 		}
 	}
-	err := t.Validate()
-	if err == nil {
-		return t, nil
+	return t
+}
+
+func (o *managerOptions) set(flag string) bool { return o.flags != nil && o.flags.Changed(flag) }
+
+// fieldFlags names the flag that sets each ServerConfig field an error can
+// name (config.FieldError); Timing's fields are timingFlags'.
+var fieldFlags = map[string]string{
+	"Namespaces": "namespace", "ID": "id", "Peers": "peers", "Advertise": "advertise", "DataDir": "data-dir",
+	"Handover": "handover", "DrainGate": "drain-gate", "RebalanceEvery": "rebalance-every",
+	"MembershipEvery": "membership-every", "PushEvery": "push-every", "RaftTick": "raft-tick",
+	"ElectionTicks": "election-ticks", "SnapshotEntries": "snapshot-entries",
+	"MaxRequestRate": "max-request-rate", "MaxMessageBytes": "max-message-bytes",
+}
+
+// usage turns a configuration the server refuses into a usage error that
+// names the flags involved, with their values: the field of a
+// *config.FieldError, or for an unsafe timing every timing flag set among
+// the fields its *protocol.TimingError names (the profile alone is always
+// safe, so at least one was set).
+func (o *managerOptions) usage(err error) error {
+	var fe *config.FieldError
+	if !errors.As(err, &fe) {
+		return err
 	}
-	why := strings.TrimPrefix(err.Error(), protocol.ErrUnsafeTiming.Error()+": ")
-	// Name the flags the problem involves; the profile alone is always safe,
-	// so at least one of them was set.
+	var te *protocol.TimingError
+	if !errors.As(fe.Err, &te) {
+		if flag, ok := fieldFlags[fe.Field]; ok {
+			return usagef("--%s: %v", flag, fe.Err)
+		}
+		return usageError(err)
+	}
 	var named []string
 	for _, tf := range timingFlags {
-		if set(tf.flag) && regexp.MustCompile(`\b`+tf.field+`\b`).MatchString(why) {
+		if o.set(tf.flag) && slices.Contains(te.Fields, tf.field) {
 			named = append(named, "--"+tf.flag+" "+o.flags.Lookup(tf.flag).Value.String())
 		}
 	}
 	if len(named) == 0 {
-		return t, usagef("--timings %s with these overrides is unsafe: %s", o.timings, why)
+		return usagef("--timings %s with these overrides is unsafe: %s", o.timings, te.Why)
 	}
 	verb := "is"
 	if len(named) > 1 {
 		verb = "are"
 	}
-	return t, usagef("%s %s unsafe: %s", strings.Join(named, ", "), verb, why)
+	return usagef("%s %s unsafe: %s", strings.Join(named, ", "), verb, te.Why)
 }
 
 // config validates the options and builds the server's configuration.
 func (o *managerOptions) config(logger *slog.Logger) (manager.ServerConfig, error) {
-	t, err := o.timing()
-	if err != nil {
-		return manager.ServerConfig{}, err
-	}
+	var err error
 	if o.listen == "" {
 		return manager.ServerConfig{}, usagef("--listen must not be empty")
 	}
@@ -216,8 +247,9 @@ func (o *managerOptions) config(logger *slog.Logger) (manager.ServerConfig, erro
 		}
 		extra = append(extra, ns)
 	}
-	cfg := manager.ServerConfig{Timing: t, Namespaces: extra, Logger: logger, ID: o.id, DataDir: o.dataDir,
-		Join: o.join, Advertise: o.advertise, Handover: o.handover, DrainGate: o.drainGate, RebalanceEvery: o.rebalanceEach}
+	cfg := o.settings
+	cfg.Timing, cfg.Namespaces, cfg.Handover, cfg.DrainGate, cfg.RebalanceEvery = o.timing(), extra, o.handover, o.drainGate, o.rebalanceEach
+	cfg.Logger, cfg.ID, cfg.DataDir, cfg.Join, cfg.Advertise = logger, o.id, o.dataDir, o.join, o.advertise
 	switch o.rebalance {
 	case "weighted":
 		if cfg.Rebalance, err = rebalance.Weighted(rebalance.Config{Interval: o.rebalanceEach}); err != nil {
@@ -257,7 +289,7 @@ func (o *managerOptions) config(logger *slog.Logger) (manager.ServerConfig, erro
 	if cfg.Advertise == "" && !strings.HasPrefix(o.listen, ":") && !strings.HasPrefix(o.listen, "0.0.0.0:") {
 		cfg.Advertise = o.listen
 	}
-	return cfg, nil
+	return cfg, o.usage(cfg.Validate())
 }
 
 // parsePeers parses --peers: ID=ADDR pairs separated by commas.
@@ -299,10 +331,7 @@ func (o *managerOptions) run(ctx context.Context, e *env) error {
 	}
 	srv, err := manager.NewServer(cfg)
 	if err != nil {
-		if o.dataDir != "" && !strings.Contains(err.Error(), "namespace") {
-			return err // the data directory could not be opened
-		}
-		return usageError(err) // a namespace name or peer list the server refuses
+		return o.usage(err) // the data directory could not be opened, or a bad setting
 	}
 	lis, err := listen(o.listen, "")
 	if err != nil {

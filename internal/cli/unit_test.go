@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -57,7 +58,7 @@ func TestTimingFlagsNamed(t *testing.T) {
 		if err := o.command(&env{getenv: func(string) string { return "" }}).ParseFlags(tc.args); err != nil {
 			t.Fatal(err)
 		}
-		_, err := o.timing()
+		_, err := o.config(nil)
 		if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
 			t.Errorf("%v: error %v, want it to start with %q", tc.args, err, tc.want)
 		}
@@ -115,5 +116,35 @@ func TestWatchPrinter(t *testing.T) {
 	p.first(9, []leasetable.Segment{{Range: keyspace.Full}})
 	if want := `{"event":"snapshot","time":"2026-01-02T03:04:05.006Z","epoch":9,"lsn":0,"ranges":1,"free_ranges":1,"owners":0}` + "\n"; out.String() != want {
 		t.Errorf("first copy: printed %s, want %s", out.String(), want)
+	}
+}
+
+// TestManagerSettingFlags: the settings' flags reach the server's
+// configuration, and a setting the server refuses is bad usage naming its
+// flag (from config.FieldError, not from the error's text).
+func TestManagerSettingFlags(t *testing.T) {
+	o := &managerOptions{}
+	args := []string{"--membership-every", "2s", "--push-every", "-1ns", "--raft-tick", "10ms", "--election-ticks", "20",
+		"--snapshot-entries", "500", "--max-request-rate", "7", "--max-message-bytes", "1024"}
+	if err := o.command(&env{getenv: func(string) string { return "" }}).ParseFlags(args); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := o.config(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.MembershipEvery != 2*time.Second || cfg.PushEvery != -1 || cfg.RaftTick != 10*time.Millisecond || cfg.ElectionTicks != 20 ||
+		cfg.SnapshotEntries != 500 || cfg.MaxRequestRate != 7 || cfg.MaxMessageBytes != 1024 {
+		t.Errorf("%v gave %+v", args, cfg)
+	}
+
+	o = &managerOptions{}
+	if err := o.command(&env{getenv: func(string) string { return "" }}).ParseFlags([]string{"--namespace", strings.Repeat("n", 5000)}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = o.config(nil)
+	var ee *exitError
+	if !errors.As(err, &ee) || ee.code != ExitUsage || !strings.HasPrefix(err.Error(), "--namespace: invalid namespace name") {
+		t.Errorf("a namespace name too long: %v, want a usage error naming --namespace", err)
 	}
 }

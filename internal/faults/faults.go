@@ -3,7 +3,7 @@
 // code path sets them, and external packages cannot import this one.
 package faults
 
-// Set selects the rules to break. The zero value (and a nil *Set) breaks none.
+// Set selects the rules to break. The zero value breaks none.
 type Set struct {
 	// NoRaceFilter makes the Manager and the Owner accept messages that
 	// raced (C§2.3.2, Figure 7) instead of dropping them.
@@ -44,5 +44,13 @@ type Set struct {
 	RenewHeldSubset bool
 }
 
-// Has reports whether s is non-nil and f(s) holds.
-func (s *Set) Has(f func(*Set) bool) bool { return s != nil && f(s) }
+// Owner and Lookup break the rules of s in an owner.Core or a lookup.Core
+// (passed as core). Those packages are public, and no public config may
+// name this internal package, so neither config carries a Set: each
+// package assigns its hook here in init, and the simulation calls it on a
+// Core it has just made, before its first step. Only this module can
+// import this package, so no embedder can break a rule.
+var (
+	Owner  func(core any, s Set)
+	Lookup func(core any, s Set)
+)

@@ -85,7 +85,7 @@ type Config struct {
 	AppFaults bool
 	// DrainEvery restarts an Owner gracefully (drain, leave, start again)
 	// on average this often while FaultTime lasts; DrainGate is the
-	// Manager's maintenance gate (CoreConfig.DrainGate).
+	// Manager's maintenance gate (config.Replica.DrainGate).
 	DrainEvery time.Duration
 	DrainGate  int
 
@@ -94,7 +94,7 @@ type Config struct {
 	// ranges carry and the hottest keys among them, as its load meter
 	// would. With Rate but no Workload, no requests come until
 	// Control.SetWorkload. Rebalance is the Manager's load-aware policy
-	// (CoreConfig.Rebalance, planned every RebalanceEvery); nil keeps the
+	// (config.Replica.Rebalance, planned every RebalanceEvery); nil keeps the
 	// membership-only Policy. Owner i has capacity
 	// Capacities[i%len(Capacities)] (none: all 1).
 	Workload       *rebalance.Workload
@@ -123,7 +123,7 @@ type Config struct {
 	// nothing.
 	ThinLookups bool
 	// SnapshotEntries is how many applied Raft entries a Manager replica
-	// lets pass between snapshots of its State (ReplicaConfig
+	// lets pass between snapshots of its State (config.Replica
 	// .SnapshotEntries); 0 means 10, low enough that a faulty run compacts
 	// its logs several times and replicas that were down catch up from a
 	// snapshot (MsgSnap) as well as from the log. Benchmarks of the
@@ -148,7 +148,7 @@ type Config struct {
 type Probe interface {
 	// ManagerWork reports work of the leader replica at virtual time at
 	// that took took of real time: a step (StepLease, StepSync, StepRaft,
-	// Tick) or the Flush, Ready and Advance calls that follow it.
+	// Tick) or the replica.Drive that follows it.
 	ManagerWork(at, took time.Duration)
 	// ManagerTraffic reports a message of about bytes bytes (the wireSize
 	// estimate) that the leader replica sent (out) or received (!out) at

@@ -12,15 +12,16 @@ import (
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 
+	"github.com/leasehold/leasehold/internal/faults"
+	"github.com/leasehold/leasehold/internal/replica"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/lookup"
-	"github.com/leasehold/leasehold/manager"
 	"github.com/leasehold/leasehold/owner"
 	"github.com/leasehold/leasehold/protocol"
 	"github.com/leasehold/leasehold/rebalance"
 )
 
-const namespace = manager.DefaultNamespace
+const namespace = replica.DefaultNamespace
 
 // base is the virtual wall time every local clock is offset from.
 var base = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -47,7 +48,7 @@ type node struct {
 
 	// A Manager replica, and its Raft log: the storage survives a crash
 	// (a data directory), unless Config.ManagerLosesState.
-	rep     *manager.Replica
+	rep     *replica.Replica
 	store   *raft.MemoryStorage
 	hadCore bool   // rep had taken over after its last step
 	plans   uint64 // rebalancing rounds its Core had planned after its last step
@@ -67,7 +68,7 @@ type node struct {
 }
 
 // refusal is a replica's answer to a client it will not serve (a
-// *manager.NotLeaderError): the client's stream ends, and the refusal names
+// *replica.NotLeaderError): the client's stream ends, and the refusal names
 // the leader the replica knows, by index in Sim.mgrs (-1: none).
 type refusal struct{ leader int }
 
@@ -129,7 +130,7 @@ type Sim struct {
 	seq      uint64
 	nodes    []*node
 	mgrs     []*node // the Manager replicas, ID i+1 at index i
-	peers    []manager.Peer
+	peers    []replica.Peer
 	byAddr   map[string]int // replica address → index in mgrs
 	tick     time.Duration  // the replicas' Raft tick
 	owners   []*node
@@ -249,7 +250,7 @@ func Run(cfg Config) Result {
 	for i := range max(cfg.Managers, 1) {
 		n := s.addNode(managerNode, i, fmt.Sprintf("manager-%d", i+1))
 		s.mgrs = append(s.mgrs, n)
-		s.peers = append(s.peers, manager.Peer{ID: uint64(i + 1), Addr: n.name})
+		s.peers = append(s.peers, replica.Peer{ID: uint64(i + 1), Addr: n.name})
 		s.byAddr[n.name] = i
 	}
 	for i := range cfg.Owners {
@@ -324,10 +325,10 @@ func raftTick(t protocol.Timing) time.Duration {
 	return min(t.Renew/10, 100*time.Millisecond)
 }
 
-// electionTicks is ReplicaConfig.ElectionTicks.
+// electionTicks is CoreConfig.ElectionTicks, the production default.
 const electionTicks = 10
 
-// snapshotEntries is ReplicaConfig.SnapshotEntries unless
+// snapshotEntries is CoreConfig.SnapshotEntries unless
 // Config.SnapshotEntries says otherwise.
 const snapshotEntries = 10
 
@@ -360,8 +361,8 @@ func stalePart(t protocol.Timing, stale time.Duration) time.Duration {
 // furthest returns the applied State of the replica whose table is
 // furthest ahead: every replica applies the same log, so LSNs agree and the
 // furthest table is the committed one.
-func (s *Sim) furthest() *manager.State {
-	var best *manager.State
+func (s *Sim) furthest() *replica.State {
+	var best *replica.State
 	for _, m := range s.mgrs {
 		if m.rep == nil || m.rep.State().Table(namespace) == nil {
 			continue
@@ -488,9 +489,8 @@ func (s *Sim) tickNode(n *node) {
 	switch n.kind {
 	case managerNode:
 		t0 := s.clock()
-		n.rep.Tick(now)
+		n.rep.Tick(now) // after sends the coalesced push round it runs
 		s.work(n, s.clock().Sub(t0))
-		s.sendManaged(n, nil, n.rep.Replies()) // a coalesced push round, as the server sends it
 	case ownerNode:
 		s.checkTarget(n, now, s.cfg.Timing.Renew*3/2)
 		n.own.Tick(now)
@@ -572,14 +572,14 @@ func (s *Sim) deliver(n *node, e *event) {
 			err = n.rep.StepSync(now, from.session, m)
 		}
 		s.work(n, s.clock().Sub(t0))
-		if nl := (*manager.NotLeaderError)(nil); errors.As(err, &nl) {
+		if nl := (*replica.NotLeaderError)(nil); errors.As(err, &nl) {
 			leader, ok := s.byAddr[nl.Leader]
 			if !ok {
 				leader = -1
 			}
 			s.trace(n, "refuse %s (leader %q)", from.name, nl.Leader)
 			s.send(n, from, refusal{leader: leader})
-		} else if errors.Is(err, manager.ErrNoEpoch) {
+		} else if errors.Is(err, replica.ErrNoEpoch) {
 			// The first leader, before its first entry commits: the
 			// server answers Unavailable, and the client tries elsewhere.
 			s.send(n, from, refusal{leader: -1})
@@ -665,36 +665,17 @@ func (s *Sim) after(n *node) {
 	s.push(&event{at: t, kind: evTimer, to: n.pos, gen: n.gen})
 }
 
-// afterReplica drives a replica as its server does after every step: Flush
-// the Core's round into a proposal, then persist each Ready (Advance appends
-// to the MemoryStorage, which is the replica's log), send its Raft messages
-// and the Owner and Lookup messages Advance releases. It returns the
-// replica's next deadline.
+// afterReplica drives a replica as its server does after every step:
+// replica.Drive, with the node as its network and its MemoryStorage, kept
+// across restarts, as its durable log. It returns the replica's next
+// deadline.
 func (s *Sim) afterReplica(n *node) time.Time {
 	r := n.rep
 	now := n.local(s.now)
 	t0 := s.clock()
-	r.Flush(now)
-	for r.HasReady() {
-		rd := r.Ready()
-		applied, err := r.Advance(now, rd)
-		if err != nil {
-			panic(fmt.Sprintf("%s: %v", n.name, err))
-		}
-		if !raft.IsEmptySnap(applied.Compacted) {
-			s.stats.Snapshots++
-		}
-		for _, m := range rd.Messages {
-			if m.Type == raftpb.MsgSnap {
-				s.stats.SnapshotsSent++
-			}
-			if to := int(m.To) - 1; to >= 0 && to < len(s.mgrs) && to != n.idx {
-				s.send(n, s.mgrs[to], m)
-			}
-		}
-		s.sendManaged(n, applied.Owners, applied.Lookups)
+	if err := replica.Drive(r, replicaDriver{s, n, now}); err != nil {
+		panic(fmt.Sprintf("%s: %v", n.name, err))
 	}
-	s.sendManaged(n, r.Outbox(), nil)
 	deadline := r.NextDeadline()
 	s.work(n, s.clock().Sub(t0))
 	if core := r.Core() != nil; core != n.hadCore {
@@ -726,8 +707,41 @@ func (s *Sim) afterReplica(n *node) time.Time {
 	return deadline
 }
 
+// replicaDriver is a replica's runtime in the simulation (replica.Driver).
+type replicaDriver struct {
+	s   *Sim
+	n   *node
+	now time.Time
+}
+
+func (d replicaDriver) Now() time.Time { return d.now }
+
+// Persist has nothing to write: the replica's MemoryStorage, which
+// replica.Drive fills before Send, is the log a restarted replica finds.
+func (d replicaDriver) Persist(rd *replica.Ready) error {
+	if !raft.IsEmptySnap(rd.Compacted) {
+		d.s.stats.Snapshots++
+	}
+	return nil
+}
+
+// Send puts the replica's messages on the network; every replica's
+// address is known from the start, so Peers needs nothing.
+func (d replicaDriver) Send(rd *replica.Ready) {
+	s, n := d.s, d.n
+	for _, m := range rd.Messages {
+		if m.Type == raftpb.MsgSnap {
+			s.stats.SnapshotsSent++
+		}
+		if to := int(m.To) - 1; to >= 0 && to < len(s.mgrs) && to != n.idx {
+			s.send(n, s.mgrs[to], m)
+		}
+	}
+	s.sendManaged(n, rd.Owners, rd.Lookups)
+}
+
 // sendManaged sends a replica's messages to Owners and Lookups.
-func (s *Sim) sendManaged(n *node, owners []manager.OwnerMessage, lookups []manager.LookupMessage) {
+func (s *Sim) sendManaged(n *node, owners []replica.OwnerMessage, lookups []replica.LookupMessage) {
 	for _, m := range owners {
 		if to := s.byOwner[m.To]; to != nil {
 			s.send(n, to, m.Msg)
@@ -854,13 +868,14 @@ func (s *Sim) start(n *node) {
 			n.store = raft.NewMemoryStorage()
 		}
 		var err error
-		n.rep, err = manager.NewReplica(manager.ReplicaConfig{
+		n.rep, err = replica.NewReplica(replica.ReplicaConfig{
 			ID: uint64(n.idx + 1),
-			Core: manager.CoreConfig{
-				Timing: s.cfg.Timing, Policy: s.cfg.Policy, Epoch: s.epoch, Seed: seed, Faults: s.cfg.Break,
+			Core: replica.CoreConfig{
+				Timing: s.cfg.Timing, Policy: s.cfg.Policy, Epoch: s.epoch, Seed: seed,
 				Rebalance: s.cfg.Rebalance, RebalanceEvery: s.cfg.RebalanceEvery, DrainGate: s.cfg.DrainGate,
+				RaftTick: s.tick, ElectionTicks: electionTicks, SnapshotEntries: cmp.Or(s.cfg.SnapshotEntries, snapshotEntries),
 			},
-			Storage: n.store, Bootstrap: s.peers, Tick: s.tick, ElectionTicks: electionTicks, SnapshotEntries: cmp.Or(s.cfg.SnapshotEntries, snapshotEntries),
+			Storage: n.store, Bootstrap: s.peers, Break: s.broken(),
 		}, now)
 		if err != nil {
 			panic(fmt.Sprintf("%s: %v", n.name, err))
@@ -870,8 +885,9 @@ func (s *Sim) start(n *node) {
 		n.draining = false
 		n.own = owner.NewCore(s.ownerConfig(n, owner.CoreConfig{
 			Namespace: namespace, ID: n.name, Addr: n.name + ":7000", Incarnation: n.inc,
-			Timing: s.cfg.Timing, Seed: seed, Faults: s.cfg.Break,
+			Timing: s.cfg.Timing, Seed: seed,
 		}))
+		faults.Owner(n.own, s.broken())
 		s.chk.ownerStarted(n)
 	case lookupNode:
 		delete(s.bySess, n.session)
@@ -881,10 +897,19 @@ func (s *Sim) start(n *node) {
 			n.thin = newThinLookup(s.cfg.Timing, now)
 			break
 		}
-		n.look = lookup.NewCore(lookup.CoreConfig{Namespace: namespace, Timing: s.cfg.Timing, Faults: s.cfg.Break}, now)
+		n.look = lookup.NewCore(lookup.CoreConfig{Namespace: namespace, Timing: s.cfg.Timing}, now)
+		faults.Lookup(n.look, s.broken())
 		s.chk.lookupStarted(n)
 	}
 	s.after(n)
+}
+
+// broken returns the rules Config.Break breaks, none if it is nil.
+func (s *Sim) broken() faults.Set {
+	if s.cfg.Break == nil {
+		return faults.Set{}
+	}
+	return *s.cfg.Break
 }
 
 // crash stops a node: it loses all state but a replica's Raft log; its

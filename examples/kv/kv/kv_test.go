@@ -22,6 +22,7 @@ import (
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/lookup"
 	"github.com/leasehold/leasehold/manager"
+	"github.com/leasehold/leasehold/manager/config"
 	"github.com/leasehold/leasehold/protocol"
 )
 
@@ -71,7 +72,7 @@ type cluster struct {
 
 func startManager(t *testing.T) *cluster {
 	t.Helper()
-	srv, err := manager.NewServer(manager.ServerConfig{Timing: protocol.Fast(), Logger: debugLogger("manager")})
+	srv, err := manager.NewServer(manager.ServerConfig{Replica: config.Replica{Timing: protocol.Fast()}, Logger: debugLogger("manager")})
 	if err != nil {
 		t.Fatal(err)
 	}

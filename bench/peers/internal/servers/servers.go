@@ -13,6 +13,7 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 
 	"github.com/leasehold/leasehold/manager"
+	"github.com/leasehold/leasehold/manager/config"
 	"github.com/leasehold/leasehold/protocol"
 )
 
@@ -41,7 +42,7 @@ func TimingForRenew(renew time.Duration) protocol.Timing {
 // RunLeasehold serves a leasehold Manager with timing t on listen until ctx
 // ends. ready is called with the address once it listens.
 func RunLeasehold(ctx context.Context, listen string, t protocol.Timing, ready func(addr string)) error {
-	srv, err := manager.NewServer(manager.ServerConfig{Timing: t})
+	srv, err := manager.NewServer(manager.ServerConfig{Replica: config.Replica{Timing: t}})
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package manager
+package replica
 
 import (
 	"cmp"
@@ -13,8 +13,8 @@ import (
 	"github.com/leasehold/leasehold/internal/faults"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/leasetable"
+	"github.com/leasehold/leasehold/manager/config"
 	"github.com/leasehold/leasehold/protocol"
-	"github.com/leasehold/leasehold/rebalance"
 )
 
 // Errors returned for messages the Manager will not act on. Other clients
@@ -27,46 +27,10 @@ var (
 // DefaultNamespace is the namespace every Manager serves.
 const DefaultNamespace = "default"
 
-// CoreConfig configures a Core.
-type CoreConfig struct {
-	Timing protocol.Timing
-	// Policy computes the desired assignment; nil means consistent hashing
-	// with 64 virtual nodes per owner (C§2.1.2).
-	Policy assign.Policy
-	// Epoch names this Manager's lease table. It must grow every time the
-	// Manager starts without its previous state, so Owners and Lookups can
-	// tell a restarted Manager from a delayed message of a dead one. Zero,
-	// which Lookups read as "no epoch yet", is taken as 1.
-	Epoch uint64
-	// Namespaces served besides DefaultNamespace.
-	Namespaces []string
-	Seed       uint64 // seeds the race-backoff jitter
-	Faults     *faults.Set
-	// Handover is how long the holder of a range that moves between two
-	// live Owners is given to hand its state over (C§2.1.2) before the
-	// range is recalled without it; 0 means one OwnerLease. Negative turns
-	// planned moves off: ranges are always recalled.
-	Handover time.Duration
-	// DrainGate caps how many Owners of a namespace may drain at once (the
-	// maintenance gate); 0 means 1.
-	DrainGate int
-	// Rebalance, if set, makes the desired assignment load-aware: every
-	// RebalanceEvery (default 5 s) it plans a round of moves from the
-	// Owners' load reports (rebalance.Weighted, or the Centrifuge baseline)
-	// and Policy is not used.
-	Rebalance      rebalance.Policy
-	RebalanceEvery time.Duration
-	// MembershipEvery paces the planning of membership changes (joins,
-	// leaves, drains, capacities), which recomputes the desired assignment
-	// over every member: a change is planned at once if none was in the
-	// last MembershipEvery, and otherwise at the end of it, together with
-	// every change that came meanwhile. A lone join is served at once; the
-	// joins of a starting cluster cost one plan per MembershipEvery, not
-	// one per Owner. 0 means 1 s, or a quarter of Timing.Renew if that is
-	// shorter (125 ms in the fast profile); negative plans every change at
-	// once.
-	MembershipEvery time.Duration
-}
+// CoreConfig configures a Core: the replica's settings, of which the Core
+// reads the lease logic's (Timing to MembershipEvery). It is the struct
+// manager.ServerConfig embeds, so a setting reaches the Core uncopied.
+type CoreConfig = config.Replica
 
 // ErrUnknownOwner refuses to drain an Owner that is not a live member.
 var ErrUnknownOwner = errors.New("manager: no live owner")
@@ -80,10 +44,11 @@ type OwnerMessage struct {
 	Msg *protocol.LeaseResponse
 }
 
-// Ready is what a Core asks its driver to do: record Changes in the
-// replicated state, and only then send the Owners' messages (DESIGN.md rule
-// 8: the leader commits every change before it answers).
-type Ready struct {
+// Round is what a Core asks its Replica to do after a round of steps:
+// record Changes in the replicated state, and only then send the Owners'
+// messages (docs/design.md rule 8: the leader commits every change before it
+// answers).
+type Round struct {
 	Changes []Change
 	Owners  []OwnerMessage
 }
@@ -96,6 +61,7 @@ type Ready struct {
 // safe for concurrent use.
 type Core struct {
 	cfg     CoreConfig
+	broken  faults.Set // rules broken on purpose (core_broken.go); none outside the simulation
 	rng     *rand.Rand
 	st      *State // the working copy: the replicated state plus this Core's Changes
 	ns      map[string]*namespace
@@ -105,7 +71,7 @@ type Core struct {
 	// Core (zero: not computed). NextDeadline is asked after every step of
 	// the Manager, Lookup syncs included, and visits every Owner session.
 	wake  time.Time
-	out   Ready
+	out   Round
 	stats Stats
 }
 
@@ -213,7 +179,7 @@ type namespace struct {
 }
 
 // ownerSession is the Manager's side of one Owner incarnation's session.
-// Sessions, sequence numbers and timers are leader-local (DESIGN.md rule 8).
+// Sessions, sequence numbers and timers are leader-local (docs/design.md rule 8).
 type ownerSession struct {
 	id, addr  string
 	inc       uint64
@@ -273,7 +239,7 @@ func NewCore(cfg CoreConfig, now time.Time) *Core {
 }
 
 // Resume returns the core of a Manager that takes over st at now as a new
-// leader (DESIGN.md rule 8); its sessions number their messages from base,
+// leader (docs/design.md rules 8 and 10); its sessions number their messages from base,
 // which must exceed every sequence number an earlier leader of st used. It works on a copy; st is not
 // changed. Owners keep their leases: the table, LGNs and incarnations carry
 // over. What a deposed leader promised is not known, so every range is
@@ -284,11 +250,16 @@ func NewCore(cfg CoreConfig, now time.Time) *Core {
 // count of takeovers within the term), so an Owner orders a new leader's
 // messages after an old one's.
 func Resume(cfg CoreConfig, st *State, base uint64, now time.Time) *Core {
+	return resume(cfg, faults.Set{}, st, base, now)
+}
+
+// resume is Resume with the rules broken (core_broken.go) set.
+func resume(cfg CoreConfig, broken faults.Set, st *State, base uint64, now time.Time) *Core {
 	if cfg.Policy == nil {
 		cfg.Policy = assign.ConsistentHash{}
 	}
 	cfg.Epoch = max(cfg.Epoch, 1)
-	c := &Core{cfg: cfg, st: st.Clone(), ns: map[string]*namespace{}, seqBase: base, lastNow: now}
+	c := &Core{cfg: cfg, broken: broken, st: st.Clone(), ns: map[string]*namespace{}, seqBase: base, lastNow: now}
 	if c.st.epoch == 0 {
 		c.apply(now, Change{Op: OpEpoch, Epoch: cfg.Epoch})
 	}
@@ -302,7 +273,7 @@ func Resume(cfg CoreConfig, st *State, base uint64, now time.Time) *Core {
 		s := c.st.ns[name]
 		n := &namespace{name: name, s: s, res: newReservations(), owners: map[string]*ownerSession{}, members: true,
 			handovers: newOrdered(cmpHandoverEnd), resends: newOrdered(cmpOwnerTimer), silences: newOrdered(cmpOwnerTimer)}
-		if base == 0 || !cfg.Faults.Has(func(f *faults.Set) bool { return f.NoTakeoverReservation }) {
+		if base == 0 || !broken.NoTakeoverReservation {
 			n.res.set(keyspace.Full, now.Add(cfg.Timing.ManagerLease))
 		}
 		for _, id := range sortedOwnerIDs(s.owners) {
@@ -329,7 +300,7 @@ func Resume(cfg CoreConfig, st *State, base uint64, now time.Time) *Core {
 // Epoch returns the Manager's epoch.
 func (c *Core) Epoch() uint64 { return c.st.epoch }
 
-// apply records a change in the working state and in the Ready.
+// apply records a change in the working state and in the Round.
 func (c *Core) apply(now time.Time, ch Change) {
 	if err := c.st.apply(now, ch); err != nil {
 		panic(fmt.Sprintf("manager: core made an invalid change %+v: %v", ch, err))
@@ -351,9 +322,9 @@ func (c *Core) record(now time.Time, n *namespace, o *ownerSession) {
 }
 
 // Ready returns the messages to send since the last call and forgets them.
-func (c *Core) Ready() Ready {
+func (c *Core) Ready() Round {
 	r := c.out
-	c.out = Ready{}
+	c.out = Round{}
 	return r
 }
 
@@ -397,7 +368,7 @@ func errUnknownNamespace(name string) error {
 }
 
 func (c *Core) noRaceFilter() bool {
-	return c.cfg.Faults.Has(func(f *faults.Set) bool { return f.NoRaceFilter })
+	return c.broken.NoRaceFilter
 }
 
 // StepLease handles a LeaseRequest received at now. An error means the
@@ -764,7 +735,7 @@ func (c *Core) release(now time.Time, n *namespace, o *ownerSession, held []prot
 				}
 			}
 			for _, q := range rest.Ranges() {
-				if c.cfg.Faults.Has(func(f *faults.Set) bool { return f.MigrateUnhanded }) && c.migrateUnhanded(now, n, o, q, s.Entry.LGN) {
+				if c.broken.MigrateUnhanded && c.migrateUnhanded(now, n, o, q, s.Entry.LGN) {
 					continue
 				}
 				c.set(now, n, q, leasetable.Entry{})
@@ -778,20 +749,6 @@ func (c *Core) release(now time.Time, n *namespace, o *ownerSession, held []prot
 		}
 	}
 	return freed
-}
-
-// migrateUnhanded is the broken rule faults.MigrateUnhanded: it grants q,
-// given up by o without a handover, to the Owner the desired assignment
-// names, as if its state had been handed over.
-func (c *Core) migrateUnhanded(now time.Time, n *namespace, o *ownerSession, q keyspace.Range, from keyspace.LGN) bool {
-	done := false
-	n.eachDesired(q, func(p keyspace.Range, want string) {
-		if to := n.owners[want]; p == q && want != o.id && to != nil && to.member && !to.draining {
-			c.grant(now, n, to, q, from)
-			done = true
-		}
-	})
-	return done
 }
 
 // releaseOwn releases what a raced request says the owner gave up by its
@@ -1148,10 +1105,8 @@ func (c *Core) renewsHeld(o *ownerSession, leases []protocol.Lease) bool {
 	if len(leases) == 0 || slices.ContainsFunc(leases, func(l protocol.Lease) bool { return l.Grant }) {
 		return false
 	}
-	if c.cfg.Faults.Has(func(f *faults.Set) bool { return f.RenewHeldSubset }) {
-		return !slices.ContainsFunc(leases, func(l protocol.Lease) bool {
-			return !slices.ContainsFunc(o.peerHeld, func(h protocol.Lease) bool { return h.Range == l.Range && h.LGN == l.LGN })
-		})
+	if c.broken.RenewHeldSubset {
+		return renewsHeldSubset(leases, o.peerHeld)
 	}
 	return protocol.SameHeld(leases, o.peerHeld)
 }
@@ -1195,10 +1150,10 @@ func (c *Core) handover(now time.Time, n *namespace, o *ownerSession, p keyspace
 // nextLGN issues a fresh lease generation number: every grant gets one, so
 // every loss shows as an LGN change (C§2.3, P§4.1).
 func (c *Core) nextLGN(n *namespace) keyspace.LGN {
-	if n.s.lgn == 0 || !c.cfg.Faults.Has(func(f *faults.Set) bool { return f.ReuseLGN }) {
-		return n.s.lgn + 1 // recorded by the Set that grants it
+	if c.broken.ReuseLGN {
+		return reusedLGN(n)
 	}
-	return n.s.lgn
+	return n.s.lgn + 1 // recorded by the Set that grants it
 }
 
 // backoff draws the random wait before a resend (C§2.3.2).

@@ -1,4 +1,4 @@
-package manager
+package replica
 
 import (
 	"math/rand/v2"

@@ -1,4 +1,4 @@
-package manager
+package replica
 
 import (
 	"fmt"
@@ -37,7 +37,7 @@ type benchOwners struct {
 	seq, ack map[string]uint64
 }
 
-func (f *benchOwners) take(r Ready) {
+func (f *benchOwners) take(r Round) {
 	for _, m := range r.Owners {
 		if m.Msg.Seq > f.ack[m.To] {
 			f.ack[m.To] = m.Msg.Seq

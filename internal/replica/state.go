@@ -1,4 +1,4 @@
-package manager
+package replica
 
 import (
 	"cmp"
@@ -13,7 +13,7 @@ import (
 	"github.com/leasehold/leasehold/leasetable"
 )
 
-// State is the Manager's replicated state (DESIGN.md rule 8): the epoch, the
+// State is the Manager's replicated state (docs/design.md rule 8): the epoch, the
 // namespaces with their lease tables and LGN counters, the owners and their
 // incarnations, and the Manager replicas' addresses. Every replica applies
 // the same committed Changes in the same order and so holds the same State,

@@ -1,4 +1,4 @@
-package manager
+package replica
 
 // The golden interaction tests: scripts under testdata/golden of messages and
 // clock readings in, and the Manager core's messages and replicated changes

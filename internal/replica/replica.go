@@ -1,4 +1,4 @@
-package manager
+package replica
 
 import (
 	"errors"
@@ -36,7 +36,11 @@ type Peer struct {
 
 // ReplicaConfig configures a Replica.
 type ReplicaConfig struct {
-	ID   uint64
+	ID uint64
+	// Core is the replica's settings: its Core's, its Feed's and its Raft
+	// node's (manager.ServerConfig embeds the same struct). NewReplica
+	// fills in their defaults but does not validate them, so that the
+	// simulation can run timings that break the protocol's rules.
 	Core CoreConfig
 	// Storage holds the Raft log the replica restarts from; the driver
 	// loads it from the data directory (or starts it empty).
@@ -46,29 +50,19 @@ type ReplicaConfig struct {
 	// empty Bootstrap with empty Storage waits to be added to an existing
 	// group by its leader.
 	Bootstrap []Peer
-	// Tick is Raft's tick: heartbeats go out every tick, and a follower
-	// that hears no leader for ElectionTicks (randomised up to twice that)
-	// starts an election. Defaults: 100 ms and 10.
-	Tick          time.Duration
-	ElectionTicks int
-	// SnapshotEntries is how many applied entries trigger a snapshot and
-	// log compaction. Default 10,000.
-	SnapshotEntries uint64
-	// PushEvery is the least time between two rounds of pushes to the
-	// Lookups of a namespace (Feed): a change applied sooner after the
-	// last round waits for the next, which carries everything applied
-	// meanwhile. 0 means DefaultPushEvery (100 ms); a negative value
-	// pushes every applied change at once.
-	PushEvery time.Duration
 	Logger    raft.Logger
+	// Break selects protocol rules to break on purpose, for the
+	// simulation's broken twins (core_broken.go); the zero value breaks
+	// none.
+	Break faults.Set
 }
 
-// Replica is one member of the replicated Manager (C§2.1.1, DESIGN.md rule
+// Replica is one member of the replicated Manager (C§2.1.1, docs/design.md rule
 // 8): a Raft node whose state machine is the State, a Feed serving Lookups
 // from the applied State, and, on the leader, the Core that runs the lease
 // logic. Like the Core it is deterministic: it starts no goroutines, opens
-// no sockets and never reads a clock; its driver persists and sends what
-// Ready returns, then calls Advance.
+// no sockets and never reads a clock; its driver persists, sends and
+// answers what Ready returns, then calls Advance (Drive, driver.go).
 //
 // The two failover rules live here and in Resume:
 //   - every Core round that changes the State is proposed as one entry and
@@ -103,8 +97,9 @@ type Replica struct {
 
 	nextTick     time.Time
 	nextFeedTick time.Time
-	owners       []OwnerMessage
-	peerChanges  []Peer
+	owners       []OwnerMessage  // released, for the next Ready
+	peerChanges  []Peer          // for the next Ready
+	compacted    raftpb.Snapshot // taken by Advance, for the next Ready
 	stats        ReplicaStats
 
 	// A follower serves Lookups on the proof of a ReadIndex round: the
@@ -141,20 +136,12 @@ func NewReplica(cfg ReplicaConfig, now time.Time) (*Replica, error) {
 	if cfg.ID == 0 {
 		return nil, errors.New("manager: replica ID 0")
 	}
-	if cfg.Tick <= 0 {
-		cfg.Tick = 100 * time.Millisecond
-	}
-	if cfg.ElectionTicks <= 0 {
-		cfg.ElectionTicks = 10
-	}
-	if cfg.SnapshotEntries == 0 {
-		cfg.SnapshotEntries = 10000
-	}
+	cfg.Core.SetDefaults()
 	if cfg.Storage == nil {
 		cfg.Storage = raft.NewMemoryStorage()
 	}
 	r := &Replica{cfg: cfg, ms: cfg.Storage, st: NewState(cfg.Core.Timing.LogRetention),
-		pending: map[uint64]*heldRound{}, nextTick: now.Add(cfg.Tick),
+		pending: map[uint64]*heldRound{}, nextTick: now.Add(cfg.Core.RaftTick),
 		started: now, reads: map[string]time.Time{}}
 	snap, err := r.ms.Snapshot()
 	if err != nil {
@@ -167,10 +154,10 @@ func NewReplica(cfg ReplicaConfig, now time.Time) (*Replica, error) {
 		r.applied, r.snapshot, r.conf = snap.Metadata.Index, snap.Metadata.Index, snap.Metadata.ConfState
 	}
 	r.feed = NewFeed(r.st, cfg.Core.Timing)
-	r.feed.SetPushEvery(cfg.PushEvery)
+	r.feed.SetPushEvery(cfg.Core.PushEvery)
 	rc := &raft.Config{
 		ID:              cfg.ID,
-		ElectionTick:    cfg.ElectionTicks,
+		ElectionTick:    cfg.Core.ElectionTicks,
 		HeartbeatTick:   1,
 		Storage:         r.ms,
 		Applied:         r.applied,
@@ -235,6 +222,10 @@ func (r *Replica) ReportSnapshot(id uint64, status raft.SnapshotStatus) {
 	r.rn.ReportSnapshot(id, status)
 }
 
+// ReportUnreachable tells Raft that a message to replica id could not be
+// delivered, so the leader probes it instead of streaming to it.
+func (r *Replica) ReportUnreachable(id uint64) { r.rn.ReportUnreachable(id) }
+
 // StepLease handles an Owner's LeaseRequest. Only a leader that has taken
 // over answers; any other replica returns a *NotLeaderError.
 func (r *Replica) StepLease(now time.Time, req *protocol.LeaseRequest) error {
@@ -284,7 +275,7 @@ func (r *Replica) askRead(now time.Time) {
 }
 
 func (r *Replica) electionTimeout() time.Duration {
-	return time.Duration(r.cfg.ElectionTicks) * r.cfg.Tick
+	return time.Duration(r.cfg.Core.ElectionTicks) * r.cfg.Core.RaftTick
 }
 
 // StaleBound is how far behind the newest committed table a serving
@@ -297,6 +288,15 @@ func (r *Replica) StaleBound() time.Duration { return r.electionTimeout() }
 func (r *Replica) notLeader() error {
 	_, addr := r.Leader()
 	return &NotLeaderError{Leader: addr}
+}
+
+// Drain starts draining Owner id of namespace ns (Core.Drain); only a
+// leader that has taken over accepts.
+func (r *Replica) Drain(now time.Time, ns, id string) error {
+	if r.core == nil {
+		return r.notLeader()
+	}
+	return r.core.Drain(now, ns, id)
 }
 
 // CloseLookup forgets a Lookup session.
@@ -326,16 +326,15 @@ func (r *Replica) NextDeadline() time.Time {
 }
 
 // Tick runs Raft's ticks due by now and the Core's and Feed's timers. The
-// Lookup messages of a push round it runs are collected by Replies (or the
-// next Advance).
+// Lookup messages of a push round it runs go out with the next Ready.
 func (r *Replica) Tick(now time.Time) {
 	for ticks := 0; !now.Before(r.nextTick); ticks++ {
-		if ticks < 4*r.cfg.ElectionTicks { // a long pause is not a storm of ticks
+		if ticks < 4*r.cfg.Core.ElectionTicks { // a long pause is not a storm of ticks
 			r.rn.Tick()
 		}
-		r.nextTick = r.nextTick.Add(r.cfg.Tick)
-		if !now.Before(r.nextTick) && ticks >= 4*r.cfg.ElectionTicks {
-			r.nextTick = now.Add(r.cfg.Tick)
+		r.nextTick = r.nextTick.Add(r.cfg.Core.RaftTick)
+		if !now.Before(r.nextTick) && ticks >= 4*r.cfg.Core.ElectionTicks {
+			r.nextTick = now.Add(r.cfg.Core.RaftTick)
 		}
 	}
 	r.feed.PushDue(now)
@@ -349,13 +348,13 @@ func (r *Replica) Tick(now time.Time) {
 	if r.role == raft.StateFollower && r.lead != 0 && !now.Before(r.nextRead) {
 		r.askRead(now)
 	}
-	r.Flush(now)
+	r.flush(now)
 }
 
-// Flush proposes the Core's latest changes as one entry and holds its Owner
-// messages until that entry commits (the first failover rule). Drivers call
-// it after a round of steps; Tick calls it itself.
-func (r *Replica) Flush(now time.Time) {
+// flush proposes the Core's latest changes as one entry and holds its Owner
+// messages until that entry commits (the first failover rule). Ready calls
+// it, so a round of steps is one entry; Tick and a takeover call it too.
+func (r *Replica) flush(now time.Time) {
 	if r.core == nil {
 		return
 	}
@@ -363,7 +362,7 @@ func (r *Replica) Flush(now time.Time) {
 	if len(rd.Changes) == 0 && len(rd.Owners) == 0 {
 		return
 	}
-	if len(rd.Changes) == 0 && !r.cfg.Core.Faults.Has(func(f *faults.Set) bool { return f.AnswerBeforeCommit }) {
+	if len(rd.Changes) == 0 && !r.cfg.Break.AnswerBeforeCommit {
 		r.confirm(rd.Owners)
 		return
 	}
@@ -377,7 +376,7 @@ func (r *Replica) Flush(now time.Time) {
 		return
 	}
 	r.stats.Proposals++
-	if r.cfg.Core.Faults.Has(func(f *faults.Set) bool { return f.AnswerBeforeCommit }) {
+	if r.cfg.Break.AnswerBeforeCommit {
 		r.owners = append(r.owners, rd.Owners...)
 		return
 	}
@@ -417,51 +416,42 @@ func (r *Replica) release() {
 	}
 }
 
-// Replies returns the Feed's messages to Lookups since the last call (or
-// Advance) and forgets them: StepSync answers at once, without Raft, and
-// Tick runs coalesced push rounds. Drivers collect them after steps and
-// after Tick.
-func (r *Replica) Replies() []LookupMessage { return r.feed.Ready() }
-
-// Outbox returns the Owner messages released outside Advance (only when a
-// rule is deliberately broken) and forgets them.
-func (r *Replica) Outbox() []OwnerMessage {
-	out := r.owners
-	r.owners = nil
-	return out
+// Ready returns everything the replica asks its driver to do now, and
+// false if there is nothing: it first proposes the Core's latest round
+// (flush), so the steps since the last call are in it. The driver does it
+// in the order Ready's fields are listed, then calls Advance; Drive is that
+// loop. The Ready must be handed to Advance before Ready is called again.
+func (r *Replica) Ready(now time.Time) (Ready, bool) {
+	r.flush(now)
+	var rd Ready
+	if r.rn.HasReady() {
+		rr := r.rn.Ready()
+		rd.raft = &rr
+		rd.HardState, rd.Entries, rd.Snapshot = rr.HardState, rr.Entries, rr.Snapshot
+		rd.Messages, rd.CommittedEntries = rr.Messages, rr.CommittedEntries
+	}
+	rd.Compacted, r.compacted = r.compacted, raftpb.Snapshot{}
+	rd.Peers, r.peerChanges = r.peerChanges, nil
+	rd.Owners, r.owners = r.owners, nil
+	rd.Lookups = r.feed.Ready()
+	ok := rd.raft != nil || !raft.IsEmptySnap(rd.Compacted) || len(rd.Peers) > 0 || len(rd.Owners) > 0 || len(rd.Lookups) > 0
+	return rd, ok
 }
 
-// HasReady reports whether Ready has something to persist or send.
-func (r *Replica) HasReady() bool { return r.rn.HasReady() }
-
-// Ready returns what Raft needs persisted (HardState, Entries, Snapshot)
-// before its Messages are sent. The driver persists it, then calls Advance
-// with it, then sends rd.Messages and the messages Advance returns.
-func (r *Replica) Ready() raft.Ready { return r.rn.Ready() }
-
-// Applied is what Advance asks the driver to do.
-type Applied struct {
-	Owners  []OwnerMessage
-	Lookups []LookupMessage
-	// Compacted, when not empty, is a snapshot the replica took: persist it
-	// and drop the log entries it covers.
-	Compacted raftpb.Snapshot
-	// Peers lists replicas added (Addr set) or removed (Addr empty).
-	Peers []Peer
-}
-
-// Advance applies a persisted Ready at now: it installs snapshots, applies
-// committed entries to the State, takes over or steps down as leadership
-// changes, and releases the Owner messages whose entries committed.
-func (r *Replica) Advance(now time.Time, rd raft.Ready) (Applied, error) {
-	var out Applied
+// Advance tells the replica that rd has been persisted, sent and answered
+// (Drive has also recorded it in the MemoryStorage), and applies it at now: it installs a snapshot, applies the committed
+// entries to the State, takes over or steps down as leadership changes,
+// and queues for the next Ready what that releases (Owner messages whose
+// proof arrived, pushes to Lookups, replicas added or removed, a snapshot
+// it took).
+func (r *Replica) Advance(now time.Time, rd Ready) error {
+	if rd.raft == nil {
+		return nil
+	}
 	if !raft.IsEmptySnap(rd.Snapshot) {
-		if err := r.ms.ApplySnapshot(rd.Snapshot); err != nil {
-			return out, err
-		}
 		st, err := DecodeState(rd.Snapshot.Data, r.cfg.Core.Timing.LogRetention)
 		if err != nil {
-			return out, err
+			return err
 		}
 		r.st = st
 		r.feed.Rebase(st)
@@ -470,18 +460,10 @@ func (r *Replica) Advance(now time.Time, rd raft.Ready) (Applied, error) {
 			r.peerChanges = append(r.peerChanges, Peer{ID: id, Addr: st.peers[id]})
 		}
 	}
-	if !raft.IsEmptyHardState(rd.HardState) {
-		if err := r.ms.SetHardState(rd.HardState); err != nil {
-			return out, err
-		}
+	if ss := rd.raft.SoftState; ss != nil {
+		r.lead, r.role = ss.Lead, ss.RaftState
 	}
-	if err := r.ms.Append(rd.Entries); err != nil {
-		return out, err
-	}
-	if rd.SoftState != nil {
-		r.lead, r.role = rd.SoftState.Lead, rd.SoftState.RaftState
-	}
-	for _, rs := range rd.ReadStates {
+	for _, rs := range rd.raft.ReadStates {
 		for _, h := range r.held {
 			if h.ctx != "" && h.ctx == string(rs.RequestCtx) {
 				h.ok, h.index = true, rs.Index
@@ -502,38 +484,35 @@ func (r *Replica) Advance(now time.Time, rd raft.Ready) (Applied, error) {
 		r.coreTerm, r.resumes, r.termSeen = term, 0, false
 	}
 	for _, e := range rd.CommittedEntries {
-		if err := r.applyEntry(now, e); err != nil {
-			return out, err
+		if err := r.apply(now, e); err != nil {
+			return err
 		}
 	}
-	r.rn.Advance(rd)
+	r.rn.Advance(*rd.raft)
 	r.campaignAlone()
 	if r.role == raft.StateLeader && r.core == nil && r.termSeen && len(r.pending) == 0 {
 		// The second failover rule: take over only with every committed
 		// entry applied, and reserve everything (Resume).
 		r.resumes++
-		r.core = Resume(r.cfg.Core, r.st, r.coreTerm<<32|r.resumes<<24, now)
+		r.core = resume(r.cfg.Core, r.cfg.Break, r.st, r.coreTerm<<32|r.resumes<<24, now)
 		r.stats.Takeovers++
-		r.Flush(now)
+		r.flush(now)
 	}
 	r.release()
 	r.feed.Changed(now)
-	if r.applied-r.snapshot >= r.cfg.SnapshotEntries {
+	if r.applied-r.snapshot >= r.cfg.Core.SnapshotEntries {
 		snap, err := r.ms.CreateSnapshot(r.applied, &r.conf, r.st.Encode())
 		if err != nil {
-			return out, err
+			return err
 		}
 		if err := r.ms.Compact(r.applied); err != nil {
-			return out, err
+			return err
 		}
 		r.snapshot = r.applied
 		r.stats.Snapshots++
-		out.Compacted = snap
+		r.compacted = snap
 	}
-	out.Owners, r.owners = r.owners, nil
-	out.Lookups = r.feed.Ready()
-	out.Peers, r.peerChanges = r.peerChanges, nil
-	return out, nil
+	return nil
 }
 
 // campaignAlone starts an election at once in a group of one: it needs no
@@ -562,51 +541,83 @@ func (r *Replica) stepDown() {
 	r.core = nil
 }
 
-func (r *Replica) applyEntry(now time.Time, e raftpb.Entry) error {
+// apply applies committed entry e: to the State (applyEntry), to Raft's
+// configuration, and to the rounds waiting for their entry to commit.
+func (r *Replica) apply(now time.Time, e raftpb.Entry) error {
 	if e.Index <= r.applied {
 		return nil
 	}
 	r.applied = e.Index
 	r.stats.Applied++
-	switch e.Type {
-	case raftpb.EntryNormal:
-		if e.Term == r.coreTerm && r.role == raft.StateLeader {
-			r.termSeen = true
-		}
-		if len(e.Data) == 0 {
-			return nil // a new leader's empty entry
-		}
-		b, err := decodeBatch(e.Data)
-		if err != nil {
-			return fmt.Errorf("entry %d: %w", e.Index, err)
-		}
-		if err := r.st.Apply(now, b.Changes); err != nil {
-			return fmt.Errorf("entry %d: %w", e.Index, err)
-		}
+	if e.Type == raftpb.EntryNormal && e.Term == r.coreTerm && r.role == raft.StateLeader {
+		r.termSeen = true
+	}
+	a, err := applyEntry(r.st, now, e)
+	if err != nil {
+		return err
+	}
+	if a.cc != nil {
+		r.conf = *r.rn.ApplyConfChange(*a.cc)
+	}
+	if a.peer != nil {
+		r.peerChanges = append(r.peerChanges, *a.peer)
+	}
+	if b := a.batch; b != nil {
 		if h, ok := r.pending[b.Seq]; ok && b.Node == r.cfg.ID && b.Term == r.coreTerm {
 			delete(r.pending, b.Seq)
 			h.ok = true
 		}
+	}
+	return nil
+}
+
+// entryEffect is what applying an entry did beyond the State.
+type entryEffect struct {
+	batch *batch             // a normal entry's batch of Changes
+	cc    *raftpb.ConfChange // a conf change, for Raft to apply
+	peer  *Peer              // the replica it adds (Addr set) or removes
+}
+
+// applyEntry applies committed entry e to st: a normal entry's batch of
+// Changes (none for a new leader's empty entry), or the replica a conf
+// change adds or removes; other conf changes leave st as it is. A running
+// replica and a restore (ReplayLog) both apply entries through it, so they
+// reach the same State.
+func applyEntry(st *State, now time.Time, e raftpb.Entry) (entryEffect, error) {
+	var out entryEffect
+	switch e.Type {
+	case raftpb.EntryNormal:
+		if len(e.Data) == 0 {
+			return out, nil
+		}
+		b, err := decodeBatch(e.Data)
+		if err != nil {
+			return out, fmt.Errorf("entry %d: %w", e.Index, err)
+		}
+		if err := st.Apply(now, b.Changes); err != nil {
+			return out, fmt.Errorf("entry %d: %w", e.Index, err)
+		}
+		out.batch = &b
 	case raftpb.EntryConfChange:
 		var cc raftpb.ConfChange
 		if err := cc.Unmarshal(e.Data); err != nil {
-			return fmt.Errorf("%w: entry %d: conf change: %v", ErrCorrupt, e.Index, err)
+			return out, fmt.Errorf("%w: entry %d: conf change: %v", ErrCorrupt, e.Index, err)
 		}
-		r.conf = *r.rn.ApplyConfChange(cc)
+		out.cc = &cc
 		p := Peer{ID: cc.NodeID}
 		switch cc.Type {
 		case raftpb.ConfChangeAddNode, raftpb.ConfChangeAddLearnerNode:
 			p.Addr = string(cc.Context)
 		case raftpb.ConfChangeRemoveNode:
 		default:
-			return nil
+			return out, nil
 		}
-		if err := r.st.Apply(now, []Change{{Op: OpPeer, Peer: p.ID, Addr: p.Addr}}); err != nil {
-			return fmt.Errorf("entry %d: %w", e.Index, err)
+		if err := st.Apply(now, []Change{{Op: OpPeer, Peer: p.ID, Addr: p.Addr}}); err != nil {
+			return out, fmt.Errorf("entry %d: %w", e.Index, err)
 		}
-		r.peerChanges = append(r.peerChanges, p)
+		out.peer = &p
 	}
-	return nil
+	return out, nil
 }
 
 // PeerContext is the Context of an AddNode ConfChange: the new replica's
@@ -656,29 +667,8 @@ func ReplayLog(ms *raft.MemoryStorage, retention time.Duration, now time.Time) (
 		return nil, 0, 0, err
 	}
 	for _, e := range ents {
-		switch e.Type {
-		case raftpb.EntryNormal:
-			if len(e.Data) > 0 {
-				b, err := decodeBatch(e.Data)
-				if err == nil {
-					err = st.Apply(now, b.Changes)
-				}
-				if err != nil {
-					return nil, 0, 0, fmt.Errorf("entry %d: %w", e.Index, err)
-				}
-			}
-		case raftpb.EntryConfChange:
-			var cc raftpb.ConfChange
-			if err := cc.Unmarshal(e.Data); err != nil {
-				return nil, 0, 0, fmt.Errorf("%w: entry %d: conf change: %v", ErrCorrupt, e.Index, err)
-			}
-			addr := ""
-			if cc.Type == raftpb.ConfChangeAddNode || cc.Type == raftpb.ConfChangeAddLearnerNode {
-				addr = string(cc.Context)
-			}
-			if err := st.Apply(now, []Change{{Op: OpPeer, Peer: cc.NodeID, Addr: addr}}); err != nil {
-				return nil, 0, 0, err
-			}
+		if _, err := applyEntry(st, now, e); err != nil {
+			return nil, 0, 0, err
 		}
 		index, term = e.Index, e.Term
 	}

@@ -1,4 +1,4 @@
-package manager
+package replica
 
 import (
 	"errors"
@@ -36,7 +36,7 @@ type group struct {
 
 var groupTiming = protocol.Fast()
 
-func newGroup(t *testing.T, n int, fs *faults.Set) *group {
+func newGroup(t *testing.T, n int, fs faults.Set) *group {
 	t.Helper()
 	g := &group{t: t, now: base, reps: map[uint64]*Replica{}, down: map[uint64]bool{}, cut: map[uint64]bool{},
 		sent: map[string][]*protocol.LeaseResponse{}, owners: map[string]*owner.Core{}}
@@ -45,8 +45,8 @@ func newGroup(t *testing.T, n int, fs *faults.Set) *group {
 		boot = append(boot, Peer{ID: uint64(i), Addr: fmt.Sprintf("m%d:7400", i)})
 	}
 	for _, p := range boot {
-		r, err := NewReplica(ReplicaConfig{ID: p.ID, Bootstrap: boot, Tick: 25 * ms,
-			Core: CoreConfig{Timing: groupTiming, Policy: assign.Fixed{Pieces: 4}, Epoch: epoch, Seed: p.ID, Faults: fs}}, g.now)
+		r, err := NewReplica(ReplicaConfig{ID: p.ID, Bootstrap: boot, Break: fs,
+			Core: CoreConfig{Timing: groupTiming, Policy: assign.Fixed{Pieces: 4}, Epoch: epoch, Seed: p.ID, RaftTick: 25 * ms}}, g.now)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -54,6 +54,20 @@ func newGroup(t *testing.T, n int, fs *faults.Set) *group {
 	}
 	return g
 }
+
+// testDriver drives a replica at a fixed time, with nothing to persist
+// beyond its MemoryStorage, and hands what it sends to send.
+type testDriver struct {
+	now     time.Time
+	send    func(*Ready)
+	readies int // Readies handled
+}
+
+func (d *testDriver) Now() time.Time { return d.now }
+
+func (d *testDriver) Persist(*Ready) error { d.readies++; return nil }
+
+func (d *testDriver) Send(rd *Ready) { d.send(rd) }
 
 // settle drives every replica until nothing is left to persist or deliver.
 func (g *group) settle() {
@@ -64,21 +78,16 @@ func (g *group) settle() {
 			if g.down[id] {
 				continue
 			}
-			for _, m := range r.Outbox() {
-				g.sent[m.To] = append(g.sent[m.To], m.Msg)
-			}
-			for r.HasReady() {
-				busy = true
-				rd := r.Ready()
-				a, err := r.Advance(g.now, rd)
-				if err != nil {
-					g.t.Fatal(err)
-				}
+			d := &testDriver{now: g.now, send: func(rd *Ready) {
 				g.inbox = append(g.inbox, rd.Messages...)
-				for _, m := range a.Owners {
+				for _, m := range rd.Owners {
 					g.sent[m.To] = append(g.sent[m.To], m.Msg)
 				}
+			}}
+			if err := Drive(r, d); err != nil {
+				g.t.Fatal(err)
 			}
+			busy = busy || d.readies > 0
 		}
 		msgs := g.inbox
 		g.inbox = nil
@@ -120,9 +129,6 @@ func (g *group) run(d time.Duration) {
 					_ = to.StepLease(g.now, req) // NotLeaderError: lost
 				}
 			}
-		}
-		if to != nil && !g.down[to.ID()] {
-			to.Flush(g.now)
 		}
 		g.settle()
 		for _, id := range slices.Sorted(maps.Keys(g.owners)) {
@@ -186,7 +192,7 @@ func (g *group) addOwner(id string) *owner.Core {
 // the owner's leases are renewed with the same LGNs (no grant, no loss), and
 // its messages order after the old leader's.
 func TestReplicaFailoverKeepsLeases(t *testing.T) {
-	g := newGroup(t, 3, nil)
+	g := newGroup(t, 3, faults.Set{})
 	l1 := g.runUntilLeader()
 	a := g.addOwner("a")
 	g.run(groupTiming.ManagerLease + 4*groupTiming.Renew) // nothing is granted for a ManagerLease
@@ -221,7 +227,7 @@ func TestReplicaFailoverKeepsLeases(t *testing.T) {
 		}
 		held = after
 		g.down[l.ID()] = false // back as a follower, from its storage
-		r, err := NewReplica(ReplicaConfig{ID: l.ID(), Storage: l.ms, Core: l.cfg.Core, Tick: l.cfg.Tick}, g.now)
+		r, err := NewReplica(ReplicaConfig{ID: l.ID(), Storage: l.ms, Core: l.cfg.Core}, g.now)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -236,9 +242,9 @@ func TestReplicaFailoverKeepsLeases(t *testing.T) {
 func TestReplicaAnswersOnlyAfterCommit(t *testing.T) {
 	for _, broken := range []bool{false, true} {
 		t.Run(fmt.Sprintf("broken=%v", broken), func(t *testing.T) {
-			var fs *faults.Set
+			var fs faults.Set
 			if broken {
-				fs = &faults.Set{AnswerBeforeCommit: true}
+				fs = faults.Set{AnswerBeforeCommit: true}
 			}
 			g := newGroup(t, 3, fs)
 			l := g.runUntilLeader()
@@ -266,9 +272,9 @@ func TestReplicaAnswersOnlyAfterCommit(t *testing.T) {
 func TestReplicaRenewsOnlyWithQuorum(t *testing.T) {
 	for _, broken := range []bool{false, true} {
 		t.Run(fmt.Sprintf("broken=%v", broken), func(t *testing.T) {
-			var fs *faults.Set
+			var fs faults.Set
 			if broken {
-				fs = &faults.Set{AnswerBeforeCommit: true}
+				fs = faults.Set{AnswerBeforeCommit: true}
 			}
 			g := newGroup(t, 3, fs)
 			l := g.runUntilLeader()
@@ -319,9 +325,9 @@ func TestReplicaRenewsOnlyWithQuorum(t *testing.T) {
 func TestReplicaTakeoverReserves(t *testing.T) {
 	for _, broken := range []bool{false, true} {
 		t.Run(fmt.Sprintf("broken=%v", broken), func(t *testing.T) {
-			var fs *faults.Set
+			var fs faults.Set
 			if broken {
-				fs = &faults.Set{NoTakeoverReservation: true}
+				fs = faults.Set{NoTakeoverReservation: true}
 			}
 			g := newGroup(t, 3, fs)
 			l1 := g.runUntilLeader()
@@ -364,7 +370,7 @@ func TestReplicaTakeoverReserves(t *testing.T) {
 // applied state while they hear from the leader, and refuse, naming the
 // leader, once cut off; only the leader serves owners.
 func TestReplicaFollowerServesLookups(t *testing.T) {
-	g := newGroup(t, 3, nil)
+	g := newGroup(t, 3, faults.Set{})
 	l := g.runUntilLeader()
 	g.run(time.Second)
 	var f *Replica
@@ -398,8 +404,8 @@ func TestReplicaFollowerServesLookups(t *testing.T) {
 // TestReplicaSnapshotRestart: a replica restarted from its storage after
 // compaction rebuilds the same state.
 func TestReplicaSnapshotRestart(t *testing.T) {
-	g := newGroup(t, 1, nil)
-	g.reps[1].cfg.SnapshotEntries = 3 // compact often
+	g := newGroup(t, 1, faults.Set{})
+	g.reps[1].cfg.Core.SnapshotEntries = 3 // compact often
 	l := g.runUntilLeader()
 	g.addOwner("a")
 	g.run(groupTiming.ManagerLease + 3*groupTiming.Renew)
@@ -407,7 +413,7 @@ func TestReplicaSnapshotRestart(t *testing.T) {
 		t.Fatal("no snapshot was taken")
 	}
 	want := l.State().Encode()
-	r, err := NewReplica(ReplicaConfig{ID: 1, Storage: l.ms, Core: l.cfg.Core, Tick: l.cfg.Tick}, g.now)
+	r, err := NewReplica(ReplicaConfig{ID: 1, Storage: l.ms, Core: l.cfg.Core}, g.now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -426,8 +432,8 @@ func TestReplicaCoalescesPushes(t *testing.T) {
 	const every = 100 * ms
 	// A Raft tick of a second: only the Feed's deadline brings the
 	// trailing rounds on time.
-	r, err := NewReplica(ReplicaConfig{ID: 1, Bootstrap: []Peer{{ID: 1, Addr: "m1:7400"}}, Tick: time.Second, PushEvery: every,
-		Core: CoreConfig{Timing: groupTiming, Policy: assign.Fixed{Pieces: 64}, Epoch: epoch, Seed: 1}}, base)
+	r, err := NewReplica(ReplicaConfig{ID: 1, Bootstrap: []Peer{{ID: 1, Addr: "m1:7400"}},
+		Core: CoreConfig{Timing: groupTiming, Policy: assign.Fixed{Pieces: 64}, Epoch: epoch, Seed: 1, RaftTick: time.Second, PushEvery: every}}, base)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -464,17 +470,14 @@ func TestReplicaCoalescesPushes(t *testing.T) {
 	settle := func() {
 		for busy := true; busy; {
 			busy = false
-			r.Flush(now)
 			var out []OwnerMessage
-			for r.HasReady() {
-				a, err := r.Advance(now, r.Ready())
-				if err != nil {
-					t.Fatal(err)
-				}
-				out = append(out, a.Owners...)
-				lookup(a.Lookups)
+			d := &testDriver{now: now, send: func(rd *Ready) {
+				out = append(out, rd.Owners...)
+				lookup(rd.Lookups)
+			}}
+			if err := Drive(r, d); err != nil {
+				t.Fatal(err)
 			}
-			lookup(r.Replies())
 			if l := r.State().Table(DefaultNamespace); l != nil && l.LSN() > lsn {
 				for lsn < l.LSN() {
 					lsn++

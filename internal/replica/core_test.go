@@ -1,4 +1,4 @@
-package manager
+package replica
 
 import (
 	"errors"
@@ -138,7 +138,7 @@ func newHarnessCfg(t *testing.T, cfg CoreConfig, peers ...*peer) *harness {
 }
 
 // deliver hands every owner message in r to its peer.
-func (h *harness) deliver(r Ready) round {
+func (h *harness) deliver(r Round) round {
 	for _, m := range r.Owners {
 		if m.Msg.Owner != m.To {
 			h.t.Fatalf("message to %q addressed to owner %q", m.To, m.Msg.Owner)
@@ -446,7 +446,7 @@ func TestRecall(t *testing.T) {
 	}
 	lsn := h.mark()
 
-	// b joins: in the same Ready, a is told to keep only pieces 0 and 2,
+	// b joins: in the same Round, a is told to keep only pieces 0 and 2,
 	// and b gets nothing yet.
 	join := restartEnd.Add(400 * ms)
 	r := h.send(join, b)

@@ -1,0 +1,126 @@
+// Package config holds the settings of one Manager replica: the lease logic
+// its leader runs, the feed that keeps Lookups in sync, and the pace of its
+// Raft node. manager.ServerConfig embeds them; the replica that runs them
+// (internal to leasehold) reads the same struct, so every setting reaches
+// it without being copied field by field.
+package config
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/leasehold/leasehold/assign"
+	"github.com/leasehold/leasehold/internal/wire"
+	"github.com/leasehold/leasehold/protocol"
+	"github.com/leasehold/leasehold/rebalance"
+)
+
+// Replica configures a Manager replica. The zero value serves the default
+// namespace with production timings. Every replica of a group should be
+// given the same settings.
+type Replica struct {
+	// Timing is the protocol's timers; the zero value means
+	// protocol.Production(). Owners and Lookups adopt the Manager's.
+	Timing protocol.Timing
+	// Namespaces served besides the default one.
+	Namespaces []string
+	// Policy computes the desired assignment; nil means consistent hashing
+	// with 64 virtual nodes per Owner (C§2.1.2).
+	Policy assign.Policy
+	// Epoch names the lease table. It must grow every time the Manager
+	// starts without its previous state, so Owners and Lookups can tell a
+	// restarted Manager from a delayed message of a dead one. A server
+	// takes 0 as its start time in Unix nanoseconds; a group that restarts
+	// from its data directory keeps the epoch it has.
+	Epoch uint64
+	// Seed seeds the leader's race-backoff jitter; any value will do.
+	Seed uint64
+
+	// Handover is how long the holder of a range that moves between two
+	// live Owners is given to hand its state over (C§2.1.2) before the
+	// range is recalled without it; 0 means one OwnerLease. Negative turns
+	// planned moves off: ranges are always recalled.
+	Handover time.Duration
+	// DrainGate caps how many Owners of a namespace may drain at once (the
+	// maintenance gate); 0 means 1.
+	DrainGate int
+	// Rebalance, if set, makes the desired assignment load-aware: every
+	// RebalanceEvery (0 means 5 s) it plans a round of moves from the
+	// Owners' load reports (rebalance.Weighted, or the Centrifuge baseline)
+	// and Policy is not used.
+	Rebalance      rebalance.Policy
+	RebalanceEvery time.Duration
+	// MembershipEvery paces the planning of membership changes (joins,
+	// leaves, drains, capacities), which recomputes the desired assignment
+	// over every member: a change is planned at once if none was in the
+	// last MembershipEvery, and otherwise at the end of it, together with
+	// every change that came meanwhile. A lone join is served at once; the
+	// joins of a starting cluster cost one plan per MembershipEvery, not
+	// one per Owner. 0 means 1 s, or a quarter of Timing.Renew if that is
+	// shorter (125 ms in the fast profile); negative plans every change at
+	// once.
+	MembershipEvery time.Duration
+	// PushEvery is the least time between two rounds of pushes to the
+	// Lookups of a namespace: a change applied sooner after the last round
+	// waits for the next, which carries everything applied meanwhile. 0
+	// means 100 ms; negative pushes every applied change at once.
+	PushEvery time.Duration
+
+	// RaftTick and ElectionTicks pace Raft: a heartbeat every tick, an
+	// election after ElectionTicks (randomised up to twice that) without a
+	// leader. Defaults: see SetDefaults.
+	RaftTick      time.Duration
+	ElectionTicks int
+	// SnapshotEntries is how many applied entries trigger a snapshot and
+	// log compaction; 0 means 10,000.
+	SnapshotEntries uint64
+}
+
+// SetDefaults fills in the zero fields that have a default which the
+// replica needs as a value: Timing, RaftTick, ElectionTicks and
+// SnapshotEntries. (The others' zero values are read where they are used,
+// as their comments say.) The RaftTick default is the smaller of 100 ms and
+// Timing.Renew/20: heartbeats well within a renewal, 25 ms with the fast
+// timings, so a failover takes a fraction of a 2 s lease.
+func (c *Replica) SetDefaults() {
+	if c.Timing == (protocol.Timing{}) {
+		c.Timing = protocol.Production()
+	}
+	if c.RaftTick <= 0 {
+		c.RaftTick = min(100*time.Millisecond, c.Timing.Renew/20)
+	}
+	if c.ElectionTicks <= 0 {
+		c.ElectionTicks = 10
+	}
+	if c.SnapshotEntries == 0 {
+		c.SnapshotEntries = 10000
+	}
+}
+
+// Validate fills in c's defaults (SetDefaults) and checks the result: the
+// timing must be safe and every namespace name valid. Its error is a
+// *FieldError naming the field at fault.
+func (c *Replica) Validate() error {
+	c.SetDefaults()
+	if err := c.Timing.Validate(); err != nil {
+		return &FieldError{Field: "Timing", Err: err}
+	}
+	for _, ns := range c.Namespaces {
+		if ns == "" || len(ns) > wire.MaxStringLen {
+			return &FieldError{Field: "Namespaces", Err: fmt.Errorf("invalid namespace name %q (1 to %d bytes)", ns, wire.MaxStringLen)}
+		}
+	}
+	return nil
+}
+
+// A FieldError is a configuration that Validate refuses: Field names the
+// field at fault, as Go spells it (for Timing, a *protocol.TimingError
+// names the fields of protocol.Timing involved).
+type FieldError struct {
+	Field string
+	Err   error
+}
+
+func (e *FieldError) Error() string { return "manager: " + e.Field + ": " + e.Err.Error() }
+
+func (e *FieldError) Unwrap() error { return e.Err }
