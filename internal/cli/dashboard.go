@@ -8,13 +8,13 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/leasehold/leasehold/internal/dashboard"
-	"github.com/leasehold/leasehold/internal/runtime"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/leasetable"
 	"github.com/leasehold/leasehold/lookup"
@@ -82,8 +82,10 @@ func (o *dashboardOptions) run(ctx context.Context, e *env) error {
 	if o.refresh < 100*time.Millisecond {
 		return usagef("--refresh %s: want at least 100ms", o.refresh)
 	}
-	if err := runtime.CheckAddr(o.listen); err != nil {
-		return usagef("--listen: %v", err)
+	if _, port, err := net.SplitHostPort(o.listen); err != nil {
+		return usagef("--listen %q: want host:port: %v", o.listen, err)
+	} else if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return usagef("--listen %q: port %q is not a number from 0 to 65535", o.listen, port)
 	}
 	// Fail fast when no Manager answers; learn the namespaces.
 	ask := o.namespace

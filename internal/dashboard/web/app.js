@@ -12,18 +12,36 @@ let view = null;
 let ns = "";
 let first = true;
 
-// colour gives each Owner a colour of its own, the same on every page and
-// after every change: a hash of its ID picks hue, saturation and lightness.
-const colours = new Map();
-function colour(id) {
-  let c = colours.get(id);
-  if (c) return c;
+// colour gives each Owner a colour of its own that stays while the set of
+// Owners stays: a hash of its ID picks one of 24 well-spaced colours, the
+// next free one if an Owner before it (by ID) took that (12 hues for up to
+// 12 Owners, each at two lightnesses for up to 24); past 24 Owners
+// the hash picks any hue.
+const palette = [];
+for (const l of [48, 64]) for (let i = 0; i < 12; i++) palette.push(`hsl(${(i * 150 + (l === 64 ? 15 : 0)) % 360} 68% ${l}%)`);
+let colours = new Map();
+function hash(id) {
   let h = 2166136261;
-  for (let i = 0; i < id.length; i++) { h ^= id.charCodeAt(i); h = Math.imul(h, 16777619) >>> 0; }
-  c = `hsl(${h % 360} ${55 + (h >>> 9) % 30}% ${42 + (h >>> 17) % 20}%)`;
-  colours.set(id, c);
-  return c;
+  for (let i = 0; i < id.length; i++) { h ^= id.charCodeAt(i); h = Math.imul(h, 16777619); }
+  h ^= h >>> 16; h = Math.imul(h, 0x85ebca6b); h ^= h >>> 13; h = Math.imul(h, 0xc2b2ae35); h ^= h >>> 16;
+  return h >>> 0;
 }
+function assignColours(owners) {
+  const m = new Map();
+  if (owners.length <= palette.length) {
+    const taken = new Set(), size = owners.length <= 12 ? 12 : palette.length; // 12: one lightness, hues 30° apart
+    for (const o of owners) {
+      let i = hash(o.id) % size;
+      while (taken.has(i)) i = (i + 1) % size;
+      taken.add(i);
+      m.set(o.id, palette[i]);
+    }
+  } else {
+    for (const o of owners) { const h = hash(o.id); m.set(o.id, `hsl(${h % 360} ${55 + (h >>> 9) % 30}% ${42 + (h >>> 17) % 20}%)`); }
+  }
+  colours = m;
+}
+function colour(id) { return colours.get(id) || "#888"; }
 const freeColour = "#e2e2e2";
 
 function esc(s) {
@@ -40,6 +58,7 @@ function render() {
   const t0 = performance.now();
   const n = current();
   if (n) ns = n.name;
+  assignColours(n ? n.owners : []);
   renderHeader(n);
   renderRing(n);
   renderOwners(n);
@@ -105,7 +124,7 @@ function renderRing(n) {
   g.fillStyle = "#333";
   g.textAlign = "center";
   g.font = "bold 22px system-ui, sans-serif";
-  g.fillText(`${n.holders.length} Owners`, cx, cy - 6);
+  g.fillText(`${n.holders.length} Owner${n.holders.length === 1 ? "" : "s"}`, cx, cy - 6);
   g.font = "13px system-ui, sans-serif";
   g.fillText(`${n.ranges} ranges · lsn ${n.lsn}`, cx, cy + 16);
   g.fillText(`namespace ${n.name}`, cx, cy + 34);
@@ -133,10 +152,9 @@ function renderOwners(n) {
     const on = armed && armed.id === o.id && Date.now() < armed.until;
     const btn = readOnly ? "" : `<td>${o.member && !o.draining ? `<button class="drain${on ? " armed" : ""}" data-owner="${esc(o.id)}">${on ? `drain ${esc(o.id)}?` : "drain"}</button>` : ""}</td>`;
     return `<tr class="${cls}" data-owner="${esc(o.id)}" data-ranges="${o.ranges}" data-draining="${o.draining}">` +
-      `<td><span class="sw" style="background:${colour(o.id)}"></span></td><td>${esc(o.id)}</td><td>${esc(o.addr)}</td>` +
+      `<td><span class="sw" style="background:${colour(o.id)}"></span></td><td title="incarnation ${o.incarnation}">${esc(o.id)}</td><td>${esc(o.addr)}</td>` +
       `<td class="num">${o.ranges}</td><td class="num">${fmt(100 * o.share, 1)}%</td><td class="num">${fmt(o.load, 1)}</td>` +
-      `<td class="num">${o.capacity}</td><td>${o.draining ? "DRAINING" : "no"}</td><td>${o.member ? "yes" : "no"}</td>` +
-      `<td class="num">${o.incarnation}</td>${btn}</tr>`;
+      `<td class="num">${o.capacity}</td><td>${o.draining ? "DRAINING" : "no"}</td><td>${o.member ? "yes" : "no"}</td>${btn}</tr>`;
   }).join("");
 }
 
