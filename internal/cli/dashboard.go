@@ -2,13 +2,13 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -79,13 +79,32 @@ func (o *dashboardOptions) run(ctx context.Context, e *env) error {
 	if err := o.validate(); err != nil {
 		return err
 	}
+	log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	d, err := o.start(ctx, log)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "leasehold dashboard on %s (manager %s, namespaces %s)\n", d.url, o.manager, strings.Join(d.names, ", "))
+	return d.wait()
+}
+
+// runningDashboard is a dashboard serving until its context ends.
+type runningDashboard struct {
+	url   string   // http://host:port/
+	names []string // the namespaces it follows
+	wait  func() error
+}
+
+// start starts a dashboard of the Manager at o.manager, serving on
+// o.listen until ctx ends; wait waits for that and stops it.
+func (o *dashboardOptions) start(ctx context.Context, log *slog.Logger) (*runningDashboard, error) {
 	if o.refresh < 100*time.Millisecond {
-		return usagef("--refresh %s: want at least 100ms", o.refresh)
+		return nil, usagef("--refresh %s: want at least 100ms", o.refresh)
 	}
 	if _, port, err := net.SplitHostPort(o.listen); err != nil {
-		return usagef("--listen %q: want host:port: %v", o.listen, err)
+		return nil, usagef("--listen %q: want host:port: %v", o.listen, err)
 	} else if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
-		return usagef("--listen %q: port %q is not a number from 0 to 65535", o.listen, port)
+		return nil, usagef("--listen %q: port %q is not a number from 0 to 65535", o.listen, port)
 	}
 	// Fail fast when no Manager answers; learn the namespaces.
 	ask := o.namespace
@@ -94,25 +113,23 @@ func (o *dashboardOptions) run(ctx context.Context, e *env) error {
 	}
 	answers, err := o.askAll(ctx, ask)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	resp := leaderAnswer(answers)
 	if resp == nil {
-		return answers[0].err
+		return nil, answers[0].err
 	}
 	src := &managerSource{o: &o.clientOptions, lookups: map[string]*lookup.Lookup{}}
 	for _, n := range resp.GetNamespaces() {
 		src.names = append(src.names, n.GetName())
 	}
 	if len(src.names) == 0 {
-		return fmt.Errorf("manager at %s: no namespace to show", o.manager)
+		return nil, fmt.Errorf("manager at %s: no namespace to show", o.manager)
 	}
-	log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	hub, err := dashboard.NewHub(dashboard.Config{Source: src, Refresh: o.refresh, ReadOnly: o.readOnly, Logger: log})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer src.close()
 	for _, ns := range src.names {
 		l, err := lookup.New(ctx, lookup.Config{
 			Manager: o.manager, Namespace: ns, Logger: log,
@@ -120,7 +137,8 @@ func (o *dashboardOptions) run(ctx context.Context, e *env) error {
 			OnLoss:   func(l lookup.Loss) { hub.Lost(ns, l) },
 		})
 		if err != nil {
-			return err
+			src.close()
+			return nil, err
 		}
 		src.mu.Lock()
 		src.lookups[ns] = l
@@ -128,27 +146,32 @@ func (o *dashboardOptions) run(ctx context.Context, e *env) error {
 	}
 	lis, err := net.Listen("tcp", o.listen)
 	if err != nil {
-		return fmt.Errorf("dashboard: cannot listen on %s: %w", o.listen, err)
+		src.close()
+		return nil, fmt.Errorf("dashboard: cannot listen on %s: %w", o.listen, err)
 	}
 	hs := &http.Server{Handler: hub.Handler(o.manager), ReadHeaderTimeout: 10 * time.Second}
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(lis) }()
+	hctx, hcancel := context.WithCancel(ctx)
 	ran := make(chan struct{})
-	go func() { defer close(ran); _ = hub.Run(ctx) }()
-	fmt.Fprintf(e.stdout, "leasehold dashboard on http://%s/ (manager %s, namespaces %v)\n", lis.Addr(), o.manager, src.names)
-	select {
-	case <-ctx.Done():
-	case err := <-served:
-		return fmt.Errorf("dashboard: %w", err)
-	}
-	<-ran
-	stop, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	if err := hs.Shutdown(stop); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+	go func() { defer close(ran); _ = hub.Run(hctx) }()
+	wait := func() error {
+		defer src.close()
+		var err error
+		select {
+		case <-ctx.Done():
+		case err = <-served:
+			err = fmt.Errorf("dashboard: %w", err)
+		}
+		hcancel()
+		<-ran
+		stop, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = hs.Shutdown(stop)
+		_ = hs.Close() // the event streams do not end by themselves
 		return err
 	}
-	_ = hs.Close() // the event streams do not end by themselves
-	return nil
+	return &runningDashboard{url: "http://" + lis.Addr().String() + "/", names: src.names, wait: wait}, nil
 }
 
 // managerSource is the dashboard's Source: a Lookup per namespace for the
@@ -228,4 +251,17 @@ func (s *managerSource) close() {
 	for _, l := range s.lookups {
 		_ = l.Close()
 	}
+}
+
+// startDashboard serves the demo Manager's dashboard on d.dashboard.
+func (d *demo) startDashboard(ctx context.Context) (wait func() error, err error) {
+	o := &dashboardOptions{clientOptions: clientOptions{manager: d.addr, timeout: 5 * time.Second},
+		listen: d.dashboard, allNamespaces: true, refresh: time.Second}
+	r, err := o.start(ctx, slog.New(slog.DiscardHandler))
+	if err != nil {
+		return nil, err
+	}
+	d.say("")
+	d.say("   The dashboard is live at %s: open it to watch what follows.", r.url)
+	return r.wait, nil
 }
