@@ -4,7 +4,6 @@ import (
 	"context"
 	"math"
 	"slices"
-	"strings"
 
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/leasetable"
@@ -196,14 +195,4 @@ func hexEnd(r keyspace.Range) string {
 		return "0x10000000000000000"
 	}
 	return hexKey(r.End)
-}
-
-// matches reports whether filter (comma-separated IDs) names id.
-func matches(filter, id string) bool {
-	for f := range strings.SplitSeq(filter, ",") {
-		if strings.TrimSpace(f) == id {
-			return true
-		}
-	}
-	return false
 }
