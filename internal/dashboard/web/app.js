@@ -178,7 +178,7 @@ function renderTimeline() {
     if (fns && e.ns !== fns) continue;
     if (fo && !e.owners.includes(fo)) continue;
     if (!grants && (e.kind === "grant" || e.kind === "free")) continue;
-    out.push(`<li class="${esc(e.kind)}" data-kind="${esc(e.kind)}" data-owners="${esc(e.owners.join(","))}">` +
+    out.push(`<li class="${esc(e.kind)}" data-kind="${esc(e.kind)}" data-owners="${esc(e.owners.join(" "))}">` +
       `<span class="t">${esc(e.at.slice(11, 23))}</span><span class="ns">${esc(e.ns)}</span>${esc(e.text)}</li>`);
   }
   $("#timeline").innerHTML = out.join("") || `<li class="dim">nothing yet</li>`;
