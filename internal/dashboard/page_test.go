@@ -5,6 +5,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -89,6 +90,23 @@ func TestPageAtScale(t *testing.T) {
 			}
 			if n, _ := browser.Eval[int](b, `document.querySelectorAll("#timeline li.loss").length`); n != 1 {
 				t.Errorf("the timeline shows %d loss notifications, want 1", n)
+			}
+			// Hover over the ring's right-hand side: the range there, asked
+			// of the dashboard.
+			if _, err := browser.Eval[bool](b, `(() => { const c = document.querySelector("#ring"), r = c.getBoundingClientRect();
+				c.dispatchEvent(new MouseEvent("mousemove", {clientX: r.right - r.width * 0.1, clientY: r.top + r.height / 2, bubbles: true}));
+				return true; })()`); err != nil {
+				t.Fatal(err)
+			}
+			if _, ok := b.WaitTrue(`!document.querySelector("#tip").hidden && document.querySelector("#tip").textContent.includes("LGN")`, 10*time.Second); !ok {
+				t.Errorf("no range shown under the pointer: %q", b.Text(`document.querySelector("#tip").textContent`))
+			} else {
+				tip := b.Text(`document.querySelector("#tip").textContent`)
+				t.Logf("under the pointer: %q", tip)
+				// A quarter turn from the top is a quarter of the key space.
+				if !strings.Contains(tip, "[0x3") && !strings.Contains(tip, "[0x4") {
+					t.Errorf("the range under the pointer at three o'clock is %q, want one near 0x4000000000000000", tip)
+				}
 			}
 			if owners == 1000 {
 				path := b.Screenshot(fmt.Sprintf("dashboard-%d.png", owners))
