@@ -24,6 +24,9 @@ var page = template.Must(template.ParseFS(web, "web/index.html"))
 // proxies and browsers do not time it out.
 const keepAlive = 15 * time.Second
 
+// writeTimeout bounds the writing of one view to one viewer.
+const writeTimeout = 30 * time.Second
+
 // maxDrainBody bounds a drain request's body.
 const maxDrainBody = 4 << 10
 
@@ -79,11 +82,14 @@ func (h *Hub) serveEvents(w http.ResponseWriter, r *http.Request) {
 	fl.Flush()
 	tick := time.NewTicker(keepAlive)
 	defer tick.Stop()
+	rc := http.NewResponseController(w)
 	send := func() error {
 		b := h.Latest()
 		if b == nil {
 			return nil
 		}
+		// A viewer that stops reading is dropped, freeing its place.
+		_ = rc.SetWriteDeadline(time.Now().Add(writeTimeout))
 		if _, err := fmt.Fprintf(w, "event: view\ndata: %s\n\n", b); err != nil {
 			return err
 		}
@@ -102,6 +108,7 @@ func (h *Hub) serveEvents(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 		case <-tick.C:
+			_ = rc.SetWriteDeadline(time.Now().Add(writeTimeout))
 			if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil {
 				return
 			}
