@@ -75,6 +75,22 @@ func TestDashboard(t *testing.T) {
 		lossAt.Sub(killedAt).Round(time.Millisecond), recolouredAt.Sub(killedAt).Round(time.Millisecond), bound)
 	b.Screenshot("dashboard-2-" + dead + "-killed.png")
 
+	// Filter the timeline by the dead Owner: only its rows remain, its loss
+	// among them.
+	filter := func(id string) {
+		if _, err := browser.Eval[bool](b, fmt.Sprintf(`(() => { const f = document.querySelector("#tl-owner");
+			f.value = %q; f.dispatchEvent(new Event("input")); return true; })()`, id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	filter(dead)
+	if !p.wait(fmt.Sprintf(`[...document.querySelectorAll("#timeline li")].every(li => li.dataset.owners.split(" ").includes(%q))
+		&& document.querySelector("#timeline li.loss") !== null`, dead), 5*time.Second) {
+		t.Errorf("the timeline filtered by %s shows other rows, or no loss: %s", dead, b.Text(`document.querySelector("#timeline").innerText.slice(0, 1000)`))
+	}
+	b.Screenshot("dashboard-2b-filtered-by-" + dead + ".png")
+	filter("")
+
 	// Drain another from the page: two clicks on its button.
 	drained := "kv-1"
 	c.settle("two owners", func(s status) bool { return slices.Equal(s.holders(), []string{"kv-1", "kv-3"}) })
