@@ -31,19 +31,25 @@ func init() {
 }
 
 func newDemoCommand(e *env) *cobra.Command {
-	return &cobra.Command{
+	var dashboardAddr string
+	cmd := &cobra.Command{
 		Use:   "demo",
 		Short: "A one-minute tour: a Manager, KV owners, a crash, a loss notification, a new owner",
 		Long: `demo runs, on 127.0.0.1 with fast timings (2 s leases), a Manager in this process and
 three KV servers (examples/kv) as separate processes, and a frontend that writes keys
 through them. It crashes one server with SIGKILL, shows the loss notification and the
-frontend republishing what was lost, then adds a fourth server and shows ranges moving.`,
+frontend republishing what was lost, then adds a fourth server and shows ranges moving.
+With --dashboard it also serves the live dashboard (leasehold dashboard) of its Manager,
+and keeps everything running after the tour until interrupted.`,
 		Args: cobra.NoArgs,
 		RunE: run(func(ctx context.Context, _ []string) error {
-			d := &demo{out: e.stdout, timing: protocol.Fast()}
+			d := &demo{out: e.stdout, timing: protocol.Fast(), dashboard: dashboardAddr}
 			return d.run(ctx)
 		}),
 	}
+	cmd.Flags().StringVar(&dashboardAddr, "dashboard", "", "also serve the live dashboard on `ADDR` (host:port; "+DefaultDashboard+" when given without a value)")
+	cmd.Flags().Lookup("dashboard").NoOptDefVal = DefaultDashboard
+	return cmd
 }
 
 // newDemoOwnerCommand is the hidden subcommand demo starts its KV servers
@@ -74,11 +80,12 @@ func newDemoOwnerCommand(e *env) *cobra.Command {
 }
 
 type demo struct {
-	out    io.Writer
-	timing protocol.Timing
-	srv    *manager.Server
-	addr   string
-	owners map[string]*exec.Cmd
+	out       io.Writer
+	timing    protocol.Timing
+	dashboard string // where to serve the dashboard; "" for none
+	srv       *manager.Server
+	addr      string
+	owners    map[string]*exec.Cmd
 
 	mu     sync.Mutex
 	values map[string]string // what the frontend wrote, to republish
@@ -128,6 +135,13 @@ func (d *demo) run(ctx context.Context) error {
 	}
 	d.say("   The Manager split the key space among them (consistent hashing, 64 ranges each):")
 	d.showOwners()
+	if d.dashboard != "" {
+		wait, err := d.startDashboard(ctx)
+		if err != nil {
+			return err
+		}
+		defer func() { cancel(); _ = wait() }()
+	}
 
 	// 3. A frontend writes keys.
 	d.say("")
@@ -222,6 +236,11 @@ func (d *demo) run(ctx context.Context) error {
 	d.say("Done. At no point did two servers hold the same key, every lost range was reported,")
 	d.say("and the ranges that moved on purpose took their values with them.")
 	d.say("Next: 'leasehold manager', 'go run ./examples/kv serve', 'leasehold status' (README.md).")
+	if d.dashboard != "" {
+		d.say("")
+		d.say("The dashboard stays up with the Manager and its servers; interrupt (Ctrl-C) to stop.")
+		<-ctx.Done()
+	}
 	return nil
 }
 

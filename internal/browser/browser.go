@@ -1,0 +1,130 @@
+// Package browser drives a headless Chromium from Go tests, through
+// chromedp: open a page, wait for what it shows, click, take screenshots.
+// Tests that need it skip, saying why, when no Chromium is installed
+// (Debian's chromium package; .ci/run installs it).
+package browser
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+)
+
+// ArtifactsEnv names the environment variable of the directory screenshots
+// are saved in; unset, they go to a temporary directory the test logs.
+const ArtifactsEnv = "LEASEHOLD_ARTIFACTS"
+
+// Path returns the Chromium to run, or "" if none is installed.
+func Path() string {
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "headless-shell"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	return ""
+}
+
+// Browser is one headless Chromium with one tab.
+type Browser struct {
+	t         *testing.T
+	Ctx       context.Context // chromedp's: pass it to chromedp.Run
+	artifacts string
+}
+
+// New starts a headless Chromium of width × height pixels, stopped when the
+// test ends, or skips the test when Chromium is not installed.
+func New(t *testing.T, width, height int) *Browser {
+	t.Helper()
+	path := Path()
+	if path == "" {
+		t.Skip("no Chromium installed (apt-get install chromium): the browser test cannot run")
+	}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(path),
+		chromedp.NoSandbox, // tests may run as root in a container
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.WindowSize(width, height),
+	)
+	actx, acancel := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(actx)
+	t.Cleanup(func() {
+		cancel()
+		acancel()
+	})
+	if err := chromedp.Do(ctx); err != nil { // starts the browser
+		t.Fatalf("start %s: %v", path, err)
+	}
+	dir := os.Getenv(ArtifactsEnv)
+	if dir == "" {
+		dir = t.TempDir()
+	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return &Browser{t: t, Ctx: ctx, artifacts: dir}
+}
+
+// Do runs chromedp actions, failing the test on an error.
+func (b *Browser) Do(what string, actions ...chromedp.Action[chromedp.Void]) {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.Ctx, 30*time.Second)
+	defer cancel()
+	if err := chromedp.Do(ctx, actions...); err != nil {
+		b.t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// Eval evaluates a JavaScript expression into out.
+func Eval[T any](b *Browser, expr string) (T, error) {
+	ctx, cancel := context.WithTimeout(b.Ctx, 10*time.Second)
+	defer cancel()
+	return chromedp.Run(ctx, chromedp.Evaluate[T](expr))
+}
+
+// WaitTrue polls the JavaScript expression expr, a boolean, every 50 ms
+// until it is true or timeout passes; it returns when it turned true and
+// whether it did.
+func (b *Browser) WaitTrue(expr string, timeout time.Duration) (time.Time, bool) {
+	deadline := time.Now().Add(timeout)
+	for {
+		if ok, err := Eval[bool](b, expr); err == nil && ok {
+			return time.Now(), true
+		}
+		if time.Now().After(deadline) {
+			return time.Time{}, false
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Screenshot saves what the window shows as a PNG named name in the artifacts
+// directory and returns its path.
+func (b *Browser) Screenshot(name string) string {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.Ctx, 30*time.Second)
+	defer cancel()
+	png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
+	if err != nil {
+		b.t.Fatalf("screenshot %s: %v", name, err)
+	}
+	path := filepath.Join(b.artifacts, name)
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		b.t.Fatal(err)
+	}
+	b.t.Logf("screenshot: %s", path)
+	return path
+}
+
+// Text returns the JavaScript expression's string value, or the error.
+func (b *Browser) Text(expr string) string {
+	s, err := Eval[string](b, expr)
+	if err != nil {
+		return fmt.Sprintf("(%v)", err)
+	}
+	return s
+}
