@@ -119,7 +119,7 @@ func TestPubSubScenario(t *testing.T) {
 	ids := []string{"ps-1", "ps-2", "ps-3"}
 	servers := map[string]*proc{}
 	for _, id := range ids {
-		servers[id] = start(t, id, psBin, "serve", "--manager", addr, "--listen", "127.0.0.1:0", "--id", id)
+		servers[id] = start(t, id, psBin, "--manager", addr, "--listen", "127.0.0.1:0", "--id", id)
 		servers[id].waitLine(t, "pubsub serving on ", 10*time.Second)
 	}
 	c.settle("three owners", func(s status) bool { return slices.Equal(s.holders(), ids) })

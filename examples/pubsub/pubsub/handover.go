@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net/http"
 	"time"
 
@@ -16,36 +15,28 @@ import (
 )
 
 // Planned moves (C§2.1.2), as in the kv example: the holder ends the
-// streams of the range, copies its subscriptions — each with the messages
-// not yet written and the last ones written — refuses publishes and
-// subscriptions on it (503, retried), and POSTs the copy to the next owner,
-// which keeps it until the range is granted to it marked migrated. The
-// subscribers reconnect, naming the last message they received, and the
-// next owner resumes each subscription after it: nothing is missed, nothing
-// written twice.
+// range's streams, copies its subscriptions — each with the messages not
+// yet written and the last ones written — refuses publishes and
+// subscriptions on it (503, retried) from then on, and POSTs the copy to
+// the next owner, which keeps it until the range is granted to it marked
+// migrated. The subscribers reconnect naming the last message they
+// received, and the next owner resumes each subscription after it.
 
 // handoverRequest is the body of POST /internal/handover.
 type handoverRequest struct {
 	From     string          `json:"from"`
-	To       string          `json:"to"`
+	To       string          `json:"to"` // any other server refuses it (409)
 	WithinMS int64           `json:"within_ms"`
 	Ranges   []handoverRange `json:"ranges"`
 }
 
 type handoverRange struct {
-	Start  uint64               `json:"start"`
-	End    uint64               `json:"end"`
-	Epoch  uint64               `json:"epoch"`
-	LGN    uint64               `json:"lgn"`
-	Topics map[string][]wireSub `json:"topics"`
+	Start, End, Epoch, LGN uint64
+	Topics                 map[string][]wireSub
 }
 
-func (h handoverRange) keyRange() keyspace.Range {
-	return keyspace.Range{Start: keyspace.Key(h.Start), End: keyspace.Key(h.End)}
-}
-
-// handOver copies the subscriptions of hs's ranges to their next owner
-// (one target) and ends each handover.
+// handOver copies the subscriptions of hs's ranges (one target) to their
+// next owner and ends each handover.
 func (s *Server) handOver(hs []owner.Handover) {
 	deadline := hs[0].Deadline
 	req := handoverRequest{From: s.cfg.ID, To: hs[0].To}
@@ -58,29 +49,38 @@ func (s *Server) handOver(hs []owner.Handover) {
 		for _, ws := range topics {
 			subs += len(ws)
 		}
-		req.Ranges = append(req.Ranges, handoverRange{Start: uint64(h.Range.Start), End: uint64(h.Range.End),
-			Epoch: h.Lease.Epoch, LGN: uint64(h.Lease.LGN), Topics: topics})
+		req.Ranges = append(req.Ranges, handoverRange{uint64(h.Range.Start), uint64(h.Range.End),
+			h.Lease.Epoch, uint64(h.Lease.LGN), topics})
 	}
-	margin := min(time.Until(deadline)/10, 250*time.Millisecond)
-	ctx, cancel := context.WithDeadline(s.hctx, deadline.Add(-margin))
+	// Finish a little before the deadline: the Manager's started first.
+	ctx, cancel := context.WithDeadline(s.hctx, deadline.Add(-min(time.Until(deadline)/10, 250*time.Millisecond)))
 	defer cancel()
 	req.WithinMS = time.Until(deadline).Milliseconds()
 	body, err := json.Marshal(req)
-	if err == nil {
-		err = s.post(ctx, hs[0].Addr, body)
+	for wait := 10 * time.Millisecond; err == nil; wait = min(2*wait, 200*time.Millisecond) {
+		var retry bool
+		if retry, err = s.post(ctx, hs[0].Addr, body); err == nil || !retry {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			err = fmt.Errorf("%w; last: %w", ctx.Err(), err)
+		case <-time.After(wait):
+			err = nil
+		}
 	}
 	for _, h := range hs {
 		s.owner.HandoverDone(h, err == nil)
 		if err != nil {
-			s.topics.endHandover(h)
+			s.topics.endHandover(h) // the range stays here until recalled
 		}
 	}
 	s.mu.Lock()
 	if err == nil {
-		s.handedOver += len(hs)
-		s.subsSent += subs
+		s.stats.HandedOver += len(hs)
+		s.stats.SubsHandedOver += subs
 	} else {
-		s.hoFailed += len(hs)
+		s.stats.HandoverFailures += len(hs)
 	}
 	s.mu.Unlock()
 	if err != nil {
@@ -89,55 +89,39 @@ func (s *Server) handOver(hs []owner.Handover) {
 	}
 }
 
-// post sends one handover, retrying while the target cannot be reached or
-// answers 5xx, until ctx ends.
-func (s *Server) post(ctx context.Context, addr string, body []byte) error {
-	wait := 10 * time.Millisecond
-	for {
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+handoverPath, bytes.NewReader(body))
-		if err != nil {
-			return err
-		}
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := s.peers.Do(req)
-		retry := ctx.Err() == nil
-		if err == nil {
-			msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
-			resp.Body.Close()
-			if resp.StatusCode/100 == 2 {
-				return nil
-			}
-			retry = resp.StatusCode >= 500
-			err = fmt.Errorf("%s answered %s: %s", addr, resp.Status, bytes.TrimSpace(msg))
-		}
-		if !retry {
-			return err
-		}
-		t := time.NewTimer(wait/2 + rand.N(wait/2))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("%w; last: %w", ctx.Err(), err)
-		case <-t.C:
-		}
-		wait = min(2*wait, retryMax)
+// post sends one handover; retry says a failure may pass (unreachable, 5xx).
+func (s *Server) post(ctx context.Context, addr string, body []byte) (retry bool, err error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+handoverPath, bytes.NewReader(body))
+	if err != nil {
+		return false, err
 	}
+	resp, err := s.peers.Do(req)
+	if err != nil {
+		return ctx.Err() == nil, err
+	}
+	defer resp.Body.Close()
+	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+	if resp.StatusCode/100 == 2 {
+		return false, nil
+	}
+	return resp.StatusCode >= 500, fmt.Errorf("%s answered %s: %s", addr, resp.Status, bytes.TrimSpace(msg))
 }
 
 // handleHandover receives subscriptions handed over by another server.
+// Anything malformed is refused with 400 and a message.
 func (s *Server) handleHandover(w http.ResponseWriter, r *http.Request) {
 	var req handoverRequest
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxHandoverBytes))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			http.Error(w, fmt.Sprintf("handover: body larger than %d bytes", MaxHandoverBytes), http.StatusRequestEntityTooLarge)
-			return
-		}
-		http.Error(w, "handover: malformed body: "+err.Error(), http.StatusBadRequest)
+	err := dec.Decode(&req)
+	if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+		http.Error(w, fmt.Sprintf("handover: body larger than %d bytes", MaxHandoverBytes), http.StatusRequestEntityTooLarge)
 		return
 	}
-	if err := req.validate(); err != nil {
+	if err == nil {
+		err = req.validate()
+	}
+	if err != nil {
 		http.Error(w, "handover: "+err.Error(), http.StatusBadRequest)
 		return
 	}
@@ -147,9 +131,8 @@ func (s *Server) handleHandover(w http.ResponseWriter, r *http.Request) {
 	}
 	expires := time.Now().Add(time.Duration(max(req.WithinMS, 0))*time.Millisecond + pendingGrace)
 	for _, rg := range req.Ranges {
-		from := owner.LeaseNum{Epoch: rg.Epoch, LGN: keyspace.LGN(rg.LGN)}
 		for topic, subs := range rg.Topics {
-			s.topics.receive(topic, from, subs, expires)
+			s.topics.receive(topic, subs, expires)
 		}
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -160,7 +143,7 @@ func (req *handoverRequest) validate() error {
 		return errors.New(`no "to": the receiving server's ID is required`)
 	}
 	for _, rg := range req.Ranges {
-		r := rg.keyRange()
+		r := keyspace.Range{Start: keyspace.Key(rg.Start), End: keyspace.Key(rg.End)}
 		if !r.Valid() || rg.LGN == 0 {
 			return fmt.Errorf("range %s is empty or reversed, or has no lease", r)
 		}

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -21,69 +22,58 @@ import (
 
 // Limits.
 const (
-	// MaxMessageBytes is the largest message a publish may carry (413
-	// beyond).
+	// MaxMessageBytes is the largest message a publish may carry (413).
 	MaxMessageBytes = 64 << 10
-	// MaxQueue is how many messages a subscription keeps for its
-	// subscriber: queued and not yet written, and written (for a
-	// reconnecting subscriber to resume after the last it received). A
-	// subscription that falls further behind is dropped; its subscriber
-	// resubscribes afresh and is told it may have missed messages.
+	// MaxQueue is how many messages a subscription keeps: queued and not
+	// yet written, and the last written (for a reconnecting subscriber to
+	// resume after the last it received). A subscription further behind is
+	// dropped; its subscriber resubscribes afresh.
 	MaxQueue = 1024
-	// IdleTTL is how long a subscription with no stream attached is kept
-	// for its subscriber to reconnect.
+	// IdleTTL is how long a subscription with no stream is kept.
 	IdleTTL = time.Minute
-	// MaxHandoverBytes bounds a POST /internal/handover body (413 beyond).
+	// MaxHandoverBytes bounds a POST /internal/handover body (413).
 	MaxHandoverBytes = 64 << 20
 )
 
 const (
-	writeTimeout = 2 * time.Second        // one event written to a stream
-	publishWait  = 2 * time.Second        // a publish waits this long for the writes
-	keepalive    = time.Second            // a comment on an idle stream, and a lease check
-	sweepEvery   = 5 * time.Second        // idle subscriptions and stale state dropped
-	handoverPath = "/internal/handover"   // for the other servers only
-	pendingGrace = time.Minute            // handed-over state kept past the sender's deadline
-	retryMax     = 200 * time.Millisecond // handover POST retries
+	writeTimeout = 2 * time.Second      // one event written to a stream
+	publishWait  = 2 * time.Second      // a publish waits this long for the writes
+	keepalive    = time.Second          // a comment on an idle stream, and a lease check
+	sweepEvery   = 5 * time.Second      // idle subscriptions and stale state dropped
+	handoverPath = "/internal/handover" // for the other servers only
+	pendingGrace = time.Minute          // handed-over state kept past the sender's deadline
 )
 
-// ServerConfig configures a Server; the fields are those of the kv
-// example's ServerConfig.
+// ServerConfig configures a Server, as the kv example's: Manager and Listen
+// are required; ID defaults to the listen address, Advertise to the listen
+// address with an unspecified host made 127.0.0.1.
 type ServerConfig struct {
-	Manager   string // the Manager's address, or its replicas', comma-separated; required
-	Namespace string // empty means "default"
-	ID        string // the Owner ID; empty means the listen address
-	Listen    string // host:port; port 0 picks one; required
-	Advertise string // where clients reach this server; empty means the listen address
-	Timing    protocol.Timing
-	Capacity  float64
-	Logger    *slog.Logger
+	Manager, Namespace, ID, Listen, Advertise string
+	Timing                                    protocol.Timing
+	Logger                                    *slog.Logger
 }
 
 // Server is a pubsub server: the Owner of the topics in its leased ranges.
 type Server struct {
-	cfg       ServerConfig
-	lis       net.Listener
-	http      *http.Server
-	owner     *owner.Owner
-	topics    *topics
-	ready     chan struct{}
-	served    chan error
-	stopSweep chan struct{}
-	wg        sync.WaitGroup // handovers and the sweeper
-	peers     *http.Client
-	hctx      context.Context
-	hcancel   context.CancelFunc
-	close     sync.Once
-	err       error
-
-	mu                    sync.Mutex
-	handedOver, hoFailed  int // ranges handed over, and those that failed
-	subsSent, subsTakenUp int
+	cfg            ServerConfig
+	lis            net.Listener
+	http           *http.Server
+	owner          *owner.Owner
+	topics         *topics
+	ready, stopped chan struct{}
+	served         chan error
+	wg             sync.WaitGroup // handovers and the sweeper
+	peers          *http.Client
+	hctx           context.Context // handovers' context, cancelled by Close
+	hcancel        context.CancelFunc
+	close          sync.Once
+	err            error
+	mu             sync.Mutex
+	stats          ServerStats // guarded by mu
 }
 
 // NewServer listens, starts an Owner with handovers, and serves HTTP until
-// Close.
+// Close. Until leases arrive, every request is answered 421.
 func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	if cfg.Manager == "" || cfg.Listen == "" {
 		return nil, errors.New("pubsub: ServerConfig.Manager and Listen are required")
@@ -105,14 +95,11 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 		cfg.ID = lis.Addr().String()
 	}
 	s := &Server{cfg: cfg, lis: lis, topics: newTopics(MaxQueue, IdleTTL), ready: make(chan struct{}),
-		served: make(chan error, 1), stopSweep: make(chan struct{})}
-	s.peers = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+		stopped: make(chan struct{}), served: make(chan error, 1),
+		peers: &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}}
 	s.hctx, s.hcancel = context.WithCancel(context.Background())
-	o, err := owner.New(ctx, owner.Config{
-		Manager: cfg.Manager, Namespace: cfg.Namespace, ID: cfg.ID, Addr: cfg.Advertise,
-		Timing: cfg.Timing, Capacity: cfg.Capacity, Handovers: true, Logger: cfg.Logger,
-		OnChange: s.changed,
-	})
+	o, err := owner.New(ctx, owner.Config{Manager: cfg.Manager, Namespace: cfg.Namespace, ID: cfg.ID,
+		Addr: cfg.Advertise, Timing: cfg.Timing, Handovers: true, Logger: cfg.Logger, OnChange: s.changed})
 	if err != nil {
 		lis.Close()
 		return nil, fmt.Errorf("pubsub: %w", err)
@@ -128,56 +115,51 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn)}
 	go func() { s.served <- s.http.Serve(lis) }()
-	s.wg.Go(s.sweeper)
+	s.wg.Go(func() {
+		t := time.NewTicker(sweepEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-s.stopped:
+				return
+			case <-t.C:
+				s.topics.sweep()
+			}
+		}
+	})
 	return s, nil
 }
 
-// Addr is the listen address; ID the Owner ID.
+// Addr is the listen address.
 func (s *Server) Addr() string { return s.lis.Addr().String() }
-func (s *Server) ID() string   { return s.cfg.ID }
 
-// ServerStats counts a server's subscriptions and planned moves.
+// ID is the Owner ID.
+func (s *Server) ID() string { return s.cfg.ID }
+
+// ServerStats counts a server's subscriptions now, and its planned moves
+// so far: ranges handed over with how many subscriptions, ranges that
+// failed to (they moved without them), and subscriptions taken up.
 type ServerStats struct {
-	Subscriptions, Attached      int
-	HandedOver, HandoverFailures int // ranges
-	SubsHandedOver, SubsTakenUp  int
+	Subscriptions, Attached                      int
+	HandedOver, SubsHandedOver, HandoverFailures int
+	SubsTakenUp                                  int
 }
 
-// Stats returns the server's counts now.
+// Stats returns the server's counts.
 func (s *Server) Stats() ServerStats {
-	st := ServerStats{}
-	st.Subscriptions, st.Attached = s.topics.counts()
 	s.mu.Lock()
-	st.HandedOver, st.HandoverFailures, st.SubsHandedOver, st.SubsTakenUp = s.handedOver, s.hoFailed, s.subsSent, s.subsTakenUp
+	st := s.stats
 	s.mu.Unlock()
+	st.Subscriptions, st.Attached, st.SubsTakenUp = s.topics.counts()
 	return st
 }
 
-func (s *Server) sweeper() {
-	t := time.NewTicker(sweepEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.stopSweep:
-			return
-		case <-t.C:
-			s.topics.sweep()
-		}
-	}
-}
-
 // changed is the OnChange upcall: take up handed-over subscriptions, end
-// stale streams, start the handovers asked for. It never blocks on the
-// network.
+// stale streams, start the handovers asked for (never blocking on the
+// network).
 func (s *Server) changed(ch owner.OwnershipChange) {
 	<-s.ready
-	before := s.topics.takenUp()
 	s.topics.changed(ch)
-	if n := s.topics.takenUp() - before; n > 0 {
-		s.mu.Lock()
-		s.subsTakenUp += n
-		s.mu.Unlock()
-	}
 	groups := map[string][]owner.Handover{}
 	for _, h := range ch.Handovers {
 		groups[h.To+" "+h.Addr] = append(groups[h.To+" "+h.Addr], h)
@@ -187,14 +169,13 @@ func (s *Server) changed(ch owner.OwnershipChange) {
 	}
 }
 
-// Close drains: the Manager moves every range away and this server hands
-// each range's subscriptions over (their subscribers reconnect to the next
-// owner and miss nothing), for as long as ctx allows. Then it ends the
-// streams left and stops serving.
+// Close drains: the Manager moves every range away, and this server hands
+// each range's subscriptions over, for as long as ctx allows. Then it ends
+// the streams left and stops serving.
 func (s *Server) Close(ctx context.Context) error {
 	s.close.Do(func() {
 		err := s.owner.Close(ctx)
-		close(s.stopSweep)
+		close(s.stopped)
 		s.hcancel()
 		s.wg.Wait()
 		s.topics.dropAll("closing")
@@ -208,9 +189,8 @@ func (s *Server) Close(ctx context.Context) error {
 		}
 		s.peers.CloseIdleConnections()
 		if err != nil {
-			err = fmt.Errorf("pubsub: close %s: %w", s.cfg.ID, err)
+			s.err = fmt.Errorf("pubsub: close %s: %w", s.cfg.ID, err)
 		}
-		s.err = err
 	})
 	return s.err
 }
@@ -332,8 +312,8 @@ func (s *Server) handlePub(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := r.URL.Query().Get("id")
-	if len(id) > 256 {
-		http.Error(w, "id longer than 256 bytes", http.StatusBadRequest)
+	if len(id) > 256 || strings.ContainsAny(id, "\r\n") {
+		http.Error(w, "id: at most 256 bytes, on one line", http.StatusBadRequest)
 		return
 	}
 	if id == "" {

@@ -2,6 +2,7 @@ package pubsub
 
 import (
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -9,9 +10,7 @@ import (
 	"github.com/leasehold/leasehold/owner"
 )
 
-// leases is what the topic table needs of the Owner library: the two local
-// checks of the Owner API (P§2.2), and the held leases, to tell a grant that
-// carries handed-over subscriptions (owner.Lease.Migrated).
+// leases is what topics needs of the Owner library (tests use a fake).
 type leases interface {
 	CheckLeaseNow(key keyspace.Key) (owner.LeaseNum, bool)
 	CheckLeaseContinuous(key keyspace.Key, n owner.LeaseNum) bool
@@ -27,22 +26,20 @@ var (
 	errArriving  = errors.New("arriving: the topic's range is being taken over with its subscriptions; retry")
 )
 
-// Message is one published message. ID is the publisher's, unique within
-// the topic (Client.Publish draws a random one).
+// Message is one published message; ID is unique within the topic.
 type Message struct {
 	ID   string `json:"id"`
 	Data string `json:"data"`
 }
 
-// queued is a message waiting to be written to one subscription's stream;
-// wait, when set, is the publish waiting for the write.
+// queued is a message not yet written to a subscription's stream; wait is
+// the publish waiting for the write, if any.
 type queued struct {
 	Message
 	wait *waiter
 }
 
-// waiter is a publish waiting for its message to be written to every
-// stream attached when it was published. Guarded by topics.mu.
+// waiter counts the streams a publish waits for. Guarded by topics.mu.
 type waiter struct {
 	n    int
 	done chan struct{}
@@ -54,10 +51,10 @@ func (w *waiter) dec() {
 	}
 }
 
-// sub is one subscription: the messages not yet written to its subscriber,
-// the last ones written (so a subscriber that reconnects names the last it
-// received and gets the rest again), and the stream attached, if any. It is
-// soft state stored under the lease of its topic's key (C§3.2).
+// sub is one subscription, soft state stored under the lease of its
+// topic's key (C§3.2): the messages not yet written, the last ones written
+// (a subscriber that reconnects names the last it received and gets the
+// rest again), and the stream attached, if any.
 type sub struct {
 	id, topic string
 	key       keyspace.Key
@@ -69,11 +66,10 @@ type sub struct {
 	idleSince time.Time // when stream became nil
 }
 
-// stream is a subscriber's open connection; its writer goroutine waits on
-// wake and ends with stop.
+// stream is an open connection; its writer waits on wake, ends at stop.
 type stream struct {
 	wake chan struct{} // capacity 1
-	stop string        // set: the writer ends, telling the subscriber why
+	stop string
 }
 
 func (st *stream) signal() {
@@ -83,20 +79,24 @@ func (st *stream) signal() {
 	}
 }
 
-// pendingTopic is a topic's subscriptions handed over by another server
-// for a range not granted here yet (C§2.1.2): taken up by a grant marked
-// migrated, thrown away otherwise.
+// wireSub is a subscription as handed over.
+type wireSub struct {
+	ID    string    `json:"id"`
+	Queue []Message `json:"queue"`
+	Sent  []Message `json:"sent"`
+}
+
+// pendingTopic is a topic's subscriptions handed over for a range not
+// granted here yet (C§2.1.2): a grant marked migrated takes them up.
 type pendingTopic struct {
 	key     keyspace.Key
-	from    owner.LeaseNum
 	subs    []wireSub
 	expires time.Time
 }
 
-// topics is the Owner's soft state: every topic's subscriptions, in memory,
-// each stored under the lease it was made under. One mutex guards it all;
-// each operation holds it across the five steps of the Owner API, which
-// orders operations on one server as in the kv example.
+// topics is the Owner's soft state. One mutex guards it all, held by each
+// operation across the five steps of the Owner API (as in the kv example),
+// which orders the operations on one server.
 type topics struct {
 	mu      sync.Mutex
 	cond    *sync.Cond // broadcast when a write in flight ends
@@ -104,9 +104,8 @@ type topics struct {
 	subs    map[string]map[string]*sub // topic → subscription ID → subscription
 	moving  map[owner.Handover]bool
 	pending map[string]pendingTopic
-	// upheld is the held set as the OnChange upcalls reported it (see the
-	// kv example's store): subscriptions handed over for a lease whose
-	// grant was reported already arrived too late.
+	// upheld is the held set as the upcalls reported it: state handed
+	// over for a grant reported already came too late.
 	upheld   map[owner.LeaseNum]keyspace.RangeSet
 	taken    int // subscriptions taken up with migrated grants
 	maxQueue int
@@ -128,15 +127,14 @@ func (t *topics) setLeases(l leases) {
 	t.mu.Unlock()
 }
 
-// beginLocked runs steps (1) and (2) for an operation on topic: the lease it
-// holds the topic under, after taking up handed-over subscriptions and
+// beginLocked runs steps (1) and (2) for an operation on topic: the lease
+// the topic is held under, after taking up handed-over subscriptions and
 // dropping those stored under any other lease.
 func (t *topics) beginLocked(topic string, k keyspace.Key) (owner.LeaseNum, error) {
 	if t.leases == nil {
 		return owner.LeaseNum{}, errNotOwner
 	}
-	// (1) Is this the right server?
-	n, ok := t.leases.CheckLeaseNow(k)
+	n, ok := t.leases.CheckLeaseNow(k) // (1) Is this the right server?
 	if !ok {
 		return n, errNotOwner
 	}
@@ -144,12 +142,12 @@ func (t *topics) beginLocked(topic string, k keyspace.Key) (owner.LeaseNum, erro
 	if err := t.settleLocked(topic, k, n); err != nil {
 		return n, err
 	}
+	now := t.now()
 	for h := range t.moving {
-		if h.Lease == n && h.Range.Contains(k) && t.now().Before(h.Deadline) {
+		if h.Lease == n && h.Range.Contains(k) && now.Before(h.Deadline) {
 			return n, errMoving
 		}
 	}
-	now := t.now()
 	for _, s := range t.subs[topic] {
 		if s.lease != n || s.stream == nil && now.Sub(s.idleSince) > t.idleTTL {
 			t.dropLocked(s, "lost")
@@ -158,80 +156,84 @@ func (t *topics) beginLocked(topic string, k keyspace.Key) (owner.LeaseNum, erro
 	return n, nil
 }
 
-// attach opens a stream on subscription id of topic, creating the
-// subscription if this server holds none for it (fresh reports that: the
-// subscriber may have missed messages). last is the ID of the last message
-// the subscriber received; those written after it are written again.
+// attach opens a stream on subscription id of topic, making the
+// subscription afresh (fresh) if this server holds none for it under the
+// topic's lease. last is the ID of the last message the subscriber
+// received: the messages written after it are written again.
 func (t *topics) attach(topic, id, last string) (s *sub, st *stream, fresh bool, err error) {
 	k := keyspace.KeyOf(topic)
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	n, err := t.beginLocked(topic, k)
-	if err != nil {
-		return nil, nil, false, err
+	var n owner.LeaseNum
+	for {
+		if n, err = t.beginLocked(topic, k); err != nil {
+			return nil, nil, false, err
+		}
+		if s = t.subs[topic][id]; s == nil || !s.inflight {
+			break
+		}
+		// Another stream is writing: end it, wait (its write deadline
+		// bounds this), and start over, since the mutex was let go.
+		if s.stream != nil {
+			s.stream.stop = "replaced"
+			s.stream.signal()
+			t.detachLocked(s, s.stream)
+		}
+		t.cond.Wait()
 	}
 	// (3) Operate: the subscription is stored under n.
-	s = t.subs[topic][id]
 	if s != nil {
 		if s.stream != nil {
 			s.stream.stop = "replaced"
 			s.stream.signal()
-			s.stream = nil
+			t.detachLocked(s, s.stream)
 		}
-		for s.inflight {
-			t.cond.Wait() // bounded by the stream's write deadline
-		}
-		if t.subs[topic][id] != s { // dropped meanwhile
-			s = nil
-		} else if !t.rewindLocked(s, last) {
+		if !t.rewindLocked(s, last) {
 			t.dropLocked(s, "overflow")
 			s = nil
 		}
 	}
 	if s == nil {
 		s, fresh = &sub{id: id, topic: topic, key: k, lease: n}, true
-		if t.subs[topic] == nil {
-			t.subs[topic] = map[string]*sub{}
-		}
-		t.subs[topic][id] = s
+		t.putLocked(s)
 	}
 	st = &stream{wake: make(chan struct{}, 1)}
 	s.stream = st
-	// (4) Did the lease cover it? Else the subscription is stale already.
-	if !t.leases.CheckLeaseContinuous(k, n) {
+	if !t.leases.CheckLeaseContinuous(k, n) { // (4) Did the lease cover it?
 		t.dropLocked(s, "lost")
 		return nil, nil, false, errLeaseLost
 	}
 	return s, st, fresh, nil // (5) expose the result
 }
 
+func (t *topics) putLocked(s *sub) {
+	if t.subs[s.topic] == nil {
+		t.subs[s.topic] = map[string]*sub{}
+	}
+	t.subs[s.topic][s.id] = s
+}
+
 // rewindLocked puts the messages written after last back in front of the
-// queue; it reports false if last is unknown (the subscriber is too far
-// behind to resume).
+// queue (all of them if last is empty); false means last is unknown, too
+// far behind to resume.
 func (t *topics) rewindLocked(s *sub, last string) bool {
-	i := len(s.sent)
+	i := 0
 	if last != "" {
-		for i = len(s.sent) - 1; i >= 0 && s.sent[i].ID != last; i-- {
-		}
-		if i < 0 && len(s.sent) > 0 {
+		if i = slices.IndexFunc(s.sent, func(m Message) bool { return m.ID == last }) + 1; i == 0 && len(s.sent) > 0 {
 			return false
 		}
-		i++
-	} else {
-		i = 0
 	}
 	again := make([]queued, 0, len(s.sent)-i+len(s.queue))
 	for _, m := range s.sent[i:] {
 		again = append(again, queued{Message: m})
 	}
-	s.queue = append(again, s.queue...)
-	s.sent = s.sent[:i]
+	s.queue, s.sent = append(again, s.queue...), s.sent[:i]
 	return true
 }
 
-// publish queues m for every subscription of topic and returns the number
-// of subscriptions, the number with a stream attached, and a channel
-// closed once m is written to those streams.
+// publish queues m for every subscription of topic and returns how many
+// there are, how many have a stream attached, and a channel closed once m
+// is written to those streams.
 func (t *topics) publish(topic string, m Message) (subs, attached int, written <-chan struct{}, err error) {
 	k := keyspace.KeyOf(topic)
 	t.mu.Lock()
@@ -240,11 +242,11 @@ func (t *topics) publish(topic string, m Message) (subs, attached int, written <
 	if err != nil {
 		return 0, 0, nil, err
 	}
-	// (3) Operate: queue m for each subscription stored under n.
+	// (3) Operate: queue m for each subscription, all stored under n.
 	w := &waiter{done: make(chan struct{})}
 	for _, s := range t.subs[topic] {
 		if len(s.queue) >= t.maxQueue {
-			t.dropLocked(s, "overflow") // the subscriber resubscribes afresh
+			t.dropLocked(s, "overflow") // its subscriber resubscribes afresh
 			continue
 		}
 		q := queued{Message: m}
@@ -256,12 +258,11 @@ func (t *topics) publish(topic string, m Message) (subs, attached int, written <
 		s.queue = append(s.queue, q)
 		subs++
 	}
-	attached = w.n
-	if w.n == 0 {
+	if attached = w.n; w.n == 0 {
 		close(w.done)
 	}
-	// (4) Nothing has left yet: each stream's writer checks the lease
-	// before it writes (next). A publish whose lease ended is refused.
+	// (4) Nothing has left yet: each writer checks the lease before it
+	// writes (next).
 	if !t.leases.CheckLeaseContinuous(k, n) {
 		return 0, 0, nil, errLeaseLost
 	}
@@ -270,7 +271,7 @@ func (t *topics) publish(topic string, m Message) (subs, attached int, written <
 
 // next is the writer's step: the message to write next on st, or why the
 // stream ends, or neither (wait for st.wake). A message leaves the server
-// only while the lease it was queued under holds (step 4).
+// only while the lease it was queued under holds: step (4), per message.
 func (t *topics) next(s *sub, st *stream) (m *Message, stop string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -281,7 +282,7 @@ func (t *topics) next(s *sub, st *stream) (m *Message, stop string) {
 		t.dropLocked(s, "lost")
 		return nil, "lost"
 	}
-	if s.inflight || len(s.queue) == 0 {
+	if s.inflight || len(s.queue) == 0 || s.stream != st {
 		return nil, ""
 	}
 	s.inflight = true
@@ -296,23 +297,21 @@ func (t *topics) wrote(s *sub, st *stream, err error) {
 	defer t.mu.Unlock()
 	s.inflight = false
 	t.cond.Broadcast()
-	if len(s.queue) == 0 { // dropped meanwhile
-		return
-	}
-	if err != nil {
+	switch {
+	case len(s.queue) == 0: // dropped meanwhile
+	case err != nil:
 		t.detachLocked(s, st)
-		return
-	}
-	q := s.queue[0]
-	s.queue = s.queue[1:]
-	if q.wait != nil {
-		q.wait.dec()
-	}
-	if s.sent = append(s.sent, q.Message); len(s.sent) > t.maxQueue {
-		s.sent = s.sent[len(s.sent)-t.maxQueue:]
-	}
-	if s.stream != nil {
-		s.stream.signal()
+	default:
+		if w := s.queue[0].wait; w != nil {
+			w.dec()
+		}
+		if s.sent = append(s.sent, s.queue[0].Message); len(s.sent) > t.maxQueue {
+			s.sent = s.sent[1:]
+		}
+		s.queue = s.queue[1:]
+		if s.stream != nil {
+			s.stream.signal()
+		}
 	}
 }
 
@@ -330,14 +329,14 @@ func (t *topics) detachLocked(s *sub, st *stream) {
 	}
 	s.stream, s.idleSince = nil, t.now()
 	for i := range s.queue {
-		if s.queue[i].wait != nil {
-			s.queue[i].wait.dec()
+		if w := s.queue[i].wait; w != nil {
+			w.dec()
 			s.queue[i].wait = nil
 		}
 	}
 }
 
-// dropLocked removes a subscription and ends its stream with reason.
+// dropLocked forgets a subscription and ends its stream with reason.
 func (t *topics) dropLocked(s *sub, reason string) {
 	if st := s.stream; st != nil {
 		t.detachLocked(s, st)
@@ -346,25 +345,34 @@ func (t *topics) dropLocked(s *sub, reason string) {
 	}
 	s.queue = nil
 	if t.subs[s.topic][s.id] == s {
-		delete(t.subs[s.topic], s.id)
-		if len(t.subs[s.topic]) == 0 {
+		if delete(t.subs[s.topic], s.id); len(t.subs[s.topic]) == 0 {
 			delete(t.subs, s.topic)
 		}
 	}
 }
 
+// dropAll drops every subscription.
+func (t *topics) dropAll(reason string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, byID := range t.subs {
+		for _, s := range byID {
+			t.dropLocked(s, reason)
+		}
+	}
+}
+
 // changed is the Owner's OnChange upcall: it takes up the subscriptions
-// handed over with migrated grants, and drops what is stale.
+// handed over with migrated grants, then sweeps.
 func (t *topics) changed(ch owner.OwnershipChange) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.leases == nil {
 		return
 	}
-	for _, r := range ch.Revoked {
-		gone := keyspace.NewRangeSet(r)
+	for _, r := range ch.Revoked { // within a change, revocations came first
 		for n, rs := range t.upheld {
-			if rs = rs.Subtract(gone); rs.Empty() {
+			if rs = rs.Subtract(keyspace.NewRangeSet(r)); rs.Empty() {
 				delete(t.upheld, n)
 			} else {
 				t.upheld[n] = rs
@@ -379,9 +387,10 @@ func (t *topics) changed(ch owner.OwnershipChange) {
 }
 
 // sweep drops subscriptions under leases no longer held (their streams
-// end with "lost", and the subscribers resubscribe), subscriptions idle
-// past idleTTL, finished handovers and expired pending topics. Correctness
-// never rests on it: steps (2) and (4) catch the same state.
+// end "lost"; the subscribers resubscribe) or idle past idleTTL, finished
+// handovers and expired pending topics. It runs on every upcall and every
+// few seconds; correctness never rests on it: steps (2) and (4) catch the
+// same state.
 func (t *topics) sweep() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -415,9 +424,9 @@ func (t *topics) sweepLocked() {
 }
 
 // settleLocked decides the fate of subscriptions handed over for topic,
-// held now under n (as in the kv example's store): taken up if n's grant
-// is marked migrated, thrown away if the upcall reported it without;
-// until one of the two is known, the operation waits (errArriving).
+// held now under n, as the kv example's store does: taken up if n's grant
+// is marked migrated, thrown away if the upcall reported it already (they
+// came too late); until one of the two is known, errArriving.
 func (t *topics) settleLocked(topic string, k keyspace.Key, n owner.LeaseNum) error {
 	p, ok := t.pending[topic]
 	if !ok {
@@ -438,17 +447,17 @@ func (t *topics) settleLocked(topic string, k keyspace.Key, n owner.LeaseNum) er
 
 // takeUpLocked settles the pending topics in lease l's range: with a
 // migrated grant their subscriptions become this server's, under l,
-// detached until their subscribers reconnect.
+// detached until their subscribers reconnect; otherwise they are dropped.
 func (t *topics) takeUpLocked(l owner.Lease) {
 	for topic, p := range t.pending {
 		if !l.Range.Contains(p.key) {
 			continue
 		}
 		delete(t.pending, topic)
-		if !l.Migrated {
-			continue
-		}
 		for _, w := range p.subs {
+			if !l.Migrated {
+				break
+			}
 			if old := t.subs[topic][w.ID]; old != nil {
 				t.dropLocked(old, "replaced")
 			}
@@ -456,58 +465,47 @@ func (t *topics) takeUpLocked(l owner.Lease) {
 			for _, m := range w.Queue {
 				s.queue = append(s.queue, queued{Message: m})
 			}
-			if t.subs[topic] == nil {
-				t.subs[topic] = map[string]*sub{}
-			}
-			t.subs[topic][w.ID] = s
+			t.putLocked(s)
 			t.taken++
 		}
 	}
 }
 
-// wireSub is a subscription as handed over.
-type wireSub struct {
-	ID    string    `json:"id"`
-	Queue []Message `json:"queue"`
-	Sent  []Message `json:"sent"`
-}
-
 // beginHandover ends the streams of h's range, waits for writes in flight,
 // copies the range's subscriptions, and from then on refuses publishes and
-// subscriptions on it (errMoving), so the copy stays complete. The
-// subscribers reconnect, and find their subscriptions at the next owner.
+// subscriptions on it (errMoving), so the copy stays complete.
 func (t *topics) beginHandover(h owner.Handover) map[string][]wireSub {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.leases == nil {
-		return nil
-	}
 	t.moving[h] = true
 	for topic, p := range t.pending {
 		if h.Range.Contains(p.key) {
 			delete(t.pending, topic) // arrived after the grant: stale
 		}
 	}
-	out := map[string][]wireSub{}
-	for topic, byID := range t.subs {
+	var in []*sub
+	for _, byID := range t.subs {
 		for _, s := range byID {
-			if !h.Range.Contains(s.key) || s.lease != h.Lease {
-				continue
+			if h.Range.Contains(s.key) && s.lease == h.Lease {
+				in = append(in, s)
+				if st := s.stream; st != nil {
+					t.detachLocked(s, st)
+					st.stop = "moved"
+					st.signal()
+				}
 			}
-			if st := s.stream; st != nil {
-				t.detachLocked(s, st)
-				st.stop = "moved"
-				st.signal()
-			}
-			for s.inflight {
-				t.cond.Wait()
-			}
-			w := wireSub{ID: s.id, Sent: append([]Message(nil), s.sent...)}
-			for _, q := range s.queue {
-				w.Queue = append(w.Queue, q.Message)
-			}
-			out[topic] = append(out[topic], w)
 		}
+	}
+	out := map[string][]wireSub{}
+	for _, s := range in {
+		for s.inflight {
+			t.cond.Wait()
+		}
+		w := wireSub{ID: s.id, Sent: slices.Clone(s.sent)}
+		for _, q := range s.queue {
+			w.Queue = append(w.Queue, q.Message)
+		}
+		out[s.topic] = append(out[s.topic], w)
 	}
 	return out
 }
@@ -520,48 +518,30 @@ func (t *topics) endHandover(h owner.Handover) {
 }
 
 // receive keeps subscriptions handed over for topic until its range is
-// granted here.
-func (t *topics) receive(topic string, from owner.LeaseNum, subs []wireSub, expires time.Time) {
+// granted here; if it is held here already, they came too late.
+func (t *topics) receive(topic string, subs []wireSub, expires time.Time) {
 	k := keyspace.KeyOf(topic)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.leases != nil {
 		if n, ok := t.leases.CheckLeaseNow(k); ok && t.upheld[n].Contains(k) {
-			return // granted already without them: stale
+			return
 		}
 	}
-	t.pending[topic] = pendingTopic{key: k, from: from, subs: subs, expires: expires}
+	t.pending[topic] = pendingTopic{key: k, subs: subs, expires: expires}
 }
 
-// counts returns the number of subscriptions and of attached streams.
-func (t *topics) counts() (subs, attached int) {
+// counts returns the number of subscriptions, of attached streams, and of
+// subscriptions taken up from handovers so far.
+func (t *topics) counts() (subs, attached, taken int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, byID := range t.subs {
 		for _, s := range byID {
-			subs++
-			if s.stream != nil {
+			if subs++; s.stream != nil {
 				attached++
 			}
 		}
 	}
-	return subs, attached
-}
-
-// takenUp returns how many handed-over subscriptions were taken up.
-func (t *topics) takenUp() int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.taken
-}
-
-// dropAll ends every stream with reason and forgets every subscription.
-func (t *topics) dropAll(reason string) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for _, byID := range t.subs {
-		for _, s := range byID {
-			t.dropLocked(s, reason)
-		}
-	}
+	return subs, attached, t.taken
 }

@@ -134,7 +134,7 @@ func TestTopicsResume(t *testing.T) {
 	for i := range 5 {
 		publish(t, tp, "news", string(rune('a'+i)))
 	}
-	if subs, _ := tp.counts(); subs != 0 {
+	if subs, _, _ := tp.counts(); subs != 0 {
 		t.Fatalf("%d subscriptions after overflowing, want 0", subs)
 	}
 	_ = s
@@ -166,17 +166,17 @@ func TestTopicsHandover(t *testing.T) {
 	}
 
 	// Without a migrated grant the copy is thrown away.
-	b.receive("news", h.Lease, ws, time.Now().Add(time.Minute))
+	b.receive("news", ws, time.Now().Add(time.Minute))
 	fb.grant(5)
 	b.changed(owner.OwnershipChange{Granted: fb.Held()})
-	if subs, _ := b.counts(); subs != 0 {
+	if subs, _, _ := b.counts(); subs != 0 {
 		t.Fatalf("a grant without migration took %d subscriptions up, want 0", subs)
 	}
 
 	// With one, the subscriber resumes after m1 and gets m2 then m3.
 	fb.held = false
 	b.changed(owner.OwnershipChange{Revoked: []keyspace.Range{keyspace.Full}})
-	b.receive("news", h.Lease, ws, time.Now().Add(time.Minute))
+	b.receive("news", ws, time.Now().Add(time.Minute))
 	fb.grant(6)
 	if _, _, _, err := b.publish("news", Message{ID: "m3"}); !errors.Is(err, errArriving) {
 		t.Fatalf("publish before the grant is known migrated: %v, want %v", err, errArriving)
