@@ -176,7 +176,7 @@ func BenchmarkRebuild(b *testing.B) {
 	}
 }
 
-var benchUsers = []int{1920, 19200, 96000}
+var benchUsers = []int{1920, 19200, 96000, 192000}
 
 func benchRebuild(b *testing.B, users int) {
 	mgr := startManagerServer(b)
