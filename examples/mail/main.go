@@ -1,15 +1,10 @@
 // Command mail serves Porcupine's mail service; see package
-// github.com/leasehold/leasehold/examples/mail/mail.
+// github.com/leasehold/leasehold/examples/mail/mail and its README.
 //
-//	mail --id ID --listen ADDR --data-dir DIR --nodes ID=ADDR,ID=ADDR,... [--manager ADDR[,ADDR...]] [--namespace NS]
+//	mail --id ID --listen ADDR --data-dir DIR --nodes ID=ADDR,... [--manager ADDR[,ADDR...]] [--namespace NS]
 //
-// --nodes names every node, this one included, with the address the
-// others reach it at. It serves until SIGINT or SIGTERM, then hands its
-// ranges back; its fragments stay in --data-dir for its next start.
-// Deliver and read with the package's Client, or over HTTP:
-//
-//	curl --data 'hello' 'http://ADDR/mail/alice?id=m1'   # ADDR: leasehold lookup alice
-//	curl 'http://ADDR/mail/alice'
+// --nodes names every node, this one included. It serves until SIGINT or
+// SIGTERM, then hands its ranges back; its fragments stay in --data-dir.
 package main
 
 import (

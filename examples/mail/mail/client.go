@@ -30,9 +30,8 @@ type ClientConfig struct {
 
 // Client is a delivery and retrieval proxy: it sends each request to the
 // Owner of the user's key, found with the Lookup library, retrying while
-// ownership moves or the mail map is rebuilt. It needs no loss
-// notification: the mail is durable, and the mail map is rebuilt by the
-// user's new Owner.
+// ownership moves or the mail map is rebuilt. The mail is durable: there
+// is nothing to republish on a loss notification.
 type Client struct {
 	lookup *lookup.Lookup
 	http   *http.Client
@@ -62,8 +61,7 @@ func (c *Client) Close() error {
 }
 
 // Deliver stores body in user's mailbox and returns the message's ID,
-// drawn once, so that a retry is the same message (a read shows it once
-// even if two nodes hold it).
+// drawn once: every retry is the same message.
 func (c *Client) Deliver(ctx context.Context, user, body string) (string, error) {
 	var b [8]byte
 	rand.Read(b[:])

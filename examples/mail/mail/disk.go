@@ -27,11 +27,10 @@ type Message struct {
 }
 
 // disk is a node's durable store (Porcupine's mailbox fragments): one
-// append-only file per user in dir, one JSON line per message, each write
-// synced before it is acknowledged. An index of the users with a fragment
-// here, ordered by key, is kept in memory, read from the file names at
-// start, so listing a range's users costs a binary search and the users
-// listed (Porcupine keeps bucketed directories for the same reason).
+// append-only file per user, one JSON line per message, synced before it
+// is acknowledged. The users here are indexed in memory by key (read from
+// the file names at start), so a range's users cost a binary search and
+// the list (Porcupine's bucketed directories serve the same end).
 type disk struct {
 	dir     string
 	pending atomic.Int64 // disk operations under way: the node's load

@@ -26,9 +26,7 @@ import (
 const (
 	MaxMessageBytes = 1 << 20 // a larger delivery is answered 413
 	// Spread is Porcupine's soft bound on the nodes a user's mail is
-	// spread over: a delivery goes to the least loaded of the nodes that
-	// hold the user's fragments, with random others added while there are
-	// fewer than Spread; beyond it only when none of those answers.
+	// spread over (see candidates).
 	Spread     = 2
 	nodeWait   = 2 * time.Second        // one request to another node
 	retryNodes = 500 * time.Millisecond // a node not heard from is asked again
@@ -62,10 +60,10 @@ type Server struct {
 	close   sync.Once
 	err     error
 
-	mu       sync.Mutex
-	inflight map[string]int       // guarded by mu: this server's requests under way, per node
-	reported map[string]int       // guarded by mu: each node's pending disk operations, as it last said
-	down     map[string]time.Time // guarded by mu: nodes that failed, and until when to skip them
+	mu       sync.Mutex           // guards the three maps below, per node:
+	inflight map[string]int       // this server's requests under way
+	reported map[string]int       // pending disk operations, as the node last said
+	down     map[string]time.Time // until when to skip it, after it failed
 }
 
 // NewServer opens the data directory, listens, starts an Owner, and serves
@@ -104,7 +102,10 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 		OnChange: func(ch owner.OwnershipChange) {
 			<-ready
 			s.maps.changed(ch)
-			s.signal()
+			select { // wake the rebuilder
+			case s.wake <- struct{}{}:
+			default:
+			}
 		}})
 	if err != nil {
 		lis.Close()
@@ -154,13 +155,6 @@ func (s *Server) Close(ctx context.Context) error {
 		}
 	})
 	return s.err
-}
-
-func (s *Server) signal() {
-	select {
-	case s.wake <- struct{}{}:
-	default:
-	}
 }
 
 // rebuilder rebuilds the mail maps of granted ranges: it asks every node
@@ -374,8 +368,8 @@ func (s *Server) handleRead(w http.ResponseWriter, r *http.Request) {
 	json.NewEncoder(w).Encode(box) // (5)
 }
 
-// The storage node's side, for the other nodes only.
-
+// The storage node's side, for the other nodes only. Every answer carries
+// the node's load.
 func (s *Server) pending(w http.ResponseWriter) {
 	w.Header().Set("X-Pending", strconv.FormatInt(s.disk.pending.Load(), 10))
 }
