@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/leasehold/leasehold/keyspace"
@@ -75,15 +76,21 @@ func (c *Client) Close() error {
 }
 
 // onLoss republishes, each on its own goroutine, the last heartbeat of the
-// devices whose users lay in a lost range: the new Owner has nothing.
+// devices whose users lay in a lost range: the new Owner has nothing. A
+// device already republishing is skipped, and each try is bounded, so a
+// Lookup cut off from the Manager (a loss of everything, repeated) does
+// not pile them up.
 func (c *Client) onLoss(loss lookup.Loss) {
 	lost := keyspace.NewRangeSet(loss.Ranges...)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for d := range c.devices {
-		if loss.All || lost.Contains(d.key) {
+		if (loss.All || lost.Contains(d.key)) && d.republishing.CompareAndSwap(false, true) {
 			c.wg.Go(func() {
-				if err := d.republish(c.ctx); err != nil && c.ctx.Err() == nil {
+				defer d.republishing.Store(false)
+				ctx, cancel := context.WithTimeout(c.ctx, 10*time.Second)
+				defer cancel()
+				if err := d.republish(ctx); err != nil && c.ctx.Err() == nil {
 					c.cfg.Logger.Warn("presence: republishing failed", "user", d.user, "device", d.name, "err", err)
 				}
 			})
@@ -101,6 +108,8 @@ type DeviceHandle struct {
 	seq        uint64 // the last sent; guarded by mu
 	acked      uint64 // the last acknowledged; guarded by mu
 	status     string // the last acknowledged's; guarded by mu
+	// republishing is set while a republish is under way.
+	republishing atomic.Bool
 }
 
 // Device returns the handle of device of user; the Client republishes its
