@@ -31,7 +31,7 @@ func TestMailScenario(t *testing.T) {
 	leasehold, _ := build(t)
 	mailBin := buildExample(t, "mail")
 	started := time.Now()
-	addr := startManager(t, leasehold)
+	addr := startExampleManager(t, leasehold)
 	c := &cli{t: t, leasehold: leasehold, manager: addr}
 	ids := []string{"mail-1", "mail-2", "mail-3"}
 	listen, dirs := map[string]string{}, map[string]string{}
@@ -102,7 +102,7 @@ func TestMailScenario(t *testing.T) {
 					cancel()
 					mu.Lock()
 					reads++
-					checkBox(box, err, before, nil, &incomplete, &dup, &phantom, bad)
+					checkMailbox(box, err, before, nil, &incomplete, &dup, &phantom, bad)
 					mu.Unlock()
 				}
 				time.Sleep(10 * time.Millisecond)
@@ -147,7 +147,7 @@ func TestMailScenario(t *testing.T) {
 			}
 		}
 		reads++
-		checkBox(box, err, acked[user], sent, &incomplete, &dup, &phantom, bad)
+		checkMailbox(box, err, acked[user], sent, &incomplete, &dup, &phantom, bad)
 		if len(box.Incomplete) > 0 {
 			t.Errorf("%s: the final read is still incomplete: %v", user, box.Incomplete)
 		}
@@ -162,12 +162,12 @@ func TestMailScenario(t *testing.T) {
 	}
 }
 
-// checkBox checks one read: each message once, none never sent (if sent
+// checkMailbox checks one read: each message once, none never sent (if sent
 // is given: a read during deliveries may show a message whose delivery has
 // not returned yet), and —
 // unless the read says a node could not be read — every message in want
 // (acknowledged before the read was sent) there with its body.
-func checkBox(box mail.Mailbox, err error, want map[string]string, sent map[string]bool, incomplete, dup, phantom *int, bad func(string, ...any)) {
+func checkMailbox(box mail.Mailbox, err error, want map[string]string, sent map[string]bool, incomplete, dup, phantom *int, bad func(string, ...any)) {
 	if err != nil {
 		bad("read %s: %v", box.User, err)
 		return

@@ -47,7 +47,7 @@ func TestPresenceScenario(t *testing.T) {
 	prBin := buildExample(t, "presence")
 	tm := protocol.Fast()
 	started := time.Now()
-	addr := startManager(t, leasehold)
+	addr := startExampleManager(t, leasehold)
 	c := &cli{t: t, leasehold: leasehold, manager: addr}
 	ids := []string{"pr-1", "pr-2", "pr-3"}
 	servers := map[string]*proc{}

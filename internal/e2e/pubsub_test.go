@@ -38,9 +38,9 @@ func buildExample(t *testing.T, name string) string {
 	return out
 }
 
-// startManager starts leasehold manager with fast timings and returns its
+// startExampleManager starts leasehold manager with fast timings and returns its
 // address.
-func startManager(t *testing.T, leasehold string) string {
+func startExampleManager(t *testing.T, leasehold string) string {
 	t.Helper()
 	mgr := start(t, "manager", leasehold, "manager", "--listen", "127.0.0.1:0", "--timings", "fast")
 	line := mgr.waitLine(t, "leasehold manager listening on ", 10*time.Second)
@@ -94,8 +94,8 @@ func (l *psLog) freshAfter(t time.Time) (time.Time, bool) {
 	return time.Time{}, false
 }
 
-// published is one acknowledged publish: when it was sent and answered.
-type published struct{ start, ack time.Time }
+// psPublished is one acknowledged publish: when it was sent and answered.
+type psPublished struct{ start, ack time.Time }
 
 // TestPubSubScenario is the pubsub example's acceptance scenario: a Manager
 // and three pubsub servers as real processes; three frontends subscribed
@@ -114,7 +114,7 @@ func TestPubSubScenario(t *testing.T) {
 	psBin := buildExample(t, "pubsub")
 	tm := protocol.Fast()
 	started := time.Now()
-	addr := startManager(t, leasehold)
+	addr := startExampleManager(t, leasehold)
 	c := &cli{t: t, leasehold: leasehold, manager: addr}
 	ids := []string{"ps-1", "ps-2", "ps-3"}
 	servers := map[string]*proc{}
@@ -150,7 +150,7 @@ func TestPubSubScenario(t *testing.T) {
 
 	// The publisher: one sequence per topic, message "topic/i".
 	var pmu sync.Mutex
-	acked := map[string]published{}
+	acked := map[string]psPublished{}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for _, topic := range topics {
@@ -168,7 +168,7 @@ func TestPubSubScenario(t *testing.T) {
 				cancel()
 				if err == nil {
 					pmu.Lock()
-					acked[data] = published{st, time.Now()}
+					acked[data] = psPublished{st, time.Now()}
 					pmu.Unlock()
 				}
 			}
@@ -258,7 +258,7 @@ func TestPubSubScenario(t *testing.T) {
 // next: every message published after the segment began and acknowledged
 // before it ended was received in it, in publish order, once; and no
 // message received was acknowledged before the segment's request was sent.
-func checkPubSub(t *testing.T, logs []*psLog, acked map[string]published, end time.Time) {
+func checkPubSub(t *testing.T, logs []*psLog, acked map[string]psPublished, end time.Time) {
 	t.Helper()
 	seq := func(data string) int {
 		_, s, _ := strings.Cut(data, "/")
@@ -321,8 +321,8 @@ func checkPubSub(t *testing.T, logs []*psLog, acked map[string]published, end ti
 								t.Logf("  %s %s new=%v owner=%s msg=%s reason=%s", e.at.Format("05.000"), e.Kind, e.New, e.Owner, e.Message.Data, e.Reason)
 							}
 						}
-						t.Logf("  %s published, %s acked", p.start.Format("05.000"), p.ack.Format("05.000"))
-						t.Errorf("%s: %s (published %s after the subscription, acknowledged %s before its stream ended) not received",
+						t.Logf("  %s psPublished, %s acked", p.start.Format("05.000"), p.ack.Format("05.000"))
+						t.Errorf("%s: %s (psPublished %s after the subscription, acknowledged %s before its stream ended) not received",
 							l.topic, m, p.start.Sub(s.begin).Round(time.Millisecond), s.end.Sub(p.ack).Round(time.Millisecond))
 					}
 				}
