@@ -322,7 +322,7 @@ func checkPubSub(t *testing.T, logs []*psLog, acked map[string]psPublished, end 
 							}
 						}
 						t.Logf("  %s psPublished, %s acked", p.start.Format("05.000"), p.ack.Format("05.000"))
-						t.Errorf("%s: %s (psPublished %s after the subscription, acknowledged %s before its stream ended) not received",
+						t.Errorf("%s: %s (published %s after the subscription, acknowledged %s before its stream ended) not received",
 							l.topic, m, p.start.Sub(s.begin).Round(time.Millisecond), s.end.Sub(p.ack).Round(time.Millisecond))
 					}
 				}
