@@ -1,0 +1,231 @@
+package mail
+
+import (
+	"errors"
+	stdmaps "maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/leasehold/leasehold/keyspace"
+	"github.com/leasehold/leasehold/owner"
+)
+
+// leases is what the mail maps need of the Owner library (tests use a fake).
+type leases interface {
+	CheckLeaseNow(key keyspace.Key) (owner.LeaseNum, bool)
+	CheckLeaseContinuous(key keyspace.Key, n owner.LeaseNum) bool
+	Held() []owner.Lease
+}
+
+var _ leases = (*owner.Owner)(nil)
+
+var (
+	errNotOwner   = errors.New("not the owner")
+	errLeaseLost  = errors.New("lease lost")
+	errRebuilding = errors.New("rebuilding: the user's mail map is being rebuilt from the nodes' disks; retry")
+)
+
+// lease names one grant: a range held under one LeaseNum. A rebuild is
+// tagged with it, so it never mixes two ownerships (Porcupine's epoch).
+type lease struct {
+	r keyspace.Range
+	n owner.LeaseNum
+}
+
+// rangeMaps is the soft state of one held range (Porcupine's mail maps):
+// which nodes hold a fragment of each user, rebuilt from the nodes' disks
+// when the range was granted, and kept up by deliveries since.
+type rangeMaps struct {
+	users map[string]map[string]bool // user → nodes with a fragment
+	known map[string]bool            // nodes whose fragments in the range are in users
+	tried map[string]time.Time       // nodes asked and not answered yet, and when
+	since time.Time                  // when the rebuild began
+	took  time.Duration              // how long it took to hear from every node; 0 until then
+}
+
+// maps is an Owner's mail maps, one per held range.
+type maps struct {
+	mu     sync.Mutex
+	leases leases
+	nodes  []string             // every node's ID
+	ranges map[lease]*rangeMaps // guarded by mu
+	now    func() time.Time
+}
+
+func newMaps(l leases, nodes []string) *maps {
+	return &maps{leases: l, nodes: nodes, ranges: map[lease]*rangeMaps{}, now: time.Now}
+}
+
+// lookup runs steps (1) and (2) for user: the lease its key is held under,
+// the nodes holding its fragments as that lease's mail map says, and the
+// nodes not heard from yet (their fragments may be missing). Until every
+// node was asked once, errRebuilding.
+func (m *maps) lookup(user string) (n owner.LeaseNum, nodes, unknown []string, err error) {
+	k := keyspace.KeyOf(user)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n, ok := m.leases.CheckLeaseNow(k) // (1)
+	if !ok {
+		return n, nil, nil, errNotOwner
+	}
+	// (2) Only the mail map rebuilt under n counts: a map of another lease
+	// may miss fragments stored while another server held the user.
+	rm := m.findLocked(k, n)
+	if rm == nil {
+		for _, l := range m.leases.Held() { // the upcall lags: start the rebuild here
+			if l.Num == n && l.Range.Contains(k) {
+				rm = m.beginLocked(lease{l.Range, n})
+			}
+		}
+	}
+	if rm == nil || len(rm.known)+len(rm.tried) < len(m.nodes) {
+		return n, nil, nil, errRebuilding
+	}
+	for node := range rm.users[user] {
+		nodes = append(nodes, node)
+	}
+	for _, node := range m.nodes {
+		if !rm.known[node] {
+			unknown = append(unknown, node)
+		}
+	}
+	slices.Sort(nodes)
+	return n, nodes, unknown, nil
+}
+
+func (m *maps) findLocked(k keyspace.Key, n owner.LeaseNum) *rangeMaps {
+	for l, rm := range m.ranges {
+		if l.n == n && l.r.Contains(k) {
+			return rm
+		}
+	}
+	return nil
+}
+
+func (m *maps) beginLocked(l lease) *rangeMaps {
+	rm := m.ranges[l]
+	if rm == nil {
+		rm = &rangeMaps{users: map[string]map[string]bool{}, known: map[string]bool{}, tried: map[string]time.Time{}, since: m.now()}
+		m.ranges[l] = rm
+	}
+	return rm
+}
+
+// added records that node now holds a fragment of user, under n: step (3)
+// of a delivery, then (4).
+func (m *maps) added(user, node string, n owner.LeaseNum) error {
+	k := keyspace.KeyOf(user)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	rm := m.findLocked(k, n)
+	if rm == nil {
+		return errLeaseLost
+	}
+	if rm.users[user] == nil {
+		rm.users[user] = map[string]bool{}
+	}
+	rm.users[user][node] = true
+	if !m.leases.CheckLeaseContinuous(k, n) { // (4)
+		return errLeaseLost
+	}
+	return nil
+}
+
+// changed is the Owner's OnChange upcall: a granted range's rebuild
+// begins; a revoked range's maps are dropped. A lease may lose part of its
+// range and keep the rest under the same LeaseNum: the rest keeps its map.
+func (m *maps) changed(ch owner.OwnershipChange) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, r := range ch.Revoked {
+		for l, rm := range m.ranges {
+			if !l.r.Overlaps(r) {
+				continue
+			}
+			delete(m.ranges, l)
+			for _, rest := range keyspace.NewRangeSet(l.r).Subtract(keyspace.NewRangeSet(r)).Ranges() {
+				m.ranges[lease{rest, l.n}] = rm.within(rest)
+			}
+		}
+	}
+	for _, g := range ch.Granted {
+		m.beginLocked(lease{g.Range, g.Num})
+	}
+}
+
+// within copies the part of rm in r.
+func (rm *rangeMaps) within(r keyspace.Range) *rangeMaps {
+	out := &rangeMaps{users: map[string]map[string]bool{}, known: stdmaps.Clone(rm.known),
+		tried: stdmaps.Clone(rm.tried), since: rm.since, took: rm.took}
+	for u, nodes := range rm.users {
+		if r.Contains(keyspace.KeyOf(u)) {
+			out.users[u] = nodes
+		}
+	}
+	return out
+}
+
+// work lists, per range being rebuilt, the nodes to ask now: never asked,
+// or asked more than retry ago without an answer. It marks them tried.
+func (m *maps) work(retry time.Duration) map[lease][]string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.now()
+	out := map[lease][]string{}
+	for l, rm := range m.ranges {
+		for _, node := range m.nodes {
+			if at, ok := rm.tried[node]; !rm.known[node] && (!ok || now.Sub(at) >= retry) {
+				rm.tried[node] = now
+				out[l] = append(out[l], node)
+			}
+		}
+	}
+	return out
+}
+
+// merge adds what node's disk holds in l's range to the mail maps of l's
+// lease (l's range, or what is left of it), if that lease is still held:
+// a rebuild's answer for a lease gone is thrown away, never mixed into the
+// next ownership's map.
+func (m *maps) merge(l lease, node string, users []string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for l2, rm := range m.ranges {
+		if l2.n != l.n || !l.r.Covers(l2.r) || !m.leases.CheckLeaseContinuous(l2.r.Start, l2.n) {
+			continue
+		}
+		for _, u := range users {
+			if !l2.r.Contains(keyspace.KeyOf(u)) {
+				continue
+			}
+			if rm.users[u] == nil {
+				rm.users[u] = map[string]bool{}
+			}
+			rm.users[u][node] = true
+		}
+		rm.known[node] = true
+		delete(rm.tried, node)
+		if len(rm.known) == len(m.nodes) && rm.took == 0 {
+			rm.took = m.now().Sub(rm.since)
+		}
+	}
+}
+
+// Rebuild is one held range's mail map: when its rebuild began, and how
+// long it took to hear from every node (0 while it has not).
+type Rebuild struct {
+	Range keyspace.Range
+	Began time.Time
+	Took  time.Duration
+}
+
+func (m *maps) rebuilds() []Rebuild {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []Rebuild
+	for l, rm := range m.ranges {
+		out = append(out, Rebuild{l.r, rm.since, rm.took})
+	}
+	return out
+}

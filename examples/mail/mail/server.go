@@ -1,0 +1,412 @@
+package mail
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/leasehold/leasehold/keyspace"
+	"github.com/leasehold/leasehold/owner"
+	"github.com/leasehold/leasehold/protocol"
+)
+
+// Limits and timings.
+const (
+	MaxMessageBytes = 1 << 20 // a larger delivery is answered 413
+	// Spread is Porcupine's soft bound on the nodes a user's mail is
+	// spread over (see candidates).
+	Spread     = 2
+	nodeWait   = 2 * time.Second        // one request to another node
+	retryNodes = 500 * time.Millisecond // a node not heard from is asked again
+	downFor    = 2 * time.Second        // a node that failed is skipped this long
+)
+
+// ServerConfig configures a Server. Nodes maps every node's ID (its Owner
+// ID) to its address, this one's included; DataDir holds this node's
+// fragments. Manager, ID, Listen, DataDir and Nodes are required.
+type ServerConfig struct {
+	Manager, Namespace, ID, Listen, DataDir string
+	Nodes                                   map[string]string
+	Timing                                  protocol.Timing
+	Logger                                  *slog.Logger
+}
+
+// Server is a mail node: a storage node for mailbox fragments, and the
+// Owner of the users in its leased ranges, holding their mail maps.
+type Server struct {
+	cfg     ServerConfig
+	lis     net.Listener
+	http    *http.Server
+	peers   *http.Client
+	owner   *owner.Owner
+	disk    *disk
+	maps    *maps
+	served  chan error
+	stopped chan struct{}
+	wake    chan struct{} // a rebuild has work
+	wg      sync.WaitGroup
+	close   sync.Once
+	err     error
+
+	mu       sync.Mutex           // guards the three maps below, per node:
+	inflight map[string]int       // this server's requests under way
+	reported map[string]int       // pending disk operations, as the node last said
+	down     map[string]time.Time // until when to skip it, after it failed
+}
+
+// NewServer opens the data directory, listens, starts an Owner, and serves
+// HTTP until Close.
+func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
+	if cfg.Manager == "" || cfg.ID == "" || cfg.Listen == "" || cfg.DataDir == "" {
+		return nil, errors.New("mail: ServerConfig.Manager, ID, Listen and DataDir are required")
+	}
+	if _, ok := cfg.Nodes[cfg.ID]; !ok {
+		return nil, fmt.Errorf("mail: ServerConfig.Nodes does not name this node, %q", cfg.ID)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	d, err := openDisk(cfg.DataDir)
+	if err != nil {
+		return nil, fmt.Errorf("mail: %w", err)
+	}
+	lis, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("mail: %w", err)
+	}
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConnsPerHost = 64
+	s := &Server{cfg: cfg, lis: lis, disk: d, peers: &http.Client{Transport: t, Timeout: nodeWait},
+		served: make(chan error, 1), stopped: make(chan struct{}), wake: make(chan struct{}, 1),
+		inflight: map[string]int{}, reported: map[string]int{}, down: map[string]time.Time{}}
+	var nodes []string
+	for id := range cfg.Nodes {
+		nodes = append(nodes, id)
+	}
+	slices.Sort(nodes)
+	ready := make(chan struct{})
+	o, err := owner.New(ctx, owner.Config{Manager: cfg.Manager, Namespace: cfg.Namespace, ID: cfg.ID,
+		Addr: cfg.Nodes[cfg.ID], Timing: cfg.Timing, Logger: cfg.Logger,
+		OnChange: func(ch owner.OwnershipChange) {
+			<-ready
+			s.maps.changed(ch)
+			select { // wake the rebuilder
+			case s.wake <- struct{}{}:
+			default:
+			}
+		}})
+	if err != nil {
+		lis.Close()
+		return nil, fmt.Errorf("mail: %w", err)
+	}
+	s.owner, s.maps = o, newMaps(o, nodes)
+	close(ready)
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /mail/{user}", s.handleDeliver)
+	mux.HandleFunc("GET /mail/{user}", s.handleRead)
+	mux.HandleFunc("POST /internal/store/{user}", s.handleStore)
+	mux.HandleFunc("GET /internal/fetch/{user}", s.handleFetch)
+	mux.HandleFunc("GET /internal/users", s.handleUsers)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
+	s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn)}
+	go func() { s.served <- s.http.Serve(lis) }()
+	s.wg.Go(s.rebuilder)
+	return s, nil
+}
+
+// Addr is the listen address.
+func (s *Server) Addr() string { return s.lis.Addr().String() }
+
+// Rebuilds returns the rebuilds of the mail maps of the ranges held now.
+func (s *Server) Rebuilds() []Rebuild { return s.maps.rebuilds() }
+
+// Close hands the ranges back (the Manager reassigns them at once; their
+// new Owners rebuild the mail maps from the disks) and stops serving. The
+// fragments stay on disk.
+func (s *Server) Close(ctx context.Context) error {
+	s.close.Do(func() {
+		err := s.owner.Close(ctx)
+		close(s.stopped)
+		s.wg.Wait()
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		if s.http.Shutdown(sctx) != nil {
+			s.http.Close()
+		}
+		cancel()
+		if serr := <-s.served; !errors.Is(serr, http.ErrServerClosed) {
+			err = errors.Join(err, serr)
+		}
+		s.peers.CloseIdleConnections()
+		if err != nil {
+			s.err = fmt.Errorf("mail: close %s: %w", s.cfg.ID, err)
+		}
+	})
+	return s.err
+}
+
+// rebuilder rebuilds the mail maps of granted ranges: it asks every node
+// which users of the range it holds fragments for (Porcupine's disk
+// scan), and asks again those that did not answer.
+func (s *Server) rebuilder() {
+	tick := time.NewTicker(retryNodes / 2)
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.stopped:
+			return
+		case <-s.wake:
+		case <-tick.C:
+		}
+		var wg sync.WaitGroup
+		for l, nodes := range s.maps.work(retryNodes) {
+			for _, node := range nodes {
+				wg.Go(func() {
+					if users, err := s.usersAt(node, l.r); err == nil {
+						s.maps.merge(l, node, users)
+					}
+				})
+			}
+		}
+		wg.Wait()
+	}
+}
+
+// usersAt asks node which users in r it holds fragments for.
+func (s *Server) usersAt(node string, r keyspace.Range) ([]string, error) {
+	if node == s.cfg.ID {
+		return s.disk.usersIn(r), nil
+	}
+	var users []string
+	err := s.call(node, http.MethodGet, fmt.Sprintf("/internal/users?start=%d&end=%d", r.Start, r.End), nil, &users)
+	return users, err
+}
+
+// call sends one request to node and decodes its JSON answer into out.
+func (s *Server) call(node, method, path string, body io.Reader, out any) error {
+	s.mu.Lock()
+	s.inflight[node]++
+	s.mu.Unlock()
+	req, err := http.NewRequest(method, "http://"+s.cfg.Nodes[node]+path, body)
+	var resp *http.Response
+	if err == nil {
+		resp, err = s.peers.Do(req)
+	}
+	if err == nil {
+		defer resp.Body.Close()
+		if resp.StatusCode/100 != 2 {
+			msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+			err = fmt.Errorf("%s answered %s: %s", node, resp.Status, strings.TrimSpace(string(msg)))
+		} else if out != nil {
+			err = json.NewDecoder(resp.Body).Decode(out)
+		}
+	}
+	s.mu.Lock()
+	s.inflight[node]--
+	if resp != nil { // Porcupine's load, piggybacked on every answer
+		s.reported[node], _ = strconv.Atoi(resp.Header.Get("X-Pending"))
+	}
+	if err != nil {
+		s.down[node] = time.Now().Add(downFor)
+	}
+	s.mu.Unlock()
+	return err
+}
+
+// candidates orders the nodes a delivery to user may go to: the nodes
+// holding its fragments, and random others while there are fewer than
+// Spread, by load; then every other node, for when none of those answers.
+func (s *Server) candidates(holding []string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	load := func(n string) int {
+		if now.Before(s.down[n]) {
+			return 1 << 30
+		}
+		return s.inflight[n] + s.reported[n]
+	}
+	first := slices.Clone(holding)
+	var rest []string
+	for _, n := range s.maps.nodes {
+		if !slices.Contains(holding, n) {
+			rest = append(rest, n)
+		}
+	}
+	rand.Shuffle(len(rest), func(i, j int) { rest[i], rest[j] = rest[j], rest[i] })
+	for len(first) < Spread && len(rest) > 0 {
+		first, rest = append(first, rest[0]), rest[1:]
+	}
+	slices.SortStableFunc(first, func(a, b string) int { return load(a) - load(b) })
+	return append(first, rest...)
+}
+
+func (s *Server) fail(w http.ResponseWriter, err error) {
+	switch {
+	case errors.Is(err, errRebuilding):
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+	case errors.Is(err, errNotOwner), errors.Is(err, errLeaseLost):
+		http.Error(w, err.Error(), http.StatusMisdirectedRequest)
+	default:
+		http.Error(w, err.Error(), http.StatusBadGateway)
+	}
+}
+
+// handleDeliver serves POST /mail/{user}?id=ID: the five steps, with the
+// message stored durably on one node between (2) and (3).
+func (s *Server) handleDeliver(w http.ResponseWriter, r *http.Request) {
+	user, id := r.PathValue("user"), r.URL.Query().Get("id")
+	if id == "" || len(id) > 256 {
+		http.Error(w, "id (the message's ID, at most 256 bytes) is required", http.StatusBadRequest)
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxMessageBytes))
+	if err != nil {
+		http.Error(w, fmt.Sprintf("reading the message (at most %d bytes): %v", MaxMessageBytes, err), http.StatusRequestEntityTooLarge)
+		return
+	}
+	n, holding, _, err := s.maps.lookup(user) // (1), (2)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	m, _ := json.Marshal(Message{ID: id, Body: string(body)})
+	stored := ""
+	for _, node := range s.candidates(holding) {
+		if node == s.cfg.ID {
+			err = s.disk.store(user, Message{ID: id, Body: string(body), At: time.Now()})
+		} else {
+			err = s.call(node, http.MethodPost, "/internal/store/"+url.PathEscape(user), strings.NewReader(string(m)), nil)
+		}
+		if err == nil {
+			stored = node
+			break
+		}
+	}
+	if stored == "" {
+		s.fail(w, fmt.Errorf("no node could store the message; the last: %w", err))
+		return
+	}
+	if err := s.maps.added(user, stored, n); err != nil { // (3), (4)
+		s.fail(w, err) // the copy stored is an orphan; reads drop duplicates
+		return
+	}
+	w.Header().Set("X-Node", stored)
+	w.WriteHeader(http.StatusNoContent) // (5)
+}
+
+// Mailbox answers a read: the user's messages, oldest first, each once,
+// and the nodes that may hold more but could not be read (not heard from
+// since the range was granted, or not answering now).
+type Mailbox struct {
+	User       string    `json:"user"`
+	Messages   []Message `json:"messages"`
+	Incomplete []string  `json:"incomplete"`
+}
+
+// handleRead serves GET /mail/{user}: it gathers the fragments from the
+// nodes the mail map names.
+func (s *Server) handleRead(w http.ResponseWriter, r *http.Request) {
+	user := r.PathValue("user")
+	n, holding, unknown, err := s.maps.lookup(user) // (1), (2)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	box := Mailbox{User: user, Messages: []Message{}, Incomplete: append([]string{}, unknown...)}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	seen := map[string]bool{}
+	for _, node := range holding { // (3) gather
+		wg.Go(func() {
+			var ms []Message
+			var err error
+			if node == s.cfg.ID {
+				ms, err = s.disk.fetch(user)
+			} else {
+				err = s.call(node, http.MethodGet, "/internal/fetch/"+url.PathEscape(user), nil, &ms)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				box.Incomplete = append(box.Incomplete, node)
+			}
+			for _, m := range ms {
+				if !seen[m.ID] { // a retried delivery may have left a copy on two nodes
+					seen[m.ID] = true
+					box.Messages = append(box.Messages, m)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	slices.SortFunc(box.Messages, func(a, b Message) int {
+		if c := a.At.Compare(b.At); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+	slices.Sort(box.Incomplete)
+	if !s.owner.CheckLeaseContinuous(keyspace.KeyOf(user), n) { // (4)
+		s.fail(w, errLeaseLost)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(box) // (5)
+}
+
+// The storage node's side, for the other nodes only. Every answer carries
+// the node's load.
+func (s *Server) pending(w http.ResponseWriter) {
+	w.Header().Set("X-Pending", strconv.FormatInt(s.disk.pending.Load(), 10))
+}
+
+func (s *Server) handleStore(w http.ResponseWriter, r *http.Request) {
+	s.pending(w)
+	var m Message
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 2*MaxMessageBytes)).Decode(&m); err != nil || m.ID == "" {
+		http.Error(w, fmt.Sprintf("store: a JSON message with an id is required (%v)", err), http.StatusBadRequest)
+		return
+	}
+	m.At = time.Now()
+	if err := s.disk.store(r.PathValue("user"), m); err != nil {
+		http.Error(w, "store: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) handleFetch(w http.ResponseWriter, r *http.Request) {
+	s.pending(w)
+	ms, err := s.disk.fetch(r.PathValue("user"))
+	if err != nil {
+		http.Error(w, "fetch: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	json.NewEncoder(w).Encode(append([]Message{}, ms...))
+}
+
+func (s *Server) handleUsers(w http.ResponseWriter, r *http.Request) {
+	s.pending(w)
+	start, err1 := strconv.ParseUint(r.URL.Query().Get("start"), 10, 64)
+	end, err2 := strconv.ParseUint(r.URL.Query().Get("end"), 10, 64)
+	rg := keyspace.Range{Start: keyspace.Key(start), End: keyspace.Key(end)}
+	if err1 != nil || err2 != nil || !rg.Valid() {
+		http.Error(w, "users: start and end (decimal keys, end 0 for the end of the key space) make no range", http.StatusBadRequest)
+		return
+	}
+	json.NewEncoder(w).Encode(append([]string{}, s.disk.usersIn(rg)...))
+}

@@ -1,0 +1,81 @@
+// Command mail serves Porcupine's mail service; see package
+// github.com/leasehold/leasehold/examples/mail/mail and its README.
+//
+//	mail --id ID --listen ADDR --data-dir DIR --nodes ID=ADDR,... [--manager ADDR[,ADDR...]] [--namespace NS]
+//
+// --nodes names every node, this one included. It serves until SIGINT or
+// SIGTERM, then hands its ranges back; its fragments stay in --data-dir.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/leasehold/leasehold/examples/mail/mail"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run serves and returns the exit code: 0, or 2 after a usage error or a
+// failure.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("mail", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	def := os.Getenv("LEASEHOLD_MANAGER")
+	if def == "" {
+		def = "127.0.0.1:7400"
+	}
+	manager := fs.String("manager", def, "the Manager's address, or its replicas' addresses, comma-separated ($LEASEHOLD_MANAGER)")
+	namespace := fs.String("namespace", "", `the namespace (empty: "default")`)
+	id := fs.String("id", "", "this node's ID, also its Owner ID (required)")
+	listen := fs.String("listen", "", "the HTTP listen address, host:port (required)")
+	dir := fs.String("data-dir", "", "the directory of this node's mailbox fragments (required)")
+	nodesFlag := fs.String("nodes", "", "every node, ID=ADDR, comma-separated, this one included (required)")
+	if err := fs.Parse(args); err != nil {
+		return map[bool]int{true: 0, false: 2}[err == flag.ErrHelp]
+	}
+	if *id == "" || *listen == "" || *dir == "" || *nodesFlag == "" || fs.NArg() != 0 {
+		fmt.Fprint(stderr, "mail: --id, --listen, --data-dir and --nodes are required, and there are no arguments\n")
+		return 2
+	}
+	nodes := map[string]string{}
+	for _, kv := range strings.Split(*nodesFlag, ",") {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" || v == "" || nodes[k] != "" {
+			fmt.Fprintf(stderr, "mail: --nodes: %q is not ID=ADDR, or names a node twice\n", kv)
+			return 2
+		}
+		nodes[k] = v
+	}
+	srv, err := mail.NewServer(ctx, mail.ServerConfig{Manager: *manager, Namespace: *namespace, ID: *id,
+		Listen: *listen, DataDir: *dir, Nodes: nodes,
+		Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	if err != nil {
+		fmt.Fprintf(stderr, "mail: %v\n", err)
+		return 2
+	}
+	fmt.Fprintf(stdout, "mail serving on %s as %s\n", srv.Addr(), *id)
+	<-ctx.Done()
+	held := len(srv.Rebuilds())
+	cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := srv.Close(cctx); err != nil {
+		fmt.Fprintf(stderr, "mail: %v\n", err)
+		return 2
+	}
+	fmt.Fprintf(stdout, "mail stopped; it held the mail maps of %d ranges\n", held)
+	return 0
+}

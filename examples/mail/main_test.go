@@ -1,0 +1,30 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+)
+
+// TestRunUsage checks usage errors exit 2 with a message, and -h exits 0.
+// Serving with a Manager runs in internal/e2e.
+func TestRunUsage(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{nil, 2, "--id, --listen, --data-dir and --nodes are required"},
+		{[]string{"-h"}, 0, "-nodes"},
+		{[]string{"--id", "a", "--listen", "127.0.0.1:0", "--data-dir", dir, "--nodes", "a"}, 2, `"a" is not ID=ADDR`},
+		{[]string{"--id", "a", "--listen", "127.0.0.1:0", "--data-dir", dir, "--nodes", "a=x:1,a=y:2"}, 2, "names a node twice"},
+		{[]string{"--id", "c", "--listen", "127.0.0.1:0", "--data-dir", dir, "--nodes", "a=x:1"}, 2, `does not name this node, "c"`},
+	} {
+		var stdout, stderr bytes.Buffer
+		if code := run(context.Background(), tc.args, &stdout, &stderr); code != tc.code || !strings.Contains(stderr.String(), tc.want) {
+			t.Errorf("mail %s: exit %d, stderr %q; want %d and %q", strings.Join(tc.args, " "), code, stderr.String(), tc.code, tc.want)
+		}
+	}
+}

@@ -1,0 +1,74 @@
+// Command presence serves Live Mesh's presence service; see package
+// github.com/leasehold/leasehold/examples/presence/presence.
+//
+//	presence --listen ADDR [--manager ADDR[,ADDR...]] [--namespace NS] [--id ID] [--advertise ADDR] [--ttl D]
+//
+// It serves until SIGINT or SIGTERM, then hands its ranges back (the
+// devices republish to the new Owners). Heartbeat and query with the
+// package's Client, or over HTTP:
+//
+//	curl -X PUT --data online 'http://ADDR/presence/alice/phone?seq=1'   # ADDR: leasehold lookup alice
+//	curl 'http://ADDR/presence/alice'
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/leasehold/leasehold/examples/presence/presence"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run serves and returns the exit code: 0, or 2 after a usage error or a
+// failure.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("presence", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	def := os.Getenv("LEASEHOLD_MANAGER")
+	if def == "" {
+		def = "127.0.0.1:7400"
+	}
+	manager := fs.String("manager", def, "the Manager's address, or its replicas' addresses, comma-separated ($LEASEHOLD_MANAGER)")
+	namespace := fs.String("namespace", "", `the namespace (empty: "default")`)
+	id := fs.String("id", "", "the Owner ID (default: the listen address)")
+	listen := fs.String("listen", "", "the HTTP listen address, host:port (required)")
+	advertise := fs.String("advertise", "", "the address clients reach this server at (default: the listen address)")
+	ttl := fs.Duration("ttl", presence.DefaultTTL, "a device is online this long after its last heartbeat")
+	if err := fs.Parse(args); err != nil {
+		return map[bool]int{true: 0, false: 2}[err == flag.ErrHelp]
+	}
+	if *listen == "" || *ttl <= 0 || fs.NArg() != 0 {
+		fmt.Fprint(stderr, "presence: --listen is required, --ttl must be positive, and there are no arguments\n")
+		return 2
+	}
+	srv, err := presence.NewServer(ctx, presence.ServerConfig{Manager: *manager, Namespace: *namespace, ID: *id,
+		Listen: *listen, Advertise: *advertise, TTL: *ttl,
+		Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	if err != nil {
+		fmt.Fprintf(stderr, "presence: %v\n", err)
+		return 2
+	}
+	fmt.Fprintf(stdout, "presence serving on %s as %s\n", srv.Addr(), srv.ID())
+	<-ctx.Done()
+	cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := srv.Close(cctx); err != nil {
+		fmt.Fprintf(stderr, "presence: %v\n", err)
+		return 2
+	}
+	fmt.Fprintln(stdout, "presence stopped")
+	return 0
+}

@@ -1,0 +1,77 @@
+// Command pubsub serves PRS's publish-subscribe service; see package
+// github.com/leasehold/leasehold/examples/pubsub/pubsub.
+//
+//	pubsub --listen ADDR [--manager ADDR[,ADDR...]] [--namespace NS] [--id ID] [--advertise ADDR] [--drain-timeout D]
+//
+// It serves until SIGINT or SIGTERM, then drains: its ranges move to the
+// other servers with their subscriptions. Publish and subscribe with the
+// package's Client, or over HTTP:
+//
+//	curl -N 'http://ADDR/sub/news?id=me'          # the topic's Owner's address: leasehold lookup news
+//	curl --data hello 'http://ADDR/pub/news'
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/leasehold/leasehold/examples/pubsub/pubsub"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run serves and returns the exit code: 0, or 2 after a usage error or a
+// failure.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("pubsub", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	def := os.Getenv("LEASEHOLD_MANAGER")
+	if def == "" {
+		def = "127.0.0.1:7400"
+	}
+	manager := fs.String("manager", def, "the Manager's address, or its replicas' addresses, comma-separated ($LEASEHOLD_MANAGER)")
+	namespace := fs.String("namespace", "", `the namespace (empty: "default")`)
+	id := fs.String("id", "", "the Owner ID (default: the listen address)")
+	listen := fs.String("listen", "", "the HTTP listen address, host:port (required)")
+	advertise := fs.String("advertise", "", "the address clients reach this server at (default: the listen address)")
+	drain := fs.Duration("drain-timeout", time.Minute, "on SIGINT or SIGTERM, how long to hand ranges over")
+	if err := fs.Parse(args); err != nil {
+		return map[bool]int{true: 0, false: 2}[err == flag.ErrHelp]
+	}
+	if *listen == "" || *drain <= 0 || fs.NArg() != 0 {
+		fmt.Fprint(stderr, "pubsub: --listen is required, --drain-timeout must be positive, and there are no arguments\n")
+		return 2
+	}
+	srv, err := pubsub.NewServer(ctx, pubsub.ServerConfig{Manager: *manager, Namespace: *namespace, ID: *id,
+		Listen: *listen, Advertise: *advertise,
+		Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	if err != nil {
+		fmt.Fprintf(stderr, "pubsub: %v\n", err)
+		return 2
+	}
+	fmt.Fprintf(stdout, "pubsub serving on %s as %s\n", srv.Addr(), srv.ID())
+	<-ctx.Done()
+	cctx, cancel := context.WithTimeout(context.Background(), *drain)
+	defer cancel()
+	err = srv.Close(cctx)
+	st := srv.Stats()
+	fmt.Fprintf(stdout, "pubsub stopped: %d ranges handed over with %d subscriptions, %d without\n",
+		st.HandedOver, st.SubsHandedOver, st.HandoverFailures)
+	if err != nil {
+		fmt.Fprintf(stderr, "pubsub: %v\n", err)
+		return 2
+	}
+	return 0
+}
