@@ -5,6 +5,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	stdmaps "maps"
 	"math"
 	"net"
@@ -18,6 +20,7 @@ import (
 
 	"github.com/leasehold/leasehold/examples/mail/mail"
 	"github.com/leasehold/leasehold/manager"
+	"github.com/leasehold/leasehold/manager/config"
 	pb "github.com/leasehold/leasehold/proto/leasehold/v1"
 	"github.com/leasehold/leasehold/protocol"
 )
@@ -33,7 +36,7 @@ type managerServer struct {
 
 func startManagerServer(tb testing.TB) managerServer {
 	tb.Helper()
-	srv, err := manager.NewServer(manager.ServerConfig{Timing: protocol.Fast()})
+	srv, err := manager.NewServer(manager.ServerConfig{Replica: config.Replica{Timing: protocol.Fast()}})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -229,7 +232,12 @@ func benchRebuild(b *testing.B, users int) {
 	}
 	rebuilt(time.Time{}, "mail-1", "mail-2", "mail-3")
 	at := time.Now()
-	if _, err := mgr.srv.Drain(context.Background(), &pb.DrainRequest{Namespace: "default", Owner: "mail-3"}); err != nil {
+	cc, err := grpc.NewClient(mgr.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cc.Close()
+	if _, err := pb.NewAdminClient(cc).Drain(context.Background(), &pb.DrainRequest{Namespace: "default", Owner: "mail-3"}); err != nil {
 		b.Fatal(err)
 	}
 	took := rebuilt(at, "mail-1", "mail-2")
