@@ -104,6 +104,9 @@ type Owner struct {
 	wg       sync.WaitGroup
 	up       *runtime.Upcalls[OwnershipChange]
 	closed   atomic.Bool
+	// answerWait is the current timings' OwnerAnswerWait, for the stream's
+	// answer deadline; the loop updates it as the Manager's timings arrive.
+	answerWait atomic.Int64
 }
 
 // New starts an Owner: it joins the namespace and keeps its leases until
@@ -130,6 +133,11 @@ func New(ctx context.Context, cfg Config) (*Owner, error) {
 	}
 	o.base = time.Now()
 	o.held.Store(&published{})
+	o.answerWait.Store(int64(cfg.Timing.OwnerAnswerWait()))
+	// A lease stream on which a request goes unanswered for the answer wait
+	// is given up for another replica, or relayed through one, in time to
+	// renew before the lease ends (docs/protocol.md, "Liveness").
+	managers.Liveness(func() time.Duration { return time.Duration(o.answerWait.Load()) }, true)
 	ctx, o.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	o.stopped = ctx.Done()
 	o.load.since = time.Now()
@@ -287,6 +295,7 @@ func (o *Owner) run(ctx context.Context, core *Core) {
 	var leaveBy time.Time // give up waiting for the goodbye's acknowledgement
 	for {
 		reqs, changes := core.Ready()
+		o.answerWait.Store(int64(core.Timing().OwnerAnswerWait()))
 		// Publish first: an upcall reporting a grant must find it held.
 		o.publish(core.Held(time.Now()))
 		for _, c := range changes {
