@@ -87,6 +87,12 @@ func (k *keeper[S, R, D]) run(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
+		if errors.Is(err, errRelayDone) {
+			next := k.f.unrelay()
+			k.log.Info("trying the leader at "+next+" directly again, after relaying through "+addr, "stream", k.what)
+			unanswered = nil
+			continue
+		}
 		silent := errors.Is(err, errNoAnswer)
 		switch {
 		case silent && sent != nil:
@@ -127,6 +133,18 @@ func (k *keeper[S, R, D]) run(ctx context.Context) {
 // errNoAnswer ends a stream on which a message went unanswered for the
 // answer deadline (Managers.Liveness).
 var errNoAnswer = errors.New("no answer")
+
+// errRelayDone ends a relayed stream that has run relayAge answer waits,
+// just after an answer, so the client tries the leader directly again: a
+// relay is a detour for as long as the leader is out of reach, not a
+// route for good.
+var errRelayDone = errors.New("relayed long enough")
+
+// relayAge is how many answer waits a relayed stream runs (8 renewals of
+// an Owner: 4 s with fast timings, 2 minutes in production). Trying the
+// leader again costs at most one answer wait when it is still out of
+// reach, which the liveness bound allows after any answered renewal.
+const relayAge = 16
 
 // working is called once the stream to addr carried its first message.
 func (k *keeper[S, R, D]) working(addr string) {
@@ -216,6 +234,22 @@ func (k *keeper[S, R, D]) stream(ctx context.Context, addr string, relay bool, r
 	deadline := time.NewTimer(time.Hour)
 	deadline.Stop()
 	defer deadline.Stop()
+	// A relayed stream ends, once relayAge answer waits have passed, at the
+	// first moment nothing it carried is unanswered.
+	var expire <-chan time.Time
+	expired := false
+	if relay && k.m.answerWait != nil {
+		if w := k.m.answerWait(); w > 0 {
+			t := time.NewTimer(relayAge * w)
+			defer t.Stop()
+			expire = t.C
+		}
+	}
+	done := func() (metadata.MD, *S, error) {
+		cancel()
+		<-recvErr
+		return nil, nil, errRelayDone
+	}
 	var sent *S
 	// send sends msg; if the stream fails, it returns how it ended.
 	send := func(msg *S) *ended {
@@ -253,6 +287,14 @@ func (k *keeper[S, R, D]) stream(ctx context.Context, addr string, relay bool, r
 			if !waiting.IsZero() && heardN.Load() > mark {
 				waiting = time.Time{}
 				deadline.Stop()
+			}
+			if expired && waiting.IsZero() {
+				return done()
+			}
+		case <-expire:
+			expired, expire = true, nil
+			if waiting.IsZero() && heardN.Load() > 0 {
+				return done()
 			}
 		case <-deadline.C:
 			if waiting.IsZero() {
@@ -308,6 +350,7 @@ type follower struct {
 	idx      int    // the list address tried last
 	cur      string // the address tried last: a list address or a hinted one
 	relay    bool   // the stream to cur asks it to relay to its leader
+	relayTo  string // that leader, as the refusal named it
 	silent   string // the last replica whose direct stream went unanswered or failed
 	relays   bool   // replicas relay this kind of stream
 	failures int    // attempts failed since the last working stream or wait
@@ -366,7 +409,7 @@ func (f *follower) ended(worked, refused bool, hint string) (next string, wait t
 			return hint, f.hop(), true
 		}
 		if f.relays && !relayed {
-			f.relay = true
+			f.relay, f.relayTo = true, hint
 			return f.cur, f.hop(), true
 		}
 	}
@@ -376,6 +419,20 @@ func (f *follower) ended(worked, refused bool, hint string) (next string, wait t
 		return f.cur, f.wait(), false // a full round failed
 	}
 	return f.cur, 0, false
+}
+
+// unrelay records that a relayed stream ended by itself (errRelayDone)
+// after working, and returns the leader it was relayed to, to try directly
+// at once.
+func (f *follower) unrelay() string {
+	f.failures, f.hops = 0, 0
+	f.b.Reset()
+	f.relay, f.silent = false, ""
+	f.cur = f.relayTo
+	if i := slices.Index(f.addrs, f.cur); i >= 0 {
+		f.idx = i
+	}
+	return f.cur
 }
 
 // hop counts a hint followed (or a relay asked for) at once, and returns

@@ -626,6 +626,24 @@ func TestKeepRelaysAroundAnUnreachableLeader(t *testing.T) {
 		t.Errorf("the relayed stream was left: events %q", got)
 	}
 
+	// The leader is reachable again: after a while the relayed stream ends,
+	// just after an answer, and the client goes back to the leader.
+	m0.Mute(false)
+	served := m0.Sessions()
+	i = k.count()
+	deadline := time.Now().Add(guard)
+	for m0.Sessions() == served && time.Now().Before(deadline) {
+		k.ask(t)
+		time.Sleep(answerWait / 4)
+	}
+	k.ask(t)
+	if got, want := k.since(i), opens(m0.Addr); !slices.Equal(got, want) {
+		t.Errorf("after the relay: events %q, want %q", got, want)
+	}
+	if !strings.Contains(k.log.String(), "trying the leader at "+m0.Addr+" directly again") {
+		t.Errorf("the log does not say the client went back to the leader:\n%s", k.log.String())
+	}
+
 	// Without relays: round the list, never back to a renewal.
 	g2 := runtimetest.Start(t, 3)
 	g2.Lead(0)
