@@ -903,6 +903,7 @@ func (s *Server) relay(stream pb.Leases_SessionServer, leader string) error {
 	}
 	s.relays.Add(1)
 	defer s.relays.Add(-1)
+	s.cfg.Logger.Info("relaying an owner's lease stream to the leader", "leader", leader)
 	inErr := make(chan error, 1) // why the Owner's side ended, if not by closing
 	go func() {
 		for {
