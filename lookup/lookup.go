@@ -27,7 +27,9 @@ type Config struct {
 	// sync stream open, to any replica that serves it: it starts with the
 	// first address, follows the leader a replica names when it refuses
 	// the stream (even one not listed), and otherwise tries the addresses
-	// in turn. Manager or Managers is required.
+	// in turn. A replica that leaves a poll unanswered for a quarter of
+	// Sync is left for the next (protocol.Timing.LookupAnswerWait).
+	// Manager or Managers is required.
 	Manager string
 	// Managers lists more addresses, one per entry, after those in Manager;
 	// repeats are dropped. Each must be host:port (or a gRPC target such

@@ -25,8 +25,11 @@ type Config struct {
 	// ("10.0.0.1:7400,10.0.0.2:7400,10.0.0.3:7400"). The Owner keeps one
 	// lease stream open, to the leader: it starts with the first address,
 	// follows the leader a replica names when it refuses the stream (even
-	// one not listed), and otherwise tries the addresses in turn. Manager
-	// or Managers is required.
+	// one not listed), and otherwise tries the addresses in turn. A replica
+	// that leaves a request unanswered for half a renewal is left for the
+	// next (protocol.Timing.OwnerAnswerWait); if the next names as leader
+	// the one that went silent, it is asked to relay the stream there
+	// (docs/protocol.md, "Liveness"). Manager or Managers is required.
 	Manager string
 	// Managers lists more addresses, one per entry, after those in Manager;
 	// repeats are dropped. Each must be host:port (or a gRPC target such

@@ -132,15 +132,15 @@ func testLeaderOutage(t *testing.T, proxied bool) {
 		// next round.
 		time.Sleep(5 * time.Second)
 		now := g.leader(t, 0)
-		worst, key := ld.worst()
+		worst, key, slowest := ld.worst()
 		var lossesSince int
 		for _, l := range w.losses() {
 			if l.at.After(from) {
 				lossesSince++
 			}
 		}
-		line := fmt.Sprintf("leader %d %s for %s: leader now %d; watch printed %d losses; longest unavailability of any key %s%s",
-			old, what, d, now, lossesSince, worst.Round(time.Millisecond), keyNote(key))
+		line := fmt.Sprintf("leader %d %s for %s: leader now %d; watch printed %d losses; longest unavailability of any key %s%s; slowest request %s",
+			old, what, d, now, lossesSince, worst.Round(time.Millisecond), keyNote(key), slowest.Round(time.Millisecond))
 		if proxied {
 			held, relays := proxies[old].held.Load()-held0, relayLogs(g)-relays0
 			line += fmt.Sprintf("; the proxy held %d chunks of the clients' connections; the followers relayed %d owner streams", held, relays)
@@ -209,6 +209,7 @@ type load struct {
 	failing    map[string]time.Time
 	worstGap   time.Duration
 	worstKey   string
+	slowest    time.Duration // the slowest request, answered or not
 	firstError error
 	bad        []string
 }
@@ -249,6 +250,7 @@ func (ld *load) work(ctx context.Context, ks []string) {
 			ld.mu.Unlock()
 			at := time.Now()
 			got, err := ld.c.Get(ctx, k)
+			ld.took(at)
 			switch {
 			case errors.Is(err, kv.ErrNotFound):
 				if want != "" {
@@ -262,7 +264,10 @@ func (ld *load) work(ctx context.Context, ks []string) {
 			}
 			// Write it anew.
 			v := fmt.Sprintf("v%d-%s", n, k)
-			if err := ld.c.Put(ctx, k, []byte(v)); err != nil {
+			pat := time.Now()
+			err = ld.c.Put(ctx, k, []byte(v))
+			ld.took(pat)
+			if err != nil {
 				ld.failed(k, at, v, err)
 				continue
 			}
@@ -270,6 +275,14 @@ func (ld *load) work(ctx context.Context, ks []string) {
 			ld.succeeded(k)
 		}
 	}
+}
+
+// took records the time a request started at took.
+func (ld *load) took(at time.Time) {
+	d := time.Since(at)
+	ld.mu.Lock()
+	ld.slowest = max(ld.slowest, d)
+	ld.mu.Unlock()
 }
 
 func (ld *load) put(k, v string) {
@@ -333,12 +346,12 @@ func (ld *load) problems() []string {
 func (ld *load) resetWorst() {
 	ld.mu.Lock()
 	defer ld.mu.Unlock()
-	ld.worstGap, ld.worstKey = 0, ""
+	ld.worstGap, ld.worstKey, ld.slowest = 0, "", 0
 }
 
 // worst returns the longest unavailability since resetWorst, counting keys
-// still failing up to now.
-func (ld *load) worst() (time.Duration, string) {
+// still failing up to now, the key concerned and the slowest request.
+func (ld *load) worst() (time.Duration, string, time.Duration) {
 	ld.mu.Lock()
 	defer ld.mu.Unlock()
 	gap, key := ld.worstGap, ld.worstKey
@@ -347,7 +360,7 @@ func (ld *load) worst() (time.Duration, string) {
 			gap, key = d, k
 		}
 	}
-	return gap, key
+	return gap, key, ld.slowest
 }
 
 func (ld *load) stop() {

@@ -545,8 +545,8 @@ func TestKeepLeavesASilentLeader(t *testing.T) {
 	if got, want := k.since(i), opens(m1.Addr); !slices.Equal(got, want) {
 		t.Errorf("events %q, want %q", got, want)
 	}
-	if took < answerWait || took > answerWait+time.Second {
-		t.Errorf("the answer came %s after the request, want within [%s, %s]", took, answerWait, answerWait+time.Second)
+	if took < answerWait || took > answerWait+3*time.Second {
+		t.Errorf("the answer came %s after the request, want within [%s, %s]", took, answerWait, answerWait+3*time.Second)
 	}
 	if !strings.Contains(k.log.String(), "no answer from "+m0.Addr+" within "+answerWait.String()) {
 		t.Errorf("the log does not say the leader went silent:\n%s", k.log.String())
@@ -573,16 +573,17 @@ func TestKeepLeavesASilentLeader(t *testing.T) {
 // within the deadline keeps the stream, however long it runs, and so does
 // an idle stream on which nothing was sent.
 func TestKeepKeepsAnAnsweringStream(t *testing.T) {
+	const wait = time.Second // a loopback answer on a loaded machine is well within it
 	g := runtimetest.Start(t, 2)
 	g.Lead(0)
-	k := startKeepLive(t, g.Addrs(), answerWait, true)
+	k := startKeepLive(t, g.Addrs(), wait, true)
 	k.answered(t)
 	i := k.count()
-	for range 20 {
+	for range 8 {
 		k.ask(t)
-		time.Sleep(answerWait / 4) // quiet between requests does not count
+		time.Sleep(wait / 4) // quiet between requests does not count
 	}
-	time.Sleep(3 * answerWait) // nor does a quiet with nothing asked
+	time.Sleep(2 * wait) // nor does a quiet with nothing asked
 	k.ask(t)
 	if got := k.since(i); len(got) != 0 {
 		t.Errorf("the stream to an answering leader was left: events %q", got)
@@ -611,7 +612,7 @@ func TestKeepRelaysAroundAnUnreachableLeader(t *testing.T) {
 	if m1.Relayed() != 1 {
 		t.Errorf("m1 relayed %d streams, want 1", m1.Relayed())
 	}
-	if took > answerWait+time.Second {
+	if took > answerWait+3*time.Second {
 		t.Errorf("the relayed answer came %s after the request", took)
 	}
 	if !strings.Contains(k.log.String(), "asking "+m1.Addr+" to relay") {
