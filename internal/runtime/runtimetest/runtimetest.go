@@ -411,10 +411,10 @@ func answer[Req, Resp any](m *Member, ss grpc.BidiStreamingServer[Req, Resp], do
 			if err != nil {
 				return err
 			}
+			m.answered.Add(1) // before the client can see the answer, so a test that got it counts it
 			if err := ss.Send(resp); err != nil {
 				return err
 			}
-			m.answered.Add(1)
 		case err := <-errc:
 			if errors.Is(err, io.EOF) {
 				return nil
