@@ -139,13 +139,13 @@ const (
 // KeepaliveServerOptions are the server options a Manager replica needs
 // for its clients' keepalive: it lets them ping every KeepaliveTime, with
 // or without a stream open (gRPC's default, one ping in 5 minutes, would
-// end their connections with GOAWAY "too_many_pings"), and pings clients
-// silent for KeepaliveTime itself, closing connections to those that stop
-// answering, so a stalled client's streams are not held open forever.
+// end their connections with GOAWAY "too_many_pings"). The server does not
+// ping its clients itself: the protocol's own timers notice a silent Owner
+// or Lookup, and at 100,000 Lookups the pings would cost more than they
+// tell.
 func KeepaliveServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: KeepaliveTime / 2, PermitWithoutStream: true}),
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: KeepaliveTime, Timeout: KeepaliveTimeout}),
 	}
 }
 
