@@ -90,6 +90,10 @@ func (c *Core) staleAt() time.Time {
 	return base.Add(c.cfg.Timing.SyncTimeout)
 }
 
+// Timing returns the timings in force: the configured ones, with Sync and
+// SyncTimeout as the Manager's answers set them.
+func (c *Core) Timing() protocol.Timing { return c.cfg.Timing }
+
 // NextDeadline is the local time by which Tick must be called next.
 func (c *Core) NextDeadline() time.Time {
 	d := c.nextSync

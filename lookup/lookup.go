@@ -27,7 +27,9 @@ type Config struct {
 	// sync stream open, to any replica that serves it: it starts with the
 	// first address, follows the leader a replica names when it refuses
 	// the stream (even one not listed), and otherwise tries the addresses
-	// in turn. Manager or Managers is required.
+	// in turn. A replica that leaves a poll unanswered for a quarter of
+	// Sync is left for the next (protocol.Timing.LookupAnswerWait).
+	// Manager or Managers is required.
 	Manager string
 	// Managers lists more addresses, one per entry, after those in Manager;
 	// repeats are dropped. Each must be host:port (or a gRPC target such
@@ -84,6 +86,10 @@ type Lookup struct {
 	wg       sync.WaitGroup
 	up       *runtime.Upcalls[any]
 	closed   atomic.Bool
+	// answerWait is the current timings' LookupAnswerWait, for the
+	// stream's answer deadline; the loop updates it as the Manager's
+	// timings arrive.
+	answerWait atomic.Int64
 }
 
 type published struct {
@@ -125,6 +131,12 @@ func New(ctx context.Context, cfg Config) (*Lookup, error) {
 	l.view.Store(&published{view: leasetable.NewView()})
 	ctx, l.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	core := NewCore(CoreConfig{Namespace: cfg.Namespace, Timing: cfg.Timing}, time.Now())
+	l.answerWait.Store(int64(cfg.Timing.LookupAnswerWait()))
+	// A sync stream on which a poll goes unanswered (no answer, no push)
+	// for the answer wait is given up for another replica
+	// (docs/protocol.md, "Liveness"). Any replica serves Lookups, so they
+	// need no relay.
+	managers.Liveness(func() time.Duration { return time.Duration(l.answerWait.Load()) }, false)
 	l.wg.Add(2)
 	go l.run(ctx, core)
 	go l.connect(ctx)
@@ -192,6 +204,7 @@ func (l *Lookup) run(ctx context.Context, core *Core) {
 			}
 		}
 		reqs, losses := core.Ready()
+		l.answerWait.Store(int64(core.Timing().LookupAnswerWait()))
 		for _, loss := range losses {
 			l.up.Push(loss)
 		}

@@ -25,8 +25,11 @@ type Config struct {
 	// ("10.0.0.1:7400,10.0.0.2:7400,10.0.0.3:7400"). The Owner keeps one
 	// lease stream open, to the leader: it starts with the first address,
 	// follows the leader a replica names when it refuses the stream (even
-	// one not listed), and otherwise tries the addresses in turn. Manager
-	// or Managers is required.
+	// one not listed), and otherwise tries the addresses in turn. A replica
+	// that leaves a request unanswered for half a renewal is left for the
+	// next (protocol.Timing.OwnerAnswerWait); if the next names as leader
+	// the one that went silent, it is asked to relay the stream there
+	// (docs/protocol.md, "Liveness"). Manager or Managers is required.
 	Manager string
 	// Managers lists more addresses, one per entry, after those in Manager;
 	// repeats are dropped. Each must be host:port (or a gRPC target such
@@ -104,6 +107,9 @@ type Owner struct {
 	wg       sync.WaitGroup
 	up       *runtime.Upcalls[OwnershipChange]
 	closed   atomic.Bool
+	// answerWait is the current timings' OwnerAnswerWait, for the stream's
+	// answer deadline; the loop updates it as the Manager's timings arrive.
+	answerWait atomic.Int64
 }
 
 // New starts an Owner: it joins the namespace and keeps its leases until
@@ -130,6 +136,11 @@ func New(ctx context.Context, cfg Config) (*Owner, error) {
 	}
 	o.base = time.Now()
 	o.held.Store(&published{})
+	o.answerWait.Store(int64(cfg.Timing.OwnerAnswerWait()))
+	// A lease stream on which a request goes unanswered for the answer wait
+	// is given up for another replica, or relayed through one, in time to
+	// renew before the lease ends (docs/protocol.md, "Liveness").
+	managers.Liveness(func() time.Duration { return time.Duration(o.answerWait.Load()) }, true)
 	ctx, o.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	o.stopped = ctx.Done()
 	o.load.since = time.Now()
@@ -287,6 +298,7 @@ func (o *Owner) run(ctx context.Context, core *Core) {
 	var leaveBy time.Time // give up waiting for the goodbye's acknowledgement
 	for {
 		reqs, changes := core.Ready()
+		o.answerWait.Store(int64(core.Timing().OwnerAnswerWait()))
 		// Publish first: an upcall reporting a grant must find it held.
 		o.publish(core.Held(time.Now()))
 		for _, c := range changes {

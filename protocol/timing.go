@@ -148,3 +148,35 @@ func (t Timing) Validate() error {
 func (t Timing) NotificationBound() time.Duration {
 	return time.Duration(float64(t.SyncTimeout) * (1 + t.MaxDrift))
 }
+
+// The liveness rule: a client that sent a message on its stream to a
+// Manager replica and has heard nothing on that stream for the answer wait
+// since gives the stream up and tries another replica. An open connection
+// proves nothing: a stalled process (SIGSTOP, a long pause, a stuck disk)
+// or a proxy that stopped forwarding keeps it open while answering nothing,
+// and an Owner that waits on it lets its leases run out. The waits are short
+// enough that an Owner whose leader stalls reaches the next leader and
+// renews before its lease ends (docs/protocol.md, "Liveness"), and long
+// enough that a leader answering within a fraction of a renewal is never
+// left.
+
+// OwnerAnswerWait is how long an Owner waits for a word on its lease stream
+// after sending a request before it tries another replica: half a renewal.
+func (t Timing) OwnerAnswerWait() time.Duration { return t.Renew / 2 }
+
+// OwnerQuiet is the longest an Owner that renews every Renew goes without
+// hearing from the replica it talks to before it moves on: one renewal
+// interval and the answer wait. It is the same rule as OwnerAnswerWait,
+// seen by a client that checks only at its renewal timer, as the
+// simulation's Owners do.
+func (t Timing) OwnerQuiet() time.Duration { return t.Renew + t.OwnerAnswerWait() }
+
+// LookupAnswerWait is how long a Lookup waits for a word on its sync stream
+// (an answer or a push) after sending a poll before it tries another
+// replica: a quarter of Sync, the interval at which it polls again while
+// its last poll is unanswered.
+func (t Timing) LookupAnswerWait() time.Duration { return t.Sync / 4 }
+
+// LookupQuiet is LookupAnswerWait seen at the Lookup's poll timer: one Sync
+// interval and the answer wait.
+func (t Timing) LookupQuiet() time.Duration { return t.Sync + t.LookupAnswerWait() }

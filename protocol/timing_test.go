@@ -199,3 +199,44 @@ func TestNotificationBound(t *testing.T) {
 		})
 	}
 }
+
+// TestLivenessWaits pins the liveness rule's waits and checks, for both
+// profiles, the bound docs/protocol.md states: an Owner that leaves a
+// stalled leader after the answer wait, waits out an election (at most
+// twice the server's default election timeout, ten heartbeats of
+// min(100 ms, Renew/20)) and renews once more still holds its lease.
+func TestLivenessWaits(t *testing.T) {
+	for _, tc := range []struct {
+		name                string
+		t                   Timing
+		ownerWait, ownerQ   time.Duration
+		lookupWait, lookupQ time.Duration
+	}{
+		{"Production", Production(), 7500 * time.Millisecond, 22500 * time.Millisecond, 7500 * time.Millisecond, 37500 * time.Millisecond},
+		{"Fast", Fast(), 250 * time.Millisecond, 750 * time.Millisecond, 250 * time.Millisecond, 1250 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := tc.t
+			for _, c := range []struct {
+				name      string
+				got, want time.Duration
+			}{
+				{"OwnerAnswerWait", p.OwnerAnswerWait(), tc.ownerWait},
+				{"OwnerQuiet", p.OwnerQuiet(), tc.ownerQ},
+				{"LookupAnswerWait", p.LookupAnswerWait(), tc.lookupWait},
+				{"LookupQuiet", p.LookupQuiet(), tc.lookupQ},
+			} {
+				if c.got != c.want {
+					t.Errorf("%s = %v, want %v", c.name, c.got, c.want)
+				}
+			}
+			election := 2 * 10 * min(100*time.Millisecond, p.Renew/20)
+			if b := p.OwnerAnswerWait() + election + p.Renew; b >= p.OwnerLease {
+				t.Errorf("answer wait + election + renewal = %v, not under OwnerLease %v", b, p.OwnerLease)
+			}
+			if b := p.Sync + 2*p.LookupAnswerWait() + election; b >= p.SyncTimeout {
+				t.Errorf("poll + two answer waits + election = %v, not under SyncTimeout %v", b, p.SyncTimeout)
+			}
+		})
+	}
+}

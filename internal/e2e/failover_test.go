@@ -143,6 +143,8 @@ type group struct {
 	addrs     map[uint64]string
 	dirs      map[uint64]string
 	procs     map[uint64]*proc
+	timing    *protocol.Timing  // nil: failoverTiming
+	listen    map[uint64]string // where each listens, when not at its address (a proxy's)
 }
 
 func newGroup(t *testing.T, leasehold string, n int) *group {
@@ -178,10 +180,17 @@ func (g *group) peers() string {
 func (g *group) restart(t *testing.T, id uint64) {
 	t.Helper()
 	tm := failoverTiming
-	p := start(t, fmt.Sprintf("manager-%d", id), g.leasehold, "manager", "--timings", "fast",
+	if g.timing != nil {
+		tm = *g.timing
+	}
+	listen := []string{"--listen", g.addrs[id]}
+	if g.listen != nil {
+		listen = []string{"--listen", g.listen[id], "--advertise", g.addrs[id]}
+	}
+	p := start(t, fmt.Sprintf("manager-%d", id), g.leasehold, append([]string{"manager", "--timings", "fast",
 		"--owner-lease", tm.OwnerLease.String(), "--renew", tm.Renew.String(), "--manager-lease", tm.ManagerLease.String(),
 		"--sync", tm.Sync.String(), "--sync-timeout", tm.SyncTimeout.String(), "--log-retention", tm.LogRetention.String(),
-		"--id", fmt.Sprint(id), "--listen", g.addrs[id], "--data-dir", g.dirs[id], "--peers", g.peers())
+		"--id", fmt.Sprint(id), "--data-dir", g.dirs[id], "--peers", g.peers()}, listen...)...)
 	p.waitLine(t, "leasehold manager listening on ", 10*time.Second)
 	g.procs[id] = p
 }

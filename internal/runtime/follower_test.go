@@ -13,20 +13,26 @@ import (
 // step is one stream ending and what the follower must do next.
 type step struct {
 	worked   bool
+	refused  bool // a NotLeader refusal; implied by a hint
 	hint     string
 	next     string
 	waits    bool // a backoff wait before next
 	followed bool
+	relay    bool // next is asked to relay
 }
 
 func runSteps(t *testing.T, addrs []string, steps []step) {
 	t.Helper()
-	f := newFollower(addrs)
+	runStepsOn(t, newFollower(addrs), steps)
+}
+
+func runStepsOn(t *testing.T, f *follower, steps []step) {
+	t.Helper()
 	for i, s := range steps {
-		next, wait, followed := f.ended(s.worked, s.hint)
-		if next != s.next || (wait > 0) != s.waits || followed != s.followed {
-			t.Fatalf("step %d (worked %v, hint %q): next %s, wait %s, followed %v; want %s, waits %v, followed %v",
-				i, s.worked, s.hint, next, wait, followed, s.next, s.waits, s.followed)
+		next, wait, followed := f.ended(s.worked, s.refused || s.hint != "", s.hint)
+		if next != s.next || (wait > 0) != s.waits || followed != s.followed || f.relay != s.relay {
+			t.Fatalf("step %d (worked %v, hint %q): next %s, wait %s, followed %v, relay %v; want %s, waits %v, followed %v, relay %v",
+				i, s.worked, s.hint, next, wait, followed, f.relay, s.next, s.waits, s.followed, s.relay)
 		}
 		if wait > f.b.Max {
 			t.Fatalf("step %d: wait %s beyond the cap %s", i, wait, f.b.Max)
@@ -74,6 +80,33 @@ func TestFollowerHintResumesRotation(t *testing.T) {
 	})
 }
 
+// TestFollowerRelaysAroundASilentLeader: a refusal naming a leader whose
+// own stream just went unanswered is not followed back to it: the refusing
+// replica is asked to relay (once), and without relays, or when the relay
+// fails, the next address is tried. A leader that refuses a stream is
+// reachable again, and followed as before.
+func TestFollowerRelaysAroundASilentLeader(t *testing.T) {
+	relaying := newFollower([]string{"a:1", "b:2", "c:3"})
+	relaying.relays = true
+	runStepsOn(t, relaying, []step{
+		{worked: true, next: "b:2"},                              // a stopped answering: the answer deadline
+		{hint: "a:1", next: "b:2", followed: true, relay: true},  // b names a: b relays
+		{worked: true, hint: "c:3", next: "c:3", followed: true}, // relayed until a stepped down for c
+		{next: "a:1"}, // c broke
+		{hint: "c:3", next: "a:1", followed: true, relay: true}, // a names c, silent: a relays
+		{next: "b:2", waits: true},                              // the relay got nothing; a full round
+		{hint: "c:3", next: "b:2", followed: true, relay: true}, // b names c too: b relays
+		{next: "c:3"}, // nothing again: on to c itself
+		{hint: "b:2", next: "b:2", followed: true}, // c refuses: reachable, followed
+	})
+	runSteps(t, []string{"a:1", "b:2", "c:3"}, []step{
+		{worked: true, next: "b:2"},
+		{hint: "a:1", next: "c:3"}, // no relays: on to the next address
+		{hint: "a:1", next: "a:1", waits: true},
+		{hint: "b:2", next: "b:2", followed: true}, // a refused: reachable, followed
+	})
+}
+
 // TestFollowerBoundsHops: replicas that name each other (a stale leader and
 // the new one) cost a wait after a bounded number of hops.
 func TestFollowerBoundsHops(t *testing.T) {
@@ -85,7 +118,7 @@ func TestFollowerBoundsHops(t *testing.T) {
 			if f.cur == "b:2" {
 				hint = "a:1"
 			}
-			_, wait, followed := f.ended(false, hint)
+			_, wait, followed := f.ended(false, true, hint)
 			if !followed {
 				t.Fatalf("%v: a hint was not followed", addrs)
 			}
@@ -108,7 +141,7 @@ func TestFollowerBackoffGrowsAndResets(t *testing.T) {
 	f := newFollower([]string{"a:1"})
 	var waits []time.Duration
 	for range 8 {
-		_, w, _ := f.ended(false, "")
+		_, w, _ := f.ended(false, false, "")
 		waits = append(waits, w)
 	}
 	if waits[0] < f.b.Min/2 || waits[0] > f.b.Min {
@@ -117,7 +150,7 @@ func TestFollowerBackoffGrowsAndResets(t *testing.T) {
 	if last := waits[len(waits)-1]; last < f.b.Max/2 || last > f.b.Max {
 		t.Errorf("waits %v: the last is not at the cap %s", waits, f.b.Max)
 	}
-	if _, w, _ := f.ended(true, ""); w > f.b.Min {
+	if _, w, _ := f.ended(true, false, ""); w > f.b.Min {
 		t.Errorf("after a working stream the wait is %s, want at most %s", w, f.b.Min)
 	}
 }

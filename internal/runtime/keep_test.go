@@ -123,9 +123,25 @@ type keeper struct {
 // stops Keep.
 func startKeep(t *testing.T, addrs []string, pause func(time.Duration) bool, first ...*pb.LeaseRequest) *keeper {
 	t.Helper()
+	return startKeepWith(t, addrs, pause, nil, first...)
+}
+
+// startKeepLive is startKeep with an answer deadline of wait, and relays.
+func startKeepLive(t *testing.T, addrs []string, wait time.Duration, relay bool) *keeper {
+	t.Helper()
+	return startKeepWith(t, addrs, nil, func(m *runtime.Managers) {
+		m.Liveness(func() time.Duration { return wait }, relay)
+	})
+}
+
+func startKeepWith(t *testing.T, addrs []string, pause func(time.Duration) bool, setup func(*runtime.Managers), first ...*pb.LeaseRequest) *keeper {
+	t.Helper()
 	m, err := runtime.NewManagers(addrs, nil)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if setup != nil {
+		setup(m)
 	}
 	k := &keeper{m: m, sendq: make(chan *pb.LeaseRequest, 1), recv: make(chan *protocol.LeaseResponse, 16), done: make(chan struct{})}
 	m.SetPause(func(ctx context.Context, d time.Duration) bool {
@@ -198,6 +214,18 @@ func (k *keeper) answered(t *testing.T) {
 		case <-deadline:
 			t.Fatalf("no answer within %s; events %q; log:\n%s", guard, k.since(0), k.log.String())
 		}
+	}
+}
+
+// ask sends one lease request and waits for an answer, for at most guard.
+func (k *keeper) ask(t *testing.T) {
+	t.Helper()
+	k.seq++
+	k.sendq <- wire.LeaseRequestToPB(&protocol.LeaseRequest{Namespace: "default", Owner: "o", Addr: "127.0.0.1:1", Incarnation: 1, Seq: k.seq})
+	select {
+	case <-k.recv:
+	case <-time.After(guard):
+		t.Fatalf("no answer within %s; events %q; log:\n%s", guard, k.since(0), k.log.String())
 	}
 }
 
@@ -488,5 +516,146 @@ func TestKeepCapsBackoff(t *testing.T) {
 		if d <= 0 || d > 100*time.Millisecond {
 			t.Fatalf("wait %d was %s, want within (0, 100ms]: %v", i, d, waits)
 		}
+	}
+}
+
+// answerWait is the answer deadline of the liveness tests: long enough that
+// a loopback answer never misses it, short enough to keep them quick.
+const answerWait = 200 * time.Millisecond
+
+// TestKeepLeavesASilentLeader: the leader stalls with its connection open
+// (a stopped process, a proxy that stopped forwarding) and another replica
+// takes over. A request that goes unanswered for the answer deadline moves
+// the stream on, to the next replica, within the deadline and a few round
+// trips, and the request is sent again there at once; nothing waits for
+// the connection to break or for keepalive. Without the deadline the
+// stream stays on the silent leader.
+func TestKeepLeavesASilentLeader(t *testing.T) {
+	g := runtimetest.Start(t, 2)
+	g.Lead(0)
+	k := startKeepLive(t, g.Addrs(), answerWait, false)
+	k.answered(t)
+	m0, m1 := g.Member(0), g.Member(1)
+	m0.Mute(true)
+	g.Lead(1)
+	i := k.count()
+	start := time.Now()
+	k.ask(t)
+	took := time.Since(start)
+	if got, want := k.since(i), opens(m1.Addr); !slices.Equal(got, want) {
+		t.Errorf("events %q, want %q", got, want)
+	}
+	if took < answerWait || took > answerWait+3*time.Second {
+		t.Errorf("the answer came %s after the request, want within [%s, %s]", took, answerWait, answerWait+3*time.Second)
+	}
+	if !strings.Contains(k.log.String(), "no answer from "+m0.Addr+" within "+answerWait.String()) {
+		t.Errorf("the log does not say the leader went silent:\n%s", k.log.String())
+	}
+
+	// The same without a deadline: nothing moves the stream.
+	g2 := runtimetest.Start(t, 2)
+	g2.Lead(0)
+	k2 := startKeep(t, g2.Addrs(), nil)
+	k2.answered(t)
+	g2.Member(0).Mute(true)
+	g2.Lead(1)
+	i = k2.count()
+	k2.seq++
+	k2.sendq <- wire.LeaseRequestToPB(&protocol.LeaseRequest{Namespace: "default", Owner: "o", Addr: "127.0.0.1:1", Incarnation: 1, Seq: k2.seq})
+	select {
+	case <-k2.recv:
+		t.Errorf("without a deadline the stream moved on: events %q", k2.since(i))
+	case <-time.After(5 * answerWait):
+	}
+}
+
+// TestKeepKeepsAnAnsweringStream: a leader that answers every request
+// within the deadline keeps the stream, however long it runs, and so does
+// an idle stream on which nothing was sent.
+func TestKeepKeepsAnAnsweringStream(t *testing.T) {
+	const wait = time.Second // a loopback answer on a loaded machine is well within it
+	g := runtimetest.Start(t, 2)
+	g.Lead(0)
+	k := startKeepLive(t, g.Addrs(), wait, true)
+	k.answered(t)
+	i := k.count()
+	for range 8 {
+		k.ask(t)
+		time.Sleep(wait / 4) // quiet between requests does not count
+	}
+	time.Sleep(2 * wait) // nor does a quiet with nothing asked
+	k.ask(t)
+	if got := k.since(i); len(got) != 0 {
+		t.Errorf("the stream to an answering leader was left: events %q", got)
+	}
+}
+
+// TestKeepRelaysAroundAnUnreachableLeader: the leader still leads (its
+// followers reach it) but this client's stream to it gets no answer. The
+// follower it tries next refuses naming that leader; rather than going back
+// to it, Keep asks the follower to relay, and the relayed stream serves.
+// Without relays the client goes round the list and never renews.
+func TestKeepRelaysAroundAnUnreachableLeader(t *testing.T) {
+	g := runtimetest.Start(t, 3)
+	g.Lead(0)
+	k := startKeepLive(t, g.Addrs(), answerWait, true)
+	k.answered(t)
+	m0, m1 := g.Member(0), g.Member(1)
+	m0.Mute(true) // cut off from the client, still the leader
+	i := k.count()
+	start := time.Now()
+	k.ask(t)
+	took := time.Since(start)
+	if got, want := k.since(i), opens(m1.Addr, m1.Addr); !slices.Equal(got, want) {
+		t.Errorf("events %q, want %q (refused, then relayed)", got, want)
+	}
+	if m1.Relayed() != 1 {
+		t.Errorf("m1 relayed %d streams, want 1", m1.Relayed())
+	}
+	if took > answerWait+3*time.Second {
+		t.Errorf("the relayed answer came %s after the request", took)
+	}
+	if !strings.Contains(k.log.String(), "asking "+m1.Addr+" to relay") {
+		t.Errorf("the log does not mention the relay:\n%s", k.log.String())
+	}
+	// The relayed stream stays: later requests are answered on it.
+	i = k.count()
+	for range 5 {
+		k.ask(t)
+	}
+	if got := k.since(i); len(got) != 0 {
+		t.Errorf("the relayed stream was left: events %q", got)
+	}
+
+	// The leader is reachable again: after a while the relayed stream ends,
+	// just after an answer, and the client goes back to the leader.
+	m0.Mute(false)
+	served := m0.Sessions()
+	i = k.count()
+	deadline := time.Now().Add(guard)
+	for m0.Sessions() == served && time.Now().Before(deadline) {
+		k.ask(t)
+		time.Sleep(answerWait / 4)
+	}
+	k.ask(t)
+	if got, want := k.since(i), opens(m0.Addr); !slices.Equal(got, want) {
+		t.Errorf("after the relay: events %q, want %q", got, want)
+	}
+	if !strings.Contains(k.log.String(), "trying the leader at "+m0.Addr+" directly again") {
+		t.Errorf("the log does not say the client went back to the leader:\n%s", k.log.String())
+	}
+
+	// Without relays: round the list, never back to a renewal.
+	g2 := runtimetest.Start(t, 3)
+	g2.Lead(0)
+	k2 := startKeepLive(t, g2.Addrs(), answerWait, false)
+	k2.answered(t)
+	g2.Member(0).Mute(true)
+	k2.seq++
+	k2.sendq <- wire.LeaseRequestToPB(&protocol.LeaseRequest{Namespace: "default", Owner: "o", Addr: "127.0.0.1:1", Incarnation: 1, Seq: k2.seq})
+	select {
+	case <-k2.recv:
+		t.Errorf("answered without a relay: events %q", k2.since(0))
+	case <-time.After(5 * answerWait):
 	}
 }

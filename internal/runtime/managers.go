@@ -26,6 +26,21 @@ import (
 // refuses a stream names the leader's client address.
 const LeaderKey = "leasehold-leader"
 
+// RelayKey is the metadata key ("1") with which a client asks a Manager
+// replica to relay its stream to the leader: a follower then opens the
+// same stream to its leader, over its own connection, and passes the
+// messages both ways, and the leader's refusal or end back (RelayedKey).
+// The leader serves a relayed stream by exactly the rules of a direct one;
+// the relay is one more hop of the network, which may delay or lose
+// messages as any hop may. A replica that leads, or knows no leader, serves
+// or refuses the stream itself. Only the Owners' lease streams are relayed.
+const RelayKey = "leasehold-relay"
+
+// RelayedKey marks a stream a replica opened to its leader on a client's
+// behalf; its value is the relaying replica's address. Such a stream is
+// never relayed again.
+const RelayedKey = "leasehold-relayed-by"
+
 // NotLeader refuses a stream on a Manager replica that cannot serve it (a
 // follower for an Owner's lease stream, a replica that is not caught up for
 // a Lookup's sync stream). It sets the trailer metadata key LeaderKey to
@@ -160,6 +175,10 @@ type Managers struct {
 	pause func(context.Context, time.Duration) bool
 	// maxWait caps that wait (0: the default, 2 s).
 	maxWait time.Duration
+	// answerWait, if set, is the answer deadline of Keep's streams, and
+	// relay says replicas relay them (Liveness).
+	answerWait func() time.Duration
+	relay      bool
 
 	mu     sync.Mutex
 	conns  map[string]*grpc.ClientConn
@@ -184,6 +203,19 @@ func NewManagers(addrs []string, opts []grpc.DialOption) (*Managers, error) {
 // client whose timers are short (fast timings) is back soon after a new
 // leader is elected. Call it before Keep.
 func (m *Managers) CapBackoff(d time.Duration) { m.maxWait = d }
+
+// Liveness sets the answer deadline of Keep's streams: a stream on which a
+// message was sent and nothing was heard for answerWait() since is given
+// up, and Keep tries the next replica as if the stream had broken.
+// answerWait is called at each such send, so it may follow timings that
+// change; nil or a result of 0 means no deadline. relay says the replicas
+// can relay this kind of stream to their leader (RelayKey): when a replica
+// refuses the stream naming as leader a replica whose own stream just went
+// unanswered or failed, Keep asks the refusing replica to relay rather than
+// going back to the silent one. Call it before Keep.
+func (m *Managers) Liveness(answerWait func() time.Duration, relay bool) {
+	m.answerWait, m.relay = answerWait, relay
+}
 
 // Addrs returns the configured addresses, in order.
 func (m *Managers) Addrs() []string { return slices.Clone(m.addrs) }

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -18,6 +17,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
 
 	"github.com/leasehold/leasehold/internal/wire"
 	"github.com/leasehold/leasehold/protocol"
@@ -107,12 +107,46 @@ func Sleep(ctx context.Context, d time.Duration) bool {
 
 // Dial connects to a Manager address lazily (the connection is made on
 // first use and remade as needed). Without options it uses plaintext.
+// Every connection pings its server when it has heard nothing for
+// KeepaliveTime and is closed when a ping goes unanswered for
+// KeepaliveTimeout (options in opts may override that).
 func Dial(addr string, opts []grpc.DialOption) (*grpc.ClientConn, error) {
 	if len(opts) == 0 {
 		opts = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
 	}
-	opts = append(slices.Clip(opts), grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(256<<20)))
+	opts = append([]grpc.DialOption{grpc.WithKeepaliveParams(keepalive.ClientParameters{
+		Time: KeepaliveTime, Timeout: KeepaliveTimeout, PermitWithoutStream: true,
+	})}, opts...)
+	opts = append(opts, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(256<<20)))
 	return grpc.NewClient(addr, opts...)
+}
+
+// Keepalive: a connection that has heard nothing from its server for
+// KeepaliveTime sends an HTTP/2 ping, and is closed, failing its streams,
+// when no answer comes within KeepaliveTimeout. A process that is stopped
+// or stuck, or a proxy that stopped forwarding, leaves the TCP connection
+// open and would otherwise hold a stream forever; the kernel answers TCP,
+// only the process answers a ping. KeepaliveTime is gRPC's smallest (it
+// raises anything shorter), so for streams whose clients expect answers
+// sooner the answer deadline (Managers.Liveness) acts first; keepalive
+// covers the connections without one: Raft's peer streams, which carry
+// messages one way, and idle connections.
+const (
+	KeepaliveTime    = 10 * time.Second
+	KeepaliveTimeout = 5 * time.Second
+)
+
+// KeepaliveServerOptions are the server options a Manager replica needs
+// for its clients' keepalive: it lets them ping every KeepaliveTime, with
+// or without a stream open (gRPC's default, one ping in 5 minutes, would
+// end their connections with GOAWAY "too_many_pings"). The server does not
+// ping its clients itself: the protocol's own timers notice a silent Owner
+// or Lookup, and at 100,000 Lookups the pings would cost more than they
+// tell.
+func KeepaliveServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: KeepaliveTime / 2, PermitWithoutStream: true}),
+	}
 }
 
 // Common holds the configuration every client runtime shares, with the

@@ -492,10 +492,10 @@ func (s *Sim) tickNode(n *node) {
 		n.rep.Tick(now) // after sends the coalesced push round it runs
 		s.work(n, s.clock().Sub(t0))
 	case ownerNode:
-		s.checkTarget(n, now, s.cfg.Timing.Renew*3/2)
+		s.checkTarget(n, now, s.cfg.Timing.OwnerQuiet())
 		n.own.Tick(now)
 	case lookupNode:
-		s.checkTarget(n, now, s.cfg.Timing.Sync)
+		s.checkTarget(n, now, s.cfg.Timing.LookupQuiet())
 		if n.thin != nil {
 			n.thin.tick(now)
 		} else {

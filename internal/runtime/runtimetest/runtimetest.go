@@ -23,6 +23,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/leasehold/leasehold/internal/runtime"
@@ -227,7 +228,8 @@ type Member struct {
 	Addr string
 	down chan struct{} // closed when it stops leading; guarded by g.mu
 
-	sessions, syncs, answered, refused atomic.Int64
+	sessions, syncs, answered, refused, relayed atomic.Int64
+	muted                                       atomic.Bool
 
 	srvMu  sync.Mutex
 	srv    *grpc.Server
@@ -277,6 +279,14 @@ func (m *Member) Restart() {
 	m.serve(lis)
 }
 
+// Mute makes the member stall as a stopped process does, or a proxy in
+// front of it that stops forwarding: its connections stay open, and it
+// reads what arrives on its streams, new and old, and answers nothing,
+// not even a refusal, until Mute(false). The other members still name it
+// leader if it leads, and still relay to it (it is cut off from the
+// clients, not from them).
+func (m *Member) Mute(on bool) { m.muted.Store(on) }
+
 // Sessions is the number of lease streams the member served.
 func (m *Member) Sessions() int64 { return m.sessions.Load() }
 
@@ -290,9 +300,22 @@ func (m *Member) Answered() int64 { return m.answered.Load() }
 // Refused is the number of streams the member refused with NotLeader.
 func (m *Member) Refused() int64 { return m.refused.Load() }
 
-// Session serves an Owner's lease stream.
+// Relayed is the number of lease streams the member relayed to the leader.
+func (m *Member) Relayed() int64 { return m.relayed.Load() }
+
+// Session serves an Owner's lease stream. A follower asked to relay
+// (runtime.RelayKey) serves it as the leader would, the state being shared:
+// the relay of the real Manager, whose leader answers through it.
 func (m *Member) Session(ss pb.Leases_SessionServer) error {
+	if m.muted.Load() {
+		return stall(ss)
+	}
 	serves, leader, down := m.g.role(m.i)
+	md, _ := metadata.FromIncomingContext(ss.Context())
+	if !serves && leader != "" && len(md.Get(runtime.RelayKey)) > 0 {
+		m.relayed.Add(1)
+		serves, down = true, nil
+	}
 	if !serves {
 		m.refused.Add(1)
 		return runtime.NotLeader(ss.Context(), leader)
@@ -309,6 +332,9 @@ func (m *Member) Session(ss pb.Leases_SessionServer) error {
 
 // Sync serves a Lookup's sync stream.
 func (m *Member) Sync(ss pb.Lookups_SyncServer) error {
+	if m.muted.Load() {
+		return stall(ss)
+	}
 	serves, leader, down := m.g.role(m.i)
 	if !serves {
 		m.refused.Add(1)
@@ -371,17 +397,24 @@ func answer[Req, Resp any](m *Member, ss grpc.BidiStreamingServer[Req, Resp], do
 	for {
 		select {
 		case <-down:
+			if m.muted.Load() {
+				down = nil // stalled: it says nothing
+				continue
+			}
 			_, leader, _ := m.g.role(m.i)
 			return runtime.NotLeader(ctx, leader)
 		case r := <-reqs:
+			if m.muted.Load() {
+				continue
+			}
 			resp, err := fn(r)
 			if err != nil {
 				return err
 			}
+			m.answered.Add(1) // before the client can see the answer, so a test that got it counts it
 			if err := ss.Send(resp); err != nil {
 				return err
 			}
-			m.answered.Add(1)
 		case err := <-errc:
 			if errors.Is(err, io.EOF) {
 				return nil
@@ -389,6 +422,15 @@ func answer[Req, Resp any](m *Member, ss grpc.BidiStreamingServer[Req, Resp], do
 			return err
 		case <-ctx.Done():
 			return ctx.Err()
+		}
+	}
+}
+
+// stall reads a stream and answers nothing until the client ends it.
+func stall[Req, Resp any](ss grpc.BidiStreamingServer[Req, Resp]) error {
+	for {
+		if _, err := ss.Recv(); err != nil {
+			return nil
 		}
 	}
 }
