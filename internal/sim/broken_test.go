@@ -209,3 +209,21 @@ func TestBrokenCompactAsAccepted(t *testing.T) {
 func TestBrokenRenewHeldSubset(t *testing.T) {
 	caught(t, 100, brokenMigrating(faults.Set{RenewHeldSubset: true}), "single copy")
 }
+
+// TestBrokenFreeAtRestart frees a restarted Owner's ranges in the table as
+// soon as its new incarnation speaks (the rule before orphans): a second
+// live process with the same ID — the faulty run starts some — goes on
+// acknowledging writes under those leases after the loss was recorded, and
+// every Lookup was told before those writes.
+func TestBrokenFreeAtRestart(t *testing.T) {
+	caught(t, 100, broken(faults.Set{FreeAtRestart: true}), "recovery notification")
+}
+
+// TestBrokenLateHandoverDone lets an Owner hand a range over when its
+// application reports the handover done after the deadline, and the
+// Manager grant it migrated after its own: the application, slow to
+// report, took writes on the range again once the deadline passed, and
+// the copy the next Owner takes up lacks them.
+func TestBrokenLateHandoverDone(t *testing.T) {
+	caught(t, 100, brokenMigrating(faults.Set{LateHandoverDone: true}), "migration")
+}

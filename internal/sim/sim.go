@@ -12,6 +12,7 @@ import (
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 
+	"github.com/leasehold/leasehold/internal/faults"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/lookup"
 	"github.com/leasehold/leasehold/manager"
@@ -64,6 +65,13 @@ type node struct {
 
 	app      app  // an Owner's application (app.go)
 	draining bool // an Owner shutting down gracefully (Config.DrainEvery)
+
+	// A stalled node is alive but answers nothing: what reaches it waits in
+	// stallQ until it resumes (stall.go). A ghost is an earlier run of an
+	// Owner still running beside the run that took its ID (ghost.go).
+	stalled bool
+	stallQ  []func()
+	ghost   bool
 }
 
 // refusal is a replica's answer to a client it will not serve (a
@@ -133,6 +141,7 @@ type Sim struct {
 	byAddr   map[string]int // replica address → index in mgrs
 	tick     time.Duration  // the replicas' Raft tick
 	owners   []*node
+	ghosts   []*node // earlier runs of Owners still running (ghost.go)
 	lookups  []*node
 	byOwner  map[string]*node
 	bySess   map[uint64]*node
@@ -186,6 +195,15 @@ type Stats struct {
 	MigratedGrants   int
 	Transfers        int
 	Drains           int // graceful Owner restarts begun (Config.DrainEvery)
+	// Stalls counts the nodes stalled (Config.StallEvery), LeaderStalls
+	// those that were the leader; Duplicates the second processes started
+	// with a live Owner's ID (Config.DuplicateEvery); LateHandovers the
+	// handovers an Owner reported done at or after its deadline.
+	Stalls        int
+	LeaderStalls  int
+	Duplicates    int
+	LateHandovers int
+	LookupNotices int // loss notifications the Lookups raised
 	Plans            int // rebalancing rounds planned (Config.Rebalance)
 	LossEvents       int // unmigrated LGN changes recorded by the Manager
 	Notified         int // (loss, lookup) pairs notified in time
@@ -462,8 +480,8 @@ func (s *Sim) handle(e *event) {
 		e.fn()
 	case evTimer:
 		n := s.nodes[e.to]
-		if !n.up || e.gen != n.gen {
-			return
+		if !n.up || e.gen != n.gen || n.stalled {
+			return // a stalled node ticks when it resumes
 		}
 		s.tickNode(n)
 	case evDeliver:
@@ -477,6 +495,10 @@ func (s *Sim) handle(e *event) {
 			// The client has moved to another replica: the stream this
 			// came on is closed.
 			s.stats.Dropped++
+			return
+		}
+		if n.stalled {
+			n.stallQ = append(n.stallQ, func() { s.deliver(n, e) })
 			return
 		}
 		s.deliver(n, e)
@@ -513,6 +535,9 @@ func (s *Sim) tickNode(n *node) {
 // last answer (one hop may be a refusal naming the leader), inside its
 // OwnerLease of 4×Renew.
 func (s *Sim) checkTarget(n *node, now time.Time, quiet time.Duration) {
+	if s.cfg.Break.Has(func(f *faults.Set) bool { return f.NoStreamLiveness }) {
+		return // the stream stays open, whether answers come or not
+	}
 	if s.replicated() && now.Sub(n.heard) > quiet {
 		s.retarget(n, now, -1)
 	}
@@ -626,6 +651,7 @@ func (s *Sim) after(n *node) {
 			s.trace(n, "send req to %s seq=%d ackE=%d ackS=%d held=%d heldAsAcked=%v inc=%d", s.mgrs[n.target].name, m.Seq, m.AckEpoch, m.AckSeq, len(m.Held), m.HeldAsAcked, m.Incarnation)
 		}
 		s.ownerChanged(n, changes)
+		s.chk.acked(n)
 		for _, m := range out {
 			s.send(n, s.mgrs[n.target], m)
 		}
@@ -797,6 +823,10 @@ func (s *Sim) snapshotDone(e *event, ok bool) {
 	if !snap || m.Type != raftpb.MsgSnap || !from.up || from.inc != e.gen {
 		return
 	}
+	if from.stalled {
+		from.stallQ = append(from.stallQ, func() { s.snapshotDone(e, ok) })
+		return
+	}
 	status := raft.SnapshotFailure
 	if ok {
 		status = raft.SnapshotFinish
@@ -911,6 +941,7 @@ func (s *Sim) crash(n *node) {
 	}
 	n.up = false
 	n.gen++
+	n.stalled, n.stallQ = false, nil
 }
 
 func (s *Sim) exp(mean time.Duration) time.Duration {
@@ -984,6 +1015,8 @@ func (s *Sim) scheduleFaults() {
 		s.crash(n)
 		s.at(s.now+s.uniform(0, 2*t.ManagerLease), func() { s.restart(n) })
 	})
+	repeat(c.StallEvery, s.stallOne)
+	repeat(c.DuplicateEvery, s.duplicate)
 	repeat(c.PartitionEvery, func() {
 		s.stats.Partitions++
 		s.nextPart++
@@ -1087,7 +1120,11 @@ func (s *Sim) pickUp(ns []*node) *node {
 // stopFaults heals the network and brings every node back.
 func (s *Sim) stopFaults() {
 	s.faulting = false
+	s.endStallsAndGhosts()
 	for _, n := range s.nodes {
+		if n.ghost {
+			continue
+		}
 		n.part = 0
 		if n.draining {
 			s.crash(n) // an Owner shutting down finishes, and starts again
