@@ -58,7 +58,7 @@ func (a *app) writable(rs keyspace.RangeSet, num owner.LeaseNum, now time.Time) 
 
 // writeBook is what the checker knows of acknowledged writes.
 type writeBook struct {
-	last map[leaseID][]ackRec         // the last write on each piece of a lease
+	last map[leaseID][]ackRec          // the last write on each piece of a lease
 	lost map[leaseID]keyspace.RangeSet // the ranges whose loss from a lease was recorded
 }
 

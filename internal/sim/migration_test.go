@@ -70,7 +70,7 @@ func TestSimulationMigration(t *testing.T) {
 			"owner crashes": s.OwnerCrashes, "manager restarts": s.ManagerRestarts, "partitions": s.Partitions,
 			"rebalancing rounds": s.Plans, "handovers done late": s.LateHandovers,
 			"stalls": s.Stalls, "duplicate owner processes": s.Duplicates,
-			"dropped messages":   s.Dropped, "losses": s.LossEvents, "notifications": s.Notified,
+			"dropped messages": s.Dropped, "losses": s.LossEvents, "notifications": s.Notified,
 		}
 	})
 	t.Logf("%d seeds: %d stalls, %d duplicate owner processes, %d handovers done past their deadline", len(results), tot.Stalls, tot.Duplicates, tot.LateHandovers)

@@ -195,15 +195,6 @@ type Stats struct {
 	MigratedGrants   int
 	Transfers        int
 	Drains           int // graceful Owner restarts begun (Config.DrainEvery)
-	// Stalls counts the nodes stalled (Config.StallEvery), LeaderStalls
-	// those that were the leader; Duplicates the second processes started
-	// with a live Owner's ID (Config.DuplicateEvery); LateHandovers the
-	// handovers an Owner reported done at or after its deadline.
-	Stalls        int
-	LeaderStalls  int
-	Duplicates    int
-	LateHandovers int
-	LookupNotices int // loss notifications the Lookups raised
 	Plans            int // rebalancing rounds planned (Config.Rebalance)
 	LossEvents       int // unmigrated LGN changes recorded by the Manager
 	Notified         int // (loss, lookup) pairs notified in time
@@ -211,6 +202,13 @@ type Stats struct {
 	Bound            time.Duration
 	Segments         int // lease-table segments at the end
 	ViewBytes        int // a Lookup's copy at the end
+
+	// Stalls counts the nodes stalled (Config.StallEvery), LeaderStalls
+	// those that were the leader; Duplicates the second processes started
+	// with a live Owner's ID (Config.DuplicateEvery); LateHandovers the
+	// handovers an Owner reported done at or after its deadline.
+	Stalls, LeaderStalls, Duplicates, LateHandovers int
+	LookupNotices                                  int // loss notifications the Lookups raised
 }
 
 // MessagesPerOwnerMinute is the Owner ↔ Manager message rate per owner.
