@@ -208,7 +208,7 @@ type Stats struct {
 	// with a live Owner's ID (Config.DuplicateEvery); LateHandovers the
 	// handovers an Owner reported done at or after its deadline.
 	Stalls, LeaderStalls, Duplicates, LateHandovers int
-	LookupNotices                                  int // loss notifications the Lookups raised
+	LookupNotices                                   int // loss notifications the Lookups raised
 }
 
 // MessagesPerOwnerMinute is the Owner ↔ Manager message rate per owner.
