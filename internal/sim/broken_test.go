@@ -82,6 +82,12 @@ func caughtSkipping(t *testing.T, max int, cfg func(seed uint64) Config, want, s
 	t.Fatalf("no %v violation within %d seeds: the checker did not catch the broken rule", want, max)
 }
 
+// ackSymptom is what a rule that lets an Owner believe a lease past its
+// end often shows first: the Owner acknowledges writes under a lease whose
+// loss the Manager has recorded (acks.go). The tests of such rules look on
+// for single copy.
+var ackSymptom = []string{"recovery notification"}
+
 func broken(f faults.Set) func(uint64) Config {
 	return func(s uint64) Config {
 		c := scenario(s)
@@ -104,7 +110,7 @@ func slow(cfg func(uint64) Config) func(uint64) Config {
 // TestBrokenNoRaceFilter accepts messages that raced (C§2.3.2), on a slow
 // network where messages often overtake each other.
 func TestBrokenNoRaceFilter(t *testing.T) {
-	caught(t, 200, slow(broken(faults.Set{NoRaceFilter: true})), "single copy", "continuity")
+	caughtSkipping(t, 400, slow(broken(faults.Set{NoRaceFilter: true})), []string{"single copy", "continuity"}, ackSymptom)
 }
 
 // TestBrokenTimerAtReceipt starts the Owner's lease timer when the answer
@@ -177,7 +183,7 @@ func TestBrokenAnswerBeforeCommit(t *testing.T) {
 // Owner restarts and joins), that is another Owner than the one still
 // believing the old leader's renewal.
 func TestBrokenNoTakeoverReservation(t *testing.T) {
-	caught(t, 100, brokenReplicated(5, faults.Set{NoTakeoverReservation: true}), "single copy")
+	caughtSkipping(t, 100, brokenReplicated(5, faults.Set{NoTakeoverReservation: true}), []string{"single copy"}, ackSymptom)
 }
 
 // brokenMigrating breaks f in the faulty run with planned moves: there
@@ -207,7 +213,7 @@ func TestBrokenCompactAsAccepted(t *testing.T) {
 // recalled, whose reservation the Manager no longer extends, and still
 // believes it when the Manager expires the reservation and grants it on.
 func TestBrokenRenewHeldSubset(t *testing.T) {
-	caught(t, 100, brokenMigrating(faults.Set{RenewHeldSubset: true}), "single copy")
+	caughtSkipping(t, 100, brokenMigrating(faults.Set{RenewHeldSubset: true}), []string{"single copy"}, ackSymptom)
 }
 
 // TestBrokenFreeAtRestart frees a restarted Owner's ranges in the table as
