@@ -233,3 +233,24 @@ func TestBrokenFreeAtRestart(t *testing.T) {
 func TestBrokenLateHandoverDone(t *testing.T) {
 	caught(t, 100, brokenMigrating(faults.Set{LateHandoverDone: true}), "migration")
 }
+
+// stallsOnly is the faulty run of seed s with stalls ten times as often
+// and no long network delays: a message handled late is one a stalled
+// node handled when it resumed.
+func stallsOnly(f faults.Set) func(uint64) Config {
+	return func(s uint64) Config {
+		c := broken(f)(s)
+		c.LongDelayRate = 0
+		c.StallEvery /= 10
+		return c
+	}
+}
+
+// TestBrokenTimerAtReceiptStalledOwner: an Owner that resumes from a stall
+// handles the answers that waited for it with its clock jumped. Started at
+// receipt, its lease timer would run from the resume, long after the
+// Manager's reservation began; started at send, as the rule says, it has
+// run out already.
+func TestBrokenTimerAtReceiptStalledOwner(t *testing.T) {
+	caughtSkipping(t, 100, stallsOnly(faults.Set{TimerAtReceipt: true}), []string{"single copy"}, ackSymptom)
+}
