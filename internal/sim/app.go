@@ -200,7 +200,7 @@ func (s *Sim) appDeliver(n *node, from *node, msg any) {
 		if m.fromInc != n.inc {
 			return
 		}
-		if s.cfg.AppFaults && s.rng.IntN(slowOneIn) == 0 {
+		if s.cfg.AppFaults && s.faulting && s.rng.IntN(slowOneIn) == 0 {
 			s.slowHandoverDone(n, m.h)
 			return
 		}
