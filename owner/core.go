@@ -202,13 +202,15 @@ func (c *Core) DrainState() (protocol.Drain, bool) { return c.drain, c.drainHear
 // state of h.Range to h.To: the Owner gives the range up at once and tells
 // the Manager, which grants it to h.To marked migrated. Without ok it gave
 // up; the Manager recalls the range at the deadline and reports the state
-// lost.
+// lost. A handover reported done at or after h.Deadline counts as given up:
+// past the deadline the application may take writes on the range again,
+// and the state it handed over no longer has them.
 func (c *Core) HandoverDone(now time.Time, h Handover, ok bool) {
 	if answered, asked := c.handing[h]; !asked || answered {
 		return
 	}
 	c.handing[h] = true
-	if !ok {
+	if !ok || c.lateHandover(now, h) {
 		return
 	}
 	if _, held := covering(c.Held(now), h.Range, h.Lease); !held {

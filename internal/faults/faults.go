@@ -42,6 +42,23 @@ type Set struct {
 	// them all: a recall is lost in the compact form, and the Owner renews
 	// the range past the Manager's reservation.
 	RenewHeldSubset bool
+	// FreeAtRestart makes the Manager free an Owner's ranges in the table
+	// as soon as a new incarnation of it speaks, instead of leaving them to
+	// the old run until their reservations end: a second live process with
+	// the same ID then acknowledges writes after the loss was reported,
+	// and no later change reports them.
+	FreeAtRestart bool
+	// LateHandoverDone makes the Owner hand a range over when the
+	// application reports its handover done after the handover's deadline,
+	// and the Manager grant it migrated when that report comes after its
+	// own: writes the application took on the range after the deadline
+	// are lost with no loss reported.
+	LateHandoverDone bool
+	// NoStreamLiveness makes the simulation's Owners and Lookups stay on a
+	// Manager replica that stopped answering, as a client whose stream has
+	// no keepalive and no deadline on an answer does: a stalled leader
+	// with an open connection then costs every lease.
+	NoStreamLiveness bool
 }
 
 // Owner and Lookup break the rules of s in an owner.Core or a lookup.Core

@@ -183,8 +183,9 @@ type namespace struct {
 type ownerSession struct {
 	id, addr  string
 	inc       uint64
-	mySeq     uint64 // Seq of the last LeaseResponse sent
-	peerSeq   uint64 // highest LeaseRequest Seq heard
+	since     keyspace.LGN // OwnerRecord.Since: entries at or below it are orphans
+	mySeq     uint64       // Seq of the last LeaseResponse sent
+	peerSeq   uint64       // highest LeaseRequest Seq heard
 	lastHeard time.Time
 	member    bool
 	push      bool      // send a LeaseResponse at the next flush
@@ -279,7 +280,7 @@ func resume(cfg CoreConfig, broken faults.Set, st *State, base uint64, now time.
 		for _, id := range sortedOwnerIDs(s.owners) {
 			r := s.owners[id]
 			n.owners[id] = &ownerSession{id: id, addr: r.Addr, inc: r.Incarnation, member: r.Member,
-				capacity: r.Capacity, draining: r.Draining, mySeq: c.seqBase, lastHeard: now}
+				capacity: r.Capacity, draining: r.Draining, since: r.Since, mySeq: c.seqBase, lastHeard: now}
 			c.heard(n, n.owners[id])
 		}
 		if cfg.Rebalance != nil && len(s.desired) > 0 {
@@ -315,7 +316,7 @@ func (c *Core) set(now time.Time, n *namespace, r keyspace.Range, e leasetable.E
 
 // record saves the replicated part of an owner session.
 func (c *Core) record(now time.Time, n *namespace, o *ownerSession) {
-	rec := OwnerRecord{Addr: o.addr, Incarnation: o.inc, Member: o.member, Capacity: o.capacity, Draining: o.draining}
+	rec := OwnerRecord{Addr: o.addr, Incarnation: o.inc, Member: o.member, Capacity: o.capacity, Draining: o.draining, Since: o.since}
 	if n.s.owners[o.id] != rec {
 		c.apply(now, Change{Op: OpOwner, NS: n.name, Owner: o.id, Record: rec})
 	}
@@ -395,11 +396,12 @@ func (c *Core) StepLease(now time.Time, req *protocol.LeaseRequest) error {
 		return nil // from a dead run of this owner
 	case req.Incarnation > o.inc:
 		c.stats.OwnerRestarts++
-		// The owner restarted: its soft state is gone. Report the loss now;
-		// the old run's ranges stay reserved until its leases run out, since
-		// nothing proves that process is really gone.
-		c.loseOwner(now, n, o)
-		*o = ownerSession{id: req.Owner, addr: req.Addr, inc: req.Incarnation, member: o.member, mySeq: c.seqBase}
+		// The owner restarted: its old run's ranges are orphans, kept in
+		// the table until their reservations end (core_orphans.go).
+		if c.broken.FreeAtRestart {
+			c.loseOwner(now, n, o)
+		}
+		*o = ownerSession{id: req.Owner, addr: req.Addr, inc: req.Incarnation, member: o.member, since: n.s.lgn, mySeq: c.seqBase}
 		c.record(now, n, o)
 	}
 	if req.Seq <= o.peerSeq {
@@ -686,9 +688,11 @@ func (c *Core) membershipEvery() time.Duration {
 	return min(time.Second, c.cfg.Timing.Renew/4)
 }
 
-// loseOwner records that an owner incarnation's soft state is gone: each of
-// its ranges gets a free entry, so every Lookup raises a loss notification.
-// Reservations are left as they are.
+// loseOwner frees every range of an owner incarnation in the table at once,
+// reservations left as they are: the rule for a new incarnation before
+// orphans (core_orphans.go), kept as the broken rule faults.FreeAtRestart.
+// The old process, if it still runs, acknowledges writes after the loss is
+// reported, and no later change reports them.
 func (c *Core) loseOwner(now time.Time, n *namespace, o *ownerSession) {
 	for _, r := range n.heldBy(o.id) {
 		c.set(now, n, r.Range, leasetable.Entry{})
@@ -709,7 +713,7 @@ func (n *namespace) heldBy(id string) []leasetable.Segment { return n.s.table.Ow
 // and the race filter guarantees no earlier message of ours can give them
 // back, so they may be granted at once (C§2.3.2).
 func (c *Core) release(now time.Time, n *namespace, o *ownerSession, held []protocol.Lease, handed []protocol.Handed) (freed uint64) {
-	for _, s := range n.heldBy(o.id) {
+	for _, s := range n.heldByRun(o) {
 		var kept keyspace.RangeSet
 		for _, h := range held {
 			if h.LGN == s.Entry.LGN && h.Range.Overlaps(s.Range) {
@@ -728,7 +732,7 @@ func (c *Core) release(now time.Time, n *namespace, o *ownerSession, held []prot
 				if !ok || h.LGN != s.Entry.LGN {
 					continue
 				}
-				if to := n.owners[h.To]; to != nil && to.inc == h.Incarnation && to.member && !to.draining {
+				if to := n.owners[h.To]; to != nil && to.inc == h.Incarnation && to.member && !to.draining && c.handedInTime(now, o, h) {
 					c.grant(now, n, to, q, s.Entry.LGN)
 					rest = rest.Subtract(keyspace.NewRangeSet(q))
 					c.stats.Migrations++
@@ -758,7 +762,7 @@ func (c *Core) release(now time.Time, n *namespace, o *ownerSession, held []prot
 func (c *Core) releaseOwn(now time.Time, n *namespace, o *ownerSession, handed []protocol.Handed, leaving bool) uint64 {
 	var keep []protocol.Lease
 	if !leaving {
-		for _, s := range n.heldBy(o.id) {
+		for _, s := range n.heldByRun(o) {
 			var gone keyspace.RangeSet
 			for _, h := range handed {
 				if h.LGN == s.Entry.LGN {
@@ -912,6 +916,8 @@ func (c *Core) reconcile(now time.Time, n *namespace) (expired uint64) {
 		for _, s := range n.s.table.Overlapping(r) {
 			n.eachDesired(s.Range, func(p keyspace.Range, want string) {
 				switch holder := s.Entry.Owner; {
+				case n.orphan(s.Entry):
+					// An earlier run's: it expires when its reservation ends.
 				case holder != "" && holder != want:
 					o := n.owners[holder]
 					if o == nil || !o.sent.OverlapsRange(p) {
@@ -1040,7 +1046,7 @@ func (c *Core) sendTo(now time.Time, n *namespace, o *ownerSession) {
 			}
 		}
 		handing := map[keyspace.Range]handing{}
-		for _, s := range n.heldBy(o.id) {
+		for _, s := range n.heldByRun(o) {
 			n.eachDesired(s.Range, func(p keyspace.Range, want string) {
 				switch {
 				case want == o.id:

@@ -598,10 +598,12 @@ func TestSilentOwnerExpires(t *testing.T) {
 	}
 }
 
-// TestNewIncarnation: an owner that restarted lost its soft state: its old
-// ranges are freed in the table at once (every Lookup sees the loss), but
-// nothing proves the old process gone, so they are not granted again,
-// even to it, until the old reservation ends (C§2.3, P§4.3).
+// TestNewIncarnation: an owner that restarted lost its soft state, but
+// nothing proves the old process gone: its old ranges stay in the table as
+// they are (orphans), neither renewed nor released by the new run, and are
+// freed — the loss every Lookup is told of — only when the old reservation
+// ends, when the old process can no longer acknowledge anything on them.
+// Then they are granted again (C§2.3, P§4.3).
 func TestNewIncarnation(t *testing.T) {
 	a := newPeer("a")
 	h := joined(t, 2, a)
@@ -619,12 +621,12 @@ func TestNewIncarnation(t *testing.T) {
 		t.Fatalf("answer to the new incarnation %+v, want no lease, Incarnation 2, AckSeq 1", *m)
 	}
 	for _, l := range old {
-		if e := h.entry(l.Range); !e.Free() {
-			t.Fatalf("after the restart the table on %v = %v, want free", l.Range, e)
+		if e := h.entry(l.Range); e.Owner != "a" || e.LGN != l.LGN {
+			t.Fatalf("after the restart the table on %v = %v, want a's lease %d kept", l.Range, e, l.LGN)
 		}
 	}
-	if got, want := h.lostSince(lsn), coalesced(ranges(old)...); !slices.Equal(got, want) {
-		t.Fatalf("a Lookup reports %v lost, want %v", got, want)
+	if got := h.lostSince(lsn); len(got) != 0 {
+		t.Fatalf("a Lookup reports %v lost while the old run may still hold it", got)
 	}
 
 	// A delayed request of the old run is ignored.
@@ -642,7 +644,13 @@ func TestNewIncarnation(t *testing.T) {
 	if r := h.tick(end.Add(-1)); len(r.Owners) != 0 {
 		t.Fatalf("Tick just before the old reservation ends sent %+v", r.Owners)
 	}
+	if got := h.lostSince(lsn); len(got) != 0 {
+		t.Fatalf("a Lookup reports %v lost before the old reservation ends", got)
+	}
 	m = h.to(h.tick(end), "a")
+	if got, want := h.lostSince(lsn), coalesced(ranges(old)...); !slices.Equal(got, want) {
+		t.Fatalf("at the old reservation's end a Lookup reports %v lost, want %v", got, want)
+	}
 	checkGrants(t, m.Leases, ranges(old), 2)
 	h.checkGranted(m.Leases, "a")
 	if m.Incarnation != 2 {
@@ -938,10 +946,10 @@ func TestPushes(t *testing.T) {
 	// A closed session gets no more pushes.
 	h.f.Close(DefaultNamespace, 8)
 	lsn := h.table().LSN()
-	c.restart() // frees c's ranges: a change
+	c.held = nil // c gives its ranges up: the release frees them, a change
 	r = h.send(now.Add(500*ms), c)
 	if h.table().LSN() == lsn {
-		t.Fatalf("the restart changed nothing")
+		t.Fatalf("the release changed nothing")
 	}
 	if len(r.Lookups) != 1 || r.Lookups[0].To != 7 {
 		t.Fatalf("pushes %+v, want one to session 7 only", r.Lookups)

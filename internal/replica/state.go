@@ -42,6 +42,10 @@ type OwnerRecord struct {
 	Member      bool    `json:"m,omitempty"` // alive and given a share of the key space
 	Capacity    float64 `json:"c,omitempty"` // the Owner's weight; 0 means 1
 	Draining    bool    `json:"d,omitempty"` // moving every range away before it leaves
+	// Since is the largest LGN the table had recorded when this
+	// incarnation first spoke: an entry of this owner with an LGN at or
+	// below it was granted to an earlier run (see Core's orphans).
+	Since keyspace.LGN `json:"g,omitempty"`
 }
 
 // Op is the kind of a Change.

@@ -41,14 +41,19 @@ type app struct {
 	// since is when each held lease was taken up, local time: a load
 	// meter counts a range's requests only while it is held.
 	since map[owner.LeaseNum]time.Time
+	// frozen lists the ranges whose state was copied out for a handover:
+	// the application takes no write on them until the handover's
+	// deadline, or until it gives the handover up (acks.go).
+	frozen []freeze
 }
 
 // transfer is the state of a range handed over to this Owner run: the
 // state of lease from, received at (virtual time).
 type transfer struct {
-	r    keyspace.Range
-	from leaseID
-	at   time.Duration
+	r      keyspace.Range
+	from   leaseID
+	at     time.Duration
+	copied time.Duration // when the sender copied the state out
 }
 
 // stateMsg carries the state of h.Range from the Owner run fromInc to the
@@ -56,6 +61,7 @@ type transfer struct {
 type stateMsg struct {
 	h       owner.Handover
 	fromInc uint64
+	copied  time.Duration // virtual time the state was copied out
 }
 
 // stateAck acknowledges a stateMsg to the Owner run fromInc.
@@ -167,6 +173,7 @@ func (s *Sim) handOver(n *node, h owner.Handover) {
 	if s.cfg.AppFaults && s.rng.IntN(giveUpOneIn) == 0 {
 		s.stats.HandoversGivenUp++
 		n.own.HandoverDone(n.local(s.now), h, false)
+		n.app.thaw(h)
 		return
 	}
 	to := s.byOwner[h.To]
@@ -174,7 +181,8 @@ func (s *Sim) handOver(n *node, h owner.Handover) {
 		n.own.HandoverDone(n.local(s.now), h, false)
 		return
 	}
-	s.send(n, to, stateMsg{h: h, fromInc: n.inc})
+	n.app.frozen = append(n.app.frozen, freeze{h: h})
+	s.send(n, to, stateMsg{h: h, fromInc: n.inc, copied: s.now})
 }
 
 // appDeliver handles a message from another Owner.
@@ -186,15 +194,17 @@ func (s *Sim) appDeliver(n *node, from *node, msg any) {
 			return // for an earlier run of this Owner: its memory is gone
 		}
 		n.app.pending = append(n.app.pending, transfer{r: m.h.Range,
-			from: leaseID{m.h.Lease.Epoch, m.h.Lease.LGN}, at: s.now})
-		s.send(n, from, stateAck(m))
+			from: leaseID{m.h.Lease.Epoch, m.h.Lease.LGN}, at: s.now, copied: m.copied})
+		s.send(n, from, stateAck{h: m.h, fromInc: m.fromInc})
 	case stateAck:
 		if m.fromInc != n.inc {
 			return
 		}
-		s.stats.HandoversDone++
-		s.trace(n, "handover done %v lease %v", m.h.Range, m.h.Lease)
-		n.own.HandoverDone(now, m.h, true)
+		if s.cfg.AppFaults && s.faulting && s.rng.IntN(slowOneIn) == 0 {
+			s.slowHandoverDone(n, m.h)
+			return
+		}
+		s.handoverDone(n, m.h, now)
 	}
 }
 
@@ -212,6 +222,10 @@ func (s *Sim) drain(n *node) {
 	var poll func()
 	poll = func() {
 		if !n.up || n.inc != inc || !s.faulting {
+			return
+		}
+		if n.stalled {
+			s.at(s.now+t.Renew/2, poll)
 			return
 		}
 		now := n.local(s.now)
@@ -234,3 +248,38 @@ func (s *Sim) drain(n *node) {
 // drainTimeout is how long a draining Owner waits for its ranges to move
 // before it leaves with what it still holds (kv's --drain-timeout).
 func drainTimeout(t protocol.Timing) time.Duration { return 4 * t.OwnerLease }
+
+// slowOneIn: with Config.AppFaults, one acknowledged handover in slowOneIn
+// is reported done late, around its deadline: an Owner slow to handle
+// messages (a long pause, a busy loop) just when it matters.
+const slowOneIn = 4
+
+// handoverDone reports handover h of Owner run n done, at local time now.
+func (s *Sim) handoverDone(n *node, h owner.Handover, now time.Time) {
+	s.stats.HandoversDone++
+	if !now.Before(h.Deadline) {
+		s.stats.LateHandovers++
+	}
+	s.trace(n, "handover done %v lease %v", h.Range, h.Lease)
+	n.own.HandoverDone(now, h, true)
+}
+
+// slowHandoverDone reports handover h of Owner run n done within a renewal
+// period either side of its deadline, as an Owner slow to handle the
+// acknowledgement would.
+func (s *Sim) slowHandoverDone(n *node, h owner.Handover) {
+	inc := n.inc
+	r := s.cfg.Timing.Renew
+	at := max(s.now, n.real(h.Deadline)+s.uniform(0, r)-r/2)
+	s.at(at, func() {
+		if !n.up || n.inc != inc || n.ghost {
+			return
+		}
+		if n.stalled {
+			n.stallQ = append(n.stallQ, func() { s.handoverDone(n, h, n.local(s.now)); s.after(n) })
+			return
+		}
+		s.handoverDone(n, h, n.local(s.now))
+		s.after(n)
+	})
+}

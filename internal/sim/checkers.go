@@ -44,8 +44,11 @@ type checker struct {
 	// the lease whose state it carries (Entry.MigratedFrom).
 	migratedFrom map[leaseID]keyspace.LGN
 
+	writes *writeBook // acknowledged writes (acks.go)
+
 	violation *Violation
 	off       bool // Config.NoChecks
+	noWrites  bool // Config.NoWriteCheck
 }
 
 func newChecker(s *Sim) *checker {
@@ -99,7 +102,7 @@ func (c *checker) ownerStepped(n *node, before map[owner.LeaseNum]bool) {
 	for _, l := range mine {
 		c.everHeld[n][l.Num] = true
 	}
-	for _, o := range c.s.owners {
+	for _, o := range c.s.ownerRuns() {
 		if o == n || !o.up {
 			continue
 		}
@@ -149,7 +152,9 @@ func (c *checker) tookUp(n *node, g owner.Lease) {
 	if !got.CoversRange(g.Range) {
 		c.fail("migration", "%s took up %v as migrated from lease %d (now lease %+v) but received the state of only %v: "+
 			"a loss no Lookup is told of", n.name, g.Range, from, id, got)
+		return
 	}
+	c.copiedAfterWrites(n, g, leaseID{id.epoch, from})
 }
 
 // ---- recovery notification ----
@@ -204,6 +209,7 @@ func (c *checker) change(r keyspace.Range, e leasetable.Entry) {
 				fmt.Printf("%12s loss %v %s/%d -> %q/%d\n", c.s.now, old.Range, old.Entry.Owner, old.Entry.LGN, e.Owner, e.LGN)
 			}
 			c.lost(old.Range, leaseID{c.shadowEpoch, old.Entry.LGN})
+			c.lostWrites(old.Range, r, leaseID{c.shadowEpoch, old.Entry.LGN})
 		}
 	}
 }
@@ -256,6 +262,7 @@ func (c *checker) lookupLosses(n *node, losses []lookup.Loss) {
 	if c.off {
 		return
 	}
+	c.s.stats.LookupNotices += len(losses)
 	for _, l := range losses {
 		cover := keyspace.NewRangeSet(l.Ranges...)
 		kept := c.owed[n][:0]

@@ -68,6 +68,16 @@ type Config struct {
 	// elects another), a third of the time some followers, and otherwise
 	// no replica. Owners and Lookups each join the group one time in four.
 	PartitionEvery time.Duration
+	// StallEvery stalls a node — alive, connections open, answering
+	// nothing — for up to two OwnerLeases, after which it handles
+	// everything that waited with its clock jumped (stall.go): a Manager
+	// replica half the time (with several, the leader three times in four),
+	// otherwise an Owner.
+	StallEvery time.Duration
+	// DuplicateEvery starts a second process with a live Owner's ID: the
+	// run goes on beside a new incarnation until its leases run out
+	// (ghost.go).
+	DuplicateEvery time.Duration
 	// ClockSkew gives every node a clock rate within Timing.MaxDrift of the
 	// others (half of them at an extreme) and a random offset.
 	ClockSkew bool
@@ -116,6 +126,12 @@ type Config struct {
 	// reports no Violation and Stats.LossEvents and Notified stay 0; the
 	// message and byte counts are kept. Tests leave it false.
 	NoChecks bool
+	// NoWriteCheck turns off the acknowledged-write check alone (acks.go),
+	// for the broken rules of single copy: their first symptom is an Owner
+	// writing under a lease whose loss was recorded, which would end the run
+	// before the single-copy checker sees two believers. Tests of the
+	// product leave it false.
+	NoWriteCheck bool
 	// ThinLookups replaces every lookup.Core by a stand-in that speaks the
 	// same sync protocol to the Manager but keeps no copy of the table (its
 	// LSN only): for measuring the Manager with more Lookups than full
@@ -184,6 +200,8 @@ func Faulty(seed uint64, t protocol.Timing) Config {
 		LookupCrashEvery:  4 * t.OwnerLease,
 		ManagerCrashEvery: 10 * t.OwnerLease,
 		PartitionEvery:    2 * t.OwnerLease,
+		StallEvery:        6 * t.OwnerLease,
+		DuplicateEvery:    8 * t.OwnerLease,
 		ClockSkew:         true,
 	}
 }

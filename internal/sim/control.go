@@ -266,3 +266,10 @@ func (c *Control) OnTableLSN(fn func(keyspace.LSN)) { c.s.onTable = fn }
 
 // OnLookupLSN: see OnTableLSN.
 func (c *Control) OnLookupLSN(fn func(lookup int, lsn keyspace.LSN)) { c.s.onLookup = fn }
+
+// StallManager stalls replica i for d: alive, its connections open, it
+// answers nothing, and then handles everything that waited (stall.go).
+func (c *Control) StallManager(i int, d time.Duration) { c.s.stall(c.s.mgrs[i], d) }
+
+// StallOwner stalls Owner i for d, as StallManager.
+func (c *Control) StallOwner(i int, d time.Duration) { c.s.stall(c.s.owners[i], d) }

@@ -68,10 +68,12 @@ func TestSimulationMigration(t *testing.T) {
 			"graceful restarts": s.Drains, "handovers": s.Handovers, "handovers done": s.HandoversDone,
 			"handovers given up": s.HandoversGivenUp, "migrated grants": s.MigratedGrants,
 			"owner crashes": s.OwnerCrashes, "manager restarts": s.ManagerRestarts, "partitions": s.Partitions,
-			"rebalancing rounds": s.Plans,
-			"dropped messages":   s.Dropped, "losses": s.LossEvents, "notifications": s.Notified,
+			"rebalancing rounds": s.Plans, "handovers done late": s.LateHandovers,
+			"stalls": s.Stalls, "duplicate owner processes": s.Duplicates,
+			"dropped messages": s.Dropped, "losses": s.LossEvents, "notifications": s.Notified,
 		}
 	})
+	t.Logf("%d seeds: %d stalls, %d duplicate owner processes, %d handovers done past their deadline", len(results), tot.Stalls, tot.Duplicates, tot.LateHandovers)
 	t.Logf("%d seeds: %d graceful restarts, %d rebalancing rounds, %d handovers asked, %d done (%d given up), %d migrated grants taken up with their state, %d messages between Owners; %d owner crashes, %d manager restarts, %d partitions, %d losses, %d notifications, worst delay %s (bound %s)",
 		len(results), tot.Drains, tot.Plans, tot.Handovers, tot.HandoversDone, tot.HandoversGivenUp, tot.MigratedGrants, tot.Transfers,
 		tot.OwnerCrashes, tot.ManagerRestarts, tot.Partitions, tot.LossEvents, tot.Notified, tot.WorstDelay, tot.Bound)

@@ -65,6 +65,13 @@ type node struct {
 
 	app      app  // an Owner's application (app.go)
 	draining bool // an Owner shutting down gracefully (Config.DrainEvery)
+
+	// A stalled node is alive but answers nothing: what reaches it waits in
+	// stallQ until it resumes (stall.go). A ghost is an earlier run of an
+	// Owner still running beside the run that took its ID (ghost.go).
+	stalled bool
+	stallQ  []func()
+	ghost   bool
 }
 
 // refusal is a replica's answer to a client it will not serve (a
@@ -134,6 +141,7 @@ type Sim struct {
 	byAddr   map[string]int // replica address → index in mgrs
 	tick     time.Duration  // the replicas' Raft tick
 	owners   []*node
+	ghosts   []*node // earlier runs of Owners still running (ghost.go)
 	lookups  []*node
 	byOwner  map[string]*node
 	bySess   map[uint64]*node
@@ -194,6 +202,13 @@ type Stats struct {
 	Bound            time.Duration
 	Segments         int // lease-table segments at the end
 	ViewBytes        int // a Lookup's copy at the end
+
+	// Stalls counts the nodes stalled (Config.StallEvery), LeaderStalls
+	// those that were the leader; Duplicates the second processes started
+	// with a live Owner's ID (Config.DuplicateEvery); LateHandovers the
+	// handovers an Owner reported done at or after its deadline.
+	Stalls, LeaderStalls, Duplicates, LateHandovers int
+	LookupNotices                                   int // loss notifications the Lookups raised
 }
 
 // MessagesPerOwnerMinute is the Owner ↔ Manager message rate per owner.
@@ -244,6 +259,7 @@ func Run(cfg Config) Result {
 	}
 	s.chk = newChecker(s)
 	s.chk.off = cfg.NoChecks
+	s.chk.noWrites = cfg.NoWriteCheck
 	if cfg.Workload != nil {
 		s.hot = cfg.Workload.Top(hotKeys, cfg.Rate)
 	}
@@ -463,8 +479,8 @@ func (s *Sim) handle(e *event) {
 		e.fn()
 	case evTimer:
 		n := s.nodes[e.to]
-		if !n.up || e.gen != n.gen {
-			return
+		if !n.up || e.gen != n.gen || n.stalled {
+			return // a stalled node ticks when it resumes
 		}
 		s.tickNode(n)
 	case evDeliver:
@@ -478,6 +494,10 @@ func (s *Sim) handle(e *event) {
 			// The client has moved to another replica: the stream this
 			// came on is closed.
 			s.stats.Dropped++
+			return
+		}
+		if n.stalled {
+			n.stallQ = append(n.stallQ, func() { s.deliver(n, e) })
 			return
 		}
 		s.deliver(n, e)
@@ -513,6 +533,9 @@ func (s *Sim) tickNode(n *node) {
 // last answer (one hop may be a refusal naming the leader), inside its
 // OwnerLease of 4×Renew.
 func (s *Sim) checkTarget(n *node, now time.Time, quiet time.Duration) {
+	if s.cfg.Break != nil && s.cfg.Break.NoStreamLiveness {
+		return // the stream stays open, whether answers come or not
+	}
 	if s.replicated() && now.Sub(n.heard) > quiet {
 		s.retarget(n, now, -1)
 	}
@@ -626,6 +649,7 @@ func (s *Sim) after(n *node) {
 			s.trace(n, "send req to %s seq=%d ackE=%d ackS=%d held=%d heldAsAcked=%v inc=%d", s.mgrs[n.target].name, m.Seq, m.AckEpoch, m.AckSeq, len(m.Held), m.HeldAsAcked, m.Incarnation)
 		}
 		s.ownerChanged(n, changes)
+		s.chk.acked(n)
 		for _, m := range out {
 			s.send(n, s.mgrs[n.target], m)
 		}
@@ -811,6 +835,10 @@ func (s *Sim) snapshotDone(e *event, ok bool) {
 	if !snap || m.Type != raftpb.MsgSnap || !from.up || from.inc != e.gen {
 		return
 	}
+	if from.stalled {
+		from.stallQ = append(from.stallQ, func() { s.snapshotDone(e, ok) })
+		return
+	}
 	status := raft.SnapshotFailure
 	if ok {
 		status = raft.SnapshotFinish
@@ -936,6 +964,7 @@ func (s *Sim) crash(n *node) {
 	}
 	n.up = false
 	n.gen++
+	n.stalled, n.stallQ = false, nil
 }
 
 func (s *Sim) exp(mean time.Duration) time.Duration {
@@ -1009,6 +1038,8 @@ func (s *Sim) scheduleFaults() {
 		s.crash(n)
 		s.at(s.now+s.uniform(0, 2*t.ManagerLease), func() { s.restart(n) })
 	})
+	repeat(c.StallEvery, s.stallOne)
+	repeat(c.DuplicateEvery, s.duplicate)
 	repeat(c.PartitionEvery, func() {
 		s.stats.Partitions++
 		s.nextPart++
@@ -1112,7 +1143,11 @@ func (s *Sim) pickUp(ns []*node) *node {
 // stopFaults heals the network and brings every node back.
 func (s *Sim) stopFaults() {
 	s.faulting = false
+	s.endStallsAndGhosts()
 	for _, n := range s.nodes {
+		if n.ghost {
+			continue
+		}
 		n.part = 0
 		if n.draining {
 			s.crash(n) // an Owner shutting down finishes, and starts again

@@ -135,6 +135,11 @@ func total(results []Result) Stats {
 		tot.Transfers += s.Transfers
 		tot.Drains += s.Drains
 		tot.Plans += s.Plans
+		tot.Stalls += s.Stalls
+		tot.LeaderStalls += s.LeaderStalls
+		tot.Duplicates += s.Duplicates
+		tot.LateHandovers += s.LateHandovers
+		tot.LookupNotices += s.LookupNotices
 		tot.WorstDelay = max(tot.WorstDelay, s.WorstDelay)
 		tot.Bound = max(tot.Bound, s.Bound)
 	}
@@ -171,10 +176,11 @@ func TestSimulationFaulty(t *testing.T) {
 			"lookup crashes": s.LookupCrashes, "partitions": s.Partitions,
 			"dropped messages": s.Dropped, "duplicated messages": s.Duplicated,
 			"losses": s.LossEvents, "notifications": s.Notified,
+			"stalls": s.Stalls, "duplicate owner processes": s.Duplicates,
 		}
 	})
-	t.Logf("%d seeds: %d events, %d owner crashes, %d manager restarts, %d lookup crashes, %d partitions, %d dropped, %d duplicated, %d losses, %d notifications, worst delay %s (bound %s)",
-		len(results), tot.Events, tot.OwnerCrashes, tot.ManagerRestarts, tot.LookupCrashes, tot.Partitions,
+	t.Logf("%d seeds: %d events, %d owner crashes, %d manager restarts, %d lookup crashes, %d partitions, %d stalls, %d duplicate owner processes, %d dropped, %d duplicated, %d losses, %d notifications, worst delay %s (bound %s)",
+		len(results), tot.Events, tot.OwnerCrashes, tot.ManagerRestarts, tot.LookupCrashes, tot.Partitions, tot.Stalls, tot.Duplicates,
 		tot.Dropped, tot.Duplicated, tot.LossEvents, tot.Notified, tot.WorstDelay, tot.Bound)
 }
 
@@ -193,11 +199,12 @@ func testReplicated(t *testing.T, managers int) {
 			"owner crashes": s.OwnerCrashes, "lookup crashes": s.LookupCrashes, "partitions": s.Partitions,
 			"dropped messages": s.Dropped, "duplicated messages": s.Duplicated, "refusals": s.Refusals,
 			"Raft snapshots sent": s.SnapshotsSent, "losses": s.LossEvents, "notifications": s.Notified,
+			"leader stalls": s.LeaderStalls, "other stalls": s.Stalls - s.LeaderStalls, "duplicate owner processes": s.Duplicates,
 		}
 	})
-	t.Logf("%d seeds, %d replicas: %d events, %d leader crashes, %d follower crashes, %d partitions (%d isolating the leader), %d takeovers, %d owner crashes, %d lookup crashes",
+	t.Logf("%d seeds, %d replicas: %d events, %d leader crashes, %d follower crashes, %d partitions (%d isolating the leader), %d takeovers, %d owner crashes, %d lookup crashes, %d stalls (%d of the leader), %d duplicate owner processes",
 		len(results), managers, tot.Events, tot.LeaderCrashes, tot.ManagerRestarts-tot.LeaderCrashes, tot.Partitions, tot.LeaderIsolations,
-		tot.Takeovers, tot.OwnerCrashes, tot.LookupCrashes)
+		tot.Takeovers, tot.OwnerCrashes, tot.LookupCrashes, tot.Stalls, tot.LeaderStalls, tot.Duplicates)
 	t.Logf("  %d messages (%d Raft, %d refusals), %d dropped, %d duplicated, %d Raft snapshots taken, %d sent; %d losses, %d notifications, worst delay %s (bound %s)",
 		tot.Messages, tot.RaftMessages, tot.Refusals, tot.Dropped, tot.Duplicated, tot.Snapshots, tot.SnapshotsSent,
 		tot.LossEvents, tot.Notified, tot.WorstDelay, tot.Bound)

@@ -228,6 +228,12 @@ func (h *handovers) send(to, addr string, hs []owner.Handover) {
 			break
 		}
 	}
+	if err == nil && !time.Now().Before(deadline) {
+		// The copy arrived, but too late: past the deadline this server
+		// takes writes on the ranges again (movingLocked), which the copy
+		// lacks. The Owner would refuse the handover anyway; say so here.
+		err = errors.New("the values arrived after the handover's deadline")
+	}
 	for _, ho := range taken {
 		s.owner.HandoverDone(ho, err == nil)
 		if err != nil {

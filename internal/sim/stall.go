@@ -1,0 +1,91 @@
+package sim
+
+import (
+	"slices"
+	"time"
+)
+
+// Stalled nodes (Config.StallEvery).
+//
+// A stalled node is a process that stopped running without dying — a GC
+// pause, a stuck disk, SIGSTOP — or one behind a proxy that stopped
+// forwarding: it is up, its connections stay open, and it answers nothing.
+// What reaches it waits, in order, and what it would do on a timer does
+// not happen. When it resumes it handles everything that waited, with its
+// clock as far on as the real time that passed, and then its timers. Its
+// clients see only silence: an open stream that brings no answer.
+
+// stall stalls node n for d.
+func (s *Sim) stall(n *node, d time.Duration) {
+	if !n.up || n.stalled || n.ghost {
+		return
+	}
+	s.stats.Stalls++
+	if n.kind == managerNode && n == s.leader() {
+		s.stats.LeaderStalls++
+	}
+	s.trace(n, "stalled for %s", d)
+	n.stalled = true
+	inc := n.inc
+	s.at(s.now+d, func() {
+		if n.inc == inc {
+			s.resume(n)
+		}
+	})
+}
+
+// resume ends n's stall: it handles what waited, then its timers.
+func (s *Sim) resume(n *node) {
+	if !n.up || !n.stalled {
+		return
+	}
+	s.trace(n, "resumes with %d events waiting", len(n.stallQ))
+	n.stalled = false
+	q := n.stallQ
+	n.stallQ = nil
+	for _, f := range q {
+		if !n.up || n.stalled {
+			return
+		}
+		f()
+	}
+	if n.up && !n.stalled {
+		s.tickNode(n)
+	}
+}
+
+// stallOne stalls a node for up to two OwnerLeases, longer than any lease:
+// a Manager replica half the time (with several, the leader three times in
+// four), otherwise an Owner.
+func (s *Sim) stallOne() {
+	d := s.uniform(0, 2*s.cfg.Timing.OwnerLease)
+	if s.rng.IntN(2) == 0 {
+		n := s.mgrs[0]
+		if s.replicated() {
+			n = s.leader()
+			if n == nil || s.rng.IntN(4) == 0 {
+				n = s.pickUp(s.mgrs)
+			}
+		}
+		if n != nil {
+			s.stall(n, d)
+		}
+		return
+	}
+	if n := s.pickUp(s.owners); n != nil {
+		s.stall(n, d)
+	}
+}
+
+// endStallsAndGhosts resumes every stalled node and stops every ghost:
+// the faults are over.
+func (s *Sim) endStallsAndGhosts() {
+	for _, n := range s.nodes {
+		if n.stalled {
+			s.resume(n)
+		}
+	}
+	for _, g := range slices.Clone(s.ghosts) {
+		s.bury(g)
+	}
+}
