@@ -212,7 +212,7 @@ func (g *group) status() (clusterStatus, error) {
 
 // leader polls leasehold cluster status until it reports a leader other
 // than not, for at most settleTimeout (a guard against hangs; the time it
-// takes is logged by the caller and measured by leasehold bench failover).
+// takes is logged by the caller and measured by leasehold-bench failover).
 func (g *group) leader(t *testing.T, not uint64) uint64 {
 	t.Helper()
 	deadline := time.Now().Add(settleTimeout)
