@@ -33,9 +33,18 @@ func TestManagerFailover(t *testing.T) {
 
 	watch := start(t, "watch", leasehold, "watch", "--manager", c.manager, "--json")
 	w := &watcher{p: watch}
+	var servers []*proc
 	for _, id := range []string{"kv-1", "kv-2", "kv-3"} {
-		c.serve(id)
+		servers = append(servers, c.serve(id))
 	}
+	// The kv servers stop before the Managers the test restarted (t.Cleanup
+	// would stop those first): a server stopping hands its ranges over
+	// through the Manager, and without one it waits out its stop timeout.
+	defer func() {
+		for _, p := range servers {
+			p.stop()
+		}
+	}()
 	st := c.settle("three owners", func(s status) bool {
 		return slices.Equal(s.holders(), []string{"kv-1", "kv-2", "kv-3"}) && s.sumRanges() == 192
 	})

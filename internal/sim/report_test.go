@@ -9,8 +9,9 @@ import (
 )
 
 // TestProductionReport runs the production timings (60 s leases renewed
-// every 15 s, 30 s sync) with 100 owners and 20 lookups for 10 virtual
-// minutes (3 with -short or the race detector), without faults and with
+// every 15 s, 30 s sync) with 100 owners and 20 lookups for 3 virtual
+// minutes (10 with -sim.long, unless -short or the race detector), without
+// faults and with
 // owner crashes and partitions, and reports what the papers
 // measured: lease messages per owner per minute, the size of a Lookup's copy
 // for 100 owners (C§2.2: ~200 KB), and the worst notification delay against
@@ -18,9 +19,9 @@ import (
 func TestProductionReport(t *testing.T) {
 	t.Parallel()
 	tm := protocol.Production()
-	minutes := 10 * time.Minute
-	if testing.Short() || raceEnabled {
-		minutes = 3 * time.Minute
+	minutes := 3 * time.Minute
+	if *longFlag && !testing.Short() && !raceEnabled {
+		minutes = 10 * time.Minute
 	}
 
 	// Steady state: no faults, so every message is a renewal or its answer;
