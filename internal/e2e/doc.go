@@ -5,7 +5,9 @@
 //	go test -short ./...               # skips them
 //
 // The binaries are built once, into a directory TestMain removes, and shared
-// by the tests, which run one after another: each times real leases.
+// by the tests. The tests run in parallel: each spends most of its time
+// waiting for real leases and timers, and each runs its own Manager and
+// servers on ports of their own.
 //
 // The package has no code of its own besides the tests.
 package e2e

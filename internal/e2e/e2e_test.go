@@ -73,6 +73,7 @@ func TestKVScenario(t *testing.T) {
 	if testing.Short() {
 		t.Skip("e2e: builds binaries and runs real processes; skipped with -short")
 	}
+	t.Parallel()
 	leasehold, kvBin := build(t)
 	tm := protocol.Fast()
 	started := time.Now()

@@ -26,6 +26,7 @@ func TestManagerFailover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("e2e: builds binaries and runs real processes; skipped with -short")
 	}
+	t.Parallel()
 	leasehold, kvBin := build(t)
 	started := time.Now()
 	g := newGroup(t, leasehold, 3)
