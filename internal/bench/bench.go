@@ -4,9 +4,11 @@
 // series, a PNG plot per figure and a summary that puts each figure beside
 // the paper's.
 //
+// cmd/leasehold-bench is its command line (internal/benchcli).
+//
 // # Usage
 //
-//	r, err := bench.Run(ctx, "rack", bench.Options{Size: bench.Full, Progress: os.Stderr})
+//	r, err := bench.Run(ctx, "rack", bench.Options{Size: bench.Full})
 //	…
 //	err = r.Write("bench-out", os.Stdout)
 //

@@ -3,7 +3,7 @@
 // Execute.
 //
 // Each subcommand lives in its own file and adds itself to the tree with
-// register in an init function, so adding one (demo, drain, bench …) is one
+// register in an init function, so adding one (demo, drain, backup …) is one
 // new file:
 //
 //	func init() { register(newDemoCommand) }

@@ -316,10 +316,6 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"watch", "--namespace", ""}, "--namespace must not be empty"},
 		{[]string{"status", "--bogus"}, "unknown flag: --bogus"},
 		{[]string{"stats"}, `unknown command "stats" for "leasehold" Did you mean this? status`},
-		{[]string{"bench", "scale", "--owners", "10"}, "--owners and --lookups go together: give both or neither"},
-		{[]string{"bench", "scale", "--owners", "10", "--lookups", "40", "--churn", "sometimes"}, `--churn is on, off or both, not "sometimes"`},
-		{[]string{"bench", "rack", "--owners", "10", "--lookups", "40"}, "--owners, --lookups and --churn are for the scale scenario only"},
-		{[]string{"bench", "scale", "--owners", "10", "--lookups", "40", "--beyond"}, "--beyond runs the sweep"},
 	} {
 		code, stdout, stderr := cli(t, tc.args...)
 		if code != ExitUsage {

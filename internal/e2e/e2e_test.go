@@ -26,7 +26,21 @@ import (
 	"github.com/leasehold/leasehold/protocol"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// binDir holds the binaries build compiles, once for all the tests.
+var binDir string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "leasehold-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binDir = dir
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		_ = os.RemoveAll(dir)
+		os.Exit(code)
+	}))
+}
 
 const (
 	// settleTimeout bounds every wait for the Manager's assignment.
@@ -59,6 +73,7 @@ func TestKVScenario(t *testing.T) {
 	if testing.Short() {
 		t.Skip("e2e: builds binaries and runs real processes; skipped with -short")
 	}
+	t.Parallel()
 	leasehold, kvBin := build(t)
 	tm := protocol.Fast()
 	started := time.Now()
@@ -193,36 +208,54 @@ func TestKVScenario(t *testing.T) {
 
 func since(t time.Time) time.Duration { return time.Since(t).Round(100 * time.Millisecond) }
 
-// build compiles the two binaries into a temporary directory. It skips the
-// test when cmd/leasehold does not build.
+// built is what build compiled, once for all the tests: linking the two
+// binaries takes seconds on a loaded machine.
+var built struct {
+	sync.Mutex
+	done          bool
+	leasehold, kv string
+	kvErr, lhErr  error
+}
+
+// build compiles the two binaries into binDir, the first time it is called.
+// It skips the test when cmd/leasehold does not build.
 func build(t *testing.T) (leasehold, kv string) {
 	t.Helper()
+	built.Lock()
+	defer built.Unlock()
+	if !built.done {
+		built.done = true
+		built.kv, built.leasehold = filepath.Join(binDir, "kv"), filepath.Join(binDir, "leasehold")
+		built.kvErr = goBuild(built.kv, "./examples/kv")
+		if built.kvErr == nil {
+			built.lhErr = goBuild(built.leasehold, "./cmd/leasehold")
+		}
+	}
+	if built.kvErr != nil {
+		t.Fatal(built.kvErr)
+	}
+	if built.lhErr != nil {
+		t.Skipf("e2e needs the leasehold binary, which does not build yet: %v", built.lhErr)
+	}
+	return built.leasehold, built.kv
+}
+
+// goBuild runs go build -o out pkg in the module's root.
+func goBuild(out, pkg string) error {
 	goBin, err := exec.LookPath("go")
 	if err != nil {
 		goBin = filepath.Join(os.Getenv("GOROOT"), "bin", "go")
 	}
-	dir := t.TempDir()
 	root, err := filepath.Abs(filepath.Join("..", ".."))
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
-	goBuild := func(out, pkg string) error {
-		cmd := exec.Command(goBin, "build", "-o", out, pkg)
-		cmd.Dir = root
-		if b, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
-		}
-		return nil
+	cmd := exec.Command(goBin, "build", "-o", out, pkg)
+	cmd.Dir = root
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
 	}
-	kv = filepath.Join(dir, "kv")
-	if err := goBuild(kv, "./examples/kv"); err != nil {
-		t.Fatal(err)
-	}
-	leasehold = filepath.Join(dir, "leasehold")
-	if err := goBuild(leasehold, "./cmd/leasehold"); err != nil {
-		t.Skipf("e2e needs the leasehold binary, which does not build yet: %v", err)
-	}
-	return leasehold, kv
+	return nil
 }
 
 // proc is a running child process whose stdout lines are kept.

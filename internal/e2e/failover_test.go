@@ -26,6 +26,7 @@ func TestManagerFailover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("e2e: builds binaries and runs real processes; skipped with -short")
 	}
+	t.Parallel()
 	leasehold, kvBin := build(t)
 	started := time.Now()
 	g := newGroup(t, leasehold, 3)
@@ -33,9 +34,18 @@ func TestManagerFailover(t *testing.T) {
 
 	watch := start(t, "watch", leasehold, "watch", "--manager", c.manager, "--json")
 	w := &watcher{p: watch}
+	var servers []*proc
 	for _, id := range []string{"kv-1", "kv-2", "kv-3"} {
-		c.serve(id)
+		servers = append(servers, c.serve(id))
 	}
+	// The kv servers stop before the Managers the test restarted (t.Cleanup
+	// would stop those first): a server stopping hands its ranges over
+	// through the Manager, and without one it waits out its stop timeout.
+	defer func() {
+		for _, p := range servers {
+			p.stop()
+		}
+	}()
 	st := c.settle("three owners", func(s status) bool {
 		return slices.Equal(s.holders(), []string{"kv-1", "kv-2", "kv-3"}) && s.sumRanges() == 192
 	})
@@ -221,7 +231,7 @@ func (g *group) status() (clusterStatus, error) {
 
 // leader polls leasehold cluster status until it reports a leader other
 // than not, for at most settleTimeout (a guard against hangs; the time it
-// takes is logged by the caller and measured by leasehold bench failover).
+// takes is logged by the caller and measured by leasehold-bench failover).
 func (g *group) leader(t *testing.T, not uint64) uint64 {
 	t.Helper()
 	deadline := time.Now().Add(settleTimeout)

@@ -179,7 +179,15 @@ func brokenReplicated(managers int, f faults.Set) func(uint64) Config {
 // which the old one still believes it holds. The new leader also gives the
 // LGN the lost grant used again, which the continuity checker may see
 // first; the test looks on for single copy.
+//
+// It does not run under the race detector, where the dozens of replicated
+// runs it takes to catch the rule take minutes: the rule is caught without
+// the detector (CI runs both), and the other broken-rule tests exercise the
+// same harness under it.
 func TestBrokenAnswerBeforeCommit(t *testing.T) {
+	if raceEnabled {
+		t.Skip("dozens of replicated runs, minutes under the race detector; run it without -race")
+	}
 	caughtSkipping(t, 200, pastItsEnd(brokenReplicated(3, faults.Set{AnswerBeforeCommit: true})), []string{"single copy"}, []string{"continuity"})
 }
 

@@ -52,15 +52,15 @@ var (
 // reported lost in time (recovery notification), besides single copy,
 // continuity and convergence.
 //
-// It runs half as many seeds as the other sweeps (100 by default), and a
-// twentieth under the race detector: its runs cost more, a rebalancing one
-// several times a plain one, and the plain protocol under them is swept by
-// TestSimulationFaulty.
+// It runs half as many seeds as the other sweeps (10 by default, 100 with
+// -sim.long), and a twentieth under the race detector: its runs cost more,
+// a rebalancing one several times a plain one, and the plain protocol under
+// them is swept by TestSimulationFaulty.
 func TestSimulationMigration(t *testing.T) {
 	t.Parallel()
-	n := *seedsFlag / 2
+	n := sweepSize() / 2
 	if raceEnabled && *soakFlag == 0 {
-		n = *seedsFlag / 20
+		n = sweepSize() / 20
 	}
 	results := seeds(t, max(n, 1), migrating)
 	tot := sweep(t, results, func(s Stats) map[string]int {

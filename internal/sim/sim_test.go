@@ -11,9 +11,19 @@ import (
 	"github.com/leasehold/leasehold/protocol"
 )
 
+// The sweeps run quickSeeds seeds each by default, so that go test ./...
+// stays short enough to wait for; -sim.long runs longSeeds, as CI does.
+// The broken-rule tests run until their checker catches the rule, however
+// many seeds that takes, so they need no flag.
+const (
+	quickSeeds = 20
+	longSeeds  = 200
+)
+
 var (
-	seedsFlag = flag.Int("sim.seeds", 200, "number of seeds per simulation test")
-	soakFlag  = flag.Int("sim.soak", 0, "if set, run this many seeds instead (a long soak)")
+	longFlag  = flag.Bool("sim.long", false, "the long sweep, as CI runs it: 200 seeds per sweep instead of 20, and the production report over 10 virtual minutes instead of 3")
+	seedsFlag = flag.Int("sim.seeds", 0, "number of seeds per sweep (0: 20, or 200 with -sim.long)")
+	soakFlag  = flag.Int("sim.soak", 0, "if set, run this many seeds instead, also under the race detector (a long soak)")
 	seedFlag  = flag.Uint64("sim.seed", 0, "replay only this seed")
 	traceFlag = flag.String("sim.trace", "", "with -sim.seed: print the messages of this node (e.g. owner-03, lookup-07), or every loss the Manager records (losses)")
 )
@@ -40,9 +50,20 @@ func scenario(s uint64) Config {
 	return c
 }
 
+// sweepSize is how many seeds a sweep runs, by the flags.
+func sweepSize() int {
+	switch {
+	case *seedsFlag > 0:
+		return *seedsFlag
+	case *longFlag:
+		return longSeeds
+	}
+	return quickSeeds
+}
+
 // sweepSeeds is how many seeds a sweep of n runs: half under the race
-// detector (CI's run, which is about the harness's concurrency; every seed
-// is a third as long there too), unless a soak asks for more.
+// detector (a race run is about the harness's concurrency; every seed is a
+// third as long there too), unless a soak asks for more.
 func sweepSeeds(n int) int {
 	if raceEnabled && *soakFlag == 0 {
 		return max(n/2, 1)
@@ -169,7 +190,7 @@ func sweep(t *testing.T, results []Result, required func(Stats) map[string]int) 
 
 func TestSimulationFaulty(t *testing.T) {
 	t.Parallel()
-	results := seeds(t, sweepSeeds(*seedsFlag), scenario)
+	results := seeds(t, sweepSeeds(sweepSize()), scenario)
 	tot := sweep(t, results, func(s Stats) map[string]int {
 		return map[string]int{
 			"owner crashes": s.OwnerCrashes, "manager restarts": s.ManagerRestarts,
@@ -191,7 +212,7 @@ func TestSimulationReplicated5(t *testing.T) { testReplicated(t, 5) }
 
 func testReplicated(t *testing.T, managers int) {
 	t.Parallel()
-	results := seeds(t, sweepSeeds(*seedsFlag), replicated(managers))
+	results := seeds(t, sweepSeeds(sweepSize()), replicated(managers))
 	tot := sweep(t, results, func(s Stats) map[string]int {
 		return map[string]int{
 			"leader crashes": s.LeaderCrashes, "follower crashes": s.ManagerRestarts - s.LeaderCrashes,

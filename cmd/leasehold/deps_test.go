@@ -1,0 +1,47 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// heavy names the packages the leasehold binary must not link: the
+// simulation (which swaps crypto/rand.Reader while it runs) and the
+// experiments with their plotting stack. They belong to leasehold-bench.
+var heavy = []string{
+	"github.com/leasehold/leasehold/internal/sim",
+	"github.com/leasehold/leasehold/internal/bench",
+	"github.com/leasehold/leasehold/internal/benchcli",
+	"gonum.org/",
+	"codeberg.org/go-latex/",
+	"codeberg.org/go-fonts/",
+	"codeberg.org/go-pdf/",
+}
+
+// TestLeanBinary: the binary that runs the Manager in production carries
+// neither the simulation nor the plotting stack. It asks go list for the
+// package's dependencies, as a reader would.
+func TestLeanBinary(t *testing.T) {
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		goBin = filepath.Join(os.Getenv("GOROOT"), "bin", "go")
+	}
+	out, err := exec.Command(goBin, "list", "-deps", ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list -deps: %v\n%s", err, out)
+	}
+	deps := strings.Fields(string(out))
+	if len(deps) < 10 || !strings.Contains(string(out), "github.com/leasehold/leasehold/manager\n") {
+		t.Fatalf("go list -deps printed no dependency list:\n%s", out)
+	}
+	for _, d := range deps {
+		for _, h := range heavy {
+			if d == h || strings.HasPrefix(d, strings.TrimSuffix(h, "/")+"/") {
+				t.Errorf("cmd/leasehold links %s; the simulation and plotting belong to cmd/leasehold-bench", d)
+			}
+		}
+	}
+}
