@@ -21,6 +21,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
+
 	"github.com/leasehold/leasehold/internal/peers"
 	"github.com/leasehold/leasehold/internal/raftstore"
 	"github.com/leasehold/leasehold/internal/replica"
@@ -142,6 +144,9 @@ type Server struct {
 	relayConns  map[string]*grpc.ClientConn // to leaders, for relayed Owner streams
 	relayClosed bool
 	relays      atomic.Int64 // Owner streams relayed now
+
+	metrics *serverMetrics
+	grpcm   *grpcprom.ServerMetrics
 }
 
 // NewServer validates cfg, opens the data directory and returns a Server.
@@ -158,6 +163,8 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		raftIn:     make(chan raftpb.Message, 4096),
 		ready:      make(chan struct{}),
 		stopped:    make(chan struct{}),
+		metrics:    newServerMetrics(),
+		grpcm:      newGRPCMetrics(),
 	}
 	for _, ns := range cfg.Namespaces {
 		s.namespaces[ns] = true
@@ -193,6 +200,7 @@ func (s *Server) Register(g *grpc.Server) {
 	pb.RegisterLookupsServer(g, lookupsService{Server: s})
 	pb.RegisterAdminServer(g, adminService{Server: s})
 	s.transport.Register(g)
+	s.grpcm.InitializeMetrics(g)
 }
 
 // The gRPC services' handlers live on unexported types, so that they are
@@ -223,7 +231,8 @@ const raftMessageBytes = 64 << 20
 // runtime.KeepaliveTime to notice a replica that stopped answering, which
 // the server must allow (runtime.KeepaliveServerOptions).
 func (s *Server) GRPCOptions() []grpc.ServerOption {
-	return append([]grpc.ServerOption{grpc.MaxRecvMsgSize(max(s.cfg.MaxMessageBytes, raftMessageBytes+1024))}, // + the RaftMessage wrapper
+	return append([]grpc.ServerOption{grpc.MaxRecvMsgSize(max(s.cfg.MaxMessageBytes, raftMessageBytes+1024)), // + the RaftMessage wrapper
+		grpc.ChainUnaryInterceptor(s.grpcm.UnaryServerInterceptor()), grpc.ChainStreamInterceptor(s.grpcm.StreamServerInterceptor())},
 		runtime.KeepaliveServerOptions()...)
 }
 
@@ -285,7 +294,11 @@ type ClusterInfo struct {
 	LeaderAddr, Role string
 	Term             uint64
 	Commit, Applied  uint64
-	Peers            []PeerInfo
+	// Quorum is, on the leader, whether a quorum of voters (itself
+	// included) was recently active within the last election timeout, as
+	// Raft's CheckQuorum counts them; false on the other replicas.
+	Quorum bool
+	Peers  []PeerInfo
 }
 
 // PeerInfo describes one replica.
@@ -354,6 +367,7 @@ type leaseEvent struct {
 	st   *ownerStream
 	req  *protocol.LeaseRequest
 	errc chan error
+	at   time.Time // when it arrived
 }
 
 type syncEvent struct {
@@ -387,9 +401,10 @@ type snapshotEvent struct {
 type ownerStream struct{ out chan *pb.LeaseResponse }
 
 type lookupStream struct {
-	id  uint64
-	ns  string
-	out chan *pb.SyncResponse
+	id   uint64
+	ns   string
+	out  chan *pb.SyncResponse
+	sent keyspace.LSN // the newest LSN handed to it (loop only)
 }
 
 type routeKey struct{ ns, owner string }
@@ -407,6 +422,8 @@ type loop struct {
 	publishAt   time.Time
 	publishTook time.Duration
 	leader      uint64 // last leader logged
+	quorumAt    time.Time // when the leader last saw a quorum active
+	obs         observer  // metrics kept by the loop (metrics.go)
 }
 
 // Run runs the Manager's replica until ctx is cancelled. All of the
@@ -518,6 +535,7 @@ func (l *loop) drive() error {
 	if err := replica.Drive(l.r, l); err != nil {
 		return err
 	}
+	l.obs.noteCommits(l.s.metrics, l.r.State(), time.Now())
 	if id, addr := l.r.Leader(); id != l.leader {
 		l.leader = id
 		l.s.cfg.Logger.Info("leader changed", "leader", id, "addr", addr, "self", id == l.s.cfg.ID)
@@ -571,7 +589,9 @@ func (l *loop) handle(ev event) {
 		err := l.r.StepLease(now, ev.req)
 		if err == nil {
 			// Answers go to the stream the owner last spoke on.
-			l.routes[routeKey{ev.req.Namespace, ev.req.Owner}] = ev.st
+			k := routeKey{ev.req.Namespace, ev.req.Owner}
+			l.routes[k] = ev.st
+			l.obs.noteAsked(k, ev.at)
 		}
 		ev.errc <- err
 	case syncEvent:
@@ -617,17 +637,22 @@ func (l *loop) handle(ev event) {
 // blocking: a stream whose queue is full loses the message, which the
 // protocol tolerates like any other lost message.
 func (l *loop) send(owners []replica.OwnerMessage, lookups []replica.LookupMessage) {
+	now := time.Now()
 	for _, m := range owners {
-		st := l.routes[routeKey{m.Msg.Namespace, m.To}]
+		k := routeKey{m.Msg.Namespace, m.To}
+		st := l.routes[k]
 		if st == nil {
 			continue
 		}
 		select {
 		case st.out <- wire.LeaseResponseToPB(m.Msg):
+			l.obs.answered(l.s.metrics, k, now)
 		default:
 			l.dropped++
 		}
 	}
+	l.obs.noteCommits(l.s.metrics, l.r.State(), now)
+	defer l.obs.pushed(l.s.metrics, l.lookups, now)
 	var shared map[updateKey]*pb.Update
 	if len(lookups) > 0 {
 		shared = map[updateKey]*pb.Update{}
@@ -639,6 +664,7 @@ func (l *loop) send(owners []replica.OwnerMessage, lookups []replica.LookupMessa
 		}
 		select {
 		case st.out <- syncResponseToPB(m.Msg, shared):
+			st.sent = max(st.sent, m.Msg.Update.To)
 		default:
 			l.dropped++
 		}
@@ -738,6 +764,23 @@ func (l *loop) clusterInfo() ClusterInfo {
 	ci := ClusterInfo{ID: l.s.cfg.ID, Leader: lead, LeaderAddr: addr, Role: roleName(rs.RaftState),
 		Term: rs.Term, Commit: rs.Commit, Applied: rs.Applied}
 	voters := rs.Config.Voters.IDs()
+	if rs.RaftState == raft.StateLeader {
+		active := 0
+		for id := range voters {
+			if pr, ok := rs.Progress[id]; ok && (pr.RecentActive || id == l.s.cfg.ID) {
+				active++
+			}
+		}
+		now := time.Now()
+		if active > len(voters)/2 {
+			l.quorumAt = now
+		}
+		// CheckQuorum clears the marks every election timeout, so a mark
+		// set within the last two is a quorum heard from within one.
+		ci.Quorum = !l.quorumAt.IsZero() && now.Sub(l.quorumAt) < 2*l.s.electionTimeout()
+	} else {
+		l.quorumAt = time.Time{}
+	}
 	for id, a := range l.r.State().Peers() {
 		p := PeerInfo{ID: id, Addr: a}
 		_, p.Voter = voters[id]
@@ -880,7 +923,7 @@ func (s leasesService) Session(stream pb.Leases_SessionServer) error {
 			return nil, nil, err
 		}
 		errc := make(chan error, 1)
-		return leaseEvent{st: st, req: req, errc: errc}, errc, nil
+		return leaseEvent{st: st, req: req, errc: errc, at: time.Now()}, errc, nil
 	}, closeEvent{owner: st})
 }
 

@@ -1,0 +1,150 @@
+package manager
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/leasehold/leasehold/internal/replica"
+	"github.com/leasehold/leasehold/keyspace"
+	"github.com/leasehold/leasehold/leasetable"
+)
+
+// latencyBuckets are the histograms' buckets, in seconds: renewals are
+// answered in a round of Raft (a heartbeat round or an fsync), and changes
+// reach the Lookups within a push interval.
+var latencyBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
+
+// serverMetrics are the metrics the loop and the gRPC handlers measure as
+// they go, rather than read from a Snapshot.
+type serverMetrics struct {
+	renewal     prometheus.Histogram
+	propagation prometheus.Histogram
+	losses      *prometheus.CounterVec
+}
+
+func newServerMetrics() *serverMetrics {
+	return &serverMetrics{
+		renewal: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "leasehold_renewal_answer_seconds",
+			Help:    "Time from an Owner's lease request arriving to the leader's answer being handed to its stream (the answer waits for the proof that this replica still leads).",
+			Buckets: latencyBuckets,
+		}),
+		propagation: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "leasehold_propagation_seconds",
+			Help:    "Time from a change of the lease table being applied on this replica to its push being handed to the stream of every Lookup connected to it.",
+			Buckets: latencyBuckets,
+		}),
+		losses: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "leasehold_loss_notifications_total",
+			Help: "Ranges whose holder's soft state is lost (freed, or granted without migration), per namespace: each makes every Lookup raise a loss notification.",
+		}, []string{"namespace"}),
+	}
+}
+
+func (m *serverMetrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.renewal, m.propagation, m.losses}
+}
+
+// observer is the loop's bookkeeping for the measured metrics.
+type observer struct {
+	// asked is when each Owner's oldest unanswered request arrived.
+	asked map[routeKey]time.Time
+	// ns is each namespace's view of the table, as a Lookup's, and its
+	// changes not yet pushed to every Lookup.
+	ns map[string]*nsObserver
+}
+
+type nsObserver struct {
+	view    *leasetable.View
+	pending []commitAt
+}
+
+type commitAt struct {
+	lsn keyspace.LSN
+	at  time.Time
+}
+
+// maxPending bounds the changes awaiting their push, per namespace: a
+// Lookup that never catches up must not grow the Manager's memory.
+const maxPending = 4096
+
+// asked notes the arrival of an Owner's request that the leader accepted.
+func (o *observer) noteAsked(k routeKey, at time.Time) {
+	if o.asked == nil {
+		o.asked = map[routeKey]time.Time{}
+	}
+	if _, ok := o.asked[k]; !ok {
+		o.asked[k] = at
+	}
+}
+
+// answered notes that an answer went to k's stream.
+func (o *observer) answered(m *serverMetrics, k routeKey, now time.Time) {
+	if at, ok := o.asked[k]; ok {
+		m.renewal.Observe(now.Sub(at).Seconds())
+		delete(o.asked, k)
+	}
+}
+
+// noteCommits records the table changes applied since the last call: when
+// they were applied, for the propagation lag, and which of them lose a
+// holder's state, by applying them to a copy of the table as a Lookup does
+// (leasetable.View.Apply names the ranges whose loss it would report).
+func (o *observer) noteCommits(m *serverMetrics, st *replica.State, now time.Time) {
+	if o.ns == nil {
+		o.ns = map[string]*nsObserver{}
+	}
+	for _, name := range st.Namespaces() {
+		t := st.Table(name)
+		n := o.ns[name]
+		if n == nil || n.view.LSN() > t.LSN() {
+			// New, or the state was replaced (a snapshot installed):
+			// start over from the table as it is, counting nothing.
+			n = &nsObserver{view: leasetable.NewView()}
+			o.ns[name] = n
+			_, _ = n.view.Apply(t.Snapshot())
+			continue
+		}
+		if t.LSN() == n.view.LSN() {
+			continue
+		}
+		lost, err := n.view.Apply(t.Since(n.view.LSN()))
+		if err != nil {
+			delete(o.ns, name) // cannot happen; start over next time
+			continue
+		}
+		if len(lost) > 0 {
+			m.losses.WithLabelValues(name).Add(float64(len(lost)))
+		}
+		if len(n.pending) == maxPending {
+			n.pending = n.pending[1:]
+		}
+		n.pending = append(n.pending, commitAt{t.LSN(), now})
+	}
+}
+
+// pushed observes the propagation lag of every change that has now been
+// handed to every Lookup of its namespace connected here.
+func (o *observer) pushed(m *serverMetrics, lookups map[uint64]*lookupStream, now time.Time) {
+	for name, n := range o.ns {
+		if len(n.pending) == 0 {
+			continue
+		}
+		least, any := keyspace.LSN(0), false
+		for _, st := range lookups {
+			if st.ns == name && (!any || st.sent < least) {
+				least, any = st.sent, true
+			}
+		}
+		if !any {
+			n.pending = n.pending[:0] // nobody to push to
+			continue
+		}
+		i := 0
+		for ; i < len(n.pending) && n.pending[i].lsn <= least; i++ {
+			m.propagation.Observe(now.Sub(n.pending[i].at).Seconds())
+		}
+		n.pending = append(n.pending[:0], n.pending[i:]...)
+	}
+}
