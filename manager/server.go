@@ -421,7 +421,7 @@ type loop struct {
 	stale       bool
 	publishAt   time.Time
 	publishTook time.Duration
-	leader      uint64 // last leader logged
+	leader      uint64    // last leader logged
 	quorumAt    time.Time // when the leader last saw a quorum active
 	obs         observer  // metrics kept by the loop (metrics.go)
 }
