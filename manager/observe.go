@@ -103,6 +103,7 @@ func (o *observer) noteCommits(m *serverMetrics, st *replica.State, now time.Tim
 			// start over from the table as it is, counting nothing.
 			n = &nsObserver{view: leasetable.NewView()}
 			o.ns[name] = n
+			m.losses.WithLabelValues(name) // present from the start, at 0
 			_, _ = n.view.Apply(t.Snapshot())
 			continue
 		}
