@@ -14,7 +14,7 @@ import (
 //
 // Gauges, per namespace (label "namespace"): leasehold_owners,
 // leasehold_members, leasehold_ranges, leasehold_free_ranges,
-// leasehold_lookups, leasehold_lsn; and leasehold_epoch. Counters, since the
+// leasehold_lookups, leasehold_draining_owners, leasehold_lsn; and leasehold_epoch. Counters, since the
 // Manager started: leasehold_lease_requests_total,
 // leasehold_sync_requests_total, leasehold_grants_total,
 // leasehold_recalls_total, leasehold_releases_total,
@@ -142,6 +142,15 @@ func newCollector(snapshot func() *Snapshot) *collector {
 			ns("ranges", "Segments of the lease table, owned or free.", func(n NamespaceSnapshot) float64 { return float64(n.Segments) }),
 			ns("free_ranges", "Segments of the lease table that no Owner holds.", func(n NamespaceSnapshot) float64 { return float64(n.FreeSegments) }),
 			ns("lookups", "Lookups connected.", func(n NamespaceSnapshot) float64 { return float64(n.Lookups) }),
+			ns("draining_owners", "Owners draining (planned work: their ranges move away), as the leader knows them.", func(n NamespaceSnapshot) float64 {
+				d := 0
+				for _, o := range n.Owners {
+					if o.Draining {
+						d++
+					}
+				}
+				return float64(d)
+			}),
 			ns("lsn", "The LSN of the lease table's latest change.", func(n NamespaceSnapshot) float64 { return float64(n.LSN) }),
 		},
 		stats: []statMetric{
