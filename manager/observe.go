@@ -1,6 +1,10 @@
 package manager
 
 import (
+	"context"
+	"log/slog"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -53,6 +57,9 @@ type observer struct {
 	// ns is each namespace's view of the table, as a Lookup's, and its
 	// changes not yet pushed to every Lookup.
 	ns map[string]*nsObserver
+	// members is each namespace's Owners as last published, to log
+	// membership changes.
+	members map[string]map[string]replica.OwnerRecord
 }
 
 type nsObserver struct {
@@ -91,7 +98,10 @@ func (o *observer) answered(m *serverMetrics, k routeKey, now time.Time) {
 // they were applied, for the propagation lag, and which of them lose a
 // holder's state, by applying them to a copy of the table as a Lookup does
 // (leasetable.View.Apply names the ranges whose loss it would report).
-func (o *observer) noteCommits(m *serverMetrics, st *replica.State, now time.Time) {
+//
+// It logs each change at debug level (owner, range, LGN) and each loss at
+// info.
+func (o *observer) noteCommits(m *serverMetrics, log *slog.Logger, st *replica.State, now time.Time) {
 	if o.ns == nil {
 		o.ns = map[string]*nsObserver{}
 	}
@@ -110,13 +120,21 @@ func (o *observer) noteCommits(m *serverMetrics, st *replica.State, now time.Tim
 		if t.LSN() == n.view.LSN() {
 			continue
 		}
-		lost, err := n.view.Apply(t.Since(n.view.LSN()))
+		u := t.Since(n.view.LSN())
+		if log.Enabled(context.Background(), slog.LevelDebug) {
+			for _, c := range u.Changes {
+				log.Debug("lease table change", "namespace", name, "lsn", c.LSN, "range", c.Range.String(),
+					"owner", c.Entry.Owner, "lgn", c.Entry.LGN, "migrated", c.Entry.Migrated)
+			}
+		}
+		lost, err := n.view.Apply(u)
 		if err != nil {
 			delete(o.ns, name) // cannot happen; start over next time
 			continue
 		}
 		if len(lost) > 0 {
 			m.losses.WithLabelValues(name).Add(float64(len(lost)))
+			log.Info("loss notification", "namespace", name, "lsn", t.LSN(), "ranges", len(lost), "first", lost[0].String())
 		}
 		if len(n.pending) == maxPending {
 			n.pending = n.pending[1:]
@@ -147,5 +165,40 @@ func (o *observer) pushed(m *serverMetrics, lookups map[uint64]*lookupStream, no
 			m.propagation.Observe(now.Sub(n.pending[i].at).Seconds())
 		}
 		n.pending = append(n.pending[:0], n.pending[i:]...)
+	}
+}
+
+// noteMembers logs, at info, the Owners that joined, left, restarted or
+// started draining since the last call (publish calls it).
+func (o *observer) noteMembers(log *slog.Logger, st *replica.State) {
+	if o.members == nil {
+		o.members = map[string]map[string]replica.OwnerRecord{}
+	}
+	for _, name := range st.Namespaces() {
+		now := st.Owners(name)
+		was, seen := o.members[name]
+		o.members[name] = maps.Clone(now)
+		if !seen {
+			continue // the first view: nothing changed yet
+		}
+		for _, id := range slices.Sorted(maps.Keys(now)) {
+			r, old := now[id], was[id]
+			switch {
+			case r.Member && !old.Member:
+				log.Info("owner joined", "namespace", name, "owner", id, "addr", r.Addr, "incarnation", r.Incarnation)
+			case !r.Member && old.Member:
+				log.Info("owner left", "namespace", name, "owner", id, "incarnation", r.Incarnation)
+			case r.Member && r.Incarnation != old.Incarnation:
+				log.Info("owner restarted", "namespace", name, "owner", id, "incarnation", r.Incarnation)
+			}
+			if r.Draining && !old.Draining {
+				log.Info("owner draining", "namespace", name, "owner", id)
+			}
+		}
+		for id, old := range was {
+			if _, ok := now[id]; !ok && old.Member {
+				log.Info("owner left", "namespace", name, "owner", id, "incarnation", old.Incarnation)
+			}
+		}
 	}
 }

@@ -535,7 +535,7 @@ func (l *loop) drive() error {
 	if err := replica.Drive(l.r, l); err != nil {
 		return err
 	}
-	l.obs.noteCommits(l.s.metrics, l.r.State(), time.Now())
+	l.obs.noteCommits(l.s.metrics, l.s.cfg.Logger, l.r.State(), time.Now())
 	if id, addr := l.r.Leader(); id != l.leader {
 		l.leader = id
 		l.s.cfg.Logger.Info("leader changed", "leader", id, "addr", addr, "self", id == l.s.cfg.ID)
@@ -574,8 +574,10 @@ func (l *loop) Send(rd *replica.Ready) {
 		case p.ID == l.s.cfg.ID:
 		case p.Addr == "":
 			l.s.transport.RemovePeer(p.ID)
+			l.s.cfg.Logger.Info("replica removed", "replica", p.ID)
 		default:
 			l.s.transport.SetPeer(p.ID, p.Addr)
+			l.s.cfg.Logger.Info("replica known", "replica", p.ID, "addr", p.Addr)
 		}
 	}
 	l.s.transport.Send(rd.Messages)
@@ -638,6 +640,7 @@ func (l *loop) handle(ev event) {
 // protocol tolerates like any other lost message.
 func (l *loop) send(owners []replica.OwnerMessage, lookups []replica.LookupMessage) {
 	now := time.Now()
+	debug := len(owners) > 0 && l.s.cfg.Logger.Enabled(context.Background(), slog.LevelDebug)
 	for _, m := range owners {
 		k := routeKey{m.Msg.Namespace, m.To}
 		st := l.routes[k]
@@ -647,11 +650,14 @@ func (l *loop) send(owners []replica.OwnerMessage, lookups []replica.LookupMessa
 		select {
 		case st.out <- wire.LeaseResponseToPB(m.Msg):
 			l.obs.answered(l.s.metrics, k, now)
+			if debug {
+				logAnswer(l.s.cfg.Logger, m.Msg)
+			}
 		default:
 			l.dropped++
 		}
 	}
-	l.obs.noteCommits(l.s.metrics, l.r.State(), now)
+	l.obs.noteCommits(l.s.metrics, l.s.cfg.Logger, l.r.State(), now)
 	defer l.obs.pushed(l.s.metrics, l.lookups, now)
 	var shared map[updateKey]*pb.Update
 	if len(lookups) > 0 {
@@ -755,6 +761,7 @@ func (l *loop) publish() {
 		})
 		snap.Namespaces = append(snap.Namespaces, ns)
 	}
+	l.obs.noteMembers(l.s.cfg.Logger, st)
 	l.s.stats.Store(snap)
 }
 
@@ -1288,4 +1295,20 @@ func (w *chunkWriter) flush() error {
 	err := w.send(w.buf)
 	w.buf = nil
 	return err
+}
+
+// logAnswer logs, at debug level, the grants an answer carries, one line
+// each with the owner, range and LGN, and its renewals as a count.
+func logAnswer(log *slog.Logger, m *protocol.LeaseResponse) {
+	renewed := 0
+	for _, ls := range m.Leases {
+		if !ls.Grant {
+			renewed++
+			continue
+		}
+		log.Debug("lease granted", "namespace", m.Namespace, "owner", m.Owner, "range", ls.Range.String(),
+			"lgn", ls.LGN, "migrated", ls.Migrated)
+	}
+	log.Debug("lease answer sent", "namespace", m.Namespace, "owner", m.Owner, "incarnation", m.Incarnation,
+		"leases", len(m.Leases), "renewed", renewed)
 }

@@ -75,7 +75,7 @@ type managerOptions struct {
 	timings       string // a key of profiles
 	namespaces    []string
 	metricsListen string
-	logLevel      string
+	logOptions
 	id            uint64
 	peers         string // ID=ADDR,…
 	dataDir       string
@@ -165,7 +165,7 @@ Logs go to stderr. SIGINT or SIGTERM stops it cleanly (exit code 0).`,
 	f.Float64Var(&o.settings.MaxRequestRate, "max-request-rate", 0, "requests per second one Owner or Lookup stream may send, with bursts of twice that (0: 50)")
 	f.IntVar(&o.settings.MaxMessageBytes, "max-message-bytes", 0, "the largest message an Owner or Lookup may send, in bytes (0: 4 MiB)")
 	f.StringVar(&o.metricsListen, "metrics-listen", "", "serve Prometheus metrics at http://`ADDR`/metrics, and /healthz and /readyz (default: none)")
-	f.Var(newChoice(&o.logLevel, "info", "debug", "info", "warn", "error"), "log-level", "the least severe log level written to stderr")
+	o.addLogFlags(f, "info")
 	cmd.Flags().SortFlags = false
 	return cmd
 }
@@ -317,14 +317,8 @@ func parsePeers(s string) ([]manager.Peer, error) {
 	return out, nil
 }
 
-func (o *managerOptions) logger(e *env) *slog.Logger {
-	var level slog.Level
-	_ = level.UnmarshalText([]byte(o.logLevel)) // one of the choices
-	return slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level}))
-}
-
 func (o *managerOptions) run(ctx context.Context, e *env) error {
-	log := o.logger(e)
+	log := o.logger(e.stderr)
 	cfg, err := o.config(log)
 	if err != nil {
 		return err
