@@ -613,6 +613,7 @@ func (l *loop) handle(ev event) {
 			for k, st := range l.routes {
 				if st == ev.owner {
 					delete(l.routes, k)
+					delete(l.obs.asked, k) // no answer will go there
 				}
 			}
 		}
