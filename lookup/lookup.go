@@ -220,6 +220,12 @@ func (l *Lookup) run(ctx context.Context, core *Core) {
 		l.answerWait.Store(int64(core.Timing().LookupAnswerWait()))
 		l.metrics.observe(core, len(losses))
 		for _, loss := range losses {
+			first := ""
+			if len(loss.Ranges) > 0 {
+				first = loss.Ranges[0].String()
+			}
+			l.cfg.Logger.Info("loss notification", "namespace", l.cfg.Namespace, "ranges", len(loss.Ranges),
+				"first", first, "all", loss.All)
 			l.up.Push(loss)
 		}
 		for _, u := range applied {

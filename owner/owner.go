@@ -322,6 +322,7 @@ func (o *Owner) run(ctx context.Context, core *Core) {
 		// Publish first: an upcall reporting a grant must find it held.
 		o.publish(core.Held(time.Now()))
 		for _, c := range changes {
+			o.logChange(c)
 			o.up.Push(c)
 		}
 		for _, r := range reqs {
@@ -394,4 +395,24 @@ func (o *Owner) connect(ctx context.Context) {
 			}
 			return st, err
 		}, o.sendq, wire.LeaseResponseFromPB, o.recv)
+}
+
+// logChange logs a change of the held set: each grant, revocation and
+// planned move at debug level, with the range and LGN.
+func (o *Owner) logChange(c OwnershipChange) {
+	log := o.cfg.Logger
+	if !log.Enabled(context.Background(), slog.LevelDebug) {
+		return
+	}
+	for _, l := range c.Granted {
+		log.Debug("lease granted", "namespace", o.cfg.Namespace, "owner", o.cfg.ID, "range", l.Range.String(),
+			"lgn", l.Num.LGN, "epoch", l.Num.Epoch, "migrated", l.Migrated)
+	}
+	for _, r := range c.Revoked {
+		log.Debug("lease revoked", "namespace", o.cfg.Namespace, "owner", o.cfg.ID, "range", r.String())
+	}
+	for _, h := range c.Handovers {
+		log.Debug("handover asked", "namespace", o.cfg.Namespace, "owner", o.cfg.ID, "range", h.Range.String(),
+			"lgn", h.Lease.LGN, "to", h.To)
+	}
 }
