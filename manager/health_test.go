@@ -8,6 +8,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/leasehold/leasehold/manager"
 	"github.com/leasehold/leasehold/protocol"
 )
@@ -51,6 +53,10 @@ func TestReadyzFollowerCutOff(t *testing.T) {
 			time.Sleep(100 * time.Millisecond)
 		}
 		lead := n.leader()
+		// The leader measures its heartbeats' round trips to both others.
+		if k := testutil.CollectAndCount(n.srv[lead].Collector(), "leasehold_raft_peer_round_trip_seconds"); k != 2 {
+			t.Errorf("the leader has %d peer round-trip series, want 2", k)
+		}
 		var f uint64
 		for id := range n.srv {
 			if id != lead {

@@ -30,8 +30,9 @@ import (
 // (Owner answers never sent: their round was not proven before the
 // replica stepped down or its proposal was dropped).
 //
-// Measured: the histograms leasehold_renewal_answer_seconds and
-// leasehold_propagation_seconds, the counter
+// Measured: the histograms leasehold_renewal_answer_seconds,
+// leasehold_propagation_seconds and, on the leader, per replica,
+// leasehold_raft_peer_round_trip_seconds{peer}; the counter
 // leasehold_loss_notifications_total{namespace}, and the per-method gRPC
 // server series of go-grpc-middleware's Prometheus provider, named
 // leasehold_grpc_server_* (started, handled, messages received and sent,

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,6 +26,7 @@ type serverMetrics struct {
 	renewal     prometheus.Histogram
 	propagation prometheus.Histogram
 	losses      *prometheus.CounterVec
+	peerRTT     *prometheus.HistogramVec
 }
 
 func newServerMetrics() *serverMetrics {
@@ -43,11 +45,16 @@ func newServerMetrics() *serverMetrics {
 			Name: "leasehold_loss_notifications_total",
 			Help: "Ranges whose holder's soft state is lost (freed, or granted without migration), per namespace: each makes every Lookup raise a loss notification.",
 		}, []string{"namespace"}),
+		peerRTT: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "leasehold_raft_peer_round_trip_seconds",
+			Help:    "On the leader, time from a Raft heartbeat sent to a replica to its answer arriving, per replica (label peer, its Raft ID).",
+			Buckets: latencyBuckets,
+		}, []string{"peer"}),
 	}
 }
 
 func (m *serverMetrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.renewal, m.propagation, m.losses}
+	return []prometheus.Collector{m.renewal, m.propagation, m.losses, m.peerRTT}
 }
 
 // observer is the loop's bookkeeping for the measured metrics.
@@ -60,6 +67,27 @@ type observer struct {
 	// members is each namespace's Owners as last published, to log
 	// membership changes.
 	members map[string]map[string]replica.OwnerRecord
+	// heartbeats is when the oldest unanswered heartbeat to each replica
+	// was sent.
+	heartbeats map[uint64]time.Time
+}
+
+// heartbeatSent notes a heartbeat to replica id, unless one is unanswered.
+func (o *observer) heartbeatSent(id uint64, now time.Time) {
+	if o.heartbeats == nil {
+		o.heartbeats = map[uint64]time.Time{}
+	}
+	if _, ok := o.heartbeats[id]; !ok {
+		o.heartbeats[id] = now
+	}
+}
+
+// heartbeatAnswered observes the round trip to replica id.
+func (o *observer) heartbeatAnswered(m *serverMetrics, id uint64, now time.Time) {
+	if at, ok := o.heartbeats[id]; ok {
+		delete(o.heartbeats, id)
+		m.peerRTT.WithLabelValues(strconv.FormatUint(id, 10)).Observe(now.Sub(at).Seconds())
+	}
 }
 
 type nsObserver struct {

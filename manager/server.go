@@ -503,6 +503,9 @@ func (s *Server) Run(ctx context.Context) error {
 		case m := <-s.raftIn:
 			now := time.Now()
 			drain(s.raftIn, m, func(m raftpb.Message) {
+				if m.Type == raftpb.MsgHeartbeatResp {
+					l.obs.heartbeatAnswered(s.metrics, m.From, now)
+				}
 				_ = l.r.StepRaft(now, m) // stale or foreign messages are Raft's to ignore
 			})
 			l.changed()
@@ -578,6 +581,14 @@ func (l *loop) Send(rd *replica.Ready) {
 		default:
 			l.s.transport.SetPeer(p.ID, p.Addr)
 			l.s.cfg.Logger.Info("replica known", "replica", p.ID, "addr", p.Addr)
+		}
+	}
+	if len(rd.Messages) > 0 {
+		now := time.Now()
+		for _, m := range rd.Messages {
+			if m.Type == raftpb.MsgHeartbeat {
+				l.obs.heartbeatSent(m.To, now)
+			}
 		}
 	}
 	l.s.transport.Send(rd.Messages)
