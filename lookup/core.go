@@ -90,6 +90,10 @@ func (c *Core) staleAt() time.Time {
 	return base.Add(c.cfg.Timing.SyncTimeout)
 }
 
+// Fresh returns when the newest sync whose answer the copy reflects was
+// sent: the copy was at least that fresh then. Zero before the first.
+func (c *Core) Fresh() time.Time { return c.fresh }
+
 // Timing returns the timings in force: the configured ones, with Sync and
 // SyncTimeout as the Manager's answers set them.
 func (c *Core) Timing() protocol.Timing { return c.cfg.Timing }

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
 	"github.com/leasehold/leasehold/internal/runtime"
@@ -53,6 +54,11 @@ type Config struct {
 	// DialOptions replace the default (plaintext) gRPC dial options, for
 	// every Manager replica.
 	DialOptions []grpc.DialOption
+	// Registerer, if set, receives the Lookup's Prometheus metrics
+	// (metrics.go): its copy's age, the losses it raised and its resyncs,
+	// labelled with the namespace. New fails if they cannot be registered
+	// (another Lookup of the namespace on the same registry).
+	Registerer prometheus.Registerer
 }
 
 // Update is a change applied to the Lookup's copy of the table.
@@ -90,6 +96,7 @@ type Lookup struct {
 	// stream's answer deadline; the loop updates it as the Manager's
 	// timings arrive.
 	answerWait atomic.Int64
+	metrics    *metrics // nil without Config.Registerer
 }
 
 type published struct {
@@ -129,6 +136,12 @@ func New(ctx context.Context, cfg Config) (*Lookup, error) {
 		}
 	})
 	l.view.Store(&published{view: leasetable.NewView()})
+	if cfg.Registerer != nil {
+		if err := l.registerMetrics(cfg.Registerer); err != nil {
+			_ = managers.Close()
+			return nil, fmt.Errorf("lookup: registering metrics: %w", err)
+		}
+	}
 	ctx, l.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	core := NewCore(CoreConfig{Namespace: cfg.Namespace, Timing: cfg.Timing}, time.Now())
 	l.answerWait.Store(int64(cfg.Timing.LookupAnswerWait()))
@@ -205,7 +218,14 @@ func (l *Lookup) run(ctx context.Context, core *Core) {
 		}
 		reqs, losses := core.Ready()
 		l.answerWait.Store(int64(core.Timing().LookupAnswerWait()))
+		l.metrics.observe(core, len(losses))
 		for _, loss := range losses {
+			first := ""
+			if len(loss.Ranges) > 0 {
+				first = loss.Ranges[0].String()
+			}
+			l.cfg.Logger.Info("loss notification", "namespace", l.cfg.Namespace, "ranges", len(loss.Ranges),
+				"first", first, "all", loss.All)
 			l.up.Push(loss)
 		}
 		for _, u := range applied {
@@ -225,6 +245,9 @@ func (l *Lookup) run(ctx context.Context, core *Core) {
 		case m := <-l.recv:
 			before := core.View().LSN()
 			core.Step(time.Now(), m)
+			if core.View().LSN() != before {
+				l.metrics.applied(m.Update.Snapshot)
+			}
 			if core.View().LSN() != before && l.cfg.OnUpdate != nil {
 				applied = append(applied, Update{Epoch: m.Epoch, Update: m.Update})
 			}

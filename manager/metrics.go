@@ -1,6 +1,9 @@
 package manager
 
 import (
+	"time"
+
+	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -11,13 +14,51 @@ import (
 //
 // Gauges, per namespace (label "namespace"): leasehold_owners,
 // leasehold_members, leasehold_ranges, leasehold_free_ranges,
-// leasehold_lookups, leasehold_lsn; and leasehold_epoch. Counters, since the
+// leasehold_lookups, leasehold_draining_owners, leasehold_lsn; and leasehold_epoch. Counters, since the
 // Manager started: leasehold_lease_requests_total,
 // leasehold_sync_requests_total, leasehold_grants_total,
 // leasehold_recalls_total, leasehold_releases_total,
 // leasehold_expiries_total, leasehold_owner_restarts_total,
 // leasehold_races_dropped_total, leasehold_stale_dropped_total.
-func (s *Server) Collector() prometheus.Collector { return newCollector(s.Snapshot) }
+//
+// Raft, as this replica sees it: leasehold_raft_is_leader,
+// leasehold_raft_leader_id, leasehold_raft_term, leasehold_raft_commit_index,
+// leasehold_raft_applied_index, leasehold_raft_has_quorum (the leader only),
+// leasehold_ready (the /readyz rule), and the counters
+// leasehold_raft_proposals_total, leasehold_raft_snapshots_total,
+// leasehold_raft_takeovers_total, leasehold_raft_dropped_answers_total
+// (Owner answers never sent: their round was not proven before the
+// replica stepped down or its proposal was dropped).
+//
+// Measured: the histograms leasehold_renewal_answer_seconds,
+// leasehold_propagation_seconds and, on the leader, per replica,
+// leasehold_raft_peer_round_trip_seconds{peer}; the counter
+// leasehold_loss_notifications_total{namespace}, and the per-method gRPC
+// server series of go-grpc-middleware's Prometheus provider, named
+// leasehold_grpc_server_* (started, handled, messages received and sent,
+// handling time). docs/operations.md describes them all.
+//
+// The Go runtime's and the process's collectors are the embedder's to
+// register (the CLI does).
+func (s *Server) Collector() prometheus.Collector {
+	c := newCollector(s.Snapshot)
+	c.extra = append(s.metrics.collectors(), s.grpcm)
+	return c
+}
+
+// newGRPCMetrics returns the per-method gRPC server metrics, with a
+// handling-time histogram (for streams, the stream's lifetime).
+func newGRPCMetrics() *grpcprom.ServerMetrics {
+	return grpcprom.NewServerMetrics(
+		grpcprom.WithServerCounterOptions(grpcprom.WithNamespace("leasehold")),
+		grpcprom.WithServerHandlingTimeHistogram(grpcprom.WithHistogramNamespace("leasehold"),
+			grpcprom.WithHistogramBuckets(latencyBuckets)))
+}
+
+// electionTimeout is Raft's election timeout before randomisation.
+func (s *Server) electionTimeout() time.Duration {
+	return time.Duration(max(s.cfg.ElectionTicks, 1)) * max(s.cfg.RaftTick, time.Millisecond)
+}
 
 // collector turns Snapshots into metrics.
 type collector struct {
@@ -26,6 +67,14 @@ type collector struct {
 	epoch *prometheus.Desc
 	perNS []nsMetric
 	stats []statMetric
+	raft  []raftMetric
+	extra []prometheus.Collector
+}
+
+type raftMetric struct {
+	desc  *prometheus.Desc
+	kind  prometheus.ValueType
+	value func(*Snapshot) float64
 }
 
 type nsMetric struct {
@@ -47,7 +96,35 @@ func newCollector(snapshot func() *Snapshot) *collector {
 	stat := func(name, help string, value func(Stats) uint64) statMetric {
 		return statMetric{prometheus.NewDesc("leasehold_"+name+"_total", help, nil, nil), value}
 	}
+	gauge := func(name, help string, value func(*Snapshot) float64) raftMetric {
+		return raftMetric{prometheus.NewDesc("leasehold_"+name, help, nil, nil), prometheus.GaugeValue, value}
+	}
+	counter := func(name, help string, value func(*Snapshot) float64) raftMetric {
+		return raftMetric{prometheus.NewDesc("leasehold_"+name+"_total", help, nil, nil), prometheus.CounterValue, value}
+	}
+	b := func(v bool) float64 {
+		if v {
+			return 1
+		}
+		return 0
+	}
 	return &collector{
+		raft: []raftMetric{
+			gauge("raft_is_leader", "1 if this replica is the Raft leader.", func(s *Snapshot) float64 { return b(s.Cluster.Role == "leader") }),
+			gauge("raft_leader_id", "The Raft ID of the leader this replica knows; 0 if none.", func(s *Snapshot) float64 { return float64(s.Cluster.Leader) }),
+			gauge("raft_term", "This replica's Raft term.", func(s *Snapshot) float64 { return float64(s.Cluster.Term) }),
+			gauge("raft_commit_index", "The index of the newest log entry this replica knows committed.", func(s *Snapshot) float64 { return float64(s.Cluster.Commit) }),
+			gauge("raft_applied_index", "The index of the newest log entry this replica applied.", func(s *Snapshot) float64 { return float64(s.Cluster.Applied) }),
+			gauge("raft_has_quorum", "On the leader, 1 if a quorum of voters was heard from within the last election timeout; 0 elsewhere.", func(s *Snapshot) float64 { return b(s.Cluster.Quorum) }),
+			gauge("ready", "1 if this replica is ready (/readyz): it knows a leader and has applied what is committed, and a leader holds a quorum.", func(s *Snapshot) float64 {
+				ok, _ := Readiness(s.Cluster)
+				return b(ok)
+			}),
+			counter("raft_proposals", "Log entries this replica proposed as leader.", func(s *Snapshot) float64 { return float64(s.Replica.Proposals) }),
+			counter("raft_snapshots", "Snapshots of the state this replica took to compact its log.", func(s *Snapshot) float64 { return float64(s.Replica.Snapshots) }),
+			counter("raft_takeovers", "Times this replica took over as leader.", func(s *Snapshot) float64 { return float64(s.Replica.Takeovers) }),
+			counter("raft_dropped_answers", "Owner answers never sent: the round was not proven before this replica stepped down, or its proposal was dropped.", func(s *Snapshot) float64 { return float64(s.Replica.Dropped) }),
+		},
 		snapshot: snapshot,
 		epoch:    prometheus.NewDesc("leasehold_epoch", "The epoch naming this Manager's state; it changes when the Manager loses its state.", nil, nil),
 		perNS: []nsMetric{
@@ -66,6 +143,15 @@ func newCollector(snapshot func() *Snapshot) *collector {
 			ns("ranges", "Segments of the lease table, owned or free.", func(n NamespaceSnapshot) float64 { return float64(n.Segments) }),
 			ns("free_ranges", "Segments of the lease table that no Owner holds.", func(n NamespaceSnapshot) float64 { return float64(n.FreeSegments) }),
 			ns("lookups", "Lookups connected.", func(n NamespaceSnapshot) float64 { return float64(n.Lookups) }),
+			ns("draining_owners", "Owners draining (planned work: their ranges move away), as the leader knows them.", func(n NamespaceSnapshot) float64 {
+				d := 0
+				for _, o := range n.Owners {
+					if o.Draining {
+						d++
+					}
+				}
+				return float64(d)
+			}),
 			ns("lsn", "The LSN of the lease table's latest change.", func(n NamespaceSnapshot) float64 { return float64(n.LSN) }),
 		},
 		stats: []statMetric{
@@ -91,6 +177,12 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, m := range c.stats {
 		ch <- m.desc
 	}
+	for _, m := range c.raft {
+		ch <- m.desc
+	}
+	for _, e := range c.extra {
+		e.Describe(ch)
+	}
 }
 
 // Collect implements prometheus.Collector.
@@ -104,5 +196,11 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, m := range c.stats {
 		ch <- prometheus.MustNewConstMetric(m.desc, prometheus.CounterValue, float64(m.value(snap.Stats)))
+	}
+	for _, m := range c.raft {
+		ch <- prometheus.MustNewConstMetric(m.desc, m.kind, m.value(snap))
+	}
+	for _, e := range c.extra {
+		e.Collect(ch)
 	}
 }

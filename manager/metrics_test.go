@@ -24,22 +24,28 @@ import (
 // metricNames are the collector's metrics, which the tests compare in full.
 var metricNames = []string{
 	"leasehold_epoch",
-	"leasehold_owners", "leasehold_members", "leasehold_ranges", "leasehold_free_ranges", "leasehold_lookups", "leasehold_lsn",
+	"leasehold_owners", "leasehold_members", "leasehold_ranges", "leasehold_free_ranges", "leasehold_lookups",
+	"leasehold_draining_owners", "leasehold_lsn",
 	"leasehold_lease_requests_total", "leasehold_sync_requests_total", "leasehold_grants_total", "leasehold_recalls_total",
 	"leasehold_releases_total", "leasehold_expiries_total", "leasehold_owner_restarts_total",
 	"leasehold_races_dropped_total", "leasehold_stale_dropped_total",
+	"leasehold_raft_is_leader", "leasehold_raft_leader_id", "leasehold_raft_term", "leasehold_raft_commit_index",
+	"leasehold_raft_applied_index", "leasehold_raft_has_quorum", "leasehold_ready", "leasehold_raft_proposals_total",
+	"leasehold_raft_snapshots_total", "leasehold_raft_takeovers_total", "leasehold_raft_dropped_answers_total",
+	"leasehold_renewal_answer_seconds", "leasehold_propagation_seconds", "leasehold_loss_notifications_total",
 }
 
 // TestCollectorBeforeRun: before the loop's first step the collector has
-// the epoch and zero counters, and no namespaces; it lints clean.
+// the epoch, zero counters, the Raft series and the empty histograms, and
+// no namespaces and no gRPC series yet; it lints clean.
 func TestCollectorBeforeRun(t *testing.T) {
 	srv, err := manager.NewServer(manager.ServerConfig{Replica: config.Replica{Timing: protocol.Fast(), Epoch: 42}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := srv.Collector()
-	if n := testutil.CollectAndCount(c); n != 10 {
-		t.Errorf("collected %d metrics before Run, want 10 (epoch and 9 counters)", n)
+	if n := testutil.CollectAndCount(c); n != 10+11+2 {
+		t.Errorf("collected %d metrics before Run, want 23 (epoch, 9 counters, 11 Raft series, 2 histograms)", n)
 	}
 	if err := testutil.CollectAndCompare(c, strings.NewReader(`
 # HELP leasehold_epoch The epoch naming this Manager's state; it changes when the Manager loses its state.
@@ -105,8 +111,13 @@ leasehold_owners{namespace="extra"} 0
 `), "leasehold_free_ranges", "leasehold_lookups", "leasehold_owners"); err != nil {
 			t.Error(err)
 		}
-		if n := testutil.CollectAndCount(srv.Collector()); n != 1+2*6+9 {
-			t.Errorf("collected %d metrics, want %d", n, 1+2*6+9)
+		// The epoch, 7 gauges and a loss counter per namespace, 9 counters,
+		// 11 Raft series and 2 histograms; then the gRPC series.
+		if n, want := testutil.CollectAndCount(srv.Collector(), metricNames...), 1+2*8+9+11+2; n != want {
+			t.Errorf("collected %d metrics, want %d", n, want)
+		}
+		if n := testutil.CollectAndCount(srv.Collector(), "leasehold_grpc_server_started_total"); n != 8 {
+			t.Errorf("collected %d leasehold_grpc_server_started_total series, want one per method (8)", n)
 		}
 
 		l, err := lookup.New(ctx, lookup.Config{Manager: "passthrough:///bufnet", DialOptions: dial, Timing: tm})

@@ -21,6 +21,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
+
 	"github.com/leasehold/leasehold/internal/peers"
 	"github.com/leasehold/leasehold/internal/raftstore"
 	"github.com/leasehold/leasehold/internal/replica"
@@ -142,6 +144,9 @@ type Server struct {
 	relayConns  map[string]*grpc.ClientConn // to leaders, for relayed Owner streams
 	relayClosed bool
 	relays      atomic.Int64 // Owner streams relayed now
+
+	metrics *serverMetrics
+	grpcm   *grpcprom.ServerMetrics
 }
 
 // NewServer validates cfg, opens the data directory and returns a Server.
@@ -158,6 +163,8 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		raftIn:     make(chan raftpb.Message, 4096),
 		ready:      make(chan struct{}),
 		stopped:    make(chan struct{}),
+		metrics:    newServerMetrics(),
+		grpcm:      newGRPCMetrics(),
 	}
 	for _, ns := range cfg.Namespaces {
 		s.namespaces[ns] = true
@@ -193,6 +200,7 @@ func (s *Server) Register(g *grpc.Server) {
 	pb.RegisterLookupsServer(g, lookupsService{Server: s})
 	pb.RegisterAdminServer(g, adminService{Server: s})
 	s.transport.Register(g)
+	s.grpcm.InitializeMetrics(g)
 }
 
 // The gRPC services' handlers live on unexported types, so that they are
@@ -223,7 +231,8 @@ const raftMessageBytes = 64 << 20
 // runtime.KeepaliveTime to notice a replica that stopped answering, which
 // the server must allow (runtime.KeepaliveServerOptions).
 func (s *Server) GRPCOptions() []grpc.ServerOption {
-	return append([]grpc.ServerOption{grpc.MaxRecvMsgSize(max(s.cfg.MaxMessageBytes, raftMessageBytes+1024))}, // + the RaftMessage wrapper
+	return append([]grpc.ServerOption{grpc.MaxRecvMsgSize(max(s.cfg.MaxMessageBytes, raftMessageBytes+1024)), // + the RaftMessage wrapper
+		grpc.ChainUnaryInterceptor(s.grpcm.UnaryServerInterceptor()), grpc.ChainStreamInterceptor(s.grpcm.StreamServerInterceptor())},
 		runtime.KeepaliveServerOptions()...)
 }
 
@@ -285,7 +294,11 @@ type ClusterInfo struct {
 	LeaderAddr, Role string
 	Term             uint64
 	Commit, Applied  uint64
-	Peers            []PeerInfo
+	// Quorum is, on the leader, whether a quorum of voters (itself
+	// included) was recently active within the last election timeout, as
+	// Raft's CheckQuorum counts them; false on the other replicas.
+	Quorum bool
+	Peers  []PeerInfo
 }
 
 // PeerInfo describes one replica.
@@ -354,6 +367,7 @@ type leaseEvent struct {
 	st   *ownerStream
 	req  *protocol.LeaseRequest
 	errc chan error
+	at   time.Time // when it arrived
 }
 
 type syncEvent struct {
@@ -387,9 +401,10 @@ type snapshotEvent struct {
 type ownerStream struct{ out chan *pb.LeaseResponse }
 
 type lookupStream struct {
-	id  uint64
-	ns  string
-	out chan *pb.SyncResponse
+	id   uint64
+	ns   string
+	out  chan *pb.SyncResponse
+	sent keyspace.LSN // the newest LSN handed to it (loop only)
 }
 
 type routeKey struct{ ns, owner string }
@@ -406,7 +421,9 @@ type loop struct {
 	stale       bool
 	publishAt   time.Time
 	publishTook time.Duration
-	leader      uint64 // last leader logged
+	leader      uint64    // last leader logged
+	quorumAt    time.Time // when the leader last saw a quorum active
+	obs         observer  // metrics kept by the loop (metrics.go)
 }
 
 // Run runs the Manager's replica until ctx is cancelled. All of the
@@ -486,6 +503,9 @@ func (s *Server) Run(ctx context.Context) error {
 		case m := <-s.raftIn:
 			now := time.Now()
 			drain(s.raftIn, m, func(m raftpb.Message) {
+				if m.Type == raftpb.MsgHeartbeatResp {
+					l.obs.heartbeatAnswered(s.metrics, m.From, now)
+				}
 				_ = l.r.StepRaft(now, m) // stale or foreign messages are Raft's to ignore
 			})
 			l.changed()
@@ -518,6 +538,7 @@ func (l *loop) drive() error {
 	if err := replica.Drive(l.r, l); err != nil {
 		return err
 	}
+	l.obs.noteCommits(l.s.metrics, l.s.cfg.Logger, l.r.State(), time.Now())
 	if id, addr := l.r.Leader(); id != l.leader {
 		l.leader = id
 		l.s.cfg.Logger.Info("leader changed", "leader", id, "addr", addr, "self", id == l.s.cfg.ID)
@@ -556,8 +577,18 @@ func (l *loop) Send(rd *replica.Ready) {
 		case p.ID == l.s.cfg.ID:
 		case p.Addr == "":
 			l.s.transport.RemovePeer(p.ID)
+			l.s.cfg.Logger.Info("replica removed", "replica", p.ID)
 		default:
 			l.s.transport.SetPeer(p.ID, p.Addr)
+			l.s.cfg.Logger.Info("replica known", "replica", p.ID, "addr", p.Addr)
+		}
+	}
+	if len(rd.Messages) > 0 {
+		now := time.Now()
+		for _, m := range rd.Messages {
+			if m.Type == raftpb.MsgHeartbeat {
+				l.obs.heartbeatSent(m.To, now)
+			}
 		}
 	}
 	l.s.transport.Send(rd.Messages)
@@ -571,7 +602,9 @@ func (l *loop) handle(ev event) {
 		err := l.r.StepLease(now, ev.req)
 		if err == nil {
 			// Answers go to the stream the owner last spoke on.
-			l.routes[routeKey{ev.req.Namespace, ev.req.Owner}] = ev.st
+			k := routeKey{ev.req.Namespace, ev.req.Owner}
+			l.routes[k] = ev.st
+			l.obs.noteAsked(k, ev.at)
 		}
 		ev.errc <- err
 	case syncEvent:
@@ -591,6 +624,7 @@ func (l *loop) handle(ev event) {
 			for k, st := range l.routes {
 				if st == ev.owner {
 					delete(l.routes, k)
+					delete(l.obs.asked, k) // no answer will go there
 				}
 			}
 		}
@@ -617,17 +651,26 @@ func (l *loop) handle(ev event) {
 // blocking: a stream whose queue is full loses the message, which the
 // protocol tolerates like any other lost message.
 func (l *loop) send(owners []replica.OwnerMessage, lookups []replica.LookupMessage) {
+	now := time.Now()
+	debug := len(owners) > 0 && l.s.cfg.Logger.Enabled(context.Background(), slog.LevelDebug)
 	for _, m := range owners {
-		st := l.routes[routeKey{m.Msg.Namespace, m.To}]
+		k := routeKey{m.Msg.Namespace, m.To}
+		st := l.routes[k]
 		if st == nil {
 			continue
 		}
 		select {
 		case st.out <- wire.LeaseResponseToPB(m.Msg):
+			l.obs.answered(l.s.metrics, k, now)
+			if debug {
+				logAnswer(l.s.cfg.Logger, m.Msg)
+			}
 		default:
 			l.dropped++
 		}
 	}
+	l.obs.noteCommits(l.s.metrics, l.s.cfg.Logger, l.r.State(), now)
+	defer l.obs.pushed(l.s.metrics, l.lookups, now)
 	var shared map[updateKey]*pb.Update
 	if len(lookups) > 0 {
 		shared = map[updateKey]*pb.Update{}
@@ -639,6 +682,7 @@ func (l *loop) send(owners []replica.OwnerMessage, lookups []replica.LookupMessa
 		}
 		select {
 		case st.out <- syncResponseToPB(m.Msg, shared):
+			st.sent = max(st.sent, m.Msg.Update.To)
 		default:
 			l.dropped++
 		}
@@ -729,6 +773,7 @@ func (l *loop) publish() {
 		})
 		snap.Namespaces = append(snap.Namespaces, ns)
 	}
+	l.obs.noteMembers(l.s.cfg.Logger, st)
 	l.s.stats.Store(snap)
 }
 
@@ -738,6 +783,23 @@ func (l *loop) clusterInfo() ClusterInfo {
 	ci := ClusterInfo{ID: l.s.cfg.ID, Leader: lead, LeaderAddr: addr, Role: roleName(rs.RaftState),
 		Term: rs.Term, Commit: rs.Commit, Applied: rs.Applied}
 	voters := rs.Config.Voters.IDs()
+	if rs.RaftState == raft.StateLeader {
+		active := 0
+		for id := range voters {
+			if pr, ok := rs.Progress[id]; ok && (pr.RecentActive || id == l.s.cfg.ID) {
+				active++
+			}
+		}
+		now := time.Now()
+		if active > len(voters)/2 {
+			l.quorumAt = now
+		}
+		// CheckQuorum clears the marks every election timeout, so a mark
+		// set within the last two is a quorum heard from within one.
+		ci.Quorum = !l.quorumAt.IsZero() && now.Sub(l.quorumAt) < 2*l.s.electionTimeout()
+	} else {
+		l.quorumAt = time.Time{}
+	}
 	for id, a := range l.r.State().Peers() {
 		p := PeerInfo{ID: id, Addr: a}
 		_, p.Voter = voters[id]
@@ -880,7 +942,7 @@ func (s leasesService) Session(stream pb.Leases_SessionServer) error {
 			return nil, nil, err
 		}
 		errc := make(chan error, 1)
-		return leaseEvent{st: st, req: req, errc: errc}, errc, nil
+		return leaseEvent{st: st, req: req, errc: errc, at: time.Now()}, errc, nil
 	}, closeEvent{owner: st})
 }
 
@@ -1245,4 +1307,20 @@ func (w *chunkWriter) flush() error {
 	err := w.send(w.buf)
 	w.buf = nil
 	return err
+}
+
+// logAnswer logs, at debug level, the grants an answer carries, one line
+// each with the owner, range and LGN, and its renewals as a count.
+func logAnswer(log *slog.Logger, m *protocol.LeaseResponse) {
+	renewed := 0
+	for _, ls := range m.Leases {
+		if !ls.Grant {
+			renewed++
+			continue
+		}
+		log.Debug("lease granted", "namespace", m.Namespace, "owner", m.Owner, "range", ls.Range.String(),
+			"lgn", ls.LGN, "migrated", ls.Migrated)
+	}
+	log.Debug("lease answer sent", "namespace", m.Namespace, "owner", m.Owner, "incarnation", m.Incarnation,
+		"leases", len(m.Leases), "renewed", renewed)
 }

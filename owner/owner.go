@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
 	"github.com/leasehold/leasehold/internal/runtime"
@@ -66,6 +67,12 @@ type Config struct {
 	// DialOptions replace the default (plaintext) gRPC dial options, for
 	// every Manager replica.
 	DialOptions []grpc.DialOption
+	// Registerer, if set, receives the Owner's Prometheus metrics
+	// (metrics.go): the time left on its shortest lease, its renewals'
+	// round trips, CheckLeaseNow's refusals and the ranges it holds,
+	// labelled with the namespace and ID. New fails if they cannot be
+	// registered (another Owner with the same ID on the same registry).
+	Registerer prometheus.Registerer
 }
 
 func (c *Config) validate() error {
@@ -110,6 +117,10 @@ type Owner struct {
 	// answerWait is the current timings' OwnerAnswerWait, for the stream's
 	// answer deadline; the loop updates it as the Manager's timings arrive.
 	answerWait atomic.Int64
+
+	metrics  *metrics      // nil without Config.Registerer; the loop's
+	refusals atomic.Uint64 // CheckLeaseNow calls that found no lease
+	renew    atomic.Int64  // the current renewal interval, for the metrics
 }
 
 // New starts an Owner: it joins the namespace and keeps its leases until
@@ -137,6 +148,13 @@ func New(ctx context.Context, cfg Config) (*Owner, error) {
 	o.base = time.Now()
 	o.held.Store(&published{})
 	o.answerWait.Store(int64(cfg.Timing.OwnerAnswerWait()))
+	o.renew.Store(int64(cfg.Timing.Renew))
+	if cfg.Registerer != nil {
+		if err := o.registerMetrics(cfg.Registerer); err != nil {
+			_ = managers.Close()
+			return nil, fmt.Errorf("owner: registering metrics: %w", err)
+		}
+	}
 	// A lease stream on which a request goes unanswered for the answer wait
 	// is given up for another replica, or relayed through one, in time to
 	// renew before the lease ends (docs/protocol.md, "Liveness").
@@ -168,6 +186,7 @@ func (o *Owner) CheckLeaseNow(key keyspace.Key) (LeaseNum, bool) {
 	i, ok := findLease(h.leases, key)
 	// time.Since on a monotonic base reads only the monotonic clock.
 	if !ok || time.Since(o.base) >= h.until[i] {
+		o.refusals.Add(1)
 		return LeaseNum{}, false
 	}
 	if h.hits[i].Add(1)%hotSample == 0 { // one call in 64 on the range
@@ -299,14 +318,17 @@ func (o *Owner) run(ctx context.Context, core *Core) {
 	for {
 		reqs, changes := core.Ready()
 		o.answerWait.Store(int64(core.Timing().OwnerAnswerWait()))
+		o.renew.Store(int64(core.Timing().Renew))
 		// Publish first: an upcall reporting a grant must find it held.
 		o.publish(core.Held(time.Now()))
 		for _, c := range changes {
+			o.logChange(c)
 			o.up.Push(c)
 		}
 		for _, r := range reqs {
 			select {
 			case o.sendq <- wire.LeaseRequestToPB(r):
+				o.metrics.requestSent(r.Seq, time.Now())
 			default: // the stream is down or slow: a lost message
 			}
 		}
@@ -329,6 +351,7 @@ func (o *Owner) run(ctx context.Context, core *Core) {
 		case <-ctx.Done():
 			return
 		case m := <-o.recv:
+			o.metrics.answered(m.AckSeq, time.Now())
 			core.Step(time.Now(), m)
 		case <-o.reopened:
 			core.Reconnected(time.Now())
@@ -372,4 +395,24 @@ func (o *Owner) connect(ctx context.Context) {
 			}
 			return st, err
 		}, o.sendq, wire.LeaseResponseFromPB, o.recv)
+}
+
+// logChange logs a change of the held set: each grant, revocation and
+// planned move at debug level, with the range and LGN.
+func (o *Owner) logChange(c OwnershipChange) {
+	log := o.cfg.Logger
+	if !log.Enabled(context.Background(), slog.LevelDebug) {
+		return
+	}
+	for _, l := range c.Granted {
+		log.Debug("lease granted", "namespace", o.cfg.Namespace, "owner", o.cfg.ID, "range", l.Range.String(),
+			"lgn", l.Num.LGN, "epoch", l.Num.Epoch, "migrated", l.Migrated)
+	}
+	for _, r := range c.Revoked {
+		log.Debug("lease revoked", "namespace", o.cfg.Namespace, "owner", o.cfg.ID, "range", r.String())
+	}
+	for _, h := range c.Handovers {
+		log.Debug("handover asked", "namespace", o.cfg.Namespace, "owner", o.cfg.ID, "range", h.Range.String(),
+			"lgn", h.Lease.LGN, "to", h.To)
+	}
 }

@@ -33,6 +33,7 @@ type dashboardOptions struct {
 	allNamespaces bool // --namespace not given: follow every namespace
 	refresh       time.Duration
 	readOnly      bool
+	logOptions
 }
 
 func newDashboardCommand(e *env) *cobra.Command {
@@ -69,6 +70,7 @@ restart it to follow one created later. It listens on 127.0.0.1 unless
 	f.StringVar(&o.listen, "listen", DefaultDashboard, "serve the page on `ADDR`, host:port (port 0 picks one)")
 	f.DurationVar(&o.refresh, "refresh", time.Second, "ask the Manager for its status (load, replicas) this often")
 	f.BoolVar(&o.readOnly, "read-only", false, "offer no drain action")
+	o.addLogFlags(f, "warn")
 	cmd.PreRun = func(cmd *cobra.Command, _ []string) {
 		o.allNamespaces = !cmd.Flags().Changed("namespace")
 	}
@@ -79,8 +81,7 @@ func (o *dashboardOptions) run(ctx context.Context, e *env) error {
 	if err := o.validate(); err != nil {
 		return err
 	}
-	log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	d, err := o.start(ctx, log)
+	d, err := o.start(ctx, o.logger(e.stderr))
 	if err != nil {
 		return err
 	}

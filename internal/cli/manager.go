@@ -75,7 +75,7 @@ type managerOptions struct {
 	timings       string // a key of profiles
 	namespaces    []string
 	metricsListen string
-	logLevel      string
+	logOptions
 	id            uint64
 	peers         string // ID=ADDR,…
 	dataDir       string
@@ -164,8 +164,8 @@ Logs go to stderr. SIGINT or SIGTERM stops it cleanly (exit code 0).`,
 	f.Uint64Var(&o.settings.SnapshotEntries, "snapshot-entries", 0, "applied Raft entries between two snapshots of the state, which compact the log (0: 10000)")
 	f.Float64Var(&o.settings.MaxRequestRate, "max-request-rate", 0, "requests per second one Owner or Lookup stream may send, with bursts of twice that (0: 50)")
 	f.IntVar(&o.settings.MaxMessageBytes, "max-message-bytes", 0, "the largest message an Owner or Lookup may send, in bytes (0: 4 MiB)")
-	f.StringVar(&o.metricsListen, "metrics-listen", "", "serve Prometheus metrics at http://`ADDR`/metrics (default: no metrics)")
-	f.Var(newChoice(&o.logLevel, "info", "debug", "info", "warn", "error"), "log-level", "the least severe log level written to stderr")
+	f.StringVar(&o.metricsListen, "metrics-listen", "", "serve Prometheus metrics at http://`ADDR`/metrics, and /healthz and /readyz (default: none)")
+	o.addLogFlags(f, "info")
 	cmd.Flags().SortFlags = false
 	return cmd
 }
@@ -317,14 +317,8 @@ func parsePeers(s string) ([]manager.Peer, error) {
 	return out, nil
 }
 
-func (o *managerOptions) logger(e *env) *slog.Logger {
-	var level slog.Level
-	_ = level.UnmarshalText([]byte(o.logLevel)) // one of the choices
-	return slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level}))
-}
-
 func (o *managerOptions) run(ctx context.Context, e *env) error {
-	log := o.logger(e)
+	log := o.logger(e.stderr)
 	cfg, err := o.config(log)
 	if err != nil {
 		return err
@@ -388,13 +382,15 @@ func listen(addr, what string) (net.Listener, error) {
 }
 
 // serveMetrics serves the Manager's metrics, and the Go runtime's and the
-// process's, on lis at /metrics until stop is called.
+// process's, on lis at /metrics, with the health endpoints /healthz and
+// /readyz, until stop is called.
 func serveMetrics(srv *manager.Server, lis net.Listener, log *slog.Logger) (stop func()) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(srv.Collector(), collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	srv.HandleHealth(mux)
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	done := make(chan struct{})
 	go func() {

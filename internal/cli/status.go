@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/leasehold/leasehold/keyspace"
+	"github.com/leasehold/leasehold/manager"
 	pb "github.com/leasehold/leasehold/proto/leasehold/v1"
 )
 
@@ -46,7 +47,12 @@ prints one JSON object for one namespace ("default" unless --namespace says):
               "hot_keys":[{"key":"0x…","rate":40}]}],
    "leader":N,"leader_addr":"127.0.0.1:7401",
    "managers":[{"id":N,"addr":"127.0.0.1:7401","role":"leader","term":N,
-                "commit":N,"applied":N}]}`,
+                "commit":N,"applied":N}],
+   "ready":[{"addr":"127.0.0.1:7401","ready":true,"reason":"…"}]}
+
+A replica is ready when it knows a leader and has applied everything
+committed, and a leader when a majority of its voters answered naming it
+(the rule of the Manager's /readyz).`,
 		Example: `  leasehold status
   leasehold status --manager 127.0.0.1:7401,127.0.0.1:7402,127.0.0.1:7403
   leasehold status --manager 10.0.0.5:7400 --namespace presence --json`,
@@ -70,6 +76,14 @@ type statusJSON struct {
 	Lookups    uint32      `json:"lookups"`
 	Owners     []ownerJSON `json:"owners"`
 	clusterJSON
+	// Ready is each replica's readiness, by the rule of its /readyz.
+	Ready []readyJSON `json:"ready"`
+}
+
+type readyJSON struct {
+	Addr   string `json:"addr"`
+	Ready  bool   `json:"ready"`
+	Reason string `json:"reason"`
 }
 
 type ownerJSON struct {
@@ -117,8 +131,16 @@ func (o *statusOptions) run(ctx context.Context, e *env) error {
 		return answers[0].err
 	}
 	cluster := clusterOf(answers)
+	ready := readiness(answers)
 	if !o.json {
 		writeCluster(e.stdout, cluster)
+		for _, r := range ready {
+			state := "ready"
+			if !r.Ready {
+				state = "not ready"
+			}
+			fmt.Fprintf(e.stdout, "  %s: %s (%s)\n", r.Addr, state, r.Reason)
+		}
 		fmt.Fprintln(e.stdout)
 		writeStatus(e.stdout, resp)
 		return nil
@@ -128,7 +150,7 @@ func (o *statusOptions) run(ctx context.Context, e *env) error {
 	}
 	n := resp.GetNamespaces()[0]
 	out := statusJSON{Epoch: resp.GetEpoch(), Namespace: n.GetName(), LSN: n.GetLsn(), Ranges: n.GetSegments(),
-		FreeRanges: n.GetFreeSegments(), Lookups: n.GetLookups(), Owners: []ownerJSON{}, clusterJSON: cluster}
+		FreeRanges: n.GetFreeSegments(), Lookups: n.GetLookups(), Owners: []ownerJSON{}, clusterJSON: cluster, Ready: ready}
 	for _, ow := range n.GetOwners() {
 		oj := ownerJSON{ID: ow.GetId(), Addr: ow.GetAddr(), Incarnation: ow.GetIncarnation(),
 			Member: ow.GetMember(), Ranges: ow.GetRanges(), Share: ow.GetShare(), Load: ow.GetLoad(),
@@ -203,4 +225,41 @@ func count(n int, noun string) string {
 		return "1 " + noun
 	}
 	return fmt.Sprintf("%d %ss", n, noun)
+}
+
+// readiness applies the rule of /readyz (manager.Readiness) to each
+// replica's answer. Whether a leader holds a quorum is judged from the
+// answers themselves: a majority of its voters, itself included, answered
+// naming it leader in its term.
+func readiness(answers []replicaAnswer) []readyJSON {
+	out := []readyJSON{}
+	for _, a := range answers {
+		if a.err != nil {
+			out = append(out, readyJSON{Addr: a.addr, Reason: "unreachable"})
+			continue
+		}
+		c := a.resp.GetCluster()
+		ci := manager.ClusterInfo{ID: c.GetId(), Leader: c.GetLeader(), Role: c.GetRole(), Term: c.GetTerm(),
+			Commit: c.GetCommit(), Applied: c.GetApplied()}
+		if c.GetRole() == "leader" {
+			voters, agree := 0, 0
+			for _, p := range c.GetPeers() {
+				if !p.GetVoter() {
+					continue
+				}
+				voters++
+				for _, b := range answers {
+					bc := b.resp.GetCluster()
+					if b.err == nil && bc.GetId() == p.GetId() && bc.GetLeader() == c.GetId() && bc.GetTerm() == c.GetTerm() {
+						agree++
+						break
+					}
+				}
+			}
+			ci.Quorum = agree > voters/2
+		}
+		ok, why := manager.Readiness(ci)
+		out = append(out, readyJSON{Addr: a.addr, Ready: ok, Reason: why})
+	}
+	return out
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"strings"
 	"sync"
 	"time"
@@ -21,6 +20,7 @@ func init() { register(newWatchCommand) }
 
 func newWatchCommand(e *env) *cobra.Command {
 	o := &clientOptions{}
+	lo := &logOptions{}
 	cmd := &cobra.Command{
 		Use:   "watch",
 		Short: "Print every change of the lease table and every loss notification as they happen",
@@ -43,13 +43,14 @@ A change to a free range has owner "" and lgn 0.`,
 		Example: `  leasehold watch
   leasehold watch --json | grep '"event":"loss"'`,
 		Args: cobra.NoArgs,
-		RunE: run(func(ctx context.Context, _ []string) error { return watch(ctx, e, o) }),
+		RunE: run(func(ctx context.Context, _ []string) error { return watch(ctx, e, o, lo) }),
 	}
 	o.addFlags(cmd, e, "watch namespace `NS`")
+	lo.addLogFlags(cmd.Flags(), "warn")
 	return cmd
 }
 
-func watch(ctx context.Context, e *env, o *clientOptions) error {
+func watch(ctx context.Context, e *env, o *clientOptions, lo *logOptions) error {
 	if err := o.validate(); err != nil {
 		return err
 	}
@@ -65,7 +66,7 @@ func watch(ctx context.Context, e *env, o *clientOptions) error {
 		Namespace: o.namespace,
 		OnUpdate:  p.update,
 		OnLoss:    p.loss,
-		Logger:    slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Logger:    lo.logger(e.stderr),
 	})
 	if err != nil {
 		return err

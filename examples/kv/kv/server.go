@@ -11,6 +11,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	"github.com/leasehold/leasehold/owner"
 	"github.com/leasehold/leasehold/protocol"
 )
@@ -66,9 +70,10 @@ type Server struct {
 	close  sync.Once
 	err    error // Close's result, set once
 
-	ready     chan struct{} // closed once owner and store are set up
-	moves     *handovers    // outgoing handovers
-	peers     *http.Client  // sends handovers to the other servers
+	metrics   *prometheus.Registry // the Owner's metrics and the process's, at GET /metrics
+	ready     chan struct{}        // closed once owner and store are set up
+	moves     *handovers           // outgoing handovers
+	peers     *http.Client         // sends handovers to the other servers
 	transport *http.Transport
 }
 
@@ -101,16 +106,19 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	s.transport = http.DefaultTransport.(*http.Transport).Clone()
 	s.peers = &http.Client{Transport: s.transport}
 	s.moves = newHandovers(s)
+	s.metrics = prometheus.NewRegistry()
+	s.metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	o, err := owner.New(ctx, owner.Config{
-		Manager:   cfg.Manager,
-		Namespace: cfg.Namespace,
-		ID:        cfg.ID,
-		Addr:      cfg.Advertise,
-		Timing:    cfg.Timing,
-		Capacity:  cfg.Capacity,
-		Handovers: true,
-		Logger:    cfg.Logger,
-		OnChange:  s.changed,
+		Registerer: s.metrics,
+		Manager:    cfg.Manager,
+		Namespace:  cfg.Namespace,
+		ID:         cfg.ID,
+		Addr:       cfg.Advertise,
+		Timing:     cfg.Timing,
+		Capacity:   cfg.Capacity,
+		Handovers:  true,
+		Logger:     cfg.Logger,
+		OnChange:   s.changed,
 	})
 	if err != nil {
 		lis.Close()
@@ -221,6 +229,9 @@ func (s *Server) handler() http.Handler {
 	mux.HandleFunc("PUT /kv/{key}", s.handlePut)
 	mux.HandleFunc("GET /kv/{key}", s.handleGet)
 	mux.HandleFunc("POST "+migratePath, s.handleMigrate)
+	if s.metrics != nil {
+		mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics, promhttp.HandlerOpts{Registry: s.metrics}))
+	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		io.WriteString(w, "ok\n")
 	})
