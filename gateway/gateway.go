@@ -40,8 +40,15 @@ type Config struct {
 	Timing protocol.Timing
 	// Logger receives the gateway's logs; nil discards them.
 	Logger *slog.Logger
+	// MaxCutOff is the /readyz policy while a namespace's Lookup is cut off
+	// from the Manager (it raised an all-ranges loss): 0 keeps the gateway
+	// ready, routing from its copy; more makes /readyz answer 503 once the
+	// cut-off has lasted that long, so a balancer prefers a gateway in touch.
+	MaxCutOff time.Duration
 	// NewRouter, if set, replaces the Lookup of each namespace (tests).
-	NewRouter func(ctx context.Context, namespace string, onLoss func(lookup.Loss)) (Router, error)
+	// The router calls onLoss and onUpdate as lookup.Config's OnLoss and
+	// OnUpdate.
+	NewRouter func(ctx context.Context, namespace string, onLoss func(lookup.Loss), onUpdate func()) (Router, error)
 	// Transport, if set, replaces the transport to the Owners.
 	Transport http.RoundTripper
 }
@@ -55,6 +62,10 @@ type Router interface {
 }
 
 var _ Router = (*lookup.Lookup)(nil)
+
+// StaleHeader, on an answer, says the gateway routed it from a copy of
+// the lease table cut off from the Manager, and since when.
+const StaleHeader = "Leasehold-Stale"
 
 // Paths the gateway serves itself; no route may take them.
 var reservedPaths = []string{"/healthz", "/readyz", "/metrics", "/v1/"}
@@ -83,6 +94,48 @@ type space struct {
 	router Router
 	adm    *admission
 	synced atomic.Bool
+	// The cut-off from the Manager, as the Lookup's all-ranges losses tell
+	// it (unix nanoseconds, 0: none): since the first of a run, the latest,
+	// and the gap measured between two in a row (the Lookup's SyncTimeout).
+	firstAll, lastAll, allGap atomic.Int64
+	syncTimeout               time.Duration // the gap assumed before one is measured
+}
+
+// lost records a loss notification's bearing on the cut-off.
+func (sp *space) lost(l lookup.Loss, now time.Time) {
+	if !l.All {
+		return
+	}
+	n := now.UnixNano()
+	if last := sp.lastAll.Swap(n); last != 0 {
+		sp.allGap.Store(n - last)
+	}
+	sp.firstAll.CompareAndSwap(0, n)
+}
+
+// updated records that a change arrived from the Manager: in touch again.
+func (sp *space) updated() {
+	sp.firstAll.Store(0)
+	sp.lastAll.Store(0)
+}
+
+// cutOff returns since when the namespace's Lookup has been cut off from
+// the Manager, or the zero time. The Lookup repeats its all-ranges loss
+// every SyncTimeout while cut off, so a cut-off ends when a change arrives
+// or when two SyncTimeouts pass without one.
+func (sp *space) cutOff(now time.Time) time.Time {
+	first, last := sp.firstAll.Load(), sp.lastAll.Load()
+	if first == 0 {
+		return time.Time{}
+	}
+	gap := time.Duration(sp.allGap.Load())
+	if gap <= 0 {
+		gap = sp.syncTimeout
+	}
+	if now.Sub(time.Unix(0, last)) > 2*gap {
+		return time.Time{}
+	}
+	return time.Unix(0, first)
 }
 
 // New starts a Gateway: one Lookup per namespace its routes name. It
@@ -145,17 +198,30 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 		g.transport = t
 	}
 	g.metrics = newMetrics(g)
+	syncTimeout := cfg.Timing.SyncTimeout
+	if syncTimeout <= 0 {
+		syncTimeout = protocol.Production().SyncTimeout
+	}
+	if cfg.MaxCutOff < 0 {
+		return nil, fmt.Errorf("gateway: MaxCutOff %s must not be negative", cfg.MaxCutOff)
+	}
 	for _, r := range g.routes {
 		if g.spaces[r.Namespace] != nil {
 			continue
 		}
-		sp := &space{name: r.Namespace, adm: newAdmission(cfg.MaxInFlight, cfg.MaxQueue)}
-		onLoss := func(l lookup.Loss) { g.losses.add(sp.name, l); g.metrics.losses.WithLabelValues(sp.name).Inc() }
+		sp := &space{name: r.Namespace, adm: newAdmission(cfg.MaxInFlight, cfg.MaxQueue), syncTimeout: syncTimeout}
+		onLoss := func(l lookup.Loss) {
+			sp.lost(l, time.Now())
+			g.losses.add(sp.name, l)
+			g.metrics.losses.WithLabelValues(sp.name).Inc()
+		}
+		onUpdate := sp.updated
 		var err error
 		if cfg.NewRouter != nil {
-			sp.router, err = cfg.NewRouter(ctx, r.Namespace, onLoss)
+			sp.router, err = cfg.NewRouter(ctx, r.Namespace, onLoss, onUpdate)
 		} else {
-			sp.router, err = lookup.New(ctx, lookup.Config{Manager: cfg.Manager, Namespace: r.Namespace, Timing: cfg.Timing, Logger: cfg.Logger, OnLoss: onLoss})
+			sp.router, err = lookup.New(ctx, lookup.Config{Manager: cfg.Manager, Namespace: r.Namespace, Timing: cfg.Timing, Logger: cfg.Logger,
+				OnLoss: onLoss, OnUpdate: func(lookup.Update) { onUpdate() }})
 		}
 		if err != nil {
 			g.Close()
@@ -231,9 +297,14 @@ func (g *Gateway) serveReady(w http.ResponseWriter) {
 		http.Error(w, "shutting down", http.StatusServiceUnavailable)
 		return
 	}
+	now := time.Now()
 	for _, sp := range g.spaces {
 		if !sp.synced.Load() {
 			http.Error(w, fmt.Sprintf("namespace %q: no copy of the lease table yet", sp.name), http.StatusServiceUnavailable)
+			return
+		}
+		if since := sp.cutOff(now); g.cfg.MaxCutOff > 0 && !since.IsZero() && now.Sub(since) >= g.cfg.MaxCutOff {
+			http.Error(w, fmt.Sprintf("namespace %q: cut off from the Manager since %s", sp.name, since.UTC().Format(time.RFC3339)), http.StatusServiceUnavailable)
 			return
 		}
 	}
@@ -365,6 +436,9 @@ func (g *Gateway) forward(w http.ResponseWriter, req *http.Request, rt *Route) i
 			last = fmt.Sprintf("Owner %s refused: %s", route.Owner, why)
 			g.metrics.retries.WithLabelValues(rt.Name, "refused-"+string(why)).Inc()
 			continue
+		}
+		if since := sp.cutOff(time.Now()); !since.IsZero() {
+			w.Header().Set(StaleHeader, "cut-off; since="+since.UTC().Format(time.RFC3339))
 		}
 		code := g.relay(w, resp, route.Owner, attempt)
 		g.owners.release(route.Owner)

@@ -22,10 +22,11 @@ import (
 
 // fakeRouter is a Lookup whose answers the test sets.
 type fakeRouter struct {
-	mu     sync.Mutex
-	routes map[keyspace.Key]lookup.Route // guarded by mu; missing: no owner
-	dflt   *lookup.Route                 // guarded by mu; for keys not in routes
-	onLoss func(lookup.Loss)
+	mu       sync.Mutex
+	routes   map[keyspace.Key]lookup.Route // guarded by mu; missing: no owner
+	dflt     *lookup.Route                 // guarded by mu; for keys not in routes
+	onLoss   func(lookup.Loss)
+	onUpdate func()
 }
 
 func (f *fakeRouter) Lookup(k keyspace.Key) (lookup.Route, bool) {
@@ -52,8 +53,8 @@ func (f *fakeRouter) Close() error                     { return nil }
 func newTest(t *testing.T, cfg Config) (*Gateway, *fakeRouter, *httptest.Server) {
 	t.Helper()
 	fr := &fakeRouter{routes: map[keyspace.Key]lookup.Route{}}
-	cfg.NewRouter = func(_ context.Context, _ string, onLoss func(lookup.Loss)) (Router, error) {
-		fr.onLoss = onLoss
+	cfg.NewRouter = func(_ context.Context, _ string, onLoss func(lookup.Loss), onUpdate func()) (Router, error) {
+		fr.onLoss, fr.onUpdate = onLoss, onUpdate
 		return fr, nil
 	}
 	if cfg.Routes == nil {
@@ -438,5 +439,62 @@ func TestRouteConfig(t *testing.T) {
 	os.WriteFile(p, []byte(`{"routs":[]}`), 0o644)
 	if _, err := LoadRoutes(p); err == nil || !strings.Contains(err.Error(), "routs") {
 		t.Errorf("LoadRoutes with an unknown field: %v", err)
+	}
+}
+
+// TestCutOff: with the Lookup cut off from the Manager, the gateway keeps
+// routing from its copy, marks its answers stale, and /readyz follows
+// MaxCutOff; a change from the Manager ends the cut-off.
+func TestCutOff(t *testing.T) {
+	a := ownerServer(t, "A", nil)
+	_, fr, gw := newTest(t, Config{MaxCutOff: time.Nanosecond})
+	fr.set("alice", "A", addr(a))
+	ready := func() int { code, _, _ := do(t, "GET", gw.URL+"/readyz", ""); return code }
+	for i := 0; ready() != 200; i++ {
+		if i > 1000 {
+			t.Fatal("never ready")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if _, _, h := do(t, "GET", gw.URL+"/kv/alice", ""); h.Get(StaleHeader) != "" {
+		t.Fatalf("in touch: %s %q", StaleHeader, h.Get(StaleHeader))
+	}
+	fr.onLoss(lookup.Loss{Ranges: []keyspace.Range{keyspace.Full}, All: true})
+	code, body, h := do(t, "GET", gw.URL+"/kv/alice", "")
+	if code != 200 || body != "A GET /kv/alice " || !strings.HasPrefix(h.Get(StaleHeader), "cut-off; since=") {
+		t.Errorf("cut off: %d %q %s %q, want A's answer marked stale", code, body, StaleHeader, h.Get(StaleHeader))
+	}
+	if c := ready(); c != 503 {
+		t.Errorf("/readyz cut off past MaxCutOff = %d, want 503", c)
+	}
+	fr.onUpdate()
+	if _, _, h := do(t, "GET", gw.URL+"/kv/alice", ""); h.Get(StaleHeader) != "" || ready() != 200 {
+		t.Errorf("after a change from the Manager: %s %q, /readyz %d", StaleHeader, h.Get(StaleHeader), ready())
+	}
+}
+
+func TestCutOffEnds(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	sp := &space{syncTimeout: 10 * time.Second}
+	all := lookup.Loss{All: true}
+	sp.lost(lookup.Loss{Ranges: []keyspace.Range{{Start: 1, End: 2}}}, t0) // not a cut-off
+	if !sp.cutOff(t0).IsZero() {
+		t.Fatal("a loss of some ranges is not a cut-off")
+	}
+	sp.lost(all, t0)
+	for _, tc := range []struct {
+		at   time.Duration
+		want bool
+	}{{0, true}, {19 * time.Second, true}, {21 * time.Second, false}} {
+		if got := !sp.cutOff(t0.Add(tc.at)).IsZero(); got != tc.want {
+			t.Errorf("cut off at +%s = %v, want %v", tc.at, got, tc.want)
+		}
+	}
+	sp.lost(all, t0.Add(30*time.Second)) // the Lookup repeats every 30 s: the measured gap rules
+	if since := sp.cutOff(t0.Add(85 * time.Second)); !since.Equal(t0) {
+		t.Errorf("cut off at +85s since %v, want since %v (two gaps of 30s)", since, t0)
+	}
+	if !sp.cutOff(t0.Add(91 * time.Second)).IsZero() {
+		t.Error("cut off past two gaps with no repeat")
 	}
 }

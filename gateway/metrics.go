@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"net/http"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -55,6 +56,13 @@ func (m *metrics) addSpace(sp *space) {
 			func() float64 { _, q := sp.adm.load(); return float64(q) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "leasehold_gateway_copy_lsn", Help: "The LSN of the gateway's copy of the namespace's lease table.", ConstLabels: labels},
 			func() float64 { return float64(sp.router.LSN()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "leasehold_gateway_cut_off_seconds", Help: "How long the namespace's Lookup has been cut off from the Manager (0: in touch).", ConstLabels: labels},
+			func() float64 {
+				if since := sp.cutOff(time.Now()); !since.IsZero() {
+					return time.Since(since).Seconds()
+				}
+				return 0
+			}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "leasehold_gateway_synced", Help: "1 once the namespace's copy has synced with the Manager.", ConstLabels: labels},
 			func() float64 {
 				if sp.synced.Load() {
