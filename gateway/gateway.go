@@ -79,6 +79,7 @@ type Gateway struct {
 	spaces    map[string]*space
 	owners    ownerSlots
 	transport http.RoundTripper
+	h2c       http.RoundTripper // for gRPC: HTTP/2 without TLS, prior knowledge
 	losses    *lossLog
 	metrics   *metrics
 	log       *slog.Logger
@@ -196,6 +197,14 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 		t.Proxy = nil
 		t.MaxIdleConnsPerHost = 256
 		g.transport = t
+	}
+	h2 := http.DefaultTransport.(*http.Transport).Clone()
+	h2.Proxy = nil
+	h2.Protocols = new(http.Protocols)
+	h2.Protocols.SetUnencryptedHTTP2(true)
+	g.h2c = h2
+	if cfg.Transport != nil {
+		g.h2c = cfg.Transport
 	}
 	g.metrics = newMetrics(g)
 	syncTimeout := cfg.Timing.SyncTimeout
@@ -429,7 +438,7 @@ func (g *Gateway) forward(w http.ResponseWriter, req *http.Request, rt *Route) i
 			g.metrics.retries.WithLabelValues(rt.Name, "unreachable").Inc()
 			continue
 		}
-		if why, refused := owner.RefusalOf(resp.StatusCode, resp.Header); refused {
+		if why, refused := refusalOf(resp); refused {
 			io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 			resp.Body.Close()
 			g.owners.release(route.Owner)
@@ -464,6 +473,12 @@ func (g *Gateway) send(ctx context.Context, req *http.Request, body []byte, addr
 	}
 	out.Header = req.Header.Clone()
 	removeHopByHop(out.Header)
+	transport := g.transport
+	if isGRPC(req) {
+		// gRPC needs HTTP/2 and trailers: say so, as a client would.
+		out.Header.Set("Te", "trailers")
+		transport = g.h2c
+	}
 	if ip, _, err := net.SplitHostPort(req.RemoteAddr); err == nil {
 		if prior := req.Header.Get("X-Forwarded-For"); prior != "" {
 			ip = prior + ", " + ip
@@ -471,7 +486,7 @@ func (g *Gateway) send(ctx context.Context, req *http.Request, body []byte, addr
 		out.Header.Set("X-Forwarded-For", ip)
 	}
 	out.Header.Set("X-Forwarded-Host", req.Host)
-	return g.transport.RoundTrip(out)
+	return transport.RoundTrip(out)
 }
 
 // relay copies an Owner's answer to the client.
@@ -485,6 +500,11 @@ func (g *Gateway) relay(w http.ResponseWriter, resp *http.Response, ownerID stri
 	h.Set("Leasehold-Owner", ownerID)
 	h.Set("Leasehold-Retries", strconv.Itoa(retries))
 	w.WriteHeader(resp.StatusCode)
+	defer func() {
+		for k, vs := range resp.Trailer { // known once the body is read
+			h[http.TrailerPrefix+k] = vs
+		}
+	}()
 	if resp.ContentLength >= 0 {
 		io.Copy(w, resp.Body)
 		return resp.StatusCode
@@ -518,6 +538,35 @@ func removeHopByHop(h http.Header) {
 	for _, k := range hopByHop {
 		h.Del(k)
 	}
+}
+
+// refusalOf reports whether an Owner's answer is a refusal under the
+// contract. A gRPC refusal's status comes in trailers after an empty body
+// (grpc-go sends header metadata in a frame of its own), so for a gRPC
+// answer that carries the refusal header the body is read, up to a bound,
+// to see them; anything read is put back for the relay.
+func refusalOf(resp *http.Response) (owner.Refusal, bool) {
+	if !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/grpc") || resp.Header.Get(owner.RefusedHeader) == "" || resp.Header.Get("Grpc-Status") != "" {
+		return owner.RefusalOf(resp.StatusCode, resp.Header)
+	}
+	buf, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if err != nil || len(buf) > 0 {
+		resp.Body = struct {
+			io.Reader
+			io.Closer
+		}{io.MultiReader(bytes.NewReader(buf), resp.Body), resp.Body}
+		return "", false
+	}
+	h := resp.Header.Clone()
+	for k, vs := range resp.Trailer {
+		h[k] = vs
+	}
+	return owner.RefusalOf(resp.StatusCode, h)
+}
+
+// isGRPC reports whether a request is a gRPC call.
+func isGRPC(r *http.Request) bool {
+	return r.ProtoMajor == 2 && strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc")
 }
 
 // isIdempotent reports whether a request may be sent twice: its method

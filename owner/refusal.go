@@ -48,7 +48,7 @@ func Refuse(w http.ResponseWriter, why Refusal, msg string) {
 }
 
 // RefusalOf reports whether an answer is a refusal under the contract, and
-// why. A 421 without the header counts as RefusedNotOwner (421 means "not
+// why. h holds the answer's headers and, for gRPC, its trailers too. A 421 without the header counts as RefusedNotOwner (421 means "not
 // this server" in HTTP itself); a 503 counts only with the header, since an
 // Owner may answer 503 for reasons of its own (overload) that a retry
 // elsewhere would not help.
@@ -60,6 +60,11 @@ func RefusalOf(status int, h http.Header) (Refusal, bool) {
 	case status == http.StatusMisdirectedRequest:
 		return RefusedNotOwner, true
 	case status == http.StatusServiceUnavailable && (v == RefusedMoving || v == RefusedNotOwner):
+		return v, true
+	case status == http.StatusOK && strings.HasPrefix(h.Get("Content-Type"), "application/grpc") &&
+		h.Get("Grpc-Status") == "14" && (v == RefusedMoving || v == RefusedNotOwner):
+		// A gRPC refusal (RefuseGRPC): a trailers-only answer, status
+		// Unavailable, whose headers carry the refusal.
 		return v, true
 	}
 	return "", false

@@ -57,8 +57,23 @@ func TestRefusalOf(t *testing.T) {
 		{503, "not-owner", owner.RefusedNotOwner, true},
 		{200, "moving", "", false},
 		{500, "not-owner", "", false},
+		{200, "grpc:14", owner.RefusedNotOwner, true},
+		{200, "grpc:14:moving", owner.RefusedMoving, true},
+		{200, "grpc:0", "", false},    // a gRPC answer that is not a refusal
+		{200, "grpc:14:-", "", false}, // the Owner's own Unavailable
 	} {
-		got, ok := owner.RefusalOf(tc.code, h(tc.header))
+		hd := h(tc.header)
+		if g, ok := strings.CutPrefix(tc.header, "grpc:"); ok {
+			st, why, _ := strings.Cut(g, ":")
+			if why == "" {
+				why = "not-owner"
+			}
+			hd = http.Header{"Content-Type": {"application/grpc"}, "Grpc-Status": {st}}
+			if why != "-" && st != "0" {
+				hd.Set(owner.RefusedHeader, why)
+			}
+		}
+		got, ok := owner.RefusalOf(tc.code, hd)
 		if got != tc.want || ok != tc.ok {
 			t.Errorf("RefusalOf(%d, %q) = %q %v, want %q %v", tc.code, tc.header, got, ok, tc.want, tc.ok)
 		}
