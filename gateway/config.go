@@ -184,8 +184,8 @@ func (r *Route) normalize() error {
 	default:
 		return fmt.Errorf("route %q: key %q: want path:N, header:NAME or query:NAME", r.Name, r.Key)
 	}
-	for _, p := range reservedPaths {
-		if strings.HasPrefix(p, r.Prefix) && r.Prefix == p {
+	for _, p := range reservedPaths { // served first: a route there would see no request
+		if strings.HasPrefix(r.Prefix, p) {
 			return fmt.Errorf("route %q: prefix %q is the gateway's own", r.Name, r.Prefix)
 		}
 	}

@@ -414,13 +414,15 @@ func TestRouteConfig(t *testing.T) {
 		t.Fatalf("ParseRoute = %+v, %v", r, err)
 	}
 	for s, want := range map[string]string{
-		"name=kv,bogus=1":        `unknown field "bogus"`,
-		"prefix=/kv/":            "want path:N, header:NAME or query:NAME",
-		"key=path:x":             "must be a number",
-		"key=cookie:x":           "want path:N",
-		"key=path:1,priority=9":  `priority "9"`,
-		"key=path:1,prefix=kv":   "must start with /",
-		"key=path:1,prefix=/v1/": "the gateway's own",
+		"name=kv,bogus=1":                `unknown field "bogus"`,
+		"prefix=/kv/":                    "want path:N, header:NAME or query:NAME",
+		"key=path:x":                     "must be a number",
+		"key=cookie:x":                   "want path:N",
+		"key=path:1,priority=9":          `priority "9"`,
+		"key=path:1,prefix=kv":           "must start with /",
+		"key=path:1,prefix=/v1/":         "the gateway's own",
+		"key=path:1,prefix=/v1/losses/x": "the gateway's own",
+		"key=path:1,prefix=/healthz":     "the gateway's own",
 	} {
 		r, err := ParseRoute(s)
 		if err == nil {
