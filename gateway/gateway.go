@@ -297,8 +297,17 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	start := time.Now()
 	code := g.forward(w, r, rt)
+	took := time.Since(start)
 	g.metrics.requests.WithLabelValues(rt.Name, strconv.Itoa(code)).Inc()
-	g.metrics.latency.WithLabelValues(rt.Name).Observe(time.Since(start).Seconds())
+	g.metrics.latency.WithLabelValues(rt.Name).Observe(took.Seconds())
+	level := slog.LevelDebug
+	if code >= 500 {
+		level = slog.LevelWarn
+	}
+	if g.log.Enabled(r.Context(), level) {
+		g.log.Log(r.Context(), level, "request", "route", rt.Name, "method", r.Method, "path", r.URL.Path,
+			"code", code, "owner", w.Header().Get("Leasehold-Owner"), "retries", w.Header().Get("Leasehold-Retries"), "took", took)
+	}
 }
 
 func (g *Gateway) serveReady(w http.ResponseWriter) {

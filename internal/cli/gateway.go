@@ -32,6 +32,7 @@ type gatewayOptions struct {
 	ownerInFlight int
 	drainTimeout  time.Duration
 	maxCutOff     time.Duration
+	logLevel      string
 }
 
 func newGatewayCommand(e *env) *cobra.Command {
@@ -76,6 +77,7 @@ A route is given with --route as comma-separated fields, or in a JSON
 	f.IntVar(&o.maxQueue, "max-queue", gateway.DefaultMaxQueue, "requests waiting for a slot per namespace; beyond, the lowest class is shed")
 	f.IntVar(&o.ownerInFlight, "owner-in-flight", gateway.DefaultOwnerInFlight, "requests in flight per Owner")
 	f.DurationVar(&o.maxCutOff, "max-cut-off", 0, "answer 503 at /readyz once cut off from the Manager this long (0: stay ready, routing from the copy)")
+	f.Var(newChoice(&o.logLevel, "warn", "debug", "info", "warn", "error"), "log-level", "the least severe log level written to stderr (debug: one line per request)")
 	f.DurationVar(&o.drainTimeout, "drain-timeout", 30*time.Second, "on SIGINT or SIGTERM, how long to finish the requests in flight")
 	return cmd
 }
@@ -108,7 +110,9 @@ func (o *gatewayOptions) run(ctx context.Context, e *env) error {
 	if len(routes) == 0 {
 		return usagef("no route: give --route or --config")
 	}
-	log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(o.logLevel)) // one of the choices
+	log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level}))
 	g, err := gateway.New(ctx, gateway.Config{
 		Manager: o.manager, Routes: routes, MaxKeyBytes: o.maxKeyBytes, MaxBodyBytes: o.maxBodyBytes,
 		MaxInFlight: o.maxInFlight, MaxQueue: o.maxQueue, OwnerInFlight: o.ownerInFlight, MaxCutOff: o.maxCutOff, Logger: log,
