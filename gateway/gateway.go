@@ -432,7 +432,18 @@ func (g *Gateway) forward(w http.ResponseWriter, req *http.Request, rt *Route) i
 			g.metrics.retries.WithLabelValues(rt.Name, "owner-busy").Inc()
 			continue
 		}
+		sent := time.Now()
 		resp, err := g.send(ctx, req, body, route.Addr)
+		outcome := "failed"
+		var why owner.Refusal
+		var refused bool
+		if err == nil {
+			outcome = "answered"
+			if why, refused = refusalOf(resp); refused {
+				outcome = "refused"
+			}
+		}
+		g.metrics.attempts.WithLabelValues(route.Owner, outcome).Observe(time.Since(sent).Seconds())
 		if err != nil {
 			g.owners.release(route.Owner)
 			if ctx.Err() != nil {
@@ -447,7 +458,7 @@ func (g *Gateway) forward(w http.ResponseWriter, req *http.Request, rt *Route) i
 			g.metrics.retries.WithLabelValues(rt.Name, "unreachable").Inc()
 			continue
 		}
-		if why, refused := refusalOf(resp); refused {
+		if refused {
 			io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 			resp.Body.Close()
 			g.owners.release(route.Owner)

@@ -219,6 +219,8 @@ func TestRefusalsRetried(t *testing.T) {
 		`leasehold_gateway_retries_total{reason="refused-moving",route="kv"} 3`,
 		`leasehold_gateway_requests_total{code="200",route="kv"} 2`,
 		`leasehold_gateway_request_duration_seconds_count{route="kv"} 3`,
+		`leasehold_gateway_owner_attempt_duration_seconds_count{outcome="refused",owner="A"} 2`,
+		`leasehold_gateway_owner_attempt_duration_seconds_count{outcome="answered",owner="B"} 1`,
 	} {
 		if !strings.Contains(rec.Body.String(), want) {
 			t.Errorf("/metrics lacks %s", want)

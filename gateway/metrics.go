@@ -14,6 +14,7 @@ type metrics struct {
 	handler     http.Handler
 	requests    *prometheus.CounterVec
 	latency     *prometheus.HistogramVec
+	attempts    *prometheus.HistogramVec
 	retries     *prometheus.CounterVec
 	shed        *prometheus.CounterVec
 	losses      *prometheus.CounterVec
@@ -29,6 +30,10 @@ func newMetrics(g *Gateway) *metrics {
 		Name: "leasehold_gateway_request_duration_seconds", Help: "Time from a request's arrival to its answer, retries included, by route.",
 		Buckets: prometheus.ExponentialBuckets(0.0001, 2.5, 14),
 	}, []string{"route"})
+	m.attempts = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "leasehold_gateway_owner_attempt_duration_seconds", Help: "Time of one attempt at an Owner, from sending to the answer's headers, by Owner and outcome (answered, refused, failed).",
+		Buckets: prometheus.ExponentialBuckets(0.0001, 2.5, 14),
+	}, []string{"owner", "outcome"})
 	m.retries = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "leasehold_gateway_retries_total", Help: "Attempts made again, by route and reason (refused-not-owner, refused-moving, no-owner, owner-busy, unreachable).",
 	}, []string{"route", "reason"})
@@ -41,7 +46,7 @@ func newMetrics(g *Gateway) *metrics {
 	m.subscribers = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "leasehold_gateway_loss_subscribers", Help: "Open /v1/losses streams.",
 	})
-	m.reg.MustRegister(m.requests, m.latency, m.retries, m.shed, m.losses, m.subscribers)
+	m.reg.MustRegister(m.requests, m.latency, m.attempts, m.retries, m.shed, m.losses, m.subscribers)
 	m.handler = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
 	return m
 }
