@@ -45,6 +45,9 @@ type Config struct {
 	// ready, routing from its copy; more makes /readyz answer 503 once the
 	// cut-off has lasted that long, so a balancer prefers a gateway in touch.
 	MaxCutOff time.Duration
+	// Webhooks are URLs to POST each loss notification to, at least once
+	// while the gateway runs (webhook.go).
+	Webhooks []string
 	// NewRouter, if set, replaces the Lookup of each namespace (tests).
 	// The router calls onLoss and onUpdate as lookup.Config's OnLoss and
 	// OnUpdate.
@@ -83,6 +86,9 @@ type Gateway struct {
 	losses    *lossLog
 	metrics   *metrics
 	log       *slog.Logger
+
+	hooksCancel context.CancelFunc
+	hooks       sync.WaitGroup // the webhook deliveries
 
 	draining atomic.Bool
 	stop     chan struct{} // closed by Shutdown: ends the SSE streams
@@ -173,6 +179,11 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 	if cfg.MaxBodyBytes == 0 {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
 	}
+	for _, u := range cfg.Webhooks {
+		if err := checkWebhook(u); err != nil {
+			return nil, fmt.Errorf("gateway: %w", err)
+		}
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -213,6 +224,12 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 	}
 	if cfg.MaxCutOff < 0 {
 		return nil, fmt.Errorf("gateway: MaxCutOff %s must not be negative", cfg.MaxCutOff)
+	}
+	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
+	g.hooksCancel = hcancel
+	hookClient := &http.Client{Transport: g.transport}
+	for _, u := range cfg.Webhooks {
+		g.hooks.Go(func() { g.deliver(hctx, u, hookClient) })
 	}
 	for _, r := range g.routes {
 		if g.spaces[r.Namespace] != nil {
@@ -258,6 +275,10 @@ func (g *Gateway) Shutdown() {
 // Close stops the Lookups.
 func (g *Gateway) Close() error {
 	g.Shutdown()
+	if g.hooksCancel != nil {
+		g.hooksCancel()
+		g.hooks.Wait()
+	}
 	var errs []error
 	for _, sp := range g.spaces {
 		if sp.router != nil {

@@ -19,6 +19,7 @@ type metrics struct {
 	shed        *prometheus.CounterVec
 	losses      *prometheus.CounterVec
 	subscribers prometheus.Gauge
+	webhook     *prometheus.CounterVec
 }
 
 func newMetrics(g *Gateway) *metrics {
@@ -46,6 +47,10 @@ func newMetrics(g *Gateway) *metrics {
 	m.subscribers = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "leasehold_gateway_loss_subscribers", Help: "Open /v1/losses streams.",
 	})
+	m.webhook = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "leasehold_gateway_webhook_total", Help: "Loss notifications to webhooks, by URL and result (delivered, failed: an attempt to retry, forgotten: dropped before delivery).",
+	}, []string{"url", "result"})
+	m.reg.MustRegister(m.webhook)
 	m.reg.MustRegister(m.requests, m.latency, m.attempts, m.retries, m.shed, m.losses, m.subscribers)
 	m.handler = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
 	return m

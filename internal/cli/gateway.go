@@ -33,6 +33,7 @@ type gatewayOptions struct {
 	drainTimeout  time.Duration
 	maxCutOff     time.Duration
 	logLevel      string
+	webhooks      []string
 }
 
 func newGatewayCommand(e *env) *cobra.Command {
@@ -78,6 +79,7 @@ A route is given with --route as comma-separated fields, or in a JSON
 	f.IntVar(&o.ownerInFlight, "owner-in-flight", gateway.DefaultOwnerInFlight, "requests in flight per Owner")
 	f.DurationVar(&o.maxCutOff, "max-cut-off", 0, "answer 503 at /readyz once cut off from the Manager this long (0: stay ready, routing from the copy)")
 	f.Var(newChoice(&o.logLevel, "warn", "debug", "info", "warn", "error"), "log-level", "the least severe log level written to stderr (debug: one line per request)")
+	f.StringArrayVar(&o.webhooks, "loss-webhook", nil, "POST each loss notification to `URL` (repeatable), retried until it answers 2xx")
 	f.DurationVar(&o.drainTimeout, "drain-timeout", 30*time.Second, "on SIGINT or SIGTERM, how long to finish the requests in flight")
 	return cmd
 }
@@ -115,7 +117,7 @@ func (o *gatewayOptions) run(ctx context.Context, e *env) error {
 	log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level}))
 	g, err := gateway.New(ctx, gateway.Config{
 		Manager: o.manager, Routes: routes, MaxKeyBytes: o.maxKeyBytes, MaxBodyBytes: o.maxBodyBytes,
-		MaxInFlight: o.maxInFlight, MaxQueue: o.maxQueue, OwnerInFlight: o.ownerInFlight, MaxCutOff: o.maxCutOff, Logger: log,
+		MaxInFlight: o.maxInFlight, MaxQueue: o.maxQueue, OwnerInFlight: o.ownerInFlight, MaxCutOff: o.maxCutOff, Webhooks: o.webhooks, Logger: log,
 	})
 	if err != nil {
 		return usageError(err)
