@@ -36,7 +36,9 @@
 // the key's range moves to another server with its values, a write is
 // answered 503 Service Unavailable "moving" (with Retry-After), and the new
 // server may answer 503 "arriving" for a moment until it has taken the
-// values up; the Client retries those too.
+// values up; the Client retries those too. Every refusal carries the
+// header Leasehold-Refused (not-owner or moving), the Owner contract of
+// owner.Refuse, so the leasehold gateway retries it too (docs/gateway.md).
 //
 // POST /internal/migrate is for the other servers: a JSON body
 //

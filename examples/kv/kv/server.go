@@ -256,17 +256,16 @@ func (s *Server) handlePut(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// storeError answers a failed operation: 503 with Retry-After while the
-// key's range moves with its state (the client retries, and reaches the
-// new owner once the move is done), 421 when this server does not hold
-// the key.
+// storeError answers a failed operation with the Owner refusal contract
+// (owner.Refuse): 503 moving with Retry-After while the key's range moves
+// with its state (the client retries, and reaches the new owner once the
+// move is done), 421 not-owner when this server does not hold the key.
 func storeError(w http.ResponseWriter, err error) {
 	if errors.Is(err, errMoving) || errors.Is(err, errArriving) {
-		w.Header().Set("Retry-After", "1")
-		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		owner.Refuse(w, owner.RefusedMoving, err.Error())
 		return
 	}
-	http.Error(w, err.Error(), http.StatusMisdirectedRequest)
+	owner.Refuse(w, owner.RefusedNotOwner, err.Error())
 }
 
 func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) {

@@ -1,0 +1,630 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/leasehold/leasehold/keyspace"
+	"github.com/leasehold/leasehold/lookup"
+	"github.com/leasehold/leasehold/owner"
+	"github.com/leasehold/leasehold/protocol"
+)
+
+// Config configures a Gateway. Zero limits take the defaults.
+type Config struct {
+	// Manager is the Manager's address, or its replicas', comma-separated,
+	// as in lookup.Config. Required unless NewRouter is set.
+	Manager string
+	// Routes are the routes served; at least one.
+	Routes []Route
+	// MaxKeyBytes, MaxBodyBytes: see DefaultMaxKeyBytes, DefaultMaxBodyBytes.
+	MaxKeyBytes  int
+	MaxBodyBytes int64
+	// MaxInFlight and MaxQueue bound each namespace (DefaultMaxInFlight,
+	// DefaultMaxQueue); OwnerInFlight bounds each Owner (DefaultOwnerInFlight).
+	MaxInFlight, MaxQueue, OwnerInFlight int
+	// Timing is passed to each Lookup; the zero value means production.
+	Timing protocol.Timing
+	// Logger receives the gateway's logs; nil discards them.
+	Logger *slog.Logger
+	// MaxCutOff is the /readyz policy while a namespace's Lookup is cut off
+	// from the Manager (it raised an all-ranges loss): 0 keeps the gateway
+	// ready, routing from its copy; more makes /readyz answer 503 once the
+	// cut-off has lasted that long, so a balancer prefers a gateway in touch.
+	MaxCutOff time.Duration
+	// Webhooks are URLs to POST each loss notification to, at least once
+	// while the gateway runs (webhook.go).
+	Webhooks []string
+	// NewRouter, if set, replaces the Lookup of each namespace (tests).
+	// The router calls onLoss and onUpdate as lookup.Config's OnLoss and
+	// OnUpdate.
+	NewRouter func(ctx context.Context, namespace string, onLoss func(lookup.Loss), onUpdate func()) (Router, error)
+	// Transport, if set, replaces the transport to the Owners.
+	Transport http.RoundTripper
+}
+
+// Router is what the gateway needs of a namespace's Lookup.
+type Router interface {
+	Lookup(keyspace.Key) (lookup.Route, bool)
+	LSN() keyspace.LSN
+	WaitSynced(context.Context) error
+	Close() error
+}
+
+var _ Router = (*lookup.Lookup)(nil)
+
+// StaleHeader, on an answer, says the gateway routed it from a copy of
+// the lease table cut off from the Manager, and since when.
+const StaleHeader = "Leasehold-Stale"
+
+// Paths the gateway serves itself; no route may take them.
+var reservedPaths = []string{"/healthz", "/readyz", "/metrics", "/v1/"}
+
+// Gateway is Ninja's connection manager for leasehold: an HTTP proxy that
+// sends each request to the Owner of its key, retries refusals, admits or
+// sheds load by priority, and relays loss notifications (docs/gateway.md).
+type Gateway struct {
+	cfg       Config
+	routes    []*Route // longest prefix first
+	spaces    map[string]*space
+	owners    ownerSlots
+	transport http.RoundTripper
+	h2c       http.RoundTripper // for gRPC: HTTP/2 without TLS, prior knowledge
+	losses    *lossLog
+	metrics   *metrics
+	log       *slog.Logger
+
+	hooksCancel context.CancelFunc
+	hooks       sync.WaitGroup // the webhook deliveries
+
+	draining atomic.Bool
+	stop     chan struct{} // closed by Shutdown: ends the SSE streams
+	stopOnce sync.Once
+}
+
+// space is one namespace: its Lookup and its admission control.
+type space struct {
+	name   string
+	router Router
+	adm    *admission
+	synced atomic.Bool
+	// The cut-off from the Manager, as the Lookup's all-ranges losses tell
+	// it (unix nanoseconds, 0: none): since the first of a run, the latest,
+	// and the gap measured between two in a row (the Lookup's SyncTimeout).
+	firstAll, lastAll, allGap atomic.Int64
+	syncTimeout               time.Duration // the gap assumed before one is measured
+}
+
+// lost records a loss notification's bearing on the cut-off.
+func (sp *space) lost(l lookup.Loss, now time.Time) {
+	if !l.All {
+		return
+	}
+	n := now.UnixNano()
+	if last := sp.lastAll.Swap(n); last != 0 {
+		sp.allGap.Store(n - last)
+	}
+	sp.firstAll.CompareAndSwap(0, n)
+}
+
+// updated records that a change arrived from the Manager: in touch again.
+func (sp *space) updated() {
+	sp.firstAll.Store(0)
+	sp.lastAll.Store(0)
+}
+
+// cutOff returns since when the namespace's Lookup has been cut off from
+// the Manager, or the zero time. The Lookup repeats its all-ranges loss
+// every SyncTimeout while cut off, so a cut-off ends when a change arrives
+// or when two SyncTimeouts pass without one.
+func (sp *space) cutOff(now time.Time) time.Time {
+	first, last := sp.firstAll.Load(), sp.lastAll.Load()
+	if first == 0 {
+		return time.Time{}
+	}
+	gap := time.Duration(sp.allGap.Load())
+	if gap <= 0 {
+		gap = sp.syncTimeout
+	}
+	if now.Sub(time.Unix(0, last)) > 2*gap {
+		return time.Time{}
+	}
+	return time.Unix(0, first)
+}
+
+// New starts a Gateway: one Lookup per namespace its routes name. It
+// returns at once; /readyz says when every copy has synced.
+func New(ctx context.Context, cfg Config) (*Gateway, error) {
+	if len(cfg.Routes) == 0 {
+		return nil, errors.New("gateway: no routes")
+	}
+	if cfg.Manager == "" && cfg.NewRouter == nil {
+		return nil, errors.New("gateway: Manager is required")
+	}
+	def := func(v *int, d int, name string) error {
+		if *v < 0 {
+			return fmt.Errorf("gateway: %s %d must not be negative", name, *v)
+		}
+		if *v == 0 {
+			*v = d
+		}
+		return nil
+	}
+	for _, e := range []error{
+		def(&cfg.MaxKeyBytes, DefaultMaxKeyBytes, "MaxKeyBytes"),
+		def(&cfg.MaxInFlight, DefaultMaxInFlight, "MaxInFlight"),
+		def(&cfg.MaxQueue, DefaultMaxQueue, "MaxQueue"),
+		def(&cfg.OwnerInFlight, DefaultOwnerInFlight, "OwnerInFlight"),
+	} {
+		if e != nil {
+			return nil, e
+		}
+	}
+	if cfg.MaxBodyBytes < 0 {
+		return nil, fmt.Errorf("gateway: MaxBodyBytes %d must not be negative", cfg.MaxBodyBytes)
+	}
+	if cfg.MaxBodyBytes == 0 {
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	for _, u := range cfg.Webhooks {
+		if err := checkWebhook(u); err != nil {
+			return nil, fmt.Errorf("gateway: %w", err)
+		}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	g := &Gateway{cfg: cfg, spaces: map[string]*space{}, losses: newLossLog(1024), log: cfg.Logger, stop: make(chan struct{})}
+	g.owners.max = int64(cfg.OwnerInFlight)
+	seen := map[string]bool{}
+	for i := range cfg.Routes {
+		r := cfg.Routes[i]
+		if err := r.normalize(); err != nil {
+			return nil, fmt.Errorf("gateway: %w", err)
+		}
+		if seen[r.Host+" "+r.Prefix] {
+			return nil, fmt.Errorf("gateway: two routes for host %q prefix %q", r.Host, r.Prefix)
+		}
+		seen[r.Host+" "+r.Prefix] = true
+		g.routes = append(g.routes, &r)
+	}
+	slices.SortStableFunc(g.routes, func(a, b *Route) int { return len(b.Prefix) - len(a.Prefix) })
+	g.transport = cfg.Transport
+	if g.transport == nil {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.Proxy = nil
+		t.MaxIdleConnsPerHost = 256
+		g.transport = t
+	}
+	h2 := http.DefaultTransport.(*http.Transport).Clone()
+	h2.Proxy = nil
+	h2.Protocols = new(http.Protocols)
+	h2.Protocols.SetUnencryptedHTTP2(true)
+	g.h2c = h2
+	if cfg.Transport != nil {
+		g.h2c = cfg.Transport
+	}
+	g.metrics = newMetrics(g)
+	syncTimeout := cfg.Timing.SyncTimeout
+	if syncTimeout <= 0 {
+		syncTimeout = protocol.Production().SyncTimeout
+	}
+	if cfg.MaxCutOff < 0 {
+		return nil, fmt.Errorf("gateway: MaxCutOff %s must not be negative", cfg.MaxCutOff)
+	}
+	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
+	g.hooksCancel = hcancel
+	hookClient := &http.Client{Transport: g.transport}
+	for _, u := range cfg.Webhooks {
+		g.hooks.Go(func() { g.deliver(hctx, u, hookClient) })
+	}
+	for _, r := range g.routes {
+		if g.spaces[r.Namespace] != nil {
+			continue
+		}
+		sp := &space{name: r.Namespace, adm: newAdmission(cfg.MaxInFlight, cfg.MaxQueue), syncTimeout: syncTimeout}
+		onLoss := func(l lookup.Loss) {
+			sp.lost(l, time.Now())
+			g.losses.add(sp.name, l)
+			g.metrics.losses.WithLabelValues(sp.name).Inc()
+		}
+		onUpdate := sp.updated
+		var err error
+		if cfg.NewRouter != nil {
+			sp.router, err = cfg.NewRouter(ctx, r.Namespace, onLoss, onUpdate)
+		} else {
+			sp.router, err = lookup.New(ctx, lookup.Config{Manager: cfg.Manager, Namespace: r.Namespace, Timing: cfg.Timing, Logger: cfg.Logger,
+				OnLoss: onLoss, OnUpdate: func(lookup.Update) { onUpdate() }})
+		}
+		if err != nil {
+			g.Close()
+			return nil, fmt.Errorf("gateway: namespace %q: %w", r.Namespace, err)
+		}
+		g.spaces[r.Namespace] = sp
+		g.metrics.addSpace(sp)
+		go func() {
+			if sp.router.WaitSynced(context.WithoutCancel(ctx)) == nil {
+				sp.synced.Store(true)
+			}
+		}()
+	}
+	return g, nil
+}
+
+// Shutdown marks the gateway not ready (/readyz answers 503, so balancers
+// stop sending) and ends the loss streams, so that http.Server.Shutdown
+// only waits for the requests in flight.
+func (g *Gateway) Shutdown() {
+	g.draining.Store(true)
+	g.stopOnce.Do(func() { close(g.stop) })
+}
+
+// Close stops the Lookups.
+func (g *Gateway) Close() error {
+	g.Shutdown()
+	if g.hooksCancel != nil {
+		g.hooksCancel()
+		g.hooks.Wait()
+	}
+	var errs []error
+	for _, sp := range g.spaces {
+		if sp.router != nil {
+			errs = append(errs, sp.router.Close())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ServeHTTP serves the gateway's own paths and proxies the rest.
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch p := r.URL.Path; {
+	case p == "/healthz":
+		io.WriteString(w, "ok\n")
+		return
+	case p == "/readyz":
+		g.serveReady(w)
+		return
+	case p == "/metrics":
+		g.metrics.handler.ServeHTTP(w, r)
+		return
+	case p == "/v1/losses":
+		g.serveLosses(w, r)
+		return
+	case p == "/v1/covers":
+		g.serveCovers(w, r)
+		return
+	case p == "/v1/key":
+		g.serveKey(w, r)
+		return
+	}
+	rt := g.match(r)
+	if rt == nil {
+		g.metrics.requests.WithLabelValues("", "404").Inc()
+		http.Error(w, fmt.Sprintf("no route for host %q path %q", r.Host, r.URL.Path), http.StatusNotFound)
+		return
+	}
+	start := time.Now()
+	code := g.forward(w, r, rt)
+	took := time.Since(start)
+	g.metrics.requests.WithLabelValues(rt.Name, strconv.Itoa(code)).Inc()
+	g.metrics.latency.WithLabelValues(rt.Name).Observe(took.Seconds())
+	level := slog.LevelDebug
+	if code >= 500 {
+		level = slog.LevelWarn
+	}
+	if g.log.Enabled(r.Context(), level) {
+		g.log.Log(r.Context(), level, "request", "route", rt.Name, "method", r.Method, "path", r.URL.Path,
+			"code", code, "owner", w.Header().Get("Leasehold-Owner"), "retries", w.Header().Get("Leasehold-Retries"), "took", took)
+	}
+}
+
+func (g *Gateway) serveReady(w http.ResponseWriter) {
+	if g.draining.Load() {
+		http.Error(w, "shutting down", http.StatusServiceUnavailable)
+		return
+	}
+	now := time.Now()
+	for _, sp := range g.spaces {
+		if !sp.synced.Load() {
+			http.Error(w, fmt.Sprintf("namespace %q: no copy of the lease table yet", sp.name), http.StatusServiceUnavailable)
+			return
+		}
+		if since := sp.cutOff(now); g.cfg.MaxCutOff > 0 && !since.IsZero() && now.Sub(since) >= g.cfg.MaxCutOff {
+			http.Error(w, fmt.Sprintf("namespace %q: cut off from the Manager since %s", sp.name, since.UTC().Format(time.RFC3339)), http.StatusServiceUnavailable)
+			return
+		}
+	}
+	io.WriteString(w, "ready\n")
+}
+
+// match returns the route for a request: the longest prefix whose host
+// matches, or nil.
+func (g *Gateway) match(r *http.Request) *Route {
+	host := r.Host
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	for _, rt := range g.routes {
+		if (rt.Host == "" || strings.EqualFold(rt.Host, host)) && strings.HasPrefix(r.URL.Path, rt.Prefix) {
+			return rt
+		}
+	}
+	return nil
+}
+
+// fail answers an error the gateway decided, and returns its status.
+func fail(w http.ResponseWriter, code int, format string, args ...any) int {
+	http.Error(w, fmt.Sprintf(format, args...), code)
+	return code
+}
+
+// Retry backoff: from first to at most max, doubling.
+const (
+	backoffFirst = 5 * time.Millisecond
+	backoffMax   = 250 * time.Millisecond
+)
+
+// forward sends a request to its key's Owner, retrying refusals within its
+// deadline, and returns the status answered.
+func (g *Gateway) forward(w http.ResponseWriter, req *http.Request, rt *Route) int {
+	key, err := rt.keyOf(req)
+	if errors.Is(err, errNoKey) {
+		return fail(w, http.StatusBadRequest, "no key: route %q takes the key from the %s", rt.Name, rt.keyDesc())
+	} else if err != nil {
+		return fail(w, http.StatusBadRequest, "bad key: %v", err)
+	}
+	if len(key) > g.cfg.MaxKeyBytes {
+		return fail(w, http.StatusBadRequest, "key of %d bytes: the limit is %d", len(key), g.cfg.MaxKeyBytes)
+	}
+	class := rt.class
+	if h := req.Header.Get(PriorityHeader); h != "" {
+		c := classOf(h)
+		if c < 0 {
+			return fail(w, http.StatusBadRequest, "%s %q: want one of %s", PriorityHeader, h, strings.Join(Classes, ", "))
+		}
+		class = min(class, c) // a client may lower its priority, not raise it
+	}
+	var body []byte
+	if req.Body != nil && req.Body != http.NoBody {
+		if req.ContentLength > g.cfg.MaxBodyBytes {
+			return fail(w, http.StatusRequestEntityTooLarge, "body of %d bytes: the limit is %d", req.ContentLength, g.cfg.MaxBodyBytes)
+		}
+		body, err = io.ReadAll(http.MaxBytesReader(w, req.Body, g.cfg.MaxBodyBytes))
+		if err != nil {
+			if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+				return fail(w, http.StatusRequestEntityTooLarge, "body over the limit of %d bytes", g.cfg.MaxBodyBytes)
+			}
+			return fail(w, http.StatusBadRequest, "reading the body: %v", err)
+		}
+	}
+	timeout := time.Duration(rt.Timeout)
+	ctx, cancel := context.WithTimeout(req.Context(), timeout)
+	defer cancel()
+
+	sp := g.spaces[rt.Namespace]
+	if err := sp.adm.acquire(ctx, class); err != nil {
+		g.metrics.shed.WithLabelValues(sp.name, Classes[class]).Inc()
+		w.Header().Set("Retry-After", "1")
+		if errors.Is(err, errShed) {
+			return fail(w, http.StatusTooManyRequests, "namespace %q is overloaded: a %s-priority request is shed", sp.name, Classes[class])
+		}
+		return fail(w, http.StatusServiceUnavailable, "namespace %q is overloaded: no slot within the deadline of %s", sp.name, timeout)
+	}
+	defer sp.adm.release()
+
+	k := keyspace.KeyOf(key)
+	backoff := backoffFirst
+	var last string // why the last attempt failed
+	idempotent := isIdempotent(req)
+	for attempt := 0; ; attempt++ {
+		if attempt > 0 {
+			t := time.NewTimer(backoff)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+			}
+			backoff = min(2*backoff, backoffMax)
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		route, ok := sp.router.Lookup(k)
+		if !ok {
+			last = "no Owner holds the key"
+			g.metrics.retries.WithLabelValues(rt.Name, "no-owner").Inc()
+			continue
+		}
+		if !g.owners.tryAcquire(route.Owner) {
+			last = fmt.Sprintf("Owner %s has %d requests in flight, its limit", route.Owner, g.owners.max)
+			g.metrics.retries.WithLabelValues(rt.Name, "owner-busy").Inc()
+			continue
+		}
+		sent := time.Now()
+		resp, err := g.send(ctx, req, body, route.Addr)
+		outcome := "failed"
+		var why owner.Refusal
+		var refused bool
+		if err == nil {
+			outcome = "answered"
+			if why, refused = refusalOf(resp); refused {
+				outcome = "refused"
+			}
+		}
+		g.metrics.attempts.WithLabelValues(route.Owner, outcome).Observe(time.Since(sent).Seconds())
+		if err != nil {
+			g.owners.release(route.Owner)
+			if ctx.Err() != nil {
+				last = fmt.Sprintf("Owner %s at %s did not answer", route.Owner, route.Addr)
+				break
+			}
+			if !idempotent && !isDialError(err) {
+				g.log.Warn("owner failed", "owner", route.Owner, "addr", route.Addr, "err", err)
+				return fail(w, http.StatusBadGateway, "Owner %s at %s: %v (not retried: %s is not idempotent)", route.Owner, route.Addr, err, req.Method)
+			}
+			last = fmt.Sprintf("Owner %s at %s: %v", route.Owner, route.Addr, err)
+			g.metrics.retries.WithLabelValues(rt.Name, "unreachable").Inc()
+			continue
+		}
+		if refused {
+			io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+			resp.Body.Close()
+			g.owners.release(route.Owner)
+			last = fmt.Sprintf("Owner %s refused: %s", route.Owner, why)
+			g.metrics.retries.WithLabelValues(rt.Name, "refused-"+string(why)).Inc()
+			continue
+		}
+		if since := sp.cutOff(time.Now()); !since.IsZero() {
+			w.Header().Set(StaleHeader, "cut-off; since="+since.UTC().Format(time.RFC3339))
+		}
+		code := g.relay(w, resp, route.Owner, attempt)
+		g.owners.release(route.Owner)
+		return code
+	}
+	if req.Context().Err() != nil {
+		return 499 // the client went away; nobody reads an answer
+	}
+	return fail(w, http.StatusGatewayTimeout, "no answer within the deadline of %s: %s", timeout, last)
+}
+
+// send makes one attempt at the Owner at addr.
+func (g *Gateway) send(ctx context.Context, req *http.Request, body []byte, addr string) (*http.Response, error) {
+	u := &url.URL{Scheme: "http", Host: addr, Path: req.URL.Path, RawPath: req.URL.RawPath, RawQuery: req.URL.RawQuery}
+	out, err := http.NewRequestWithContext(ctx, req.Method, u.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+	if body != nil {
+		out.Body = io.NopCloser(bytes.NewReader(body))
+		out.ContentLength = int64(len(body))
+		out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	}
+	out.Header = req.Header.Clone()
+	removeHopByHop(out.Header)
+	transport := g.transport
+	if isGRPC(req) {
+		// gRPC needs HTTP/2 and trailers: say so, as a client would.
+		out.Header.Set("Te", "trailers")
+		transport = g.h2c
+	}
+	if ip, _, err := net.SplitHostPort(req.RemoteAddr); err == nil {
+		if prior := req.Header.Get("X-Forwarded-For"); prior != "" {
+			ip = prior + ", " + ip
+		}
+		out.Header.Set("X-Forwarded-For", ip)
+	}
+	out.Header.Set("X-Forwarded-Host", req.Host)
+	return transport.RoundTrip(out)
+}
+
+// relay copies an Owner's answer to the client.
+func (g *Gateway) relay(w http.ResponseWriter, resp *http.Response, ownerID string, retries int) int {
+	defer resp.Body.Close()
+	h := w.Header()
+	for k, vs := range resp.Header {
+		h[k] = vs
+	}
+	removeHopByHop(h)
+	h.Set("Leasehold-Owner", ownerID)
+	h.Set("Leasehold-Retries", strconv.Itoa(retries))
+	w.WriteHeader(resp.StatusCode)
+	defer func() {
+		for k, vs := range resp.Trailer { // known once the body is read
+			h[http.TrailerPrefix+k] = vs
+		}
+	}()
+	if resp.ContentLength >= 0 {
+		io.Copy(w, resp.Body)
+		return resp.StatusCode
+	}
+	// A stream: pass each piece on as it comes.
+	rc := http.NewResponseController(w)
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := resp.Body.Read(buf)
+		if n > 0 {
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				break
+			}
+			_ = rc.Flush()
+		}
+		if err != nil {
+			break
+		}
+	}
+	return resp.StatusCode
+}
+
+var hopByHop = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+
+func removeHopByHop(h http.Header) {
+	for _, f := range h.Values("Connection") {
+		for _, name := range strings.Split(f, ",") {
+			h.Del(strings.TrimSpace(name))
+		}
+	}
+	for _, k := range hopByHop {
+		h.Del(k)
+	}
+}
+
+// refusalOf reports whether an Owner's answer is a refusal under the
+// contract. A gRPC refusal's status comes in trailers after an empty body
+// (grpc-go sends header metadata in a frame of its own), so for a gRPC
+// answer that carries the refusal header the body is read, up to a bound,
+// to see them; anything read is put back for the relay.
+func refusalOf(resp *http.Response) (owner.Refusal, bool) {
+	if !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/grpc") || resp.Header.Get(owner.RefusedHeader) == "" || resp.Header.Get("Grpc-Status") != "" {
+		return owner.RefusalOf(resp.StatusCode, resp.Header)
+	}
+	buf, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if err != nil || len(buf) > 0 {
+		resp.Body = struct {
+			io.Reader
+			io.Closer
+		}{io.MultiReader(bytes.NewReader(buf), resp.Body), resp.Body}
+		return "", false
+	}
+	h := resp.Header.Clone()
+	for k, vs := range resp.Trailer {
+		h[k] = vs
+	}
+	return owner.RefusalOf(resp.StatusCode, h)
+}
+
+// isGRPC reports whether a request is a gRPC call.
+func isGRPC(r *http.Request) bool {
+	return r.ProtoMajor == 2 && strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc")
+}
+
+// isIdempotent reports whether a request may be sent twice: its method
+// says so, or it carries an Idempotency-Key.
+func isIdempotent(r *http.Request) bool {
+	switch r.Method {
+	case http.MethodGet, http.MethodHead, http.MethodPut, http.MethodDelete, http.MethodOptions, http.MethodTrace:
+		return true
+	}
+	return r.Header.Get("Idempotency-Key") != ""
+}
+
+// isDialError reports whether err happened before the request was sent.
+func isDialError(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// urlUnescape unescapes a path segment.
+func urlUnescape(s string) (string, error) { return url.PathUnescape(s) }

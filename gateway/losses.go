@@ -1,0 +1,237 @@
+package gateway
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/leasehold/leasehold/keyspace"
+	"github.com/leasehold/leasehold/lookup"
+)
+
+// LossEvent is a loss notification as the gateway relays it: the soft
+// state of every key in Ranges (or of every key, if All) in Namespace may
+// be gone, so clients that stored state there should republish it.
+type LossEvent struct {
+	ID        uint64     `json:"id"`
+	Namespace string     `json:"namespace"`
+	All       bool       `json:"all"`
+	Ranges    []HexRange `json:"ranges"`
+	At        time.Time  `json:"at"`
+	ranges    []keyspace.Range
+}
+
+// HexRange is a range [Start, End) in 0x-hex; the end of the key space is
+// 0x10000000000000000.
+type HexRange struct {
+	Start string `json:"start"`
+	End   string `json:"end"`
+}
+
+func hexKey(k keyspace.Key) string { return fmt.Sprintf("0x%016x", uint64(k)) }
+
+// Covers reports whether the loss covers key k.
+func (e *LossEvent) Covers(k keyspace.Key) bool {
+	return e.All || slices.ContainsFunc(e.ranges, func(r keyspace.Range) bool { return r.Contains(k) })
+}
+
+// lossLog keeps the latest loss notifications, numbered from 1, and wakes
+// the streams at each new one.
+type lossLog struct {
+	keep int
+
+	mu     sync.Mutex
+	events []*LossEvent  // guarded by mu; the last keep, oldest first
+	next   uint64        // guarded by mu; the next ID
+	more   chan struct{} // guarded by mu; closed and replaced at each event
+	subs   int           // guarded by mu; streams open
+}
+
+func newLossLog(keep int) *lossLog {
+	return &lossLog{keep: keep, next: 1, more: make(chan struct{})}
+}
+
+func (l *lossLog) add(namespace string, loss lookup.Loss) {
+	e := &LossEvent{Namespace: namespace, All: loss.All, At: time.Now().UTC(), Ranges: []HexRange{}, ranges: slices.Clone(loss.Ranges)}
+	for _, r := range loss.Ranges {
+		end := "0x10000000000000000"
+		if r.End != 0 {
+			end = hexKey(r.End)
+		}
+		e.Ranges = append(e.Ranges, HexRange{Start: hexKey(r.Start), End: end})
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e.ID = l.next
+	l.next++
+	l.events = append(l.events, e)
+	if len(l.events) > l.keep {
+		l.events = slices.Delete(l.events, 0, len(l.events)-l.keep)
+	}
+	close(l.more)
+	l.more = make(chan struct{})
+}
+
+// since returns the events kept with an ID above after, and a channel
+// closed at the next event.
+func (l *lossLog) since(after uint64) ([]*LossEvent, <-chan struct{}) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	i, _ := slices.BinarySearchFunc(l.events, after+1, func(e *LossEvent, id uint64) int { return int(e.ID) - int(id) })
+	return slices.Clone(l.events[i:]), l.more
+}
+
+// get returns the event with ID id, if still kept.
+func (l *lossLog) get(id uint64) (*LossEvent, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, e := range l.events {
+		if e.ID == id {
+			return e, true
+		}
+	}
+	return nil, false
+}
+
+func (l *lossLog) subscribers(delta int) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.subs += delta
+	return l.subs
+}
+
+// serveLosses streams loss notifications as Server-Sent Events: one event
+// "loss" per notification, its data a LossEvent in JSON, its id the
+// LossEvent's. ?namespace=NS keeps one namespace's; ?key=K keeps those
+// that cover key K (hashed with keyspace.KeyOf). A client that reconnects
+// with Last-Event-ID gets the events it missed, of the last 1024.
+func (g *Gateway) serveLosses(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet {
+		http.Error(w, "GET only", http.StatusMethodNotAllowed)
+		return
+	}
+	q := r.URL.Query()
+	ns, key := q.Get("namespace"), q.Get("key")
+	if len(key) > g.cfg.MaxKeyBytes {
+		http.Error(w, fmt.Sprintf("key of %d bytes: the limit is %d", len(key), g.cfg.MaxKeyBytes), http.StatusBadRequest)
+		return
+	}
+	var after uint64
+	if id := r.Header.Get("Last-Event-ID"); id != "" {
+		n, err := strconv.ParseUint(id, 10, 64)
+		if err != nil {
+			http.Error(w, fmt.Sprintf("Last-Event-ID %q: want a number", id), http.StatusBadRequest)
+			return
+		}
+		after = n
+	} else {
+		// A new subscriber hears of the losses from now on.
+		g.losses.mu.Lock()
+		after = g.losses.next - 1
+		g.losses.mu.Unlock()
+	}
+	rc := http.NewResponseController(w)
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	fmt.Fprintf(w, ": leasehold loss notifications\n\n")
+	if rc.Flush() != nil {
+		return
+	}
+	g.metrics.subscribers.Set(float64(g.losses.subscribers(1)))
+	defer func() { g.metrics.subscribers.Set(float64(g.losses.subscribers(-1))) }()
+	k := keyspace.KeyOf(key)
+	tick := time.NewTicker(15 * time.Second) // keeps idle connections open through proxies
+	defer tick.Stop()
+	for {
+		events, more := g.losses.since(after)
+		for _, e := range events {
+			after = e.ID
+			if ns != "" && e.Namespace != ns || key != "" && !e.Covers(k) {
+				continue
+			}
+			b, _ := json.Marshal(e)
+			fmt.Fprintf(w, "id: %d\nevent: loss\ndata: %s\n\n", e.ID, b)
+		}
+		if rc.Flush() != nil {
+			return
+		}
+		select {
+		case <-more:
+		case <-tick.C:
+			fmt.Fprintf(w, ": keepalive\n\n")
+		case <-r.Context().Done():
+			return
+		case <-g.stop:
+			return
+		}
+	}
+}
+
+// serveCovers answers "does loss ID cover key K?": GET /v1/covers?id=N&key=K
+// → {"id":N,"key":K,"hash":"0x…","covers":true|false}; 404 if the loss is no
+// longer kept.
+func (g *Gateway) serveCovers(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	id, err := strconv.ParseUint(q.Get("id"), 10, 64)
+	if err != nil {
+		http.Error(w, fmt.Sprintf("id %q: want a loss's number", q.Get("id")), http.StatusBadRequest)
+		return
+	}
+	key, ok := g.queryKey(w, r)
+	if !ok {
+		return
+	}
+	e, ok := g.losses.get(id)
+	if !ok {
+		http.Error(w, fmt.Sprintf("loss %d is not kept (the gateway keeps the last %d)", id, g.losses.keep), http.StatusNotFound)
+		return
+	}
+	k := keyspace.KeyOf(key)
+	writeJSON(w, map[string]any{"id": id, "key": key, "hash": hexKey(k), "covers": e.Covers(k)})
+}
+
+// serveKey says where a key is: GET /v1/key?key=K[&namespace=NS] →
+// {"key":K,"hash":"0x…","namespace":NS,"owner":ID,"lgn":N}, for clients that
+// cannot hash with xxhash64 themselves.
+func (g *Gateway) serveKey(w http.ResponseWriter, r *http.Request) {
+	key, ok := g.queryKey(w, r)
+	if !ok {
+		return
+	}
+	ns := r.URL.Query().Get("namespace")
+	if ns == "" {
+		ns = "default"
+	}
+	k := keyspace.KeyOf(key)
+	out := map[string]any{"key": key, "hash": hexKey(k), "namespace": ns}
+	if sp := g.spaces[ns]; sp != nil {
+		if route, ok := sp.router.Lookup(k); ok {
+			out["owner"], out["lgn"] = route.Owner, uint64(route.LGN)
+		}
+	}
+	writeJSON(w, out)
+}
+
+func (g *Gateway) queryKey(w http.ResponseWriter, r *http.Request) (string, bool) {
+	key := r.URL.Query().Get("key")
+	switch {
+	case key == "":
+		http.Error(w, "no key: give ?key=K", http.StatusBadRequest)
+		return "", false
+	case len(key) > g.cfg.MaxKeyBytes:
+		http.Error(w, fmt.Sprintf("key of %d bytes: the limit is %d", len(key), g.cfg.MaxKeyBytes), http.StatusBadRequest)
+		return "", false
+	}
+	return key, true
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(v)
+}

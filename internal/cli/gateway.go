@@ -1,0 +1,153 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/leasehold/leasehold/gateway"
+	"github.com/leasehold/leasehold/internal/runtime"
+)
+
+func init() { register(newGatewayCommand) }
+
+// DefaultGateway is where leasehold gateway listens unless told otherwise.
+const DefaultGateway = "127.0.0.1:7490"
+
+type gatewayOptions struct {
+	manager       string
+	listen        string
+	config        string
+	routes        []string
+	maxKeyBytes   int
+	maxBodyBytes  int64
+	maxInFlight   int
+	maxQueue      int
+	ownerInFlight int
+	drainTimeout  time.Duration
+	maxCutOff     time.Duration
+	logLevel      string
+	webhooks      []string
+}
+
+func newGatewayCommand(e *env) *cobra.Command {
+	o := &gatewayOptions{}
+	cmd := &cobra.Command{
+		Use:   "gateway",
+		Short: "Proxy HTTP and gRPC requests to the Owner of their key, for clients in any language",
+		Long: `Serve an HTTP/1.1 and HTTP/2 (cleartext) proxy, gRPC included (unary and
+server-streaming calls, key from metadata), that sends each request to the
+Owner of its key: a route maps a host and path prefix to a namespace and says
+where the key is (a path segment, a header or a query parameter); the key is
+hashed with xxhash64 as the libraries do and the request goes to the Owner the
+gateway's Lookup names. An Owner's refusal (421, or 503 with Leasehold-Refused)
+is retried with backoff within the route's deadline. Each namespace admits a
+bounded number of requests in flight and in queue; under overload the lower
+priority classes are shed first, with 429 and Retry-After.
+
+The gateway also serves /healthz, /readyz, /metrics (Prometheus), and the
+loss notifications as Server-Sent Events at /v1/losses (?key=K keeps those
+covering key K). On SIGINT or SIGTERM it stops being ready, finishes the
+requests in flight (for at most --drain-timeout) and exits. See docs/gateway.md.
+
+A route is given with --route as comma-separated fields, or in a JSON
+--config file {"routes": [{...}]} with the same fields:
+  name=NAME  host=HOST  prefix=/PATH/  namespace=NS  key=path:N|header:NAME|query:NAME
+  priority=low|normal|high  timeout=10s`,
+		Example: `  leasehold gateway --route 'name=kv,prefix=/kv/,key=path:1'
+  leasehold gateway --listen :8080 --config routes.json
+  curl -X PUT --data v1 http://127.0.0.1:7490/kv/alice; curl http://127.0.0.1:7490/kv/alice
+  curl -N http://127.0.0.1:7490/v1/losses`,
+		Args: cobra.NoArgs,
+		RunE: run(func(ctx context.Context, _ []string) error { return o.run(ctx, e) }),
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.manager, "manager", e.defaultManager(), managerUsage)
+	f.StringVar(&o.listen, "listen", DefaultGateway, "serve on `ADDR`, host:port (port 0 picks one)")
+	f.StringVar(&o.config, "config", "", "read routes from the JSON `FILE`")
+	f.StringArrayVar(&o.routes, "route", nil, "serve a `ROUTE` (repeatable): name=…,prefix=…,namespace=…,key=…,priority=…,timeout=…")
+	f.IntVar(&o.maxKeyBytes, "max-key-bytes", gateway.DefaultMaxKeyBytes, "answer 400 to a key longer than this")
+	f.Int64Var(&o.maxBodyBytes, "max-body-bytes", gateway.DefaultMaxBodyBytes, "answer 413 to a body larger than this (bodies are held to be sent again)")
+	f.IntVar(&o.maxInFlight, "max-in-flight", gateway.DefaultMaxInFlight, "requests in flight per namespace")
+	f.IntVar(&o.maxQueue, "max-queue", gateway.DefaultMaxQueue, "requests waiting for a slot per namespace; beyond, the lowest class is shed")
+	f.IntVar(&o.ownerInFlight, "owner-in-flight", gateway.DefaultOwnerInFlight, "requests in flight per Owner")
+	f.DurationVar(&o.maxCutOff, "max-cut-off", 0, "answer 503 at /readyz once cut off from the Manager this long (0: stay ready, routing from the copy)")
+	f.Var(newChoice(&o.logLevel, "warn", "debug", "info", "warn", "error"), "log-level", "the least severe log level written to stderr (debug: one line per request)")
+	f.StringArrayVar(&o.webhooks, "loss-webhook", nil, "POST each loss notification to `URL` (repeatable), retried until it answers 2xx")
+	f.DurationVar(&o.drainTimeout, "drain-timeout", 30*time.Second, "on SIGINT or SIGTERM, how long to finish the requests in flight")
+	return cmd
+}
+
+func (o *gatewayOptions) run(ctx context.Context, e *env) error {
+	if _, err := runtime.SplitManagers(o.manager); err != nil {
+		return usagef("--manager: %v", err)
+	}
+	if o.maxCutOff < 0 {
+		return usagef("--max-cut-off %s must not be negative", o.maxCutOff)
+	}
+	if o.drainTimeout <= 0 {
+		return usagef("--drain-timeout %s must be positive", o.drainTimeout)
+	}
+	var routes []gateway.Route
+	if o.config != "" {
+		rs, err := gateway.LoadRoutes(o.config)
+		if err != nil {
+			return usagef("--config: %v", err)
+		}
+		routes = append(routes, rs...)
+	}
+	for _, s := range o.routes {
+		r, err := gateway.ParseRoute(s)
+		if err != nil {
+			return usagef("--route: %v", err)
+		}
+		routes = append(routes, r)
+	}
+	if len(routes) == 0 {
+		return usagef("no route: give --route or --config")
+	}
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(o.logLevel)) // one of the choices
+	log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level}))
+	g, err := gateway.New(ctx, gateway.Config{
+		Manager: o.manager, Routes: routes, MaxKeyBytes: o.maxKeyBytes, MaxBodyBytes: o.maxBodyBytes,
+		MaxInFlight: o.maxInFlight, MaxQueue: o.maxQueue, OwnerInFlight: o.ownerInFlight, MaxCutOff: o.maxCutOff, Webhooks: o.webhooks, Logger: log,
+	})
+	if err != nil {
+		return usageError(err)
+	}
+	defer g.Close()
+	lis, err := net.Listen("tcp", o.listen)
+	if err != nil {
+		return fmt.Errorf("--listen %q: %w", o.listen, err)
+	}
+	var protocols http.Protocols
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true)
+	srv := &http.Server{Handler: g, Protocols: &protocols, ReadHeaderTimeout: 10 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(lis) }()
+	fmt.Fprintf(e.stdout, "leasehold gateway listening on %s (manager %s, %d routes)\n", lis.Addr(), o.manager, len(routes))
+	select {
+	case err := <-served:
+		return err
+	case <-ctx.Done():
+	}
+	// Stop being ready, end the loss streams, finish the requests in flight.
+	g.Shutdown()
+	sctx, cancel := context.WithTimeout(context.Background(), o.drainTimeout)
+	defer cancel()
+	err = srv.Shutdown(sctx)
+	if errors.Is(err, context.DeadlineExceeded) {
+		srv.Close()
+		return fmt.Errorf("requests still in flight after --drain-timeout %s were cut", o.drainTimeout)
+	}
+	fmt.Fprintf(e.stdout, "leasehold gateway stopped\n")
+	return err
+}

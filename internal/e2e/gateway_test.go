@@ -1,0 +1,307 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/keyspace"
+	"github.com/leasehold/leasehold/protocol"
+)
+
+// TestGatewayScenario: a Manager, three kv servers and a gateway as real
+// processes. Keys are put and read back through the gateway only (with curl
+// too, when it is installed); bad requests get clear answers; one server is
+// killed with SIGKILL and a client of the gateway's /v1/losses stream hears
+// a loss notification naming ranges that cover each of its keys; those keys
+// then read back "not found" through the gateway, never an old value, and
+// the others their values. SIGTERM stops the gateway gracefully.
+func TestGatewayScenario(t *testing.T) {
+	if testing.Short() {
+		t.Skip("e2e: builds binaries and runs real processes; skipped with -short")
+	}
+	leasehold, kvBin := build(t)
+	tm := protocol.Fast()
+	started := time.Now()
+
+	mgr := start(t, "manager", leasehold, "manager", "--listen", "127.0.0.1:0", "--timings", "fast")
+	line := mgr.waitLine(t, "leasehold manager listening on ", 10*time.Second)
+	addr, _, _ := strings.Cut(strings.TrimPrefix(line, "leasehold manager listening on "), " ")
+	c := &cli{t: t, leasehold: leasehold, kv: kvBin, manager: addr}
+	servers := map[string]*proc{}
+	for _, id := range []string{"kv-1", "kv-2", "kv-3"} {
+		servers[id] = c.serve(id)
+	}
+	st := c.settle("three owners", func(s status) bool {
+		return slices.Equal(s.holders(), []string{"kv-1", "kv-2", "kv-3"}) && s.sumRanges() == 192
+	})
+
+	gwProc := start(t, "gateway", leasehold, "gateway", "--manager", addr, "--listen", "127.0.0.1:0",
+		"--route", "name=kv,prefix=/kv/,key=path:1,timeout=5s")
+	line = gwProc.waitLine(t, "leasehold gateway listening on ", 10*time.Second)
+	gwAddr, _, _ := strings.Cut(strings.TrimPrefix(line, "leasehold gateway listening on "), " ")
+	gw := newGatewayClient(t, "http://"+gwAddr)
+	gw.waitReady()
+	sse := gw.subscribe()
+
+	ks := make([]string, 100)
+	for i := range ks {
+		ks[i] = fmt.Sprintf("key-%03d", i)
+		if code, body := gw.do("PUT", "/kv/"+ks[i], "v1-"+ks[i]); code != http.StatusNoContent {
+			t.Fatalf("PUT %s through the gateway = %d %q", ks[i], code, body)
+		}
+	}
+	for _, k := range ks {
+		if code, body := gw.do("GET", "/kv/"+k, ""); code != 200 || body != "v1-"+k {
+			t.Fatalf("GET %s through the gateway = %d %q, want 200 %q", k, code, body, "v1-"+k)
+		}
+	}
+	t.Logf("%s: %d keys put and read back through the gateway", since(started), len(ks))
+	if curl, err := exec.LookPath("curl"); err == nil {
+		out, err := exec.Command(curl, "-sS", "-f", "-X", "PUT", "--data", "hello", "http://"+gwAddr+"/kv/curl-key").CombinedOutput()
+		if err != nil {
+			t.Fatalf("curl PUT: %v %s", err, out)
+		}
+		out, err = exec.Command(curl, "-sS", "-f", "http://"+gwAddr+"/kv/curl-key").CombinedOutput()
+		if err != nil || string(out) != "hello" {
+			t.Fatalf("curl GET = %q %v, want hello", out, err)
+		}
+	}
+
+	// Bad input: clear answers, and the gateway keeps serving.
+	for _, tc := range []struct {
+		path string
+		code int
+		msg  string
+	}{
+		{"/kv/", 400, "no key"},
+		{"/kv/" + strings.Repeat("k", 2000), 400, "the limit is 1024"},
+		{"/elsewhere/x", 404, "no route"},
+	} {
+		if code, body := gw.do("GET", tc.path, ""); code != tc.code || !strings.Contains(body, tc.msg) {
+			t.Errorf("GET %.40s = %d %q, want %d with %q", tc.path, code, body, tc.code, tc.msg)
+		}
+	}
+
+	// Kill one owner with SIGKILL; the SSE subscriber must hear of the loss
+	// of each of its keys, in a notification that names the ranges.
+	before := newRouter(t, addr).owners(t, st.LSN, ks)
+	dead := "kv-2"
+	var deadKeys []string
+	for _, k := range ks {
+		if before[k] == dead {
+			deadKeys = append(deadKeys, k)
+		}
+	}
+	if len(deadKeys) == 0 {
+		t.Fatalf("no key is on %s", dead)
+	}
+	killedAt := time.Now()
+	servers[dead].kill(t)
+	bound := time.Duration(float64(tm.ManagerLease)*(1+tm.MaxDrift)) + tm.NotificationBound()
+	deadline := killedAt.Add(bound + slack)
+	var last time.Time
+	for _, k := range deadKeys {
+		at, ok := sse.coveredAt(k, killedAt, deadline)
+		if !ok {
+			events, _ := sse.snapshot()
+			t.Fatalf("the /v1/losses stream delivered no loss naming a range that covers %q (on %s) within %s (+%s slack) of the kill; events: %+v",
+				k, dead, bound, slack, events)
+		}
+		if at.After(last) {
+			last = at
+		}
+	}
+	t.Logf("%s: the SSE subscriber heard of the loss of all %d keys of %s within %s of the kill (bound %s)",
+		since(started), len(deadKeys), dead, last.Sub(killedAt).Round(time.Millisecond), bound)
+
+	// The lost keys read "not found" (never an old value); the others, unless
+	// a loss covering them was notified (a stall on a loaded machine), their values.
+	for _, k := range ks {
+		code, body := gw.do("GET", "/kv/"+k, "")
+		switch {
+		case code == 200 && body == "v1-"+k:
+			if before[k] == dead {
+				t.Errorf("GET %s (lost with %s) = its old value", k, dead)
+			}
+		case code == 404:
+			if before[k] != dead {
+				if _, ok := sse.coveredAt(k, started, time.Now()); !ok {
+					t.Errorf("GET %s (on %s) = not found, with no loss notified", k, before[k])
+				}
+			}
+		default:
+			t.Errorf("GET %s after the kill = %d %q", k, code, body)
+		}
+	}
+
+	sse.close()
+	gwProc.stop()
+	gwProc.waitLine(t, "leasehold gateway stopped", 5*time.Second)
+	t.Logf("%s: the gateway stopped gracefully", since(started))
+}
+
+// gatewayClient talks HTTP to a gateway.
+type gatewayClient struct {
+	t    *testing.T
+	base string
+	tr   *http.Transport
+	hc   *http.Client
+}
+
+func newGatewayClient(t *testing.T, base string) *gatewayClient {
+	tr := &http.Transport{}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &gatewayClient{t: t, base: base, tr: tr, hc: &http.Client{Transport: tr, Timeout: 20 * time.Second}}
+}
+
+func (g *gatewayClient) do(method, path, body string) (int, string) {
+	g.t.Helper()
+	req, err := http.NewRequest(method, g.base+path, strings.NewReader(body))
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	resp, err := g.hc.Do(req)
+	if err != nil {
+		g.t.Fatalf("%s %.40s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// waitReady polls /readyz until the gateway's copy has synced.
+func (g *gatewayClient) waitReady() {
+	g.t.Helper()
+	deadline := time.Now().Add(settleTimeout)
+	for {
+		resp, err := g.hc.Get(g.base + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			g.t.Fatalf("the gateway was not ready within %s", settleTimeout)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// sseLoss is a loss event read from /v1/losses, and when it was read.
+type sseLoss struct {
+	at     time.Time
+	all    bool
+	ranges []keyspace.Range
+}
+
+// sseLosses reads a gateway's /v1/losses stream.
+type sseLosses struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu     sync.Mutex
+	events []sseLoss     // guarded by mu
+	more   chan struct{} // guarded by mu; closed and replaced at each event
+}
+
+// subscribe opens /v1/losses and reads it until close.
+func (g *gatewayClient) subscribe() *sseLosses {
+	g.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, "GET", g.base+"/v1/losses", nil)
+	resp, err := (&http.Client{Transport: g.tr}).Do(req)
+	if err != nil {
+		cancel()
+		g.t.Fatal(err)
+	}
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" {
+		cancel()
+		resp.Body.Close()
+		g.t.Fatalf("/v1/losses = %d %q", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	s := &sseLosses{cancel: cancel, done: make(chan struct{}), more: make(chan struct{})}
+	g.t.Cleanup(s.close)
+	go func() {
+		defer close(s.done)
+		defer resp.Body.Close()
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(nil, 1<<20)
+		event := ""
+		for sc.Scan() {
+			l := sc.Text()
+			switch {
+			case strings.HasPrefix(l, "event: "):
+				event = strings.TrimPrefix(l, "event: ")
+			case strings.HasPrefix(l, "data: ") && event == "loss":
+				var ev struct {
+					All    bool `json:"all"`
+					Ranges []struct {
+						Start string `json:"start"`
+						End   string `json:"end"`
+					} `json:"ranges"`
+				}
+				if json.Unmarshal([]byte(strings.TrimPrefix(l, "data: ")), &ev) != nil {
+					continue
+				}
+				e := sseLoss{at: time.Now(), all: ev.All}
+				for _, r := range ev.Ranges {
+					e.ranges = append(e.ranges, keyspace.Range{Start: hexKey(r.Start), End: hexKey(r.End)})
+				}
+				s.mu.Lock()
+				s.events = append(s.events, e)
+				close(s.more)
+				s.more = make(chan struct{})
+				s.mu.Unlock()
+			case l == "":
+				event = ""
+			}
+		}
+	}()
+	return s
+}
+
+func (s *sseLosses) snapshot() ([]sseLoss, <-chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.events), s.more
+}
+
+// coveredAt waits until deadline for an event read after from that names a
+// range covering key (a loss of all ranges does not count), and returns
+// when it was read.
+func (s *sseLosses) coveredAt(key string, from, deadline time.Time) (time.Time, bool) {
+	k := keyspace.KeyOf(key)
+	timer := time.NewTimer(max(time.Until(deadline), 0))
+	defer timer.Stop()
+	for {
+		events, more := s.snapshot()
+		for _, e := range events {
+			if e.at.After(from) && slices.ContainsFunc(e.ranges, func(r keyspace.Range) bool { return r.Contains(k) }) {
+				return e.at, true
+			}
+		}
+		select {
+		case <-more:
+		case <-s.done:
+			return time.Time{}, false
+		case <-timer.C:
+			return time.Time{}, false
+		}
+	}
+}
+
+func (s *sseLosses) close() {
+	s.cancel()
+	<-s.done
+}
