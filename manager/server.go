@@ -372,8 +372,10 @@ type drainEvent struct {
 	errc      chan error
 }
 
+// confEvent adds replica id at addr as a learner (addr set), or removes it.
 type confEvent struct {
-	cc   raftpb.ConfChange
+	id   uint64
+	addr string
 	errc chan error
 }
 
@@ -599,7 +601,11 @@ func (l *loop) handle(ev event) {
 			l.r.CloseLookup(ev.lookup.ns, ev.lookup.id)
 		}
 	case confEvent:
-		ev.errc <- l.r.ProposeConfChange(ev.cc)
+		if ev.addr != "" {
+			ev.errc <- l.r.AddLearner(now, ev.id, ev.addr)
+		} else {
+			ev.errc <- l.r.RemoveMember(now, ev.id)
+		}
 	case drainEvent:
 		ev.errc <- l.r.Drain(now, ev.ns, ev.owner)
 	case unreachableEvent:
@@ -829,7 +835,8 @@ func grpcError(ctx context.Context, err error) error {
 		return runtime.NotLeader(ctx, nl.Leader)
 	case errors.Is(err, replica.ErrNoEpoch):
 		return status.Error(codes.Unavailable, err.Error())
-	case errors.Is(err, replica.ErrGateFull):
+	case errors.Is(err, replica.ErrGateFull), errors.Is(err, replica.ErrQuorum),
+		errors.Is(err, replica.ErrConfPending), errors.Is(err, replica.ErrMember):
 		return status.Error(codes.FailedPrecondition, err.Error())
 	case errors.Is(err, replica.ErrUnknownNamespace), errors.Is(err, replica.ErrUnknownOwner):
 		return status.Error(codes.NotFound, err.Error())
@@ -1114,9 +1121,13 @@ func clusterPB(ci ClusterInfo) *pb.Cluster {
 	return c
 }
 
-// AddPeer adds a replica to the group (leasehold cluster add). It returns
-// once the change is applied here, or fails if this replica is not the
-// leader.
+// AddPeer adds a replica to the group (leasehold cluster add): as a
+// learner, which the leader promotes to a voter once it has caught up. It
+// returns once the promotion is applied here; if the learner does not
+// catch up within the learner timeout it is removed again and AddPeer
+// fails with FailedPrecondition, saying what it saw. A change that would
+// cost the group its quorum is refused with FailedPrecondition before it
+// is proposed.
 func (s adminService) AddPeer(ctx context.Context, req *pb.AddPeerRequest) (*pb.ClusterResponse, error) {
 	if req.GetId() == 0 || req.GetAddr() == "" {
 		return nil, status.Error(codes.InvalidArgument, "leasehold: a peer needs a non-zero ID and an address")
@@ -1124,18 +1135,31 @@ func (s adminService) AddPeer(ctx context.Context, req *pb.AddPeerRequest) (*pb.
 	if _, _, err := net.SplitHostPort(req.GetAddr()); err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "leasehold: peer address %q: %v", req.GetAddr(), err)
 	}
-	cc := raftpb.ConfChange{Type: raftpb.ConfChangeAddNode, NodeID: req.GetId(), Context: replica.PeerContext(req.GetAddr())}
-	return s.changePeers(ctx, cc, func(ci ClusterInfo) bool {
+	id, addr := req.GetId(), req.GetAddr()
+	var seen, match uint64 // learner seen in the published group; the last Match seen
+	return s.changePeers(ctx, confEvent{id: id, addr: addr}, s.cfg.Replica.LearnerTimeout, func(ci ClusterInfo) (bool, error) {
 		for _, p := range ci.Peers {
-			if p.ID == req.GetId() && p.Addr == req.GetAddr() && p.Voter {
-				return true
+			if p.ID == id {
+				seen++
+				match = p.Match
+				return p.Voter && p.Addr == addr, nil
 			}
 		}
-		return false
+		if seen > 0 {
+			why := "it never answered: is it running, started with --join, at that address?"
+			if match > 0 {
+				why = fmt.Sprintf("it answered but had replicated only up to index %d", match)
+			}
+			return false, status.Errorf(codes.FailedPrecondition,
+				"leasehold: replica %d at %s did not catch up with the leader's log within the learner timeout and was removed again; %s The group is as it was", id, addr, why)
+		}
+		return false, nil
 	})
 }
 
 // RemovePeer removes a replica from the group (leasehold cluster remove).
+// Removing a voter is refused with FailedPrecondition if the voters left
+// would not have a quorum of replicas the leader hears from.
 func (s adminService) RemovePeer(ctx context.Context, req *pb.RemovePeerRequest) (*pb.ClusterResponse, error) {
 	if req.GetId() == 0 {
 		return nil, status.Error(codes.InvalidArgument, "leasehold: peer ID 0")
@@ -1151,31 +1175,38 @@ func (s adminService) RemovePeer(ctx context.Context, req *pb.RemovePeerRequest)
 	if len(snap.Cluster.Peers) == 1 {
 		return nil, status.Error(codes.FailedPrecondition, "leasehold: cannot remove the last replica")
 	}
-	cc := raftpb.ConfChange{Type: raftpb.ConfChangeRemoveNode, NodeID: req.GetId()}
-	return s.changePeers(ctx, cc, func(ci ClusterInfo) bool {
+	return s.changePeers(ctx, confEvent{id: req.GetId()}, 0, func(ci ClusterInfo) (bool, error) {
 		for _, p := range ci.Peers {
 			if p.ID == req.GetId() {
-				return false
+				return false, nil
 			}
 		}
-		return true
+		return true, nil
 	})
 }
 
-// changePeers proposes cc through the loop and waits, at most ten seconds,
-// until the published cluster satisfies done.
-func (s *Server) changePeers(ctx context.Context, cc raftpb.ConfChange, done func(ClusterInfo) bool) (*pb.ClusterResponse, error) {
+// changePeers hands ev to the loop and waits until the published cluster
+// satisfies done (or done fails): at most ten seconds, plus wait.
+func (s *Server) changePeers(ctx context.Context, ev confEvent, wait time.Duration, done func(ClusterInfo) (bool, error)) (*pb.ClusterResponse, error) {
 	errc := make(chan error, 1)
-	if err := s.call(ctx, confEvent{cc: cc, errc: errc}, errc); err != nil {
+	ev.errc = errc
+	if err := s.call(ctx, ev, errc); err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	if ev.addr != "" && wait <= 0 {
+		wait = replica.DefaultLearnerTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second+wait)
 	defer cancel()
 	tick := time.NewTicker(publishEvery)
 	defer tick.Stop()
 	for {
-		if ci := s.stats.Load().Cluster; done(ci) {
-			return &pb.ClusterResponse{Cluster: clusterPB(ci)}, nil
+		ok, err := done(s.stats.Load().Cluster)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			return &pb.ClusterResponse{Cluster: clusterPB(s.stats.Load().Cluster)}, nil
 		}
 		select {
 		case <-ctx.Done():
