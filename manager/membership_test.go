@@ -10,6 +10,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -179,5 +180,48 @@ func TestChangesThatCostQuorumAreRefused(t *testing.T) {
 		if _, err := admin.RemovePeer(ctx, &pb.RemovePeerRequest{Id: down}); err != nil {
 			t.Fatalf("removing the replica that is down: %v", err)
 		}
+	})
+}
+
+// TestRaftMessageFromStrangerIsDropped: a heartbeat from "replica 99", no
+// member of the group, with a higher term arrives over the Raft service and
+// does not depose the leader.
+func TestRaftMessageFromStrangerIsDropped(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tm := protocol.Fast()
+		c := startManager(t, manager.ServerConfig{Replica: config.Replica{Timing: tm}})
+		defer c.stop(t)
+		time.Sleep(time.Second)
+		synctest.Wait()
+		before := c.srv.Snapshot().Cluster
+		if before.Role != "leader" {
+			t.Fatalf("the replica is a %s, want the leader", before.Role)
+		}
+		conn, err := grpc.NewClient("passthrough:///bufnet", c.dial()...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		st, err := pb.NewRaftClient(conn).Send(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := raftpb.Message{Type: raftpb.MsgHeartbeat, From: 99, To: before.ID, Term: before.Term + 100}
+		b, err := m.Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.Send(&pb.RaftMessage{Message: b}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if after := c.srv.Snapshot().Cluster; after.Role != "leader" || after.Term != before.Term {
+			t.Fatalf("after a heartbeat from replica 99 at term %d the replica is a %s at term %d, want the leader at term %d",
+				m.Term, after.Role, after.Term, before.Term)
+		}
+		cancel()
 	})
 }
