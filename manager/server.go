@@ -449,7 +449,7 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	r, err := replica.NewReplica(replica.ReplicaConfig{ID: s.cfg.ID, Core: s.cfg.Replica, Storage: ms, Bootstrap: boot}, time.Now())
 	if err != nil {
-		return err
+		return damagedLog(err)
 	}
 	l := &loop{s: s, r: r, routes: map[routeKey]*ownerStream{}, lookups: map[uint64]*lookupStream{}}
 	for id, addr := range r.State().Peers() {
@@ -461,7 +461,7 @@ func (s *Server) Run(ctx context.Context) error {
 		"namespaces", append([]string{replica.DefaultNamespace}, s.cfg.Namespaces...),
 		"owner_lease", s.cfg.Timing.OwnerLease, "manager_lease", s.cfg.Timing.ManagerLease)
 	if err := l.drive(); err != nil {
-		return err
+		return damagedLog(err)
 	}
 	l.publish()
 	close(s.ready)
@@ -469,7 +469,8 @@ func (s *Server) Run(ctx context.Context) error {
 	defer timer.Stop()
 	for {
 		if err := l.drive(); err != nil {
-			s.cfg.Logger.Error("manager stopped: cannot persist its log", "err", err)
+			err = damagedLog(err)
+			s.cfg.Logger.Error("manager stopped: cannot persist or apply its log", "err", err)
 			return err
 		}
 		next := l.r.NextDeadline()
@@ -498,6 +499,17 @@ func (s *Server) Run(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// damagedLog marks an error applying the stored log (an entry or a
+// snapshot that does not decode) as a damaged data directory, with the way
+// to recover: bbolt checks its pages' structure, not the bytes of the
+// values in them.
+func damagedLog(err error) error {
+	if errors.Is(err, replica.ErrCorrupt) && !errors.Is(err, raftstore.ErrDamaged) {
+		return fmt.Errorf("%w: %w; %s", raftstore.ErrDamaged, err, raftstore.Recovery)
+	}
+	return err
 }
 
 // drain hands first and then up to 256 more values already queued on ch to

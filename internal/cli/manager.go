@@ -357,12 +357,30 @@ func (o *managerOptions) run(ctx context.Context, e *env) error {
 	fmt.Fprintf(e.stdout, "leasehold manager listening on %s (timings %s, replica %d)\n",
 		lis.Addr(), o.timings, cfg.ID)
 
-	if err := srv.Serve(ctx, lis); err != nil {
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ctx, lis) }()
+	select {
+	case err = <-served:
+	case <-ctx.Done():
+		// Asked to stop (SIGTERM, SIGINT): the Manager closes its streams
+		// and its data directory at once; if something hangs, exit anyway
+		// (the process's end releases the data directory's lock).
+		select {
+		case err = <-served:
+		case <-time.After(stopBound):
+			return fmt.Errorf("manager: did not stop within %s of being asked to; exiting anyway", stopBound)
+		}
+	}
+	if err != nil {
 		return fmt.Errorf("manager: %w", err)
 	}
 	log.Info("manager shut down")
 	return nil
 }
+
+// stopBound is how long a Manager asked to stop may take before the
+// process exits regardless.
+const stopBound = 10 * time.Second
 
 // handoverText describes the Handover setting for the log.
 func handoverText(cfg manager.ServerConfig) string {

@@ -36,12 +36,12 @@ var ErrLocked = errors.New("data directory is in use by another manager")
 // restore a backup, or re-add the replica to its group (docs/operations.md).
 var ErrDamaged = errors.New("raft.db is damaged")
 
-// recovery is what a damaged raft.db's error tells the operator to do.
-const recovery = "restore a backup into an empty data directory (leasehold restore), or, if other replicas of the group are running, " +
+// Recovery is what a damaged raft.db's error tells the operator to do.
+const Recovery = "restore a backup into an empty data directory (leasehold restore), or, if other replicas of the group are running, " +
 	"remove this one (leasehold cluster remove), empty its data directory and add it again (see docs/operations.md)"
 
 func damaged(format string, args ...any) error {
-	return fmt.Errorf("%w: %s; %s", ErrDamaged, fmt.Sprintf(format, args...), recovery)
+	return fmt.Errorf("%w: %s; %s", ErrDamaged, fmt.Sprintf(format, args...), Recovery)
 }
 
 // guard turns a panic, or a memory fault on the mapped file (a file that
