@@ -222,10 +222,12 @@ func TestClusterAddUnreachable(t *testing.T) {
 				}
 			}
 			serving("after the add")
-			c, ok := clusterStatus(t, list)
-			if !ok || c.Leader == 0 || len(c.Managers) != size {
-				t.Fatalf("after the add: cluster status %+v %v, want a leader and %d replicas", c, ok, size)
-			}
+			// The followers learn of the learner's removal with the
+			// leader's next append.
+			waitFor(t, fmt.Sprintf("a leader and %d replicas", size), 5*time.Second, func() bool {
+				c, ok := clusterStatus(t, list)
+				return ok && c.Leader != 0 && len(c.Managers) == size
+			})
 		})
 	}
 }

@@ -30,8 +30,10 @@ var (
 	// ErrQuorum refuses a membership change that would leave the group
 	// without a quorum of reachable voters.
 	ErrQuorum = errors.New("manager: the change would cost the group its quorum")
-	// ErrConfPending refuses a membership change while another is in flight.
-	ErrConfPending = errors.New("manager: another membership change is in flight")
+	// ErrConfPending refuses a membership change while another is in
+	// flight, or while a new leader has not applied its first entry (Raft
+	// would drop the change: an earlier leader's may be in its log).
+	ErrConfPending = errors.New("manager: another membership change is in flight; retry")
 	// ErrMember refuses adding a replica that is a member, and removing one
 	// that is not.
 	ErrMember = errors.New("manager: membership")
@@ -109,7 +111,7 @@ func (r *Replica) AddLearner(now time.Time, id uint64, addr string) error {
 	if a, ok := r.st.peers[id]; ok {
 		return fmt.Errorf("%w: replica %d is already a member, at %s", ErrMember, id, a)
 	}
-	if r.confPending {
+	if r.confPending || !r.termSeen {
 		return ErrConfPending
 	}
 	if len(r.rn.Status().Config.Voters.IDs()) > 1 {
@@ -136,7 +138,7 @@ func (r *Replica) RemoveMember(now time.Time, id uint64) error {
 	if _, ok := r.st.peers[id]; !ok {
 		return fmt.Errorf("%w: no replica %d in the group", ErrMember, id)
 	}
-	if r.confPending {
+	if r.confPending || !r.termSeen {
 		return ErrConfPending
 	}
 	cfg := r.rn.Status().Config
@@ -164,7 +166,7 @@ func (r *Replica) proposeConf(cc raftpb.ConfChange) error {
 // this leader did not add (its predecessor did) gets a full timeout from
 // now. One change at a time: Raft accepts no other while one is in flight.
 func (r *Replica) promote(now time.Time) {
-	if r.role != raft.StateLeader || r.confPending {
+	if r.role != raft.StateLeader || r.confPending || !r.termSeen {
 		return
 	}
 	st := r.rn.Status()
