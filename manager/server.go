@@ -386,7 +386,14 @@ type snapshotEvent struct {
 	ok bool
 }
 
-type ownerStream struct{ out chan *pb.LeaseResponse }
+// ownerStream is one Owner's lease stream. Only the loop reads or writes
+// key and inc: the Owner it speaks for (set by its first accepted request)
+// and that Owner's incarnation.
+type ownerStream struct {
+	out chan *pb.LeaseResponse
+	key *routeKey
+	inc uint64
+}
 
 type lookupStream struct {
 	id  uint64
@@ -582,10 +589,15 @@ func (l *loop) handle(ev event) {
 	now := time.Now()
 	switch ev := ev.(type) {
 	case leaseEvent:
-		err := l.r.StepLease(now, ev.req)
+		key := routeKey{ev.req.Namespace, ev.req.Owner}
+		err := l.bound(key, ev.st, ev.req)
+		if err == nil {
+			err = l.r.StepLease(now, ev.req)
+		}
 		if err == nil {
 			// Answers go to the stream the owner last spoke on.
-			l.routes[routeKey{ev.req.Namespace, ev.req.Owner}] = ev.st
+			l.routes[key] = ev.st
+			ev.st.key, ev.st.inc = &key, ev.req.Incarnation
 		}
 		ev.errc <- err
 	case syncEvent:
@@ -629,6 +641,46 @@ func (l *loop) handle(ev event) {
 		}
 		l.r.ReportSnapshot(ev.id, st)
 	}
+}
+
+// errSessionBound refuses a control request for an Owner whose session is
+// bound to another open stream.
+var errSessionBound = errors.New("leasehold: the owner's session is bound to another open stream")
+
+// bound checks that st may send req for Owner key. A stream speaks for one
+// Owner, the one of its first accepted request. An Owner's session is bound
+// to the stream it last spoke on while that stream is open: another stream
+// may renew for it (an Owner that reconnected before the Manager saw its old
+// stream break), which moves the session there, but may not change it —
+// leave, drain, report handovers, or bring a new incarnation — since a
+// stranger could otherwise free an Owner's ranges or take its session over.
+// An Owner that restarts while its old stream still looks open is refused
+// until that stream closes (its process's end closes it, or the keepalive
+// finds it dead) and retries.
+func (l *loop) bound(key routeKey, st *ownerStream, req *protocol.LeaseRequest) error {
+	if st.key != nil && *st.key != key {
+		return fmt.Errorf("%w: a lease stream speaks for one owner (%q in namespace %q), got a request for %q in %q",
+			replica.ErrBadMessage, st.key.owner, st.key.ns, key.owner, key.ns)
+	}
+	cur := l.routes[key]
+	if cur == nil || cur == st {
+		return nil
+	}
+	var what string
+	switch {
+	case req.Leaving:
+		what = "a leave"
+	case req.Draining:
+		what = "a drain"
+	case len(req.Handed) > 0:
+		what = "handovers"
+	case req.Incarnation != cur.inc:
+		what = "a new incarnation"
+	default:
+		return nil
+	}
+	return fmt.Errorf("%w: %s for owner %q is accepted only from that stream (or once it has closed)",
+		errSessionBound, what, key.owner)
 }
 
 // send hands the replica's messages to their streams without ever
@@ -847,7 +899,7 @@ func grpcError(ctx context.Context, err error) error {
 		return runtime.NotLeader(ctx, nl.Leader)
 	case errors.Is(err, replica.ErrNoEpoch):
 		return status.Error(codes.Unavailable, err.Error())
-	case errors.Is(err, replica.ErrGateFull), errors.Is(err, replica.ErrQuorum),
+	case errors.Is(err, replica.ErrGateFull), errors.Is(err, replica.ErrQuorum), errors.Is(err, errSessionBound),
 		errors.Is(err, replica.ErrConfPending), errors.Is(err, replica.ErrMember):
 		return status.Error(codes.FailedPrecondition, err.Error())
 	case errors.Is(err, replica.ErrUnknownNamespace), errors.Is(err, replica.ErrUnknownOwner):
