@@ -225,3 +225,30 @@ func TestRaftMessageFromStrangerIsDropped(t *testing.T) {
 		cancel()
 	})
 }
+
+// TestAddPeerChangesAVotersAddress: AddPeer for a voter changes its
+// address (as the API documents) without a learner phase: the group of one
+// keeps leading.
+func TestAddPeerChangesAVotersAddress(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := startManager(t, manager.ServerConfig{Replica: config.Replica{Timing: protocol.Fast()}})
+		defer c.stop(t)
+		time.Sleep(time.Second)
+		synctest.Wait()
+		conn, err := grpc.NewClient("passthrough:///bufnet", c.dial()...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		resp, err := pb.NewAdminClient(conn).AddPeer(context.Background(), &pb.AddPeerRequest{Id: 1, Addr: "127.0.0.1:9", ClientAddr: "127.0.0.1:9"})
+		if err != nil {
+			t.Fatalf("changing replica 1's address: %v", err)
+		}
+		if p := resp.GetCluster().GetPeers(); len(p) != 1 || p[0].GetAddr() != "127.0.0.1:9" || !p[0].GetVoter() {
+			t.Fatalf("after the change the group is %v", p)
+		}
+		if s := c.srv.Snapshot().Cluster; s.Role != "leader" {
+			t.Fatalf("after changing its address replica 1 is a %s", s.Role)
+		}
+	})
+}

@@ -98,9 +98,10 @@ func (r *Replica) quorumAfter(now time.Time, add uint64, addUp bool, del uint64)
 }
 
 // AddLearner asks the group to add replica id at addr as a learner, which
-// the leader promotes to a voter once it has caught up (see above). Only
-// the leader accepts. It is refused while another change is in flight, if
-// id is a member, and if the voters heard from are too few for a quorum of
+// the leader promotes to a voter once it has caught up (see above); for a
+// voter it changes the address. Only the leader accepts. It is refused
+// while another change is in flight, if id is a learner, and if the voters
+// heard from are too few for a quorum of
 // the group with id (a one-replica group may always grow: its replica
 // alone cannot be a quorum of two, and the learner is promoted only once
 // it answers).
@@ -108,11 +109,16 @@ func (r *Replica) AddLearner(now time.Time, id uint64, addr string) error {
 	if r.role != raft.StateLeader {
 		return r.notLeader()
 	}
-	if a, ok := r.st.peers[id]; ok {
-		return fmt.Errorf("%w: replica %d is already a member, at %s", ErrMember, id, a)
-	}
 	if r.confPending || !r.termSeen {
 		return ErrConfPending
+	}
+	if a, ok := r.st.peers[id]; ok {
+		if _, voter := r.rn.Status().Config.Voters.IDs()[id]; !voter {
+			return fmt.Errorf("%w: replica %d, at %s, is already being added (a learner catching up)", ErrMember, id, a)
+		}
+		// A voter's new address: the configuration, and so the quorum,
+		// stay as they are.
+		return r.proposeConf(raftpb.ConfChange{Type: raftpb.ConfChangeAddNode, NodeID: id, Context: PeerContext(addr)})
 	}
 	if len(r.rn.Status().Config.Voters.IDs()) > 1 {
 		if err := r.quorumAfter(now, id, false, 0); err != nil {
