@@ -590,7 +590,7 @@ func (l *loop) handle(ev event) {
 	switch ev := ev.(type) {
 	case leaseEvent:
 		key := routeKey{ev.req.Namespace, ev.req.Owner}
-		err := l.bound(key, ev.st, ev.req)
+		err := l.bound(now, key, ev.st, ev.req)
 		if err == nil {
 			err = l.r.StepLease(now, ev.req)
 		}
@@ -643,6 +643,13 @@ func (l *loop) handle(ev event) {
 	}
 }
 
+// MaxIncarnationAhead is how far ahead of the Manager's clock, read as
+// Unix nanoseconds, an Owner's incarnation may be. The Owner library uses
+// its start time; an incarnation far in the future would make every later,
+// honest run of the Owner look older and be refused, for as long as the
+// group keeps the record. A counter (1, 2, 3…) is always accepted.
+const MaxIncarnationAhead = 24 * time.Hour
+
 // errSessionBound refuses a control request for an Owner whose session is
 // bound to another open stream.
 var errSessionBound = errors.New("leasehold: the owner's session is bound to another open stream")
@@ -657,7 +664,11 @@ var errSessionBound = errors.New("leasehold: the owner's session is bound to ano
 // An Owner that restarts while its old stream still looks open is refused
 // until that stream closes (its process's end closes it, or the keepalive
 // finds it dead) and retries.
-func (l *loop) bound(key routeKey, st *ownerStream, req *protocol.LeaseRequest) error {
+func (l *loop) bound(now time.Time, key routeKey, st *ownerStream, req *protocol.LeaseRequest) error {
+	if limit := uint64(max(now.UnixNano(), 0)) + uint64(MaxIncarnationAhead); req.Incarnation > limit {
+		return fmt.Errorf("%w: incarnation %d is more than %s ahead of the Manager's clock (in Unix nanoseconds); "+
+			"it would outrank every later run of owner %q", replica.ErrBadMessage, req.Incarnation, MaxIncarnationAhead, key.owner)
+	}
 	if st.key != nil && *st.key != key {
 		return fmt.Errorf("%w: a lease stream speaks for one owner (%q in namespace %q), got a request for %q in %q",
 			replica.ErrBadMessage, st.key.owner, st.key.ns, key.owner, key.ns)

@@ -23,7 +23,8 @@ import (
 // a request on another stream that names the Owner and asks to leave, to
 // drain, or to change its incarnation is refused with FailedPrecondition,
 // and the Owner keeps its leases; a stream that spoke for one Owner may not
-// speak for another.
+// speak for another; an incarnation far ahead of the Manager's clock is
+// refused.
 func TestControlFromAnotherStreamIsRefused(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		tm := protocol.Fast()
@@ -69,6 +70,8 @@ func TestControlFromAnotherStreamIsRefused(t *testing.T) {
 				codes.FailedPrecondition, "a leave for owner \"a\""},
 			{"drain", &pb.LeaseRequest{Namespace: "default", Owner: "a", Addr: "a:1", Incarnation: inc, Seq: 1 << 40, Draining: true},
 				codes.FailedPrecondition, "a drain for owner \"a\""},
+			{"incarnation from the future", &pb.LeaseRequest{Namespace: "default", Owner: "z", Addr: "z:1", Incarnation: 1<<64 - 1, Seq: 1},
+				codes.InvalidArgument, "ahead of the Manager's clock"},
 			{"new incarnation", &pb.LeaseRequest{Namespace: "default", Owner: "a", Addr: "evil:1", Incarnation: inc + 1, Seq: 1},
 				codes.FailedPrecondition, "a new incarnation for owner \"a\""},
 		} {
