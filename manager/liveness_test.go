@@ -135,7 +135,9 @@ func startCutNet(t *testing.T, tm protocol.Timing) *cutNet {
 		}
 		n.srv[id] = srv
 		lis := bufconn.Listen(1 << 20)
+		n.mu.Lock() // the replicas started already dial
 		n.lis[addrOf(id)] = lis
+		n.mu.Unlock()
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { done <- srv.Serve(ctx, lis) }()
