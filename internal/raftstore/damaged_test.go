@@ -148,3 +148,24 @@ func usedPages(t *testing.T, path string) []int64 {
 	}
 	return out
 }
+
+// TestFaultWhileOpenIsAnError: a raft.db cut to half its length under an
+// open Store (a disk failure, an operator's mistake) makes the next read
+// fault on the mapped file; Load returns an error wrapping ErrDamaged
+// instead of crashing the process, and Close returns.
+func TestFaultWhileOpenIsAnError(t *testing.T) {
+	dir := writeLog(t)
+	s := mustOpen(t, dir)
+	path := filepath.Join(dir, FileName)
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(path, fi.Size()/2); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.Load(); !errors.Is(err, ErrDamaged) {
+		t.Fatalf("Load after the file was cut: %v, want ErrDamaged", err)
+	}
+	_ = s.Close() // returns, with or without an error
+}
