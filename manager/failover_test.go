@@ -30,6 +30,8 @@ type net3 struct {
 	stop map[uint64]func()
 	srv  map[uint64]*manager.Server
 	dirs map[uint64]string
+	// learnerTimeout, if set, is every replica's LearnerTimeout.
+	learnerTimeout time.Duration
 }
 
 func (n *net3) dial() []grpc.DialOption {
@@ -54,7 +56,7 @@ func (n *net3) start(t *testing.T, id uint64, tm protocol.Timing) {
 		peers = append(peers, manager.Peer{ID: i, Addr: fmt.Sprintf("passthrough:///m%d", i)})
 	}
 	addr := fmt.Sprintf("passthrough:///m%d", id)
-	srv, err := manager.NewServer(manager.ServerConfig{Replica: config.Replica{Timing: tm}, ID: id, Peers: peers, Advertise: addr,
+	srv, err := manager.NewServer(manager.ServerConfig{Replica: config.Replica{Timing: tm, LearnerTimeout: n.learnerTimeout}, ID: id, Peers: peers, Advertise: addr,
 		DataDir: n.dirs[id], PeerDialOptions: n.dial()})
 	if err != nil {
 		t.Fatal(err)

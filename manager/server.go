@@ -386,8 +386,10 @@ type drainEvent struct {
 	errc      chan error
 }
 
+// confEvent adds replica id at addr as a learner (addr set), or removes it.
 type confEvent struct {
-	cc   raftpb.ConfChange
+	id   uint64
+	addr string
 	errc chan error
 }
 
@@ -398,7 +400,14 @@ type snapshotEvent struct {
 	ok bool
 }
 
-type ownerStream struct{ out chan *pb.LeaseResponse }
+// ownerStream is one Owner's lease stream. Only the loop reads or writes
+// key and inc: the Owner it speaks for (set by its first accepted request)
+// and that Owner's incarnation.
+type ownerStream struct {
+	out chan *pb.LeaseResponse
+	key *routeKey
+	inc uint64
+}
 
 type lookupStream struct {
 	id   uint64
@@ -464,7 +473,7 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	r, err := replica.NewReplica(replica.ReplicaConfig{ID: s.cfg.ID, Core: s.cfg.Replica, Storage: ms, Bootstrap: boot}, time.Now())
 	if err != nil {
-		return err
+		return damagedLog(err)
 	}
 	l := &loop{s: s, r: r, routes: map[routeKey]*ownerStream{}, lookups: map[uint64]*lookupStream{}}
 	for id, addr := range r.State().Peers() {
@@ -476,7 +485,7 @@ func (s *Server) Run(ctx context.Context) error {
 		"namespaces", append([]string{replica.DefaultNamespace}, s.cfg.Namespaces...),
 		"owner_lease", s.cfg.Timing.OwnerLease, "manager_lease", s.cfg.Timing.ManagerLease)
 	if err := l.drive(); err != nil {
-		return err
+		return damagedLog(err)
 	}
 	l.publish()
 	close(s.ready)
@@ -484,7 +493,8 @@ func (s *Server) Run(ctx context.Context) error {
 	defer timer.Stop()
 	for {
 		if err := l.drive(); err != nil {
-			s.cfg.Logger.Error("manager stopped: cannot persist its log", "err", err)
+			err = damagedLog(err)
+			s.cfg.Logger.Error("manager stopped: cannot persist or apply its log", "err", err)
 			return err
 		}
 		next := l.r.NextDeadline()
@@ -516,6 +526,17 @@ func (s *Server) Run(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// damagedLog marks an error applying the stored log (an entry or a
+// snapshot that does not decode) as a damaged data directory, with the way
+// to recover: bbolt checks its pages' structure, not the bytes of the
+// values in them.
+func damagedLog(err error) error {
+	if errors.Is(err, replica.ErrCorrupt) && !errors.Is(err, raftstore.ErrDamaged) {
+		return fmt.Errorf("%w: %w; %s", raftstore.ErrDamaged, err, raftstore.Recovery)
+	}
+	return err
 }
 
 // drain hands first and then up to 256 more values already queued on ch to
@@ -599,12 +620,16 @@ func (l *loop) handle(ev event) {
 	now := time.Now()
 	switch ev := ev.(type) {
 	case leaseEvent:
-		err := l.r.StepLease(now, ev.req)
+		key := routeKey{ev.req.Namespace, ev.req.Owner}
+		err := l.bound(now, key, ev.st, ev.req)
+		if err == nil {
+			err = l.r.StepLease(now, ev.req)
+		}
 		if err == nil {
 			// Answers go to the stream the owner last spoke on.
-			k := routeKey{ev.req.Namespace, ev.req.Owner}
-			l.routes[k] = ev.st
-			l.obs.noteAsked(k, ev.at)
+			l.routes[key] = ev.st
+			ev.st.key, ev.st.inc = &key, ev.req.Incarnation
+			l.obs.noteAsked(key, ev.at)
 		}
 		ev.errc <- err
 	case syncEvent:
@@ -633,7 +658,11 @@ func (l *loop) handle(ev event) {
 			l.r.CloseLookup(ev.lookup.ns, ev.lookup.id)
 		}
 	case confEvent:
-		ev.errc <- l.r.ProposeConfChange(ev.cc)
+		if ev.addr != "" {
+			ev.errc <- l.r.AddLearner(now, ev.id, ev.addr)
+		} else {
+			ev.errc <- l.r.RemoveMember(now, ev.id)
+		}
 	case drainEvent:
 		ev.errc <- l.r.Drain(now, ev.ns, ev.owner)
 	case unreachableEvent:
@@ -645,6 +674,57 @@ func (l *loop) handle(ev event) {
 		}
 		l.r.ReportSnapshot(ev.id, st)
 	}
+}
+
+// MaxIncarnationAhead is how far ahead of the Manager's clock, read as
+// Unix nanoseconds, an Owner's incarnation may be. The Owner library uses
+// its start time; an incarnation far in the future would make every later,
+// honest run of the Owner look older and be refused, for as long as the
+// group keeps the record. A counter (1, 2, 3…) is always accepted.
+const MaxIncarnationAhead = 24 * time.Hour
+
+// errSessionBound refuses a control request for an Owner whose session is
+// bound to another open stream.
+var errSessionBound = errors.New("leasehold: the owner's session is bound to another open stream")
+
+// bound checks that st may send req for Owner key. A stream speaks for one
+// Owner, the one of its first accepted request. An Owner's session is bound
+// to the stream it last spoke on while that stream is open: another stream
+// may renew for it (an Owner that reconnected before the Manager saw its old
+// stream break), which moves the session there, but may not change it —
+// leave, drain, report handovers, or bring a new incarnation — since a
+// stranger could otherwise free an Owner's ranges or take its session over.
+// An Owner that restarts while its old stream still looks open is refused
+// until that stream closes (its process's end closes it, or the keepalive
+// finds it dead) and retries.
+func (l *loop) bound(now time.Time, key routeKey, st *ownerStream, req *protocol.LeaseRequest) error {
+	if limit := uint64(max(now.UnixNano(), 0)) + uint64(MaxIncarnationAhead); req.Incarnation > limit {
+		return fmt.Errorf("%w: incarnation %d is more than %s ahead of the Manager's clock (in Unix nanoseconds); "+
+			"it would outrank every later run of owner %q", replica.ErrBadMessage, req.Incarnation, MaxIncarnationAhead, key.owner)
+	}
+	if st.key != nil && *st.key != key {
+		return fmt.Errorf("%w: a lease stream speaks for one owner (%q in namespace %q), got a request for %q in %q",
+			replica.ErrBadMessage, st.key.owner, st.key.ns, key.owner, key.ns)
+	}
+	cur := l.routes[key]
+	if cur == nil || cur == st {
+		return nil
+	}
+	var what string
+	switch {
+	case req.Leaving:
+		what = "a leave"
+	case req.Draining:
+		what = "a drain"
+	case len(req.Handed) > 0:
+		what = "handovers"
+	case req.Incarnation != cur.inc:
+		what = "a new incarnation"
+	default:
+		return nil
+	}
+	return fmt.Errorf("%w: %s for owner %q is accepted only from that stream (or once it has closed)",
+		errSessionBound, what, key.owner)
 }
 
 // send hands the replica's messages to their streams without ever
@@ -891,7 +971,8 @@ func grpcError(ctx context.Context, err error) error {
 		return runtime.NotLeader(ctx, nl.Leader)
 	case errors.Is(err, replica.ErrNoEpoch):
 		return status.Error(codes.Unavailable, err.Error())
-	case errors.Is(err, replica.ErrGateFull):
+	case errors.Is(err, replica.ErrGateFull), errors.Is(err, replica.ErrQuorum), errors.Is(err, errSessionBound),
+		errors.Is(err, replica.ErrConfPending), errors.Is(err, replica.ErrMember):
 		return status.Error(codes.FailedPrecondition, err.Error())
 	case errors.Is(err, replica.ErrUnknownNamespace), errors.Is(err, replica.ErrUnknownOwner):
 		return status.Error(codes.NotFound, err.Error())
@@ -1176,9 +1257,13 @@ func clusterPB(ci ClusterInfo) *pb.Cluster {
 	return c
 }
 
-// AddPeer adds a replica to the group (leasehold cluster add). It returns
-// once the change is applied here, or fails if this replica is not the
-// leader.
+// AddPeer adds a replica to the group (leasehold cluster add): as a
+// learner, which the leader promotes to a voter once it has caught up. It
+// returns once the promotion is applied here; if the learner does not
+// catch up within the learner timeout it is removed again and AddPeer
+// fails with FailedPrecondition, saying what it saw. A change that would
+// cost the group its quorum is refused with FailedPrecondition before it
+// is proposed.
 func (s adminService) AddPeer(ctx context.Context, req *pb.AddPeerRequest) (*pb.ClusterResponse, error) {
 	if req.GetId() == 0 || req.GetAddr() == "" {
 		return nil, status.Error(codes.InvalidArgument, "leasehold: a peer needs a non-zero ID and an address")
@@ -1186,18 +1271,31 @@ func (s adminService) AddPeer(ctx context.Context, req *pb.AddPeerRequest) (*pb.
 	if _, _, err := net.SplitHostPort(req.GetAddr()); err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "leasehold: peer address %q: %v", req.GetAddr(), err)
 	}
-	cc := raftpb.ConfChange{Type: raftpb.ConfChangeAddNode, NodeID: req.GetId(), Context: replica.PeerContext(req.GetAddr())}
-	return s.changePeers(ctx, cc, func(ci ClusterInfo) bool {
+	id, addr := req.GetId(), req.GetAddr()
+	var seen, match uint64 // learner seen in the published group; the last Match seen
+	return s.changePeers(ctx, confEvent{id: id, addr: addr}, s.cfg.Replica.LearnerTimeout, func(ci ClusterInfo) (bool, error) {
 		for _, p := range ci.Peers {
-			if p.ID == req.GetId() && p.Addr == req.GetAddr() && p.Voter {
-				return true
+			if p.ID == id {
+				seen++
+				match = p.Match
+				return p.Voter && p.Addr == addr, nil
 			}
 		}
-		return false
+		if seen > 0 {
+			why := "it never answered: is it running, started with --join, at that address?"
+			if match > 0 {
+				why = fmt.Sprintf("it answered but had replicated only up to index %d", match)
+			}
+			return false, status.Errorf(codes.FailedPrecondition,
+				"leasehold: replica %d at %s did not catch up with the leader's log within the learner timeout and was removed again; %s The group is as it was", id, addr, why)
+		}
+		return false, nil
 	})
 }
 
 // RemovePeer removes a replica from the group (leasehold cluster remove).
+// Removing a voter is refused with FailedPrecondition if the voters left
+// would not have a quorum of replicas the leader hears from.
 func (s adminService) RemovePeer(ctx context.Context, req *pb.RemovePeerRequest) (*pb.ClusterResponse, error) {
 	if req.GetId() == 0 {
 		return nil, status.Error(codes.InvalidArgument, "leasehold: peer ID 0")
@@ -1213,31 +1311,38 @@ func (s adminService) RemovePeer(ctx context.Context, req *pb.RemovePeerRequest)
 	if len(snap.Cluster.Peers) == 1 {
 		return nil, status.Error(codes.FailedPrecondition, "leasehold: cannot remove the last replica")
 	}
-	cc := raftpb.ConfChange{Type: raftpb.ConfChangeRemoveNode, NodeID: req.GetId()}
-	return s.changePeers(ctx, cc, func(ci ClusterInfo) bool {
+	return s.changePeers(ctx, confEvent{id: req.GetId()}, 0, func(ci ClusterInfo) (bool, error) {
 		for _, p := range ci.Peers {
 			if p.ID == req.GetId() {
-				return false
+				return false, nil
 			}
 		}
-		return true
+		return true, nil
 	})
 }
 
-// changePeers proposes cc through the loop and waits, at most ten seconds,
-// until the published cluster satisfies done.
-func (s *Server) changePeers(ctx context.Context, cc raftpb.ConfChange, done func(ClusterInfo) bool) (*pb.ClusterResponse, error) {
+// changePeers hands ev to the loop and waits until the published cluster
+// satisfies done (or done fails): at most ten seconds, plus wait.
+func (s *Server) changePeers(ctx context.Context, ev confEvent, wait time.Duration, done func(ClusterInfo) (bool, error)) (*pb.ClusterResponse, error) {
 	errc := make(chan error, 1)
-	if err := s.call(ctx, confEvent{cc: cc, errc: errc}, errc); err != nil {
+	ev.errc = errc
+	if err := s.call(ctx, ev, errc); err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	if ev.addr != "" && wait <= 0 {
+		wait = replica.DefaultLearnerTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second+wait)
 	defer cancel()
 	tick := time.NewTicker(publishEvery)
 	defer tick.Stop()
 	for {
-		if ci := s.stats.Load().Cluster; done(ci) {
-			return &pb.ClusterResponse{Cluster: clusterPB(ci)}, nil
+		ok, err := done(s.stats.Load().Cluster)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			return &pb.ClusterResponse{Cluster: clusterPB(s.stats.Load().Cluster)}, nil
 		}
 		select {
 		case <-ctx.Done():

@@ -88,8 +88,8 @@ func (c *Config) validate() error {
 	if err := runtime.CheckName("owner", "ID", c.ID); err != nil {
 		return err
 	}
-	if c.Capacity < 0 || c.Capacity > 1e6 || c.Capacity != c.Capacity {
-		return fmt.Errorf("owner: Config.Capacity %v: want a number in [0, 1e6] (0 means 1)", c.Capacity)
+	if c.Capacity < 0 || c.Capacity > wire.MaxCapacity || c.Capacity != c.Capacity {
+		return fmt.Errorf("owner: Config.Capacity %v: want a number in [0, %d] (0 means 1)", c.Capacity, wire.MaxCapacity)
 	}
 	return runtime.CheckName("owner", "Addr", c.Addr)
 }

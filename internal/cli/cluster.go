@@ -4,17 +4,20 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
 	"strconv"
 	"sync"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/leasehold/leasehold/internal/replica"
 	"github.com/leasehold/leasehold/internal/runtime"
 	pb "github.com/leasehold/leasehold/proto/leasehold/v1"
 )
@@ -203,8 +206,13 @@ func newClusterAddCommand(e *env) *cobra.Command {
 		Long: `Add replica ID, reachable at ADDR (host:port), to the Manager's Raft group.
 Start the new replica first with --join, --peers naming the running group,
 and its own --id, --listen and --data-dir; it receives the state from the
-leader once added. Returns when
-the change is applied; the group then needs a majority of the new size.`,
+leader once added. The replica joins as a learner, which does not vote; the
+leader promotes it to a voter once its log has caught up. Returns when the
+promotion is applied; the group then needs a majority of the new size. If
+the replica does not catch up within the Manager's --learner-timeout (30s)
+it is removed again and the command fails saying what the leader saw. An add
+that would leave the group without a quorum of reachable replicas (one is
+down) is refused: bring that replica back, or remove it first.`,
 		Example: `  leasehold manager --id 4 --join --peers 1=127.0.0.1:7401,2=127.0.0.1:7402,3=127.0.0.1:7403 \
       --listen 127.0.0.1:7404 --data-dir /var/lib/leasehold/4 &
   leasehold cluster add 4 127.0.0.1:7404 --manager 127.0.0.1:7401`,
@@ -217,7 +225,7 @@ the change is applied; the group then needs a majority of the new size.`,
 			if err := runtime.CheckAddr(args[1]); err != nil {
 				return usagef("ADDR: %v", err)
 			}
-			return o.change(ctx, e, func(ctx context.Context, c pb.AdminClient, opts ...grpc.CallOption) (*pb.ClusterResponse, error) {
+			return o.change(ctx, e, addWait, func(ctx context.Context, c pb.AdminClient, opts ...grpc.CallOption) (*pb.ClusterResponse, error) {
 				return c.AddPeer(ctx, &pb.AddPeerRequest{Id: id, Addr: args[1], ClientAddr: args[1]}, opts...)
 			})
 		}),
@@ -233,7 +241,8 @@ func newClusterRemoveCommand(e *env) *cobra.Command {
 		Use:   "remove ID",
 		Short: "Remove a replica from the Manager's group",
 		Long: `Remove replica ID from the Manager's Raft group. Stop it afterwards. Removing
-the leader is allowed: the others elect a new one.`,
+the leader is allowed: the others elect a new one. Removing a voter is
+refused if the voters left would not have a quorum of reachable replicas.`,
 		Example: `  leasehold cluster remove 3 --manager 127.0.0.1:7401`,
 		Args:    cobra.ExactArgs(1),
 		RunE: run(func(ctx context.Context, args []string) error {
@@ -241,7 +250,7 @@ the leader is allowed: the others elect a new one.`,
 			if err != nil {
 				return err
 			}
-			return o.change(ctx, e, func(ctx context.Context, c pb.AdminClient, opts ...grpc.CallOption) (*pb.ClusterResponse, error) {
+			return o.change(ctx, e, 0, func(ctx context.Context, c pb.AdminClient, opts ...grpc.CallOption) (*pb.ClusterResponse, error) {
 				return c.RemovePeer(ctx, &pb.RemovePeerRequest{Id: id}, opts...)
 			})
 		}),
@@ -259,17 +268,30 @@ func parseReplicaID(s string) (uint64, error) {
 	return id, nil
 }
 
+// addWait is how much longer than a removal an add may take: the new
+// replica's catching up, which the Manager bounds by its --learner-timeout
+// (30s by default). A longer --learner-timeout makes cluster add stop
+// waiting first, though the add may still complete.
+const addWait = 2 * replica.DefaultLearnerTimeout
+
 // change sends a membership change to the leader: it tries each Manager in
-// turn, following a refusal's leader hint, and prints the group after.
-func (o *clientOptions) change(ctx context.Context, e *env,
+// turn, following a refusal's leader hint, and prints the group after. The
+// call may take o.timeout, plus ten seconds to apply, plus wait.
+func (o *clientOptions) change(ctx context.Context, e *env, wait time.Duration,
 	call func(context.Context, pb.AdminClient, ...grpc.CallOption) (*pb.ClusterResponse, error)) error {
 	var resp *pb.ClusterResponse
 	_, err := o.atLeader(func(addr string) (hint string, err error) {
 		oo := *o
 		oo.manager = addr
-		resp, hint, err = oo.changeAt(ctx, call)
+		resp, hint, err = oo.changeAt(ctx, wait, call)
 		return hint, err
-	}, nil)
+	}, func(err error) bool {
+		// A refusal by the leader (the change would cost the quorum, the
+		// new replica did not catch up) is the answer: asking a follower
+		// next would only hide it behind "not the leader".
+		var u *unreachable
+		return !errors.As(err, &u)
+	})
 	if err != nil {
 		return err
 	}
@@ -286,14 +308,14 @@ func (o *clientOptions) change(ctx context.Context, e *env,
 	return nil
 }
 
-func (o *clientOptions) changeAt(ctx context.Context,
+func (o *clientOptions) changeAt(ctx context.Context, wait time.Duration,
 	call func(context.Context, pb.AdminClient, ...grpc.CallOption) (*pb.ClusterResponse, error)) (*pb.ClusterResponse, string, error) {
 	conn, err := runtime.Dial(o.manager, nil)
 	if err != nil {
 		return nil, "", fmt.Errorf("invalid --manager address %q: %w", o.manager, err)
 	}
 	defer conn.Close()
-	ctx, cancel := context.WithTimeout(ctx, o.timeout+10e9) // the change may take a while to apply
+	ctx, cancel := context.WithTimeout(ctx, o.timeout+10*time.Second+wait) // the change may take a while to apply
 	defer cancel()
 	var trailer metadata.MD
 	resp, err := call(ctx, pb.NewAdminClient(conn), grpc.Trailer(&trailer))

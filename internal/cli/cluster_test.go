@@ -182,3 +182,52 @@ func TestBackupRestore(t *testing.T) {
 		t.Fatalf("restored epoch %d, want more than the backup's %d", after, before)
 	}
 }
+
+// TestClusterAddUnreachable adds replica 7 at an address where nothing
+// listens to a group of one and to a group of three: cluster add fails
+// saying the replica never answered, and the group still has a leader that
+// serves (status shows its namespaces).
+func TestClusterAddUnreachable(t *testing.T) {
+	t.Parallel()
+	for _, size := range []int{1, 3} {
+		t.Run(fmt.Sprint(size), func(t *testing.T) {
+			t.Parallel()
+			var addrs, peers []string
+			for i := range size {
+				addrs = append(addrs, closedAddr(t))
+				peers = append(peers, fmt.Sprintf("%d=%s", i+1, addrs[i]))
+			}
+			for i, a := range addrs {
+				m := startCLI(t, "manager", "--timings", "fast", "--id", fmt.Sprint(i+1), "--listen", a,
+					"--data-dir", t.TempDir(), "--peers", strings.Join(peers, ","), "--learner-timeout", "2s")
+				waitFor(t, "a manager to listen", 10*time.Second, func() bool { return strings.Contains(m.stdout.String(), "listening on") })
+			}
+			list := strings.Join(addrs, ",")
+			serving := func(when string) {
+				t.Helper()
+				waitFor(t, "the leader's namespaces "+when, 10*time.Second, func() bool {
+					code, stdout, _ := cli(t, "status", "--manager", list, "--timeout", "1s")
+					return code == ExitOK && strings.Contains(stdout, "namespace default:")
+				})
+			}
+			serving("before the add")
+			code, stdout, stderr := cli(t, "cluster", "add", "7", closedAddr(t), "--manager", list)
+			if code != ExitFailure || stdout != "" {
+				t.Fatalf("cluster add of an unreachable replica: exit %d, stdout %q, stderr %s", code, stdout, stderr)
+			}
+			oneErrorLine(t, stderr, "replica 7 at 127.0.0.1:")
+			for _, want := range []string{"did not catch up", "never answered", "The group is as it was"} {
+				if !strings.Contains(stderr, want) {
+					t.Errorf("cluster add's error %q does not say %q", stderr, want)
+				}
+			}
+			serving("after the add")
+			// The followers learn of the learner's removal with the
+			// leader's next append.
+			waitFor(t, fmt.Sprintf("a leader and %d replicas", size), 5*time.Second, func() bool {
+				c, ok := clusterStatus(t, list)
+				return ok && c.Leader != 0 && len(c.Managers) == size
+			})
+		})
+	}
+}

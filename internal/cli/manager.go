@@ -161,6 +161,7 @@ Logs go to stderr. SIGINT or SIGTERM stops it cleanly (exit code 0).`,
 	f.DurationVar(&o.settings.PushEvery, "push-every", 0, "push table changes to Lookups at most this often, batching those that come meanwhile (0: 100ms; negative: each at once)")
 	f.DurationVar(&o.settings.RaftTick, "raft-tick", 0, "Raft's heartbeat interval (0: 100ms or --renew/20, the shorter)")
 	f.IntVar(&o.settings.ElectionTicks, "election-ticks", 0, "Raft ticks without a leader before an election, randomised up to twice that (0: 10)")
+	f.DurationVar(&o.settings.LearnerTimeout, "learner-timeout", 0, "how long a replica added by cluster add may take to catch up before it is removed again (0: 30s)")
 	f.Uint64Var(&o.settings.SnapshotEntries, "snapshot-entries", 0, "applied Raft entries between two snapshots of the state, which compact the log (0: 10000)")
 	f.Float64Var(&o.settings.MaxRequestRate, "max-request-rate", 0, "requests per second one Owner or Lookup stream may send, with bursts of twice that (0: 50)")
 	f.IntVar(&o.settings.MaxMessageBytes, "max-message-bytes", 0, "the largest message an Owner or Lookup may send, in bytes (0: 4 MiB)")
@@ -194,7 +195,7 @@ var fieldFlags = map[string]string{
 	"Namespaces": "namespace", "ID": "id", "Peers": "peers", "Advertise": "advertise", "DataDir": "data-dir",
 	"Handover": "handover", "DrainGate": "drain-gate", "RebalanceEvery": "rebalance-every",
 	"MembershipEvery": "membership-every", "PushEvery": "push-every", "RaftTick": "raft-tick",
-	"ElectionTicks": "election-ticks", "SnapshotEntries": "snapshot-entries",
+	"ElectionTicks": "election-ticks", "SnapshotEntries": "snapshot-entries", "LearnerTimeout": "learner-timeout",
 	"MaxRequestRate": "max-request-rate", "MaxMessageBytes": "max-message-bytes",
 }
 
@@ -350,12 +351,30 @@ func (o *managerOptions) run(ctx context.Context, e *env) error {
 	fmt.Fprintf(e.stdout, "leasehold manager listening on %s (timings %s, replica %d)\n",
 		lis.Addr(), o.timings, cfg.ID)
 
-	if err := srv.Serve(ctx, lis); err != nil {
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ctx, lis) }()
+	select {
+	case err = <-served:
+	case <-ctx.Done():
+		// Asked to stop (SIGTERM, SIGINT): the Manager closes its streams
+		// and its data directory at once; if something hangs, exit anyway
+		// (the process's end releases the data directory's lock).
+		select {
+		case err = <-served:
+		case <-time.After(stopBound):
+			return fmt.Errorf("manager: did not stop within %s of being asked to; exiting anyway", stopBound)
+		}
+	}
+	if err != nil {
 		return fmt.Errorf("manager: %w", err)
 	}
 	log.Info("manager shut down")
 	return nil
 }
+
+// stopBound is how long a Manager asked to stop may take before the
+// process exits regardless.
+const stopBound = 10 * time.Second
 
 // handoverText describes the Handover setting for the log.
 func handoverText(cfg manager.ServerConfig) string {

@@ -115,6 +115,10 @@ type Stats struct {
 	DroppedUnknown uint64
 	// ReceivedUnknown counts delivered messages from senders that are not
 	// current peers (a replica that has not been told of the sender yet).
+	// The transport delivers them: membership is the replica's to judge
+	// (replica.Replica.StepRaft drops a non-member's message once it knows
+	// its group), because a replica started to join knows no group yet and
+	// must hear the leader that adds it.
 	ReceivedUnknown uint64
 	// Refused counts incoming streams ended because of an invalid message.
 	Refused uint64

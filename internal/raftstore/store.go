@@ -8,6 +8,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime/debug"
+	"strings"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -25,6 +27,40 @@ const FormatVersion uint64 = 1
 // ErrLocked is returned (wrapped) by Open when another process, or another
 // Store in this process, has the data directory open.
 var ErrLocked = errors.New("data directory is in use by another manager")
+
+// ErrDamaged is returned (wrapped) by Open, and by any other method, when
+// raft.db is not a whole, consistent database: empty (0 bytes), shorter than
+// its own pages say, failing bbolt's integrity check, or making bbolt panic.
+// A damaged raft log is never taken for a new one: starting afresh would
+// found a new group and forget every lease. Recovery is the operator's:
+// restore a backup, or re-add the replica to its group (docs/operations.md).
+var ErrDamaged = errors.New("raft.db is damaged")
+
+// Recovery is what a damaged raft.db's error tells the operator to do.
+const Recovery = "restore a backup into an empty data directory (leasehold restore), or, if other replicas of the group are running, " +
+	"remove this one (leasehold cluster remove), empty its data directory and add it again (see docs/operations.md)"
+
+func damaged(format string, args ...any) error {
+	return fmt.Errorf("%w: %s; %s", ErrDamaged, fmt.Sprintf(format, args...), Recovery)
+}
+
+// guard turns a panic, or a memory fault on the mapped file (a file that
+// is shorter than bbolt believes), in fn into an error wrapping
+// ErrDamaged: a storage failure must stop the Manager with an error, not
+// crash it mid-write or leave it holding a lock.
+func guard(what string, fn func() error) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			err = damaged("%s: bbolt failed: %v", what, r)
+		}
+	}()
+	return fn()
+}
+
+// closeTimeout bounds Close: after a storage failure bbolt may hold a lock
+// that Close would wait for forever.
+const closeTimeout = 5 * time.Second
 
 // ErrExists is returned (wrapped) by Restore when the data directory already
 // has a raft.db.
@@ -70,23 +106,46 @@ func open(dir string, o options) (*Store, error) {
 		return nil, fmt.Errorf("raftstore: create data directory %s: %w", dir, err)
 	}
 	path := filepath.Join(dir, FileName)
-	_, statErr := os.Stat(path)
+	fi, statErr := os.Stat(path)
 	created := errors.Is(statErr, fs.ErrNotExist)
+	if statErr == nil && fi.Size() == 0 {
+		return nil, fmt.Errorf("raftstore: open %s: %w", path,
+			damaged("the file is empty (0 bytes), which a raft log never is once created"))
+	}
 
-	db, err := bolt.Open(path, 0o600, &bolt.Options{
-		Timeout: o.lockTimeout,
-		MaxSize: o.maxSize,
+	var db *bolt.DB
+	err := guard("open", func() error {
+		var err error
+		db, err = bolt.Open(path, 0o600, &bolt.Options{
+			Timeout: o.lockTimeout,
+			MaxSize: o.maxSize,
+		})
+		return err
 	})
 	if err != nil {
+		if errors.Is(err, ErrDamaged) {
+			return nil, fmt.Errorf("raftstore: open %s: %w", path, err)
+		}
 		if errors.Is(err, berrors.ErrTimeout) {
 			return nil, fmt.Errorf("raftstore: open %s: %w (could not lock %s within %s)",
 				path, ErrLocked, FileName, o.lockTimeout)
 		}
+		if !created {
+			// An existing file bbolt cannot open (bad magic, bad
+			// checksums, bad page size) is damaged, not foreign.
+			return nil, fmt.Errorf("raftstore: open %s: %w", path, damaged("%v", err))
+		}
 		return nil, fmt.Errorf("raftstore: open %s: %w", path, err)
 	}
 	s := &Store{path: path, db: db}
-	if err := s.init(); err != nil {
-		db.Close()
+	if !created {
+		if err := s.check(); err != nil {
+			s.Close()
+			return nil, fmt.Errorf("raftstore: open %s: %w", path, err)
+		}
+	}
+	if err := guard("initialise", s.init); err != nil {
+		s.Close()
 		return nil, err
 	}
 	if created {
@@ -97,6 +156,34 @@ func open(dir string, o options) (*Store, error) {
 		}
 	}
 	return s, nil
+}
+
+// check is the integrity check of an existing raft.db at Open: the file
+// must be as long as its pages say (a shorter one faults on the first read
+// past its end), and bbolt's Tx.Check must find every page reachable once
+// and every key in order. It reads the whole file: a second per 100-odd MB.
+func (s *Store) check() error {
+	return guard("integrity check", func() error {
+		fi, err := os.Stat(s.path)
+		if err != nil {
+			return err
+		}
+		return s.db.View(func(tx *bolt.Tx) error {
+			if want := tx.Size(); fi.Size() < want {
+				return damaged("truncated: %d bytes, its pages need %d", fi.Size(), want)
+			}
+			var errs []string
+			for err := range tx.Check() {
+				if len(errs) < 3 {
+					errs = append(errs, err.Error())
+				}
+			}
+			if len(errs) > 0 {
+				return damaged("integrity check failed: %s", strings.Join(errs, "; "))
+			}
+			return nil
+		})
+	})
 }
 
 // init checks the format of an existing database, or lays out a new one.
@@ -162,12 +249,21 @@ func checkFormat(tx *bolt.Tx) error {
 // Path returns the path of the database file.
 func (s *Store) Path() string { return s.path }
 
-// Close closes the database and releases the data directory.
+// Close closes the database and releases the data directory. It gives up
+// after closeTimeout: a bbolt that failed mid-write may never let go of
+// its lock, and the Manager must still be able to exit.
 func (s *Store) Close() error {
-	if err := s.db.Close(); err != nil {
-		return fmt.Errorf("raftstore: close %s: %w", s.path, err)
+	done := make(chan error, 1)
+	go func() { done <- guard("close", s.db.Close) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			return fmt.Errorf("raftstore: close %s: %w", s.path, err)
+		}
+		return nil
+	case <-time.After(closeTimeout):
+		return fmt.Errorf("raftstore: close %s: gave up after %s", s.path, closeTimeout)
 	}
-	return nil
 }
 
 // state is what a raft.db holds, decoded.
@@ -193,10 +289,15 @@ func (st *state) fresh() bool {
 // error naming what is wrong, rather than a panic inside raft later.
 func (s *Store) Load() (ms *raft.MemoryStorage, fresh bool, err error) {
 	var st *state
-	err = s.db.View(func(tx *bolt.Tx) error {
-		var err error
-		st, err = readState(tx)
-		return err
+	err = guard("load", func() error {
+		return s.db.View(func(tx *bolt.Tx) error {
+			var err error
+			st, err = readState(tx)
+			if err != nil {
+				err = damaged("%v", err)
+			}
+			return err
+		})
 	})
 	if err != nil {
 		return nil, false, fmt.Errorf("raftstore: load %s: %w", s.path, err)
@@ -297,36 +398,38 @@ func (s *Store) Save(hs raftpb.HardState, ents []raftpb.Entry, snap raftpb.Snaps
 	if !hasSnap && !hasHS && len(ents) == 0 {
 		return nil
 	}
-	err := s.db.Update(func(tx *bolt.Tx) error {
-		meta := tx.Bucket(bucketMeta)
-		entries := tx.Bucket(bucketEntries)
-		snapIndex, err := storedSnapIndex(meta)
-		if err != nil {
-			return err
-		}
-		if hasSnap {
-			idx := snap.Metadata.Index
-			if idx <= snapIndex {
-				return fmt.Errorf("snapshot at index %d: %w (stored snapshot is at %d)",
-					idx, raft.ErrSnapOutOfDate, snapIndex)
-			}
-			if err := putProto(meta, keySnapshot, &snap); err != nil {
-				return fmt.Errorf("snapshot at index %d: %w", idx, err)
-			}
-			if err := deleteFrom(entries, 0); err != nil {
+	err := guard("save", func() error {
+		return s.db.Update(func(tx *bolt.Tx) error {
+			meta := tx.Bucket(bucketMeta)
+			entries := tx.Bucket(bucketEntries)
+			snapIndex, err := storedSnapIndex(meta)
+			if err != nil {
 				return err
 			}
-			snapIndex = idx
-		}
-		if err := putEntries(entries, snapIndex, ents); err != nil {
-			return err
-		}
-		if hasHS {
-			if err := putProto(meta, keyHardState, &hs); err != nil {
-				return fmt.Errorf("hard state: %w", err)
+			if hasSnap {
+				idx := snap.Metadata.Index
+				if idx <= snapIndex {
+					return fmt.Errorf("snapshot at index %d: %w (stored snapshot is at %d)",
+						idx, raft.ErrSnapOutOfDate, snapIndex)
+				}
+				if err := putProto(meta, keySnapshot, &snap); err != nil {
+					return fmt.Errorf("snapshot at index %d: %w", idx, err)
+				}
+				if err := deleteFrom(entries, 0); err != nil {
+					return err
+				}
+				snapIndex = idx
 			}
-		}
-		return nil
+			if err := putEntries(entries, snapIndex, ents); err != nil {
+				return err
+			}
+			if hasHS {
+				if err := putProto(meta, keyHardState, &hs); err != nil {
+					return fmt.Errorf("hard state: %w", err)
+				}
+			}
+			return nil
+		})
 	})
 	if err != nil {
 		return fmt.Errorf("raftstore: save to %s: %w", s.path, err)
@@ -383,31 +486,33 @@ func (s *Store) Compact(snap raftpb.Snapshot) error {
 		return fmt.Errorf("raftstore: compact %s: snapshot is empty (index 0)", s.path)
 	}
 	idx, term := snap.Metadata.Index, snap.Metadata.Term
-	err := s.db.Update(func(tx *bolt.Tx) error {
-		meta := tx.Bucket(bucketMeta)
-		entries := tx.Bucket(bucketEntries)
-		snapIndex, err := storedSnapIndex(meta)
-		if err != nil {
-			return err
-		}
-		if idx <= snapIndex {
-			return fmt.Errorf("%w (stored snapshot is at %d)", raft.ErrSnapOutOfDate, snapIndex)
-		}
-		v := entries.Get(u64key(idx))
-		if v == nil {
-			return fmt.Errorf("entry %d is not in the stored log", idx)
-		}
-		var e raftpb.Entry
-		if err := e.Unmarshal(v); err != nil {
-			return fmt.Errorf("corrupt entry at index %d: %w", idx, err)
-		}
-		if e.Term != term {
-			return fmt.Errorf("snapshot term %d does not match the stored entry %d (term %d)", term, idx, e.Term)
-		}
-		if err := putProto(meta, keySnapshot, &snap); err != nil {
-			return err
-		}
-		return deleteThrough(entries, idx)
+	err := guard("compact", func() error {
+		return s.db.Update(func(tx *bolt.Tx) error {
+			meta := tx.Bucket(bucketMeta)
+			entries := tx.Bucket(bucketEntries)
+			snapIndex, err := storedSnapIndex(meta)
+			if err != nil {
+				return err
+			}
+			if idx <= snapIndex {
+				return fmt.Errorf("%w (stored snapshot is at %d)", raft.ErrSnapOutOfDate, snapIndex)
+			}
+			v := entries.Get(u64key(idx))
+			if v == nil {
+				return fmt.Errorf("entry %d is not in the stored log", idx)
+			}
+			var e raftpb.Entry
+			if err := e.Unmarshal(v); err != nil {
+				return fmt.Errorf("corrupt entry at index %d: %w", idx, err)
+			}
+			if e.Term != term {
+				return fmt.Errorf("snapshot term %d does not match the stored entry %d (term %d)", term, idx, e.Term)
+			}
+			if err := putProto(meta, keySnapshot, &snap); err != nil {
+				return err
+			}
+			return deleteThrough(entries, idx)
+		})
 	})
 	if err != nil {
 		return fmt.Errorf("raftstore: compact %s at index %d: %w", s.path, idx, err)
@@ -418,9 +523,11 @@ func (s *Store) Compact(snap raftpb.Snapshot) error {
 // Backup writes a consistent copy of the database to w while the store stays
 // in use; Restore turns it back into a data directory.
 func (s *Store) Backup(w io.Writer) error {
-	err := s.db.View(func(tx *bolt.Tx) error {
-		_, err := tx.WriteTo(w)
-		return err
+	err := guard("backup", func() error {
+		return s.db.View(func(tx *bolt.Tx) error {
+			_, err := tx.WriteTo(w)
+			return err
+		})
 	})
 	if err != nil {
 		return fmt.Errorf("raftstore: back up %s: %w", s.path, err)

@@ -110,6 +110,14 @@ type Replica struct {
 	nextRead  time.Time
 	readIndex uint64
 	readAt    time.Time
+
+	// Membership, on the leader (membership.go): when each other replica
+	// was last heard from, the learners being caught up with the time
+	// they must be promoted by, and whether a conf change is in flight.
+	heard       map[uint64]time.Time
+	learners    map[uint64]time.Time
+	confPending bool
+	foreign     uint64 // raft messages dropped: their sender is not a member
 }
 
 // heldRound is a Core round's Owner messages, held until it is proven
@@ -142,7 +150,8 @@ func NewReplica(cfg ReplicaConfig, now time.Time) (*Replica, error) {
 	}
 	r := &Replica{cfg: cfg, ms: cfg.Storage, st: NewState(cfg.Core.Timing.LogRetention),
 		pending: map[uint64]*heldRound{}, nextTick: now.Add(cfg.Core.RaftTick),
-		started: now, reads: map[string]time.Time{}}
+		started: now, reads: map[string]time.Time{},
+		heard: map[uint64]time.Time{}, learners: map[uint64]time.Time{}}
 	snap, err := r.ms.Snapshot()
 	if err != nil {
 		return nil, err
@@ -201,6 +210,10 @@ func (r *Replica) Core() *Core { return r.core }
 // Feed returns the Lookup feed.
 func (r *Replica) Feed() *Feed { return r.feed }
 
+// Foreign counts the raft messages dropped because their sender is not a
+// member of the group.
+func (r *Replica) Foreign() uint64 { return r.foreign }
+
 // Stats returns the counters.
 func (r *Replica) Stats() ReplicaStats { return r.stats }
 
@@ -210,8 +223,19 @@ func (r *Replica) Leader() (uint64, string) { return r.lead, r.st.peers[r.lead] 
 // Status returns Raft's view of the group.
 func (r *Replica) Status() raft.Status { return r.rn.Status() }
 
-// StepRaft handles a message from another replica.
+// StepRaft handles a message from another replica. Once the replica knows
+// its group, a message from a replica outside it is dropped (ErrNotMember):
+// a removed replica, or a stranger, could otherwise depose the leader with
+// a higher term. A replica that knows no group yet (one started to join)
+// takes messages from anyone, so the leader that adds it can reach it.
 func (r *Replica) StepRaft(now time.Time, m raftpb.Message) error {
+	if len(r.st.peers) > 0 {
+		if _, ok := r.st.peers[m.From]; !ok {
+			r.foreign++
+			return fmt.Errorf("%w: replica %d", ErrNotMember, m.From)
+		}
+	}
+	r.heard[m.From] = now
 	return r.rn.Step(m)
 }
 
@@ -302,15 +326,6 @@ func (r *Replica) Drain(now time.Time, ns, id string) error {
 // CloseLookup forgets a Lookup session.
 func (r *Replica) CloseLookup(ns string, id uint64) { r.feed.Close(ns, id) }
 
-// ProposeConfChange asks the group to add or remove a replica. Only the
-// leader accepts; the change takes effect when it commits.
-func (r *Replica) ProposeConfChange(cc raftpb.ConfChange) error {
-	if r.role != raft.StateLeader {
-		return r.notLeader()
-	}
-	return r.rn.ProposeConfChange(cc)
-}
-
 // NextDeadline is the local time by which Tick must be called next.
 func (r *Replica) NextDeadline() time.Time {
 	d := r.nextTick
@@ -348,6 +363,7 @@ func (r *Replica) Tick(now time.Time) {
 	if r.role == raft.StateFollower && r.lead != 0 && !now.Before(r.nextRead) {
 		r.askRead(now)
 	}
+	r.promote(now)
 	r.flush(now)
 }
 
@@ -533,6 +549,8 @@ func (r *Replica) campaignAlone() {
 }
 
 func (r *Replica) stepDown() {
+	r.confPending = false
+	clear(r.learners)
 	for _, h := range r.held {
 		r.stats.Dropped += uint64(len(h.msgs))
 	}
@@ -558,6 +576,7 @@ func (r *Replica) apply(now time.Time, e raftpb.Entry) error {
 	}
 	if a.cc != nil {
 		r.conf = *r.rn.ApplyConfChange(*a.cc)
+		r.confPending = false
 	}
 	if a.peer != nil {
 		r.peerChanges = append(r.peerChanges, *a.peer)

@@ -142,8 +142,8 @@ func keysFromPB(where string, ms []*leaseholdv1.KeyLoad) ([]protocol.KeyLoad, er
 }
 
 func checkCapacity(c float64) error {
-	if math.IsNaN(c) || math.IsInf(c, 0) || c < 0 || c > 1e6 {
-		return fmt.Errorf("%v; want a finite number in [0, 1e6]", c)
+	if math.IsNaN(c) || math.IsInf(c, 0) || c < 0 || c > MaxCapacity {
+		return fmt.Errorf("%v; want a finite number in [0, %d] (wire.MaxCapacity)", c, MaxCapacity)
 	}
 	return nil
 }

@@ -36,6 +36,13 @@ const (
 	MaxUpdateItems = 1 << 22
 	// MaxStringLen is the longest namespace, owner ID or address, in bytes.
 	MaxStringLen = 1024
+	// MaxCapacity is the largest Owner capacity. A capacity is a relative
+	// weight (an Owner of capacity 2 gets twice the load of one of 1), and
+	// consistent hashing gives an Owner 64 ring points per unit: 100 is a
+	// hundredfold spread between machines in 6,400 points, where 1e6
+	// reached assign's cap of 2^20 points for one Owner, which stalls the
+	// leader's planning for seconds and multiplies its memory.
+	MaxCapacity = 100
 )
 
 // invalid returns an error wrapping ErrInvalid: "wire: invalid message:

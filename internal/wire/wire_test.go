@@ -203,6 +203,8 @@ func TestFromPBRejects(t *testing.T) {
 			"LeaseRequest.capacity: NaN"},
 		{"lease request negative capacity", lreq(func(m *leaseholdv1.LeaseRequest) { m.Capacity = -1 }),
 			"LeaseRequest.capacity: -1"},
+		{"lease request capacity over the maximum", lreq(func(m *leaseholdv1.LeaseRequest) { m.Capacity = 1e6 }),
+			"LeaseRequest.capacity: 1e+06; want a finite number in [0, 100] (wire.MaxCapacity)"},
 		{"lease request load without range", lreq(func(m *leaseholdv1.LeaseRequest) { m.Load = []*leaseholdv1.RangeLoad{{Requests: 3}} }),
 			"LeaseRequest.load[0]: missing range"},
 		{"lease request too many hot keys", lreq(func(m *leaseholdv1.LeaseRequest) { m.HotKeys = make([]*leaseholdv1.KeyLoad, MaxHotKeys+1) }),

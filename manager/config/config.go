@@ -74,6 +74,10 @@ type Replica struct {
 	// SnapshotEntries is how many applied entries trigger a snapshot and
 	// log compaction; 0 means 10,000.
 	SnapshotEntries uint64
+	// LearnerTimeout is how long a replica added to the group (leasehold
+	// cluster add) may take to catch up with the leader's log before it is
+	// removed again; it votes only once caught up. 0 means 30 s.
+	LearnerTimeout time.Duration
 }
 
 // SetDefaults fills in the zero fields that have a default which the

@@ -1,0 +1,125 @@
+package manager_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/leasehold/leasehold/keyspace"
+	"github.com/leasehold/leasehold/manager"
+	"github.com/leasehold/leasehold/manager/config"
+	"github.com/leasehold/leasehold/owner"
+	pb "github.com/leasehold/leasehold/proto/leasehold/v1"
+	"github.com/leasehold/leasehold/protocol"
+)
+
+// TestControlFromAnotherStreamIsRefused: while an Owner's stream is open,
+// a request on another stream that names the Owner and asks to leave, to
+// drain, or to change its incarnation is refused with FailedPrecondition,
+// and the Owner keeps its leases; a stream that spoke for one Owner may not
+// speak for another; an incarnation far ahead of the Manager's clock is
+// refused.
+func TestControlFromAnotherStreamIsRefused(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tm := protocol.Fast()
+		c := startManager(t, manager.ServerConfig{Replica: config.Replica{Timing: tm}})
+		defer c.stop(t)
+		ctx := context.Background()
+		o, err := owner.New(ctx, owner.Config{Manager: "passthrough:///bufnet", DialOptions: c.dial(), ID: "a", Addr: "a:1", Timing: tm})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer o.Close(ctx)
+		time.Sleep(tm.ManagerLease + 2*tm.Renew)
+		synctest.Wait()
+		k := keyspace.KeyOf("alice")
+		held, ok := o.CheckLeaseNow(k)
+		if !ok {
+			t.Fatal("the owner holds nothing")
+		}
+		var inc uint64
+		for _, ns := range c.srv.Snapshot().Namespaces {
+			for _, oi := range ns.Owners {
+				if oi.ID == "a" {
+					inc = oi.Incarnation
+				}
+			}
+		}
+		if inc == 0 {
+			t.Fatal("the Manager does not show owner a's incarnation")
+		}
+
+		conn, err := grpc.NewClient("passthrough:///bufnet", c.dial()...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		for _, tc := range []struct {
+			name string
+			req  *pb.LeaseRequest
+			code codes.Code
+			want string
+		}{
+			{"leave", &pb.LeaseRequest{Namespace: "default", Owner: "a", Addr: "a:1", Incarnation: inc, Seq: 1 << 40, Leaving: true},
+				codes.FailedPrecondition, "a leave for owner \"a\""},
+			{"drain", &pb.LeaseRequest{Namespace: "default", Owner: "a", Addr: "a:1", Incarnation: inc, Seq: 1 << 40, Draining: true},
+				codes.FailedPrecondition, "a drain for owner \"a\""},
+			{"incarnation from the future", &pb.LeaseRequest{Namespace: "default", Owner: "z", Addr: "z:1", Incarnation: 1<<64 - 1, Seq: 1},
+				codes.InvalidArgument, "ahead of the Manager's clock"},
+			{"new incarnation", &pb.LeaseRequest{Namespace: "default", Owner: "a", Addr: "evil:1", Incarnation: inc + 1, Seq: 1},
+				codes.FailedPrecondition, "a new incarnation for owner \"a\""},
+		} {
+			sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			st, err := pb.NewLeasesClient(conn).Session(sctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := st.Send(tc.req); err != nil {
+				t.Fatal(err)
+			}
+			_, err = st.Recv()
+			if status.Code(err) != tc.code || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("%s from another stream: %v, want %v saying %q", tc.name, err, tc.code, tc.want)
+			}
+			cancel()
+			time.Sleep(2 * tm.Renew)
+			synctest.Wait()
+			if n, ok := o.CheckLeaseNow(k); !ok || n != held {
+				t.Fatalf("after %s from another stream the owner holds %+v %v, before %+v", tc.name, n, ok, held)
+			}
+		}
+
+		// One stream, two Owners.
+		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		st, err := pb.NewLeasesClient(conn).Session(sctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.Send(&pb.LeaseRequest{Namespace: "default", Owner: "b", Addr: "b:1", Incarnation: 1, Seq: 1}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Recv(); err != nil {
+			t.Fatalf("b's first request: %v", err)
+		}
+		if err := st.Send(&pb.LeaseRequest{Namespace: "default", Owner: "c", Addr: "c:1", Incarnation: 1, Seq: 2}); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			_, err := st.Recv()
+			if err == nil {
+				continue // b's answers
+			}
+			if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "speaks for one owner") {
+				t.Fatalf("a request for c on b's stream: %v, want InvalidArgument", err)
+			}
+			break
+		}
+	})
+}
