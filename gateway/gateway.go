@@ -229,7 +229,11 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 	g.hooksCancel = hcancel
 	hookClient := &http.Client{Transport: g.transport}
 	for _, u := range cfg.Webhooks {
-		g.hooks.Go(func() { g.deliver(hctx, u, hookClient) })
+		// Every notification from the gateway's start on: where that is
+		// is read here, not in the goroutine, which may start after the
+		// first notifications.
+		after := g.losses.last()
+		g.hooks.Go(func() { g.deliver(hctx, u, hookClient, after) })
 	}
 	for _, r := range g.routes {
 		if g.spaces[r.Namespace] != nil {

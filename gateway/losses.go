@@ -85,6 +85,13 @@ func (l *lossLog) since(after uint64) ([]*LossEvent, <-chan struct{}) {
 	return slices.Clone(l.events[i:]), l.more
 }
 
+// last returns the ID of the newest event, 0 before the first.
+func (l *lossLog) last() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.next - 1
+}
+
 // get returns the event with ID id, if still kept.
 func (l *lossLog) get(id uint64) (*LossEvent, bool) {
 	l.mu.Lock()

@@ -35,12 +35,9 @@ func checkWebhook(u string) error {
 	return nil
 }
 
-// deliver posts every loss notification from now on to the hook at u,
-// until ctx ends.
-func (g *Gateway) deliver(ctx context.Context, u string, client *http.Client) {
-	g.losses.mu.Lock()
-	after := g.losses.next - 1
-	g.losses.mu.Unlock()
+// deliver posts every loss notification after the one numbered after to
+// the hook at u, until ctx ends.
+func (g *Gateway) deliver(ctx context.Context, u string, client *http.Client, after uint64) {
 	for {
 		events, more := g.losses.since(after)
 		for _, e := range events {
