@@ -24,6 +24,7 @@ func TestDashboard(t *testing.T) {
 	if testing.Short() {
 		t.Skip("e2e: builds binaries and runs real processes; skipped with -short")
 	}
+	onlyWithAll(t)
 	if browser.Path() == "" {
 		t.Skip("no Chromium installed (apt-get install chromium): the dashboard's browser test cannot run")
 	}

@@ -28,6 +28,7 @@ func TestMailScenario(t *testing.T) {
 	if testing.Short() {
 		t.Skip("e2e: builds binaries and runs real processes; skipped with -short")
 	}
+	onlyWithAll(t)
 	leasehold, _ := build(t)
 	mailBin := buildExample(t, "mail")
 	started := time.Now()

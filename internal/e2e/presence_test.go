@@ -43,6 +43,7 @@ func TestPresenceScenario(t *testing.T) {
 	if testing.Short() {
 		t.Skip("e2e: builds binaries and runs real processes; skipped with -short")
 	}
+	onlyWithAll(t)
 	leasehold, _ := build(t)
 	prBin := buildExample(t, "presence")
 	tm := protocol.Fast()

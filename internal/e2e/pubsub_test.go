@@ -110,6 +110,7 @@ func TestPubSubScenario(t *testing.T) {
 	if testing.Short() {
 		t.Skip("e2e: builds binaries and runs real processes; skipped with -short")
 	}
+	onlyWithAll(t)
 	leasehold, _ := build(t)
 	psBin := buildExample(t, "pubsub")
 	tm := protocol.Fast()
