@@ -402,11 +402,13 @@ type snapshotEvent struct {
 
 // ownerStream is one Owner's lease stream. Only the loop reads or writes
 // key and inc: the Owner it speaks for (set by its first accepted request)
-// and that Owner's incarnation.
+// and that Owner's incarnation; and heard, when the loop last had a
+// request from it.
 type ownerStream struct {
-	out chan *pb.LeaseResponse
-	key *routeKey
-	inc uint64
+	out   chan *pb.LeaseResponse
+	key   *routeKey
+	inc   uint64
+	heard time.Time
 }
 
 type lookupStream struct {
@@ -622,6 +624,7 @@ func (l *loop) handle(ev event) {
 	case leaseEvent:
 		key := routeKey{ev.req.Namespace, ev.req.Owner}
 		err := l.bound(now, key, ev.st, ev.req)
+		ev.st.heard = now
 		if err == nil {
 			err = l.r.StepLease(now, ev.req)
 		}
@@ -684,19 +687,38 @@ func (l *loop) handle(ev event) {
 const MaxIncarnationAhead = 24 * time.Hour
 
 // errSessionBound refuses a control request for an Owner whose session is
-// bound to another open stream.
-var errSessionBound = errors.New("leasehold: the owner's session is bound to another open stream")
+// bound to another live stream.
+var errSessionBound = errors.New("leasehold: the owner's session is bound to another live stream")
 
 // bound checks that st may send req for Owner key. A stream speaks for one
 // Owner, the one of its first accepted request. An Owner's session is bound
-// to the stream it last spoke on while that stream is open: another stream
-// may renew for it (an Owner that reconnected before the Manager saw its old
-// stream break), which moves the session there, but may not change it —
-// leave, drain, report handovers, or bring a new incarnation — since a
-// stranger could otherwise free an Owner's ranges or take its session over.
-// An Owner that restarts while its old stream still looks open is refused
-// until that stream closes (its process's end closes it, or the keepalive
-// finds it dead) and retries.
+// to the stream it last spoke on while that stream is live: open, and heard
+// from within Timing.OwnerQuiet, the wait after which an Owner itself gives
+// up a silent replica. Another stream may renew for it (an Owner that
+// reconnected before the Manager saw its old stream break), which moves the
+// session there, but may not change it — leave, drain, report handovers, or
+// bring a new incarnation — since a stranger could otherwise free an
+// Owner's ranges or take its session over.
+//
+// A new incarnation is refused only while the bound stream is live: a
+// second process started with a live Owner's ID is refused loudly, but an
+// Owner restarted on another host, whose old stream lingers half-open (its
+// host died, no reset came), or whose old run is cut off from the Manager,
+// is accepted once that stream has gone quiet. Accepting it is safe: the
+// old run's ranges stay orphans, reserved until its leases would have run
+// out (docs/protocol.md), so an old run that still serves loses nothing
+// without a loss notification after it.
+//
+// A leave, a drain and handovers stay refused from another stream even
+// once the bound one is quiet. A leave and a handover release ranges at
+// once, which is safe only on the word of the process that holds them,
+// and a quiet stream says nothing about whether that process still serves;
+// a drain is the Owner's own request about its own ranges. None of this
+// delays an honest Owner: one that lost its stream renews first on its new
+// stream, which binds the session there, and then asks. A request of an
+// older incarnation than the newest known (the bound stream's, or the
+// replicated record's) is from a replaced run and is always refused, so it
+// never moves the session back to that run.
 func (l *loop) bound(now time.Time, key routeKey, st *ownerStream, req *protocol.LeaseRequest) error {
 	if limit := uint64(max(now.UnixNano(), 0)) + uint64(MaxIncarnationAhead); req.Incarnation > limit {
 		return fmt.Errorf("%w: incarnation %d is more than %s ahead of the Manager's clock (in Unix nanoseconds); "+
@@ -707,9 +729,18 @@ func (l *loop) bound(now time.Time, key routeKey, st *ownerStream, req *protocol
 			replica.ErrBadMessage, st.key.owner, st.key.ns, key.owner, key.ns)
 	}
 	cur := l.routes[key]
+	newest := l.r.State().Owners(key.ns)[key.owner].Incarnation
+	if cur != nil {
+		newest = max(newest, cur.inc)
+	}
+	if req.Incarnation < newest {
+		return fmt.Errorf("%w: owner %q has a newer incarnation (%d) than this request's (%d): "+
+			"another process was started with its ID, and this run is replaced", errSessionBound, key.owner, newest, req.Incarnation)
+	}
 	if cur == nil || cur == st {
 		return nil
 	}
+	live := now.Sub(cur.heard) < l.s.cfg.Timing.OwnerQuiet()
 	var what string
 	switch {
 	case req.Leaving:
@@ -718,8 +749,11 @@ func (l *loop) bound(now time.Time, key routeKey, st *ownerStream, req *protocol
 		what = "a drain"
 	case len(req.Handed) > 0:
 		what = "handovers"
-	case req.Incarnation != cur.inc:
-		what = "a new incarnation"
+	case req.Incarnation != cur.inc && live:
+		return fmt.Errorf("%w: a new incarnation for owner %q is refused while its session's stream is live "+
+			"(heard from %s ago): another process is running with this ID; a restarted owner is accepted once "+
+			"the old stream has been quiet for %s", errSessionBound, key.owner, now.Sub(cur.heard).Round(time.Millisecond),
+			l.s.cfg.Timing.OwnerQuiet())
 	default:
 		return nil
 	}

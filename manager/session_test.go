@@ -24,7 +24,9 @@ import (
 // drain, or to change its incarnation is refused with FailedPrecondition,
 // and the Owner keeps its leases; a stream that spoke for one Owner may not
 // speak for another; an incarnation far ahead of the Manager's clock is
-// refused.
+// refused. A new incarnation from another stream is refused while the
+// stream the session is bound to is live and accepted once it has been
+// quiet for Timing.OwnerQuiet; the replaced run is refused after that.
 func TestControlFromAnotherStreamIsRefused(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		tm := protocol.Fast()
@@ -94,6 +96,57 @@ func TestControlFromAnotherStreamIsRefused(t *testing.T) {
 				t.Fatalf("after %s from another stream the owner holds %+v %v, before %+v", tc.name, n, ok, held)
 			}
 		}
+
+		// A new incarnation is refused while the stream its Owner's
+		// session is bound to is live, and accepted once that stream has
+		// gone quiet (a restart whose old stream lingers half-open); the
+		// old run is refused from then on.
+		qctx, qcancel := context.WithCancel(ctx)
+		defer qcancel()
+		session := func(req *pb.LeaseRequest) (pb.Leases_SessionClient, error) {
+			st, err := pb.NewLeasesClient(conn).Session(qctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := st.Send(req); err != nil {
+				t.Fatal(err)
+			}
+			_, err = st.Recv()
+			return st, err
+		}
+		old, err := session(&pb.LeaseRequest{Namespace: "default", Owner: "q", Addr: "q:1", Incarnation: 1, Seq: 1})
+		if err != nil {
+			t.Fatalf("q's first request: %v", err)
+		}
+		for i := range 3 { // the original renews; each time a duplicate is refused
+			time.Sleep(tm.Renew)
+			if err := old.Send(&pb.LeaseRequest{Namespace: "default", Owner: "q", Addr: "q:1", Incarnation: 1, Seq: uint64(2 + i)}); err != nil {
+				t.Fatal(err)
+			}
+			_, err := session(&pb.LeaseRequest{Namespace: "default", Owner: "q", Addr: "q:2", Incarnation: 2, Seq: 1})
+			if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "a new incarnation for owner \"q\"") {
+				t.Fatalf("a new incarnation of q while its stream is live: %v, want FailedPrecondition", err)
+			}
+		}
+		time.Sleep(tm.OwnerQuiet()) // the original's stream stays open, silent
+		synctest.Wait()
+		if _, err := session(&pb.LeaseRequest{Namespace: "default", Owner: "q", Addr: "q:2", Incarnation: 2, Seq: 1}); err != nil {
+			t.Fatalf("a new incarnation of q once its old stream has been quiet for %s: %v, want it accepted", tm.OwnerQuiet(), err)
+		}
+		if err := old.Send(&pb.LeaseRequest{Namespace: "default", Owner: "q", Addr: "q:1", Incarnation: 1, Seq: 10}); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			_, err := old.Recv()
+			if err == nil {
+				continue // answers sent before
+			}
+			if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "newer incarnation") {
+				t.Fatalf("the replaced run of q: %v, want FailedPrecondition", err)
+			}
+			break
+		}
+		qcancel()
 
 		// One stream, two Owners.
 		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)

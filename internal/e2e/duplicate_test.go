@@ -13,15 +13,20 @@ import (
 	"github.com/leasehold/leasehold/protocol"
 )
 
-// TestDuplicateOwnerID: a second kv serve is started with a live server's
-// --id while a client reads and writes every key on every server directly.
-// The Manager hears a new incarnation of kv-2; the old process still holds
-// its leases and acknowledges writes until they run out. Every key whose
-// acknowledged value disappears — the client reads it back before each
-// write, and once more at the end — must be covered by a loss notification
-// that leasehold watch --json printed after the key's last acknowledged
-// write: a notification before it cannot tell anyone to republish that
-// write.
+// TestDuplicateOwnerID: kv-2 reaches the Manager through a proxy while a
+// client reads and writes every key on every server directly. The proxy is
+// cut, keeping kv-2's connection open but forwarding nothing, as when a
+// server is cut off from the Manager but not from its clients, and a second
+// kv serve is started at once with the ID kv-2, straight against the
+// Manager. The Manager refuses the new incarnation while the old stream is
+// live and accepts it once it has gone quiet (Timing.OwnerQuiet), long
+// before the half-open stream would close. The old process still holds its
+// leases and acknowledges writes until they run out; its ranges stay
+// orphans until their reservations end. Every key whose acknowledged value
+// disappears — the client reads it back before each write, and once more
+// at the end — must be covered by a loss notification that leasehold watch
+// --json printed after the key's last acknowledged write: a notification
+// before it cannot tell anyone to republish that write.
 func TestDuplicateOwnerID(t *testing.T) {
 	if testing.Short() {
 		t.Skip("e2e: builds binaries and runs real processes; skipped with -short")
@@ -36,9 +41,10 @@ func TestDuplicateOwnerID(t *testing.T) {
 	c := &cli{t: t, leasehold: leasehold, kv: kvBin, manager: addr}
 	w := &watcher{p: start(t, "watch", leasehold, "watch", "--manager", addr, "--json")}
 	ws := &directWriter{client: &http.Client{Timeout: 2 * time.Second}, acks: map[string]ack{}}
-	for _, id := range []string{"kv-1", "kv-2", "kv-3"} {
-		ws.add(id, servingAddr(t, c.serve(id)))
-	}
+	px := startProxy(t, freeAddr(t), addr)
+	ws.add("kv-1", servingAddr(t, c.serve("kv-1")))
+	ws.add("kv-2", servingAddr(t, start(t, "kv-2", kvBin, "serve", "--manager", px.lis.Addr().String(), "--listen", "127.0.0.1:0", "--id", "kv-2")))
+	ws.add("kv-3", servingAddr(t, c.serve("kv-3")))
 	c.settle("three owners", func(s status) bool {
 		return slices.Equal(s.holders(), []string{"kv-1", "kv-2", "kv-3"}) && s.sumRanges() == 192
 	})
@@ -55,14 +61,39 @@ func TestDuplicateOwnerID(t *testing.T) {
 	}()
 	time.Sleep(time.Second) // bounded: the writer writes every key a few times first
 
-	dupAt := time.Now()
+	cutAt := time.Now()
+	px.setCut(true)
 	dup := start(t, "kv-2 (duplicate)", kvBin, "serve", "--manager", addr, "--listen", "127.0.0.1:0", "--id", "kv-2")
-	ws.add("kv-2 (duplicate)", servingAddr(t, dup))
-	t.Logf("%s: a second kv serve --id kv-2 started", since(started))
+	dupAddr := servingAddr(t, dup)
+	ws.add("kv-2 (duplicate)", dupAddr)
+	t.Logf("%s: kv-2 cut off from the Manager; a second kv serve --id kv-2 started", since(started))
 
-	// The old process's leases run out within an OwnerLease; its ranges
-	// are freed when their reservation ends and then granted to the new
-	// process. Let the writer go on through all of it.
+	// The Manager takes the duplicate once the old stream is quiet; with
+	// the old stream's end as the rule, it would wait for the half-open
+	// connection to be found dead.
+	var takeoverAt time.Time
+	for deadline := cutAt.Add(10 * time.Second); takeoverAt.IsZero() && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		s, err := c.status()
+		if err != nil {
+			continue
+		}
+		for _, o := range s.Owners {
+			if o.ID == "kv-2" && o.Addr == dupAddr {
+				takeoverAt = time.Now()
+			}
+		}
+	}
+	if takeoverAt.IsZero() {
+		t.Fatal("the Manager did not take the second kv-2 within 10 s of the cut")
+	}
+	t.Logf("%s: the Manager took the second kv-2, %s after the cut (OwnerQuiet %s)", since(started), takeoverAt.Sub(cutAt).Round(time.Millisecond), tm.OwnerQuiet())
+	if d := takeoverAt.Sub(cutAt); d > tm.OwnerLease {
+		t.Errorf("the Manager took the second kv-2 %s after the cut, later than an OwnerLease (%s): a restart waits on a stream that stopped speaking", d, tm.OwnerLease)
+	}
+
+	// The old process's leases run out within an OwnerLease of its last
+	// renewal; its ranges are freed when their reservations end and then
+	// granted anew. Let the writer go on through all of it.
 	time.Sleep(tm.ManagerLease + 2*time.Second)
 	close(stop)
 	<-done
@@ -70,10 +101,10 @@ func TestDuplicateOwnerID(t *testing.T) {
 		return slices.Equal(s.holders(), []string{"kv-1", "kv-2", "kv-3"})
 	})
 
-	oldAfter := ws.ackedBy("kv-2", dupAt)
-	t.Logf("%s: %d writes acknowledged in all; %d by the old kv-2 after the duplicate started", since(started), ws.total(), oldAfter)
+	oldAfter := ws.ackedBy("kv-2", takeoverAt)
+	t.Logf("%s: %d writes acknowledged in all; %d by the old kv-2 after the Manager took the second", since(started), ws.total(), oldAfter)
 	if oldAfter == 0 {
-		t.Fatal("the old kv-2 acknowledged nothing after the duplicate started: the scenario tests nothing")
+		t.Fatal("the old kv-2 acknowledged nothing after the Manager took the second: the scenario tests nothing")
 	}
 
 	for _, k := range ks {
@@ -94,7 +125,7 @@ func TestDuplicateOwnerID(t *testing.T) {
 	time.Sleep(time.Until(seen.Add(tm.NotificationBound() + slack)))
 	byOld, uncovered := 0, 0
 	for _, d := range gone {
-		if d.last.by == "kv-2" && d.last.at.After(dupAt) {
+		if d.last.by == "kv-2" && d.last.at.After(takeoverAt) {
 			byOld++
 		}
 		if _, ok := w.coveredAt(d.key, d.last.at, 0, false); !ok {
@@ -106,10 +137,10 @@ func TestDuplicateOwnerID(t *testing.T) {
 	if uncovered > 0 {
 		t.Errorf("%d of %d values that disappeared have no loss notification after their last acknowledged write", uncovered, len(gone))
 	}
-	t.Logf("%s: %d acknowledged values disappeared (%d of them written to the old kv-2 after the duplicate started); %d without a loss notification after their last write",
+	t.Logf("%s: %d acknowledged values disappeared (%d of them written to the old kv-2 after the Manager took the second); %d without a loss notification after their last write",
 		since(started), len(gone), byOld, uncovered)
 	if byOld == 0 {
-		t.Error("no value the old kv-2 acknowledged after the duplicate started disappeared: the scenario tests nothing")
+		t.Error("no value the old kv-2 acknowledged after the Manager took the second disappeared: the scenario tests nothing")
 	}
 }
 
