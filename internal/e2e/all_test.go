@@ -9,12 +9,12 @@ import (
 const allVar = "LEASEHOLD_E2E"
 
 // onlyWithAll skips t unless LEASEHOLD_E2E=all. go test ./... runs the
-// scenarios of the product's own promises — the walkthrough, the demo,
-// failover, rolling restart, a stalled or cut-off leader, a duplicated
-// Owner ID, a damaged data directory, the gateway — and stays within a
-// newcomer's two minutes; the examples' scenarios, the dashboard's browser
-// test and the gateways' rolling restart add about 80 s more, and CI
-// (.ci/run) runs them with LEASEHOLD_E2E=all.
+// walkthrough, the demo, failover, the rolling restart, a stalled leader,
+// a damaged data directory and the gateway, and stays within a newcomer's
+// two minutes; the leader cut off by a proxy, the duplicated Owner ID, the
+// examples' scenarios, the dashboard's browser test and the gateways'
+// rolling restart add about two minutes more, and CI (.ci/run) runs them
+// with LEASEHOLD_E2E=all.
 func onlyWithAll(t *testing.T) {
 	t.Helper()
 	if os.Getenv(allVar) != "all" {

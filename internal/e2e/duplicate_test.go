@@ -31,6 +31,7 @@ func TestDuplicateOwnerID(t *testing.T) {
 	if testing.Short() {
 		t.Skip("e2e: builds binaries and runs real processes; skipped with -short")
 	}
+	onlyWithAll(t)
 	leasehold, kvBin := build(t)
 	tm := protocol.Fast()
 	started := time.Now()

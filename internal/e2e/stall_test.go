@@ -53,7 +53,10 @@ func TestLeaderStall(t *testing.T) { testLeaderOutage(t, false) }
 // connections open, while it still reaches the other replicas: no election
 // comes, the followers name the leader the clients cannot reach, and the
 // Owners renew through a follower that relays their streams.
-func TestLeaderCutOff(t *testing.T) { testLeaderOutage(t, true) }
+func TestLeaderCutOff(t *testing.T) {
+	onlyWithAll(t)
+	testLeaderOutage(t, true)
+}
 
 func testLeaderOutage(t *testing.T, proxied bool) {
 	if testing.Short() {
