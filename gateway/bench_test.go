@@ -38,7 +38,7 @@ func BenchmarkCost(b *testing.B) {
 	fr := &fakeRouter{dflt: &lookup.Route{Owner: "o", Addr: target.Host}}
 	g, err := New(b.Context(), Config{
 		Routes:    []Route{{Name: "kv", Prefix: "/kv/", Key: "path:1"}},
-		NewRouter: func(_ context.Context, _ string, _ func(lookup.Loss), _ func()) (Router, error) { return fr, nil },
+		NewRouter: func(_ context.Context, _ string, _ func(lookup.Loss)) (Router, error) { return fr, nil },
 	})
 	if err != nil {
 		b.Fatal(err)

@@ -40,18 +40,18 @@ type Config struct {
 	Timing protocol.Timing
 	// Logger receives the gateway's logs; nil discards them.
 	Logger *slog.Logger
-	// MaxCutOff is the /readyz policy while a namespace's Lookup is cut off
-	// from the Manager (it raised an all-ranges loss): 0 keeps the gateway
-	// ready, routing from its copy; more makes /readyz answer 503 once the
-	// cut-off has lasted that long, so a balancer prefers a gateway in touch.
-	MaxCutOff time.Duration
+	// MaxCopyAge is the /readyz policy while a namespace's copy of the
+	// lease table is stale (lookup.CopyAge.Stale: the Manager has not
+	// answered a poll in time): 0 keeps the gateway ready, routing from its
+	// copy; more makes /readyz answer 503 once a stale copy is older than
+	// that, so a balancer prefers a gateway still in touch.
+	MaxCopyAge time.Duration
 	// Webhooks are URLs to POST each loss notification to, at least once
 	// while the gateway runs (webhook.go).
 	Webhooks []string
 	// NewRouter, if set, replaces the Lookup of each namespace (tests).
-	// The router calls onLoss and onUpdate as lookup.Config's OnLoss and
-	// OnUpdate.
-	NewRouter func(ctx context.Context, namespace string, onLoss func(lookup.Loss), onUpdate func()) (Router, error)
+	// The router calls onLoss as lookup.Config's OnLoss.
+	NewRouter func(ctx context.Context, namespace string, onLoss func(lookup.Loss)) (Router, error)
 	// Transport, if set, replaces the transport to the Owners.
 	Transport http.RoundTripper
 }
@@ -60,14 +60,16 @@ type Config struct {
 type Router interface {
 	Lookup(keyspace.Key) (lookup.Route, bool)
 	LSN() keyspace.LSN
+	Age() lookup.CopyAge
 	WaitSynced(context.Context) error
 	Close() error
 }
 
 var _ Router = (*lookup.Lookup)(nil)
 
-// StaleHeader, on an answer, says the gateway routed it from a copy of
-// the lease table cut off from the Manager, and since when.
+// StaleHeader, on an answer, says the gateway routed it from a stale copy
+// of the lease table (the Manager has not answered a poll in time), and how
+// old the copy is: "age=12.5s".
 const StaleHeader = "Leasehold-Stale"
 
 // Paths the gateway serves itself; no route may take them.
@@ -101,48 +103,12 @@ type space struct {
 	router Router
 	adm    *admission
 	synced atomic.Bool
-	// The cut-off from the Manager, as the Lookup's all-ranges losses tell
-	// it (unix nanoseconds, 0: none): since the first of a run, the latest,
-	// and the gap measured between two in a row (the Lookup's SyncTimeout).
-	firstAll, lastAll, allGap atomic.Int64
-	syncTimeout               time.Duration // the gap assumed before one is measured
 }
 
-// lost records a loss notification's bearing on the cut-off.
-func (sp *space) lost(l lookup.Loss, now time.Time) {
-	if !l.All {
-		return
-	}
-	n := now.UnixNano()
-	if last := sp.lastAll.Swap(n); last != 0 {
-		sp.allGap.Store(n - last)
-	}
-	sp.firstAll.CompareAndSwap(0, n)
-}
-
-// updated records that a change arrived from the Manager: in touch again.
-func (sp *space) updated() {
-	sp.firstAll.Store(0)
-	sp.lastAll.Store(0)
-}
-
-// cutOff returns since when the namespace's Lookup has been cut off from
-// the Manager, or the zero time. The Lookup repeats its all-ranges loss
-// every SyncTimeout while cut off, so a cut-off ends when a change arrives
-// or when two SyncTimeouts pass without one.
-func (sp *space) cutOff(now time.Time) time.Time {
-	first, last := sp.firstAll.Load(), sp.lastAll.Load()
-	if first == 0 {
-		return time.Time{}
-	}
-	gap := time.Duration(sp.allGap.Load())
-	if gap <= 0 {
-		gap = sp.syncTimeout
-	}
-	if now.Sub(time.Unix(0, last)) > 2*gap {
-		return time.Time{}
-	}
-	return time.Unix(0, first)
+// stale returns the copy's age and whether it is stale, once it has synced.
+func (sp *space) stale() (time.Duration, bool) {
+	a := sp.router.Age()
+	return a.Age, a.Synced && a.Stale()
 }
 
 // New starts a Gateway: one Lookup per namespace its routes name. It
@@ -218,12 +184,8 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 		g.h2c = cfg.Transport
 	}
 	g.metrics = newMetrics(g)
-	syncTimeout := cfg.Timing.SyncTimeout
-	if syncTimeout <= 0 {
-		syncTimeout = protocol.Production().SyncTimeout
-	}
-	if cfg.MaxCutOff < 0 {
-		return nil, fmt.Errorf("gateway: MaxCutOff %s must not be negative", cfg.MaxCutOff)
+	if cfg.MaxCopyAge < 0 {
+		return nil, fmt.Errorf("gateway: MaxCopyAge %s must not be negative", cfg.MaxCopyAge)
 	}
 	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
 	g.hooksCancel = hcancel
@@ -239,19 +201,17 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 		if g.spaces[r.Namespace] != nil {
 			continue
 		}
-		sp := &space{name: r.Namespace, adm: newAdmission(cfg.MaxInFlight, cfg.MaxQueue), syncTimeout: syncTimeout}
+		sp := &space{name: r.Namespace, adm: newAdmission(cfg.MaxInFlight, cfg.MaxQueue)}
 		onLoss := func(l lookup.Loss) {
-			sp.lost(l, time.Now())
 			g.losses.add(sp.name, l)
 			g.metrics.losses.WithLabelValues(sp.name).Inc()
 		}
-		onUpdate := sp.updated
 		var err error
 		if cfg.NewRouter != nil {
-			sp.router, err = cfg.NewRouter(ctx, r.Namespace, onLoss, onUpdate)
+			sp.router, err = cfg.NewRouter(ctx, r.Namespace, onLoss)
 		} else {
 			sp.router, err = lookup.New(ctx, lookup.Config{Manager: cfg.Manager, Namespace: r.Namespace, Timing: cfg.Timing, Logger: cfg.Logger,
-				OnLoss: onLoss, OnUpdate: func(lookup.Update) { onUpdate() }})
+				OnLoss: onLoss})
 		}
 		if err != nil {
 			g.Close()
@@ -340,14 +300,14 @@ func (g *Gateway) serveReady(w http.ResponseWriter) {
 		http.Error(w, "shutting down", http.StatusServiceUnavailable)
 		return
 	}
-	now := time.Now()
 	for _, sp := range g.spaces {
 		if !sp.synced.Load() {
 			http.Error(w, fmt.Sprintf("namespace %q: no copy of the lease table yet", sp.name), http.StatusServiceUnavailable)
 			return
 		}
-		if since := sp.cutOff(now); g.cfg.MaxCutOff > 0 && !since.IsZero() && now.Sub(since) >= g.cfg.MaxCutOff {
-			http.Error(w, fmt.Sprintf("namespace %q: cut off from the Manager since %s", sp.name, since.UTC().Format(time.RFC3339)), http.StatusServiceUnavailable)
+		if age, stale := sp.stale(); stale && g.cfg.MaxCopyAge > 0 && age > g.cfg.MaxCopyAge {
+			http.Error(w, fmt.Sprintf("namespace %q: the copy of the lease table is %s old, stale (the Manager has not answered), over --max-copy-age %s",
+				sp.name, age.Round(time.Millisecond), g.cfg.MaxCopyAge), http.StatusServiceUnavailable)
 			return
 		}
 	}
@@ -491,9 +451,7 @@ func (g *Gateway) forward(w http.ResponseWriter, req *http.Request, rt *Route) i
 			g.metrics.retries.WithLabelValues(rt.Name, "refused-"+string(why)).Inc()
 			continue
 		}
-		if since := sp.cutOff(time.Now()); !since.IsZero() {
-			w.Header().Set(StaleHeader, "cut-off; since="+since.UTC().Format(time.RFC3339))
-		}
+		markStale(w, sp)
 		code := g.relay(w, resp, route.Owner, attempt)
 		g.owners.release(route.Owner)
 		return code
@@ -501,7 +459,15 @@ func (g *Gateway) forward(w http.ResponseWriter, req *http.Request, rt *Route) i
 	if req.Context().Err() != nil {
 		return 499 // the client went away; nobody reads an answer
 	}
+	markStale(w, sp)
 	return fail(w, http.StatusGatewayTimeout, "no answer within the deadline of %s: %s", timeout, last)
+}
+
+// markStale sets StaleHeader on an answer routed from a stale copy.
+func markStale(w http.ResponseWriter, sp *space) {
+	if age, stale := sp.stale(); stale {
+		w.Header().Set(StaleHeader, "age="+age.Round(time.Millisecond).String())
+	}
 }
 
 // send makes one attempt at the Owner at addr.

@@ -22,11 +22,11 @@ import (
 
 // fakeRouter is a Lookup whose answers the test sets.
 type fakeRouter struct {
-	mu       sync.Mutex
-	routes   map[keyspace.Key]lookup.Route // guarded by mu; missing: no owner
-	dflt     *lookup.Route                 // guarded by mu; for keys not in routes
-	onLoss   func(lookup.Loss)
-	onUpdate func()
+	mu     sync.Mutex
+	routes map[keyspace.Key]lookup.Route // guarded by mu; missing: no owner
+	dflt   *lookup.Route                 // guarded by mu; for keys not in routes
+	age    lookup.CopyAge                // guarded by mu
+	onLoss func(lookup.Loss)
 }
 
 func (f *fakeRouter) Lookup(k keyspace.Key) (lookup.Route, bool) {
@@ -45,6 +45,19 @@ func (f *fakeRouter) set(key string, id, addr string) {
 	defer f.mu.Unlock()
 	f.routes[keyspace.KeyOf(key)] = lookup.Route{Owner: id, Addr: addr, LGN: 1}
 }
+func (f *fakeRouter) setAge(a lookup.CopyAge) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.age = a
+}
+func (f *fakeRouter) Age() lookup.CopyAge {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.age.Quiet == 0 {
+		return lookup.CopyAge{Synced: true, Quiet: time.Second, SyncTimeout: 3 * time.Second}
+	}
+	return f.age
+}
 func (f *fakeRouter) LSN() keyspace.LSN                { return 1 }
 func (f *fakeRouter) WaitSynced(context.Context) error { return nil }
 func (f *fakeRouter) Close() error                     { return nil }
@@ -53,8 +66,8 @@ func (f *fakeRouter) Close() error                     { return nil }
 func newTest(t *testing.T, cfg Config) (*Gateway, *fakeRouter, *httptest.Server) {
 	t.Helper()
 	fr := &fakeRouter{routes: map[keyspace.Key]lookup.Route{}}
-	cfg.NewRouter = func(_ context.Context, _ string, onLoss func(lookup.Loss), onUpdate func()) (Router, error) {
-		fr.onLoss, fr.onUpdate = onLoss, onUpdate
+	cfg.NewRouter = func(_ context.Context, _ string, onLoss func(lookup.Loss)) (Router, error) {
+		fr.onLoss = onLoss
 		return fr, nil
 	}
 	if cfg.Routes == nil {
@@ -446,59 +459,94 @@ func TestRouteConfig(t *testing.T) {
 	}
 }
 
-// TestCutOff: with the Lookup cut off from the Manager, the gateway keeps
-// routing from its copy, marks its answers stale, and /readyz follows
-// MaxCutOff; a change from the Manager ends the cut-off.
-func TestCutOff(t *testing.T) {
+// TestStaleCopy: with the Manager not answering (the copy older than a copy
+// in touch ever is), the gateway keeps routing from its copy, marks its
+// answers with the copy's age, and /readyz follows MaxCopyAge; it never
+// sends a key to an Owner the copy does not name, even one that is up and
+// names for other keys; a fresh copy ends it all.
+func TestStaleCopy(t *testing.T) {
 	a := ownerServer(t, "A", nil)
-	_, fr, gw := newTest(t, Config{MaxCutOff: time.Nanosecond})
+	var toB atomic.Int32
+	b := ownerServer(t, "B", func(w http.ResponseWriter, r *http.Request) {
+		toB.Add(1)
+		io.WriteString(w, "B")
+	})
+	// C lost its lease while the copy could not hear of it: it refuses.
+	c := ownerServer(t, "C", func(w http.ResponseWriter, r *http.Request) {
+		owner.Refuse(w, owner.RefusedNotOwner, "lease ended")
+	})
+	_, fr, gw := newTest(t, Config{MaxCopyAge: 5 * time.Second, Routes: []Route{{Name: "kv", Prefix: "/kv/", Key: "path:1", Timeout: Duration(300 * time.Millisecond)}}})
 	fr.set("alice", "A", addr(a))
-	ready := func() int { code, _, _ := do(t, "GET", gw.URL+"/readyz", ""); return code }
-	for i := 0; ready() != 200; i++ {
+	fr.set("bob", "B", addr(b))
+	fr.set("carol", "C", addr(c))
+	ready := func() (int, string) { code, body, _ := do(t, "GET", gw.URL+"/readyz", ""); return code, body }
+	for i := 0; ; i++ {
+		if code, _ := ready(); code == 200 {
+			break
+		}
 		if i > 1000 {
 			t.Fatal("never ready")
 		}
 		time.Sleep(time.Millisecond)
 	}
+	fresh := lookup.CopyAge{Synced: true, Age: 500 * time.Millisecond, Quiet: time.Second, SyncTimeout: 3 * time.Second}
+	fr.setAge(fresh)
 	if _, _, h := do(t, "GET", gw.URL+"/kv/alice", ""); h.Get(StaleHeader) != "" {
 		t.Fatalf("in touch: %s %q", StaleHeader, h.Get(StaleHeader))
 	}
-	fr.onLoss(lookup.Loss{Ranges: []keyspace.Range{keyspace.Full}, All: true})
-	code, body, h := do(t, "GET", gw.URL+"/kv/alice", "")
-	if code != 200 || body != "A GET /kv/alice " || !strings.HasPrefix(h.Get(StaleHeader), "cut-off; since=") {
-		t.Errorf("cut off: %d %q %s %q, want A's answer marked stale", code, body, StaleHeader, h.Get(StaleHeader))
-	}
-	if c := ready(); c != 503 {
-		t.Errorf("/readyz cut off past MaxCutOff = %d, want 503", c)
-	}
-	fr.onUpdate()
-	if _, _, h := do(t, "GET", gw.URL+"/kv/alice", ""); h.Get(StaleHeader) != "" || ready() != 200 {
-		t.Errorf("after a change from the Manager: %s %q, /readyz %d", StaleHeader, h.Get(StaleHeader), ready())
-	}
-}
-
-func TestCutOffEnds(t *testing.T) {
-	t0 := time.Unix(1000, 0)
-	sp := &space{syncTimeout: 10 * time.Second}
-	all := lookup.Loss{All: true}
-	sp.lost(lookup.Loss{Ranges: []keyspace.Range{{Start: 1, End: 2}}}, t0) // not a cut-off
-	if !sp.cutOff(t0).IsZero() {
-		t.Fatal("a loss of some ranges is not a cut-off")
-	}
-	sp.lost(all, t0)
-	for _, tc := range []struct {
-		at   time.Duration
-		want bool
-	}{{0, true}, {19 * time.Second, true}, {21 * time.Second, false}} {
-		if got := !sp.cutOff(t0.Add(tc.at)).IsZero(); got != tc.want {
-			t.Errorf("cut off at +%s = %v, want %v", tc.at, got, tc.want)
+	metric := func() string {
+		_, body, _ := do(t, "GET", gw.URL+"/metrics", "")
+		var out []string
+		for _, l := range strings.Split(body, "\n") {
+			if strings.HasPrefix(l, "leasehold_gateway_copy_") {
+				out = append(out, l)
+			}
 		}
+		return strings.Join(out, "; ")
 	}
-	sp.lost(all, t0.Add(30*time.Second)) // the Lookup repeats every 30 s: the measured gap rules
-	if since := sp.cutOff(t0.Add(85 * time.Second)); !since.Equal(t0) {
-		t.Errorf("cut off at +85s since %v, want since %v (two gaps of 30s)", since, t0)
+	if m := metric(); !strings.Contains(m, `leasehold_gateway_copy_age_seconds{namespace="default"} 0.5`) || !strings.Contains(m, `leasehold_gateway_copy_stale{namespace="default"} 0`) {
+		t.Errorf("in touch, metrics: %s", m)
 	}
-	if !sp.cutOff(t0.Add(91 * time.Second)).IsZero() {
-		t.Error("cut off past two gaps with no repeat")
+
+	stale := fresh
+	stale.Age = 4 * time.Second // past Quiet and SyncTimeout, under MaxCopyAge
+	fr.setAge(stale)
+	code, body, h := do(t, "GET", gw.URL+"/kv/alice", "")
+	if code != 200 || body != "A GET /kv/alice " || h.Get(StaleHeader) != "age=4s" {
+		t.Errorf("stale: %d %q %s %q, want A's answer marked age=4s", code, body, StaleHeader, h.Get(StaleHeader))
+	}
+	if code, body := ready(); code != 200 {
+		t.Errorf("/readyz stale under MaxCopyAge = %d %q, want 200", code, body)
+	}
+	if m := metric(); !strings.Contains(m, `leasehold_gateway_copy_age_seconds{namespace="default"} 4`) || !strings.Contains(m, `leasehold_gateway_copy_stale{namespace="default"} 1`) {
+		t.Errorf("stale, metrics: %s", m)
+	}
+	// C refuses; the copy names no one else for carol, so the gateway waits
+	// for the copy until the deadline, never trying B, which is up.
+	code, body, h = do(t, "GET", gw.URL+"/kv/carol", "")
+	if code != http.StatusGatewayTimeout || !strings.Contains(body, "Owner C refused: not-owner") || h.Get(StaleHeader) != "age=4s" {
+		t.Errorf("carol, refused by C: %d %q %s %q, want 504 naming C's refusal, marked stale", code, body, StaleHeader, h.Get(StaleHeader))
+	}
+	if n := toB.Load(); n != 0 {
+		t.Errorf("B, which the copy does not name for carol, got %d requests", n)
+	}
+
+	stale.Age = 6 * time.Second
+	fr.setAge(stale)
+	if code, body := ready(); code != 503 || !strings.Contains(body, "max-copy-age 5s") {
+		t.Errorf("/readyz stale past MaxCopyAge = %d %q, want 503 saying why", code, body)
+	}
+	// Age alone is not staleness: a Manager whose polls are answered slowly
+	// but in time (Quiet is its own) does not make the gateway unready.
+	fr.setAge(lookup.CopyAge{Synced: true, Age: 6 * time.Second, Quiet: 40 * time.Second, SyncTimeout: 75 * time.Second})
+	if code, _ := ready(); code != 200 {
+		t.Errorf("/readyz with a copy of 6s and a Quiet of 40s = %d, want 200", code)
+	}
+	fr.setAge(fresh)
+	if _, _, h := do(t, "GET", gw.URL+"/kv/alice", ""); h.Get(StaleHeader) != "" {
+		t.Errorf("fresh again: %s %q", StaleHeader, h.Get(StaleHeader))
+	}
+	if code, _ := ready(); code != 200 {
+		t.Errorf("fresh again: /readyz %d", code)
 	}
 }

@@ -59,7 +59,7 @@ func TestGRPC(t *testing.T) {
 	fr.set("bob", "B", b)
 	g, err := New(t.Context(), Config{
 		Routes:    []Route{{Name: "health", Prefix: "/grpc.health.v1.Health/", Key: "header:x-key", Timeout: Duration(5 * time.Second)}},
-		NewRouter: func(context.Context, string, func(lookup.Loss), func()) (Router, error) { return fr, nil },
+		NewRouter: func(context.Context, string, func(lookup.Loss)) (Router, error) { return fr, nil },
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"net/http"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -66,10 +65,12 @@ func (m *metrics) addSpace(sp *space) {
 			func() float64 { _, q := sp.adm.load(); return float64(q) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "leasehold_gateway_copy_lsn", Help: "The LSN of the gateway's copy of the namespace's lease table.", ConstLabels: labels},
 			func() float64 { return float64(sp.router.LSN()) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "leasehold_gateway_cut_off_seconds", Help: "How long the namespace's Lookup has been cut off from the Manager (0: in touch).", ConstLabels: labels},
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "leasehold_gateway_copy_age_seconds", Help: "The age of the namespace's copy of the lease table: time since the newest sync it reflects was sent (lookup.CopyAge).", ConstLabels: labels},
+			func() float64 { return sp.router.Age().Age.Seconds() }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "leasehold_gateway_copy_stale", Help: "1 while the namespace's copy is stale: older than a copy in touch with the Manager ever is.", ConstLabels: labels},
 			func() float64 {
-				if since := sp.cutOff(time.Now()); !since.IsZero() {
-					return time.Since(since).Seconds()
+				if _, stale := sp.stale(); stale {
+					return 1
 				}
 				return 0
 			}),

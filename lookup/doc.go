@@ -41,6 +41,10 @@
 //     may be gone. A Loss with All set means the Lookup lost touch with the
 //     Manager for longer than the Manager's SyncTimeout and cannot vouch for
 //     anything; it repeats while the Lookup stays cut off.
+//   - Age says how old the copy is. A copy older than a copy in touch ever
+//     is (CopyAge.Stale) still routes right as far as it goes, since an
+//     Owner that lost a lease refuses, but it may miss changes: a frontend
+//     can say so to its clients, or a balancer can prefer one in touch.
 //   - OnLoss and OnUpdate are called in order, on one goroutine, never
 //     concurrently; the copy that Lookup reads is already updated when they
 //     run. They must not block for long: later notifications wait behind them.

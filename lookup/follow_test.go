@@ -125,3 +125,44 @@ func TestLookupConfigManagerList(t *testing.T) {
 		t.Errorf("WaitSynced: %v, want %q…", err, want)
 	}
 }
+
+// TestLookupAge: the copy's age stays below Quiet while the Manager
+// answers, grows past it (Stale) while the Manager is stalled, and falls
+// back at the first answer after.
+func TestLookupAge(t *testing.T) {
+	g := runtimetest.Start(t, 1)
+	g.Lead(0)
+	g.SetRoute("kv-1", "127.0.0.1:8001")
+	m := g.Member(0)
+	m.Mute(true)
+	tm := protocol.Fast()
+	l, err := lookup.New(context.Background(), lookup.Config{Manager: m.Addr, Timing: tm})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if a := l.Age(); a.Synced || !a.Stale() || a.Quiet != tm.LookupQuiet() || a.SyncTimeout != tm.SyncTimeout {
+		t.Fatalf("before the first answer: %+v, want not synced, stale, Quiet %s, SyncTimeout %s", a, tm.LookupQuiet(), tm.SyncTimeout)
+	}
+	m.Mute(false)
+	waitFor(t, "a fresh copy", func() bool { a := l.Age(); return a.Synced && !a.Stale() })
+	if a := l.Age(); a.Age > a.Quiet || a.Age < 0 {
+		t.Fatalf("in touch: %+v", a)
+	}
+	// Stalled as a stopped process: no answer, no refusal.
+	m.Mute(true)
+	stalled := time.Now()
+	waitFor(t, "a stale copy", func() bool { return l.Age().Stale() })
+	a := l.Age()
+	if !a.Synced || a.Age <= a.Quiet {
+		t.Fatalf("stalled: %+v, want synced and older than Quiet", a)
+	}
+	if took := time.Since(stalled); took > a.Quiet+time.Second {
+		t.Errorf("stale %s after the stall, want within Quiet (%s) of the last answer", took, a.Quiet)
+	}
+	if r, ok := l.Lookup(keyspace.KeyOf("alice")); !ok || r.Owner != "kv-1" {
+		t.Errorf("a stale copy still routes: Lookup = %+v, %v; want kv-1", r, ok)
+	}
+	m.Mute(false)
+	waitFor(t, "a fresh copy again", func() bool { return !l.Age().Stale() })
+}

@@ -96,7 +96,11 @@ type Lookup struct {
 	// stream's answer deadline; the loop updates it as the Manager's
 	// timings arrive.
 	answerWait atomic.Int64
-	metrics    *metrics // nil without Config.Registerer
+	// fresh (unix nanoseconds, 0: never), sync and syncTimeout are the
+	// core's Fresh and timings, published by the loop for Age.
+	fresh, sync, syncTimeout atomic.Int64
+	started                  time.Time
+	metrics                  *metrics // nil without Config.Registerer
 }
 
 type published struct {
@@ -122,7 +126,10 @@ func New(ctx context.Context, cfg Config) (*Lookup, error) {
 		recv:     make(chan *protocol.SyncResponse, 64),
 		sendq:    make(chan *pb.SyncRequest, 16),
 		reopened: make(chan struct{}, 1),
+		started:  time.Now(),
 	}
+	l.sync.Store(int64(cfg.Timing.Sync))
+	l.syncTimeout.Store(int64(cfg.Timing.SyncTimeout))
 	l.up = runtime.NewUpcalls(func(v any) {
 		switch v := v.(type) {
 		case Loss:
@@ -172,6 +179,48 @@ func (l *Lookup) Segments() []leasetable.Segment { return l.view.Load().view.Seg
 // LSN returns the LSN of the current copy.
 func (l *Lookup) LSN() keyspace.LSN { return l.view.Load().view.LSN() }
 
+// CopyAge says how old a Lookup's copy of the table is, and how old it may
+// grow while the Lookup is in touch with the Manager.
+type CopyAge struct {
+	// Age is the time since the newest sync whose answer the copy reflects
+	// was sent: the copy held every change the Manager made before then.
+	// Before the first answer it is the time since the Lookup started.
+	Age time.Duration
+	// Synced is false before the first answer from the Manager.
+	Synced bool
+	// Quiet is the age past which the copy is known stale: the Lookup
+	// polls every Sync and a poll is answered within LookupAnswerWait
+	// while a Manager replica serves it, so a copy in touch is never older
+	// (protocol.Timing.LookupQuiet, of the Manager's timings once it has
+	// answered).
+	Quiet time.Duration
+	// SyncTimeout is the age at which the Lookup gives up vouching for the
+	// copy and reports every range lost (Loss.All).
+	SyncTimeout time.Duration
+}
+
+// Stale reports whether the copy is older than a copy in touch with the
+// Manager ever is (or has never synced): a Manager replica has not
+// answered a poll in time. Routing from it is still right as far as it
+// goes (an Owner that lost a lease refuses), but changes may be missing.
+func (a CopyAge) Stale() bool { return !a.Synced || a.Age > a.Quiet }
+
+// Age returns the age of the copy now. It reads atomics only: it is cheap
+// enough to call on every request.
+func (l *Lookup) Age() CopyAge {
+	sync := time.Duration(l.sync.Load())
+	a := CopyAge{
+		Quiet:       protocol.Timing{Sync: sync}.LookupQuiet(),
+		SyncTimeout: time.Duration(l.syncTimeout.Load()),
+	}
+	if f := l.fresh.Load(); f != 0 {
+		a.Age, a.Synced = time.Since(time.Unix(0, f)), true
+	} else {
+		a.Age = time.Since(l.started)
+	}
+	return a
+}
+
 // WaitSynced waits until the Lookup has applied its first answer from the
 // Manager, or ctx ends.
 func (l *Lookup) WaitSynced(ctx context.Context) error {
@@ -218,7 +267,12 @@ func (l *Lookup) run(ctx context.Context, core *Core) {
 		}
 		reqs, losses := core.Ready()
 		l.answerWait.Store(int64(core.Timing().LookupAnswerWait()))
-		l.metrics.observe(core, len(losses))
+		if f := core.Fresh(); !f.IsZero() {
+			l.fresh.Store(f.UnixNano())
+		}
+		l.sync.Store(int64(core.Timing().Sync))
+		l.syncTimeout.Store(int64(core.Timing().SyncTimeout))
+		l.metrics.observe(len(losses))
 		for _, loss := range losses {
 			first := ""
 			if len(loss.Ranges) > 0 {

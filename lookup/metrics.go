@@ -22,23 +22,21 @@ import (
 // Lookup itself pays nothing for them: they are counted by the loop and
 // read at scrape time.
 type metrics struct {
-	fresh       atomic.Int64 // unix nanoseconds; 0: never
-	syncTimeout atomic.Int64
-	losses      atomic.Uint64
-	resyncs     atomic.Uint64
-	snapshots   uint64 // the loop's
+	losses    atomic.Uint64
+	resyncs   atomic.Uint64
+	snapshots uint64 // the loop's
 }
 
 type ageCollector struct {
-	m    *metrics
+	l    *Lookup
 	desc *prometheus.Desc
 }
 
 func (c *ageCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
 
 func (c *ageCollector) Collect(ch chan<- prometheus.Metric) {
-	if f := c.m.fresh.Load(); f != 0 {
-		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, time.Since(time.Unix(0, f)).Seconds())
+	if a := c.l.Age(); a.Synced {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, a.Age.Seconds())
 	}
 }
 
@@ -46,11 +44,11 @@ func (l *Lookup) registerMetrics(reg prometheus.Registerer) error {
 	m := &metrics{}
 	labels := prometheus.Labels{"namespace": l.cfg.Namespace}
 	cs := []prometheus.Collector{
-		&ageCollector{m: m, desc: prometheus.NewDesc("leasehold_lookup_copy_age_seconds",
+		&ageCollector{l: l, desc: prometheus.NewDesc("leasehold_lookup_copy_age_seconds",
 			"Time since the newest sync whose answer the Lookup's copy reflects was sent; absent before the first.", nil, labels)},
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "leasehold_lookup_sync_timeout_seconds", ConstLabels: labels,
 			Help: "The Manager's SyncTimeout: a copy older than this is given up and every range reported lost."},
-			func() float64 { return time.Duration(m.syncTimeout.Load()).Seconds() }),
+			func() float64 { return time.Duration(l.syncTimeout.Load()).Seconds() }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "leasehold_lookup_losses_total", ConstLabels: labels,
 			Help: "Loss notifications the Lookup raised."}, func() float64 { return float64(m.losses.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "leasehold_lookup_resyncs_total", ConstLabels: labels,
@@ -65,15 +63,11 @@ func (l *Lookup) registerMetrics(reg prometheus.Registerer) error {
 	return nil
 }
 
-// observe records the core's state after a step (the loop's).
-func (m *metrics) observe(core *Core, losses int) {
+// observe counts the losses the core raised at a step (the loop's).
+func (m *metrics) observe(losses int) {
 	if m == nil {
 		return
 	}
-	if f := core.Fresh(); !f.IsZero() {
-		m.fresh.Store(f.UnixNano())
-	}
-	m.syncTimeout.Store(int64(core.Timing().SyncTimeout))
 	m.losses.Add(uint64(losses))
 }
 

@@ -31,7 +31,7 @@ type gatewayOptions struct {
 	maxQueue      int
 	ownerInFlight int
 	drainTimeout  time.Duration
-	maxCutOff     time.Duration
+	maxCopyAge    time.Duration
 	logLevel      string
 	webhooks      []string
 }
@@ -77,7 +77,7 @@ A route is given with --route as comma-separated fields, or in a JSON
 	f.IntVar(&o.maxInFlight, "max-in-flight", gateway.DefaultMaxInFlight, "requests in flight per namespace")
 	f.IntVar(&o.maxQueue, "max-queue", gateway.DefaultMaxQueue, "requests waiting for a slot per namespace; beyond, the lowest class is shed")
 	f.IntVar(&o.ownerInFlight, "owner-in-flight", gateway.DefaultOwnerInFlight, "requests in flight per Owner")
-	f.DurationVar(&o.maxCutOff, "max-cut-off", 0, "answer 503 at /readyz once cut off from the Manager this long (0: stay ready, routing from the copy)")
+	f.DurationVar(&o.maxCopyAge, "max-copy-age", 0, "answer 503 at /readyz once the copy of the lease table is stale (the Manager does not answer) and older than this (0: stay ready, routing from the copy)")
 	f.Var(newChoice(&o.logLevel, "warn", "debug", "info", "warn", "error"), "log-level", "the least severe log level written to stderr (debug: one line per request)")
 	f.StringArrayVar(&o.webhooks, "loss-webhook", nil, "POST each loss notification to `URL` (repeatable), retried until it answers 2xx")
 	f.DurationVar(&o.drainTimeout, "drain-timeout", 30*time.Second, "on SIGINT or SIGTERM, how long to finish the requests in flight")
@@ -88,8 +88,8 @@ func (o *gatewayOptions) run(ctx context.Context, e *env) error {
 	if _, err := runtime.SplitManagers(o.manager); err != nil {
 		return usagef("--manager: %v", err)
 	}
-	if o.maxCutOff < 0 {
-		return usagef("--max-cut-off %s must not be negative", o.maxCutOff)
+	if o.maxCopyAge < 0 {
+		return usagef("--max-copy-age %s must not be negative", o.maxCopyAge)
 	}
 	if o.drainTimeout <= 0 {
 		return usagef("--drain-timeout %s must be positive", o.drainTimeout)
@@ -117,7 +117,7 @@ func (o *gatewayOptions) run(ctx context.Context, e *env) error {
 	log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level}))
 	g, err := gateway.New(ctx, gateway.Config{
 		Manager: o.manager, Routes: routes, MaxKeyBytes: o.maxKeyBytes, MaxBodyBytes: o.maxBodyBytes,
-		MaxInFlight: o.maxInFlight, MaxQueue: o.maxQueue, OwnerInFlight: o.ownerInFlight, MaxCutOff: o.maxCutOff, Webhooks: o.webhooks, Logger: log,
+		MaxInFlight: o.maxInFlight, MaxQueue: o.maxQueue, OwnerInFlight: o.ownerInFlight, MaxCopyAge: o.maxCopyAge, Webhooks: o.webhooks, Logger: log,
 	})
 	if err != nil {
 		return usageError(err)

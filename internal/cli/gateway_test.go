@@ -82,7 +82,7 @@ func TestGatewayUsage(t *testing.T) {
 		{[]string{"gateway", "--route", "prefix=/kv/"}, "want path:N, header:NAME or query:NAME"},
 		{[]string{"gateway", "--route", "key=path:1,colour=red"}, `unknown field "colour"`},
 		{[]string{"gateway", "--config", "/nonexistent/routes.json"}, "--config"},
-		{[]string{"gateway", "--route", "key=path:1", "--max-cut-off", "-1s"}, "must not be negative"},
+		{[]string{"gateway", "--route", "key=path:1", "--max-copy-age", "-1s"}, "must not be negative"},
 	} {
 		code, _, stderr := cli(t, tc.args...)
 		if code != ExitUsage || !strings.Contains(stderr, tc.want) {
