@@ -17,6 +17,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/lookup"
 	"github.com/leasehold/leasehold/owner"
@@ -73,7 +75,7 @@ var _ Router = (*lookup.Lookup)(nil)
 const StaleHeader = "Leasehold-Stale"
 
 // Paths the gateway serves itself; no route may take them.
-var reservedPaths = []string{"/healthz", "/readyz", "/metrics", "/v1/"}
+var reservedPaths = []string{"/healthz", "/readyz", "/metrics", "/v1/", GatewayService}
 
 // Gateway is Ninja's connection manager for leasehold: an HTTP proxy that
 // sends each request to the Owner of its key, retries refusals, admits or
@@ -86,6 +88,7 @@ type Gateway struct {
 	transport http.RoundTripper
 	h2c       http.RoundTripper // for gRPC: HTTP/2 without TLS, prior knowledge
 	losses    *lossLog
+	grpc      *grpc.Server // the gateway's own gRPC service (lossgrpc.go)
 	metrics   *metrics
 	log       *slog.Logger
 
@@ -184,6 +187,7 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 		g.h2c = cfg.Transport
 	}
 	g.metrics = newMetrics(g)
+	g.grpc = newGRPCServer(g)
 	if cfg.MaxCopyAge < 0 {
 		return nil, fmt.Errorf("gateway: MaxCopyAge %s must not be negative", cfg.MaxCopyAge)
 	}
@@ -239,6 +243,7 @@ func (g *Gateway) Shutdown() {
 // Close stops the Lookups.
 func (g *Gateway) Close() error {
 	g.Shutdown()
+	g.grpc.Stop()
 	if g.hooksCancel != nil {
 		g.hooksCancel()
 		g.hooks.Wait()
@@ -272,6 +277,9 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	case p == "/v1/key":
 		g.serveKey(w, r)
+		return
+	case strings.HasPrefix(p, GatewayService):
+		g.grpc.ServeHTTP(w, r)
 		return
 	}
 	rt := g.match(r)

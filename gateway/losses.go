@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -150,32 +151,54 @@ func (g *Gateway) serveLosses(w http.ResponseWriter, r *http.Request) {
 	if rc.Flush() != nil {
 		return
 	}
+	k := keyspace.KeyOf(key)
+	_ = g.follow(r.Context(), after, func(e *LossEvent) bool { return (ns == "" || e.Namespace == ns) && (key == "" || e.Covers(k)) },
+		func(e *LossEvent) error {
+			b, _ := json.Marshal(e)
+			_, err := fmt.Fprintf(w, "id: %d\nevent: loss\ndata: %s\n\n", e.ID, b)
+			return err
+		},
+		rc.Flush,
+		func() error { _, err := fmt.Fprintf(w, ": keepalive\n\n"); return err })
+}
+
+// idleEvery is how often a loss stream with nothing to say says so (SSE:
+// a comment line), which keeps idle connections open through proxies.
+const idleEvery = 15 * time.Second
+
+// follow passes each loss notification after the ID after that keep
+// selects to send, calls flush after each batch and idle every idleEvery
+// without one, until ctx ends, the gateway stops, or a call fails. It
+// counts the stream among the subscribers while it runs.
+func (g *Gateway) follow(ctx context.Context, after uint64, keep func(*LossEvent) bool, send func(*LossEvent) error, flush, idle func() error) error {
 	g.metrics.subscribers.Set(float64(g.losses.subscribers(1)))
 	defer func() { g.metrics.subscribers.Set(float64(g.losses.subscribers(-1))) }()
-	k := keyspace.KeyOf(key)
-	tick := time.NewTicker(15 * time.Second) // keeps idle connections open through proxies
+	tick := time.NewTicker(idleEvery)
 	defer tick.Stop()
 	for {
 		events, more := g.losses.since(after)
 		for _, e := range events {
 			after = e.ID
-			if ns != "" && e.Namespace != ns || key != "" && !e.Covers(k) {
+			if !keep(e) {
 				continue
 			}
-			b, _ := json.Marshal(e)
-			fmt.Fprintf(w, "id: %d\nevent: loss\ndata: %s\n\n", e.ID, b)
+			if err := send(e); err != nil {
+				return err
+			}
 		}
-		if rc.Flush() != nil {
-			return
+		if err := flush(); err != nil {
+			return err
 		}
 		select {
 		case <-more:
 		case <-tick.C:
-			fmt.Fprintf(w, ": keepalive\n\n")
-		case <-r.Context().Done():
-			return
+			if err := idle(); err != nil {
+				return err
+			}
+		case <-ctx.Done():
+			return ctx.Err()
 		case <-g.stop:
-			return
+			return nil
 		}
 	}
 }

@@ -2134,6 +2134,261 @@ func (*RaftAck) Descriptor() ([]byte, []int) {
 	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{29}
 }
 
+// LossesRequest subscribes to a gateway's loss notifications.
+type LossesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// namespace, if set, keeps that namespace's notifications only.
+	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// key, if set, keeps the notifications that cover it (hashed with
+	// xxhash64, seed 0, as keyspace.KeyOf does).
+	Key string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	// after, if set, asks for the notifications kept with an ID above it
+	// first (a client resuming where it stopped); 0: from now on.
+	After         uint64 `protobuf:"varint,3,opt,name=after,proto3" json:"after,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LossesRequest) Reset() {
+	*x = LossesRequest{}
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LossesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LossesRequest) ProtoMessage() {}
+
+func (x *LossesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LossesRequest.ProtoReflect.Descriptor instead.
+func (*LossesRequest) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *LossesRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *LossesRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *LossesRequest) GetAfter() uint64 {
+	if x != nil {
+		return x.After
+	}
+	return 0
+}
+
+// LossNotification is a loss notification as a gateway relays it: the soft
+// state of every key in ranges (or of every key, if all) of namespace may
+// be gone, so clients that stored state there should republish it.
+type LossNotification struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id numbers the gateway's notifications from 1, in order.
+	Id        uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Namespace string `protobuf:"bytes,2,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// all: the gateway's Lookup lost touch with the Manager for longer than
+	// its SyncTimeout and vouches for nothing.
+	All    bool     `protobuf:"varint,3,opt,name=all,proto3" json:"all,omitempty"`
+	Ranges []*Range `protobuf:"bytes,4,rep,name=ranges,proto3" json:"ranges,omitempty"`
+	// at is when the gateway heard of it, in Unix nanoseconds.
+	AtUnixNano    int64 `protobuf:"varint,5,opt,name=at_unix_nano,json=atUnixNano,proto3" json:"at_unix_nano,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LossNotification) Reset() {
+	*x = LossNotification{}
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LossNotification) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LossNotification) ProtoMessage() {}
+
+func (x *LossNotification) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LossNotification.ProtoReflect.Descriptor instead.
+func (*LossNotification) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *LossNotification) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *LossNotification) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *LossNotification) GetAll() bool {
+	if x != nil {
+		return x.All
+	}
+	return false
+}
+
+func (x *LossNotification) GetRanges() []*Range {
+	if x != nil {
+		return x.Ranges
+	}
+	return nil
+}
+
+func (x *LossNotification) GetAtUnixNano() int64 {
+	if x != nil {
+		return x.AtUnixNano
+	}
+	return 0
+}
+
+// CoversRequest asks whether loss id covers key.
+type CoversRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Key           string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CoversRequest) Reset() {
+	*x = CoversRequest{}
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CoversRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CoversRequest) ProtoMessage() {}
+
+func (x *CoversRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CoversRequest.ProtoReflect.Descriptor instead.
+func (*CoversRequest) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *CoversRequest) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *CoversRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+type CoversResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Covers bool                   `protobuf:"varint,1,opt,name=covers,proto3" json:"covers,omitempty"`
+	// hash is the key's place in the key space (xxhash64, seed 0).
+	Hash          uint64 `protobuf:"fixed64,2,opt,name=hash,proto3" json:"hash,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CoversResponse) Reset() {
+	*x = CoversResponse{}
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CoversResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CoversResponse) ProtoMessage() {}
+
+func (x *CoversResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CoversResponse.ProtoReflect.Descriptor instead.
+func (*CoversResponse) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *CoversResponse) GetCovers() bool {
+	if x != nil {
+		return x.Covers
+	}
+	return false
+}
+
+func (x *CoversResponse) GetHash() uint64 {
+	if x != nil {
+		return x.Hash
+	}
+	return 0
+}
+
 var File_leasehold_v1_leasehold_proto protoreflect.FileDescriptor
 
 const file_leasehold_v1_leasehold_proto_rawDesc = "" +
@@ -2296,7 +2551,24 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x04data\x18\x01 \x01(\fR\x04data\"'\n" +
 	"\vRaftMessage\x12\x18\n" +
 	"\amessage\x18\x01 \x01(\fR\amessage\"\t\n" +
-	"\aRaftAck2P\n" +
+	"\aRaftAck\"U\n" +
+	"\rLossesRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12\x14\n" +
+	"\x05after\x18\x03 \x01(\x04R\x05after\"\xa1\x01\n" +
+	"\x10LossNotification\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1c\n" +
+	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x10\n" +
+	"\x03all\x18\x03 \x01(\bR\x03all\x12+\n" +
+	"\x06ranges\x18\x04 \x03(\v2\x13.leasehold.v1.RangeR\x06ranges\x12 \n" +
+	"\fat_unix_nano\x18\x05 \x01(\x03R\n" +
+	"atUnixNano\"1\n" +
+	"\rCoversRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\"<\n" +
+	"\x0eCoversResponse\x12\x16\n" +
+	"\x06covers\x18\x01 \x01(\bR\x06covers\x12\x12\n" +
+	"\x04hash\x18\x02 \x01(\x06R\x04hash2P\n" +
 	"\x06Leases\x12F\n" +
 	"\aSession\x12\x1a.leasehold.v1.LeaseRequest\x1a\x1b.leasehold.v1.LeaseResponse(\x010\x012L\n" +
 	"\aLookups\x12A\n" +
@@ -2309,7 +2581,10 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x05Drain\x12\x1a.leasehold.v1.DrainRequest\x1a\x1b.leasehold.v1.DrainResponse\x12B\n" +
 	"\x06Backup\x12\x1b.leasehold.v1.BackupRequest\x1a\x19.leasehold.v1.BackupChunk0\x012B\n" +
 	"\x04Raft\x12:\n" +
-	"\x04Send\x12\x19.leasehold.v1.RaftMessage\x1a\x15.leasehold.v1.RaftAck(\x01B?Z=github.com/leasehold/leasehold/proto/leasehold/v1;leaseholdv1b\x06proto3"
+	"\x04Send\x12\x19.leasehold.v1.RaftMessage\x1a\x15.leasehold.v1.RaftAck(\x012\x97\x01\n" +
+	"\aGateway\x12G\n" +
+	"\x06Losses\x12\x1b.leasehold.v1.LossesRequest\x1a\x1e.leasehold.v1.LossNotification0\x01\x12C\n" +
+	"\x06Covers\x12\x1b.leasehold.v1.CoversRequest\x1a\x1c.leasehold.v1.CoversResponseB?Z=github.com/leasehold/leasehold/proto/leasehold/v1;leaseholdv1b\x06proto3"
 
 var (
 	file_leasehold_v1_leasehold_proto_rawDescOnce sync.Once
@@ -2323,7 +2598,7 @@ func file_leasehold_v1_leasehold_proto_rawDescGZIP() []byte {
 	return file_leasehold_v1_leasehold_proto_rawDescData
 }
 
-var file_leasehold_v1_leasehold_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_leasehold_v1_leasehold_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_leasehold_v1_leasehold_proto_goTypes = []any{
 	(*Range)(nil),             // 0: leasehold.v1.Range
 	(*Lease)(nil),             // 1: leasehold.v1.Lease
@@ -2355,6 +2630,10 @@ var file_leasehold_v1_leasehold_proto_goTypes = []any{
 	(*BackupChunk)(nil),       // 27: leasehold.v1.BackupChunk
 	(*RaftMessage)(nil),       // 28: leasehold.v1.RaftMessage
 	(*RaftAck)(nil),           // 29: leasehold.v1.RaftAck
+	(*LossesRequest)(nil),     // 30: leasehold.v1.LossesRequest
+	(*LossNotification)(nil),  // 31: leasehold.v1.LossNotification
+	(*CoversRequest)(nil),     // 32: leasehold.v1.CoversRequest
+	(*CoversResponse)(nil),    // 33: leasehold.v1.CoversResponse
 }
 var file_leasehold_v1_leasehold_proto_depIdxs = []int32{
 	0,  // 0: leasehold.v1.Lease.range:type_name -> leasehold.v1.Range
@@ -2380,27 +2659,32 @@ var file_leasehold_v1_leasehold_proto_depIdxs = []int32{
 	19, // 20: leasehold.v1.StatusResponse.cluster:type_name -> leasehold.v1.Cluster
 	20, // 21: leasehold.v1.Cluster.peers:type_name -> leasehold.v1.Peer
 	19, // 22: leasehold.v1.ClusterResponse.cluster:type_name -> leasehold.v1.Cluster
-	2,  // 23: leasehold.v1.Leases.Session:input_type -> leasehold.v1.LeaseRequest
-	12, // 24: leasehold.v1.Lookups.Sync:input_type -> leasehold.v1.SyncRequest
-	14, // 25: leasehold.v1.Admin.Status:input_type -> leasehold.v1.StatusRequest
-	21, // 26: leasehold.v1.Admin.AddPeer:input_type -> leasehold.v1.AddPeerRequest
-	22, // 27: leasehold.v1.Admin.RemovePeer:input_type -> leasehold.v1.RemovePeerRequest
-	24, // 28: leasehold.v1.Admin.Drain:input_type -> leasehold.v1.DrainRequest
-	26, // 29: leasehold.v1.Admin.Backup:input_type -> leasehold.v1.BackupRequest
-	28, // 30: leasehold.v1.Raft.Send:input_type -> leasehold.v1.RaftMessage
-	7,  // 31: leasehold.v1.Leases.Session:output_type -> leasehold.v1.LeaseResponse
-	13, // 32: leasehold.v1.Lookups.Sync:output_type -> leasehold.v1.SyncResponse
-	18, // 33: leasehold.v1.Admin.Status:output_type -> leasehold.v1.StatusResponse
-	23, // 34: leasehold.v1.Admin.AddPeer:output_type -> leasehold.v1.ClusterResponse
-	23, // 35: leasehold.v1.Admin.RemovePeer:output_type -> leasehold.v1.ClusterResponse
-	25, // 36: leasehold.v1.Admin.Drain:output_type -> leasehold.v1.DrainResponse
-	27, // 37: leasehold.v1.Admin.Backup:output_type -> leasehold.v1.BackupChunk
-	29, // 38: leasehold.v1.Raft.Send:output_type -> leasehold.v1.RaftAck
-	31, // [31:39] is the sub-list for method output_type
-	23, // [23:31] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	0,  // 23: leasehold.v1.LossNotification.ranges:type_name -> leasehold.v1.Range
+	2,  // 24: leasehold.v1.Leases.Session:input_type -> leasehold.v1.LeaseRequest
+	12, // 25: leasehold.v1.Lookups.Sync:input_type -> leasehold.v1.SyncRequest
+	14, // 26: leasehold.v1.Admin.Status:input_type -> leasehold.v1.StatusRequest
+	21, // 27: leasehold.v1.Admin.AddPeer:input_type -> leasehold.v1.AddPeerRequest
+	22, // 28: leasehold.v1.Admin.RemovePeer:input_type -> leasehold.v1.RemovePeerRequest
+	24, // 29: leasehold.v1.Admin.Drain:input_type -> leasehold.v1.DrainRequest
+	26, // 30: leasehold.v1.Admin.Backup:input_type -> leasehold.v1.BackupRequest
+	28, // 31: leasehold.v1.Raft.Send:input_type -> leasehold.v1.RaftMessage
+	30, // 32: leasehold.v1.Gateway.Losses:input_type -> leasehold.v1.LossesRequest
+	32, // 33: leasehold.v1.Gateway.Covers:input_type -> leasehold.v1.CoversRequest
+	7,  // 34: leasehold.v1.Leases.Session:output_type -> leasehold.v1.LeaseResponse
+	13, // 35: leasehold.v1.Lookups.Sync:output_type -> leasehold.v1.SyncResponse
+	18, // 36: leasehold.v1.Admin.Status:output_type -> leasehold.v1.StatusResponse
+	23, // 37: leasehold.v1.Admin.AddPeer:output_type -> leasehold.v1.ClusterResponse
+	23, // 38: leasehold.v1.Admin.RemovePeer:output_type -> leasehold.v1.ClusterResponse
+	25, // 39: leasehold.v1.Admin.Drain:output_type -> leasehold.v1.DrainResponse
+	27, // 40: leasehold.v1.Admin.Backup:output_type -> leasehold.v1.BackupChunk
+	29, // 41: leasehold.v1.Raft.Send:output_type -> leasehold.v1.RaftAck
+	31, // 42: leasehold.v1.Gateway.Losses:output_type -> leasehold.v1.LossNotification
+	33, // 43: leasehold.v1.Gateway.Covers:output_type -> leasehold.v1.CoversResponse
+	34, // [34:44] is the sub-list for method output_type
+	24, // [24:34] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_v1_leasehold_proto_init() }
@@ -2414,9 +2698,9 @@ func file_leasehold_v1_leasehold_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leasehold_v1_leasehold_proto_rawDesc), len(file_leasehold_v1_leasehold_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   30,
+			NumMessages:   34,
 			NumExtensions: 0,
-			NumServices:   4,
+			NumServices:   5,
 		},
 		GoTypes:           file_leasehold_v1_leasehold_proto_goTypes,
 		DependencyIndexes: file_leasehold_v1_leasehold_proto_depIdxs,

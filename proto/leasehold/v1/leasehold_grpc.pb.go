@@ -608,3 +608,161 @@ var Raft_ServiceDesc = grpc.ServiceDesc{
 	},
 	Metadata: "leasehold/v1/leasehold.proto",
 }
+
+const (
+	Gateway_Losses_FullMethodName = "/leasehold.v1.Gateway/Losses"
+	Gateway_Covers_FullMethodName = "/leasehold.v1.Gateway/Covers"
+)
+
+// GatewayClient is the client API for Gateway service.
+//
+// For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// Gateway is served by leasehold gateway next to the requests it proxies,
+// for clients that cannot link the Lookup library (docs/gateway.md).
+type GatewayClient interface {
+	// Losses streams the gateway's loss notifications until the client
+	// cancels or the gateway stops.
+	Losses(ctx context.Context, in *LossesRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[LossNotification], error)
+	// Covers says whether a kept loss notification covers a key; NOT_FOUND
+	// once it is no longer kept.
+	Covers(ctx context.Context, in *CoversRequest, opts ...grpc.CallOption) (*CoversResponse, error)
+}
+
+type gatewayClient struct {
+	cc grpc.ClientConnInterface
+}
+
+func NewGatewayClient(cc grpc.ClientConnInterface) GatewayClient {
+	return &gatewayClient{cc}
+}
+
+func (c *gatewayClient) Losses(ctx context.Context, in *LossesRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[LossNotification], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Gateway_ServiceDesc.Streams[0], Gateway_Losses_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[LossesRequest, LossNotification]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Gateway_LossesClient = grpc.ServerStreamingClient[LossNotification]
+
+func (c *gatewayClient) Covers(ctx context.Context, in *CoversRequest, opts ...grpc.CallOption) (*CoversResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CoversResponse)
+	err := c.cc.Invoke(ctx, Gateway_Covers_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// GatewayServer is the server API for Gateway service.
+// All implementations must embed UnimplementedGatewayServer
+// for forward compatibility.
+//
+// Gateway is served by leasehold gateway next to the requests it proxies,
+// for clients that cannot link the Lookup library (docs/gateway.md).
+type GatewayServer interface {
+	// Losses streams the gateway's loss notifications until the client
+	// cancels or the gateway stops.
+	Losses(*LossesRequest, grpc.ServerStreamingServer[LossNotification]) error
+	// Covers says whether a kept loss notification covers a key; NOT_FOUND
+	// once it is no longer kept.
+	Covers(context.Context, *CoversRequest) (*CoversResponse, error)
+	mustEmbedUnimplementedGatewayServer()
+}
+
+// UnimplementedGatewayServer must be embedded to have
+// forward compatible implementations.
+//
+// NOTE: this should be embedded by value instead of pointer to avoid a nil
+// pointer dereference when methods are called.
+type UnimplementedGatewayServer struct{}
+
+func (UnimplementedGatewayServer) Losses(*LossesRequest, grpc.ServerStreamingServer[LossNotification]) error {
+	return status.Error(codes.Unimplemented, "method Losses not implemented")
+}
+func (UnimplementedGatewayServer) Covers(context.Context, *CoversRequest) (*CoversResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Covers not implemented")
+}
+func (UnimplementedGatewayServer) mustEmbedUnimplementedGatewayServer() {}
+func (UnimplementedGatewayServer) testEmbeddedByValue()                 {}
+
+// UnsafeGatewayServer may be embedded to opt out of forward compatibility for this service.
+// Use of this interface is not recommended, as added methods to GatewayServer will
+// result in compilation errors.
+type UnsafeGatewayServer interface {
+	mustEmbedUnimplementedGatewayServer()
+}
+
+func RegisterGatewayServer(s grpc.ServiceRegistrar, srv GatewayServer) {
+	// If the following call panics, it indicates UnimplementedGatewayServer was
+	// embedded by pointer and is nil.  This will cause panics if an
+	// unimplemented method is ever invoked, so we test this at initialization
+	// time to prevent it from happening at runtime later due to I/O.
+	if t, ok := srv.(interface{ testEmbeddedByValue() }); ok {
+		t.testEmbeddedByValue()
+	}
+	s.RegisterService(&Gateway_ServiceDesc, srv)
+}
+
+func _Gateway_Losses_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(LossesRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(GatewayServer).Losses(m, &grpc.GenericServerStream[LossesRequest, LossNotification]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Gateway_LossesServer = grpc.ServerStreamingServer[LossNotification]
+
+func _Gateway_Covers_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CoversRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GatewayServer).Covers(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Gateway_Covers_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GatewayServer).Covers(ctx, req.(*CoversRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+// Gateway_ServiceDesc is the grpc.ServiceDesc for Gateway service.
+// It's only intended for direct use with grpc.RegisterService,
+// and not to be introspected or modified (even as a copy)
+var Gateway_ServiceDesc = grpc.ServiceDesc{
+	ServiceName: "leasehold.v1.Gateway",
+	HandlerType: (*GatewayServer)(nil),
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "Covers",
+			Handler:    _Gateway_Covers_Handler,
+		},
+	},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Losses",
+			Handler:       _Gateway_Losses_Handler,
+			ServerStreams: true,
+		},
+	},
+	Metadata: "leasehold/v1/leasehold.proto",
+}
