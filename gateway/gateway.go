@@ -370,7 +370,15 @@ func (g *Gateway) forward(w http.ResponseWriter, req *http.Request, rt *Route) i
 		class = min(class, c) // a client may lower its priority, not raise it
 	}
 	var body []byte
-	if req.Body != nil && req.Body != http.NoBody {
+	var stream *replayBody // a gRPC call's messages, streamed
+	grpcCall := isGRPC(req)
+	if grpcCall && req.Body != nil && req.Body != http.NoBody {
+		// A client or bidirectional stream's messages keep coming while the
+		// answer does: stream them, keeping the start to send again after
+		// a refusal.
+		stream = newReplayBody(req.Body, g.cfg.MaxBodyBytes)
+		defer stream.close()
+	} else if req.Body != nil && req.Body != http.NoBody {
 		if req.ContentLength > g.cfg.MaxBodyBytes {
 			return fail(w, http.StatusRequestEntityTooLarge, "body of %d bytes: the limit is %d", req.ContentLength, g.cfg.MaxBodyBytes)
 		}
@@ -425,8 +433,16 @@ func (g *Gateway) forward(w http.ResponseWriter, req *http.Request, rt *Route) i
 			g.metrics.retries.WithLabelValues(rt.Name, "owner-busy").Inc()
 			continue
 		}
+		var sbody io.ReadCloser
+		if stream != nil {
+			var ok bool
+			if sbody, ok = stream.attempt(); !ok {
+				g.owners.release(route.Owner)
+				return fail(w, http.StatusBadGateway, "%s; the call's first %d bytes are no longer held to send it again", last, g.cfg.MaxBodyBytes)
+			}
+		}
 		sent := time.Now()
-		resp, err := g.send(ctx, req, body, route.Addr)
+		resp, err := g.send(ctx, req, body, sbody, route.Addr)
 		outcome := "failed"
 		var why owner.Refusal
 		var refused bool
@@ -459,6 +475,9 @@ func (g *Gateway) forward(w http.ResponseWriter, req *http.Request, rt *Route) i
 			g.metrics.retries.WithLabelValues(rt.Name, "refused-"+string(why)).Inc()
 			continue
 		}
+		if stream != nil {
+			stream.commit() // this Owner's answer is relayed: the call will not be sent again
+		}
 		markStale(w, sp)
 		code := g.relay(w, resp, route.Owner, attempt)
 		g.owners.release(route.Owner)
@@ -478,8 +497,9 @@ func markStale(w http.ResponseWriter, sp *space) {
 	}
 }
 
-// send makes one attempt at the Owner at addr.
-func (g *Gateway) send(ctx context.Context, req *http.Request, body []byte, addr string) (*http.Response, error) {
+// send makes one attempt at the Owner at addr, with body, or sbody if set
+// (a stream's, read as it comes).
+func (g *Gateway) send(ctx context.Context, req *http.Request, body []byte, sbody io.ReadCloser, addr string) (*http.Response, error) {
 	u := &url.URL{Scheme: "http", Host: addr, Path: req.URL.Path, RawPath: req.URL.RawPath, RawQuery: req.URL.RawQuery}
 	out, err := http.NewRequestWithContext(ctx, req.Method, u.String(), nil)
 	if err != nil {
@@ -489,6 +509,9 @@ func (g *Gateway) send(ctx context.Context, req *http.Request, body []byte, addr
 		out.Body = io.NopCloser(bytes.NewReader(body))
 		out.ContentLength = int64(len(body))
 		out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	}
+	if sbody != nil {
+		out.Body, out.ContentLength = sbody, -1
 	}
 	out.Header = req.Header.Clone()
 	removeHopByHop(out.Header)

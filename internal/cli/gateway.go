@@ -42,7 +42,7 @@ func newGatewayCommand(e *env) *cobra.Command {
 		Use:   "gateway",
 		Short: "Proxy HTTP and gRPC requests to the Owner of their key, for clients in any language",
 		Long: `Serve an HTTP/1.1 and HTTP/2 (cleartext) proxy, gRPC included (unary and
-server-streaming calls, key from metadata), that sends each request to the
+streaming calls, key from metadata), that sends each request to the
 Owner of its key: a route maps a host and path prefix to a namespace and says
 where the key is (a path segment, a header or a query parameter); the key is
 hashed with xxhash64 as the libraries do and the request goes to the Owner the
