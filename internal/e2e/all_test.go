@@ -13,7 +13,8 @@ const allVar = "LEASEHOLD_E2E"
 // a damaged data directory and the gateway, and stays within a newcomer's
 // two minutes; the leader cut off by a proxy, the duplicated Owner ID, the
 // examples' scenarios, the dashboard's browser test and the gateways'
-// rolling restart add about two minutes more, and CI (.ci/run) runs them
+// rolling restart and the gateway with its Manager stopped add about
+// two minutes more, and CI (.ci/run) runs them
 // with LEASEHOLD_E2E=all.
 func onlyWithAll(t *testing.T) {
 	t.Helper()
