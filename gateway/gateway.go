@@ -170,7 +170,14 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 		seen[r.Host+" "+r.Prefix] = true
 		g.routes = append(g.routes, &r)
 	}
-	slices.SortStableFunc(g.routes, func(a, b *Route) int { return len(b.Prefix) - len(a.Prefix) })
+	// The longest prefix first; for one prefix, a route naming the host
+	// before one for any host.
+	slices.SortStableFunc(g.routes, func(a, b *Route) int {
+		if d := len(b.Prefix) - len(a.Prefix); d != 0 {
+			return d
+		}
+		return len(b.Host) - len(a.Host)
+	})
 	g.transport = cfg.Transport
 	if g.transport == nil {
 		t := http.DefaultTransport.(*http.Transport).Clone()
@@ -323,7 +330,7 @@ func (g *Gateway) serveReady(w http.ResponseWriter) {
 }
 
 // match returns the route for a request: the longest prefix whose host
-// matches, or nil.
+// matches, a route naming the host before one for any host, or nil.
 func (g *Gateway) match(r *http.Request) *Route {
 	host := r.Host
 	if h, _, err := net.SplitHostPort(host); err == nil {

@@ -122,6 +122,7 @@ func TestRoutesByKey(t *testing.T) {
 		{Name: "kv", Prefix: "/kv/", Key: "path:1"},
 		{Name: "hdr", Prefix: "/h/", Key: "header:X-User"},
 		{Name: "q", Prefix: "/q/", Key: "query:user"},
+		{Name: "quick", Host: "quick.example", Prefix: "/kv/", Key: "header:X-User"},
 	}})
 	fr.set("alice", "A", addr(a))
 	fr.set("bob", "B", addr(b))
@@ -141,6 +142,20 @@ func TestRoutesByKey(t *testing.T) {
 		if code != 200 || body != tc.want || h.Get("Leasehold-Owner") != tc.owner {
 			t.Errorf("%s %s = %d %q (owner %q), want 200 %q from %s", tc.method, tc.path, code, body, h.Get("Leasehold-Owner"), tc.want, tc.owner)
 		}
+	}
+	// For one prefix, the route naming the request's host wins over the
+	// route for any host, whatever their order.
+	req, _ := http.NewRequest("GET", gw.URL+"/kv/nobody", nil)
+	req.Host = "quick.example:80"
+	req.Header.Set("X-User", "bob")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b2, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || string(b2) != "B GET /kv/nobody " {
+		t.Errorf("GET quick.example/kv/nobody = %d %q, want B's answer by the quick.example route's key", resp.StatusCode, b2)
 	}
 }
 

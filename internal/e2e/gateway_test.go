@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -20,9 +21,11 @@ import (
 
 // TestGatewayScenario: a Manager, three kv servers and a gateway as real
 // processes. Keys are put and read back through the gateway only (with curl
-// too, when it is installed); bad requests get clear answers; one server is
-// killed with SIGKILL and a client of the gateway's /v1/losses stream hears
-// a loss notification naming ranges that cover each of its keys; those keys
+// too, when it is installed); bad requests get clear answers; a server that
+// hangs (SIGSTOP) is answered for with 504 on a route with a short deadline
+// while the others are served; one server is killed with SIGKILL and a
+// client of the gateway's /v1/losses stream (and curl -N, when installed)
+// hears a loss notification naming ranges that cover each of its keys; those keys
 // then read back "not found" through the gateway, never an old value, and
 // the others their values. SIGTERM stops the gateway gracefully.
 func TestGatewayScenario(t *testing.T) {
@@ -46,12 +49,20 @@ func TestGatewayScenario(t *testing.T) {
 	})
 
 	gwProc := start(t, "gateway", leasehold, "gateway", "--manager", addr, "--listen", "127.0.0.1:0",
-		"--route", "name=kv,prefix=/kv/,key=path:1,timeout=5s")
+		"--route", "name=kv,prefix=/kv/,key=path:1,timeout=5s",
+		"--route", "name=kv-quick,host=quick.example,prefix=/kv/,key=path:1,timeout=500ms")
 	line = gwProc.waitLine(t, "leasehold gateway listening on ", 10*time.Second)
 	gwAddr, _, _ := strings.Cut(strings.TrimPrefix(line, "leasehold gateway listening on "), " ")
 	gw := newGatewayClient(t, "http://"+gwAddr)
 	gw.waitReady()
 	sse := gw.subscribe()
+	// The README's subscriber: curl -N on /v1/losses.
+	curl, curlErr := exec.LookPath("curl")
+	var curlSSE *proc
+	if curlErr == nil {
+		curlSSE = start(t, "curl -N /v1/losses", curl, "-sN", "http://"+gwAddr+"/v1/losses")
+		curlSSE.waitLine(t, ": leasehold loss notifications", 10*time.Second)
+	}
 
 	ks := make([]string, 100)
 	for i := range ks {
@@ -66,7 +77,7 @@ func TestGatewayScenario(t *testing.T) {
 		}
 	}
 	t.Logf("%s: %d keys put and read back through the gateway", since(started), len(ks))
-	if curl, err := exec.LookPath("curl"); err == nil {
+	if curlErr == nil {
 		out, err := exec.Command(curl, "-sS", "-f", "-X", "PUT", "--data", "hello", "http://"+gwAddr+"/kv/curl-key").CombinedOutput()
 		if err != nil {
 			t.Fatalf("curl PUT: %v %s", err, out)
@@ -92,9 +103,39 @@ func TestGatewayScenario(t *testing.T) {
 		}
 	}
 
+	before := newRouter(t, addr).owners(t, st.LSN, ks)
+
+	// An Owner that hangs (SIGSTOP for a second, well within its 2 s
+	// lease): a request on a route with a deadline of 500 ms is answered
+	// 504 saying so, and the gateway keeps serving the other Owners.
+	hung := "kv-3"
+	var hungKey, liveKey string
+	for _, k := range ks {
+		switch before[k] {
+		case hung:
+			hungKey = k
+		case "kv-1":
+			liveKey = k
+		}
+	}
+	if err := servers[hung].cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	code, body := gw.doHost("quick.example", "GET", "/kv/"+hungKey)
+	code2, body2 := gw.doHost("quick.example", "GET", "/kv/"+liveKey)
+	if err := servers[hung].cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if code != http.StatusGatewayTimeout || !strings.Contains(body, "Owner "+hung) || !strings.Contains(body, "did not answer") {
+		t.Errorf("GET %s on the hung %s = %d %q, want 504: Owner %s … did not answer", hungKey, hung, code, body, hung)
+	}
+	if code2 != 200 || body2 != "v1-"+liveKey {
+		t.Errorf("GET %s on kv-1 while %s hung = %d %q, want its value", liveKey, hung, code2, body2)
+	}
+	t.Logf("%s: an Owner that hangs: %d %q; the others still served", since(started), code, strings.TrimSpace(body))
+
 	// Kill one owner with SIGKILL; the SSE subscriber must hear of the loss
 	// of each of its keys, in a notification that names the ranges.
-	before := newRouter(t, addr).owners(t, st.LSN, ks)
 	dead := "kv-2"
 	var deadKeys []string
 	for _, k := range ks {
@@ -123,6 +164,25 @@ func TestGatewayScenario(t *testing.T) {
 	}
 	t.Logf("%s: the SSE subscriber heard of the loss of all %d keys of %s within %s of the kill (bound %s)",
 		since(started), len(deadKeys), dead, last.Sub(killedAt).Round(time.Millisecond), bound)
+	if curlSSE != nil {
+		// curl printed the same events: one names a range covering a dead key.
+		k := keyspace.KeyOf(deadKeys[0])
+		found := ""
+		for deadline := time.Now().Add(5 * time.Second); found == "" && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+			lines, _ := curlSSE.snapshot()
+			for _, l := range lines {
+				if ev, ok := parseLoss(l.text); ok && !ev.all && l.at.After(killedAt) &&
+					slices.ContainsFunc(ev.ranges, func(r keyspace.Range) bool { return r.Contains(k) }) {
+					found = l.text
+				}
+			}
+		}
+		if found == "" {
+			t.Errorf("curl -N /v1/losses printed no loss event naming a range that covers %s", deadKeys[0])
+		} else {
+			t.Logf("curl -N /v1/losses printed: %.200s", found)
+		}
+	}
 
 	// The lost keys read "not found" (never an old value); the others, unless
 	// a loss covering them was notified (a stall on a loaded machine), their values.
@@ -173,6 +233,23 @@ func (g *gatewayClient) do(method, path, body string) (int, string) {
 	resp, err := g.hc.Do(req)
 	if err != nil {
 		g.t.Fatalf("%s %.40s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// doHost sends a request with another Host header.
+func (g *gatewayClient) doHost(host, method, path string) (int, string) {
+	g.t.Helper()
+	req, err := http.NewRequest(method, g.base+path, nil)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	req.Host = host
+	resp, err := g.hc.Do(req)
+	if err != nil {
+		g.t.Fatalf("%s %s %.40s: %v", host, method, path, err)
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
@@ -244,19 +321,9 @@ func (g *gatewayClient) subscribe() *sseLosses {
 			case strings.HasPrefix(l, "event: "):
 				event = strings.TrimPrefix(l, "event: ")
 			case strings.HasPrefix(l, "data: ") && event == "loss":
-				var ev struct {
-					All    bool `json:"all"`
-					Ranges []struct {
-						Start string `json:"start"`
-						End   string `json:"end"`
-					} `json:"ranges"`
-				}
-				if json.Unmarshal([]byte(strings.TrimPrefix(l, "data: ")), &ev) != nil {
+				e, ok := parseLoss(l)
+				if !ok {
 					continue
-				}
-				e := sseLoss{at: time.Now(), all: ev.All}
-				for _, r := range ev.Ranges {
-					e.ranges = append(e.ranges, keyspace.Range{Start: hexKey(r.Start), End: hexKey(r.End)})
 				}
 				s.mu.Lock()
 				s.events = append(s.events, e)
@@ -269,6 +336,28 @@ func (g *gatewayClient) subscribe() *sseLosses {
 		}
 	}()
 	return s
+}
+
+// parseLoss reads the data line of a loss event.
+func parseLoss(l string) (sseLoss, bool) {
+	if !strings.HasPrefix(l, "data: ") {
+		return sseLoss{}, false
+	}
+	var ev struct {
+		All    bool `json:"all"`
+		Ranges []struct {
+			Start string `json:"start"`
+			End   string `json:"end"`
+		} `json:"ranges"`
+	}
+	if json.Unmarshal([]byte(strings.TrimPrefix(l, "data: ")), &ev) != nil {
+		return sseLoss{}, false
+	}
+	e := sseLoss{at: time.Now(), all: ev.All}
+	for _, r := range ev.Ranges {
+		e.ranges = append(e.ranges, keyspace.Range{Start: hexKey(r.Start), End: hexKey(r.End)})
+	}
+	return e, true
 }
 
 func (s *sseLosses) snapshot() ([]sseLoss, <-chan struct{}) {
