@@ -178,21 +178,7 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 		}
 		return len(b.Host) - len(a.Host)
 	})
-	g.transport = cfg.Transport
-	if g.transport == nil {
-		t := http.DefaultTransport.(*http.Transport).Clone()
-		t.Proxy = nil
-		t.MaxIdleConnsPerHost = 256
-		g.transport = t
-	}
-	h2 := http.DefaultTransport.(*http.Transport).Clone()
-	h2.Proxy = nil
-	h2.Protocols = new(http.Protocols)
-	h2.Protocols.SetUnencryptedHTTP2(true)
-	g.h2c = h2
-	if cfg.Transport != nil {
-		g.h2c = cfg.Transport
-	}
+	g.transport, g.h2c = cfg.ownerTransports()
 	g.metrics = newMetrics(g)
 	g.grpc = newGRPCServer(g)
 	if cfg.MaxCopyAge < 0 {
@@ -221,8 +207,7 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 		if cfg.NewRouter != nil {
 			sp.router, err = cfg.NewRouter(ctx, r.Namespace, onLoss)
 		} else {
-			sp.router, err = lookup.New(ctx, lookup.Config{Manager: cfg.Manager, Namespace: r.Namespace, Timing: cfg.Timing, Logger: cfg.Logger,
-				OnLoss: onLoss})
+			sp.router, err = lookup.New(ctx, cfg.lookupConfig(r.Namespace, onLoss))
 		}
 		if err != nil {
 			g.Close()
