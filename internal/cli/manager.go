@@ -287,7 +287,9 @@ func (o *managerOptions) config(logger *slog.Logger) (manager.ServerConfig, erro
 			}
 		}
 	}
-	if cfg.Advertise == "" && !strings.HasPrefix(o.listen, ":") && !strings.HasPrefix(o.listen, "0.0.0.0:") {
+	// A wildcard host or port 0 is no address to reach this replica at:
+	// the server then advertises the address its listener got.
+	if cfg.Advertise == "" && !strings.HasPrefix(o.listen, ":") && !strings.HasPrefix(o.listen, "0.0.0.0:") && !strings.HasSuffix(o.listen, ":0") {
 		cfg.Advertise = o.listen
 	}
 	return cfg, o.usage(cfg.Validate())

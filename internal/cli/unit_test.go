@@ -148,3 +148,27 @@ func TestManagerSettingFlags(t *testing.T) {
 		t.Errorf("a namespace name too long: %v, want a usage error naming --namespace", err)
 	}
 }
+
+// TestManagerAdvertisesWhatItListensOn: --listen is advertised as it is,
+// unless it names no reachable address (a wildcard host, or port 0, which
+// the listener replaces), and then the server advertises its listener's.
+func TestManagerAdvertisesWhatItListensOn(t *testing.T) {
+	for listen, want := range map[string]string{
+		"127.0.0.1:7400": "127.0.0.1:7400",
+		"127.0.0.1:0":    "",
+		":7400":          "",
+		"0.0.0.0:7400":   "",
+	} {
+		o := &managerOptions{}
+		if err := o.command(&env{getenv: func(string) string { return "" }}).ParseFlags([]string{"--listen", listen}); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := o.config(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.Advertise != want {
+			t.Errorf("--listen %s advertises %q, want %q", listen, cfg.Advertise, want)
+		}
+	}
+}

@@ -3,7 +3,6 @@ package dashboard
 import (
 	"fmt"
 	"net/http/httptest"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,10 +15,6 @@ import (
 	"github.com/leasehold/leasehold/leasetable"
 	"github.com/leasehold/leasehold/lookup"
 )
-
-// ScreenshotEnv names the environment variable of the file the 1,000-Owner
-// page is saved to (docs/dashboard-1000.png is made this way).
-const ScreenshotEnv = "LEASEHOLD_DASHBOARD_SCREENSHOT"
 
 // TestPageAtScale opens the page in headless Chromium with 1,000 and
 // 10,000 Owners of 64 ranges each, fed by a Source of its own (no
@@ -109,17 +104,7 @@ func TestPageAtScale(t *testing.T) {
 				}
 			}
 			if owners == 1000 {
-				path := b.Screenshot(fmt.Sprintf("dashboard-%d.png", owners))
-				if out := os.Getenv(ScreenshotEnv); out != "" {
-					png, err := os.ReadFile(path)
-					if err != nil {
-						t.Fatal(err)
-					}
-					if err := os.WriteFile(out, png, 0o644); err != nil {
-						t.Fatal(err)
-					}
-					t.Logf("saved as %s", out)
-				}
+				b.Screenshot(fmt.Sprintf("dashboard-%d.png", owners))
 			}
 		})
 	}

@@ -407,6 +407,14 @@ func answer[Req, Resp any](m *Member, ss grpc.BidiStreamingServer[Req, Resp], do
 			if m.muted.Load() {
 				continue
 			}
+			// A member that has stepped down answers nothing more, though
+			// select may pick a request that came with the news.
+			select {
+			case <-down:
+				_, leader, _ := m.g.role(m.i)
+				return runtime.NotLeader(ctx, leader)
+			default:
+			}
 			resp, err := fn(r)
 			if err != nil {
 				return err
