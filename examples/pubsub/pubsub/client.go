@@ -18,6 +18,7 @@ import (
 
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/lookup"
+	"github.com/leasehold/leasehold/owner"
 	"github.com/leasehold/leasehold/protocol"
 )
 
@@ -78,6 +79,8 @@ func (c *Client) Close() error {
 
 // onLoss is the Lookup's loss upcall: each subscription whose topic lay in
 // a lost range drops its stream and resubscribes at the topic's new Owner.
+// Duty: act on loss notifications (All: every subscription), and do not
+// block: it only cancels streams.
 func (c *Client) onLoss(loss lookup.Loss) {
 	lost := keyspace.NewRangeSet(loss.Ranges...)
 	c.mu.Lock()
@@ -105,42 +108,39 @@ func backoff(ctx context.Context, d time.Duration) time.Duration {
 }
 
 // Publish sends data to topic's Owner, retrying while there is no route,
-// the Owner cannot be reached, or it answers 421 or 5xx, until ctx ends.
-// The message's ID is drawn once, so every retry is the same message.
+// the Owner cannot be reached, or it refuses (owner.RefusalOf), until ctx
+// ends. The message's ID is drawn once, so every retry is the same message.
 func (c *Client) Publish(ctx context.Context, topic, data string) (Published, error) {
 	var p Published
-	u := "/pub/" + url.PathEscape(topic) + "?id=" + newID()
+	path := "/pub/" + url.PathEscape(topic) + "?id=" + newID()
 	for wait := 20 * time.Millisecond; ; wait = backoff(ctx, wait) {
-		retry, err := true, errors.New("no owner holds the topic yet")
-		if route, ok := c.lookup.Lookup(keyspace.KeyOf(topic)); ok {
-			retry, err = c.publishOnce(ctx, route.Addr+u, data, &p)
+		// Duty: Lookup returns a hint; a refusal is retried after a backoff.
+		route, ok := c.lookup.Lookup(keyspace.KeyOf(topic))
+		if !ok {
+			continue
 		}
-		switch {
-		case err == nil:
-			return p, nil
-		case !retry || ctx.Err() != nil:
-			return p, fmt.Errorf("pubsub: publish to %q: %w", topic, errors.Join(ctx.Err(), err))
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		req, err := http.NewRequestWithContext(actx, http.MethodPost, "http://"+route.Addr+path, strings.NewReader(data))
+		var resp *http.Response
+		if err == nil {
+			resp, err = c.http.Do(req)
+		}
+		if err == nil {
+			body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+			resp.Body.Close()
+			if _, refused := owner.RefusalOf(resp.StatusCode, resp.Header); !refused {
+				cancel()
+				if err = fmt.Errorf("%s: %s", resp.Status, bytes.TrimSpace(body)); resp.StatusCode == http.StatusOK {
+					err = json.Unmarshal(body, &p)
+				}
+				return p, err
+			}
+		}
+		cancel()
+		if ctx.Err() != nil {
+			return p, fmt.Errorf("pubsub: publish to %q: %w", topic, ctx.Err())
 		}
 	}
-}
-
-func (c *Client) publishOnce(ctx context.Context, u, data string, p *Published) (retry bool, err error) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+u, strings.NewReader(data))
-	if err != nil {
-		return false, err
-	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return true, err
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	if code := resp.StatusCode; code != http.StatusOK {
-		return code == http.StatusMisdirectedRequest || code >= 500, fmt.Errorf("%s: %s", resp.Status, bytes.TrimSpace(body))
-	}
-	return false, json.Unmarshal(body, p)
 }
 
 // Event is what a subscription reports, in order, on its goroutine. Kind
@@ -220,6 +220,7 @@ func (s *Subscription) run() {
 
 // stream opens one stream at the topic's Owner and reads it to its end.
 func (s *Subscription) stream(ctx context.Context, last *string) (opened bool, err error) {
+	// Duty: Lookup returns a hint; a refusal is retried (run's backoff).
 	route, ok := s.c.lookup.Lookup(s.key)
 	if !ok {
 		return false, errors.New("no owner holds the topic yet")
