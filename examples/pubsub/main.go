@@ -2,16 +2,14 @@
 // github.com/leasehold/leasehold/examples/pubsub/pubsub.
 //
 //	pubsub --listen ADDR [--manager ADDR[,ADDR...]] [--namespace NS] [--id ID] [--advertise ADDR] [--drain-timeout D]
+//	pubsub demo
 //
 // It serves until SIGINT or SIGTERM, then drains: its ranges move to the
-// other servers with their subscriptions. Publish and subscribe with the
-// package's Client, or over HTTP:
-//
-//	curl -N 'http://ADDR/sub/news?id=me'          # the topic's Owner's address: leasehold lookup news
-//	curl --data hello 'http://ADDR/pub/news'
+// other servers with their subscriptions. demo is a scripted tour (demo.go).
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -32,16 +30,19 @@ func main() {
 	os.Exit(code)
 }
 
-// run serves and returns the exit code: 0, or 2 after a usage error or a
-// failure.
+// run serves (or tours) and returns the exit code: 0, or 2 after a usage
+// error or a failure.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 1 && args[0] == "demo" {
+		if err := demo(ctx, stdout); err != nil {
+			fmt.Fprintf(stderr, "pubsub demo: %v\n", err)
+			return 2
+		}
+		return 0
+	}
 	fs := flag.NewFlagSet("pubsub", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	def := os.Getenv("LEASEHOLD_MANAGER")
-	if def == "" {
-		def = "127.0.0.1:7400"
-	}
-	manager := fs.String("manager", def, "the Manager's address, or its replicas' addresses, comma-separated ($LEASEHOLD_MANAGER)")
+	manager := fs.String("manager", cmp.Or(os.Getenv("LEASEHOLD_MANAGER"), "127.0.0.1:7400"), "the Manager's address, or its replicas' addresses, comma-separated ($LEASEHOLD_MANAGER)")
 	namespace := fs.String("namespace", "", `the namespace (empty: "default")`)
 	id := fs.String("id", "", "the Owner ID (default: the listen address)")
 	listen := fs.String("listen", "", "the HTTP listen address, host:port (required)")
@@ -51,7 +52,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return map[bool]int{true: 0, false: 2}[err == flag.ErrHelp]
 	}
 	if *listen == "" || *drain <= 0 || fs.NArg() != 0 {
-		fmt.Fprint(stderr, "pubsub: --listen is required, --drain-timeout must be positive, and there are no arguments\n")
+		fmt.Fprint(stderr, "pubsub: --listen is required, --drain-timeout must be positive, and there are no arguments (but demo)\n")
 		return 2
 	}
 	srv, err := pubsub.NewServer(ctx, pubsub.ServerConfig{Manager: *manager, Namespace: *namespace, ID: *id,

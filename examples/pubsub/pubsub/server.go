@@ -2,6 +2,7 @@ package pubsub
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -84,8 +85,8 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	if a := lis.Addr().(*net.TCPAddr); cfg.Advertise == "" && a.IP.IsUnspecified() {
 		cfg.Advertise = net.JoinHostPort("127.0.0.1", fmt.Sprint(a.Port))
 	}
-	cfg.Advertise = cmpOr(cfg.Advertise, lis.Addr().String())
-	cfg.ID = cmpOr(cfg.ID, lis.Addr().String())
+	cfg.Advertise = cmp.Or(cfg.Advertise, lis.Addr().String())
+	cfg.ID = cmp.Or(cfg.ID, lis.Addr().String())
 	s := &Server{cfg: cfg, lis: lis, served: make(chan error, 1), stopped: make(chan struct{}),
 		peers: &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}}
 	ready := make(chan struct{})
@@ -120,13 +121,6 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 		}
 	})
 	return s, nil
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // Addr is the listen address.
@@ -292,7 +286,7 @@ func (s *Server) handlePub(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("reading the message (at most %d bytes): %v", MaxMessageBytes, err), http.StatusRequestEntityTooLarge)
 		return
 	}
-	id := cmpOr(r.URL.Query().Get("id"), newID())
+	id := cmp.Or(r.URL.Query().Get("id"), newID())
 	if len(id) > 256 || strings.ContainsAny(id, "\r\n") {
 		http.Error(w, "id: at most 256 bytes, on one line", http.StatusBadRequest)
 		return
