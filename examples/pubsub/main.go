@@ -66,11 +66,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	<-ctx.Done()
 	cctx, cancel := context.WithTimeout(context.Background(), *drain)
 	defer cancel()
-	err = srv.Close(cctx)
-	st := srv.Stats()
-	fmt.Fprintf(stdout, "pubsub stopped: %d ranges handed over with %d subscriptions, %d without\n",
-		st.HandedOver, st.SubsHandedOver, st.HandoverFailures)
-	if err != nil {
+	if err := srv.Close(cctx); err != nil {
 		fmt.Fprintf(stderr, "pubsub: %v\n", err)
 		return 2
 	}

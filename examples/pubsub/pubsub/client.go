@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
@@ -26,14 +25,12 @@ import (
 type ClientConfig struct {
 	Manager, Namespace string
 	Timing             protocol.Timing
-	Logger             *slog.Logger
 }
 
 // Client is a frontend: it publishes to a topic's Owner and keeps
 // subscriptions open there, finding it with the Lookup library; on a loss
 // notification covering a subscription's topic it resubscribes (P§2.1).
 type Client struct {
-	cfg    ClientConfig
 	lookup *lookup.Lookup
 	http   *http.Client
 	mu     sync.Mutex
@@ -45,13 +42,8 @@ func NewClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	if cfg.Manager == "" {
 		return nil, errors.New("pubsub: ClientConfig.Manager is required")
 	}
-	c := &Client{cfg: cfg, subs: map[*Subscription]bool{},
-		http: &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}}
-	if c.cfg.Logger == nil {
-		c.cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	l, err := lookup.New(ctx, lookup.Config{Manager: cfg.Manager, Namespace: cfg.Namespace, Timing: cfg.Timing,
-		Logger: c.cfg.Logger, OnLoss: c.onLoss})
+	c := &Client{subs: map[*Subscription]bool{}, http: &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}}
+	l, err := lookup.New(ctx, lookup.Config{Manager: cfg.Manager, Namespace: cfg.Namespace, Timing: cfg.Timing, OnLoss: c.onLoss})
 	if err != nil {
 		return nil, fmt.Errorf("pubsub: %w", err)
 	}
@@ -77,10 +69,10 @@ func (c *Client) Close() error {
 	return c.lookup.Close()
 }
 
-// onLoss is the Lookup's loss upcall: each subscription whose topic lay in
-// a lost range drops its stream and resubscribes at the topic's new Owner.
-// Duty: act on loss notifications (All: every subscription), and do not
-// block: it only cancels streams.
+// onLoss is the Lookup's loss upcall. Duty: act on loss notifications —
+// each subscription whose topic lay in a lost range (all, with loss.All)
+// ends its stream and resubscribes at the topic's Owner; and never block
+// (it only cancels).
 func (c *Client) onLoss(loss lookup.Loss) {
 	lost := keyspace.NewRangeSet(loss.Ranges...)
 	c.mu.Lock()
@@ -88,7 +80,6 @@ func (c *Client) onLoss(loss lookup.Loss) {
 	for s := range c.subs {
 		if loss.All || lost.Contains(s.key) {
 			s.mu.Lock()
-			s.lost = true
 			s.current()
 			s.mu.Unlock()
 		}
@@ -98,56 +89,61 @@ func (c *Client) onLoss(loss lookup.Loss) {
 // backoff waits about d (drawn from [d/2, d)) or until ctx ends, and
 // returns the next wait: doubled, up to 250 ms.
 func backoff(ctx context.Context, d time.Duration) time.Duration {
-	t := time.NewTimer(d/2 + rand.N(d/2))
-	defer t.Stop()
 	select {
 	case <-ctx.Done():
-	case <-t.C:
+	case <-time.After(d/2 + rand.N(d/2)):
 	}
 	return min(2*d, 250*time.Millisecond)
 }
 
-// Publish sends data to topic's Owner, retrying while there is no route,
-// the Owner cannot be reached, or it refuses (owner.RefusalOf), until ctx
-// ends. The message's ID is drawn once, so every retry is the same message.
-func (c *Client) Publish(ctx context.Context, topic, data string) (Published, error) {
-	var p Published
-	path := "/pub/" + url.PathEscape(topic) + "?id=" + newID()
-	for wait := 20 * time.Millisecond; ; wait = backoff(ctx, wait) {
-		// Duty: Lookup returns a hint; a refusal is retried after a backoff.
-		route, ok := c.lookup.Lookup(keyspace.KeyOf(topic))
+// do sends one request to the Owner of key, retrying while there is no
+// route, the Owner cannot be reached or it refuses (owner.RefusalOf),
+// until ctx ends. Duty: Lookup returns a hint; the Owner refuses a stale
+// one, and the request is retried after a short backoff.
+func (c *Client) do(ctx context.Context, key keyspace.Key, method, path, body string) (*http.Response, error) {
+	for wait := 20 * time.Millisecond; ctx.Err() == nil; wait = backoff(ctx, wait) {
+		route, ok := c.lookup.Lookup(key)
 		if !ok {
 			continue
 		}
-		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		req, err := http.NewRequestWithContext(actx, http.MethodPost, "http://"+route.Addr+path, strings.NewReader(data))
-		var resp *http.Response
-		if err == nil {
-			resp, err = c.http.Do(req)
+		req, err := http.NewRequestWithContext(ctx, method, "http://"+route.Addr+path, strings.NewReader(body))
+		if err != nil {
+			return nil, err
 		}
-		if err == nil {
-			body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-			resp.Body.Close()
-			if _, refused := owner.RefusalOf(resp.StatusCode, resp.Header); !refused {
-				cancel()
-				if err = fmt.Errorf("%s: %s", resp.Status, bytes.TrimSpace(body)); resp.StatusCode == http.StatusOK {
-					err = json.Unmarshal(body, &p)
-				}
-				return p, err
-			}
+		resp, err := c.http.Do(req)
+		if err != nil {
+			continue
 		}
-		cancel()
-		if ctx.Err() != nil {
-			return p, fmt.Errorf("pubsub: publish to %q: %w", topic, ctx.Err())
+		if _, refused := owner.RefusalOf(resp.StatusCode, resp.Header); !refused {
+			return resp, nil
 		}
+		resp.Body.Close()
 	}
+	return nil, ctx.Err()
+}
+
+// Publish sends data to topic's Owner, retrying as do does for up to 5 s
+// per attempt. The message's ID is drawn once, so every retry is the same
+// message.
+func (c *Client) Publish(ctx context.Context, topic, data string) (Published, error) {
+	var p Published
+	resp, err := c.do(ctx, keyspace.KeyOf(topic), http.MethodPost, "/pub/"+url.PathEscape(topic)+"?id="+newID(), data)
+	if err != nil {
+		return p, fmt.Errorf("pubsub: publish to %q: %w", topic, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if resp.StatusCode != http.StatusOK {
+		return p, fmt.Errorf("pubsub: publish to %q: %s: %s", topic, resp.Status, bytes.TrimSpace(body))
+	}
+	return p, json.Unmarshal(body, &p)
 }
 
 // Event is what a subscription reports, in order, on its goroutine. Kind
 // is "subscribed" (a stream opened; New says the subscription was made
 // afresh, so messages since the last stream may have been missed; Sent is
-// when the request was sent), "message", "ended" (a stream ended; Reason
-// says why) or "loss" (a loss notification covered the topic).
+// when the request was sent), "message", or "ended" (a stream ended;
+// Reason says why).
 type Event struct {
 	Kind, Owner, Reason string
 	New                 bool
@@ -161,12 +157,10 @@ type Subscription struct {
 	topic, id string
 	key       keyspace.Key
 	fn        func(Event)
-	ctx       context.Context
 	cancel    context.CancelFunc
 	done      chan struct{}
 	mu        sync.Mutex
 	current   context.CancelFunc // the open stream's; guarded by mu
-	lost      bool               // a loss to report; guarded by mu
 }
 
 // Subscribe opens subscription id (unique per subscriber and topic) on
@@ -174,13 +168,13 @@ type Subscription struct {
 // last message received, and resubscribes on a loss notification. fn
 // receives the events on the subscription's goroutine.
 func (c *Client) Subscribe(topic, id string, fn func(Event)) *Subscription {
-	s := &Subscription{c: c, topic: topic, id: id, key: keyspace.KeyOf(topic), fn: fn, done: make(chan struct{}),
-		current: func() {}}
-	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s := &Subscription{c: c, topic: topic, id: id, key: keyspace.KeyOf(topic), fn: fn, done: make(chan struct{}), current: func() {}}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
 	c.mu.Lock()
 	c.subs[s] = true
 	c.mu.Unlock()
-	go s.run()
+	go s.run(ctx)
 	return s
 }
 
@@ -194,94 +188,62 @@ func (s *Subscription) Close() {
 	s.c.mu.Unlock()
 }
 
-func (s *Subscription) run() {
+func (s *Subscription) run(ctx context.Context) {
 	defer close(s.done)
 	last := ""
-	for wait := 20 * time.Millisecond; s.ctx.Err() == nil; wait = backoff(s.ctx, wait) {
-		ctx, cancel := context.WithCancel(s.ctx)
+	for wait := 20 * time.Millisecond; ctx.Err() == nil; wait = backoff(ctx, wait) {
+		sctx, cancel := context.WithCancel(ctx)
 		s.mu.Lock()
 		s.current = cancel
-		lost := s.lost
-		s.lost = false
 		s.mu.Unlock()
-		if lost {
-			s.fn(Event{Kind: "loss"})
-		}
-		opened, err := s.stream(ctx, &last)
-		cancel()
-		if opened {
+		if s.stream(sctx, &last) {
 			wait = 20 * time.Millisecond
 		}
-		if err != nil && s.ctx.Err() == nil {
-			s.c.cfg.Logger.Debug("pubsub: stream failed", "topic", s.topic, "err", err)
-		}
+		cancel()
 	}
 }
 
-// stream opens one stream at the topic's Owner and reads it to its end.
-func (s *Subscription) stream(ctx context.Context, last *string) (opened bool, err error) {
-	// Duty: Lookup returns a hint; a refusal is retried (run's backoff).
-	route, ok := s.c.lookup.Lookup(s.key)
-	if !ok {
-		return false, errors.New("no owner holds the topic yet")
-	}
-	q := url.Values{"id": {s.id}}
-	if *last != "" {
-		q.Set("last", *last)
-	}
+// stream opens one stream at the topic's Owner and reads it to its end;
+// it reports whether one opened.
+func (s *Subscription) stream(ctx context.Context, last *string) (opened bool) {
 	sent := time.Now()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+route.Addr+"/sub/"+url.PathEscape(s.topic)+"?"+q.Encode(), nil)
+	resp, err := s.c.do(ctx, s.key, http.MethodGet, "/sub/"+url.PathEscape(s.topic)+"?"+url.Values{"id": {s.id}, "last": {*last}}.Encode(), "")
 	if err != nil {
-		return false, err
-	}
-	resp, err := s.c.http.Do(req)
-	if err != nil {
-		return false, err
+		return false
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
-		return false, fmt.Errorf("%s answered %s: %s", route.Addr, resp.Status, bytes.TrimSpace(body))
+		return false
 	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(nil, 2*MaxMessageBytes)
-	event, reason := "", "eof"
-	for sc.Scan() && err == nil {
-		line := sc.Text()
-		if e, ok := strings.CutPrefix(line, "event: "); ok {
+	event, reason, from := "", "eof", ""
+	for sc.Scan() {
+		data, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if e, ok := strings.CutPrefix(sc.Text(), "event: "); ok {
 			event = e
-			continue
 		}
-		data, ok := strings.CutPrefix(line, "data: ")
+		var h Subscribed
+		var m Message
 		switch {
 		case !ok:
-		case event == "subscribed":
-			var h Subscribed
-			if err = json.Unmarshal([]byte(data), &h); err == nil {
-				opened = true
-				if h.New {
-					*last = "" // every message of a new subscription is still to come
-				}
-				s.fn(Event{Kind: "subscribed", New: h.New, Owner: h.Owner, Sent: sent})
+		case event == "subscribed" && json.Unmarshal([]byte(data), &h) == nil:
+			if opened, from = true, h.Owner; h.New {
+				*last = "" // every message of a new subscription is still to come
 			}
-		case event == "message":
-			var m Message
-			if err = json.Unmarshal([]byte(data), &m); err == nil {
-				*last = m.ID
-				s.fn(Event{Kind: "message", Message: m, Owner: route.Owner})
-			}
+			s.fn(Event{Kind: "subscribed", New: h.New, Owner: h.Owner, Sent: sent})
+		case event == "message" && json.Unmarshal([]byte(data), &m) == nil:
+			*last = m.ID
+			s.fn(Event{Kind: "message", Message: m, Owner: from})
 		case event == "end":
 			reason = data
 		}
 	}
-	if err == nil {
-		err = sc.Err()
-	}
-	if err != nil {
-		reason = err.Error()
+	if sc.Err() != nil {
+		reason = sc.Err().Error()
 	}
 	if opened {
-		s.fn(Event{Kind: "ended", Reason: reason, Owner: route.Owner})
+		s.fn(Event{Kind: "ended", Reason: reason, Owner: from})
 	}
-	return opened, err
+	return opened
 }

@@ -57,16 +57,8 @@ func (s *Server) handOver(h owner.Handover) {
 	// the state reached h.To; without it the range moves without it.
 	s.owner.HandoverDone(h, err == nil)
 	s.topics.endHandover(h, err == nil)
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	if err != nil {
-		s.stats.HandoverFailures++
 		s.cfg.Logger.Warn("pubsub: handover failed; the range moves without its subscriptions", "to", h.To, "range", h.Range, "err", err)
-		return
-	}
-	s.stats.HandedOver++
-	for _, ws := range topics {
-		s.stats.SubsHandedOver += len(ws)
 	}
 }
 

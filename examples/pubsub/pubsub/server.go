@@ -65,8 +65,6 @@ type Server struct {
 	peers   *http.Client
 	close   sync.Once
 	err     error
-	mu      sync.Mutex
-	stats   ServerStats // guarded by mu
 }
 
 // NewServer listens, starts an Owner with handovers, and serves HTTP until
@@ -129,22 +127,8 @@ func (s *Server) Addr() string { return s.lis.Addr().String() }
 // ID is the Owner ID.
 func (s *Server) ID() string { return s.cfg.ID }
 
-// ServerStats counts a server's subscriptions now, and its planned moves
-// so far: ranges handed over with how many subscriptions, and ranges that
-// failed to (they moved without them).
-type ServerStats struct {
-	Subscriptions, Attached                      int
-	HandedOver, SubsHandedOver, HandoverFailures int
-}
-
-// Stats returns the server's counts.
-func (s *Server) Stats() ServerStats {
-	s.mu.Lock()
-	st := s.stats
-	s.mu.Unlock()
-	st.Subscriptions, st.Attached = s.topics.counts()
-	return st
-}
+// Counts returns the number of subscriptions held, and of streams open.
+func (s *Server) Counts() (subs, attached int) { return s.topics.counts() }
 
 // changed is the OnChange upcall: take up handed-over subscriptions, end
 // stale streams, start the handovers asked for (never blocking on the

@@ -120,16 +120,19 @@ func (t *topics) beginLocked(topic string, k keyspace.Key) (owner.LeaseNum, erro
 	if !ok {
 		return n, errNotOwner
 	}
-	// Step (2). Subscriptions handed over for the topic are taken up if
-	// the grant is marked Migrated, else dropped (OnChange may lag, so the
-	// request looks at Held itself).
+	// Step (2). Subscriptions handed over for the topic are taken up by a
+	// grant marked Migrated. Migrated shows on the grant only until its
+	// first renewal, so until the OnChange upcall settles them (it reports
+	// every grant, and whether it was Migrated), the topic is moving.
 	if _, ok := t.pending[topic]; ok {
 		for _, l := range t.leases.Held() {
-			if l.Num == n && l.Range.Contains(k) {
+			if l.Num == n && l.Range.Contains(k) && l.Migrated {
 				t.takeUpLocked(l)
 			}
 		}
-		delete(t.pending, topic)
+		if _, ok := t.pending[topic]; ok {
+			return n, errMoving
+		}
 	}
 	now := time.Now()
 	for h := range t.moving {

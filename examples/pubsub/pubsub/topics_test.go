@@ -194,6 +194,9 @@ func TestTopicsHandover(t *testing.T) {
 	fb.held = false
 	b.receive("news", ws)
 	fb.grant(6)
+	if _, _, _, err := b.publish("news", Message{ID: "m3"}); !errors.Is(err, errMoving) {
+		t.Fatalf("publish before the grant is known migrated: %v, want %v", err, errMoving)
+	}
 	fb.migrated = true
 	publish(t, b, "news", "m3")
 	s, st = mustAttach(t, b, "news", "x", "m1", false)
