@@ -59,7 +59,6 @@ type Server struct {
 	http    *http.Server
 	owner   *owner.Owner
 	topics  *topics
-	served  chan error
 	stopped chan struct{}
 	wg      sync.WaitGroup // handovers and the sweeper
 	peers   *http.Client
@@ -85,7 +84,7 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	}
 	cfg.Advertise = cmp.Or(cfg.Advertise, lis.Addr().String())
 	cfg.ID = cmp.Or(cfg.ID, lis.Addr().String())
-	s := &Server{cfg: cfg, lis: lis, served: make(chan error, 1), stopped: make(chan struct{}),
+	s := &Server{cfg: cfg, lis: lis, stopped: make(chan struct{}),
 		peers: &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}}
 	ready := make(chan struct{})
 	// Duty: a unique ID per server (the caller's; the listen address by
@@ -105,7 +104,7 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	mux.HandleFunc("POST "+handoverPath, s.handleHandover)
 	s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn)}
-	go func() { s.served <- s.http.Serve(lis) }()
+	go s.http.Serve(lis)
 	s.wg.Go(func() {
 		t := time.NewTicker(sweepEvery)
 		defer t.Stop()
@@ -145,22 +144,14 @@ func (s *Server) changed(ch owner.OwnershipChange) {
 // the streams left and stops serving.
 func (s *Server) Close(ctx context.Context) error {
 	s.close.Do(func() {
-		err := s.owner.Close(ctx)
+		if err := s.owner.Close(ctx); err != nil {
+			s.err = fmt.Errorf("pubsub: close %s: %w", s.cfg.ID, err)
+		}
 		close(s.stopped)
 		s.wg.Wait()
 		s.topics.sweep(true)
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-		if s.http.Shutdown(sctx) != nil {
-			s.http.Close()
-		}
-		cancel()
-		if serr := <-s.served; !errors.Is(serr, http.ErrServerClosed) {
-			err = errors.Join(err, serr)
-		}
+		s.http.Close()
 		s.peers.CloseIdleConnections()
-		if err != nil {
-			s.err = fmt.Errorf("pubsub: close %s: %w", s.cfg.ID, err)
-		}
 	})
 	return s.err
 }

@@ -418,15 +418,20 @@ func (t *topics) beginHandover(h owner.Handover) map[string][]wireSub {
 	return out
 }
 
-// endHandover stops refusing h's range: handed over (ok), its
-// subscriptions are forgotten; otherwise they stay here until recalled.
+// endHandover ends h: handed over (ok), the range's subscriptions are
+// forgotten, and it stays refused until the Owner has given it up
+// (HandoverDone is asynchronous; the sweep ends the refusal); otherwise it
+// is served again, with its subscriptions, until recalled.
 func (t *topics) endHandover(h owner.Handover, ok bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	delete(t.moving, h)
+	if !ok {
+		delete(t.moving, h)
+		return
+	}
 	for _, byID := range t.subs {
 		for _, s := range byID {
-			if ok && h.Range.Contains(s.key) && s.lease == h.Lease {
+			if h.Range.Contains(s.key) && s.lease == h.Lease {
 				t.dropLocked(s, "moved")
 			}
 		}

@@ -173,6 +173,11 @@ func TestTopicsHandover(t *testing.T) {
 	if subs, _ := a.counts(); subs != 0 {
 		t.Fatalf("%d subscriptions left after handing them over, want 0", subs)
 	}
+	// HandoverDone is asynchronous: until the Owner gives the lease up, a
+	// publish must still be refused, or it would reach nobody.
+	if _, _, _, err := a.publish("news", Message{ID: "m2b"}); !errors.Is(err, errMoving) {
+		t.Fatalf("publish after the handover, the lease not yet given up: %v, want %v", err, errMoving)
+	}
 
 	// Without a migrated grant the copy is thrown away.
 	b.receive("news", ws)
