@@ -9,7 +9,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"maps"
 	"slices"
 	"sync"
 	"syscall"
@@ -30,39 +29,41 @@ const demoChild = "PUBSUB_DEMO_SERVER"
 // checks each time that every subscriber received every message published
 // since its subscription was made, once.
 func demo(ctx context.Context, out io.Writer) error {
-	say := func(format string, args ...any) { fmt.Fprintf(out, format+"\n", args...) }
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	addr, err := startManager(ctx)
 	if err != nil {
 		return err
 	}
-	say("1. A Manager listens on %s (fast timings); three pubsub servers start as processes:", addr)
+	fmt.Fprintf(out, "1. A Manager listens on %s (fast timings); three pubsub servers start as processes:\n", addr)
 	servers := map[string]*exec.Cmd{}
+	defer func() { // kill what is left (ctx), and wait
+		cancel()
+		for _, cmd := range servers {
+			if cmd != nil {
+				cmd.Wait()
+			}
+		}
+	}()
 	for _, id := range []string{"ps-1", "ps-2", "ps-3"} {
 		if servers[id], err = spawn(ctx, out, "--manager", addr, "--listen", "127.0.0.1:0", "--id", id); err != nil {
 			return err
 		}
 	}
-	defer func() { // kill what is left (ctx), and wait
-		cancel()
-		for _, cmd := range servers {
-			cmd.Wait()
-		}
-	}()
 	c, err := pubsub.NewClient(ctx, pubsub.ClientConfig{Manager: addr, Timing: protocol.Fast()})
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	var mu sync.Mutex
-	topics := []string{"news", "sport", "weather", "markets", "music", "travel"}
-	owner, fresh, got, sent := map[string]string{}, map[string]int{}, map[string][]string{}, map[string][]string{}
+	var mu sync.Mutex                                         // guards the four maps, per topic:
+	owner, fresh := map[string]string{}, map[string]int{}     // of the last stream; streams opened afresh
+	got, sent := map[string][]string{}, map[string][]string{} // since the last made afresh
+	topics := []string{"markets", "music", "news", "sport", "travel", "weather"}
 	for _, topic := range topics {
-		defer c.Subscribe(topic, "demo", func(e pubsub.Event) {
+		c.Subscribe(topic, "demo", func(e pubsub.Event) {
 			mu.Lock()
 			defer mu.Unlock()
-			if e.Kind == "subscribed" && e.New { // messages count from here
+			if e.Kind == "subscribed" && e.New {
 				fresh[topic], got[topic], sent[topic] = fresh[topic]+1, nil, nil
 			}
 			if e.Kind == "subscribed" {
@@ -70,62 +71,58 @@ func demo(ctx context.Context, out io.Writer) error {
 			} else if e.Kind == "message" {
 				got[topic] = append(got[topic], e.Message.Data)
 			}
-		}).Close()
+		})
 	}
-	owners := func() map[string]string {
-		mu.Lock()
-		defer mu.Unlock()
-		return maps.Clone(owner)
-	}
-	// await waits up to 15 s for cond to hold on every topic.
+	// await waits up to 15 s for cond to hold for every topic, and prints
+	// the topics' owners then.
 	await := func(cond func(topic string) bool) error {
-		for start := time.Now(); ; time.Sleep(20 * time.Millisecond) {
+		for start := time.Now(); time.Since(start) < 15*time.Second; time.Sleep(20 * time.Millisecond) {
 			mu.Lock()
 			ok := !slices.ContainsFunc(topics, func(t string) bool { return !cond(t) })
+			if ok {
+				fmt.Fprintf(out, "   Topics at: %v\n", owner)
+			}
 			mu.Unlock()
 			if ok {
 				return nil
 			}
-			if time.Since(start) > 15*time.Second {
-				return errors.New("timed out")
-			}
 		}
+		return errors.New("timed out")
 	}
 	round := func(name string) error {
 		for _, topic := range topics {
-			if _, err := c.Publish(ctx, topic, topic+" "+name); err != nil {
+			mu.Lock()
+			sent[topic] = append(sent[topic], name)
+			mu.Unlock()
+			if _, err := c.Publish(ctx, topic, name); err != nil {
 				return err
 			}
-			mu.Lock()
-			sent[topic] = append(sent[topic], topic+" "+name)
-			mu.Unlock()
 		}
+		fmt.Fprintf(out, "   Message %s published to each topic; awaiting every subscriber's copy...\n", name)
 		return await(func(t string) bool { return slices.Equal(got[t], sent[t]) })
 	}
+	fmt.Fprintf(out, "2. A subscriber on each of %d topics, held by the Owner of the topic's key.\n", len(topics))
 	if err := await(func(t string) bool { return owner[t] != "" }); err != nil {
 		return err
 	}
-	say("2. A subscriber on each of %d topics, held by the Owner of the topic's key: %v", len(topics), owners())
 	if err := round("#1"); err != nil {
 		return err
 	}
-	say("   Message #1 published to each topic: every subscriber received it.")
-
-	before := owners()
-	say("3. ps-2 is killed (SIGKILL): its subscriptions are gone with its memory.")
+	fmt.Fprintln(out, "3. ps-2 is killed (SIGKILL): its subscriptions are gone with its memory; the")
+	fmt.Fprintln(out, "   loss notification makes their subscribers resubscribe afresh elsewhere.")
+	mu.Lock()
+	onDead := slices.DeleteFunc(slices.Clone(topics), func(t string) bool { return owner[t] != "ps-2" })
+	mu.Unlock()
 	killed := time.Now()
 	servers["ps-2"].Process.Kill()
-	if err := await(func(t string) bool { return before[t] != "ps-2" || fresh[t] == 2 }); err != nil {
+	if err := await(func(t string) bool { return !slices.Contains(onDead, t) || fresh[t] == 2 }); err != nil {
 		return err
 	}
-	say("   The loss notification made their subscribers resubscribe afresh within %s: %v",
-		time.Since(killed).Round(100*time.Millisecond), owners())
+	fmt.Fprintf(out, "   %v resubscribed within %s.\n", onDead, time.Since(killed).Round(100*time.Millisecond))
 	if err := round("#2"); err != nil {
 		return err
 	}
-	say("   Every subscriber received message #2.")
-
-	say("4. ps-3 is drained (SIGTERM): its ranges move with their subscriptions.")
+	fmt.Fprintln(out, "4. ps-3 is drained (SIGTERM): its ranges move with their subscriptions.")
 	servers["ps-3"].Process.Signal(syscall.SIGTERM)
 	if err := servers["ps-3"].Wait(); err != nil {
 		return fmt.Errorf("ps-3: %w", err)
@@ -137,15 +134,14 @@ func demo(ctx context.Context, out io.Writer) error {
 	defer mu.Unlock()
 	for _, t := range topics {
 		want := 1 // at the start
-		if before[t] == "ps-2" {
+		if slices.Contains(onDead, t) {
 			want = 2 // and after the kill
 		}
 		if fresh[t] != want {
 			return fmt.Errorf("%s: subscribed afresh %d times, want %d", t, fresh[t], want)
 		}
 	}
-	say("   Every subscriber received message #3, and none was made afresh: %v", owner)
-	say("Done.")
+	fmt.Fprintln(out, "   No subscriber noticed the move: none was made afresh. Done.")
 	return nil
 }
 
@@ -164,8 +160,8 @@ func startManager(ctx context.Context) (string, error) {
 	return lis.Addr().String(), nil
 }
 
-// spawn starts this program with args as one of the tour's servers, kills
-// it when ctx ends, and copies the first line it prints to out.
+// spawn starts this program with args as one of the tour's servers (killed
+// when ctx ends), and copies the first line it prints to out.
 func spawn(ctx context.Context, out io.Writer, args ...string) (*exec.Cmd, error) {
 	exe, err := os.Executable()
 	if err != nil {

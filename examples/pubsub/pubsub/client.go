@@ -33,6 +33,9 @@ type ClientConfig struct {
 type Client struct {
 	lookup *lookup.Lookup
 	http   *http.Client
+	ctx    context.Context // the subscriptions'; cancelled by Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // the subscriptions' goroutines
 	mu     sync.Mutex
 	subs   map[*Subscription]bool // guarded by mu
 }
@@ -43,6 +46,7 @@ func NewClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 		return nil, errors.New("pubsub: ClientConfig.Manager is required")
 	}
 	c := &Client{subs: map[*Subscription]bool{}, http: &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
 	l, err := lookup.New(ctx, lookup.Config{Manager: cfg.Manager, Namespace: cfg.Namespace, Timing: cfg.Timing, OnLoss: c.onLoss})
 	if err != nil {
 		return nil, fmt.Errorf("pubsub: %w", err)
@@ -56,15 +60,8 @@ func (c *Client) WaitSynced(ctx context.Context) error { return c.lookup.WaitSyn
 
 // Close ends the Client's subscriptions and its Lookup.
 func (c *Client) Close() error {
-	c.mu.Lock()
-	subs := make([]*Subscription, 0, len(c.subs))
-	for s := range c.subs {
-		subs = append(subs, s)
-	}
-	c.mu.Unlock()
-	for _, s := range subs {
-		s.Close()
-	}
+	c.cancel()
+	c.wg.Wait()
 	c.http.CloseIdleConnections()
 	return c.lookup.Close()
 }
@@ -139,16 +136,20 @@ func (c *Client) Publish(ctx context.Context, topic, data string) (Published, er
 	return p, json.Unmarshal(body, &p)
 }
 
-// Event is what a subscription reports, in order, on its goroutine. Kind
-// is "subscribed" (a stream opened; New says the subscription was made
-// afresh, so messages since the last stream may have been missed; Sent is
-// when the request was sent), "message", or "ended" (a stream ended;
-// Reason says why).
+// Event is what a subscription reports, in order, on its goroutine, and
+// the data of each server-sent event. Kind is "subscribed" (a stream
+// opened at Owner; New says the subscription was made afresh, so messages
+// since the last stream may have been missed; Sent is when the request was
+// sent), "message", or "ended" (a stream ended; Reason says why: moved,
+// lost, replaced, overflow, closing, or the connection's error). On the
+// wire, "end" carries the Reason.
 type Event struct {
-	Kind, Owner, Reason string
-	New                 bool
-	Message             Message
-	Sent                time.Time
+	Kind    string    `json:"kind"`
+	Owner   string    `json:"owner,omitzero"`
+	New     bool      `json:"new,omitzero"`
+	Message Message   `json:"message,omitzero"`
+	Reason  string    `json:"reason,omitzero"`
+	Sent    time.Time `json:"-"`
 }
 
 // Subscription keeps one subscription open until Close.
@@ -169,12 +170,12 @@ type Subscription struct {
 // receives the events on the subscription's goroutine.
 func (c *Client) Subscribe(topic, id string, fn func(Event)) *Subscription {
 	s := &Subscription{c: c, topic: topic, id: id, key: keyspace.KeyOf(topic), fn: fn, done: make(chan struct{}), current: func() {}}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(c.ctx)
 	s.cancel = cancel
 	c.mu.Lock()
 	c.subs[s] = true
 	c.mu.Unlock()
-	go s.run(ctx)
+	c.wg.Go(func() { s.run(ctx) })
 	return s
 }
 
@@ -183,13 +184,15 @@ func (c *Client) Subscribe(topic, id string, fn func(Event)) *Subscription {
 func (s *Subscription) Close() {
 	s.cancel()
 	<-s.done
-	s.c.mu.Lock()
-	delete(s.c.subs, s)
-	s.c.mu.Unlock()
 }
 
 func (s *Subscription) run(ctx context.Context) {
-	defer close(s.done)
+	defer func() {
+		s.c.mu.Lock()
+		delete(s.c.subs, s)
+		s.c.mu.Unlock()
+		close(s.done)
+	}()
 	last := ""
 	for wait := 20 * time.Millisecond; ctx.Err() == nil; wait = backoff(ctx, wait) {
 		sctx, cancel := context.WithCancel(ctx)
@@ -217,27 +220,25 @@ func (s *Subscription) stream(ctx context.Context, last *string) (opened bool) {
 	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(nil, 2*MaxMessageBytes)
-	event, reason, from := "", "eof", ""
+	reason, from := "eof", ""
 	for sc.Scan() {
-		data, ok := strings.CutPrefix(sc.Text(), "data: ")
-		if e, ok := strings.CutPrefix(sc.Text(), "event: "); ok {
-			event = e
+		var e Event
+		if data, ok := strings.CutPrefix(sc.Text(), "data: "); !ok || json.Unmarshal([]byte(data), &e) != nil {
+			continue
 		}
-		var h Subscribed
-		var m Message
-		switch {
-		case !ok:
-		case event == "subscribed" && json.Unmarshal([]byte(data), &h) == nil:
-			if opened, from = true, h.Owner; h.New {
+		switch e.Kind {
+		case "subscribed":
+			opened, from, e.Sent = true, e.Owner, sent
+			if e.New {
 				*last = "" // every message of a new subscription is still to come
 			}
-			s.fn(Event{Kind: "subscribed", New: h.New, Owner: h.Owner, Sent: sent})
-		case event == "message" && json.Unmarshal([]byte(data), &m) == nil:
-			*last = m.ID
-			s.fn(Event{Kind: "message", Message: m, Owner: from})
-		case event == "end":
-			reason = data
+		case "message":
+			*last, e.Owner = e.Message.ID, from
+		case "end":
+			reason = e.Reason
+			continue
 		}
+		s.fn(e)
 	}
 	if sc.Err() != nil {
 		reason = sc.Err().Error()

@@ -40,9 +40,16 @@ func (s *Server) handOver(h owner.Handover) {
 	ctx, cancel := context.WithDeadline(context.Background(), h.Deadline.Add(-min(time.Until(h.Deadline)/10, 250*time.Millisecond)))
 	defer cancel()
 	for wait := 10 * time.Millisecond; err == nil; wait = min(2*wait, 200*time.Millisecond) {
-		var retry bool
-		if retry, err = s.post(ctx, h.Addr, body); err == nil || !retry {
-			break
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+h.Addr+handoverPath, bytes.NewReader(body))
+		var resp *http.Response
+		if resp, err = s.peers.Do(req); err == nil {
+			msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+			resp.Body.Close()
+			if resp.StatusCode/100 == 2 {
+				break
+			} else if err = fmt.Errorf("%s answered %s: %s", h.Addr, resp.Status, bytes.TrimSpace(msg)); resp.StatusCode < 500 {
+				break // refused: it will not pass
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -53,31 +60,13 @@ func (s *Server) handOver(h owner.Handover) {
 			err = nil
 		}
 	}
-	// Duty (Config.Handovers): end every handover passed up, with whether
+	// Duty (Config.Handovers): end every handover passed up, saying whether
 	// the state reached h.To; without it the range moves without it.
 	s.owner.HandoverDone(h, err == nil)
 	s.topics.endHandover(h, err == nil)
 	if err != nil {
 		s.cfg.Logger.Warn("pubsub: handover failed; the range moves without its subscriptions", "to", h.To, "range", h.Range, "err", err)
 	}
-}
-
-// post sends one handover; retry says a failure may pass (unreachable, 5xx).
-func (s *Server) post(ctx context.Context, addr string, body []byte) (retry bool, err error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+handoverPath, bytes.NewReader(body))
-	if err != nil {
-		return false, err
-	}
-	resp, err := s.peers.Do(req)
-	if err != nil {
-		return ctx.Err() == nil, err
-	}
-	defer resp.Body.Close()
-	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
-	if resp.StatusCode/100 == 2 {
-		return false, nil
-	}
-	return resp.StatusCode >= 500, fmt.Errorf("%s answered %s: %s", addr, resp.Status, bytes.TrimSpace(msg))
 }
 
 // handleHandover receives subscriptions handed over by another server.

@@ -1,7 +1,6 @@
 package pubsub
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"crypto/rand"
@@ -126,9 +125,6 @@ func (s *Server) Addr() string { return s.lis.Addr().String() }
 // ID is the Owner ID.
 func (s *Server) ID() string { return s.cfg.ID }
 
-// Counts returns the number of subscriptions held, and of streams open.
-func (s *Server) Counts() (subs, attached int) { return s.topics.counts() }
-
 // changed is the OnChange upcall: take up handed-over subscriptions, end
 // stale streams, start the handovers asked for (never blocking on the
 // network: later upcalls wait behind this one).
@@ -167,17 +163,6 @@ func refuse(w http.ResponseWriter, err error) {
 	owner.Refuse(w, owner.RefusedNotOwner, err.Error())
 }
 
-// Subscribed is the first event of a stream.
-type Subscribed struct {
-	Topic string `json:"topic"`
-	ID    string `json:"id"`
-	// New says the subscription was made afresh: this server held none
-	// under the topic's current lease that the subscriber could resume,
-	// so messages since its previous stream ended may have gone to nobody.
-	New   bool   `json:"new"`
-	Owner string `json:"owner"`
-}
-
 // handleSub serves GET /sub/{topic}?id=ID[&last=MSGID] as server-sent
 // events: "subscribed", then "message" events, and "end" with the reason
 // when the server ends the stream (moved, lost, replaced, overflow,
@@ -195,21 +180,19 @@ func (s *Server) handleSub(w http.ResponseWriter, r *http.Request) {
 	}
 	rc := http.NewResponseController(w)
 	w.Header().Set("Content-Type", "text/event-stream")
-	send := func(event, id string, data []byte) error {
-		var b bytes.Buffer
-		if event == "" {
-			b.WriteString(":\n\n") // a comment: keeps the connection alive
-		} else {
-			fmt.Fprintf(&b, "event: %s\nid: %s\ndata: %s\n\n", event, id, data)
+	send := func(e *Event) error {
+		frame := []byte(":\n\n") // a comment: keeps the connection alive
+		if e != nil {
+			data, _ := json.Marshal(e)
+			frame = fmt.Appendf(nil, "event: %s\ndata: %s\n\n", e.Kind, data)
 		}
 		_ = rc.SetWriteDeadline(time.Now().Add(writeTimeout))
-		if _, err := w.Write(b.Bytes()); err != nil {
+		if _, err := w.Write(frame); err != nil {
 			return err
 		}
 		return rc.Flush()
 	}
-	hello, _ := json.Marshal(Subscribed{Topic: topic, ID: id, New: fresh, Owner: s.cfg.ID})
-	if send("subscribed", "", hello) != nil {
+	if send(&Event{Kind: "subscribed", New: fresh, Owner: s.cfg.ID}) != nil {
 		s.topics.detach(sb, st)
 		return
 	}
@@ -219,11 +202,10 @@ func (s *Server) handleSub(w http.ResponseWriter, r *http.Request) {
 		m, stop := s.topics.next(sb, st)
 		switch {
 		case stop != "":
-			_ = send("end", "", []byte(stop))
+			_ = send(&Event{Kind: "end", Reason: stop})
 			return
 		case m != nil:
-			data, _ := json.Marshal(m)
-			err := send("message", m.ID, data)
+			err := send(&Event{Kind: "message", Message: *m})
 			if s.topics.wrote(sb, st, err); err != nil {
 				return
 			}
@@ -234,7 +216,7 @@ func (s *Server) handleSub(w http.ResponseWriter, r *http.Request) {
 				s.topics.detach(sb, st)
 				return
 			case <-tick.C:
-				if send("", "", nil) != nil {
+				if send(nil) != nil {
 					s.topics.detach(sb, st)
 					return
 				}

@@ -161,12 +161,8 @@ func (t *topics) attach(topic, id, last string) (s *sub, st *stream, fresh bool,
 		if n, err = t.beginLocked(topic, k); err != nil {
 			return nil, nil, false, err
 		}
-		s = t.subs[topic][id]
-		if s != nil && s.stream != nil { // one stream per subscription
-			old := s.stream
-			t.detachLocked(s, old)
-			old.stop = "replaced"
-			old.signal()
+		if s = t.subs[topic][id]; s != nil {
+			t.endLocked(s, "replaced") // one stream per subscription
 		}
 		if s == nil || !s.inflight {
 			break
@@ -174,11 +170,9 @@ func (t *topics) attach(topic, id, last string) (s *sub, st *stream, fresh bool,
 		t.cond.Wait()
 	}
 	// (3) Operate: the subscription is stored under n.
-	if s != nil {
-		if s.last != last { // the subscriber missed messages: start afresh
-			t.dropLocked(s, "replaced")
-			s = nil
-		}
+	if s != nil && s.last != last { // the subscriber missed messages: afresh
+		t.dropLocked(s, "replaced")
+		s = nil
 	}
 	if s == nil {
 		s, fresh = &sub{id: id, topic: topic, key: k, lease: n}, true
@@ -304,13 +298,18 @@ func (t *topics) detachLocked(s *sub, st *stream) {
 	}
 }
 
-// dropLocked forgets a subscription and ends its stream with reason.
-func (t *topics) dropLocked(s *sub, reason string) {
+// endLocked ends s's stream, if any, with reason.
+func (t *topics) endLocked(s *sub, reason string) {
 	if st := s.stream; st != nil {
 		t.detachLocked(s, st)
 		st.stop = reason
 		st.signal()
 	}
+}
+
+// dropLocked forgets a subscription and ends its stream with reason.
+func (t *topics) dropLocked(s *sub, reason string) {
+	t.endLocked(s, reason)
 	s.queue = nil
 	if t.subs[s.topic][s.id] == s {
 		if delete(t.subs[s.topic], s.id); len(t.subs[s.topic]) == 0 {
@@ -400,11 +399,7 @@ func (t *topics) beginHandover(h owner.Handover) map[string][]wireSub {
 			if !h.Range.Contains(s.key) || s.lease != h.Lease {
 				continue
 			}
-			if st := s.stream; st != nil {
-				t.detachLocked(s, st)
-				st.stop = "moved"
-				st.signal()
-			}
+			t.endLocked(s, "moved")
 			for s.inflight {
 				t.cond.Wait()
 			}
@@ -448,18 +443,4 @@ func (t *topics) receive(topic string, subs []wireSub) {
 	if _, held := t.leases.CheckLeaseNow(k); !held {
 		t.pending[topic] = pendingTopic{key: k, subs: subs, expires: time.Now().Add(pendingTTL)}
 	}
-}
-
-// counts returns the number of subscriptions and of attached streams.
-func (t *topics) counts() (subs, attached int) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for _, byID := range t.subs {
-		for _, s := range byID {
-			if subs++; s.stream != nil {
-				attached++
-			}
-		}
-	}
-	return subs, attached
 }
