@@ -174,9 +174,8 @@ func (s *Server) rebuilder() {
 		for l, nodes := range s.maps.work(retryNodes) {
 			for _, node := range nodes {
 				wg.Go(func() {
-					if users, err := s.usersAt(node, l.r); err == nil {
-						s.maps.merge(l, node, users)
-					}
+					users, err := s.usersAt(node, l.r)
+					s.maps.merge(l, node, users, err)
 				})
 			}
 		}
