@@ -2,12 +2,14 @@
 // github.com/leasehold/leasehold/examples/mail/mail and its README.
 //
 //	mail --id ID --listen ADDR --data-dir DIR --nodes ID=ADDR,... [--manager ADDR[,ADDR...]] [--namespace NS]
+//	mail demo
 //
 // --nodes names every node, this one included. It serves until SIGINT or
 // SIGTERM, then hands its ranges back; its fragments stay in --data-dir.
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -29,16 +31,19 @@ func main() {
 	os.Exit(code)
 }
 
-// run serves and returns the exit code: 0, or 2 after a usage error or a
-// failure.
+// run serves (or tours) and returns the exit code: 0, or 2 after a usage
+// error or a failure.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 1 && args[0] == "demo" {
+		if err := demo(ctx, stdout); err != nil {
+			fmt.Fprintf(stderr, "mail demo: %v\n", err)
+			return 2
+		}
+		return 0
+	}
 	fs := flag.NewFlagSet("mail", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	def := os.Getenv("LEASEHOLD_MANAGER")
-	if def == "" {
-		def = "127.0.0.1:7400"
-	}
-	manager := fs.String("manager", def, "the Manager's address, or its replicas' addresses, comma-separated ($LEASEHOLD_MANAGER)")
+	manager := fs.String("manager", cmp.Or(os.Getenv("LEASEHOLD_MANAGER"), "127.0.0.1:7400"), "the Manager's address, or its replicas' addresses, comma-separated ($LEASEHOLD_MANAGER)")
 	namespace := fs.String("namespace", "", `the namespace (empty: "default")`)
 	id := fs.String("id", "", "this node's ID, also its Owner ID (required)")
 	listen := fs.String("listen", "", "the HTTP listen address, host:port (required)")
@@ -48,7 +53,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return map[bool]int{true: 0, false: 2}[err == flag.ErrHelp]
 	}
 	if *id == "" || *listen == "" || *dir == "" || *nodesFlag == "" || fs.NArg() != 0 {
-		fmt.Fprint(stderr, "mail: --id, --listen, --data-dir and --nodes are required, and there are no arguments\n")
+		fmt.Fprint(stderr, "mail: --id, --listen, --data-dir and --nodes are required, and there are no arguments (but demo)\n")
 		return 2
 	}
 	nodes := map[string]string{}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/lookup"
+	"github.com/leasehold/leasehold/owner"
 	"github.com/leasehold/leasehold/protocol"
 )
 
@@ -30,8 +31,9 @@ type ClientConfig struct {
 
 // Client is a delivery and retrieval proxy: it sends each request to the
 // Owner of the user's key, found with the Lookup library, retrying while
-// ownership moves or the mail map is rebuilt. The mail is durable: there
-// is nothing to republish on a loss notification.
+// ownership moves or the mail map is rebuilt. Duty (act on loss
+// notifications): the mail is durable and the mail map is rebuilt by the
+// Owner, so a frontend has nothing to republish; it sets no OnLoss.
 type Client struct {
 	lookup *lookup.Lookup
 	http   *http.Client
@@ -100,6 +102,8 @@ func (c *Client) do(ctx context.Context, method, user, query, body string) ([]by
 }
 
 func (c *Client) attempt(ctx context.Context, method, user, path, body string) ([]byte, bool, error) {
+	// Duty: Lookup returns a hint; the Owner refuses a stale one, and do
+	// retries after a short backoff.
 	route, ok := c.lookup.Lookup(keyspace.KeyOf(user))
 	if !ok {
 		return nil, true, errors.New("no owner holds the user yet")
@@ -118,7 +122,9 @@ func (c *Client) attempt(ctx context.Context, method, user, path, body string) (
 		return nil, true, err
 	}
 	if code := resp.StatusCode; code/100 != 2 {
-		return nil, code == http.StatusMisdirectedRequest || code >= 500,
+		// A refusal (owner.RefusalOf) or a node's failure may pass.
+		_, refused := owner.RefusalOf(code, resp.Header)
+		return nil, refused || code >= 500,
 			fmt.Errorf("%s at %s answered %s: %s", route.Owner, route.Addr, resp.Status, bytes.TrimSpace(data))
 	}
 	return data, false, nil

@@ -41,8 +41,8 @@ type rangeMaps struct {
 	known  map[string]bool            // nodes whose fragments in the range are in users
 	tried  map[string]time.Time       // nodes asked and not answered yet, and when
 	failed map[string]bool            // nodes whose last answer was an error
-	since time.Time                  // when the rebuild began
-	took  time.Duration              // how long it took to hear from every node; 0 until then
+	since  time.Time                  // when the rebuild began
+	took   time.Duration              // how long it took to hear from every node; 0 until then
 }
 
 // maps is an Owner's mail maps, one per held range.

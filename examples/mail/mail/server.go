@@ -97,6 +97,8 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	}
 	slices.Sort(nodes)
 	ready := make(chan struct{})
+	// Duty: a unique ID per server (the node's). No Handovers: the mail map
+	// is rebuilt from the disks by the next Owner.
 	o, err := owner.New(ctx, owner.Config{Manager: cfg.Manager, Namespace: cfg.Namespace, ID: cfg.ID,
 		Addr: cfg.Nodes[cfg.ID], Timing: cfg.Timing, Logger: cfg.Logger,
 		OnChange: func(ch owner.OwnershipChange) {
@@ -252,13 +254,15 @@ func (s *Server) candidates(holding []string) []string {
 	return append(first, rest...)
 }
 
+// fail answers an error; refusals follow the Owner contract (owner.Refuse):
+// a range being rebuilt is not taken up yet (moving, 503), a key not held
+// is not-owner (421).
 func (s *Server) fail(w http.ResponseWriter, err error) {
 	switch {
 	case errors.Is(err, errRebuilding):
-		w.Header().Set("Retry-After", "1")
-		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		owner.Refuse(w, owner.RefusedMoving, err.Error())
 	case errors.Is(err, errNotOwner), errors.Is(err, errLeaseLost):
-		http.Error(w, err.Error(), http.StatusMisdirectedRequest)
+		owner.Refuse(w, owner.RefusedNotOwner, err.Error())
 	default:
 		http.Error(w, err.Error(), http.StatusBadGateway)
 	}
@@ -277,7 +281,7 @@ func (s *Server) handleDeliver(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("reading the message (at most %d bytes): %v", MaxMessageBytes, err), http.StatusRequestEntityTooLarge)
 		return
 	}
-	n, holding, _, err := s.maps.lookup(user) // (1), (2)
+	n, holding, _, err := s.maps.lookup(user) // (1), (2): the duties are in maps.lookup
 	if err != nil {
 		s.fail(w, err)
 		return
@@ -299,7 +303,7 @@ func (s *Server) handleDeliver(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, fmt.Errorf("no node could store the message; the last: %w", err))
 		return
 	}
-	if err := s.maps.added(user, stored, n); err != nil { // (3), (4)
+	if err := s.maps.added(user, stored, n); err != nil { // (3), (4): CheckLeaseContinuous in maps.added
 		s.fail(w, err) // the copy stored is an orphan; reads drop duplicates
 		return
 	}
@@ -320,7 +324,7 @@ type Mailbox struct {
 // nodes the mail map names.
 func (s *Server) handleRead(w http.ResponseWriter, r *http.Request) {
 	user := r.PathValue("user")
-	n, holding, unknown, err := s.maps.lookup(user) // (1), (2)
+	n, holding, unknown, err := s.maps.lookup(user) // (1), (2): the duties are in maps.lookup
 	if err != nil {
 		s.fail(w, err)
 		return
@@ -359,7 +363,9 @@ func (s *Server) handleRead(w http.ResponseWriter, r *http.Request) {
 		return strings.Compare(a.ID, b.ID)
 	})
 	slices.Sort(box.Incomplete)
-	if !s.owner.CheckLeaseContinuous(keyspace.KeyOf(user), n) { // (4)
+	// Duty: CheckLeaseContinuous before anything leaves the server — (4):
+	// the map the read gathered by was the lease's throughout.
+	if !s.owner.CheckLeaseContinuous(keyspace.KeyOf(user), n) {
 		s.fail(w, errLeaseLost)
 		return
 	}
