@@ -95,9 +95,6 @@ func newClient(tb testing.TB, mgr string) *mail.Client {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { cl.Close() })
-	if err := cl.WaitSynced(tb.Context()); err != nil {
-		tb.Fatal(err)
-	}
 	return cl
 }
 
