@@ -2,7 +2,6 @@
 // github.com/leasehold/leasehold/examples/mail/mail and its README.
 //
 //	mail --id ID --listen ADDR --data-dir DIR --nodes ID=ADDR,... [--manager ADDR[,ADDR...]] [--namespace NS]
-//	mail demo
 //
 // --nodes names every node, this one included. It serves until SIGINT or
 // SIGTERM, then hands its ranges back; its fragments stay in --data-dir.
@@ -31,16 +30,9 @@ func main() {
 	os.Exit(code)
 }
 
-// run serves (or tours) and returns the exit code: 0, or 2 after a usage
-// error or a failure.
+// run serves and returns the exit code: 0, or 2 after a usage error or a
+// failure.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) == 1 && args[0] == "demo" {
-		if err := demo(ctx, stdout); err != nil {
-			fmt.Fprintf(stderr, "mail demo: %v\n", err)
-			return 2
-		}
-		return 0
-	}
 	fs := flag.NewFlagSet("mail", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	manager := fs.String("manager", cmp.Or(os.Getenv("LEASEHOLD_MANAGER"), "127.0.0.1:7400"), "the Manager's address, or its replicas' addresses, comma-separated ($LEASEHOLD_MANAGER)")
@@ -53,7 +45,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return map[bool]int{true: 0, false: 2}[err == flag.ErrHelp]
 	}
 	if *id == "" || *listen == "" || *dir == "" || *nodesFlag == "" || fs.NArg() != 0 {
-		fmt.Fprint(stderr, "mail: --id, --listen, --data-dir and --nodes are required, and there are no arguments (but demo)\n")
+		fmt.Fprint(stderr, "mail: --id, --listen, --data-dir and --nodes are required, and there are no arguments\n")
 		return 2
 	}
 	nodes := map[string]string{}

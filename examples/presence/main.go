@@ -2,7 +2,6 @@
 // github.com/leasehold/leasehold/examples/presence/presence.
 //
 //	presence --listen ADDR [--manager ADDR[,ADDR...]] [--namespace NS] [--id ID] [--advertise ADDR] [--ttl D]
-//	presence demo
 //
 // It serves until SIGINT or SIGTERM, then hands its ranges back (the
 // devices republish to the new Owners). Heartbeat and query with the
@@ -34,16 +33,9 @@ func main() {
 	os.Exit(code)
 }
 
-// run serves (or tours) and returns the exit code: 0, or 2 after a usage
-// error or a failure.
+// run serves and returns the exit code: 0, or 2 after a usage error or a
+// failure.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) == 1 && args[0] == "demo" {
-		if err := demo(ctx, stdout); err != nil {
-			fmt.Fprintf(stderr, "presence demo: %v\n", err)
-			return 2
-		}
-		return 0
-	}
 	fs := flag.NewFlagSet("presence", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	manager := fs.String("manager", cmp.Or(os.Getenv("LEASEHOLD_MANAGER"), "127.0.0.1:7400"), "the Manager's address, or its replicas' addresses, comma-separated ($LEASEHOLD_MANAGER)")
@@ -56,7 +48,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return map[bool]int{true: 0, false: 2}[err == flag.ErrHelp]
 	}
 	if *listen == "" || *ttl <= 0 || fs.NArg() != 0 {
-		fmt.Fprint(stderr, "presence: --listen is required, --ttl must be positive, and there are no arguments (but demo)\n")
+		fmt.Fprint(stderr, "presence: --listen is required, --ttl must be positive, and there are no arguments\n")
 		return 2
 	}
 	srv, err := presence.NewServer(ctx, presence.ServerConfig{Manager: *manager, Namespace: *namespace, ID: *id,

@@ -2,10 +2,9 @@
 // github.com/leasehold/leasehold/examples/pubsub/pubsub.
 //
 //	pubsub --listen ADDR [--manager ADDR[,ADDR...]] [--namespace NS] [--id ID] [--advertise ADDR] [--drain-timeout D]
-//	pubsub demo
 //
 // It serves until SIGINT or SIGTERM, then drains: its ranges move to the
-// other servers with their subscriptions. demo is a scripted tour (demo.go).
+// other servers with their subscriptions.
 package main
 
 import (
@@ -30,16 +29,9 @@ func main() {
 	os.Exit(code)
 }
 
-// run serves (or tours) and returns the exit code: 0, or 2 after a usage
-// error or a failure.
+// run serves and returns the exit code: 0, or 2 after a usage error or a
+// failure.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) == 1 && args[0] == "demo" {
-		if err := demo(ctx, stdout); err != nil {
-			fmt.Fprintf(stderr, "pubsub demo: %v\n", err)
-			return 2
-		}
-		return 0
-	}
 	fs := flag.NewFlagSet("pubsub", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	manager := fs.String("manager", cmp.Or(os.Getenv("LEASEHOLD_MANAGER"), "127.0.0.1:7400"), "the Manager's address, or its replicas' addresses, comma-separated ($LEASEHOLD_MANAGER)")
@@ -52,7 +44,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return map[bool]int{true: 0, false: 2}[err == flag.ErrHelp]
 	}
 	if *listen == "" || *drain <= 0 || fs.NArg() != 0 {
-		fmt.Fprint(stderr, "pubsub: --listen is required, --drain-timeout must be positive, and there are no arguments (but demo)\n")
+		fmt.Fprint(stderr, "pubsub: --listen is required, --drain-timeout must be positive, and there are no arguments\n")
 		return 2
 	}
 	srv, err := pubsub.NewServer(ctx, pubsub.ServerConfig{Manager: *manager, Namespace: *namespace, ID: *id,
