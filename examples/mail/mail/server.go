@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	stdmaps "maps"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -53,7 +54,6 @@ type Server struct {
 	owner   *owner.Owner
 	disk    *disk
 	maps    *maps
-	served  chan error
 	stopped chan struct{}
 	wake    chan struct{} // a rebuild has work
 	wg      sync.WaitGroup
@@ -89,13 +89,9 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConnsPerHost = 64
 	s := &Server{cfg: cfg, lis: lis, disk: d, peers: &http.Client{Transport: t, Timeout: nodeWait},
-		served: make(chan error, 1), stopped: make(chan struct{}), wake: make(chan struct{}, 1),
+		stopped: make(chan struct{}), wake: make(chan struct{}, 1),
 		inflight: map[string]int{}, reported: map[string]int{}, down: map[string]time.Time{}}
-	var nodes []string
-	for id := range cfg.Nodes {
-		nodes = append(nodes, id)
-	}
-	slices.Sort(nodes)
+	nodes := slices.Sorted(stdmaps.Keys(cfg.Nodes))
 	ready := make(chan struct{})
 	// Duty: a unique ID per server (the node's). No Handovers: the mail map
 	// is rebuilt from the disks by the next Owner.
@@ -121,10 +117,9 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	mux.HandleFunc("POST /internal/store/{user}", s.handleStore)
 	mux.HandleFunc("GET /internal/fetch/{user}", s.handleFetch)
 	mux.HandleFunc("GET /internal/users", s.handleUsers)
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
 	s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn)}
-	go func() { s.served <- s.http.Serve(lis) }()
+	go s.http.Serve(lis)
 	s.wg.Go(s.rebuilder)
 	return s, nil
 }
@@ -140,21 +135,13 @@ func (s *Server) Rebuilds() []Rebuild { return s.maps.rebuilds() }
 // fragments stay on disk.
 func (s *Server) Close(ctx context.Context) error {
 	s.close.Do(func() {
-		err := s.owner.Close(ctx)
-		close(s.stopped)
-		s.wg.Wait()
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-		if s.http.Shutdown(sctx) != nil {
-			s.http.Close()
-		}
-		cancel()
-		if serr := <-s.served; !errors.Is(serr, http.ErrServerClosed) {
-			err = errors.Join(err, serr)
-		}
-		s.peers.CloseIdleConnections()
-		if err != nil {
+		if err := s.owner.Close(ctx); err != nil {
 			s.err = fmt.Errorf("mail: close %s: %w", s.cfg.ID, err)
 		}
+		close(s.stopped)
+		s.wg.Wait()
+		s.http.Close()
+		s.peers.CloseIdleConnections()
 	})
 	return s.err
 }
