@@ -321,8 +321,9 @@ func (t *topics) dropLocked(s *sub, reason string) {
 // sweep drops subscriptions under leases no longer held (their streams
 // end "lost"; the subscribers resubscribe) or idle past idleTTL, finished
 // handovers and expired pending topics; with all, every subscription. It
-// runs on every upcall and every few seconds, only to free memory:
-// steps (2) and (4) catch the same state.
+// runs on every upcall and every few seconds, only to free memory. Duty:
+// never rely on OnChange for correctness — steps (2) and (4) catch the
+// same state whether or not the sweep ran.
 func (t *topics) sweep(all bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -440,6 +441,7 @@ func (t *topics) receive(topic string, subs []wireSub) {
 	k := keyspace.KeyOf(topic)
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	// Duty: check before acting — taken only for a topic not held here.
 	if _, held := t.leases.CheckLeaseNow(k); !held {
 		t.pending[topic] = pendingTopic{key: k, subs: subs, expires: time.Now().Add(pendingTTL)}
 	}
