@@ -8,6 +8,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -34,11 +35,7 @@ func main() {
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("mail", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	def := os.Getenv("LEASEHOLD_MANAGER")
-	if def == "" {
-		def = "127.0.0.1:7400"
-	}
-	manager := fs.String("manager", def, "the Manager's address, or its replicas' addresses, comma-separated ($LEASEHOLD_MANAGER)")
+	manager := fs.String("manager", cmp.Or(os.Getenv("LEASEHOLD_MANAGER"), "127.0.0.1:7400"), "the Manager's address, or its replicas' addresses, comma-separated ($LEASEHOLD_MANAGER)")
 	namespace := fs.String("namespace", "", `the namespace (empty: "default")`)
 	id := fs.String("id", "", "this node's ID, also its Owner ID (required)")
 	listen := fs.String("listen", "", "the HTTP listen address, host:port (required)")

@@ -4,14 +4,11 @@
 //	pubsub --listen ADDR [--manager ADDR[,ADDR...]] [--namespace NS] [--id ID] [--advertise ADDR] [--drain-timeout D]
 //
 // It serves until SIGINT or SIGTERM, then drains: its ranges move to the
-// other servers with their subscriptions. Publish and subscribe with the
-// package's Client, or over HTTP:
-//
-//	curl -N 'http://ADDR/sub/news?id=me'          # the topic's Owner's address: leasehold lookup news
-//	curl --data hello 'http://ADDR/pub/news'
+// other servers with their subscriptions.
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -37,11 +34,7 @@ func main() {
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("pubsub", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	def := os.Getenv("LEASEHOLD_MANAGER")
-	if def == "" {
-		def = "127.0.0.1:7400"
-	}
-	manager := fs.String("manager", def, "the Manager's address, or its replicas' addresses, comma-separated ($LEASEHOLD_MANAGER)")
+	manager := fs.String("manager", cmp.Or(os.Getenv("LEASEHOLD_MANAGER"), "127.0.0.1:7400"), "the Manager's address, or its replicas' addresses, comma-separated ($LEASEHOLD_MANAGER)")
 	namespace := fs.String("namespace", "", `the namespace (empty: "default")`)
 	id := fs.String("id", "", "the Owner ID (default: the listen address)")
 	listen := fs.String("listen", "", "the HTTP listen address, host:port (required)")
@@ -65,11 +58,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	<-ctx.Done()
 	cctx, cancel := context.WithTimeout(context.Background(), *drain)
 	defer cancel()
-	err = srv.Close(cctx)
-	st := srv.Stats()
-	fmt.Fprintf(stdout, "pubsub stopped: %d ranges handed over with %d subscriptions, %d without\n",
-		st.HandedOver, st.SubsHandedOver, st.HandoverFailures)
-	if err != nil {
+	if err := srv.Close(cctx); err != nil {
 		fmt.Fprintf(stderr, "pubsub: %v\n", err)
 		return 2
 	}

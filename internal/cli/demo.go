@@ -47,6 +47,7 @@ and keeps everything running after the tour until interrupted.`,
 			return d.run(ctx)
 		}),
 	}
+	cmd.AddCommand(newTourCommands(e)...) // demo pubsub, presence, mail (demo_apps.go)
 	cmd.Flags().StringVar(&dashboardAddr, "dashboard", "", "also serve the live dashboard on `ADDR` (host:port; "+DefaultDashboard+" when given without a value)")
 	cmd.Flags().Lookup("dashboard").NoOptDefVal = DefaultDashboard
 	return cmd

@@ -8,16 +8,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
+	"strings"
 	"time"
 
-	mrand "math/rand/v2"
-
-	"github.com/leasehold/leasehold/keyspace"
-	"github.com/leasehold/leasehold/lookup"
+	"github.com/leasehold/leasehold/gateway"
 	"github.com/leasehold/leasehold/protocol"
 )
 
@@ -25,101 +22,72 @@ import (
 type ClientConfig struct {
 	Manager, Namespace string
 	Timing             protocol.Timing
-	Logger             *slog.Logger
 }
 
-// Client is a delivery and retrieval proxy: it sends each request to the
-// Owner of the user's key, found with the Lookup library, retrying while
-// ownership moves or the mail map is rebuilt. The mail is durable: there
-// is nothing to republish on a loss notification.
+// Client is a delivery and retrieval proxy: a leasehold gateway in this
+// process (package gateway) that sends each request to the Owner of the
+// user's key, found with its Lookup, and retries while ownership moves or
+// the mail map is rebuilt (the Owner's refusals), within the caller's
+// deadline. Duties of the Lookup's caller, met by the gateway: a route is
+// a hint, and a refusal is retried after a short backoff. The mail is
+// durable and the mail map is rebuilt by the Owner, so on a loss
+// notification a frontend has nothing to republish.
 type Client struct {
-	lookup *lookup.Lookup
-	http   *http.Client
+	gw *gateway.Gateway
 }
 
-// NewClient starts a Client and its Lookup.
+// NewClient starts a Client and its gateway.
 func NewClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	if cfg.Manager == "" {
 		return nil, errors.New("mail: ClientConfig.Manager is required")
 	}
-	l, err := lookup.New(ctx, lookup.Config{Manager: cfg.Manager, Namespace: cfg.Namespace, Timing: cfg.Timing, Logger: cfg.Logger})
+	g, err := gateway.New(ctx, gateway.Config{Manager: cfg.Manager, Timing: cfg.Timing, MaxBodyBytes: MaxMessageBytes,
+		Routes: []gateway.Route{{Name: "mail", Prefix: "/mail/", Namespace: cfg.Namespace, Key: "path:1",
+			Timeout: gateway.Duration(time.Hour)}}}) // the caller's ctx bounds each request
 	if err != nil {
 		return nil, fmt.Errorf("mail: %w", err)
 	}
-	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.MaxIdleConnsPerHost = 64
-	return &Client{lookup: l, http: &http.Client{Transport: t, Timeout: 5 * time.Second}}, nil
+	return &Client{gw: g}, nil
 }
 
-// WaitSynced waits for the Lookup's first copy of the lease table.
-func (c *Client) WaitSynced(ctx context.Context) error { return c.lookup.WaitSynced(ctx) }
-
-// Close stops the Lookup.
-func (c *Client) Close() error {
-	c.http.CloseIdleConnections()
-	return c.lookup.Close()
-}
+// Close stops the gateway.
+func (c *Client) Close() error { return c.gw.Close() }
 
 // Deliver stores body in user's mailbox and returns the message's ID,
-// drawn once: every retry is the same message.
+// drawn once: every retry is the same message (Idempotency-Key lets the
+// gateway retry the delivery after a failure, and a read shows each ID
+// once).
 func (c *Client) Deliver(ctx context.Context, user, body string) (string, error) {
 	var b [8]byte
 	rand.Read(b[:])
 	id := hex.EncodeToString(b[:])
-	_, err := c.do(ctx, http.MethodPost, user, "?id="+id, body)
+	_, err := c.do(ctx, http.MethodPost, "/mail/"+url.PathEscape(user)+"?id="+id, body, id)
 	return id, err
 }
 
 // Read gathers user's messages from the nodes that hold them.
 func (c *Client) Read(ctx context.Context, user string) (Mailbox, error) {
 	var box Mailbox
-	data, err := c.do(ctx, http.MethodGet, user, "", "")
+	data, err := c.do(ctx, http.MethodGet, "/mail/"+url.PathEscape(user), "", "")
 	if err == nil {
 		err = json.Unmarshal(data, &box)
 	}
 	return box, err
 }
 
-// do sends one request to user's Owner, retrying with backoff while there
-// is no route, the Owner cannot be reached, or it answers 421 or 5xx.
-func (c *Client) do(ctx context.Context, method, user, query, body string) ([]byte, error) {
-	path := "/mail/" + url.PathEscape(user) + query
-	for wait := 20 * time.Millisecond; ; wait = min(2*wait, 250*time.Millisecond) {
-		data, retry, err := c.attempt(ctx, method, user, path, body)
-		if err == nil || !retry {
-			return data, err
-		}
-		t := time.NewTimer(wait/2 + mrand.N(wait/2))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, fmt.Errorf("mail: %s %s: %w; last: %w", method, path, ctx.Err(), err)
-		case <-t.C:
-		}
+// do sends one request through the gateway and returns the answer's body.
+func (c *Client) do(ctx context.Context, method, path, body, idempotencyKey string) ([]byte, error) {
+	req := httptest.NewRequestWithContext(ctx, method, path, strings.NewReader(body))
+	if idempotencyKey != "" {
+		req.Header.Set("Idempotency-Key", idempotencyKey)
 	}
-}
-
-func (c *Client) attempt(ctx context.Context, method, user, path, body string) ([]byte, bool, error) {
-	route, ok := c.lookup.Lookup(keyspace.KeyOf(user))
-	if !ok {
-		return nil, true, errors.New("no owner holds the user yet")
+	w := httptest.NewRecorder()
+	c.gw.ServeHTTP(w, req)
+	if ctx.Err() != nil { // the gateway gave up without an answer
+		return nil, fmt.Errorf("mail: %s %s: %w", method, path, ctx.Err())
 	}
-	req, err := http.NewRequestWithContext(ctx, method, "http://"+route.Addr+path, bytes.NewReader([]byte(body)))
-	if err != nil {
-		return nil, false, err
+	if w.Code/100 != 2 {
+		return nil, fmt.Errorf("mail: %s %s: %d %s", method, path, w.Code, bytes.TrimSpace(w.Body.Bytes()))
 	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return nil, true, err
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 256<<20))
-	if err != nil {
-		return nil, true, err
-	}
-	if code := resp.StatusCode; code/100 != 2 {
-		return nil, code == http.StatusMisdirectedRequest || code >= 500,
-			fmt.Errorf("%s at %s answered %s: %s", route.Owner, route.Addr, resp.Status, bytes.TrimSpace(data))
-	}
-	return data, false, nil
+	return w.Body.Bytes(), nil
 }

@@ -11,10 +11,10 @@
 // disk when a range is granted, and tagged with that grant (range and
 // LeaseNum, Porcupine's epoch), so a rebuild never mixes two ownerships.
 // Delivery and reading follow the five steps of P§2.2: CheckLeaseNow
-// (else 421); the map of that lease (503 until every node was asked once);
-// store on the least loaded of the user's fragment nodes, topped up with
-// random ones below Spread, or gather the fragments; CheckLeaseContinuous
-// (else 421); answer. A delivery is acknowledged only if the lease held
+// (else 421); the map of that lease (503 until every node has answered or
+// failed); store on the least loaded of the user's fragment nodes, topped
+// up with random ones below Spread, or gather the fragments;
+// CheckLeaseContinuous (else 421); answer. A delivery is acknowledged only if the lease held
 // from before the message was stored until after, so the next Owner's
 // rebuild, which begins after that lease, finds it. A delivery retried
 // after 421 keeps its ID, and a read shows each ID once.

@@ -95,9 +95,6 @@ func newClient(tb testing.TB, mgr string) *mail.Client {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { cl.Close() })
-	if err := cl.WaitSynced(tb.Context()); err != nil {
-		tb.Fatal(err)
-	}
 	return cl
 }
 
@@ -128,12 +125,15 @@ func TestDeliverReadAfterOwnerLeaves(t *testing.T) {
 	check := func(when string) {
 		t.Helper()
 		for user, ids := range want {
-			// A read names the nodes that did not answer in time
-			// (Incomplete): under load a node may be slow, so such a read
-			// is asked again, a bounded number of times.
+			// A read names the nodes that failed to answer (Incomplete): a
+			// node that was down (mail-1, until the Owners rebuilding
+			// its old ranges ask it again, every half second) or did not
+			// answer within its timeout under load. Such a read is asked
+			// again until the test's deadline; a node merely slow to
+			// answer the rebuild is waited for by the server itself.
 			box, err := cl.Read(ctx, user)
-			for try := 0; err == nil && len(box.Incomplete) != 0 && try < 20; try++ {
-				time.Sleep(250 * time.Millisecond)
+			for err == nil && len(box.Incomplete) != 0 && ctx.Err() == nil {
+				time.Sleep(100 * time.Millisecond)
 				box, err = cl.Read(ctx, user)
 			}
 			if err != nil {

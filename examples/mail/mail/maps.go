@@ -37,11 +37,12 @@ type lease struct {
 // which nodes hold a fragment of each user, rebuilt from the nodes' disks
 // when the range was granted, and kept up by deliveries since.
 type rangeMaps struct {
-	users map[string]map[string]bool // user → nodes with a fragment
-	known map[string]bool            // nodes whose fragments in the range are in users
-	tried map[string]time.Time       // nodes asked and not answered yet, and when
-	since time.Time                  // when the rebuild began
-	took  time.Duration              // how long it took to hear from every node; 0 until then
+	users  map[string]map[string]bool // user → nodes with a fragment
+	known  map[string]bool            // nodes whose fragments in the range are in users
+	tried  map[string]time.Time       // nodes asked and not answered yet, and when
+	failed map[string]bool            // nodes whose last answer was an error
+	since  time.Time                  // when the rebuild began
+	took   time.Duration              // how long it took to hear from every node; 0 until then
 }
 
 // maps is an Owner's mail maps, one per held range.
@@ -59,27 +60,33 @@ func newMaps(l leases, nodes []string) *maps {
 
 // lookup runs steps (1) and (2) for user: the lease its key is held under,
 // the nodes holding its fragments as that lease's mail map says, and the
-// nodes not heard from yet (their fragments may be missing). Until every
-// node was asked once, errRebuilding.
+// nodes that failed to answer the rebuild (their fragments may be
+// missing). Until every node has answered or failed, errRebuilding: a
+// node merely slow to answer is waited for, never reported missing.
 func (m *maps) lookup(user string) (n owner.LeaseNum, nodes, unknown []string, err error) {
 	k := keyspace.KeyOf(user)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	n, ok := m.leases.CheckLeaseNow(k) // (1)
+	// Duty: check before acting — (1) is this the right server?
+	n, ok := m.leases.CheckLeaseNow(k)
 	if !ok {
 		return n, nil, nil, errNotOwner
 	}
-	// (2) Only the mail map rebuilt under n counts: a map of another lease
-	// may miss fragments stored while another server held the user.
+	// (2) Duty: keep the LeaseNum with the state, and treat state stored
+	// under any other as lost. Only the mail map rebuilt under n counts: a
+	// map of another lease may miss fragments stored while another server
+	// held the user.
 	rm := m.findLocked(k, n)
 	if rm == nil {
-		for _, l := range m.leases.Held() { // the upcall lags: start the rebuild here
+		// Duty: never rely on OnChange — it may lag the grant, so the
+		// request starts the rebuild itself.
+		for _, l := range m.leases.Held() {
 			if l.Num == n && l.Range.Contains(k) {
 				rm = m.beginLocked(lease{l.Range, n})
 			}
 		}
 	}
-	if rm == nil || len(rm.known)+len(rm.tried) < len(m.nodes) {
+	if rm == nil || slices.ContainsFunc(m.nodes, func(node string) bool { return !rm.known[node] && !rm.failed[node] }) {
 		return n, nil, nil, errRebuilding
 	}
 	for node := range rm.users[user] {
@@ -106,7 +113,8 @@ func (m *maps) findLocked(k keyspace.Key, n owner.LeaseNum) *rangeMaps {
 func (m *maps) beginLocked(l lease) *rangeMaps {
 	rm := m.ranges[l]
 	if rm == nil {
-		rm = &rangeMaps{users: map[string]map[string]bool{}, known: map[string]bool{}, tried: map[string]time.Time{}, since: m.now()}
+		rm = &rangeMaps{users: map[string]map[string]bool{}, known: map[string]bool{}, tried: map[string]time.Time{},
+			failed: map[string]bool{}, since: m.now()}
 		m.ranges[l] = rm
 	}
 	return rm
@@ -126,7 +134,8 @@ func (m *maps) added(user, node string, n owner.LeaseNum) error {
 		rm.users[user] = map[string]bool{}
 	}
 	rm.users[user][node] = true
-	if !m.leases.CheckLeaseContinuous(k, n) { // (4)
+	// Duty: check after acting, before the acknowledgement leaves — (4).
+	if !m.leases.CheckLeaseContinuous(k, n) {
 		return errLeaseLost
 	}
 	return nil
@@ -135,6 +144,8 @@ func (m *maps) added(user, node string, n owner.LeaseNum) error {
 // changed is the Owner's OnChange upcall: a granted range's rebuild
 // begins; a revoked range's maps are dropped. A lease may lose part of its
 // range and keep the rest under the same LeaseNum: the rest keeps its map.
+// Duty: never rely on OnChange for correctness — lookup starts a rebuild
+// the upcall has not, and checks the lease itself.
 func (m *maps) changed(ch owner.OwnershipChange) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -157,7 +168,7 @@ func (m *maps) changed(ch owner.OwnershipChange) {
 // within copies the part of rm in r.
 func (rm *rangeMaps) within(r keyspace.Range) *rangeMaps {
 	out := &rangeMaps{users: map[string]map[string]bool{}, known: stdmaps.Clone(rm.known),
-		tried: stdmaps.Clone(rm.tried), since: rm.since, took: rm.took}
+		tried: stdmaps.Clone(rm.tried), failed: stdmaps.Clone(rm.failed), since: rm.since, took: rm.took}
 	for u, nodes := range rm.users {
 		if r.Contains(keyspace.KeyOf(u)) {
 			out.users[u] = nodes
@@ -187,12 +198,19 @@ func (m *maps) work(retry time.Duration) map[lease][]string {
 // merge adds what node's disk holds in l's range to the mail maps of l's
 // lease (l's range, or what is left of it), if that lease is still held:
 // a rebuild's answer for a lease gone is thrown away, never mixed into the
-// next ownership's map.
-func (m *maps) merge(l lease, node string, users []string) {
+// next ownership's map. A failed answer (err) marks the node failed until
+// it answers.
+func (m *maps) merge(l lease, node string, users []string, err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for l2, rm := range m.ranges {
+		// Duty: CheckLeaseContinuous — state gathered under a lease that
+		// ended is not mixed into the next.
 		if l2.n != l.n || !l.r.Covers(l2.r) || !m.leases.CheckLeaseContinuous(l2.r.Start, l2.n) {
+			continue
+		}
+		if err != nil {
+			rm.failed[node] = true
 			continue
 		}
 		for _, u := range users {
@@ -206,6 +224,7 @@ func (m *maps) merge(l lease, node string, users []string) {
 		}
 		rm.known[node] = true
 		delete(rm.tried, node)
+		delete(rm.failed, node)
 		if len(rm.known) == len(m.nodes) && rm.took == 0 {
 			rm.took = m.now().Sub(rm.since)
 		}

@@ -34,7 +34,7 @@ func (f *fakeLeases) grant(lgn keyspace.LGN) { f.n, f.held = owner.LeaseNum{Epoc
 func rebuild(m *maps, disks map[string][]string) {
 	for l, nodes := range m.work(0) {
 		for _, node := range nodes {
-			m.merge(l, node, disks[node])
+			m.merge(l, node, disks[node], nil)
 		}
 	}
 }
@@ -62,7 +62,7 @@ func TestMapsRebuildUnderOneLease(t *testing.T) {
 	// 1's rebuild arriving now is thrown away.
 	old := lease{keyspace.Full, f.n}
 	f.grant(2)
-	m.merge(old, "a", []string{"carol"}) // before the upcall: lease 1's map is still there
+	m.merge(old, "a", []string{"carol"}, nil) // before the upcall: lease 1's map is still there
 	if m.ranges[old].users["carol"] != nil {
 		t.Fatal("an answer for lease 1 was merged after lease 1 ended")
 	}
@@ -71,14 +71,22 @@ func TestMapsRebuildUnderOneLease(t *testing.T) {
 		t.Fatalf("lookup under lease 2 before its rebuild: %v, want %v", err, errRebuilding)
 	}
 	disks["a"] = []string{"alice", "carol"}
+	var bLease lease
 	for l, nodes := range m.work(0) {
 		for _, node := range nodes {
 			if node == "b" {
-				continue // b is down: it stays unknown
+				bLease = l // b is slow: its answer is still on its way
+				continue
 			}
-			m.merge(l, node, disks[node])
+			m.merge(l, node, disks[node], nil)
 		}
 	}
+	// A node asked and not answered yet is waited for: a read now could
+	// miss its fragments without saying so (it did not fail).
+	if _, _, _, err := m.lookup("alice"); !errors.Is(err, errRebuilding) {
+		t.Fatalf("lookup with b's answer on its way: %v, want %v", err, errRebuilding)
+	}
+	m.merge(bLease, "b", nil, errors.New("b is down")) // b fails: it stays unknown
 	_, nodes, unknown, err := m.lookup("alice")
 	if err != nil || !slices.Equal(nodes, []string{"a"}) || !slices.Equal(unknown, []string{"b"}) {
 		t.Fatalf("alice with b not answering: %v, unknown %v, %v; want [a], unknown [b]", nodes, unknown, err)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	stdmaps "maps"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -53,7 +54,6 @@ type Server struct {
 	owner   *owner.Owner
 	disk    *disk
 	maps    *maps
-	served  chan error
 	stopped chan struct{}
 	wake    chan struct{} // a rebuild has work
 	wg      sync.WaitGroup
@@ -89,14 +89,12 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConnsPerHost = 64
 	s := &Server{cfg: cfg, lis: lis, disk: d, peers: &http.Client{Transport: t, Timeout: nodeWait},
-		served: make(chan error, 1), stopped: make(chan struct{}), wake: make(chan struct{}, 1),
+		stopped: make(chan struct{}), wake: make(chan struct{}, 1),
 		inflight: map[string]int{}, reported: map[string]int{}, down: map[string]time.Time{}}
-	var nodes []string
-	for id := range cfg.Nodes {
-		nodes = append(nodes, id)
-	}
-	slices.Sort(nodes)
+	nodes := slices.Sorted(stdmaps.Keys(cfg.Nodes))
 	ready := make(chan struct{})
+	// Duty: a unique ID per server (the node's). No Handovers: the mail map
+	// is rebuilt from the disks by the next Owner.
 	o, err := owner.New(ctx, owner.Config{Manager: cfg.Manager, Namespace: cfg.Namespace, ID: cfg.ID,
 		Addr: cfg.Nodes[cfg.ID], Timing: cfg.Timing, Logger: cfg.Logger,
 		OnChange: func(ch owner.OwnershipChange) {
@@ -119,10 +117,9 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	mux.HandleFunc("POST /internal/store/{user}", s.handleStore)
 	mux.HandleFunc("GET /internal/fetch/{user}", s.handleFetch)
 	mux.HandleFunc("GET /internal/users", s.handleUsers)
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
 	s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn)}
-	go func() { s.served <- s.http.Serve(lis) }()
+	go s.http.Serve(lis)
 	s.wg.Go(s.rebuilder)
 	return s, nil
 }
@@ -138,21 +135,13 @@ func (s *Server) Rebuilds() []Rebuild { return s.maps.rebuilds() }
 // fragments stay on disk.
 func (s *Server) Close(ctx context.Context) error {
 	s.close.Do(func() {
-		err := s.owner.Close(ctx)
-		close(s.stopped)
-		s.wg.Wait()
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-		if s.http.Shutdown(sctx) != nil {
-			s.http.Close()
-		}
-		cancel()
-		if serr := <-s.served; !errors.Is(serr, http.ErrServerClosed) {
-			err = errors.Join(err, serr)
-		}
-		s.peers.CloseIdleConnections()
-		if err != nil {
+		if err := s.owner.Close(ctx); err != nil {
 			s.err = fmt.Errorf("mail: close %s: %w", s.cfg.ID, err)
 		}
+		close(s.stopped)
+		s.wg.Wait()
+		s.http.Close()
+		s.peers.CloseIdleConnections()
 	})
 	return s.err
 }
@@ -174,9 +163,8 @@ func (s *Server) rebuilder() {
 		for l, nodes := range s.maps.work(retryNodes) {
 			for _, node := range nodes {
 				wg.Go(func() {
-					if users, err := s.usersAt(node, l.r); err == nil {
-						s.maps.merge(l, node, users)
-					}
+					users, err := s.usersAt(node, l.r)
+					s.maps.merge(l, node, users, err)
 				})
 			}
 		}
@@ -253,13 +241,15 @@ func (s *Server) candidates(holding []string) []string {
 	return append(first, rest...)
 }
 
+// fail answers an error; refusals follow the Owner contract (owner.Refuse):
+// a range being rebuilt is not taken up yet (moving, 503), a key not held
+// is not-owner (421).
 func (s *Server) fail(w http.ResponseWriter, err error) {
 	switch {
 	case errors.Is(err, errRebuilding):
-		w.Header().Set("Retry-After", "1")
-		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		owner.Refuse(w, owner.RefusedMoving, err.Error())
 	case errors.Is(err, errNotOwner), errors.Is(err, errLeaseLost):
-		http.Error(w, err.Error(), http.StatusMisdirectedRequest)
+		owner.Refuse(w, owner.RefusedNotOwner, err.Error())
 	default:
 		http.Error(w, err.Error(), http.StatusBadGateway)
 	}
@@ -278,7 +268,7 @@ func (s *Server) handleDeliver(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("reading the message (at most %d bytes): %v", MaxMessageBytes, err), http.StatusRequestEntityTooLarge)
 		return
 	}
-	n, holding, _, err := s.maps.lookup(user) // (1), (2)
+	n, holding, _, err := s.maps.lookup(user) // (1), (2): the duties are in maps.lookup
 	if err != nil {
 		s.fail(w, err)
 		return
@@ -300,7 +290,7 @@ func (s *Server) handleDeliver(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, fmt.Errorf("no node could store the message; the last: %w", err))
 		return
 	}
-	if err := s.maps.added(user, stored, n); err != nil { // (3), (4)
+	if err := s.maps.added(user, stored, n); err != nil { // (3), (4): CheckLeaseContinuous in maps.added
 		s.fail(w, err) // the copy stored is an orphan; reads drop duplicates
 		return
 	}
@@ -321,7 +311,7 @@ type Mailbox struct {
 // nodes the mail map names.
 func (s *Server) handleRead(w http.ResponseWriter, r *http.Request) {
 	user := r.PathValue("user")
-	n, holding, unknown, err := s.maps.lookup(user) // (1), (2)
+	n, holding, unknown, err := s.maps.lookup(user) // (1), (2): the duties are in maps.lookup
 	if err != nil {
 		s.fail(w, err)
 		return
@@ -360,7 +350,9 @@ func (s *Server) handleRead(w http.ResponseWriter, r *http.Request) {
 		return strings.Compare(a.ID, b.ID)
 	})
 	slices.Sort(box.Incomplete)
-	if !s.owner.CheckLeaseContinuous(keyspace.KeyOf(user), n) { // (4)
+	// Duty: CheckLeaseContinuous before anything leaves the server — (4):
+	// the map the read gathered by was the lease's throughout.
+	if !s.owner.CheckLeaseContinuous(keyspace.KeyOf(user), n) {
 		s.fail(w, errLeaseLost)
 		return
 	}

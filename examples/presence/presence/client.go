@@ -18,6 +18,7 @@ import (
 
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/lookup"
+	"github.com/leasehold/leasehold/owner"
 	"github.com/leasehold/leasehold/protocol"
 )
 
@@ -76,7 +77,9 @@ func (c *Client) Close() error {
 }
 
 // onLoss republishes, each on its own goroutine, the last heartbeat of the
-// devices whose users lay in a lost range: the new Owner has nothing. A
+// devices whose users lay in a lost range: the new Owner has nothing.
+// Duty: act on loss notifications (All: every device), and never block
+// the Lookup's upcalls (the republishing runs on other goroutines). A
 // device already republishing is skipped, and each try is bounded, so a
 // Lookup cut off from the Manager (a loss of everything, repeated) does
 // not pile them up.
@@ -194,6 +197,8 @@ func (c *Client) do(ctx context.Context, method string, k keyspace.Key, path, bo
 }
 
 func (c *Client) attempt(ctx context.Context, method string, k keyspace.Key, path, body string) ([]byte, bool, error) {
+	// Duty: Lookup returns a hint; the Owner refuses a stale one
+	// (owner.RefusalOf), and do retries after a short backoff.
 	route, ok := c.lookup.Lookup(k)
 	if !ok {
 		return nil, true, errors.New("no owner holds the user yet")
@@ -212,8 +217,8 @@ func (c *Client) attempt(ctx context.Context, method string, k keyspace.Key, pat
 		return nil, true, err
 	}
 	if code := resp.StatusCode; code/100 != 2 {
-		return nil, code == http.StatusMisdirectedRequest || code >= 500,
-			fmt.Errorf("%s at %s answered %s: %s", route.Owner, route.Addr, resp.Status, bytes.TrimSpace(data))
+		_, refused := owner.RefusalOf(code, resp.Header)
+		return nil, refused, fmt.Errorf("%s at %s answered %s: %s", route.Owner, route.Addr, resp.Status, bytes.TrimSpace(data))
 	}
 	return data, false, nil
 }

@@ -78,9 +78,12 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, lis: lis, served: make(chan error, 1), stopped: make(chan struct{})}
 	ready := make(chan struct{})
+	// Duty: a unique ID per server (the caller's; the listen address by
+	// default). No Handovers: a moved user's statuses are lost, and the
+	// devices republish them (C§2.1.2).
 	o, err := owner.New(ctx, owner.Config{Manager: cfg.Manager, Namespace: cfg.Namespace, ID: cfg.ID,
 		Addr: cfg.Advertise, Timing: cfg.Timing, Logger: cfg.Logger,
-		// The upcall only frees memory; the five steps never rest on it.
+		// Duty: never rely on OnChange: it only frees memory.
 		OnChange: func(ch owner.OwnershipChange) {
 			if <-ready; len(ch.Revoked) > 0 {
 				s.store.sweep()
@@ -158,7 +161,7 @@ func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := s.store.heartbeat(r.PathValue("user"), r.PathValue("device"), string(status), seq); err != nil {
-		http.Error(w, err.Error(), http.StatusMisdirectedRequest)
+		owner.Refuse(w, owner.RefusedNotOwner, err.Error()) // the Owner contract: 421
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -167,9 +170,10 @@ func (s *Server) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 func (s *Server) handleQuery(w http.ResponseWriter, r *http.Request) {
 	a, err := s.store.query(r.PathValue("user"))
 	if err != nil {
-		http.Error(w, err.Error(), http.StatusMisdirectedRequest)
+		owner.Refuse(w, owner.RefusedNotOwner, err.Error())
 		return
 	}
+	a.Owner = s.cfg.ID
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(a)
 }

@@ -33,9 +33,10 @@ type Device struct {
 }
 
 // Answer answers a query: the user's devices online (heard from within the
-// TTL), by name, and the lease the answer was given under.
+// TTL), by name, and the Owner and lease the answer was given under.
 type Answer struct {
 	User    string   `json:"user"`
+	Owner   string   `json:"owner"`
 	Devices []Device `json:"devices"`
 	Epoch   uint64   `json:"epoch"`
 	LGN     uint64   `json:"lgn"`
@@ -84,12 +85,15 @@ func (s *store) begin(name string) (k keyspace.Key, n owner.LeaseNum, u *user, u
 	k = keyspace.KeyOf(name)
 	sh := &s.shard[k%shards]
 	sh.mu.Lock()
-	n, ok := s.leases.CheckLeaseNow(k) // (1) Is this the right server?
+	// Duty: check before acting — (1) is this the right server?
+	n, ok := s.leases.CheckLeaseNow(k)
 	if !ok {
 		sh.mu.Unlock()
 		return k, n, nil, nil, errNotOwner
 	}
-	if u = sh.users[name]; u != nil && u.lease != n { // (2) Validate stored state.
+	// Duty: keep the LeaseNum with the state, and treat state stored under
+	// any other as lost — (2) validate stored state.
+	if u = sh.users[name]; u != nil && u.lease != n {
 		delete(sh.users, name)
 		u = nil
 	}
@@ -112,8 +116,9 @@ func (s *store) heartbeat(name, dev, status string, seq uint64) error {
 	if d, ok := u.devices[dev]; !ok || seq >= d.seq {
 		u.devices[dev] = device{status: status, seq: seq, at: s.now()}
 	}
-	// (4) Did the lease cover the whole operation? If not, the status
-	// stays stored under n, and step (2) finds it stale.
+	// Duty: check after acting, before the answer leaves — (4) did the
+	// lease cover the whole operation? If not, the status stays stored
+	// under n, and step (2) finds it stale.
 	if !s.leases.CheckLeaseContinuous(k, n) {
 		return errLeaseLost
 	}
@@ -138,15 +143,16 @@ func (s *store) query(name string) (Answer, error) {
 		}
 	}
 	sort.Slice(a.Devices, func(i, j int) bool { return a.Devices[i].Device < a.Devices[j].Device })
-	if !s.leases.CheckLeaseContinuous(k, n) { // (4)
+	if !s.leases.CheckLeaseContinuous(k, n) { // (4), the same duty
 		return Answer{}, errLeaseLost
 	}
 	return a, nil // (5)
 }
 
 // sweep frees the memory of users whose lease ended or whose devices all
-// went quiet past the TTL. It runs from the OnChange upcall and a ticker;
-// correctness never rests on it (step 2 catches stale state).
+// went quiet past the TTL. It runs from the OnChange upcall and a ticker.
+// Duty: never rely on OnChange for correctness — step (2) catches stale
+// state whether or not the sweep ran.
 func (s *store) sweep() {
 	now := s.now()
 	for i := range s.shard {

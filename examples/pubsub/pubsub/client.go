@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/lookup"
+	"github.com/leasehold/leasehold/owner"
 	"github.com/leasehold/leasehold/protocol"
 )
 
@@ -25,16 +25,17 @@ import (
 type ClientConfig struct {
 	Manager, Namespace string
 	Timing             protocol.Timing
-	Logger             *slog.Logger
 }
 
 // Client is a frontend: it publishes to a topic's Owner and keeps
 // subscriptions open there, finding it with the Lookup library; on a loss
 // notification covering a subscription's topic it resubscribes (P§2.1).
 type Client struct {
-	cfg    ClientConfig
 	lookup *lookup.Lookup
 	http   *http.Client
+	ctx    context.Context // the subscriptions'; cancelled by Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // the subscriptions' goroutines
 	mu     sync.Mutex
 	subs   map[*Subscription]bool // guarded by mu
 }
@@ -44,13 +45,9 @@ func NewClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	if cfg.Manager == "" {
 		return nil, errors.New("pubsub: ClientConfig.Manager is required")
 	}
-	c := &Client{cfg: cfg, subs: map[*Subscription]bool{},
-		http: &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}}
-	if c.cfg.Logger == nil {
-		c.cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	l, err := lookup.New(ctx, lookup.Config{Manager: cfg.Manager, Namespace: cfg.Namespace, Timing: cfg.Timing,
-		Logger: c.cfg.Logger, OnLoss: c.onLoss})
+	c := &Client{subs: map[*Subscription]bool{}, http: &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	l, err := lookup.New(ctx, lookup.Config{Manager: cfg.Manager, Namespace: cfg.Namespace, Timing: cfg.Timing, OnLoss: c.onLoss})
 	if err != nil {
 		return nil, fmt.Errorf("pubsub: %w", err)
 	}
@@ -63,21 +60,16 @@ func (c *Client) WaitSynced(ctx context.Context) error { return c.lookup.WaitSyn
 
 // Close ends the Client's subscriptions and its Lookup.
 func (c *Client) Close() error {
-	c.mu.Lock()
-	subs := make([]*Subscription, 0, len(c.subs))
-	for s := range c.subs {
-		subs = append(subs, s)
-	}
-	c.mu.Unlock()
-	for _, s := range subs {
-		s.Close()
-	}
+	c.cancel()
+	c.wg.Wait()
 	c.http.CloseIdleConnections()
 	return c.lookup.Close()
 }
 
-// onLoss is the Lookup's loss upcall: each subscription whose topic lay in
-// a lost range drops its stream and resubscribes at the topic's new Owner.
+// onLoss is the Lookup's loss upcall. Duty: act on loss notifications —
+// each subscription whose topic lay in a lost range (all, with loss.All)
+// ends its stream and resubscribes at the topic's Owner; and never block
+// (it only cancels).
 func (c *Client) onLoss(loss lookup.Loss) {
 	lost := keyspace.NewRangeSet(loss.Ranges...)
 	c.mu.Lock()
@@ -85,7 +77,6 @@ func (c *Client) onLoss(loss lookup.Loss) {
 	for s := range c.subs {
 		if loss.All || lost.Contains(s.key) {
 			s.mu.Lock()
-			s.lost = true
 			s.current()
 			s.mu.Unlock()
 		}
@@ -95,64 +86,70 @@ func (c *Client) onLoss(loss lookup.Loss) {
 // backoff waits about d (drawn from [d/2, d)) or until ctx ends, and
 // returns the next wait: doubled, up to 250 ms.
 func backoff(ctx context.Context, d time.Duration) time.Duration {
-	t := time.NewTimer(d/2 + rand.N(d/2))
-	defer t.Stop()
 	select {
 	case <-ctx.Done():
-	case <-t.C:
+	case <-time.After(d/2 + rand.N(d/2)):
 	}
 	return min(2*d, 250*time.Millisecond)
 }
 
-// Publish sends data to topic's Owner, retrying while there is no route,
-// the Owner cannot be reached, or it answers 421 or 5xx, until ctx ends.
-// The message's ID is drawn once, so every retry is the same message.
-func (c *Client) Publish(ctx context.Context, topic, data string) (Published, error) {
-	var p Published
-	u := "/pub/" + url.PathEscape(topic) + "?id=" + newID()
-	for wait := 20 * time.Millisecond; ; wait = backoff(ctx, wait) {
-		retry, err := true, errors.New("no owner holds the topic yet")
-		if route, ok := c.lookup.Lookup(keyspace.KeyOf(topic)); ok {
-			retry, err = c.publishOnce(ctx, route.Addr+u, data, &p)
+// do sends one request to the Owner of key, retrying while there is no
+// route, the Owner cannot be reached or it refuses (owner.RefusalOf),
+// until ctx ends. Duty: Lookup returns a hint; the Owner refuses a stale
+// one, and the request is retried after a short backoff.
+func (c *Client) do(ctx context.Context, key keyspace.Key, method, path, body string) (*http.Response, error) {
+	for wait := 20 * time.Millisecond; ctx.Err() == nil; wait = backoff(ctx, wait) {
+		route, ok := c.lookup.Lookup(key)
+		if !ok {
+			continue
 		}
-		switch {
-		case err == nil:
-			return p, nil
-		case !retry || ctx.Err() != nil:
-			return p, fmt.Errorf("pubsub: publish to %q: %w", topic, errors.Join(ctx.Err(), err))
+		req, err := http.NewRequestWithContext(ctx, method, "http://"+route.Addr+path, strings.NewReader(body))
+		if err != nil {
+			return nil, err
 		}
+		resp, err := c.http.Do(req)
+		if err != nil {
+			continue
+		}
+		if _, refused := owner.RefusalOf(resp.StatusCode, resp.Header); !refused {
+			return resp, nil
+		}
+		resp.Body.Close()
 	}
+	return nil, ctx.Err()
 }
 
-func (c *Client) publishOnce(ctx context.Context, u, data string, p *Published) (retry bool, err error) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+u, strings.NewReader(data))
+// Publish sends data to topic's Owner, retrying as do does for up to 5 s
+// per attempt. The message's ID is drawn once, so every retry is the same
+// message.
+func (c *Client) Publish(ctx context.Context, topic, data string) (Published, error) {
+	var p Published
+	resp, err := c.do(ctx, keyspace.KeyOf(topic), http.MethodPost, "/pub/"+url.PathEscape(topic)+"?id="+newID(), data)
 	if err != nil {
-		return false, err
-	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return true, err
+		return p, fmt.Errorf("pubsub: publish to %q: %w", topic, err)
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	if code := resp.StatusCode; code != http.StatusOK {
-		return code == http.StatusMisdirectedRequest || code >= 500, fmt.Errorf("%s: %s", resp.Status, bytes.TrimSpace(body))
+	if resp.StatusCode != http.StatusOK {
+		return p, fmt.Errorf("pubsub: publish to %q: %s: %s", topic, resp.Status, bytes.TrimSpace(body))
 	}
-	return false, json.Unmarshal(body, p)
+	return p, json.Unmarshal(body, &p)
 }
 
-// Event is what a subscription reports, in order, on its goroutine. Kind
-// is "subscribed" (a stream opened; New says the subscription was made
-// afresh, so messages since the last stream may have been missed; Sent is
-// when the request was sent), "message", "ended" (a stream ended; Reason
-// says why) or "loss" (a loss notification covered the topic).
+// Event is what a subscription reports, in order, on its goroutine, and
+// the data of each server-sent event. Kind is "subscribed" (a stream
+// opened at Owner; New says the subscription was made afresh, so messages
+// since the last stream may have been missed; Sent is when the request was
+// sent), "message", or "ended" (a stream ended; Reason says why: moved,
+// lost, replaced, overflow, closing, or the connection's error). On the
+// wire, "end" carries the Reason.
 type Event struct {
-	Kind, Owner, Reason string
-	New                 bool
-	Message             Message
-	Sent                time.Time
+	Kind    string    `json:"kind"`
+	Owner   string    `json:"owner,omitzero"`
+	New     bool      `json:"new,omitzero"`
+	Message Message   `json:"message,omitzero"`
+	Reason  string    `json:"reason,omitzero"`
+	Sent    time.Time `json:"-"`
 }
 
 // Subscription keeps one subscription open until Close.
@@ -161,12 +158,10 @@ type Subscription struct {
 	topic, id string
 	key       keyspace.Key
 	fn        func(Event)
-	ctx       context.Context
 	cancel    context.CancelFunc
 	done      chan struct{}
 	mu        sync.Mutex
 	current   context.CancelFunc // the open stream's; guarded by mu
-	lost      bool               // a loss to report; guarded by mu
 }
 
 // Subscribe opens subscription id (unique per subscriber and topic) on
@@ -174,13 +169,13 @@ type Subscription struct {
 // last message received, and resubscribes on a loss notification. fn
 // receives the events on the subscription's goroutine.
 func (c *Client) Subscribe(topic, id string, fn func(Event)) *Subscription {
-	s := &Subscription{c: c, topic: topic, id: id, key: keyspace.KeyOf(topic), fn: fn, done: make(chan struct{}),
-		current: func() {}}
-	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s := &Subscription{c: c, topic: topic, id: id, key: keyspace.KeyOf(topic), fn: fn, done: make(chan struct{}), current: func() {}}
+	ctx, cancel := context.WithCancel(c.ctx)
+	s.cancel = cancel
 	c.mu.Lock()
 	c.subs[s] = true
 	c.mu.Unlock()
-	go s.run()
+	c.wg.Go(func() { s.run(ctx) })
 	return s
 }
 
@@ -189,98 +184,67 @@ func (c *Client) Subscribe(topic, id string, fn func(Event)) *Subscription {
 func (s *Subscription) Close() {
 	s.cancel()
 	<-s.done
-	s.c.mu.Lock()
-	delete(s.c.subs, s)
-	s.c.mu.Unlock()
 }
 
-func (s *Subscription) run() {
-	defer close(s.done)
+func (s *Subscription) run(ctx context.Context) {
+	defer func() {
+		s.c.mu.Lock()
+		delete(s.c.subs, s)
+		s.c.mu.Unlock()
+		close(s.done)
+	}()
 	last := ""
-	for wait := 20 * time.Millisecond; s.ctx.Err() == nil; wait = backoff(s.ctx, wait) {
-		ctx, cancel := context.WithCancel(s.ctx)
+	for wait := 20 * time.Millisecond; ctx.Err() == nil; wait = backoff(ctx, wait) {
+		sctx, cancel := context.WithCancel(ctx)
 		s.mu.Lock()
 		s.current = cancel
-		lost := s.lost
-		s.lost = false
 		s.mu.Unlock()
-		if lost {
-			s.fn(Event{Kind: "loss"})
-		}
-		opened, err := s.stream(ctx, &last)
-		cancel()
-		if opened {
+		if s.stream(sctx, &last) {
 			wait = 20 * time.Millisecond
 		}
-		if err != nil && s.ctx.Err() == nil {
-			s.c.cfg.Logger.Debug("pubsub: stream failed", "topic", s.topic, "err", err)
-		}
+		cancel()
 	}
 }
 
-// stream opens one stream at the topic's Owner and reads it to its end.
-func (s *Subscription) stream(ctx context.Context, last *string) (opened bool, err error) {
-	route, ok := s.c.lookup.Lookup(s.key)
-	if !ok {
-		return false, errors.New("no owner holds the topic yet")
-	}
-	q := url.Values{"id": {s.id}}
-	if *last != "" {
-		q.Set("last", *last)
-	}
+// stream opens one stream at the topic's Owner and reads it to its end;
+// it reports whether one opened.
+func (s *Subscription) stream(ctx context.Context, last *string) (opened bool) {
 	sent := time.Now()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+route.Addr+"/sub/"+url.PathEscape(s.topic)+"?"+q.Encode(), nil)
+	resp, err := s.c.do(ctx, s.key, http.MethodGet, "/sub/"+url.PathEscape(s.topic)+"?"+url.Values{"id": {s.id}, "last": {*last}}.Encode(), "")
 	if err != nil {
-		return false, err
-	}
-	resp, err := s.c.http.Do(req)
-	if err != nil {
-		return false, err
+		return false
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
-		return false, fmt.Errorf("%s answered %s: %s", route.Addr, resp.Status, bytes.TrimSpace(body))
+		return false
 	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(nil, 2*MaxMessageBytes)
-	event, reason := "", "eof"
-	for sc.Scan() && err == nil {
-		line := sc.Text()
-		if e, ok := strings.CutPrefix(line, "event: "); ok {
-			event = e
+	reason, from := "eof", ""
+	for sc.Scan() {
+		var e Event
+		if data, ok := strings.CutPrefix(sc.Text(), "data: "); !ok || json.Unmarshal([]byte(data), &e) != nil {
 			continue
 		}
-		data, ok := strings.CutPrefix(line, "data: ")
-		switch {
-		case !ok:
-		case event == "subscribed":
-			var h Subscribed
-			if err = json.Unmarshal([]byte(data), &h); err == nil {
-				opened = true
-				if h.New {
-					*last = "" // every message of a new subscription is still to come
-				}
-				s.fn(Event{Kind: "subscribed", New: h.New, Owner: h.Owner, Sent: sent})
+		switch e.Kind {
+		case "subscribed":
+			opened, from, e.Sent = true, e.Owner, sent
+			if e.New {
+				*last = "" // every message of a new subscription is still to come
 			}
-		case event == "message":
-			var m Message
-			if err = json.Unmarshal([]byte(data), &m); err == nil {
-				*last = m.ID
-				s.fn(Event{Kind: "message", Message: m, Owner: route.Owner})
-			}
-		case event == "end":
-			reason = data
+		case "message":
+			*last, e.Owner = e.Message.ID, from
+		case "end":
+			reason = e.Reason
+			continue
 		}
+		s.fn(e)
 	}
-	if err == nil {
-		err = sc.Err()
-	}
-	if err != nil {
-		reason = err.Error()
+	if sc.Err() != nil {
+		reason = sc.Err().Error()
 	}
 	if opened {
-		s.fn(Event{Kind: "ended", Reason: reason, Owner: route.Owner})
+		s.fn(Event{Kind: "ended", Reason: reason, Owner: from})
 	}
-	return opened, err
+	return opened
 }

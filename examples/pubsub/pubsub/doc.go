@@ -6,12 +6,13 @@
 //	GET  /sub/{topic}?id=SUBID[&last=MSGID]   server-sent events
 //	POST /pub/{topic}[?id=MSGID]              body: the message → 200 JSON Published
 //
-// A stream starts with a "subscribed" event (JSON Subscribed; New says
-// the subscription was made afresh, so messages since the subscriber's
-// last stream may have gone to nobody), carries "message" events (JSON
-// Message), and ends with "end" and a reason: moved (reconnect), lost (the
-// lease ended: resubscribe), replaced, overflow, closing. 421 means not
-// the topic's Owner, 503 that its range is moving; the Client retries both.
+// Each event's data is a JSON Event. A stream starts with "subscribed"
+// (New says the subscription was made afresh, so messages since the
+// subscriber's last stream may have gone to nobody), carries "message"
+// events, and ends with "end" and a reason: moved (reconnect), lost (the
+// lease ended: resubscribe), replaced, overflow, closing. Refusals follow
+// the Owner contract (owner.Refuse): 421 not the topic's Owner, 503 its
+// range is moving; the Client retries both.
 //
 // Every operation runs the five steps of P§2.2 under one mutex: (1)
 // CheckLeaseNow on the topic's key; (2) subscriptions stored under another
@@ -22,6 +23,7 @@
 // every message published after its subscription was made and
 // acknowledged before its stream ended, and none acknowledged before it
 // asked. A reconnecting subscriber names the last message it received and
-// resumes after it; planned moves hand every subscription over with its
-// queued messages; a loss notification makes the Client resubscribe.
+// resumes if that was the last written to it (else it is made afresh);
+// planned moves hand every subscription over with its queued messages; a
+// loss notification makes the Client resubscribe.
 package pubsub

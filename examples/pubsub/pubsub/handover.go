@@ -14,97 +14,59 @@ import (
 	"github.com/leasehold/leasehold/owner"
 )
 
-// Planned moves (C§2.1.2), as in the kv example: the holder ends the
-// range's streams, copies its subscriptions — each with the messages not
-// yet written and the last ones written — refuses publishes and
-// subscriptions on it (503, retried) from then on, and POSTs the copy to
-// the next owner, which keeps it until the range is granted to it marked
-// migrated. The subscribers reconnect naming the last message they
-// received, and the next owner resumes each subscription after it.
+// Planned moves (C§2.1.2): the holder ends the range's streams, copies its
+// subscriptions — each with the messages not yet written and the ID of the
+// last one written — refuses publishes and subscriptions on it (503,
+// retried) from then on, and POSTs the copy to the next owner, which keeps
+// it until the range is granted to it marked Migrated. The subscribers
+// reconnect naming the last message they received, and the next owner
+// resumes each subscription after it.
+
+const handoverPath = "/internal/handover" // for the other servers only
 
 // handoverRequest is the body of POST /internal/handover.
 type handoverRequest struct {
-	From     string          `json:"from"`
-	To       string          `json:"to"` // any other server refuses it (409)
-	WithinMS int64           `json:"within_ms"`
-	Ranges   []handoverRange `json:"ranges"`
+	To         string               `json:"to"` // any other server refuses it (409)
+	Start, End uint64               // the range
+	Topics     map[string][]wireSub `json:"topics"`
 }
 
-type handoverRange struct {
-	Start, End, Epoch, LGN uint64
-	Topics                 map[string][]wireSub
-}
-
-// handOver copies the subscriptions of hs's ranges (one target) to their
-// next owner and ends each handover.
-func (s *Server) handOver(hs []owner.Handover) {
-	deadline := hs[0].Deadline
-	req := handoverRequest{From: s.cfg.ID, To: hs[0].To}
-	subs := 0
-	for _, h := range hs {
-		if h.Deadline.Before(deadline) {
-			deadline = h.Deadline
-		}
-		topics := s.topics.beginHandover(h)
-		for _, ws := range topics {
-			subs += len(ws)
-		}
-		req.Ranges = append(req.Ranges, handoverRange{uint64(h.Range.Start), uint64(h.Range.End),
-			h.Lease.Epoch, uint64(h.Lease.LGN), topics})
-	}
+// handOver copies the subscriptions of h's range to the next owner,
+// retrying until shortly before h's deadline, and ends the handover.
+func (s *Server) handOver(h owner.Handover) {
+	topics := s.topics.beginHandover(h)
+	body, err := json.Marshal(handoverRequest{To: h.To, Start: uint64(h.Range.Start), End: uint64(h.Range.End), Topics: topics})
 	// Finish a little before the deadline: the Manager's started first.
-	ctx, cancel := context.WithDeadline(s.hctx, deadline.Add(-min(time.Until(deadline)/10, 250*time.Millisecond)))
+	ctx, cancel := context.WithDeadline(context.Background(), h.Deadline.Add(-min(time.Until(h.Deadline)/10, 250*time.Millisecond)))
 	defer cancel()
-	req.WithinMS = time.Until(deadline).Milliseconds()
-	body, err := json.Marshal(req)
 	for wait := 10 * time.Millisecond; err == nil; wait = min(2*wait, 200*time.Millisecond) {
-		var retry bool
-		if retry, err = s.post(ctx, hs[0].Addr, body); err == nil || !retry {
-			break
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+h.Addr+handoverPath, bytes.NewReader(body))
+		var resp *http.Response
+		if resp, err = s.peers.Do(req); err == nil {
+			msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+			resp.Body.Close()
+			if resp.StatusCode/100 == 2 {
+				break
+			} else if err = fmt.Errorf("%s answered %s: %s", h.Addr, resp.Status, bytes.TrimSpace(msg)); resp.StatusCode < 500 {
+				break // refused: it will not pass
+			}
 		}
 		select {
 		case <-ctx.Done():
 			err = fmt.Errorf("%w; last: %w", ctx.Err(), err)
+		case <-s.stopped:
+			err = fmt.Errorf("closing; last: %w", err)
 		case <-time.After(wait):
 			err = nil
 		}
 	}
-	for _, h := range hs {
-		s.owner.HandoverDone(h, err == nil)
-		if err != nil {
-			s.topics.endHandover(h) // the range stays here until recalled
-		}
-	}
-	s.mu.Lock()
-	if err == nil {
-		s.stats.HandedOver += len(hs)
-		s.stats.SubsHandedOver += subs
-	} else {
-		s.stats.HandoverFailures += len(hs)
-	}
-	s.mu.Unlock()
+	// Duty (Config.Handovers): end every handover passed up, saying whether
+	// the state reached h.To; without it the range moves without it.
+	s.owner.HandoverDone(h, err == nil)
+	s.topics.endHandover(h, err == nil)
 	if err != nil {
-		s.cfg.Logger.Warn("pubsub: handover failed; the ranges move without their subscriptions",
-			"to", hs[0].To, "ranges", len(hs), "subscriptions", subs, "err", err)
+		s.cfg.Logger.Warn("pubsub: handover failed; the range moves without its subscriptions", "to", h.To, "range", h.Range, "err", err)
 	}
-}
-
-// post sends one handover; retry says a failure may pass (unreachable, 5xx).
-func (s *Server) post(ctx context.Context, addr string, body []byte) (retry bool, err error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+handoverPath, bytes.NewReader(body))
-	if err != nil {
-		return false, err
-	}
-	resp, err := s.peers.Do(req)
-	if err != nil {
-		return ctx.Err() == nil, err
-	}
-	defer resp.Body.Close()
-	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
-	if resp.StatusCode/100 == 2 {
-		return false, nil
-	}
-	return resp.StatusCode >= 500, fmt.Errorf("%s answered %s: %s", addr, resp.Status, bytes.TrimSpace(msg))
 }
 
 // handleHandover receives subscriptions handed over by another server.
@@ -129,32 +91,24 @@ func (s *Server) handleHandover(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("handover: this server is %q, not %q", s.cfg.ID, req.To), http.StatusConflict)
 		return
 	}
-	expires := time.Now().Add(time.Duration(max(req.WithinMS, 0))*time.Millisecond + pendingGrace)
-	for _, rg := range req.Ranges {
-		for topic, subs := range rg.Topics {
-			s.topics.receive(topic, subs, expires)
-		}
+	for topic, subs := range req.Topics {
+		s.topics.receive(topic, subs)
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
 func (req *handoverRequest) validate() error {
-	if req.To == "" {
-		return errors.New(`no "to": the receiving server's ID is required`)
+	r := keyspace.Range{Start: keyspace.Key(req.Start), End: keyspace.Key(req.End)}
+	if req.To == "" || !r.Valid() {
+		return fmt.Errorf(`a receiving server's ID ("to") and a valid range are required; got %q, %s`, req.To, r)
 	}
-	for _, rg := range req.Ranges {
-		r := keyspace.Range{Start: keyspace.Key(rg.Start), End: keyspace.Key(rg.End)}
-		if !r.Valid() || rg.LGN == 0 {
-			return fmt.Errorf("range %s is empty or reversed, or has no lease", r)
+	for topic, subs := range req.Topics {
+		if !r.Contains(keyspace.KeyOf(topic)) {
+			return fmt.Errorf("topic %q is not in range %s", topic, r)
 		}
-		for topic, subs := range rg.Topics {
-			if !r.Contains(keyspace.KeyOf(topic)) {
-				return fmt.Errorf("topic %q is not in range %s", topic, r)
-			}
-			for _, sb := range subs {
-				if sb.ID == "" || len(sb.Queue) > MaxQueue || len(sb.Sent) > MaxQueue {
-					return fmt.Errorf("topic %q: a subscription with no ID or more than %d messages", topic, MaxQueue)
-				}
+		for _, sb := range subs {
+			if sb.ID == "" || len(sb.Queue) > MaxQueue {
+				return fmt.Errorf("topic %q: a subscription with no ID or more than %d messages", topic, MaxQueue)
 			}
 		}
 	}

@@ -166,9 +166,6 @@ func TestDrainHandsSubscriptionsOver(t *testing.T) {
 			t.Errorf("%s: subscribed afresh %d times, want once (the first)", topic, fresh)
 		}
 	}
-	if st := a.Stats(); st.HandedOver == 0 || st.SubsHandedOver == 0 || st.HandoverFailures != 0 {
-		t.Errorf("the drained server's stats: %+v; want ranges and subscriptions handed over, none failed", st)
-	}
 }
 
 // BenchmarkFanout measures fan-out: one publish to a topic with N

@@ -1,7 +1,7 @@
 package pubsub
 
 import (
-	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -24,10 +24,9 @@ import (
 const (
 	// MaxMessageBytes is the largest message a publish may carry (413).
 	MaxMessageBytes = 64 << 10
-	// MaxQueue is how many messages a subscription keeps: queued and not
-	// yet written, and the last written (for a reconnecting subscriber to
-	// resume after the last it received). A subscription further behind is
-	// dropped; its subscriber resubscribes afresh.
+	// MaxQueue is how many messages not yet written a subscription keeps.
+	// A subscription further behind is dropped; its subscriber
+	// resubscribes afresh.
 	MaxQueue = 1024
 	// IdleTTL is how long a subscription with no stream is kept.
 	IdleTTL = time.Minute
@@ -36,17 +35,16 @@ const (
 )
 
 const (
-	writeTimeout = 2 * time.Second      // one event written to a stream
-	publishWait  = 2 * time.Second      // a publish waits this long for the writes
-	keepalive    = time.Second          // a comment on an idle stream, and a lease check
-	sweepEvery   = 5 * time.Second      // idle subscriptions and stale state dropped
-	handoverPath = "/internal/handover" // for the other servers only
-	pendingGrace = time.Minute          // handed-over state kept past the sender's deadline
+	writeTimeout = 2 * time.Second // one event written to a stream
+	publishWait  = 2 * time.Second // a publish waits this long for the writes
+	keepalive    = time.Second     // a comment on an idle stream
+	sweepEvery   = 5 * time.Second // idle subscriptions and stale state dropped
+	pendingTTL   = time.Minute     // handed-over state kept until its grant
 )
 
-// ServerConfig configures a Server, as the kv example's: Manager and Listen
-// are required; ID defaults to the listen address, Advertise to the listen
-// address with an unspecified host made 127.0.0.1.
+// ServerConfig configures a Server: Manager and Listen are required; ID
+// defaults to the listen address, Advertise to the listen address with an
+// unspecified host made 127.0.0.1.
 type ServerConfig struct {
 	Manager, Namespace, ID, Listen, Advertise string
 	Timing                                    protocol.Timing
@@ -55,25 +53,20 @@ type ServerConfig struct {
 
 // Server is a pubsub server: the Owner of the topics in its leased ranges.
 type Server struct {
-	cfg            ServerConfig
-	lis            net.Listener
-	http           *http.Server
-	owner          *owner.Owner
-	topics         *topics
-	ready, stopped chan struct{}
-	served         chan error
-	wg             sync.WaitGroup // handovers and the sweeper
-	peers          *http.Client
-	hctx           context.Context // handovers' context, cancelled by Close
-	hcancel        context.CancelFunc
-	close          sync.Once
-	err            error
-	mu             sync.Mutex
-	stats          ServerStats // guarded by mu
+	cfg     ServerConfig
+	lis     net.Listener
+	http    *http.Server
+	owner   *owner.Owner
+	topics  *topics
+	stopped chan struct{}
+	wg      sync.WaitGroup // handovers and the sweeper
+	peers   *http.Client
+	close   sync.Once
+	err     error
 }
 
 // NewServer listens, starts an Owner with handovers, and serves HTTP until
-// Close. Until leases arrive, every request is answered 421.
+// Close. Until leases arrive, every request is refused.
 func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	if cfg.Manager == "" || cfg.Listen == "" {
 		return nil, errors.New("pubsub: ServerConfig.Manager and Listen are required")
@@ -85,36 +78,32 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pubsub: %w", err)
 	}
-	if cfg.Advertise == "" {
-		cfg.Advertise = lis.Addr().String()
-		if a, ok := lis.Addr().(*net.TCPAddr); ok && a.IP.IsUnspecified() {
-			cfg.Advertise = net.JoinHostPort("127.0.0.1", fmt.Sprint(a.Port))
-		}
+	if a := lis.Addr().(*net.TCPAddr); cfg.Advertise == "" && a.IP.IsUnspecified() {
+		cfg.Advertise = net.JoinHostPort("127.0.0.1", fmt.Sprint(a.Port))
 	}
-	if cfg.ID == "" {
-		cfg.ID = lis.Addr().String()
-	}
-	s := &Server{cfg: cfg, lis: lis, topics: newTopics(MaxQueue, IdleTTL), ready: make(chan struct{}),
-		stopped: make(chan struct{}), served: make(chan error, 1),
+	cfg.Advertise = cmp.Or(cfg.Advertise, lis.Addr().String())
+	cfg.ID = cmp.Or(cfg.ID, lis.Addr().String())
+	s := &Server{cfg: cfg, lis: lis, stopped: make(chan struct{}),
 		peers: &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}}
-	s.hctx, s.hcancel = context.WithCancel(context.Background())
-	o, err := owner.New(ctx, owner.Config{Manager: cfg.Manager, Namespace: cfg.Namespace, ID: cfg.ID,
-		Addr: cfg.Advertise, Timing: cfg.Timing, Handovers: true, Logger: cfg.Logger, OnChange: s.changed})
+	ready := make(chan struct{})
+	// Duty: a unique ID per server (the caller's; the listen address by
+	// default). Handovers: the application moves subscriptions itself.
+	s.owner, err = owner.New(ctx, owner.Config{Manager: cfg.Manager, Namespace: cfg.Namespace, ID: cfg.ID,
+		Addr: cfg.Advertise, Timing: cfg.Timing, Handovers: true, Logger: cfg.Logger,
+		OnChange: func(ch owner.OwnershipChange) { <-ready; s.changed(ch) }})
 	if err != nil {
 		lis.Close()
 		return nil, fmt.Errorf("pubsub: %w", err)
 	}
-	s.owner = o
-	s.topics.setLeases(o)
-	close(s.ready)
+	s.topics = newTopics(s.owner, MaxQueue, IdleTTL)
+	close(ready)
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /sub/{topic}", s.handleSub)
 	mux.HandleFunc("POST /pub/{topic}", s.handlePub)
 	mux.HandleFunc("POST "+handoverPath, s.handleHandover)
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
 	s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn)}
-	go func() { s.served <- s.http.Serve(lis) }()
+	go s.http.Serve(lis)
 	s.wg.Go(func() {
 		t := time.NewTicker(sweepEvery)
 		defer t.Stop()
@@ -123,7 +112,7 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 			case <-s.stopped:
 				return
 			case <-t.C:
-				s.topics.sweep()
+				s.topics.sweep(false)
 			}
 		}
 	})
@@ -136,36 +125,13 @@ func (s *Server) Addr() string { return s.lis.Addr().String() }
 // ID is the Owner ID.
 func (s *Server) ID() string { return s.cfg.ID }
 
-// ServerStats counts a server's subscriptions now, and its planned moves
-// so far: ranges handed over with how many subscriptions, ranges that
-// failed to (they moved without them), and subscriptions taken up.
-type ServerStats struct {
-	Subscriptions, Attached                      int
-	HandedOver, SubsHandedOver, HandoverFailures int
-	SubsTakenUp                                  int
-}
-
-// Stats returns the server's counts.
-func (s *Server) Stats() ServerStats {
-	s.mu.Lock()
-	st := s.stats
-	s.mu.Unlock()
-	st.Subscriptions, st.Attached, st.SubsTakenUp = s.topics.counts()
-	return st
-}
-
 // changed is the OnChange upcall: take up handed-over subscriptions, end
 // stale streams, start the handovers asked for (never blocking on the
-// network).
+// network: later upcalls wait behind this one).
 func (s *Server) changed(ch owner.OwnershipChange) {
-	<-s.ready
 	s.topics.changed(ch)
-	groups := map[string][]owner.Handover{}
 	for _, h := range ch.Handovers {
-		groups[h.To+" "+h.Addr] = append(groups[h.To+" "+h.Addr], h)
-	}
-	for _, hs := range groups {
-		s.wg.Go(func() { s.handOver(hs) })
+		s.wg.Go(func() { s.handOver(h) })
 	}
 }
 
@@ -174,49 +140,27 @@ func (s *Server) changed(ch owner.OwnershipChange) {
 // the streams left and stops serving.
 func (s *Server) Close(ctx context.Context) error {
 	s.close.Do(func() {
-		err := s.owner.Close(ctx)
-		close(s.stopped)
-		s.hcancel()
-		s.wg.Wait()
-		s.topics.dropAll("closing")
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-		if s.http.Shutdown(sctx) != nil {
-			s.http.Close()
-		}
-		cancel()
-		if serr := <-s.served; !errors.Is(serr, http.ErrServerClosed) {
-			err = errors.Join(err, serr)
-		}
-		s.peers.CloseIdleConnections()
-		if err != nil {
+		if err := s.owner.Close(ctx); err != nil {
 			s.err = fmt.Errorf("pubsub: close %s: %w", s.cfg.ID, err)
 		}
+		close(s.stopped)
+		s.wg.Wait()
+		s.topics.sweep(true)
+		s.http.Close()
+		s.peers.CloseIdleConnections()
 	})
 	return s.err
 }
 
-// fail answers a refused operation: 503 with Retry-After while the topic's
-// range moves, 421 when this server does not hold it.
-func fail(w http.ResponseWriter, err error) {
-	if errors.Is(err, errMoving) || errors.Is(err, errArriving) {
-		w.Header().Set("Retry-After", "1")
-		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+// refuse answers a refused operation in the Owner contract's shape
+// (owner.Refuse): moving while the topic's range is handed over, else not
+// the owner.
+func refuse(w http.ResponseWriter, err error) {
+	if errors.Is(err, errMoving) {
+		owner.Refuse(w, owner.RefusedMoving, err.Error())
 		return
 	}
-	http.Error(w, err.Error(), http.StatusMisdirectedRequest)
-}
-
-// Subscribed is the first event of a stream.
-type Subscribed struct {
-	Topic string `json:"topic"`
-	ID    string `json:"id"`
-	// New says the subscription was made afresh: this server held none
-	// under the topic's current lease, so messages published since the
-	// subscriber's previous stream ended may have gone to nobody.
-	New   bool   `json:"new"`
-	Owner string `json:"owner"`
-	Epoch uint64 `json:"epoch"`
-	LGN   uint64 `json:"lgn"`
+	owner.Refuse(w, owner.RefusedNotOwner, err.Error())
 }
 
 // handleSub serves GET /sub/{topic}?id=ID[&last=MSGID] as server-sent
@@ -231,34 +175,24 @@ func (s *Server) handleSub(w http.ResponseWriter, r *http.Request) {
 	}
 	sb, st, fresh, err := s.topics.attach(topic, id, last)
 	if err != nil {
-		fail(w, err)
+		refuse(w, err)
 		return
 	}
 	rc := http.NewResponseController(w)
 	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-cache")
-	var buf bytes.Buffer
-	send := func(event, id string, data []byte) error {
-		buf.Reset()
-		if event != "" {
-			fmt.Fprintf(&buf, "event: %s\n", event)
-		}
-		if id != "" {
-			fmt.Fprintf(&buf, "id: %s\n", id)
-		}
-		if data != nil {
-			fmt.Fprintf(&buf, "data: %s\n\n", data)
-		} else {
-			buf.WriteString(":\n\n") // a comment: keeps the connection alive
+	send := func(e *Event) error {
+		frame := []byte(":\n\n") // a comment: keeps the connection alive
+		if e != nil {
+			data, _ := json.Marshal(e)
+			frame = fmt.Appendf(nil, "event: %s\ndata: %s\n\n", e.Kind, data)
 		}
 		_ = rc.SetWriteDeadline(time.Now().Add(writeTimeout))
-		if _, err := w.Write(buf.Bytes()); err != nil {
+		if _, err := w.Write(frame); err != nil {
 			return err
 		}
 		return rc.Flush()
 	}
-	hello, _ := json.Marshal(Subscribed{Topic: topic, ID: id, New: fresh, Owner: s.cfg.ID, Epoch: sb.lease.Epoch, LGN: uint64(sb.lease.LGN)})
-	if send("subscribed", "", hello) != nil {
+	if send(&Event{Kind: "subscribed", New: fresh, Owner: s.cfg.ID}) != nil {
 		s.topics.detach(sb, st)
 		return
 	}
@@ -268,13 +202,11 @@ func (s *Server) handleSub(w http.ResponseWriter, r *http.Request) {
 		m, stop := s.topics.next(sb, st)
 		switch {
 		case stop != "":
-			_ = send("end", "", []byte(stop))
+			_ = send(&Event{Kind: "end", Reason: stop})
 			return
 		case m != nil:
-			data, _ := json.Marshal(m)
-			err := send("message", m.ID, data)
-			s.topics.wrote(sb, st, err)
-			if err != nil {
+			err := send(&Event{Kind: "message", Message: *m})
+			if s.topics.wrote(sb, st, err); err != nil {
 				return
 			}
 		default:
@@ -284,7 +216,7 @@ func (s *Server) handleSub(w http.ResponseWriter, r *http.Request) {
 				s.topics.detach(sb, st)
 				return
 			case <-tick.C:
-				if send("", "", nil) != nil {
+				if send(nil) != nil {
 					s.topics.detach(sb, st)
 					return
 				}
@@ -311,28 +243,23 @@ func (s *Server) handlePub(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("reading the message (at most %d bytes): %v", MaxMessageBytes, err), http.StatusRequestEntityTooLarge)
 		return
 	}
-	id := r.URL.Query().Get("id")
+	id := cmp.Or(r.URL.Query().Get("id"), newID())
 	if len(id) > 256 || strings.ContainsAny(id, "\r\n") {
 		http.Error(w, "id: at most 256 bytes, on one line", http.StatusBadRequest)
 		return
 	}
-	if id == "" {
-		id = newID()
-	}
 	n, attached, written, err := s.topics.publish(r.PathValue("topic"), Message{ID: id, Data: string(data)})
 	if err != nil {
-		fail(w, err)
+		refuse(w, err)
 		return
 	}
 	ok := false
-	t := time.NewTimer(publishWait)
 	select {
 	case <-written:
 		ok = true
-	case <-t.C:
+	case <-time.After(publishWait):
 	case <-r.Context().Done():
 	}
-	t.Stop()
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(Published{ID: id, Subscribers: n, Attached: attached, Written: ok})
 }

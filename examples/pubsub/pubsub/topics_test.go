@@ -31,9 +31,7 @@ func (f *fakeLeases) grant(lgn keyspace.LGN) {
 }
 
 func newTestTopics(f *fakeLeases) *topics {
-	t := newTopics(4, time.Minute)
-	t.setLeases(f)
-	return t
+	return newTopics(f, 4, time.Minute)
 }
 
 // deliver writes every queued message of s to st as the stream's writer
@@ -111,33 +109,40 @@ func TestTopicsFiveSteps(t *testing.T) {
 }
 
 // TestTopicsResume checks a subscriber that reconnects naming the last
-// message it received gets the rest again, once; and one too far behind
-// is dropped and starts afresh.
+// message written to it gets the messages queued since, once; one that
+// names any other starts afresh (it may have missed some); and a queue
+// past its limit drops the subscription.
 func TestTopicsResume(t *testing.T) {
 	f := &fakeLeases{}
 	f.grant(1)
 	tp := newTestTopics(f)
 	s, st := mustAttach(t, tp, "news", "a", "", true)
-	for _, id := range []string{"m1", "m2", "m3"} {
+	for _, id := range []string{"m1", "m2"} {
 		publish(t, tp, "news", id)
 	}
 	deliver(tp, s, st)
 	tp.detach(s, st)
-	publish(t, tp, "news", "m4") // queued while detached
-	s, st = mustAttach(t, tp, "news", "a", "m1", false)
-	if ids, _ := deliver(tp, s, st); len(ids) != 3 || ids[0] != "m2" || ids[2] != "m4" {
-		t.Fatalf("resumed after m1: delivered %v, want [m2 m3 m4]", ids)
+	publish(t, tp, "news", "m3") // queued while detached
+	s, st = mustAttach(t, tp, "news", "a", "m2", false)
+	if ids, _ := deliver(tp, s, st); len(ids) != 1 || ids[0] != "m3" {
+		t.Fatalf("resumed after m2: delivered %v, want [m3]", ids)
 	}
-	// The last message unknown (written more than MaxQueue ago): afresh.
-	s, _ = mustAttach(t, tp, "news", "a", "m0", true)
-	// A queue past its limit drops the subscription.
-	for i := range 5 {
+	if _, stop := tp.next(s, st); stop != "" {
+		t.Fatalf("stream ended %q", stop)
+	}
+	// Naming m2 again: m3 was written since, so the subscriber may have
+	// missed it; the old stream ends "replaced" and the new one is fresh.
+	s2, _ := mustAttach(t, tp, "news", "a", "m2", true)
+	if _, stop := tp.next(s, st); stop != "replaced" {
+		t.Fatalf("the old stream: stop %q, want \"replaced\"", stop)
+	}
+	for i := range 5 { // a queue past its limit (4) drops the subscription
+		tp.detach(s2, s2.stream)
 		publish(t, tp, "news", string(rune('a'+i)))
 	}
-	if subs, _, _ := tp.counts(); subs != 0 {
+	if subs := len(tp.subs); subs != 0 {
 		t.Fatalf("%d subscriptions after overflowing, want 0", subs)
 	}
-	_ = s
 }
 
 // TestTopicsHandover checks a planned move: the copy holds the messages not
@@ -161,25 +166,41 @@ func TestTopicsHandover(t *testing.T) {
 		t.Fatalf("publish during the handover: %v, want %v", err, errMoving)
 	}
 	ws := copied["news"]
-	if len(ws) != 1 || len(ws[0].Queue) != 1 || ws[0].Queue[0].ID != "m2" || len(ws[0].Sent) != 1 {
-		t.Fatalf("copied %+v, want subscription x with m2 queued and m1 sent", copied)
+	if len(ws) != 1 || len(ws[0].Queue) != 1 || ws[0].Queue[0].ID != "m2" || ws[0].Last != "m1" {
+		t.Fatalf("copied %+v, want subscription x with m2 queued and m1 written last", copied)
+	}
+	a.endHandover(h, true)
+	if subs := len(a.subs); subs != 0 {
+		t.Fatalf("%d subscriptions left after handing them over, want 0", subs)
+	}
+	// HandoverDone is asynchronous: until the Owner gives the lease up, a
+	// publish must still be refused, or it would reach nobody.
+	if _, _, _, err := a.publish("news", Message{ID: "m2b"}); !errors.Is(err, errMoving) {
+		t.Fatalf("publish after the handover, the lease not yet given up: %v, want %v", err, errMoving)
 	}
 
 	// Without a migrated grant the copy is thrown away.
-	b.receive("news", ws, time.Now().Add(time.Minute))
+	b.receive("news", ws)
 	fb.grant(5)
 	b.changed(owner.OwnershipChange{Granted: fb.Held()})
-	if subs, _, _ := b.counts(); subs != 0 {
+	if subs := len(b.subs); subs != 0 {
 		t.Fatalf("a grant without migration took %d subscriptions up, want 0", subs)
 	}
+	// State that arrives once the range is held here came too late.
+	fb.migrated = true
+	b.receive("news", ws)
+	publish(t, b, "news", "m0")
+	if subs := len(b.subs); subs != 0 {
+		t.Fatalf("state handed over after the grant was taken up: %d subscriptions, want 0", subs)
+	}
 
-	// With one, the subscriber resumes after m1 and gets m2 then m3.
+	// With a migrated grant (seen by the request before the upcall), the
+	// subscriber resumes after m1 and gets m2 then m3.
 	fb.held = false
-	b.changed(owner.OwnershipChange{Revoked: []keyspace.Range{keyspace.Full}})
-	b.receive("news", ws, time.Now().Add(time.Minute))
+	b.receive("news", ws)
 	fb.grant(6)
-	if _, _, _, err := b.publish("news", Message{ID: "m3"}); !errors.Is(err, errArriving) {
-		t.Fatalf("publish before the grant is known migrated: %v, want %v", err, errArriving)
+	if _, _, _, err := b.publish("news", Message{ID: "m3"}); !errors.Is(err, errMoving) {
+		t.Fatalf("publish before the grant is known migrated: %v, want %v", err, errMoving)
 	}
 	fb.migrated = true
 	publish(t, b, "news", "m3")

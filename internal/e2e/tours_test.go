@@ -1,0 +1,43 @@
+package e2e
+
+import (
+	"context"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestExampleTours runs the example services' tours as their READMEs show
+// them (leasehold demo pubsub, presence, mail): each kills a server with
+// SIGKILL and checks the service's promise, and must exit 0 and tell its
+// whole story. They run one after the other, each in about 10 s.
+func TestExampleTours(t *testing.T) {
+	if testing.Short() {
+		t.Skip("e2e: builds binaries and runs real processes; skipped with -short")
+	}
+	t.Parallel()
+	leasehold, _ := build(t)
+	for _, tc := range []struct {
+		name string
+		want []string
+	}{
+		{"pubsub", []string{"resubscribed within", "Message #3 published", "none was made afresh. Done."}},
+		{"presence", []string{"Republished and answered within", "hands nothing over", "older than the last acknowledged heartbeat. Done."}},
+		{"mail", []string{"incomplete (a node down)", "restarts from its directory", "No message was lost or read twice. Done."}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			out, err := exec.CommandContext(ctx, leasehold, "demo", tc.name).CombinedOutput()
+			if err != nil {
+				t.Fatalf("leasehold demo %s: %v\n%s", tc.name, err, out)
+			}
+			for _, want := range tc.want {
+				if !strings.Contains(string(out), want) {
+					t.Errorf("the tour's output lacks %q:\n%s", want, out)
+				}
+			}
+		})
+	}
+}
