@@ -287,3 +287,6 @@ func readCerts(path string) ([]*x509.Certificate, error) {
 	}
 	return out, nil
 }
+
+// ReadCertificates reads every certificate in a PEM file.
+func ReadCertificates(path string) ([]*x509.Certificate, error) { return readCerts(path) }

@@ -131,9 +131,13 @@ func (o *dashboardOptions) start(ctx context.Context, log *slog.Logger) (*runnin
 	if err != nil {
 		return nil, err
 	}
+	opts, err := o.dialOptions()
+	if err != nil {
+		return nil, err
+	}
 	for _, ns := range src.names {
 		l, err := lookup.New(ctx, lookup.Config{
-			Manager: o.manager, Namespace: ns, Logger: log,
+			Manager: o.manager, Namespace: ns, Logger: log, DialOptions: opts,
 			OnUpdate: func(u lookup.Update) { hub.Changed(ns, u) },
 			OnLoss:   func(l lookup.Loss) { hub.Lost(ns, l) },
 		})
