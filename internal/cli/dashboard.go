@@ -260,7 +260,8 @@ func (s *managerSource) close() {
 
 // startDashboard serves the demo Manager's dashboard on d.dashboard.
 func (d *demo) startDashboard(ctx context.Context) (wait func() error, err error) {
-	o := &dashboardOptions{clientOptions: clientOptions{manager: d.addr, timeout: 5 * time.Second},
+	o := &dashboardOptions{clientOptions: clientOptions{manager: d.addr, timeout: 5 * time.Second,
+		trustOptions: trustOptions{certsDir: d.certsDir, insecure: d.certsDir == ""}},
 		listen: d.dashboard, allNamespaces: true, refresh: time.Second}
 	r, err := o.start(ctx, slog.New(slog.DiscardHandler))
 	if err != nil {
