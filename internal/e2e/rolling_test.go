@@ -34,6 +34,7 @@ func TestRollingRestart(t *testing.T) {
 		t.Skip("e2e: builds binaries and runs real processes; skipped with -short")
 	}
 	t.Parallel()
+	useTLS(t)
 	leasehold, kvBin := build(t)
 	started := time.Now()
 
@@ -41,6 +42,7 @@ func TestRollingRestart(t *testing.T) {
 	line := mgr.waitLine(t, "leasehold manager listening on ", 10*time.Second)
 	addr, _, _ := strings.Cut(strings.TrimPrefix(line, "leasehold manager listening on "), " ")
 	c := &cli{t: t, leasehold: leasehold, kv: kvBin, manager: addr}
+	plaintextRefused(t, leasehold, addr)
 	w := &watcher{p: start(t, "watch", leasehold, "watch", "--manager", addr, "--json")}
 
 	ids := []string{"kv-1", "kv-2", "kv-3"}
@@ -54,7 +56,7 @@ func TestRollingRestart(t *testing.T) {
 		return slices.Equal(s.holders(), ids) && s.sumRanges() == 192
 	})
 
-	cl, err := kv.NewClient(context.Background(), kv.ClientConfig{Manager: addr, Timing: protocol.Fast(), Timeout: 20 * time.Second})
+	cl, err := kv.NewClient(context.Background(), kv.ClientConfig{Manager: addr, Timing: protocol.Fast(), Timeout: 20 * time.Second, CertsDir: certsDirFor(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,6 +149,7 @@ func TestRollingRestart(t *testing.T) {
 // until it serves.
 func (c *cli) serveAt(id, listen string) *proc {
 	c.t.Helper()
+	ownerCert(c.t, id)
 	p := start(c.t, id, c.kv, "serve", "--manager", c.manager, "--listen", listen, "--id", id)
 	p.waitLine(c.t, "kv serving on ", 10*time.Second)
 	return p
