@@ -162,7 +162,8 @@ func CreateCA(dir, keyFile string, lifetime time.Duration, overwrite bool) (*CA,
 	if keyFile == "" {
 		keyFile = filepath.Join(dir, CAKeyFile)
 	}
-	ca, err := NewCA("leasehold CA", time.Now(), lifetime)
+	// The name tells one group's CA from another's in errors.
+	ca, err := NewCA("leasehold CA "+time.Now().UTC().Format(time.RFC3339), time.Now(), lifetime)
 	if err != nil {
 		return nil, err
 	}

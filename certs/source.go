@@ -67,6 +67,9 @@ func Open(dir string, role Role, name string) (*Source, error) {
 			return nil, fmt.Errorf("certs: %s holds %d %s certificates; say which one", dir, len(found), role)
 		}
 	}
+	if _, err := os.Stat(filepath.Join(dir, base+".crt")); err != nil {
+		return nil, fmt.Errorf("certs: %s holds no certificate for %s %q (%s.crt); create it with leasehold cert create-%s", dir, role, name, base, role)
+	}
 	s := &Source{dir: dir, base: base, now: time.Now}
 	m, err := s.load()
 	if err != nil {

@@ -129,7 +129,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	srv, err := kv.NewServer(ctx, kv.ServerConfig{
 		Manager: *manager, Namespace: *namespace, ID: *id,
 		Listen: *listen, Advertise: *advertise, Capacity: *capacity, Logger: logger,
-		CertsDir: trusted(*certsDir, *insecure), Insecure: *insecure,
+		CertsDir: trusted(fs, *certsDir, insecure), Insecure: *insecure,
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "kv serve: %v\n", err)
@@ -163,9 +163,15 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-// trusted is the certificates directory to use: none with --insecure.
-func trusted(dir string, insecure bool) string {
-	if insecure {
+// trusted is the certificates directory to use: none with --insecure,
+// unless --certs-dir was given and --insecure came from the environment.
+func trusted(fs *flag.FlagSet, dir string, insecure *bool) string {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if set["certs-dir"] && !set["insecure"] {
+		*insecure = false
+	}
+	if *insecure {
 		return ""
 	}
 	return dir
@@ -194,7 +200,7 @@ func putGet(ctx context.Context, cmd string, args []string, stdout, stderr io.Wr
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	c, err := kv.NewClient(ctx, kv.ClientConfig{Manager: *manager, Namespace: *namespace,
-		CertsDir: trusted(*certsDir, *insecure), Insecure: *insecure})
+		CertsDir: trusted(fs, *certsDir, insecure), Insecure: *insecure})
 	if err != nil {
 		fmt.Fprintf(stderr, "kv %s: %v\n", cmd, err)
 		return exitError

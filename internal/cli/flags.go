@@ -191,6 +191,9 @@ func (o *clientOptions) managerErrorAt(addr string, err error) error {
 		if _, cause, ok := strings.Cut(msg, "Error while dialing: "); ok {
 			msg = strings.TrimSuffix(cause, `"`)
 		}
+		if strings.Contains(msg, "server preface") && o.insecure {
+			msg += " (the manager may serve TLS only: pass --certs-dir instead of --insecure)"
+		}
 		return &unreachable{msg, fmt.Errorf("cannot reach the manager at %s: %s", addr, msg)}
 	case codes.DeadlineExceeded:
 		cause := fmt.Sprintf("no answer within %s", o.timeout)

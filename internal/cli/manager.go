@@ -328,6 +328,7 @@ func (o *managerOptions) run(ctx context.Context, e *env) error {
 	if err != nil {
 		return err
 	}
+	o.resolve()
 	if o.insecure { // the server warns of its own listener
 		if o.metricsListen != "" {
 			warnInsecure(log, o.metricsListen)

@@ -24,9 +24,11 @@ type trustOptions struct {
 	certsDir string
 	insecure bool
 	src      *certs.Source // opened by dial or serve
+	flags    *pflag.FlagSet
 }
 
 func (t *trustOptions) addTrustFlags(f *pflag.FlagSet, e *env) {
+	t.flags = f
 	f.StringVar(&t.certsDir, "certs-dir", e.getenv(certs.DirEnv),
 		"use the CA and certificate in `DIR` for mutual TLS (leasehold cert creates them; $"+certs.DirEnv+" sets the default)")
 	v := e.getenv(InsecureEnv)
@@ -42,6 +44,7 @@ var clientRoles = []certs.Role{certs.Operator, certs.Lookup, certs.Owner}
 // certificate of clientRoles found in the certificates directory, or
 // plaintext with --insecure.
 func (t *trustOptions) dialOptions() ([]grpc.DialOption, error) {
+	t.resolve()
 	if t.insecure {
 		return []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, nil
 	}
@@ -53,6 +56,15 @@ func (t *trustOptions) dialOptions() ([]grpc.DialOption, error) {
 		t.src = src
 	}
 	return []grpc.DialOption{certs.DialOption(t.src)}, nil
+}
+
+// resolve lets a flag given on the command line win over the environment:
+// --certs-dir over $LEASEHOLD_INSECURE (--insecure over
+// $LEASEHOLD_CERTS_DIR needs nothing: insecure is checked first).
+func (t *trustOptions) resolve() {
+	if t.flags != nil && t.flags.Changed("certs-dir") && !t.flags.Changed("insecure") {
+		t.insecure = false
+	}
 }
 
 // open opens the first certificate of the roles found in the directory.

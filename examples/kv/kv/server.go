@@ -59,9 +59,8 @@ type ServerConfig struct {
 	// Logger receives the server's and its Owner's logs; nil discards them.
 	Logger *slog.Logger
 	// CertsDir, if set, is the certificates directory (leasehold cert):
-	// the Owner dials the Manager with its owner certificate
-	// (owner.<ID>.crt; ID, when empty, is the one in the only owner
-	// certificate there), and the server serves HTTPS with it, to clients
+	// the Owner dials the Manager with the certificate of its ID
+	// (owner.<ID>.crt), and the server serves HTTPS with it, to clients
 	// that present a certificate of the same CA: any role for the key API
 	// and /metrics, and only an Owner of this namespace for the handover
 	// (/internal/migrate), which it also sends with that certificate.
@@ -115,16 +114,15 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	if cfg.Advertise == "" {
 		cfg.Advertise = reachable(lis.Addr())
 	}
+	if cfg.ID == "" {
+		cfg.ID = addr
+	}
 	var src *certs.Source
 	if cfg.CertsDir != "" {
 		if src, err = certs.Open(cfg.CertsDir, certs.Owner, cfg.ID); err != nil {
 			lis.Close()
 			return nil, fmt.Errorf("kv: %w", err)
 		}
-		cfg.ID = src.Identity().Name
-	}
-	if cfg.ID == "" {
-		cfg.ID = addr
 	}
 	s := &Server{cfg: cfg, lis: lis, store: newStore(), served: make(chan error, 1), ready: make(chan struct{}), certs: src, scheme: "http"}
 	s.transport = http.DefaultTransport.(*http.Transport).Clone()
