@@ -2,9 +2,9 @@ package manager_test
 
 import (
 	"context"
-	"fmt"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"slices"
