@@ -1,9 +1,11 @@
 package e2e
 
 import (
+	"crypto/tls"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 
@@ -96,5 +98,64 @@ func plaintextRefused(t *testing.T, leasehold, addr string) {
 	cmd := exec.Command(leasehold, "status", "--manager", addr, "--insecure", "--timeout", "2s")
 	if out, err := cmd.CombinedOutput(); err == nil {
 		t.Errorf("a plaintext status of the manager at %s succeeded: %s", addr, out)
+	}
+}
+
+// rotateAll issues every certificate in t's directory again, with a new
+// key, as an operator rotating them would: the running processes pick the
+// new files up at their next handshake (or reload), without a restart.
+func rotateAll(t *testing.T) {
+	t.Helper()
+	dir := certsDirFor(t)
+	if dir == "" {
+		return
+	}
+	certsMu.Lock()
+	defer certsMu.Unlock()
+	ca, err := certs.LoadCA(filepath.Join(dir, certs.CAFile), filepath.Join(dir, certs.CAKeyFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "*.crt"))
+	n := 0
+	for _, f := range files {
+		if filepath.Base(f) == certs.CAFile {
+			continue
+		}
+		cs, err := certs.ReadCertificates(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, err := certs.IdentityOf(cs[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		hosts := slices.Clone(cs[0].DNSNames)
+		for _, ip := range cs[0].IPAddresses {
+			hosts = append(hosts, ip.String())
+		}
+		if _, err := certs.Create(dir, ca, id, hosts, 0); err != nil {
+			t.Fatal(err)
+		}
+		n++
+	}
+	t.Logf("replaced %d certificates", n)
+}
+
+// servesCurrent checks that the server at addr presents the certificate
+// now in file, of t's directory: it reloaded it.
+func servesCurrent(t *testing.T, addr, file string) {
+	t.Helper()
+	cs, err := certs.ReadCertificates(filepath.Join(certsDirFor(t), file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2"}})
+	if err != nil {
+		t.Fatalf("dial %s: %v", addr, err)
+	}
+	defer conn.Close()
+	if got := conn.ConnectionState().PeerCertificates[0]; !got.Equal(cs[0]) {
+		t.Errorf("%s presents the certificate with serial %x, not the current %s (serial %x)", addr, got.SerialNumber, file, cs[0].SerialNumber)
 	}
 }
