@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/leasehold/leasehold/certs"
@@ -438,3 +439,87 @@ func TestTrustRaftTransport(t *testing.T) {
 		t.Errorf("replica 2's heartbeat at term %d left replica 1 at term %d", before+100, got)
 	}
 }
+
+// TestTrustRelayedStreams: a follower relays an Owner's lease stream to
+// the leader over its own replica certificate, telling the leader whose
+// stream it is. The leader answers the Owner that speaks for itself, and
+// refuses, through the relay, an Owner that speaks for another; a
+// replica's certificate alone may not hold leases.
+func TestTrustRelayedStreams(t *testing.T) {
+	dir := t.TempDir()
+	ca, err := certs.CreateCA(dir, "", 0, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var peers []manager.Peer
+	var lis []net.Listener
+	for id := uint64(1); id <= 3; id++ {
+		if _, err := certs.Create(dir, ca, certs.Identity{Role: certs.Replica, Name: fmt.Sprint(id)}, []string{"127.0.0.1"}, 0); err != nil {
+			t.Fatal(err)
+		}
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lis = append(lis, l)
+		peers = append(peers, manager.Peer{ID: id, Addr: l.Addr().String()})
+	}
+	var srvs []*manager.Server
+	for i, p := range peers {
+		src, err := certs.Open(dir, certs.Replica, fmt.Sprint(p.ID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv, err := manager.NewServer(manager.ServerConfig{Replica: config.Replica{Timing: protocol.Fast()}, ID: p.ID, Peers: peers, Certs: src})
+		if err != nil {
+			t.Fatal(err)
+		}
+		srvs = append(srvs, srv)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func(l net.Listener) { done <- srv.Serve(ctx, l) }(lis[i])
+		t.Cleanup(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("manager %d: %v", p.ID, err)
+			}
+		})
+	}
+	var follower string
+	for deadline := time.Now().Add(15 * time.Second); follower == ""; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no leader known to a follower within 15s")
+		}
+		for i, s := range srvs {
+			if ci := s.Snapshot().Cluster; ci.Leader != 0 && ci.Leader != ci.ID && ci.LeaderAddr != "" {
+				follower = peers[i].Addr
+			}
+		}
+	}
+	now := time.Now()
+	relayed := func(as certs.Identity, req *pb.LeaseRequest) error {
+		c := issue(t, ca, as, now, time.Hour)
+		ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(context.Background(), "leasehold-relay", "1"), 5*time.Second)
+		defer cancel()
+		st, err := pb.NewLeasesClient(dialAs(t, follower, &c)).Session(ctx)
+		if err != nil {
+			return err
+		}
+		if err := st.Send(req); err != nil && !errors.Is(err, io.EOF) {
+			return err
+		}
+		_, err = st.Recv()
+		return err
+	}
+	req := register("a", "default")
+	req.Incarnation = uint64(now.UnixNano())
+	if err := relayed(certs.Identity{Role: certs.Owner, Name: "a", Namespaces: []string{"default"}}, req); err != nil {
+		t.Fatalf("owner a through the follower at %s: %v", follower, err)
+	}
+	refused(t, "mallory as a, relayed", relayed(certs.Identity{Role: certs.Owner, Name: "mallory", Namespaces: []string{"default"}}, req),
+		codes.PermissionDenied, `owner "mallory"`, `Owner "a"`)
+	refused(t, "a replica holding leases", leaseAttempt(dialAs(t, follower, ptr(issue(t, ca, certs.Identity{Role: certs.Replica, Name: "2"}, now, time.Hour))), req),
+		codes.PermissionDenied, `replica "2"`, "relay")
+}
+
+func ptr[T any](v T) *T { return &v }
