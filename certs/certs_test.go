@@ -1,9 +1,12 @@
 package certs_test
 
 import (
+	"bytes"
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -195,5 +198,40 @@ func TestReloadPicksUpANewCertificate(t *testing.T) {
 	os.WriteFile(filepath.Join(dir, "owner.kv-1.crt"), c, 0o600)
 	if err := src.Reload(); err == nil || src.Identity().Name != "kv-1" {
 		t.Errorf("a certificate for another identity was loaded: %v, %s", err, src.Identity())
+	}
+}
+
+// Watch warns, in the log, of a certificate about to expire.
+func TestWatchWarnsBeforeExpiry(t *testing.T) {
+	id := certs.Identity{Role: certs.Lookup, Name: "l"}
+	dir, ca := group(t)
+	// Valid for an hour, of which two minutes are left: within the warning
+	// window (a fifth of the lifetime).
+	c, k, err := ca.Issue(id, nil, time.Now().Add(-58*time.Minute), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(dir, "lookup.l.key"), k, 0o600)
+	os.WriteFile(filepath.Join(dir, "lookup.l.crt"), c, 0o600)
+	src, err := certs.Open(dir, certs.Lookup, "l")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // one round, then return
+	src.Watch(ctx, slog.New(slog.NewTextHandler(&buf, nil)), time.Hour)
+	if !strings.Contains(buf.String(), "certificate expires soon") || !strings.Contains(buf.String(), `lookup \"l\"`) {
+		t.Errorf("no expiry warning in %q", buf.String())
+	}
+
+	// A fresh certificate: no warning.
+	if _, err := certs.Create(dir, ca, id, nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	buf.Reset()
+	src.Watch(ctx, slog.New(slog.NewTextHandler(&buf, nil)), time.Hour)
+	if strings.Contains(buf.String(), "expires soon") || !strings.Contains(buf.String(), "certificates reloaded") {
+		t.Errorf("after replacing the certificate: %q", buf.String())
 	}
 }

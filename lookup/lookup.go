@@ -127,7 +127,7 @@ func New(ctx context.Context, cfg Config) (*Lookup, error) {
 	if err := (runtime.Common{Manager: &cfg.Manager, Managers: &cfg.Managers, Namespace: &cfg.Namespace, Timing: &cfg.Timing, Logger: &cfg.Logger}).Normalize("lookup"); err != nil {
 		return nil, err
 	}
-	opts, err := runtime.Trust{DialOptions: cfg.DialOptions, TLS: cfg.TLS, CertsDir: cfg.CertsDir,
+	opts, src, err := runtime.Trust{DialOptions: cfg.DialOptions, TLS: cfg.TLS, CertsDir: cfg.CertsDir,
 		Role: certs.Lookup, Name: cfg.CertName, Insecure: cfg.Insecure}.Options("lookup", cfg.Managers)
 	if err != nil {
 		return nil, err
@@ -158,6 +158,12 @@ func New(ctx context.Context, cfg Config) (*Lookup, error) {
 		}
 	})
 	l.view.Store(&published{view: leasetable.NewView()})
+	if cfg.Registerer != nil && src != nil {
+		if err := cfg.Registerer.Register(src.Collector()); err != nil {
+			_ = managers.Close()
+			return nil, fmt.Errorf("lookup: registering the certificate's expiry: %w", err)
+		}
+	}
 	if cfg.Registerer != nil {
 		if err := l.registerMetrics(cfg.Registerer); err != nil {
 			_ = managers.Close()
@@ -175,6 +181,12 @@ func New(ctx context.Context, cfg Config) (*Lookup, error) {
 	l.wg.Add(2)
 	go l.run(ctx, core)
 	go l.connect(ctx)
+	if src != nil {
+		// Reload the certificate when it is replaced, and warn before it
+		// expires.
+		l.wg.Add(1)
+		go func() { defer l.wg.Done(); src.Watch(ctx, cfg.Logger, 0) }()
+	}
 	return l, nil
 }
 

@@ -143,7 +143,7 @@ func New(ctx context.Context, cfg Config) (*Owner, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	opts, err := runtime.Trust{DialOptions: cfg.DialOptions, TLS: cfg.TLS, CertsDir: cfg.CertsDir,
+	opts, src, err := runtime.Trust{DialOptions: cfg.DialOptions, TLS: cfg.TLS, CertsDir: cfg.CertsDir,
 		Role: certs.Owner, Name: cfg.ID, Insecure: cfg.Insecure}.Options("owner", cfg.Managers)
 	if err != nil {
 		return nil, err
@@ -168,6 +168,12 @@ func New(ctx context.Context, cfg Config) (*Owner, error) {
 	o.held.Store(&published{})
 	o.answerWait.Store(int64(cfg.Timing.OwnerAnswerWait()))
 	o.renew.Store(int64(cfg.Timing.Renew))
+	if cfg.Registerer != nil && src != nil {
+		if err := cfg.Registerer.Register(src.Collector()); err != nil {
+			_ = managers.Close()
+			return nil, fmt.Errorf("owner: registering the certificate's expiry: %w", err)
+		}
+	}
 	if cfg.Registerer != nil {
 		if err := o.registerMetrics(cfg.Registerer); err != nil {
 			_ = managers.Close()
@@ -190,6 +196,12 @@ func New(ctx context.Context, cfg Config) (*Owner, error) {
 	o.wg.Add(2)
 	go o.run(ctx, core)
 	go o.connect(ctx)
+	if src != nil {
+		// Reload the certificate when it is replaced, and warn before it
+		// expires.
+		o.wg.Add(1)
+		go func() { defer o.wg.Done(); src.Watch(ctx, cfg.Logger, 0) }()
+	}
 	return o, nil
 }
 

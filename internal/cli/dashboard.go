@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/leasehold/leasehold/internal/dashboard"
+	"github.com/leasehold/leasehold/internal/runtime"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/leasetable"
 	"github.com/leasehold/leasehold/lookup"
@@ -153,6 +154,10 @@ func (o *dashboardOptions) start(ctx context.Context, log *slog.Logger) (*runnin
 	if err != nil {
 		src.close()
 		return nil, fmt.Errorf("dashboard: cannot listen on %s: %w", o.listen, err)
+	}
+	if !runtime.Loopback(lis.Addr().String()) {
+		log.Error("THE DASHBOARD LISTENS ON A NETWORK ADDRESS WITHOUT AUTHENTICATION: anyone who reaches it sees the table and may drain Owners with this process's certificate (docs/security.md)",
+			"addr", lis.Addr().String())
 	}
 	hs := &http.Server{Handler: hub.Handler(o.manager), ReadHeaderTimeout: 10 * time.Second}
 	served := make(chan error, 1)

@@ -30,28 +30,30 @@ type Trust struct {
 // plaintext, when Insecure or when every address is a loopback one. A
 // plaintext dial to another machine without Insecure is refused: it would
 // send the Owner's leases, or read the table, in the clear to anyone on the
-// path. pkg prefixes the errors ("owner").
-func (t Trust) Options(pkg string, addrs []string) ([]grpc.DialOption, error) {
+// path. pkg prefixes the errors ("owner"). With CertsDir it also returns
+// the Source opened there, for the caller to watch (Source.Watch) and to
+// export its expiry.
+func (t Trust) Options(pkg string, addrs []string) ([]grpc.DialOption, *certs.Source, error) {
 	switch {
 	case len(t.DialOptions) > 0:
-		return t.DialOptions, nil
+		return t.DialOptions, nil, nil
 	case t.TLS != nil:
-		return []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(t.TLS))}, nil
+		return []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(t.TLS))}, nil, nil
 	case t.CertsDir != "":
 		src, err := certs.Open(t.CertsDir, t.Role, t.Name)
 		if err != nil {
-			return nil, fmt.Errorf("%s: Config.CertsDir: %w", pkg, err)
+			return nil, nil, fmt.Errorf("%s: Config.CertsDir: %w", pkg, err)
 		}
-		return []grpc.DialOption{certs.DialOption(src)}, nil
+		return []grpc.DialOption{certs.DialOption(src)}, src, nil
 	case t.Insecure:
-		return []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, nil
+		return []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, nil, nil
 	}
 	for _, a := range addrs {
 		if !Loopback(a) {
-			return nil, fmt.Errorf("%s: the Manager at %s is not on this machine and no TLS is configured: set Config.CertsDir (or Config.TLS), or Config.Insecure to dial it in plaintext", pkg, a)
+			return nil, nil, fmt.Errorf("%s: the Manager at %s is not on this machine and no TLS is configured: set Config.CertsDir (or Config.TLS), or Config.Insecure to dial it in plaintext", pkg, a)
 		}
 	}
-	return []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, nil
+	return []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, nil, nil
 }
 
 // Loopback reports whether addr (host:port) names this machine's loopback
