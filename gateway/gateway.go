@@ -17,6 +17,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/grpc"
+
+	"github.com/leasehold/leasehold/certs"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/lookup"
 	"github.com/leasehold/leasehold/owner"
@@ -54,6 +57,12 @@ type Config struct {
 	NewRouter func(ctx context.Context, namespace string, onLoss func(lookup.Loss), onUpdate func()) (Router, error)
 	// Transport, if set, replaces the transport to the Owners.
 	Transport http.RoundTripper
+	// Certs, if set, is the gateway's certificate (a lookup's, or an
+	// operator's; docs/security.md): its Lookups dial the Manager with it,
+	// and it sends requests to the Owners over HTTPS with it, accepting
+	// only owner certificates that name the Owner's host. gRPC routes
+	// (HTTP/2 without TLS) are not proxied over TLS.
+	Certs *certs.Source
 }
 
 // Router is what the gateway needs of a namespace's Lookup.
@@ -83,6 +92,7 @@ type Gateway struct {
 	owners    ownerSlots
 	transport http.RoundTripper
 	h2c       http.RoundTripper // for gRPC: HTTP/2 without TLS, prior knowledge
+	scheme    string            // of the Owners' URLs: http, or https with Config.Certs
 	losses    *lossLog
 	metrics   *metrics
 	log       *slog.Logger
@@ -217,6 +227,15 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 	if cfg.Transport != nil {
 		g.h2c = cfg.Transport
 	}
+	g.scheme = "http"
+	if cfg.Certs != nil {
+		g.scheme = "https"
+		if cfg.Transport == nil {
+			t := cfg.Certs.HTTPTransport(certs.Owner)
+			t.MaxIdleConnsPerHost = 256
+			g.transport, g.h2c = t, t
+		}
+	}
 	g.metrics = newMetrics(g)
 	syncTimeout := cfg.Timing.SyncTimeout
 	if syncTimeout <= 0 {
@@ -250,8 +269,12 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 		if cfg.NewRouter != nil {
 			sp.router, err = cfg.NewRouter(ctx, r.Namespace, onLoss, onUpdate)
 		} else {
-			sp.router, err = lookup.New(ctx, lookup.Config{Manager: cfg.Manager, Namespace: r.Namespace, Timing: cfg.Timing, Logger: cfg.Logger,
-				OnLoss: onLoss, OnUpdate: func(lookup.Update) { onUpdate() }})
+			lc := lookup.Config{Manager: cfg.Manager, Namespace: r.Namespace, Timing: cfg.Timing, Logger: cfg.Logger,
+				OnLoss: onLoss, OnUpdate: func(lookup.Update) { onUpdate() }}
+			if cfg.Certs != nil {
+				lc.DialOptions = []grpc.DialOption{certs.DialOption(cfg.Certs)}
+			}
+			sp.router, err = lookup.New(ctx, lc)
 		}
 		if err != nil {
 			g.Close()
@@ -506,7 +529,7 @@ func (g *Gateway) forward(w http.ResponseWriter, req *http.Request, rt *Route) i
 
 // send makes one attempt at the Owner at addr.
 func (g *Gateway) send(ctx context.Context, req *http.Request, body []byte, addr string) (*http.Response, error) {
-	u := &url.URL{Scheme: "http", Host: addr, Path: req.URL.Path, RawPath: req.URL.RawPath, RawQuery: req.URL.RawQuery}
+	u := &url.URL{Scheme: g.scheme, Host: addr, Path: req.URL.Path, RawPath: req.URL.RawPath, RawQuery: req.URL.RawQuery}
 	out, err := http.NewRequestWithContext(ctx, req.Method, u.String(), nil)
 	if err != nil {
 		return nil, err
