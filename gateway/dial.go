@@ -3,6 +3,9 @@ package gateway
 import (
 	"net/http"
 
+	"google.golang.org/grpc"
+
+	"github.com/leasehold/leasehold/certs"
 	"github.com/leasehold/leasehold/lookup"
 )
 
@@ -14,22 +17,32 @@ import (
 
 // ownerTransports returns the transports to the Owners: one for HTTP, one
 // for gRPC (HTTP/2 with prior knowledge). Config.Transport, if set, is
-// both.
-func (cfg *Config) ownerTransports() (http1, grpc http.RoundTripper) {
+// both. With Config.Certs, both are HTTPS with the gateway's certificate,
+// accepting only owner certificates that name the Owner's host.
+func (cfg *Config) ownerTransports() (http1, h2 http.RoundTripper) {
 	if cfg.Transport != nil {
 		return cfg.Transport, cfg.Transport
+	}
+	if cfg.Certs != nil {
+		t := cfg.Certs.HTTPTransport(certs.Owner)
+		t.MaxIdleConnsPerHost = 256
+		return t, t
 	}
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.Proxy = nil
 	t.MaxIdleConnsPerHost = 256
-	h2 := http.DefaultTransport.(*http.Transport).Clone()
-	h2.Proxy = nil
-	h2.Protocols = new(http.Protocols)
-	h2.Protocols.SetUnencryptedHTTP2(true)
-	return t, h2
+	c := http.DefaultTransport.(*http.Transport).Clone()
+	c.Proxy = nil
+	c.Protocols = new(http.Protocols)
+	c.Protocols.SetUnencryptedHTTP2(true)
+	return t, c
 }
 
 // lookupConfig returns the configuration of a namespace's Lookup.
 func (cfg *Config) lookupConfig(namespace string, onLoss func(lookup.Loss)) lookup.Config {
-	return lookup.Config{Manager: cfg.Manager, Namespace: namespace, Timing: cfg.Timing, Logger: cfg.Logger, OnLoss: onLoss}
+	lc := lookup.Config{Manager: cfg.Manager, Namespace: namespace, Timing: cfg.Timing, Logger: cfg.Logger, OnLoss: onLoss}
+	if cfg.Certs != nil {
+		lc.DialOptions = []grpc.DialOption{certs.DialOption(cfg.Certs)}
+	}
+	return lc
 }

@@ -19,6 +19,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/leasehold/leasehold/certs"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/lookup"
 	"github.com/leasehold/leasehold/owner"
@@ -56,6 +57,12 @@ type Config struct {
 	NewRouter func(ctx context.Context, namespace string, onLoss func(lookup.Loss)) (Router, error)
 	// Transport, if set, replaces the transport to the Owners.
 	Transport http.RoundTripper
+	// Certs, if set, is the gateway's certificate (a lookup's, or an
+	// operator's; docs/security.md): its Lookups dial the Manager with it,
+	// and it sends requests to the Owners over HTTPS with it, accepting
+	// only owner certificates that name the Owner's host. gRPC routes
+	// (HTTP/2 without TLS) are not proxied over TLS.
+	Certs *certs.Source
 }
 
 // Router is what the gateway needs of a namespace's Lookup.
@@ -87,6 +94,7 @@ type Gateway struct {
 	owners    ownerSlots
 	transport http.RoundTripper
 	h2c       http.RoundTripper // for gRPC: HTTP/2 without TLS, prior knowledge
+	scheme    string            // of the Owners' URLs: http, or https with Config.Certs
 	losses    *lossLog
 	grpc      *grpc.Server // the gateway's own gRPC service (lossgrpc.go)
 	metrics   *metrics
@@ -179,6 +187,10 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 		return len(b.Host) - len(a.Host)
 	})
 	g.transport, g.h2c = cfg.ownerTransports()
+	g.scheme = "http"
+	if cfg.Certs != nil {
+		g.scheme = "https"
+	}
 	g.metrics = newMetrics(g)
 	g.grpc = newGRPCServer(g)
 	if cfg.MaxCopyAge < 0 {
@@ -492,7 +504,7 @@ func markStale(w http.ResponseWriter, sp *space) {
 // send makes one attempt at the Owner at addr, with body, or sbody if set
 // (a stream's, read as it comes).
 func (g *Gateway) send(ctx context.Context, req *http.Request, body []byte, sbody io.ReadCloser, addr string) (*http.Response, error) {
-	u := &url.URL{Scheme: "http", Host: addr, Path: req.URL.Path, RawPath: req.URL.RawPath, RawQuery: req.URL.RawQuery}
+	u := &url.URL{Scheme: g.scheme, Host: addr, Path: req.URL.Path, RawPath: req.URL.RawPath, RawQuery: req.URL.RawQuery}
 	out, err := http.NewRequestWithContext(ctx, req.Method, u.String(), nil)
 	if err != nil {
 		return nil, err

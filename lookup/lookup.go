@@ -2,6 +2,7 @@ package lookup
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
+	"github.com/leasehold/leasehold/certs"
 	"github.com/leasehold/leasehold/internal/runtime"
 	"github.com/leasehold/leasehold/internal/wire"
 	"github.com/leasehold/leasehold/keyspace"
@@ -51,9 +53,24 @@ type Config struct {
 	OnUpdate func(Update)
 	// Logger receives the Lookup's logs; nil discards them.
 	Logger *slog.Logger
-	// DialOptions replace the default (plaintext) gRPC dial options, for
-	// every Manager replica.
+	// DialOptions replace the default gRPC dial options, for every Manager
+	// replica; they must include credentials. They override the TLS fields.
 	DialOptions []grpc.DialOption
+	// TLS dials the Manager replicas with this configuration (mutual TLS
+	// with a certificate from the group's CA; docs/security.md).
+	TLS *tls.Config
+	// CertsDir, when TLS is nil, is the certificates directory to dial
+	// with: its lookup certificate and the CA's, re-read when they change so
+	// that certificates are rotated without a restart. The Manager's
+	// replicas must present replica certificates naming the host dialled.
+	CertsDir string
+	// CertName picks the lookup certificate in CertsDir
+	// (lookup.<CertName>.crt); empty when it holds one.
+	CertName string
+	// Insecure dials the Manager in plaintext. Without it, and with no TLS
+	// or CertsDir, New dials plaintext only to loopback addresses and
+	// refuses the others.
+	Insecure bool
 	// Registerer, if set, receives the Lookup's Prometheus metrics
 	// (metrics.go): its copy's age, the losses it raised and its resyncs,
 	// labelled with the namespace. New fails if they cannot be registered
@@ -114,7 +131,12 @@ func New(ctx context.Context, cfg Config) (*Lookup, error) {
 	if err := (runtime.Common{Manager: &cfg.Manager, Managers: &cfg.Managers, Namespace: &cfg.Namespace, Timing: &cfg.Timing, Logger: &cfg.Logger}).Normalize("lookup"); err != nil {
 		return nil, err
 	}
-	managers, err := runtime.NewManagers(cfg.Managers, cfg.DialOptions)
+	opts, src, err := runtime.Trust{DialOptions: cfg.DialOptions, TLS: cfg.TLS, CertsDir: cfg.CertsDir,
+		Role: certs.Lookup, Name: cfg.CertName, Insecure: cfg.Insecure}.Options("lookup", cfg.Managers)
+	if err != nil {
+		return nil, err
+	}
+	managers, err := runtime.NewManagers(cfg.Managers, opts)
 	if err != nil {
 		return nil, fmt.Errorf("lookup: %w", err)
 	}
@@ -143,6 +165,12 @@ func New(ctx context.Context, cfg Config) (*Lookup, error) {
 		}
 	})
 	l.view.Store(&published{view: leasetable.NewView()})
+	if cfg.Registerer != nil && src != nil {
+		if err := cfg.Registerer.Register(src.Collector()); err != nil {
+			_ = managers.Close()
+			return nil, fmt.Errorf("lookup: registering the certificate's expiry: %w", err)
+		}
+	}
 	if cfg.Registerer != nil {
 		if err := l.registerMetrics(cfg.Registerer); err != nil {
 			_ = managers.Close()
@@ -160,6 +188,12 @@ func New(ctx context.Context, cfg Config) (*Lookup, error) {
 	l.wg.Add(2)
 	go l.run(ctx, core)
 	go l.connect(ctx)
+	if src != nil {
+		// Reload the certificate when it is replaced, and warn before it
+		// expires.
+		l.wg.Add(1)
+		go func() { defer l.wg.Done(); src.Watch(ctx, cfg.Logger, 0) }()
+	}
 	return l, nil
 }
 

@@ -42,7 +42,7 @@ import (
 // register (the CLI does).
 func (s *Server) Collector() prometheus.Collector {
 	c := newCollector(s.Snapshot)
-	c.extra = append(s.metrics.collectors(), s.grpcm)
+	c.extra = append(s.metrics.collectors(), s.grpcm, s.refused)
 	return c
 }
 

@@ -22,6 +22,9 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/leasehold/leasehold/certs"
 
 	"github.com/leasehold/leasehold/internal/peers"
 	"github.com/leasehold/leasehold/internal/raftstore"
@@ -75,6 +78,13 @@ type ServerConfig struct {
 	// one); nil means plaintext TCP. The server's own listener options are
 	// the embedder's: see Server.GRPCOptions and Register.
 	PeerDialOptions []grpc.DialOption
+	// Certs, if set, puts the trust boundary around the server
+	// (docs/security.md): Serve and GRPCOptions serve mutual TLS with this
+	// replica's certificate, every call is admitted by its caller's role
+	// and identity, and the other replicas are dialled with it (unless
+	// PeerDialOptions say otherwise). Nil serves plaintext and admits
+	// anyone: only for a Manager on a loopback address.
+	Certs *certs.Source
 	// Logger receives the server's logs; nil discards them.
 	Logger *slog.Logger
 	// MaxRequestRate caps the requests per second one stream may send, with
@@ -147,6 +157,7 @@ type Server struct {
 
 	metrics *serverMetrics
 	grpcm   *grpcprom.ServerMetrics
+	refused *prometheus.CounterVec // trust.go
 }
 
 // NewServer validates cfg, opens the data directory and returns a Server.
@@ -165,6 +176,14 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		stopped:    make(chan struct{}),
 		metrics:    newServerMetrics(),
 		grpcm:      newGRPCMetrics(),
+		refused:    newRefusals(),
+	}
+	if cfg.Certs != nil && cfg.PeerDialOptions == nil {
+		s.cfg.PeerDialOptions = []grpc.DialOption{certs.DialOption(cfg.Certs)}
+	}
+	var sender func(context.Context) (uint64, error)
+	if cfg.Certs != nil {
+		sender = s.peerSender
 	}
 	for _, ns := range cfg.Namespaces {
 		s.namespaces[ns] = true
@@ -178,7 +197,8 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	}
 	s.transport = peers.New(peers.Config{
 		Self:        cfg.ID,
-		DialOptions: cfg.PeerDialOptions,
+		DialOptions: s.cfg.PeerDialOptions,
+		Sender:      sender,
 		Deliver: func(m raftpb.Message) {
 			select {
 			case s.raftIn <- m:
@@ -233,7 +253,7 @@ const raftMessageBytes = 64 << 20
 func (s *Server) GRPCOptions() []grpc.ServerOption {
 	return append([]grpc.ServerOption{grpc.MaxRecvMsgSize(max(s.cfg.MaxMessageBytes, raftMessageBytes+1024)), // + the RaftMessage wrapper
 		grpc.ChainUnaryInterceptor(s.grpcm.UnaryServerInterceptor()), grpc.ChainStreamInterceptor(s.grpcm.StreamServerInterceptor())},
-		runtime.KeepaliveServerOptions()...)
+		append(runtime.KeepaliveServerOptions(), s.trustOptions()...)...)
 }
 
 // checkSize refuses a client message over MaxMessageBytes.
@@ -250,6 +270,7 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	if s.cfg.Advertise == "" {
 		s.cfg.Advertise = lis.Addr().String()
 	}
+	s.warnPlaintext(lis)
 	g := grpc.NewServer(s.GRPCOptions()...)
 	s.Register(g)
 	ctx, cancel := context.WithCancel(ctx)
@@ -1043,6 +1064,13 @@ func (s leasesService) Session(stream pb.Leases_SessionServer) error {
 	if leader := s.relayTo(stream.Context()); leader != "" {
 		return s.relay(stream, leader)
 	}
+	var who certs.Identity
+	if s.cfg.Certs != nil {
+		var err error
+		if who, err = s.leaseSpeaker(stream.Context()); err != nil {
+			return err
+		}
+	}
 	st := &ownerStream{out: make(chan *pb.LeaseResponse, 64)}
 	return serveStream(s.Server, stream.Context(), st.out, stream.Send, func() (event, chan error, error) {
 		m, err := stream.Recv()
@@ -1054,6 +1082,9 @@ func (s leasesService) Session(stream pb.Leases_SessionServer) error {
 		}
 		req, err := wire.LeaseRequestFromPB(m)
 		if err != nil {
+			return nil, nil, err
+		}
+		if err := s.checkLease(who, req); err != nil {
 			return nil, nil, err
 		}
 		errc := make(chan error, 1)
@@ -1094,7 +1125,7 @@ func (s *Server) relay(stream pb.Leases_SessionServer, leader string) error {
 	if err != nil {
 		return status.Errorf(codes.Unavailable, "leasehold: cannot relay to the leader at %s: %v", leader, err)
 	}
-	up, err := pb.NewLeasesClient(cc).Session(metadata.AppendToOutgoingContext(ctx, runtime.RelayedKey, s.cfg.Advertise))
+	up, err := pb.NewLeasesClient(cc).Session(metadata.AppendToOutgoingContext(s.relayIdentity(ctx, stream.Context()), runtime.RelayedKey, s.cfg.Advertise))
 	if err != nil {
 		return status.Errorf(codes.Unavailable, "leasehold: cannot relay to the leader at %s: %v", leader, err)
 	}
@@ -1196,6 +1227,9 @@ func (s lookupsService) Sync(stream pb.Lookups_SyncServer) error {
 		}
 		req, err := wire.SyncRequestFromPB(m)
 		if err != nil {
+			return nil, nil, err
+		}
+		if err := s.checkSync(stream.Context(), req.Namespace); err != nil {
 			return nil, nil, err
 		}
 		errc := make(chan error, 1)

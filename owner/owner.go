@@ -2,6 +2,7 @@ package owner
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
+	"github.com/leasehold/leasehold/certs"
 	"github.com/leasehold/leasehold/internal/runtime"
 	"github.com/leasehold/leasehold/internal/wire"
 	"github.com/leasehold/leasehold/keyspace"
@@ -64,9 +66,21 @@ type Config struct {
 	Capacity float64
 	// Logger receives the Owner's logs; nil discards them.
 	Logger *slog.Logger
-	// DialOptions replace the default (plaintext) gRPC dial options, for
-	// every Manager replica.
+	// DialOptions replace the default gRPC dial options, for every Manager
+	// replica; they must include credentials. They override the TLS fields.
 	DialOptions []grpc.DialOption
+	// TLS dials the Manager replicas with this configuration (mutual TLS
+	// with a certificate from the group's CA; docs/security.md).
+	TLS *tls.Config
+	// CertsDir, when TLS is nil, is the certificates directory to dial
+	// with: the certificate of this Owner's ID (owner.<ID>.crt) and the CA's, re-read when they change so
+	// that certificates are rotated without a restart. The Manager's
+	// replicas must present replica certificates naming the host dialled.
+	CertsDir string
+	// Insecure dials the Manager in plaintext. Without it, and with no TLS
+	// or CertsDir, New dials plaintext only to loopback addresses and
+	// refuses the others.
+	Insecure bool
 	// Registerer, if set, receives the Owner's Prometheus metrics
 	// (metrics.go): the time left on its shortest lease, its renewals'
 	// round trips, CheckLeaseNow's refusals and the ranges it holds,
@@ -129,7 +143,12 @@ func New(ctx context.Context, cfg Config) (*Owner, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	managers, err := runtime.NewManagers(cfg.Managers, cfg.DialOptions)
+	opts, src, err := runtime.Trust{DialOptions: cfg.DialOptions, TLS: cfg.TLS, CertsDir: cfg.CertsDir,
+		Role: certs.Owner, Name: cfg.ID, Insecure: cfg.Insecure}.Options("owner", cfg.Managers)
+	if err != nil {
+		return nil, err
+	}
+	managers, err := runtime.NewManagers(cfg.Managers, opts)
 	if err != nil {
 		return nil, fmt.Errorf("owner: %w", err)
 	}
@@ -149,6 +168,12 @@ func New(ctx context.Context, cfg Config) (*Owner, error) {
 	o.held.Store(&published{})
 	o.answerWait.Store(int64(cfg.Timing.OwnerAnswerWait()))
 	o.renew.Store(int64(cfg.Timing.Renew))
+	if cfg.Registerer != nil && src != nil {
+		if err := cfg.Registerer.Register(src.Collector()); err != nil {
+			_ = managers.Close()
+			return nil, fmt.Errorf("owner: registering the certificate's expiry: %w", err)
+		}
+	}
 	if cfg.Registerer != nil {
 		if err := o.registerMetrics(cfg.Registerer); err != nil {
 			_ = managers.Close()
@@ -171,6 +196,12 @@ func New(ctx context.Context, cfg Config) (*Owner, error) {
 	o.wg.Add(2)
 	go o.run(ctx, core)
 	go o.connect(ctx)
+	if src != nil {
+		// Reload the certificate when it is replaced, and warn before it
+		// expires.
+		o.wg.Add(1)
+		go func() { defer o.wg.Done(); src.Watch(ctx, cfg.Logger, 0) }()
+	}
 	return o, nil
 }
 

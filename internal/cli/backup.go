@@ -38,7 +38,7 @@ data directory. See docs/operations.md.`,
 			if err := o.validate(); err != nil {
 				return err
 			}
-			conn, err := runtime.Dial(o.manager, nil)
+			conn, err := o.dial(o.manager)
 			if err != nil {
 				return usagef("--manager %q: %v", o.manager, err)
 			}

@@ -121,6 +121,10 @@ which defaults to $` + ManagerEnv + ` or ` + DefaultManager + `; for a replicate
 Manager give its replicas' addresses, comma-separated, and the clients follow
 the leader.
 
+Every connection is mutual TLS: each command finds its certificates through
+--certs-dir or $LEASEHOLD_CERTS_DIR ('leasehold cert' creates them;
+docs/security.md), or speaks plaintext when given --insecure.
+
 Exit codes: 0 success, 1 runtime failure, 2 bad usage.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,

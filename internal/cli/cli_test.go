@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"regexp"
 	"strings"
 	"sync"
@@ -22,7 +23,12 @@ import (
 	"github.com/leasehold/leasehold/protocol"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	// The tests run their Managers and clients in plaintext on 127.0.0.1;
+	// trust_test.go runs them with certificates.
+	os.Setenv(InsecureEnv, "1")
+	goleak.VerifyTestMain(m)
+}
 
 // syncBuffer is a bytes.Buffer safe to write from one goroutine while the
 // test reads it from another.

@@ -310,7 +310,7 @@ func (o *clientOptions) change(ctx context.Context, e *env, wait time.Duration,
 
 func (o *clientOptions) changeAt(ctx context.Context, wait time.Duration,
 	call func(context.Context, pb.AdminClient, ...grpc.CallOption) (*pb.ClusterResponse, error)) (*pb.ClusterResponse, string, error) {
-	conn, err := runtime.Dial(o.manager, nil)
+	conn, err := o.dial(o.manager)
 	if err != nil {
 		return nil, "", fmt.Errorf("invalid --manager address %q: %w", o.manager, err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/leasehold/leasehold/internal/dashboard"
+	"github.com/leasehold/leasehold/internal/runtime"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/leasetable"
 	"github.com/leasehold/leasehold/lookup"
@@ -131,9 +132,13 @@ func (o *dashboardOptions) start(ctx context.Context, log *slog.Logger) (*runnin
 	if err != nil {
 		return nil, err
 	}
+	opts, err := o.dialOptions()
+	if err != nil {
+		return nil, err
+	}
 	for _, ns := range src.names {
 		l, err := lookup.New(ctx, lookup.Config{
-			Manager: o.manager, Namespace: ns, Logger: log,
+			Manager: o.manager, Namespace: ns, Logger: log, DialOptions: opts,
 			OnUpdate: func(u lookup.Update) { hub.Changed(ns, u) },
 			OnLoss:   func(l lookup.Loss) { hub.Lost(ns, l) },
 		})
@@ -149,6 +154,10 @@ func (o *dashboardOptions) start(ctx context.Context, log *slog.Logger) (*runnin
 	if err != nil {
 		src.close()
 		return nil, fmt.Errorf("dashboard: cannot listen on %s: %w", o.listen, err)
+	}
+	if !runtime.Loopback(lis.Addr().String()) {
+		log.Error("THE DASHBOARD LISTENS ON A NETWORK ADDRESS WITHOUT AUTHENTICATION: anyone who reaches it sees the table and may drain Owners with this process's certificate (docs/security.md)",
+			"addr", lis.Addr().String())
 	}
 	hs := &http.Server{Handler: hub.Handler(o.manager), ReadHeaderTimeout: 10 * time.Second}
 	served := make(chan error, 1)
@@ -256,7 +265,8 @@ func (s *managerSource) close() {
 
 // startDashboard serves the demo Manager's dashboard on d.dashboard.
 func (d *demo) startDashboard(ctx context.Context) (wait func() error, err error) {
-	o := &dashboardOptions{clientOptions: clientOptions{manager: d.addr, timeout: 5 * time.Second},
+	o := &dashboardOptions{clientOptions: clientOptions{manager: d.addr, timeout: 5 * time.Second,
+		trustOptions: trustOptions{certsDir: d.certsDir, insecure: d.certsDir == ""}},
 		listen: d.dashboard, allNamespaces: true, refresh: time.Second}
 	r, err := o.start(ctx, slog.New(slog.DiscardHandler))
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/leasehold/leasehold/certs"
 	"github.com/leasehold/leasehold/examples/kv/kv"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/lookup"
@@ -32,6 +33,7 @@ func init() {
 
 func newDemoCommand(e *env) *cobra.Command {
 	var dashboardAddr string
+	var insecure bool
 	cmd := &cobra.Command{
 		Use:   "demo",
 		Short: "A one-minute tour: a Manager, KV owners, a crash, a loss notification, a new owner",
@@ -40,30 +42,34 @@ three KV servers (examples/kv) as separate processes, and a frontend that writes
 through them. It crashes one server with SIGKILL, shows the loss notification and the
 frontend republishing what was lost, then adds a fourth server and shows ranges moving.
 With --dashboard it also serves the live dashboard (leasehold dashboard) of its Manager,
-and keeps everything running after the tour until interrupted.`,
+and keeps everything running after the tour until interrupted.
+
+Everything speaks mutual TLS: the demo makes a throwaway CA and a certificate for each
+process in a temporary directory, removed when it ends (--insecure: plaintext).`,
 		Args: cobra.NoArgs,
 		RunE: run(func(ctx context.Context, _ []string) error {
-			d := &demo{out: e.stdout, timing: protocol.Fast(), dashboard: dashboardAddr}
+			d := &demo{out: e.stdout, timing: protocol.Fast(), dashboard: dashboardAddr, insecure: insecure}
 			return d.run(ctx)
 		}),
 	}
 	cmd.AddCommand(newTourCommands(e)...) // demo pubsub, presence, mail (demo_apps.go)
 	cmd.Flags().StringVar(&dashboardAddr, "dashboard", "", "also serve the live dashboard on `ADDR` (host:port; "+DefaultDashboard+" when given without a value)")
 	cmd.Flags().Lookup("dashboard").NoOptDefVal = DefaultDashboard
+	cmd.Flags().BoolVar(&insecure, "insecure", false, "run in plaintext, without certificates")
 	return cmd
 }
 
 // newDemoOwnerCommand is the hidden subcommand demo starts its KV servers
 // with, so that crashing one is a real SIGKILL of a real process.
 func newDemoOwnerCommand(e *env) *cobra.Command {
-	var managerAddr, id string
+	var managerAddr, id, certsDir string
 	cmd := &cobra.Command{
 		Use:    "demo-owner",
 		Hidden: true,
 		Args:   cobra.NoArgs,
 		RunE: run(func(ctx context.Context, _ []string) error {
 			s, err := kv.NewServer(ctx, kv.ServerConfig{
-				Manager: managerAddr, ID: id, Listen: "127.0.0.1:0", Timing: protocol.Fast(),
+				Manager: managerAddr, ID: id, Listen: "127.0.0.1:0", Timing: protocol.Fast(), CertsDir: certsDir,
 			})
 			if err != nil {
 				return err
@@ -77,6 +83,7 @@ func newDemoOwnerCommand(e *env) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&managerAddr, "manager", "", "the Manager's address, host:port, or a comma-separated list of its replicas' addresses")
 	cmd.Flags().StringVar(&id, "id", "", "the owner ID")
+	cmd.Flags().StringVar(&certsDir, "certs-dir", "", "the certificates directory (none: plaintext)")
 	return cmd
 }
 
@@ -84,6 +91,8 @@ type demo struct {
 	out       io.Writer
 	timing    protocol.Timing
 	dashboard string // where to serve the dashboard; "" for none
+	insecure  bool   // plaintext, no certificates
+	certsDir  string // the throwaway certificates; "" with insecure
 	srv       *manager.Server
 	addr      string
 	owners    map[string]*exec.Cmd
@@ -106,13 +115,32 @@ func (d *demo) run(ctx context.Context) error {
 	d.say("on 127.0.0.1 with fast timings (owner leases of %s, renewed every %s).", t.OwnerLease, t.Renew)
 	d.say("")
 
+	// 0. The certificates.
+	var src *certs.Source
+	if !d.insecure {
+		dir, err := os.MkdirTemp("", "leasehold-demo-certs-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		if src, err = makeDemoCerts(dir); err != nil {
+			return err
+		}
+		d.certsDir = dir
+		d.say("0. A throwaway CA in %s signed a certificate for each process: the Manager", dir)
+		d.say("   (replica 1), each KV server (an Owner of namespace default), the frontend (a")
+		d.say("   Lookup) and an operator. Every connection below is mutual TLS, and the Manager")
+		d.say("   admits each call by the identity in its caller's certificate.")
+		d.say("")
+	}
+
 	// 1. The Manager.
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
 	}
 	d.addr = lis.Addr().String()
-	if d.srv, err = manager.NewServer(manager.ServerConfig{Replica: config.Replica{Timing: t}}); err != nil {
+	if d.srv, err = manager.NewServer(manager.ServerConfig{Replica: config.Replica{Timing: t}, Certs: src}); err != nil {
 		return err
 	}
 	served := make(chan error, 1)
@@ -129,7 +157,7 @@ func (d *demo) run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		d.say("   %s serves HTTP on %s", id, addr)
+		d.say("   %s serves %s on %s", id, map[bool]string{true: "HTTP", false: "HTTPS"}[d.insecure], addr)
 	}
 	if err := d.waitAssigned(ctx, 3); err != nil {
 		return err
@@ -150,12 +178,12 @@ func (d *demo) run(ctx context.Context) error {
 	d.say("   a key's server is a local read. It writes 30 keys through the KV client:")
 	d.values = map[string]string{}
 	d.losses = make(chan struct{}, 1)
-	l, err := lookup.New(ctx, lookup.Config{Manager: d.addr, Timing: t, OnLoss: d.onLoss})
+	l, err := lookup.New(ctx, lookup.Config{Manager: d.addr, Timing: t, OnLoss: d.onLoss, CertsDir: d.certsDir})
 	if err != nil {
 		return err
 	}
 	defer l.Close()
-	client, err := kv.NewClient(ctx, kv.ClientConfig{Manager: d.addr, Timing: t, Timeout: 20 * time.Second})
+	client, err := kv.NewClient(ctx, kv.ClientConfig{Manager: d.addr, Timing: t, Timeout: 20 * time.Second, CertsDir: d.certsDir})
 	if err != nil {
 		return err
 	}
@@ -330,7 +358,11 @@ func (d *demo) startOwner(ctx context.Context, id string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	cmd := exec.CommandContext(ctx, self, "demo-owner", "--manager", d.addr, "--id", id)
+	args := []string{"demo-owner", "--manager", d.addr, "--id", id}
+	if d.certsDir != "" {
+		args = append(args, "--certs-dir", d.certsDir)
+	}
+	cmd := exec.CommandContext(ctx, self, args...)
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	cmd.WaitDelay = 5 * time.Second
 	out, err := cmd.StdoutPipe()
@@ -414,4 +446,28 @@ func (d *demo) showOwners() {
 			d.say("     %-5s %3d ranges  %5.1f%% of the key space", o.ID, o.Ranges, 100*o.Share)
 		}
 	}
+}
+
+// makeDemoCerts makes the demo's CA and certificates in dir, and returns
+// the Manager's.
+func makeDemoCerts(dir string) (*certs.Source, error) {
+	ca, err := certs.CreateCA(dir, "", time.Hour, false)
+	if err != nil {
+		return nil, err
+	}
+	local := []string{"127.0.0.1", "localhost"}
+	ids := []certs.Identity{
+		{Role: certs.Replica, Name: "1"},
+		{Role: certs.Lookup, Name: "demo-frontend"},
+		{Role: certs.Operator, Name: "demo"},
+	}
+	for _, id := range []string{"kv-1", "kv-2", "kv-3", "kv-4"} {
+		ids = append(ids, certs.Identity{Role: certs.Owner, Name: id, Namespaces: []string{manager.DefaultNamespace}})
+	}
+	for _, id := range ids {
+		if _, err := certs.Create(dir, ca, id, local, time.Hour); err != nil {
+			return nil, err
+		}
+	}
+	return certs.Open(dir, certs.Replica, "1")
 }

@@ -83,7 +83,7 @@ func drain(ctx context.Context, e *env, o *clientOptions, id string) error {
 // drainAt sends one Drain to the replica at addr. On a refusal by a
 // replica that is not the leader it returns the leader's address, if known.
 func (o *clientOptions) drainAt(ctx context.Context, addr, id string) (hint string, err error) {
-	conn, err := runtime.Dial(addr, nil)
+	conn, err := o.dial(addr)
 	if err != nil {
 		return "", fmt.Errorf("invalid --manager address %q: %w", addr, err)
 	}

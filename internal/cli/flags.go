@@ -57,6 +57,7 @@ type clientOptions struct {
 	namespace string        // the namespace to ask about
 	json      bool          // machine-readable output
 	timeout   time.Duration // how long to wait for the Manager
+	trustOptions
 }
 
 func (o *clientOptions) addFlags(cmd *cobra.Command, e *env, namespaceUsage string) {
@@ -65,6 +66,7 @@ func (o *clientOptions) addFlags(cmd *cobra.Command, e *env, namespaceUsage stri
 	f.StringVar(&o.namespace, "namespace", manager.DefaultNamespace, namespaceUsage)
 	f.BoolVar(&o.json, "json", false, "print JSON instead of text")
 	f.DurationVar(&o.timeout, "timeout", 5*time.Second, "how long to wait for the Manager")
+	o.addTrustFlags(f, e)
 }
 
 func (o *clientOptions) validate() error {
@@ -79,7 +81,8 @@ func (o *clientOptions) validate() error {
 	if _, err := runtime.SplitManagers(o.manager); err != nil {
 		return usagef("--manager: %v", err)
 	}
-	return nil
+	_, err := o.dialOptions()
+	return err
 }
 
 // status asks the Manager for its Status, within o.timeout. namespace ""
@@ -126,9 +129,9 @@ func (o *clientOptions) status(ctx context.Context, namespace string) (*pb.Statu
 
 // statusAt asks the Manager replica at addr for its Status, within ctx.
 func (o *clientOptions) statusAt(ctx context.Context, addr, namespace string) (*pb.StatusResponse, error) {
-	conn, err := runtime.Dial(addr, nil)
+	conn, err := o.dial(addr)
 	if err != nil {
-		return nil, fmt.Errorf("invalid --manager address %q: %w", addr, err)
+		return nil, fmt.Errorf("--manager %q: %w", addr, err)
 	}
 	defer conn.Close()
 	resp, err := pb.NewAdminClient(conn).Status(ctx, &pb.StatusRequest{Namespace: namespace})
@@ -187,6 +190,9 @@ func (o *clientOptions) managerErrorAt(addr string, err error) error {
 		// dialing: dial tcp …: connect: connection refused"`; keep the end.
 		if _, cause, ok := strings.Cut(msg, "Error while dialing: "); ok {
 			msg = strings.TrimSuffix(cause, `"`)
+		}
+		if strings.Contains(msg, "server preface") && o.insecure {
+			msg += " (the manager may serve TLS only: pass --certs-dir instead of --insecure)"
 		}
 		return &unreachable{msg, fmt.Errorf("cannot reach the manager at %s: %s", addr, msg)}
 	case codes.DeadlineExceeded:

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/leasehold/leasehold/certs"
 	"github.com/leasehold/leasehold/gateway"
 	"github.com/leasehold/leasehold/internal/runtime"
 )
@@ -21,6 +22,7 @@ func init() { register(newGatewayCommand) }
 const DefaultGateway = "127.0.0.1:7490"
 
 type gatewayOptions struct {
+	trustOptions
 	manager       string
 	listen        string
 	config        string
@@ -81,6 +83,7 @@ A route is given with --route as comma-separated fields, or in a JSON
 	f.Var(newChoice(&o.logLevel, "warn", "debug", "info", "warn", "error"), "log-level", "the least severe log level written to stderr (debug: one line per request)")
 	f.StringArrayVar(&o.webhooks, "loss-webhook", nil, "POST each loss notification to `URL` (repeatable), retried until it answers 2xx")
 	f.DurationVar(&o.drainTimeout, "drain-timeout", 30*time.Second, "on SIGINT or SIGTERM, how long to finish the requests in flight")
+	o.addTrustFlags(f, e)
 	return cmd
 }
 
@@ -115,7 +118,15 @@ func (o *gatewayOptions) run(ctx context.Context, e *env) error {
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(o.logLevel)) // one of the choices
 	log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level}))
+	var src *certs.Source
+	if o.resolve(); !o.insecure {
+		var err error
+		if src, err = o.open(certs.Lookup, certs.Operator); err != nil {
+			return err
+		}
+	}
 	g, err := gateway.New(ctx, gateway.Config{
+		Certs:   src,
 		Manager: o.manager, Routes: routes, MaxKeyBytes: o.maxKeyBytes, MaxBodyBytes: o.maxBodyBytes,
 		MaxInFlight: o.maxInFlight, MaxQueue: o.maxQueue, OwnerInFlight: o.ownerInFlight, MaxCopyAge: o.maxCopyAge, Webhooks: o.webhooks, Logger: log,
 	})

@@ -90,7 +90,11 @@ func (o *lookupOptions) run(ctx context.Context, e *env, arg string) error {
 	if _, err := o.status(ctx, o.namespace); err != nil {
 		return err
 	}
-	l, err := lookup.New(ctx, lookup.Config{Manager: o.manager, Namespace: o.namespace})
+	opts, err := o.dialOptions()
+	if err != nil {
+		return err
+	}
+	l, err := lookup.New(ctx, lookup.Config{Manager: o.manager, Namespace: o.namespace, DialOptions: opts})
 	if err != nil {
 		return err
 	}

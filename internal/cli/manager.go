@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -18,6 +19,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/leasehold/leasehold/certs"
 	"github.com/leasehold/leasehold/manager"
 	"github.com/leasehold/leasehold/manager/config"
 	"github.com/leasehold/leasehold/protocol"
@@ -85,6 +87,7 @@ type managerOptions struct {
 	handover      time.Duration // --handover
 	rebalance     string        // --rebalance: off, weighted or centrifuge
 	rebalanceEach time.Duration // --rebalance-every
+	trustOptions
 
 	// The flags of the other settings, straight into the configuration.
 	settings manager.ServerConfig
@@ -167,6 +170,7 @@ Logs go to stderr. SIGINT or SIGTERM stops it cleanly (exit code 0).`,
 	f.IntVar(&o.settings.MaxMessageBytes, "max-message-bytes", 0, "the largest message an Owner or Lookup may send, in bytes (0: 4 MiB)")
 	f.StringVar(&o.metricsListen, "metrics-listen", "", "serve Prometheus metrics at http://`ADDR`/metrics, and /healthz and /readyz (default: none)")
 	o.addLogFlags(f, "info")
+	o.addTrustFlags(f, e)
 	cmd.Flags().SortFlags = false
 	return cmd
 }
@@ -326,6 +330,21 @@ func (o *managerOptions) run(ctx context.Context, e *env) error {
 	if err != nil {
 		return err
 	}
+	o.resolve()
+	if o.insecure { // the server warns of its own listener
+		if o.metricsListen != "" {
+			warnInsecure(log, o.metricsListen)
+		}
+	} else {
+		if o.certsDir == "" {
+			_, err := o.open()
+			return err
+		}
+		if cfg.Certs, err = certs.Open(o.certsDir, certs.Replica, strconv.FormatUint(cfg.ID, 10)); err != nil {
+			return usageError(fmt.Errorf("--certs-dir: %w (leasehold cert create-replica %d HOST… makes it)", err, cfg.ID))
+		}
+		keepFresh(ctx, cfg.Certs, log)
+	}
 	srv, err := manager.NewServer(cfg)
 	if err != nil {
 		return o.usage(err) // the data directory could not be opened, or a bad setting
@@ -341,8 +360,12 @@ func (o *managerOptions) run(ctx context.Context, e *env) error {
 		if err != nil {
 			return err
 		}
-		defer serveMetrics(srv, mlis, log)()
-		log.Info("serving metrics", "url", "http://"+mlis.Addr().String()+"/metrics")
+		defer serveMetrics(srv, mlis, log, cfg.Certs)()
+		scheme := "http://"
+		if cfg.Certs != nil {
+			scheme = "https://"
+		}
+		log.Info("serving metrics", "url", scheme+mlis.Addr().String()+"/metrics")
 	}
 
 	log.Info("manager listening", "addr", lis.Addr().String(), "timings", o.timings,
@@ -404,15 +427,27 @@ func listen(addr, what string) (net.Listener, error) {
 
 // serveMetrics serves the Manager's metrics, and the Go runtime's and the
 // process's, on lis at /metrics, with the health endpoints /healthz and
-// /readyz, until stop is called.
-func serveMetrics(srv *manager.Server, lis net.Listener, log *slog.Logger) (stop func()) {
+// /readyz, until stop is called. With src it serves HTTPS with src's
+// certificate, and /metrics only to clients whose certificate the group's
+// CA signed (any role: Prometheus may scrape with a lookup or operator
+// certificate); the health endpoints say only ready or not, and answer
+// anyone, so that a load balancer's probe needs no certificate.
+func serveMetrics(srv *manager.Server, lis net.Listener, log *slog.Logger, src *certs.Source) (stop func()) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(srv.Collector(), collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	var metrics http.Handler = promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})
+	if src != nil {
+		reg.MustRegister(src.Collector())
+		metrics = certs.RequireHTTP(src, nil, metrics)
+	}
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.Handle("/metrics", metrics)
 	srv.HandleHealth(mux)
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	if src != nil {
+		lis = tls.NewListener(lis, src.ServerTLS())
+	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

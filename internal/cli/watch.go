@@ -61,12 +61,17 @@ func watch(ctx context.Context, e *env, o *clientOptions, lo *logOptions) error 
 		return err
 	}
 	p := &watchPrinter{w: e.stdout, json: o.json}
+	opts, err := o.dialOptions()
+	if err != nil {
+		return err
+	}
 	l, err := lookup.New(ctx, lookup.Config{
-		Manager:   o.manager,
-		Namespace: o.namespace,
-		OnUpdate:  p.update,
-		OnLoss:    p.loss,
-		Logger:    lo.logger(e.stderr),
+		DialOptions: opts,
+		Manager:     o.manager,
+		Namespace:   o.namespace,
+		OnUpdate:    p.update,
+		OnLoss:      p.loss,
+		Logger:      lo.logger(e.stderr),
 	})
 	if err != nil {
 		return err

@@ -36,6 +36,8 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binDir = dir
+	// Plaintext unless a test asks for TLS (useTLS).
+	os.Setenv("LEASEHOLD_INSECURE", "1")
 	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
 		_ = os.RemoveAll(dir)
 		os.Exit(code)
@@ -74,6 +76,7 @@ func TestKVScenario(t *testing.T) {
 		t.Skip("e2e: builds binaries and runs real processes; skipped with -short")
 	}
 	t.Parallel()
+	useTLS(t)
 	leasehold, kvBin := build(t)
 	tm := protocol.Fast()
 	started := time.Now()
@@ -94,6 +97,7 @@ func TestKVScenario(t *testing.T) {
 	st := c.settle("three owners", func(s status) bool {
 		return slices.Equal(s.holders(), []string{"kv-1", "kv-2", "kv-3"}) && s.sumRanges() == 192
 	})
+	plaintextRefused(t, leasehold, addr)
 	r := newRouter(t, addr)
 	ks := make([]string, nkeys)
 	latest := map[string]string{}
@@ -281,6 +285,7 @@ func start(t *testing.T, name, path string, args ...string) *proc {
 	t.Helper()
 	p := &proc{name: name, cmd: exec.Command(path, args...), done: make(chan struct{}), more: make(chan struct{})}
 	p.cmd.SysProcAttr = sysProcAttr()
+	p.cmd.Env = envFor(t)
 	p.cmd.Stderr = &p.stderr
 	stdout, err := p.cmd.StdoutPipe()
 	if err != nil {
@@ -476,6 +481,7 @@ type cli struct {
 // serve starts kv serve with the given ID and waits until it serves.
 func (c *cli) serve(id string) *proc {
 	c.t.Helper()
+	ownerCert(c.t, id)
 	p := start(c.t, id, c.kv, "serve", "--manager", c.manager, "--listen", "127.0.0.1:0", "--id", id)
 	p.waitLine(c.t, "kv serving on ", 10*time.Second)
 	return p
@@ -526,7 +532,9 @@ func (s status) complete() bool {
 }
 
 func (c *cli) status() (status, error) {
-	out, err := exec.Command(c.leasehold, "status", "--manager", c.manager, "--json").Output()
+	cmd := exec.Command(c.leasehold, "status", "--manager", c.manager, "--json")
+	cmd.Env = envFor(c.t)
+	out, err := cmd.Output()
 	if err != nil {
 		if ee, ok := errors.AsType[*exec.ExitError](err); ok {
 			err = fmt.Errorf("%v: %s", err, bytes.TrimSpace(ee.Stderr))
@@ -647,6 +655,7 @@ func (c *cli) run(args ...string) (string, error) {
 	args = slices.Insert(args, 1, "--manager", c.manager)
 	cmd := exec.CommandContext(ctx, c.kv, args...)
 	cmd.SysProcAttr = sysProcAttr()
+	cmd.Env = envFor(c.t)
 	out, err := cmd.Output()
 	if ee, ok := errors.AsType[*exec.ExitError](err); ok && ee.ExitCode() != 1 {
 		err = fmt.Errorf("%w: %s", err, bytes.TrimSpace(ee.Stderr))
@@ -673,7 +682,7 @@ type router struct{ l *lookup.Lookup }
 
 func newRouter(t *testing.T, manager string) *router {
 	t.Helper()
-	l, err := lookup.New(context.Background(), lookup.Config{Manager: manager, Timing: protocol.Fast()})
+	l, err := lookup.New(context.Background(), lookup.Config{Manager: manager, Timing: protocol.Fast(), CertsDir: certsDirFor(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

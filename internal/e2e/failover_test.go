@@ -27,10 +27,12 @@ func TestManagerFailover(t *testing.T) {
 		t.Skip("e2e: builds binaries and runs real processes; skipped with -short")
 	}
 	t.Parallel()
+	useTLS(t)
 	leasehold, kvBin := build(t)
 	started := time.Now()
 	g := newGroup(t, leasehold, 3)
 	c := &cli{t: t, leasehold: leasehold, kv: kvBin, manager: g.list()}
+	plaintextRefused(t, leasehold, g.addrs[1])
 
 	watch := start(t, "watch", leasehold, "watch", "--manager", c.manager, "--json")
 	w := &watcher{p: watch}
@@ -149,6 +151,7 @@ var failoverTiming = func() protocol.Timing {
 
 // group is a Raft group of Manager processes on 127.0.0.1.
 type group struct {
+	env       []string // of the cluster status processes: envFor the test
 	leasehold string
 	addrs     map[uint64]string
 	dirs      map[uint64]string
@@ -159,7 +162,7 @@ type group struct {
 
 func newGroup(t *testing.T, leasehold string, n int) *group {
 	t.Helper()
-	g := &group{leasehold: leasehold, addrs: map[uint64]string{}, dirs: map[uint64]string{}, procs: map[uint64]*proc{}}
+	g := &group{leasehold: leasehold, addrs: map[uint64]string{}, dirs: map[uint64]string{}, procs: map[uint64]*proc{}, env: envFor(t)}
 	for id := uint64(1); id <= uint64(n); id++ {
 		g.addrs[id] = freeAddr(t)
 		g.dirs[id] = t.TempDir()
@@ -222,7 +225,9 @@ type clusterStatus struct {
 
 func (g *group) status() (clusterStatus, error) {
 	var s clusterStatus
-	out, err := exec.Command(g.leasehold, "cluster", "status", "--manager", g.list(), "--json", "--timeout", "1s").Output()
+	cmd := exec.Command(g.leasehold, "cluster", "status", "--manager", g.list(), "--json", "--timeout", "1s")
+	cmd.Env = g.env
+	out, err := cmd.Output()
 	if err != nil {
 		return s, err
 	}

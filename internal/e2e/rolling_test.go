@@ -28,12 +28,15 @@ const rollingKeys = 1000
 // again under the same ID and address, and the ranges move back to it,
 // values and all. No request fails (after the client's retries), every key
 // reads back its latest acknowledged value at the end, and watch prints no
-// loss.
+// loss. Every process speaks mutual TLS, and before each restart every
+// certificate of the group (the Manager's, the servers', the frontend's) is
+// replaced: rotation under load costs no request and no state.
 func TestRollingRestart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("e2e: builds binaries and runs real processes; skipped with -short")
 	}
 	t.Parallel()
+	useTLS(t)
 	leasehold, kvBin := build(t)
 	started := time.Now()
 
@@ -41,6 +44,7 @@ func TestRollingRestart(t *testing.T) {
 	line := mgr.waitLine(t, "leasehold manager listening on ", 10*time.Second)
 	addr, _, _ := strings.Cut(strings.TrimPrefix(line, "leasehold manager listening on "), " ")
 	c := &cli{t: t, leasehold: leasehold, kv: kvBin, manager: addr}
+	plaintextRefused(t, leasehold, addr)
 	w := &watcher{p: start(t, "watch", leasehold, "watch", "--manager", addr, "--json")}
 
 	ids := []string{"kv-1", "kv-2", "kv-3"}
@@ -54,7 +58,7 @@ func TestRollingRestart(t *testing.T) {
 		return slices.Equal(s.holders(), ids) && s.sumRanges() == 192
 	})
 
-	cl, err := kv.NewClient(context.Background(), kv.ClientConfig{Manager: addr, Timing: protocol.Fast(), Timeout: 20 * time.Second})
+	cl, err := kv.NewClient(context.Background(), kv.ClientConfig{Manager: addr, Timing: protocol.Fast(), Timeout: 20 * time.Second, CertsDir: certsDirFor(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,6 +97,10 @@ func TestRollingRestart(t *testing.T) {
 		reported = len(ls)
 	}
 	for _, id := range ids {
+		// Every certificate of the group is replaced under load before each
+		// restart: the running processes keep going, and pick the new ones
+		// up at their next handshake.
+		rotateAll(t)
 		stopAt := time.Now()
 		p := servers[id]
 		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
@@ -116,6 +124,10 @@ func TestRollingRestart(t *testing.T) {
 		noLoss("after restarting " + id)
 	}
 	f.stop()
+	if certsDirFor(t) != "" {
+		servesCurrent(t, addr, "replica.1.crt")
+		servesCurrent(t, listen["kv-2"], "owner.kv-2.crt")
+	}
 	if n := f.failed.Load(); n != 0 {
 		t.Errorf("%d frontend requests failed after retries; the first: %v", n, f.firstErr.Load())
 	}
@@ -147,6 +159,7 @@ func TestRollingRestart(t *testing.T) {
 // until it serves.
 func (c *cli) serveAt(id, listen string) *proc {
 	c.t.Helper()
+	ownerCert(c.t, id)
 	p := start(c.t, id, c.kv, "serve", "--manager", c.manager, "--listen", listen, "--id", id)
 	p.waitLine(c.t, "kv serving on ", 10*time.Second)
 	return p

@@ -92,6 +92,14 @@ type Config struct {
 	// DialOptions are used to dial peers; empty means plaintext (insecure
 	// transport credentials). Non-empty options must include credentials.
 	DialOptions []grpc.DialOption
+	// Sender, if set, authenticates an incoming stream: it returns the Raft
+	// ID of the replica that opened it (from its certificate), or the
+	// status to refuse it with. Every message on the stream must then come
+	// from that replica, and from a current peer: a stream carrying another
+	// sender's message is refused with PermissionDenied, and a message from
+	// a replica that is not a current peer is dropped (RefusedNonMember).
+	// Nil trusts the sender field of each message (plaintext groups).
+	Sender func(ctx context.Context) (uint64, error)
 	// QueueLen is the number of messages queued for each peer, default
 	// DefaultQueueLen. Messages sent to a full queue are dropped.
 	QueueLen int
@@ -122,6 +130,9 @@ type Stats struct {
 	ReceivedUnknown uint64
 	// Refused counts incoming streams ended because of an invalid message.
 	Refused uint64
+	// RefusedNonMember counts messages dropped because their sender, as its
+	// certificate names it (Config.Sender), is not a current peer.
+	RefusedNonMember uint64
 }
 
 // PeerStats are one peer's counters. They start at zero when the peer is
@@ -161,6 +172,7 @@ type Transport struct {
 	droppedUnknown  atomic.Uint64
 	receivedUnknown atomic.Uint64
 	refused         atomic.Uint64
+	nonMember       atomic.Uint64
 }
 
 // New returns a Transport with no peers. Register it on a gRPC server to
@@ -276,10 +288,11 @@ func (t *Transport) Stats() Stats {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	s := Stats{
-		Peers:           make(map[uint64]PeerStats, len(t.peers)),
-		DroppedUnknown:  t.droppedUnknown.Load(),
-		ReceivedUnknown: t.receivedUnknown.Load(),
-		Refused:         t.refused.Load(),
+		Peers:            make(map[uint64]PeerStats, len(t.peers)),
+		DroppedUnknown:   t.droppedUnknown.Load(),
+		ReceivedUnknown:  t.receivedUnknown.Load(),
+		Refused:          t.refused.Load(),
+		RefusedNonMember: t.nonMember.Load(),
 	}
 	for id, p := range t.peers {
 		s.Peers[id] = PeerStats{
@@ -606,6 +619,14 @@ var errClosed = status.Error(codes.Unavailable, "peers: the raft transport is cl
 // receive reads, checks and delivers messages until the stream ends: nil
 // when the sender closed it, an InvalidArgument status for a bad message.
 func (t *Transport) receive(stream grpc.ClientStreamingServer[pb.RaftMessage, pb.RaftAck]) error {
+	var sender uint64
+	if t.cfg.Sender != nil {
+		var err error
+		if sender, err = t.cfg.Sender(stream.Context()); err != nil {
+			t.refused.Add(1)
+			return err
+		}
+	}
 	for {
 		rm, err := stream.Recv()
 		if err == io.EOF {
@@ -620,6 +641,17 @@ func (t *Transport) receive(stream grpc.ClientStreamingServer[pb.RaftMessage, pb
 		} else {
 			var m raftpb.Message
 			if m, err = decode(t.cfg.Self, b); err == nil {
+				if sender != 0 && m.From != sender {
+					t.refused.Add(1)
+					t.log.Warn("refusing a raft stream whose message names another sender", "from", m.From, "certificate", sender)
+					return status.Errorf(codes.PermissionDenied, "peers: a raft message from replica %d on the stream of replica %d (its certificate): wrong identity", m.From, sender)
+				}
+				if sender != 0 && !t.isPeer(sender) {
+					if t.nonMember.Add(1)%100 == 1 {
+						t.log.Warn("dropping raft messages from a replica that is not a member", "from", sender)
+					}
+					continue
+				}
 				if !t.deliver(m) {
 					return errClosed
 				}
@@ -630,6 +662,13 @@ func (t *Transport) receive(stream grpc.ClientStreamingServer[pb.RaftMessage, pb
 		t.log.Warn("refusing a raft stream", "err", err)
 		return status.Error(codes.InvalidArgument, "peers: "+err.Error())
 	}
+}
+
+// isPeer reports whether id is a current peer.
+func (t *Transport) isPeer(id uint64) bool {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.peers[id] != nil
 }
 
 // deliver passes m to Deliver unless the transport is closed.

@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/leasehold/leasehold/certs"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/lookup"
 	"github.com/leasehold/leasehold/protocol"
@@ -54,6 +55,14 @@ type ClientConfig struct {
 	// Logger receives the Client's and its Lookup's logs (retries at debug
 	// level); nil discards them.
 	Logger *slog.Logger
+	// CertsDir, if set, is the certificates directory (leasehold cert):
+	// the Lookup dials the Manager with the lookup certificate there, and
+	// the Client's own HTTP client sends HTTPS with it to servers that
+	// present owner certificates naming their host.
+	CertsDir string
+	// Insecure lets the Lookup dial a Manager on another machine in
+	// plaintext (lookup.Config.Insecure).
+	Insecure bool
 }
 
 // Client sends each request to the server that owns its key, found with the
@@ -65,6 +74,7 @@ type Client struct {
 	http      *http.Client
 	ownsHTTP  bool
 	transport *http.Transport // set when ownsHTTP
+	scheme    string          // of the servers' URLs: http or https
 
 	ops, retries, failed atomic.Int64
 }
@@ -100,13 +110,26 @@ func NewClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 		Namespace: cfg.Namespace,
 		Timing:    cfg.Timing,
 		Logger:    cfg.Logger,
+		CertsDir:  cfg.CertsDir,
+		Insecure:  cfg.Insecure,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("kv: %w", err)
 	}
-	c := &Client{cfg: cfg, lookup: l, http: cfg.HTTPClient}
+	c := &Client{cfg: cfg, lookup: l, http: cfg.HTTPClient, scheme: "http"}
+	var src *certs.Source
+	if cfg.CertsDir != "" {
+		if src, err = certs.Open(cfg.CertsDir, certs.Lookup, ""); err != nil {
+			l.Close()
+			return nil, fmt.Errorf("kv: %w", err)
+		}
+		c.scheme = "https"
+	}
 	if c.http == nil {
 		c.transport = http.DefaultTransport.(*http.Transport).Clone()
+		if src != nil {
+			c.transport = src.HTTPTransport(certs.Owner)
+		}
 		c.http = &http.Client{Transport: c.transport, Timeout: 5 * time.Second}
 		c.ownsHTTP = true
 	}
@@ -202,7 +225,7 @@ func (c *Client) attempt(ctx context.Context, method string, k keyspace.Key, pat
 		}
 		return nil, true, errors.New("no owner holds the key yet")
 	}
-	req, err := http.NewRequestWithContext(ctx, method, "http://"+route.Addr+path, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, method, c.scheme+"://"+route.Addr+path, bytes.NewReader(body))
 	if err != nil {
 		return nil, false, err
 	}

@@ -280,7 +280,7 @@ func (h *handovers) post(ctx context.Context, addr string, body []byte) error {
 // postOnce sends one migrate request; retry says whether a failure may
 // pass.
 func (h *handovers) postOnce(ctx context.Context, addr string, body []byte) (retry bool, err error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+migratePath, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.s.scheme+"://"+addr+migratePath, bytes.NewReader(body))
 	if err != nil {
 		return false, err
 	}

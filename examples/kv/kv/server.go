@@ -2,6 +2,7 @@ package kv
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/leasehold/leasehold/certs"
 	"github.com/leasehold/leasehold/owner"
 	"github.com/leasehold/leasehold/protocol"
 )
@@ -56,6 +58,17 @@ type ServerConfig struct {
 	Capacity float64
 	// Logger receives the server's and its Owner's logs; nil discards them.
 	Logger *slog.Logger
+	// CertsDir, if set, is the certificates directory (leasehold cert):
+	// the Owner dials the Manager with the certificate of its ID
+	// (owner.<ID>.crt), and the server serves HTTPS with it, to clients
+	// that present a certificate of the same CA: any role for the key API
+	// and /metrics, and only an Owner of this namespace for the handover
+	// (/internal/migrate), which it also sends with that certificate.
+	CertsDir string
+	// Insecure lets the Owner dial a Manager on another machine in
+	// plaintext (owner.Config.Insecure). Without CertsDir the server
+	// serves plain HTTP.
+	Insecure bool
 }
 
 // Server is a kv server: an HTTP front on an in-memory store whose keys it
@@ -75,6 +88,8 @@ type Server struct {
 	moves     *handovers           // outgoing handovers
 	peers     *http.Client         // sends handovers to the other servers
 	transport *http.Transport
+	certs     *certs.Source // nil: plain HTTP
+	scheme    string        // of the other servers' URLs: http or https
 }
 
 // NewServer listens on cfg.Listen, starts an Owner that joins cfg.Manager,
@@ -102,8 +117,18 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	if cfg.ID == "" {
 		cfg.ID = addr
 	}
-	s := &Server{cfg: cfg, lis: lis, store: newStore(), served: make(chan error, 1), ready: make(chan struct{})}
+	var src *certs.Source
+	if cfg.CertsDir != "" {
+		if src, err = certs.Open(cfg.CertsDir, certs.Owner, cfg.ID); err != nil {
+			lis.Close()
+			return nil, fmt.Errorf("kv: %w", err)
+		}
+	}
+	s := &Server{cfg: cfg, lis: lis, store: newStore(), served: make(chan error, 1), ready: make(chan struct{}), certs: src, scheme: "http"}
 	s.transport = http.DefaultTransport.(*http.Transport).Clone()
+	if src != nil {
+		s.transport, s.scheme = src.HTTPTransport(certs.Owner), "https"
+	}
 	s.peers = &http.Client{Transport: s.transport}
 	s.moves = newHandovers(s)
 	s.metrics = prometheus.NewRegistry()
@@ -119,6 +144,8 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 		Handovers:  true,
 		Logger:     cfg.Logger,
 		OnChange:   s.changed,
+		CertsDir:   cfg.CertsDir,
+		Insecure:   cfg.Insecure,
 	})
 	if err != nil {
 		lis.Close()
@@ -131,6 +158,10 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 		Handler:           s.handler(),
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
+	}
+	if src != nil {
+		s.http.Handler = certs.RequireHTTP(src, nil, s.http.Handler)
+		lis = tls.NewListener(lis, src.ServerTLS())
 	}
 	go func() { s.served <- s.http.Serve(lis) }()
 	cfg.Logger.Info("kv server started", "addr", addr, "id", cfg.ID, "advertise", cfg.Advertise)
@@ -228,7 +259,7 @@ func (s *Server) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("PUT /kv/{key}", s.handlePut)
 	mux.HandleFunc("GET /kv/{key}", s.handleGet)
-	mux.HandleFunc("POST "+migratePath, s.handleMigrate)
+	mux.HandleFunc("POST "+migratePath, s.ownersOnly(s.handleMigrate))
 	if s.metrics != nil {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics, promhttp.HandlerOpts{Registry: s.metrics}))
 	}
@@ -236,6 +267,25 @@ func (s *Server) handler() http.Handler {
 		io.WriteString(w, "ok\n")
 	})
 	return mux
+}
+
+// ownersOnly admits, on a server with certificates, only the Owners of
+// this server's namespace: the handover pushes state into this server's
+// store, which no frontend may do.
+func (s *Server) ownersOnly(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if s.certs != nil {
+			ns := s.cfg.Namespace
+			if ns == "" {
+				ns = "default"
+			}
+			if id, ok := certs.FromHTTP(r); !ok || id.Role != certs.Owner || !id.MayUse(ns) {
+				http.Error(w, fmt.Sprintf("kv: %s may not hand state over in namespace %q: only its Owners may", id, ns), http.StatusForbidden)
+				return
+			}
+		}
+		h(w, r)
+	}
 }
 
 func (s *Server) handlePut(w http.ResponseWriter, r *http.Request) {

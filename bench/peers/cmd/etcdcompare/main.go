@@ -38,11 +38,14 @@ type options struct {
 	duration, renew          time.Duration
 	out                      string
 	only                     string
+	tls                      bool
+	certsDir                 string // with tls: the CA and every certificate
 }
 
 func main() {
 	serve := flag.String("serve", "", "internal: run a server (leasehold or etcd) in this process")
 	dir := flag.String("dir", "", "internal: etcd data directory")
+	certsDir := flag.String("certs", "", "internal: the certificates directory of the server child")
 	var o options
 	flag.IntVar(&o.owners, "owners", 50, "owners per system")
 	flag.IntVar(&o.lookups, "lookups", 100, "lookups (leasehold Lookups / etcd watchers) per system")
@@ -51,6 +54,7 @@ func main() {
 	flag.DurationVar(&o.renew, "renew", time.Second, "renewal interval: leasehold Renew and etcd keepalive interval; other leasehold timers keep their production ratio to it")
 	flag.StringVar(&o.out, "out", "peers-results", "directory for summary.csv and crashes.csv")
 	flag.StringVar(&o.only, "only", "", "run only one system: leasehold or etcd")
+	flag.BoolVar(&o.tls, "tls", false, "both systems with mutual TLS: every client presents a certificate of one CA, the servers require it")
 	flag.Parse()
 
 	t := servers.TimingForRenew(o.renew)
@@ -61,9 +65,9 @@ func main() {
 		var err error
 		switch *serve {
 		case "leasehold":
-			err = servers.RunLeasehold(ctx, "127.0.0.1:0", t, ready)
+			err = servers.RunLeasehold(ctx, "127.0.0.1:0", t, *certsDir, ready)
 		case "etcd":
-			err = servers.RunEtcd(ctx, *dir, "127.0.0.1:0", ready)
+			err = servers.RunEtcd(ctx, *dir, "127.0.0.1:0", *certsDir, ready)
 		default:
 			err = fmt.Errorf("unknown -serve %q", *serve)
 		}
@@ -82,6 +86,22 @@ func main() {
 		t.Renew, t.OwnerLease, t.ManagerLease, t.Sync, t.SyncTimeout, etcdTTL(t), t.Renew)
 	fmt.Printf("load: %d owners, %d lookups, %d crashes in a %s window per system\n", o.owners, o.lookups, o.crashes, o.duration)
 
+	if o.tls {
+		dir, err := os.MkdirTemp("", "etcdcompare-certs-")
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer os.RemoveAll(dir)
+		var ids []string
+		for i := range o.owners {
+			ids = append(ids, ownerID(i))
+		}
+		if err := servers.MakeCerts(dir, ids); err != nil {
+			log.Fatal(err)
+		}
+		o.certsDir = dir
+		fmt.Printf("tls: mutual TLS on both systems (certificates in %s)\n", dir)
+	}
 	var results []*result
 	if o.only == "" || o.only == "leasehold" {
 		r, err := measure(o, t, &leaseholdSystem{})
@@ -209,7 +229,7 @@ func startChild(args ...string) (*exec.Cmd, string, error) {
 
 func measure(o options, t protocol.Timing, sys system) (*result, error) {
 	fmt.Printf("== %s: starting server\n", sys.name())
-	args := []string{"-serve", sys.name(), "-renew", t.Renew.String()}
+	args := []string{"-serve", sys.name(), "-renew", t.Renew.String(), "-certs", o.certsDir}
 	if sys.name() == "etcd" {
 		dir, err := os.MkdirTemp("", "etcdcompare-")
 		if err != nil {

@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/leasehold/leasehold/assign"
+	"github.com/leasehold/leasehold/bench/peers/internal/servers"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/lookup"
 	"github.com/leasehold/leasehold/owner"
@@ -32,7 +33,7 @@ func (s *leaseholdSystem) start(ctx context.Context, addr string, h *harness) er
 	for i := range h.o.owners {
 		o, err := owner.New(ctx, owner.Config{
 			Manager: h.ownerProxies[i].Addr(), ID: ownerID(i),
-			Addr: fmt.Sprintf("10.0.%d.%d:7000", i/256, i%256), Timing: h.t,
+			Addr: fmt.Sprintf("10.0.%d.%d:7000", i/256, i%256), Timing: h.t, CertsDir: h.o.certsDir,
 		})
 		if err != nil {
 			return err
@@ -43,7 +44,7 @@ func (s *leaseholdSystem) start(ctx context.Context, addr string, h *harness) er
 	for j := range h.o.lookups {
 		cb := func() { h.check(j) }
 		l, err := lookup.New(ctx, lookup.Config{
-			Manager: h.lookupProxies[j].Addr(), Timing: h.t,
+			Manager: h.lookupProxies[j].Addr(), Timing: h.t, CertsDir: h.o.certsDir,
 			OnUpdate: func(lookup.Update) { cb() },
 			OnLoss:   func(lookup.Loss) { cb() },
 		})
@@ -147,10 +148,16 @@ type etcdSystem struct {
 
 func (*etcdSystem) name() string { return "etcd" }
 
-func newEtcdClient(addr string) (*clientv3.Client, error) {
-	return clientv3.New(clientv3.Config{
-		Endpoints: []string{addr}, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
-	})
+func newEtcdClient(addr, certsDir string) (*clientv3.Client, error) {
+	cfg := clientv3.Config{Endpoints: []string{addr}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()}
+	if certsDir != "" {
+		tc, err := servers.ClientTLS(certsDir)
+		if err != nil {
+			return nil, err
+		}
+		cfg.TLS = tc
+	}
+	return clientv3.New(cfg)
 }
 
 // start: the ranges are those assign.ConsistentHash{} gives the owners
@@ -169,7 +176,7 @@ func (s *etcdSystem) start(ctx context.Context, _ string, h *harness) error {
 		ranges[sg.Owner] = append(ranges[sg.Owner], fmt.Sprintf("%s%016x", etcdPrefix, uint64(sg.Range.Start)))
 	}
 	for i := range h.o.owners {
-		cli, err := newEtcdClient(h.ownerProxies[i].Addr())
+		cli, err := newEtcdClient(h.ownerProxies[i].Addr(), h.o.certsDir)
 		if err != nil {
 			return err
 		}
@@ -205,7 +212,7 @@ func (s *etcdSystem) start(ctx context.Context, _ string, h *harness) error {
 	}
 	s.watchers = make([]*etcdWatcher, h.o.lookups)
 	for j := range h.o.lookups {
-		cli, err := newEtcdClient(h.lookupProxies[j].Addr())
+		cli, err := newEtcdClient(h.lookupProxies[j].Addr(), h.o.certsDir)
 		if err != nil {
 			return err
 		}

@@ -30,7 +30,7 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	err := servers.RunEtcd(ctx, *dir, *listen, func(addr string) {
+	err := servers.RunEtcd(ctx, *dir, *listen, "", func(addr string) {
 		fmt.Printf("etcd listening on %s\n", addr)
 	})
 	if err != nil {
