@@ -452,15 +452,14 @@ func (c *Core) StepLease(now time.Time, req *protocol.LeaseRequest) error {
 			o.resendAt = now.Add(c.backoff())
 			n.resends.insert(ownerTimer{o.resendAt, o.id})
 		}
-		// What the owner did on its own before sending — handing ranges
-		// over, leaving — stands whatever raced with it. Act on it now: an
-		// owner that stops right after its goodbye (answered by our
-		// resend, which acknowledges this request's Seq) would otherwise
-		// never get it through, and the ranges would wait to expire.
-		if len(req.Handed) > 0 || req.Leaving {
-			c.stats.Releases += c.releaseOwn(now, n, o, req.Handed, req.Leaving)
-			c.flush(now)
-		}
+		// Nothing it says is acted on, not even a handover or a goodbye:
+		// the out-of-order path never frees a range or clears a
+		// reservation. A message that crossed ours is exactly where a
+		// mistaken or forged control message would hide, and a release
+		// there could free a range our crossing message just granted.
+		// The Owner repeats both until an answer in order shows them done
+		// (owner.Core: handovers until their deadline, a goodbye until an
+		// answer lists nothing), so they go through with its next request.
 		return nil
 	}
 	switch {

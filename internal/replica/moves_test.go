@@ -212,11 +212,13 @@ func TestDrainGate(t *testing.T) {
 	}
 }
 
-// TestRacedHandedActs: a request that raced a Manager message still hands
-// over what it reports handed (and a raced goodbye still releases
-// everything): those are the Owner's own completed acts, which no message
-// in flight can undo. Its omissions still release nothing.
-func TestRacedHandedActs(t *testing.T) {
+// TestRacedRequestReleasesNothing: the out-of-order path never frees a
+// range or clears a reservation. A request that raced a Manager message is
+// dropped whatever it says — handed pieces, omissions, a goodbye — since a
+// release there could free a range the crossing message granted; the
+// Owner repeats its handovers and its goodbye, and the next request in
+// order acts on them.
+func TestRacedRequestReleasesNothing(t *testing.T) {
 	a, b := newPeer("a"), newPeer("b")
 	h := planned(t, a)
 	h.add(b)
@@ -229,32 +231,46 @@ func TestRacedHandedActs(t *testing.T) {
 		if l.Range == piece(1, 4) {
 			p1 = l
 		} else if l.Range != piece(0, 4) {
-			kept = append(kept, l) // omits piece 0 too: an omission of a raced request
+			kept = append(kept, l) // omits piece 0 too
 		}
 	}
+	held := func() (n int) {
+		h.table().Each(func(s leasetable.Segment) bool {
+			if s.Entry.Owner == "a" {
+				n++
+			}
+			return true
+		})
+		return n
+	}
+	aHeld := held()
 	req := a.request()
 	req.AckSeq-- // raced: sent before a heard the Manager's latest message
 	req.Held, req.Handed = kept, []protocol.Handed{handed(p1, b)}
 	h.stepLease(now.Add(100*ms), req)
-	if e := h.entry(piece(1, 4)); e.Owner != "b" || !e.Migrated || e.MigratedFrom != p1.LGN {
-		t.Fatalf("piece 1 = %v after a raced handover report, want b's, migrated from %d", e, p1.LGN)
+	if e := h.entry(piece(1, 4)); e.Owner != "a" {
+		t.Fatalf("piece 1 = %v after a raced handover report: the out-of-order path freed it", e)
 	}
 	if e := h.entry(piece(0, 4)); e.Owner != "a" {
 		t.Fatalf("piece 0 = %v: a raced request's omission released it", e)
-	}
-	if got := h.lostSince(lsn); len(got) != 0 {
-		t.Fatalf("a Lookup reports %v lost", got)
 	}
 	req = a.request()
 	req.AckSeq--
 	req.Held, req.Leaving = nil, true
 	h.stepLease(now.Add(200*ms), req)
-	h.table().Each(func(s leasetable.Segment) bool {
-		if s.Entry.Owner == "a" {
-			t.Fatalf("a raced goodbye left a holding %v", s.Range)
-		}
-		return true
-	})
+	if n := held(); n != aHeld {
+		t.Fatalf("a holds %d segments after a raced goodbye, want the %d it held", n, aHeld)
+	}
+	if got := h.lostSince(lsn); len(got) != 0 {
+		t.Fatalf("a Lookup reports %v lost", got)
+	}
+	// In order, the same handover acts.
+	req = a.request()
+	req.Held, req.Handed = kept, []protocol.Handed{handed(p1, b)}
+	h.stepLease(now.Add(300*ms), req)
+	if e := h.entry(piece(1, 4)); e.Owner != "b" || !e.Migrated || e.MigratedFrom != p1.LGN {
+		t.Fatalf("piece 1 = %v after the handover report in order, want b's, migrated from %d", e, p1.LGN)
+	}
 }
 
 // TestFreshSessionHandedActs: after a failover, an Owner's first request
