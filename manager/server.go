@@ -84,6 +84,18 @@ type ServerConfig struct {
 	// MaxMessageBytes caps the size of a message a client may send; 0 means
 	// 4 MiB.
 	MaxMessageBytes int
+	// MaxConnections caps the connections open to this replica at once;
+	// one past it is refused with a GOAWAY naming the limit. 0 means
+	// DefaultMaxConnections.
+	MaxConnections int
+	// MaxStreamsPerConn caps the streams open at once on one connection
+	// (HTTP/2's SETTINGS_MAX_CONCURRENT_STREAMS). A follower relays Owners'
+	// streams to the leader over one connection, so it must exceed the
+	// Owners one replica may relay. 0 means DefaultMaxStreamsPerConn.
+	MaxStreamsPerConn int
+	// IdleTimeout closes a connection with no stream open for that long;
+	// 0 means DefaultIdleTimeout, negative never.
+	IdleTimeout time.Duration
 }
 
 // Validate fills in c's defaults and checks it, the replica's settings
@@ -107,6 +119,9 @@ func (c *ServerConfig) Validate() error {
 	}
 	if c.MaxMessageBytes == 0 {
 		c.MaxMessageBytes = 4 << 20
+	}
+	if err := c.setLimitDefaults(); err != nil {
+		return err
 	}
 	if len(c.Peers) > 0 {
 		seen := map[uint64]bool{}
@@ -233,7 +248,7 @@ const raftMessageBytes = 64 << 20
 func (s *Server) GRPCOptions() []grpc.ServerOption {
 	return append([]grpc.ServerOption{grpc.MaxRecvMsgSize(max(s.cfg.MaxMessageBytes, raftMessageBytes+1024)), // + the RaftMessage wrapper
 		grpc.ChainUnaryInterceptor(s.grpcm.UnaryServerInterceptor()), grpc.ChainStreamInterceptor(s.grpcm.StreamServerInterceptor())},
-		runtime.KeepaliveServerOptions()...)
+		append(runtime.KeepaliveServerOptions(), s.limitOptions()...)...)
 }
 
 // checkSize refuses a client message over MaxMessageBytes.
@@ -252,6 +267,7 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	}
 	g := grpc.NewServer(s.GRPCOptions()...)
 	s.Register(g)
+	lis = s.limitListener(lis)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -627,6 +643,9 @@ func (l *loop) handle(ev event) {
 		ev.st.heard = now
 		if err == nil {
 			err = l.r.StepLease(now, ev.req)
+			if errors.Is(err, replica.ErrLimit) {
+				l.s.countLimit(err)
+			}
 		}
 		if err == nil {
 			// Answers go to the stream the owner last spoke on.
@@ -1010,6 +1029,8 @@ func grpcError(ctx context.Context, err error) error {
 		return status.Error(codes.FailedPrecondition, err.Error())
 	case errors.Is(err, replica.ErrUnknownNamespace), errors.Is(err, replica.ErrUnknownOwner):
 		return status.Error(codes.NotFound, err.Error())
+	case errors.Is(err, replica.ErrLimit):
+		return status.Error(codes.ResourceExhausted, err.Error())
 	case errors.Is(err, replica.ErrBadMessage), errors.Is(err, wire.ErrInvalid):
 		return status.Error(codes.InvalidArgument, err.Error())
 	}
@@ -1243,7 +1264,7 @@ func serveStream[T any](s *Server, ctx context.Context, out chan T, send func(T)
 			return grpcError(ctx, err) // a message that did not decode
 		}
 		if !lim.allow() {
-			return status.Errorf(codes.ResourceExhausted, "leasehold: more than %g requests per second on one stream", s.cfg.MaxRequestRate)
+			return s.rateError()
 		}
 		if err := s.call(ctx, ev, errc); err != nil {
 			return err

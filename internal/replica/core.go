@@ -35,6 +35,11 @@ type CoreConfig = config.Replica
 // ErrUnknownOwner refuses to drain an Owner that is not a live member.
 var ErrUnknownOwner = errors.New("manager: no live owner")
 
+// ErrLimit refuses a request that would take a namespace past one of the
+// Manager's limits (MaxOwners, MaxRanges); its message names the limit
+// and the flag that sets it.
+var ErrLimit = errors.New("manager: limit reached")
+
 // ErrGateFull refuses a drain while DrainGate Owners are draining.
 var ErrGateFull = errors.New("manager: the maintenance gate is full")
 
@@ -385,6 +390,9 @@ func (c *Core) StepLease(now time.Time, req *protocol.LeaseRequest) error {
 		return err
 	}
 	o := n.owners[req.Owner]
+	if err := c.checkLimits(n, o, req); err != nil {
+		return err
+	}
 	if o == nil {
 		o = &ownerSession{id: req.Owner, addr: req.Addr, inc: req.Incarnation, mySeq: c.seqBase}
 		n.owners[req.Owner] = o
@@ -475,6 +483,30 @@ func (c *Core) StepLease(now time.Time, req *protocol.LeaseRequest) error {
 	}
 	n.push(o) // answer every accepted request
 	c.flush(now)
+	return nil
+}
+
+// checkLimits refuses, before anything is recorded or planned, a request
+// that would take namespace n past MaxOwners (a new Owner) or grow a table
+// already at MaxRanges (a new Owner, or a higher capacity: both split the
+// table further). o is the Owner's session, nil for a new Owner. Requests
+// of recorded Owners are never refused for a limit otherwise: a table at a
+// limit keeps serving the Owners it has.
+func (c *Core) checkLimits(n *namespace, o *ownerSession, req *protocol.LeaseRequest) error {
+	grows := o == nil || (req.Incarnation >= o.inc && req.Capacity > o.capacity && !req.Leaving)
+	if !grows {
+		return nil
+	}
+	if o == nil {
+		if _, known := n.s.owners[req.Owner]; !known && len(n.owners) >= c.cfg.OwnerLimit() {
+			return fmt.Errorf("%w: namespace %q has %d owners, the most allowed (MaxOwners, leasehold manager --max-owners); "+
+				"owner %q is refused", ErrLimit, n.name, len(n.owners), req.Owner)
+		}
+	}
+	if segs := n.s.table.Len(); segs >= c.cfg.RangeLimit() {
+		return fmt.Errorf("%w: namespace %q has %d ranges, the most allowed (MaxRanges, leasehold manager --max-ranges); "+
+			"a new owner or a higher capacity (owner %q) is refused", ErrLimit, n.name, segs, req.Owner)
+	}
 	return nil
 }
 
