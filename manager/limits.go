@@ -198,14 +198,38 @@ func (d decodeCheck) RecvMsg(m any) error {
 // limitListener caps the connections open at once at MaxConnections. A
 // connection past it is answered, in HTTP/2, with a GOAWAY whose debug data
 // names the limit (a gRPC client reports it in its error), and closed.
-func (s *Server) limitListener(lis net.Listener) net.Listener {
-	return &connLimit{Listener: lis, s: s, slots: make(chan struct{}, s.cfg.MaxConnections)}
+//
+// It also closes every connection it accepted when told to (closeAll): gRPC's
+// Stop waits for connections still in their handshake, up to the handshake
+// timeout, so a few connections that never speak would hold a stopping
+// replica back.
+func (s *Server) limitListener(lis net.Listener) *connLimit {
+	return &connLimit{Listener: lis, s: s, slots: make(chan struct{}, s.cfg.MaxConnections), open: map[*slotConn]bool{}}
 }
 
 type connLimit struct {
 	net.Listener
 	s     *Server
 	slots chan struct{}
+
+	mu     sync.Mutex
+	open   map[*slotConn]bool
+	closed bool
+}
+
+// closeAll closes every connection accepted and not yet closed, and any
+// accepted from now on.
+func (l *connLimit) closeAll() {
+	l.mu.Lock()
+	l.closed = true
+	conns := make([]*slotConn, 0, len(l.open))
+	for c := range l.open {
+		conns = append(conns, c)
+	}
+	l.mu.Unlock()
+	for _, c := range conns {
+		_ = c.Close()
+	}
 }
 
 func (l *connLimit) Accept() (net.Conn, error) {
@@ -216,7 +240,24 @@ func (l *connLimit) Accept() (net.Conn, error) {
 		}
 		select {
 		case l.slots <- struct{}{}:
-			return &slotConn{Conn: c, free: func() { <-l.slots }}, nil
+			sc := &slotConn{Conn: c}
+			sc.free = func() {
+				<-l.slots
+				l.mu.Lock()
+				delete(l.open, sc)
+				l.mu.Unlock()
+			}
+			l.mu.Lock()
+			closed := l.closed
+			if !closed {
+				l.open[sc] = true
+			}
+			l.mu.Unlock()
+			if closed {
+				_ = sc.Close()
+				continue
+			}
+			return sc, nil
 		default:
 		}
 		l.s.refused(limitConnections)

@@ -267,7 +267,8 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	}
 	g := grpc.NewServer(s.GRPCOptions()...)
 	s.Register(g)
-	lis = s.limitListener(lis)
+	limited := s.limitListener(lis)
+	lis = limited
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -275,7 +276,8 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	go func() {
 		defer wg.Done()
 		<-ctx.Done()
-		g.Stop() // ends every stream now; the loop is stopping too
+		limited.closeAll() // connections still in their handshake too, which Stop would wait for
+		g.Stop()           // ends every stream now; the loop is stopping too
 	}()
 	loopErr := make(chan error, 1)
 	go func() { loopErr <- s.Run(ctx); cancel() }()
