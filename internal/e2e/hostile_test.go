@@ -47,7 +47,9 @@ func TestHostileSoak(t *testing.T) {
 	c := &cli{t: t, leasehold: leasehold, kv: kvBin, manager: addr}
 	c.serve("kv-1")
 	c.serve("kv-2")
-	c.settle("two owners", func(s status) bool { return slices.Equal(s.holders(), []string{"kv-1", "kv-2"}) && s.sumRanges() == 128 })
+	c.settle("two owners", func(s status) bool {
+		return slices.Equal(s.holders(), []string{"kv-1", "kv-2"}) && s.sumRanges() == 128
+	})
 
 	cl, err := kv.NewClient(context.Background(), kv.ClientConfig{Manager: addr, Timing: protocol.Fast(), Timeout: 20 * time.Second})
 	if err != nil {
