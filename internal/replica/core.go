@@ -11,6 +11,7 @@ import (
 
 	"github.com/leasehold/leasehold/assign"
 	"github.com/leasehold/leasehold/internal/faults"
+	"github.com/leasehold/leasehold/internal/wire"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/leasetable"
 	"github.com/leasehold/leasehold/manager/config"
@@ -1054,6 +1055,12 @@ func (n *namespace) eachDesired(r keyspace.Range, fn func(keyspace.Range, string
 // desired assignment gives it, and by omission recalls of everything else.
 // Every range listed is reserved for ManagerLease from now, which is after
 // the owner sent the request this answers (C§2.3.1).
+// maxOwnerLeases caps the leases one Owner is granted up to: half of what
+// a LeaseResponse may list (wire.MaxLeases), so that a message listing
+// every piece of them, split at the desired assignment's boundaries, still
+// fits. (A variable only so that tests can make it small.)
+var maxOwnerLeases = wire.MaxLeases / 2
+
 func (c *Core) sendTo(now time.Time, n *namespace, o *ownerSession) {
 	until := now.Add(c.cfg.Timing.ManagerLease)
 	var leases []protocol.Lease
@@ -1065,6 +1072,10 @@ func (c *Core) sendTo(now time.Time, n *namespace, o *ownerSession) {
 			// names it (its drain waits to be planned).
 			wants = nil
 		}
+		// Grants stop where the message would list more leases than an
+		// Owner accepts (wire.MaxLeases): the rest stays free for others.
+		room := maxOwnerLeases - len(o.sentLeases)
+	grants:
 		for _, d := range wants {
 			for _, s := range n.s.table.Overlapping(d) {
 				if s.Entry.Owner != "" {
@@ -1072,7 +1083,11 @@ func (c *Core) sendTo(now time.Time, n *namespace, o *ownerSession) {
 				}
 				free, _ := n.res.free(s.Range, now)
 				for _, g := range free.Ranges() {
+					if room <= 0 {
+						break grants
+					}
 					c.grant(now, n, o, g, 0)
+					room--
 				}
 			}
 		}

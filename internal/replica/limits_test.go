@@ -52,3 +52,21 @@ func TestRangeLimit(t *testing.T) {
 	a.seq-- // that request was refused: send its Seq again
 	h.send(now.Add(2*ms), a)
 }
+
+// TestGrantsFitAMessage: an Owner is granted up to maxOwnerLeases leases,
+// so no message to it lists more than it accepts (wire.MaxLeases); the
+// rest of the key space stays free.
+func TestGrantsFitAMessage(t *testing.T) {
+	defer func(m int) { maxOwnerLeases = m }(maxOwnerLeases)
+	maxOwnerLeases = 5
+	a := newPeer("a")
+	h := joinedCfg(t, CoreConfig{Policy: assign.Fixed{Pieces: 16}}, a)
+	h.renewals(restartEnd, restartEnd.Add(5*tm.Renew), a)
+	if n := len(a.held); n != 5 {
+		t.Fatalf("a holds %d leases, want maxOwnerLeases (5)", n)
+	}
+	r := h.send(restartEnd.Add(6*tm.Renew), a)
+	if m := h.to(r, "a"); m != nil && len(m.Leases) > 5 {
+		t.Fatalf("a message lists %d leases, over maxOwnerLeases", len(m.Leases))
+	}
+}
