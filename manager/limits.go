@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	"github.com/leasehold/leasehold/internal/peers"
 	"github.com/leasehold/leasehold/manager/config"
 	pb "github.com/leasehold/leasehold/proto/leasehold/v1"
 )
@@ -78,17 +79,18 @@ func (s *Server) limitOptions() []grpc.ServerOption {
 
 // limitCodec is the proto codec with two checks on the way in. The size of
 // a message is checked against its service's limit before it is decoded:
-// a Raft message may be as large as a snapshot (raftMessageBytes), every
-// other as large as MaxMessageBytes. And a message that does not decode
+// a part of a Raft message may be as large as peers.PartBytes, every other
+// message as large as MaxMessageBytes. And a message that does not decode
 // (bad UTF-8 in a string, a truncated field) is the sender's fault. gRPC
 // turns any codec error into Internal, so the codec records what went wrong
 // for the message instead (decodeErrs) and the interceptors answer it:
 // ResourceExhausted naming the limit, or InvalidArgument naming the field.
 //
-// gRPC itself reads a message body up to the server's MaxRecvMsgSize (the
-// Raft limit, since both share one listener) before the codec sees it; the
-// codec spares the decoding and the handler's work, and the connection and
-// stream limits bound how many such reads run at once.
+// gRPC itself refuses a message over the server's MaxRecvMsgSize (the
+// larger of the two limits) from its length prefix, before reading its
+// body, and answers it at once with its own status ("grpc: received
+// message larger than max (N vs. M)"), which names no flag: the price of
+// never reading it.
 type limitCodec struct{ s *Server }
 
 func (limitCodec) Name() string { return "proto" }
@@ -108,7 +110,7 @@ func (c limitCodec) Unmarshal(data []byte, v any) error {
 	}
 	limit, name := c.s.cfg.MaxMessageBytes, "MaxMessageBytes, leasehold manager --"+limitMessage
 	if _, raft := v.(*pb.RaftMessage); raft {
-		limit, name = raftMessageBytes+1024, "the Raft message limit"
+		limit, name = peers.PartBytes+peers.PartFraming, "a Raft message part, peers.PartBytes"
 	}
 	if len(data) > limit {
 		c.s.refused(limitMessage)

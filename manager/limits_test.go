@@ -56,6 +56,12 @@ func TestClientLimitsBeforeDecoding(t *testing.T) {
 	if s := status.Convert(firstErr(t, conn, big)); s.Code() != codes.ResourceExhausted || !strings.Contains(s.Message(), "--max-message-bytes") {
 		t.Errorf("an oversized lease request that would not decode: %v, want ResourceExhausted naming --max-message-bytes", s.Err())
 	}
+	// Larger than any service accepts (a Raft message part, 1 MiB): gRPC
+	// refuses it from its length prefix, before reading its body.
+	huge := &pb.LeaseRequest{Namespace: "default", Owner: "h", Addr: strings.Repeat("x", 2<<20), Incarnation: 1, Seq: 1}
+	if s := status.Convert(firstErr(t, conn, huge)); s.Code() != codes.ResourceExhausted || !strings.Contains(s.Message(), "larger than max") {
+		t.Errorf("a lease request larger than any limit: %v, want gRPC's ResourceExhausted", s.Err())
+	}
 	utf := &pb.LeaseRequest{Namespace: "default", Owner: bad, Addr: "a:1", Incarnation: 1, Seq: 1}
 	if s := status.Convert(firstErr(t, conn, utf)); s.Code() != codes.InvalidArgument || !strings.Contains(s.Message(), "owner") {
 		t.Errorf("a lease request with bad UTF-8 in owner: %v, want InvalidArgument naming the field", s.Err())

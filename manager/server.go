@@ -235,18 +235,15 @@ type (
 	}
 )
 
-// raftMessageBytes caps a message between replicas: snapshots of large
-// tables travel as one message.
-const raftMessageBytes = 64 << 20
-
 // GRPCOptions are the server options Serve uses: message size limits and
-// keepalive. The transport accepts messages as large as a Raft snapshot;
-// the Owner and Lookup handlers hold clients to MaxMessageBytes
-// (checkSize). Clients and the other replicas ping every
+// keepalive. No message larger than MaxMessageBytes, or a part of a Raft
+// message (peers.PartBytes; a snapshot travels in parts), is read: gRPC
+// refuses it from its length prefix. The codec then holds each service to
+// its own limit (limitOptions). Clients and the other replicas ping every
 // runtime.KeepaliveTime to notice a replica that stopped answering, which
 // the server must allow (runtime.KeepaliveServerOptions).
 func (s *Server) GRPCOptions() []grpc.ServerOption {
-	return append([]grpc.ServerOption{grpc.MaxRecvMsgSize(max(s.cfg.MaxMessageBytes, raftMessageBytes+1024)), // + the RaftMessage wrapper
+	return append([]grpc.ServerOption{grpc.MaxRecvMsgSize(max(s.cfg.MaxMessageBytes, peers.PartBytes+peers.PartFraming)),
 		grpc.ChainUnaryInterceptor(s.grpcm.UnaryServerInterceptor()), grpc.ChainStreamInterceptor(s.grpcm.StreamServerInterceptor())},
 		append(runtime.KeepaliveServerOptions(), s.limitOptions()...)...)
 }

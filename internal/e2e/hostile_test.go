@@ -32,7 +32,8 @@ const soakPhase = 8 * time.Second
 // past --max-request-rate, idle connections past --max-connections, and a
 // forged leave for a real Owner from another stream. Each hostile client
 // must be refused with an error naming the limit (or, for the forged
-// leave, the session rule); the real Owners' request p99 under attack must
+// leave, the session rule; for a message past every service's limit, which
+// gRPC refuses unread, gRPC's own "larger than max"); the real Owners' request p99 under attack must
 // stay within 1.5× of the same load alone (plus 10 ms for a shared
 // machine's noise); no kv value may be lost; the Manager's peak RSS is
 // reported. It runs with LEASEHOLD_E2E=all.
@@ -237,7 +238,14 @@ func startHostile(t *testing.T, addr string) *hostile {
 		})
 	}
 	loop("oversized message", "--max-message-bytes", 50*time.Millisecond, func(i int) error {
-		return send(&pb.LeaseRequest{Namespace: "default", Owner: "big", Addr: strings.Repeat("x", 1<<20), Incarnation: inc, Seq: 1})
+		return send(&pb.LeaseRequest{Namespace: "default", Owner: "big", Addr: strings.Repeat("x", 512<<10), Incarnation: inc, Seq: 1})
+	})
+	// Past every service's limit (a Raft message part, 1 MiB): gRPC refuses
+	// it from its length prefix without reading it, with its own words.
+	// (Every 250 ms: building 8 MiB costs this process, which also runs
+	// the load, more than it costs the Manager.)
+	loop("message past every limit", "larger than max", 250*time.Millisecond, func(i int) error {
+		return send(&pb.LeaseRequest{Namespace: "default", Owner: "huge", Addr: strings.Repeat("x", 8<<20), Incarnation: inc, Seq: 1})
 	})
 	loop("bogus owner", "--max-owners", 20*time.Millisecond, func(i int) error {
 		return send(&pb.LeaseRequest{Namespace: "default", Owner: "bogus-" + strconv.Itoa(i), Addr: "127.0.0.1:1", Incarnation: inc, Seq: 1})
