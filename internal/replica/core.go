@@ -461,14 +461,22 @@ func (c *Core) StepLease(now time.Time, req *protocol.LeaseRequest) error {
 			o.resendAt = now.Add(c.backoff())
 			n.resends.insert(ownerTimer{o.resendAt, o.id})
 		}
-		// Nothing it says is acted on, not even a handover or a goodbye:
-		// the out-of-order path never frees a range or clears a
-		// reservation. A message that crossed ours is exactly where a
-		// mistaken or forged control message would hide, and a release
-		// there could free a range our crossing message just granted.
-		// The Owner repeats both until an answer in order shows them done
-		// (owner.Core: handovers until their deadline, a goodbye until an
-		// answer lists nothing), so they go through with its next request.
+		// Nothing it says frees a range or clears a reservation: a message
+		// that crossed ours may have crossed a grant, and it is where a
+		// mistaken or forged control message would hide. A goodbye waits:
+		// it names no lease, so it could free a range our crossing message
+		// just granted; the Owner says it again until an answer in order
+		// lists no lease (owner.Core). A handover the Owner completed is
+		// acted on as a migration only: it names the lease (the LGN) it
+		// hands, which no crossing grant can carry, and the range goes
+		// straight to the Owner it names, never free. Acting on it now
+		// matters: a draining Owner reports its handovers and stops, and a
+		// report that waited for its next request in order could find it
+		// gone, and the range's state lost.
+		if len(req.Handed) > 0 {
+			c.stats.Releases += c.migrateRaced(now, n, o, req.Handed)
+			c.flush(now)
+		}
 		return nil
 	}
 	switch {
@@ -807,6 +815,22 @@ func (c *Core) releaseOwn(now time.Time, n *namespace, o *ownerSession, handed [
 		}
 	}
 	return c.release(now, n, o, keep, handed)
+}
+
+// migrateRaced hands over, from a raced request, the pieces whose handover
+// can complete as a migration (the next Owner is the live member of the
+// incarnation named, and the report came in time); it frees nothing else.
+func (c *Core) migrateRaced(now time.Time, n *namespace, o *ownerSession, handed []protocol.Handed) uint64 {
+	var ok []protocol.Handed
+	for _, h := range handed {
+		if to := n.owners[h.To]; to != nil && to.inc == h.Incarnation && to.member && !to.draining && c.handedInTime(now, o, h) {
+			ok = append(ok, h)
+		}
+	}
+	if len(ok) == 0 {
+		return 0
+	}
+	return c.releaseOwn(now, n, o, ok, false)
 }
 
 // grant gives piece g to o with a fresh LGN, reserved from now; from, when

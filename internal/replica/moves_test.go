@@ -212,26 +212,31 @@ func TestDrainGate(t *testing.T) {
 	}
 }
 
-// TestRacedRequestReleasesNothing: the out-of-order path never frees a
-// range or clears a reservation. A request that raced a Manager message is
-// dropped whatever it says — handed pieces, omissions, a goodbye — since a
-// release there could free a range the crossing message granted; the
-// Owner repeats its handovers and its goodbye, and the next request in
-// order acts on them.
-func TestRacedRequestReleasesNothing(t *testing.T) {
+// TestRacedRequestFreesNothing: the out-of-order path never frees a range
+// or clears a reservation. A request that raced a Manager message frees
+// nothing by omission or by a goodbye (which names no lease, and could free
+// a range the crossing message granted); the Owner repeats its goodbye,
+// and the next request in order acts on it. A handover it reports is acted
+// on as a migration only — it names the lease handed, and the range goes
+// straight to the next Owner — and one that cannot migrate frees nothing.
+func TestRacedRequestFreesNothing(t *testing.T) {
 	a, b := newPeer("a"), newPeer("b")
 	h := planned(t, a)
 	h.add(b)
 	now := restartEnd.Add(100 * ms)
 	h.send(now, b) // a is asked to hand pieces 1 and 3 to b
 	lsn := h.mark()
-	var p1 protocol.Lease
+	var p1, p3 protocol.Lease
 	var kept []protocol.Lease
 	for _, l := range a.held {
-		if l.Range == piece(1, 4) {
+		switch l.Range {
+		case piece(1, 4):
 			p1 = l
-		} else if l.Range != piece(0, 4) {
-			kept = append(kept, l) // omits piece 0 too
+		case piece(3, 4):
+			p3 = l
+		case piece(0, 4): // omitted: an omission of a raced request
+		default:
+			kept = append(kept, l)
 		}
 	}
 	held := func() (n int) {
@@ -243,17 +248,22 @@ func TestRacedRequestReleasesNothing(t *testing.T) {
 		})
 		return n
 	}
-	aHeld := held()
 	req := a.request()
 	req.AckSeq-- // raced: sent before a heard the Manager's latest message
-	req.Held, req.Handed = kept, []protocol.Handed{handed(p1, b)}
+	toNobody := handed(p3, b)
+	toNobody.To = "nobody"
+	req.Held, req.Handed = kept, []protocol.Handed{handed(p1, b), toNobody}
 	h.stepLease(now.Add(100*ms), req)
-	if e := h.entry(piece(1, 4)); e.Owner != "a" {
-		t.Fatalf("piece 1 = %v after a raced handover report: the out-of-order path freed it", e)
+	if e := h.entry(piece(1, 4)); e.Owner != "b" || !e.Migrated || e.MigratedFrom != p1.LGN {
+		t.Fatalf("piece 1 = %v after a raced handover report, want b's, migrated from %d", e, p1.LGN)
+	}
+	if e := h.entry(piece(3, 4)); e.Owner != "a" {
+		t.Fatalf("piece 3 = %v: a raced handover that cannot migrate freed it", e)
 	}
 	if e := h.entry(piece(0, 4)); e.Owner != "a" {
 		t.Fatalf("piece 0 = %v: a raced request's omission released it", e)
 	}
+	aHeld := held()
 	req = a.request()
 	req.AckSeq--
 	req.Held, req.Leaving = nil, true
@@ -264,12 +274,12 @@ func TestRacedRequestReleasesNothing(t *testing.T) {
 	if got := h.lostSince(lsn); len(got) != 0 {
 		t.Fatalf("a Lookup reports %v lost", got)
 	}
-	// In order, the same handover acts.
+	// In order, the goodbye acts.
 	req = a.request()
-	req.Held, req.Handed = kept, []protocol.Handed{handed(p1, b)}
+	req.Held, req.Leaving = nil, true
 	h.stepLease(now.Add(300*ms), req)
-	if e := h.entry(piece(1, 4)); e.Owner != "b" || !e.Migrated || e.MigratedFrom != p1.LGN {
-		t.Fatalf("piece 1 = %v after the handover report in order, want b's, migrated from %d", e, p1.LGN)
+	if n := held(); n != 0 {
+		t.Fatalf("a holds %d segments after its goodbye in order", n)
 	}
 }
 
