@@ -36,7 +36,9 @@ import (
 // leasehold_loss_notifications_total{namespace}, and the per-method gRPC
 // server series of go-grpc-middleware's Prometheus provider, named
 // leasehold_grpc_server_* (started, handled, messages received and sent,
-// handling time). docs/operations.md describes them all.
+// handling time); leasehold_limit_refusals_total{limit} counts the
+// refusals of each limit, by the flag that sets it. docs/operations.md
+// describes them all.
 //
 // The Go runtime's and the process's collectors are the embedder's to
 // register (the CLI does).

@@ -27,10 +27,12 @@ type serverMetrics struct {
 	propagation prometheus.Histogram
 	losses      *prometheus.CounterVec
 	peerRTT     *prometheus.HistogramVec
+	limits      *prometheus.CounterVec
 }
 
 func newServerMetrics() *serverMetrics {
 	return &serverMetrics{
+		limits: newLimitRefusals(),
 		renewal: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "leasehold_renewal_answer_seconds",
 			Help:    "Time from an Owner's lease request arriving to the leader's answer being handed to its stream (the answer waits for the proof that this replica still leads).",
@@ -54,7 +56,7 @@ func newServerMetrics() *serverMetrics {
 }
 
 func (m *serverMetrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.renewal, m.propagation, m.losses, m.peerRTT}
+	return []prometheus.Collector{m.renewal, m.propagation, m.losses, m.peerRTT, m.limits}
 }
 
 // observer is the loop's bookkeeping for the measured metrics.

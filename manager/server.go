@@ -94,6 +94,18 @@ type ServerConfig struct {
 	// MaxMessageBytes caps the size of a message a client may send; 0 means
 	// 4 MiB.
 	MaxMessageBytes int
+	// MaxConnections caps the connections open to this replica at once;
+	// one past it is refused with a GOAWAY naming the limit. 0 means
+	// DefaultMaxConnections.
+	MaxConnections int
+	// MaxStreamsPerConn caps the streams open at once on one connection
+	// (HTTP/2's SETTINGS_MAX_CONCURRENT_STREAMS). A follower relays Owners'
+	// streams to the leader over one connection, so it must exceed the
+	// Owners one replica may relay. 0 means DefaultMaxStreamsPerConn.
+	MaxStreamsPerConn int
+	// IdleTimeout closes a connection with no stream open for that long;
+	// 0 means DefaultIdleTimeout, negative never.
+	IdleTimeout time.Duration
 }
 
 // Validate fills in c's defaults and checks it, the replica's settings
@@ -117,6 +129,9 @@ func (c *ServerConfig) Validate() error {
 	}
 	if c.MaxMessageBytes == 0 {
 		c.MaxMessageBytes = 4 << 20
+	}
+	if err := c.setLimitDefaults(); err != nil {
+		return err
 	}
 	if len(c.Peers) > 0 {
 		seen := map[uint64]bool{}
@@ -240,20 +255,17 @@ type (
 	}
 )
 
-// raftMessageBytes caps a message between replicas: snapshots of large
-// tables travel as one message.
-const raftMessageBytes = 64 << 20
-
 // GRPCOptions are the server options Serve uses: message size limits and
-// keepalive. The transport accepts messages as large as a Raft snapshot;
-// the Owner and Lookup handlers hold clients to MaxMessageBytes
-// (checkSize). Clients and the other replicas ping every
+// keepalive. No message larger than MaxMessageBytes, or a part of a Raft
+// message (peers.PartBytes; a snapshot travels in parts), is read: gRPC
+// refuses it from its length prefix. The codec then holds each service to
+// its own limit (limitOptions). Clients and the other replicas ping every
 // runtime.KeepaliveTime to notice a replica that stopped answering, which
 // the server must allow (runtime.KeepaliveServerOptions).
 func (s *Server) GRPCOptions() []grpc.ServerOption {
-	return append([]grpc.ServerOption{grpc.MaxRecvMsgSize(max(s.cfg.MaxMessageBytes, raftMessageBytes+1024)), // + the RaftMessage wrapper
+	return append([]grpc.ServerOption{grpc.MaxRecvMsgSize(max(s.cfg.MaxMessageBytes, peers.PartBytes+peers.PartFraming)),
 		grpc.ChainUnaryInterceptor(s.grpcm.UnaryServerInterceptor()), grpc.ChainStreamInterceptor(s.grpcm.StreamServerInterceptor())},
-		append(runtime.KeepaliveServerOptions(), s.trustOptions()...)...)
+		append(append(runtime.KeepaliveServerOptions(), s.trustOptions()...), s.limitOptions()...)...)
 }
 
 // checkSize refuses a client message over MaxMessageBytes.
@@ -273,6 +285,8 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	s.warnPlaintext(lis)
 	g := grpc.NewServer(s.GRPCOptions()...)
 	s.Register(g)
+	limited := s.limitListener(lis)
+	lis = limited
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -280,7 +294,8 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	go func() {
 		defer wg.Done()
 		<-ctx.Done()
-		g.Stop() // ends every stream now; the loop is stopping too
+		limited.closeAll() // connections still in their handshake too, which Stop would wait for
+		g.Stop()           // ends every stream now; the loop is stopping too
 	}()
 	loopErr := make(chan error, 1)
 	go func() { loopErr <- s.Run(ctx); cancel() }()
@@ -648,6 +663,9 @@ func (l *loop) handle(ev event) {
 		ev.st.heard = now
 		if err == nil {
 			err = l.r.StepLease(now, ev.req)
+			if errors.Is(err, replica.ErrLimit) {
+				l.s.countLimit(err)
+			}
 		}
 		if err == nil {
 			// Answers go to the stream the owner last spoke on.
@@ -1031,6 +1049,8 @@ func grpcError(ctx context.Context, err error) error {
 		return status.Error(codes.FailedPrecondition, err.Error())
 	case errors.Is(err, replica.ErrUnknownNamespace), errors.Is(err, replica.ErrUnknownOwner):
 		return status.Error(codes.NotFound, err.Error())
+	case errors.Is(err, replica.ErrLimit):
+		return status.Error(codes.ResourceExhausted, err.Error())
 	case errors.Is(err, replica.ErrBadMessage), errors.Is(err, wire.ErrInvalid):
 		return status.Error(codes.InvalidArgument, err.Error())
 	}
@@ -1277,7 +1297,7 @@ func serveStream[T any](s *Server, ctx context.Context, out chan T, send func(T)
 			return grpcError(ctx, err) // a message that did not decode
 		}
 		if !lim.allow() {
-			return status.Errorf(codes.ResourceExhausted, "leasehold: more than %g requests per second on one stream", s.cfg.MaxRequestRate)
+			return s.rateError()
 		}
 		if err := s.call(ctx, ev, errc); err != nil {
 			return err

@@ -69,7 +69,7 @@ func TestBadInputEndsOnlyThatStream(t *testing.T) {
 			{"no incarnation", []*pb.LeaseRequest{func() *pb.LeaseRequest { m := valid(); m.Incarnation = 0; return m }()},
 				codes.InvalidArgument, "incarnation"},
 			{"oversized", []*pb.LeaseRequest{func() *pb.LeaseRequest { m := valid(); m.Addr = strings.Repeat("x", 100<<10); return m }()},
-				codes.ResourceExhausted, "larger than max"},
+				codes.ResourceExhausted, "--max-message-bytes"},
 			{"too many requests", func() []*pb.LeaseRequest {
 				var out []*pb.LeaseRequest
 				for i := range 50 {

@@ -470,7 +470,14 @@ func (c *Core) Step(now time.Time, m *protocol.LeaseResponse) {
 		c.peerLeases, c.peerKnown = m.Leases, true
 	}
 	if c.leaving {
-		c.left = true // it answered the goodbye: we are out of the membership
+		if len(m.Leases) == 0 {
+			c.left = true // it answered the goodbye: we are out of the membership
+			return
+		}
+		// An answer in order that still lists leases did not act on the
+		// goodbye (the Manager acts on no request that crossed its
+		// message): say it again now, in order.
+		c.resendAt = now
 		return
 	}
 

@@ -655,16 +655,26 @@ func TestLeave(t *testing.T) {
 	if c.Left() {
 		t.Fatalf("Left() after a response that did not answer the goodbye")
 	}
-	// The answer to the goodbye: nothing it offers is taken.
+	// An answer in order that still lists leases did not act on the
+	// goodbye (the Manager acts on no request that crossed its message):
+	// nothing it offers is taken, and the goodbye is said again at once.
 	step(c, at(400*ms), resp(3, 2, grant(rng(300, 400), 9))).none(t)
 	if got := c.Held(at(400 * ms)); len(got) != 0 {
 		t.Fatalf("after Leave, holds %v", got)
 	}
+	if c.Left() {
+		t.Fatalf("Left() after an answer that still lists a lease")
+	}
+	if r := one(t, tick(c, at(400*ms)).reqs); !r.Leaving || len(r.Held) != 0 || r.Seq != 3 || r.AckSeq != 3 {
+		t.Fatalf("after an answer that did not act on the goodbye, sent %+v, want Leaving again, Seq 3 AckSeq 3", *r)
+	}
+	// The answer to the goodbye lists nothing.
+	step(c, at(450*ms), resp(4, 3)).none(t)
 	if !c.Left() {
 		t.Fatalf("Left() = false after the Manager answered the goodbye")
 	}
 	// Later requests still say the owner is leaving.
-	if r := one(t, tick(c, now.Add(tm.Renew)).reqs); !r.Leaving || len(r.Held) != 0 {
+	if r := one(t, tick(c, at(400*ms).Add(tm.Renew)).reqs); !r.Leaving || len(r.Held) != 0 {
 		t.Fatalf("renewal after Leave %+v, want Leaving and nothing held", *r)
 	}
 }

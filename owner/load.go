@@ -76,6 +76,9 @@ func (m *loadMeter) sample(key keyspace.Key) {
 func (m *loadMeter) take(now time.Time) ([]protocol.RangeLoad, []protocol.KeyLoad, time.Duration) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if now.Sub(m.since) < protocol.MinLoadWindow {
+		return nil, nil, 0 // too soon to report: the counts go with the next request
+	}
 	var ranges []protocol.RangeLoad
 	for r, n := range m.ranges {
 		ranges = append(ranges, protocol.RangeLoad{Range: r, Requests: n})

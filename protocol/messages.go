@@ -73,6 +73,12 @@ type LeaseRequest struct {
 	Window  time.Duration
 }
 
+// MinLoadWindow is the shortest load Window a request may carry (0 means
+// no report): a rate over a shorter one says little, and over a nanosecond
+// turns a handful of requests into 1e28 a second. An Owner sending sooner
+// keeps its counts for its next request.
+const MinLoadWindow = 100 * time.Millisecond
+
 // Handover asks the holder of a lease to hand the state of Range over to
 // another Owner before giving it up: a planned move (C§2.1.2). The lease
 // stays valid (and renewed) meanwhile.

@@ -168,6 +168,11 @@ Logs go to stderr. SIGINT or SIGTERM stops it cleanly (exit code 0).`,
 	f.Uint64Var(&o.settings.SnapshotEntries, "snapshot-entries", 0, "applied Raft entries between two snapshots of the state, which compact the log (0: 10000)")
 	f.Float64Var(&o.settings.MaxRequestRate, "max-request-rate", 0, "requests per second one Owner or Lookup stream may send, with bursts of twice that (0: 50)")
 	f.IntVar(&o.settings.MaxMessageBytes, "max-message-bytes", 0, "the largest message an Owner or Lookup may send, in bytes (0: 4 MiB)")
+	f.IntVar(&o.settings.MaxOwners, "max-owners", 0, "the most Owners one namespace records; a new Owner past it is refused (0: 10000)")
+	f.IntVar(&o.settings.MaxRanges, "max-ranges", 0, "the most lease-table ranges one namespace has; at it, a new Owner or a higher capacity is refused (0: 1048576)")
+	f.IntVar(&o.settings.MaxConnections, "max-connections", 0, "the most connections open to this replica at once (0: 50000)")
+	f.IntVar(&o.settings.MaxStreamsPerConn, "max-streams-per-conn", 0, "the most streams open at once on one connection; a follower relays Owners' streams over one (0: 10000)")
+	f.DurationVar(&o.settings.IdleTimeout, "idle-timeout", 0, "close a connection with no stream open for this long (0: 5m; negative: never)")
 	f.StringVar(&o.metricsListen, "metrics-listen", "", "serve Prometheus metrics at http://`ADDR`/metrics, and /healthz and /readyz (default: none)")
 	o.addLogFlags(f, "info")
 	o.addTrustFlags(f, e)
@@ -201,6 +206,8 @@ var fieldFlags = map[string]string{
 	"MembershipEvery": "membership-every", "PushEvery": "push-every", "RaftTick": "raft-tick",
 	"ElectionTicks": "election-ticks", "SnapshotEntries": "snapshot-entries", "LearnerTimeout": "learner-timeout",
 	"MaxRequestRate": "max-request-rate", "MaxMessageBytes": "max-message-bytes",
+	"MaxOwners": "max-owners", "MaxRanges": "max-ranges", "MaxConnections": "max-connections",
+	"MaxStreamsPerConn": "max-streams-per-conn", "IdleTimeout": "idle-timeout",
 }
 
 // usage turns a configuration the server refuses into a usage error that

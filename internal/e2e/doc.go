@@ -2,7 +2,7 @@
 // binaries and run them as real processes on 127.0.0.1, as a user would.
 //
 //	go test ./internal/e2e -v                     # the product's scenarios (about a minute)
-//	LEASEHOLD_E2E=all go test ./internal/e2e -v   # all: also the cut-off leader, a duplicated ID, the examples, the dashboard, the gateways' rolling restart
+//	LEASEHOLD_E2E=all go test ./internal/e2e -v   # all: also the cut-off leader, a duplicated ID, the examples, the dashboard, the gateways' rolling restart, the hostile soak
 //	go test -short ./...                          # skips them
 //
 // The binaries are built once, into a directory TestMain removes, and shared

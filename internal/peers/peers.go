@@ -52,6 +52,17 @@ const (
 	DefaultMaxMessageBytes = 64 << 20
 )
 
+// PartBytes is the largest part of a Raft message one RaftMessage carries:
+// a larger message (a snapshot) travels in parts that the receiver joins.
+// So the gRPC server that also serves clients needs to accept no message
+// larger than a part (plus the framing, PartFraming) from anyone, and a
+// client's oversized message is refused from its length prefix, before its
+// body is read, instead of after the Raft limit's worth of it.
+const (
+	PartBytes   = 1 << 20
+	PartFraming = 16
+)
+
 // Stream timings: reconnection backoff between minBackoff and maxBackoff (a
 // peer that comes back is reached within about an election timeout), and the
 // longest wait for a stream to open before the attempt counts as failed
@@ -104,10 +115,10 @@ type Config struct {
 	// DefaultQueueLen. Messages sent to a full queue are dropped.
 	QueueLen int
 	// MaxMessageBytes is the largest encoded raftpb.Message sent or
-	// accepted, default DefaultMaxMessageBytes: it bounds snapshots. The gRPC
-	// server Register is given must accept messages this large plus the
-	// RaftMessage framing: grpc.MaxRecvMsgSize(MaxMessageBytes+16) or more.
-	// Replicas must agree on it.
+	// accepted, default DefaultMaxMessageBytes: it bounds snapshots. It
+	// travels in parts of PartBytes; the gRPC server Register is given must
+	// accept a part and its framing: grpc.MaxRecvMsgSize(PartBytes+
+	// PartFraming) or more. Replicas must agree on it.
 	MaxMessageBytes int
 	// Logger receives connection failures and refused messages; nil
 	// discards.
@@ -204,7 +215,7 @@ func New(cfg Config) *Transport {
 }
 
 // Register adds the Raft service to s. The server's grpc.MaxRecvMsgSize must
-// be at least MaxMessageBytes+16.
+// be at least PartBytes+PartFraming.
 func (t *Transport) Register(s grpc.ServiceRegistrar) {
 	pb.RegisterRaftServer(s, server{t: t})
 }
@@ -484,7 +495,7 @@ func (p *peer) stream(client pb.RaftClient, addr string, recovering bool) (healt
 				p.t.log.Error("dropping a raft message that cannot be sent", "peer", p.id, "type", m.Type, "err", err)
 				continue
 			}
-			if err := st.Send(&pb.RaftMessage{Message: b}); err != nil {
+			if err := sendParts(st, b); err != nil {
 				p.drop(m)
 				if err == io.EOF { // the stream ended; RecvMsg has the reason
 					return healthy, peerEnded(<-ended)
@@ -506,6 +517,17 @@ func (p *peer) stream(client pb.RaftClient, addr string, recovering bool) (healt
 			return end(p.ctx.Err())
 		}
 	}
+}
+
+// sendParts sends the encoded message b on st, in parts of PartBytes.
+func sendParts(st grpc.ClientStreamingClient[pb.RaftMessage, pb.RaftAck], b []byte) error {
+	for len(b) > PartBytes {
+		if err := st.Send(&pb.RaftMessage{Message: b[:PartBytes], More: true}); err != nil {
+			return err
+		}
+		b = b[PartBytes:]
+	}
+	return st.Send(&pb.RaftMessage{Message: b})
 }
 
 // peerEnded turns the status a peer ended a stream with into an error.
@@ -627,6 +649,8 @@ func (t *Transport) receive(stream grpc.ClientStreamingServer[pb.RaftMessage, pb
 			return err
 		}
 	}
+	var parts []byte // the parts of a message received so far
+	joining := false
 	for {
 		rm, err := stream.Recv()
 		if err == io.EOF {
@@ -636,9 +660,22 @@ func (t *Transport) receive(stream grpc.ClientStreamingServer[pb.RaftMessage, pb
 			return err
 		}
 		b := rm.GetMessage()
-		if len(b) > t.cfg.MaxMessageBytes {
+		if joining || rm.GetMore() {
+			if len(parts)+len(b) <= t.cfg.MaxMessageBytes {
+				parts = append(parts, b...)
+				if joining = rm.GetMore(); joining {
+					continue
+				}
+				b, parts = parts, nil
+			} else {
+				err = fmt.Errorf("raft message of more than %d bytes (in parts) exceeds the limit of %d", len(parts)+len(b), t.cfg.MaxMessageBytes)
+			}
+		}
+		switch {
+		case err != nil:
+		case len(b) > t.cfg.MaxMessageBytes:
 			err = fmt.Errorf("raft message of %d bytes exceeds the limit of %d", len(b), t.cfg.MaxMessageBytes)
-		} else {
+		default:
 			var m raftpb.Message
 			if m, err = decode(t.cfg.Self, b); err == nil {
 				if sender != 0 && m.From != sender {

@@ -482,3 +482,56 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 	silent.Close()
 	goleak.VerifyNone(t)
 }
+
+// TestSnapshotInParts: a message larger than PartBytes travels in parts
+// through a server that accepts no message larger than a part, and arrives
+// whole; parts that add up to more than MaxMessageBytes are refused.
+func TestSnapshotInParts(t *testing.T) {
+	limit := func(c *Config) { c.MaxMessageBytes = 4 * PartBytes }
+	partOnly := func(t *testing.T, id uint64) *node {
+		n := &node{id: id, got: make(chan raftpb.Message, 16), unreachable: make(chan uint64, 16), snaps: make(chan snapReport, 16)}
+		lis := listen(t)
+		n.addr = lis.Addr().String()
+		cfg := Config{Self: id, Deliver: func(m raftpb.Message) { n.got <- m },
+			OnSnapshot: func(id uint64, ok bool) { n.snaps <- snapReport{id, ok} }}
+		limit(&cfg)
+		n.tr = New(cfg)
+		n.srv = grpc.NewServer(grpc.MaxRecvMsgSize(PartBytes + PartFraming))
+		n.tr.Register(n.srv)
+		go n.srv.Serve(lis)
+		t.Cleanup(func() { n.tr.Close(); n.srv.Stop() })
+		return n
+	}
+	a, b := newNode(t, 1, limit), partOnly(t, 2)
+	a.tr.SetPeer(2, b.addr)
+	want := snap(1, 2, 3*PartBytes+5)
+	a.tr.Send([]raftpb.Message{want})
+	if r := recv(t, a.snaps, "snapshot report"); r != (snapReport{2, true}) {
+		t.Fatalf("snapshot report %+v", r)
+	}
+	got := recv(t, b.got, "snapshot")
+	if got.Type != raftpb.MsgSnap || got.Snapshot == nil || !bytes.Equal(got.Snapshot.Data, want.Snapshot.Data) {
+		t.Fatalf("got %v, not the snapshot sent", got.Type)
+	}
+
+	conn, err := grpc.NewClient(b.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), guard)
+	defer cancel()
+	st, err := pb.NewRaftClient(conn).Send(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	part := make([]byte, PartBytes)
+	for range 6 {
+		if st.Send(&pb.RaftMessage{Message: part, More: true}) != nil {
+			break
+		}
+	}
+	if _, err := st.CloseAndRecv(); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "exceeds the limit") {
+		t.Fatalf("parts past MaxMessageBytes: %v, want InvalidArgument naming the limit", err)
+	}
+}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/leasehold/leasehold/assign"
 	"github.com/leasehold/leasehold/internal/faults"
+	"github.com/leasehold/leasehold/internal/wire"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/leasetable"
 	"github.com/leasehold/leasehold/manager/config"
@@ -34,6 +35,11 @@ type CoreConfig = config.Replica
 
 // ErrUnknownOwner refuses to drain an Owner that is not a live member.
 var ErrUnknownOwner = errors.New("manager: no live owner")
+
+// ErrLimit refuses a request that would take a namespace past one of the
+// Manager's limits (MaxOwners, MaxRanges); its message names the limit
+// and the flag that sets it.
+var ErrLimit = errors.New("manager: limit reached")
 
 // ErrGateFull refuses a drain while DrainGate Owners are draining.
 var ErrGateFull = errors.New("manager: the maintenance gate is full")
@@ -385,6 +391,9 @@ func (c *Core) StepLease(now time.Time, req *protocol.LeaseRequest) error {
 		return err
 	}
 	o := n.owners[req.Owner]
+	if err := c.checkLimits(n, o, req); err != nil {
+		return err
+	}
 	if o == nil {
 		o = &ownerSession{id: req.Owner, addr: req.Addr, inc: req.Incarnation, mySeq: c.seqBase}
 		n.owners[req.Owner] = o
@@ -452,13 +461,20 @@ func (c *Core) StepLease(now time.Time, req *protocol.LeaseRequest) error {
 			o.resendAt = now.Add(c.backoff())
 			n.resends.insert(ownerTimer{o.resendAt, o.id})
 		}
-		// What the owner did on its own before sending — handing ranges
-		// over, leaving — stands whatever raced with it. Act on it now: an
-		// owner that stops right after its goodbye (answered by our
-		// resend, which acknowledges this request's Seq) would otherwise
-		// never get it through, and the ranges would wait to expire.
-		if len(req.Handed) > 0 || req.Leaving {
-			c.stats.Releases += c.releaseOwn(now, n, o, req.Handed, req.Leaving)
+		// Nothing it says frees a range or clears a reservation: a message
+		// that crossed ours may have crossed a grant, and it is where a
+		// mistaken or forged control message would hide. A goodbye waits:
+		// it names no lease, so it could free a range our crossing message
+		// just granted; the Owner says it again until an answer in order
+		// lists no lease (owner.Core). A handover the Owner completed is
+		// acted on as a migration only: it names the lease (the LGN) it
+		// hands, which no crossing grant can carry, and the range goes
+		// straight to the Owner it names, never free. Acting on it now
+		// matters: a draining Owner reports its handovers and stops, and a
+		// report that waited for its next request in order could find it
+		// gone, and the range's state lost.
+		if len(req.Handed) > 0 {
+			c.stats.Releases += c.migrateRaced(now, n, o, req.Handed)
 			c.flush(now)
 		}
 		return nil
@@ -476,6 +492,30 @@ func (c *Core) StepLease(now time.Time, req *protocol.LeaseRequest) error {
 	}
 	n.push(o) // answer every accepted request
 	c.flush(now)
+	return nil
+}
+
+// checkLimits refuses, before anything is recorded or planned, a request
+// that would take namespace n past MaxOwners (a new Owner) or grow a table
+// already at MaxRanges (a new Owner, or a higher capacity: both split the
+// table further). o is the Owner's session, nil for a new Owner. Requests
+// of recorded Owners are never refused for a limit otherwise: a table at a
+// limit keeps serving the Owners it has.
+func (c *Core) checkLimits(n *namespace, o *ownerSession, req *protocol.LeaseRequest) error {
+	grows := o == nil || (req.Incarnation >= o.inc && req.Capacity > o.capacity && !req.Leaving)
+	if !grows {
+		return nil
+	}
+	if o == nil {
+		if _, known := n.s.owners[req.Owner]; !known && len(n.owners) >= c.cfg.OwnerLimit() {
+			return fmt.Errorf("%w: namespace %q has %d owners, the most allowed (MaxOwners, leasehold manager --max-owners); "+
+				"owner %q is refused", ErrLimit, n.name, len(n.owners), req.Owner)
+		}
+	}
+	if segs := n.s.table.Len(); segs >= c.cfg.RangeLimit() {
+		return fmt.Errorf("%w: namespace %q has %d ranges, the most allowed (MaxRanges, leasehold manager --max-ranges); "+
+			"a new owner or a higher capacity (owner %q) is refused", ErrLimit, n.name, segs, req.Owner)
+	}
 	return nil
 }
 
@@ -777,6 +817,22 @@ func (c *Core) releaseOwn(now time.Time, n *namespace, o *ownerSession, handed [
 	return c.release(now, n, o, keep, handed)
 }
 
+// migrateRaced hands over, from a raced request, the pieces whose handover
+// can complete as a migration (the next Owner is the live member of the
+// incarnation named, and the report came in time); it frees nothing else.
+func (c *Core) migrateRaced(now time.Time, n *namespace, o *ownerSession, handed []protocol.Handed) uint64 {
+	var ok []protocol.Handed
+	for _, h := range handed {
+		if to := n.owners[h.To]; to != nil && to.inc == h.Incarnation && to.member && !to.draining && c.handedInTime(now, o, h) {
+			ok = append(ok, h)
+		}
+	}
+	if len(ok) == 0 {
+		return 0
+	}
+	return c.releaseOwn(now, n, o, ok, false)
+}
+
 // grant gives piece g to o with a fresh LGN, reserved from now; from, when
 // not zero, is the LGN whose state the grant carries (a migration).
 func (c *Core) grant(now time.Time, n *namespace, o *ownerSession, g keyspace.Range, from keyspace.LGN) {
@@ -1023,6 +1079,12 @@ func (n *namespace) eachDesired(r keyspace.Range, fn func(keyspace.Range, string
 // desired assignment gives it, and by omission recalls of everything else.
 // Every range listed is reserved for ManagerLease from now, which is after
 // the owner sent the request this answers (C§2.3.1).
+// maxOwnerLeases caps the leases one Owner is granted up to: half of what
+// a LeaseResponse may list (wire.MaxLeases), so that a message listing
+// every piece of them, split at the desired assignment's boundaries, still
+// fits. (A variable only so that tests can make it small.)
+var maxOwnerLeases = wire.MaxLeases / 2
+
 func (c *Core) sendTo(now time.Time, n *namespace, o *ownerSession) {
 	until := now.Add(c.cfg.Timing.ManagerLease)
 	var leases []protocol.Lease
@@ -1034,6 +1096,10 @@ func (c *Core) sendTo(now time.Time, n *namespace, o *ownerSession) {
 			// names it (its drain waits to be planned).
 			wants = nil
 		}
+		// Grants stop where the message would list more leases than an
+		// Owner accepts (wire.MaxLeases): the rest stays free for others.
+		room := maxOwnerLeases - len(o.sentLeases)
+	grants:
 		for _, d := range wants {
 			for _, s := range n.s.table.Overlapping(d) {
 				if s.Entry.Owner != "" {
@@ -1041,7 +1107,11 @@ func (c *Core) sendTo(now time.Time, n *namespace, o *ownerSession) {
 				}
 				free, _ := n.res.free(s.Range, now)
 				for _, g := range free.Ranges() {
+					if room <= 0 {
+						break grants
+					}
 					c.grant(now, n, o, g, 0)
+					room--
 				}
 			}
 		}

@@ -212,49 +212,75 @@ func TestDrainGate(t *testing.T) {
 	}
 }
 
-// TestRacedHandedActs: a request that raced a Manager message still hands
-// over what it reports handed (and a raced goodbye still releases
-// everything): those are the Owner's own completed acts, which no message
-// in flight can undo. Its omissions still release nothing.
-func TestRacedHandedActs(t *testing.T) {
+// TestRacedRequestFreesNothing: the out-of-order path never frees a range
+// or clears a reservation. A request that raced a Manager message frees
+// nothing by omission or by a goodbye (which names no lease, and could free
+// a range the crossing message granted); the Owner repeats its goodbye,
+// and the next request in order acts on it. A handover it reports is acted
+// on as a migration only — it names the lease handed, and the range goes
+// straight to the next Owner — and one that cannot migrate frees nothing.
+func TestRacedRequestFreesNothing(t *testing.T) {
 	a, b := newPeer("a"), newPeer("b")
 	h := planned(t, a)
 	h.add(b)
 	now := restartEnd.Add(100 * ms)
 	h.send(now, b) // a is asked to hand pieces 1 and 3 to b
 	lsn := h.mark()
-	var p1 protocol.Lease
+	var p1, p3 protocol.Lease
 	var kept []protocol.Lease
 	for _, l := range a.held {
-		if l.Range == piece(1, 4) {
+		switch l.Range {
+		case piece(1, 4):
 			p1 = l
-		} else if l.Range != piece(0, 4) {
-			kept = append(kept, l) // omits piece 0 too: an omission of a raced request
+		case piece(3, 4):
+			p3 = l
+		case piece(0, 4): // omitted: an omission of a raced request
+		default:
+			kept = append(kept, l)
 		}
+	}
+	held := func() (n int) {
+		h.table().Each(func(s leasetable.Segment) bool {
+			if s.Entry.Owner == "a" {
+				n++
+			}
+			return true
+		})
+		return n
 	}
 	req := a.request()
 	req.AckSeq-- // raced: sent before a heard the Manager's latest message
-	req.Held, req.Handed = kept, []protocol.Handed{handed(p1, b)}
+	toNobody := handed(p3, b)
+	toNobody.To = "nobody"
+	req.Held, req.Handed = kept, []protocol.Handed{handed(p1, b), toNobody}
 	h.stepLease(now.Add(100*ms), req)
 	if e := h.entry(piece(1, 4)); e.Owner != "b" || !e.Migrated || e.MigratedFrom != p1.LGN {
 		t.Fatalf("piece 1 = %v after a raced handover report, want b's, migrated from %d", e, p1.LGN)
 	}
+	if e := h.entry(piece(3, 4)); e.Owner != "a" {
+		t.Fatalf("piece 3 = %v: a raced handover that cannot migrate freed it", e)
+	}
 	if e := h.entry(piece(0, 4)); e.Owner != "a" {
 		t.Fatalf("piece 0 = %v: a raced request's omission released it", e)
 	}
-	if got := h.lostSince(lsn); len(got) != 0 {
-		t.Fatalf("a Lookup reports %v lost", got)
-	}
+	aHeld := held()
 	req = a.request()
 	req.AckSeq--
 	req.Held, req.Leaving = nil, true
 	h.stepLease(now.Add(200*ms), req)
-	h.table().Each(func(s leasetable.Segment) bool {
-		if s.Entry.Owner == "a" {
-			t.Fatalf("a raced goodbye left a holding %v", s.Range)
-		}
-		return true
-	})
+	if n := held(); n != aHeld {
+		t.Fatalf("a holds %d segments after a raced goodbye, want the %d it held", n, aHeld)
+	}
+	if got := h.lostSince(lsn); len(got) != 0 {
+		t.Fatalf("a Lookup reports %v lost", got)
+	}
+	// In order, the goodbye acts.
+	req = a.request()
+	req.Held, req.Leaving = nil, true
+	h.stepLease(now.Add(300*ms), req)
+	if n := held(); n != 0 {
+		t.Fatalf("a holds %d segments after its goodbye in order", n)
+	}
 }
 
 // TestFreshSessionHandedActs: after a failover, an Owner's first request

@@ -79,6 +79,9 @@ func LeaseRequestFromPB(m *leaseholdv1.LeaseRequest) (*protocol.LeaseRequest, er
 	if err := checkDuration(m.GetWindowNanos()); err != nil {
 		return nil, invalid(msg+".window_nanos", err)
 	}
+	if w := m.GetWindowNanos(); w > 0 && w < int64(protocol.MinLoadWindow) {
+		return nil, invalid(msg+".window_nanos", fmt.Errorf("%s is shorter than the %s allowed (protocol.MinLoadWindow)", time.Duration(w), protocol.MinLoadWindow))
+	}
 	return &protocol.LeaseRequest{
 		Namespace:   m.GetNamespace(),
 		Owner:       m.GetOwner(),

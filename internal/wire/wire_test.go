@@ -366,3 +366,19 @@ func TestFromPBAccepts(t *testing.T) {
 		t.Errorf("snapshot of one free segment on the full range: %v", err)
 	}
 }
+
+// TestLoadWindowMinimum: a load report over a window shorter than
+// protocol.MinLoadWindow is refused naming the field (a 1-ns window made a
+// handful of requests 1e28 a second); no window at all is no report.
+func TestLoadWindowMinimum(t *testing.T) {
+	m := &leaseholdv1.LeaseRequest{Namespace: "default", Owner: "a", Addr: "a:1", Incarnation: 1, Seq: 1, WindowNanos: 1}
+	if _, err := LeaseRequestFromPB(m); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "window_nanos") {
+		t.Fatalf("a 1-ns window: %v, want ErrInvalid naming window_nanos", err)
+	}
+	for _, w := range []int64{0, int64(protocol.MinLoadWindow)} {
+		m.WindowNanos = w
+		if _, err := LeaseRequestFromPB(m); err != nil {
+			t.Fatalf("a window of %d ns: %v", w, err)
+		}
+	}
+}

@@ -78,6 +78,40 @@ type Replica struct {
 	// cluster add) may take to catch up with the leader's log before it is
 	// removed again; it votes only once caught up. 0 means 30 s.
 	LearnerTimeout time.Duration
+
+	// MaxOwners caps the Owners a namespace records (leasehold manager
+	// --max-owners); 0 means DefaultMaxOwners. A new Owner past it is
+	// refused before anything is recorded or planned.
+	MaxOwners int
+	// MaxRanges caps the lease-table segments of a namespace (--max-ranges);
+	// 0 means DefaultMaxRanges. While a namespace has that many, a new Owner
+	// and a higher capacity, which would split the table further, are
+	// refused.
+	MaxRanges int
+}
+
+// The defaults of MaxOwners and MaxRanges: 10,000 Owners of 64 ranges each
+// fit, with room; a Lookup's snapshot of the largest table still fits the
+// Lookup's message limit.
+const (
+	DefaultMaxOwners = 10000
+	DefaultMaxRanges = 1 << 20
+)
+
+// OwnerLimit returns MaxOwners, or its default.
+func (c *Replica) OwnerLimit() int {
+	if c.MaxOwners > 0 {
+		return c.MaxOwners
+	}
+	return DefaultMaxOwners
+}
+
+// RangeLimit returns MaxRanges, or its default.
+func (c *Replica) RangeLimit() int {
+	if c.MaxRanges > 0 {
+		return c.MaxRanges
+	}
+	return DefaultMaxRanges
 }
 
 // SetDefaults fills in the zero fields that have a default which the
@@ -108,6 +142,12 @@ func (c *Replica) Validate() error {
 	c.SetDefaults()
 	if err := c.Timing.Validate(); err != nil {
 		return &FieldError{Field: "Timing", Err: err}
+	}
+	if c.MaxOwners < 0 {
+		return &FieldError{Field: "MaxOwners", Err: fmt.Errorf("%d is negative", c.MaxOwners)}
+	}
+	if c.MaxRanges < 0 {
+		return &FieldError{Field: "MaxRanges", Err: fmt.Errorf("%d is negative", c.MaxRanges)}
 	}
 	for _, ns := range c.Namespaces {
 		if ns == "" || len(ns) > wire.MaxStringLen {

@@ -48,7 +48,8 @@
 //
 // of at most MaxMigrateBytes (413 beyond), naming this server's ID in "to"
 // (409 otherwise); anything malformed — unknown fields, a key outside its
-// range, an oversized value — is refused with 400 and a message. Keep it
+// range, a within_ms over MaxMigrateWithin,
+// an oversized value — is refused with 400 and a message. Keep it
 // off the network clients reach, as any internal endpoint.
 //
 // # Five steps per request

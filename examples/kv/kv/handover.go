@@ -33,7 +33,7 @@ const migratePath = "/internal/migrate"
 
 // migrateBatchBytes bounds the values of one migrate request; a range with
 // more is sent in several (well under MaxMigrateBytes, base64 included).
-const migrateBatchBytes = 16 << 20
+const migrateBatchBytes = 4 << 20
 
 // pendingGrace is how long after the sender's deadline a server keeps
 // values handed to it: the Manager may still grant the range migrated if
@@ -111,6 +111,8 @@ func (m *migrateRequest) validate() error {
 		return errors.New(`no "to": the receiving server's ID is required`)
 	case len(m.Ranges) == 0:
 		return errors.New("no ranges")
+	case m.WithinMS < 0 || m.WithinMS > MaxMigrateWithin.Milliseconds():
+		return fmt.Errorf("within_ms %d is outside [0, %d] (kv.MaxMigrateWithin)", m.WithinMS, MaxMigrateWithin.Milliseconds())
 	}
 	for _, rg := range m.Ranges {
 		r := rg.keyRange()

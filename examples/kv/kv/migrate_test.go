@@ -68,6 +68,7 @@ func TestMigrateRefusesBadBodies(t *testing.T) {
 		{"value not base64", "POST", strings.NewReader(`{"to":"kv-b","ranges":[{"lgn":1,"entries":[{"key":"a","value":"!!"}]}]}`), http.StatusBadRequest, "migrate: malformed body: illegal base64"},
 		{"too large", "POST", huge, http.StatusRequestEntityTooLarge, fmt.Sprintf("migrate: body larger than %d bytes", MaxMigrateBytes)},
 		{"no target", "POST", strings.NewReader(with(func(m *migrateRequest) { m.To = "" })), http.StatusBadRequest, `no "to"`},
+		{"deadline too far", "POST", strings.NewReader(with(func(m *migrateRequest) { m.WithinMS = MaxMigrateWithin.Milliseconds() + 1 })), http.StatusBadRequest, "within_ms"},
 		{"no ranges", "POST", strings.NewReader(with(func(m *migrateRequest) { m.Ranges = nil })), http.StatusBadRequest, "migrate: no ranges"},
 		{"empty range", "POST", strings.NewReader(with(func(m *migrateRequest) { m.Ranges[0].Start, m.Ranges[0].End = 5, 5 })), http.StatusBadRequest, "is empty or reversed"},
 		{"no lease", "POST", strings.NewReader(with(func(m *migrateRequest) { m.Ranges[0].LGN = 0 })), http.StatusBadRequest, "no lease (lgn 0)"},

@@ -26,9 +26,19 @@ import (
 const MaxValueBytes = 1 << 20
 
 // MaxMigrateBytes is the largest body POST /internal/migrate accepts; a
-// larger one is answered 413. A server hands a range over in as many
-// requests as it takes to stay under migrateBatchBytes.
-const MaxMigrateBytes = 64 << 20
+// larger one is answered 413 before more is read. A server hands a range
+// over in as many requests as it takes to stay under migrateBatchBytes
+// (values, which base64 makes a third larger), so 8 MiB leaves room for a
+// single value of MaxValueBytes and bounds what one request costs the
+// receiver.
+const MaxMigrateBytes = 8 << 20
+
+// MaxMigrateWithin caps the deadline a sender of POST /internal/migrate
+// gives (within_ms): the receiver keeps the values that long and a grace
+// more, so a sender that names a longer one is refused (400) rather than
+// pinning the values in memory. It is ten times the production owner
+// lease, the default handover timeout.
+const MaxMigrateWithin = 10 * time.Minute
 
 // ServerConfig configures a Server.
 type ServerConfig struct {

@@ -2054,7 +2054,12 @@ type RaftMessage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// message is a raftpb.Message (go.etcd.io/raft/v3/raftpb) in its protobuf
 	// encoding. Its to field must be the receiving replica's Raft ID.
-	Message       []byte `protobuf:"bytes,1,opt,name=message,proto3" json:"message,omitempty"`
+	Message []byte `protobuf:"bytes,1,opt,name=message,proto3" json:"message,omitempty"`
+	// more says this is one part of a message larger than a part
+	// (peers.PartBytes, 1 MiB), and the next RaftMessage on the stream
+	// continues it; the receiver joins the parts, up to the message limit,
+	// before decoding. A message that fits one part is sent whole.
+	More          bool `protobuf:"varint,2,opt,name=more,proto3" json:"more,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2094,6 +2099,13 @@ func (x *RaftMessage) GetMessage() []byte {
 		return x.Message
 	}
 	return nil
+}
+
+func (x *RaftMessage) GetMore() bool {
+	if x != nil {
+		return x.More
+	}
+	return false
 }
 
 // RaftAck ends a Raft stream. It carries nothing: delivery is not
@@ -2548,9 +2560,10 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\rDrainResponse\"\x0f\n" +
 	"\rBackupRequest\"!\n" +
 	"\vBackupChunk\x12\x12\n" +
-	"\x04data\x18\x01 \x01(\fR\x04data\"'\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\";\n" +
 	"\vRaftMessage\x12\x18\n" +
-	"\amessage\x18\x01 \x01(\fR\amessage\"\t\n" +
+	"\amessage\x18\x01 \x01(\fR\amessage\x12\x12\n" +
+	"\x04more\x18\x02 \x01(\bR\x04more\"\t\n" +
 	"\aRaftAck\"U\n" +
 	"\rLossesRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x10\n" +

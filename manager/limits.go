@@ -1,0 +1,343 @@
+package manager
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/net/http2"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/leasehold/leasehold/internal/peers"
+	"github.com/leasehold/leasehold/manager/config"
+	pb "github.com/leasehold/leasehold/proto/leasehold/v1"
+)
+
+// The limits a replica's listener enforces on its clients, with the flags
+// that set them. Each refusal names the limit and its flag, and is counted
+// in leasehold_limit_refusals_total{limit}. docs/operations.md lists them.
+const (
+	limitMessage     = "max-message-bytes"
+	limitConnections = "max-connections"
+	limitRate        = "max-request-rate"
+	limitOwners      = "max-owners"
+	limitRanges      = "max-ranges"
+)
+
+// Defaults of the listener's limits (ServerConfig).
+const (
+	DefaultMaxConnections    = 50000
+	DefaultMaxStreamsPerConn = 10000
+	DefaultIdleTimeout       = 5 * time.Minute
+)
+
+// newLimitRefusals counts the refusals of each limit.
+func newLimitRefusals() *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "leasehold_limit_refusals_total",
+		Help: "Requests, messages and connections refused for a limit, by the flag that sets it.",
+	}, []string{"limit"})
+	for _, l := range []string{limitMessage, limitConnections, limitRate, limitOwners, limitRanges} {
+		c.WithLabelValues(l)
+	}
+	return c
+}
+
+// limitRefused counts one refusal of limit.
+func (s *Server) limitRefused(limit string) { s.metrics.limits.WithLabelValues(limit).Inc() }
+
+// limitOptions are the listener's limits as gRPC server options: the codec
+// that checks each message's size for its service before decoding it and
+// turns a message that does not decode into InvalidArgument, the
+// interceptors that report both, streams per connection, and the idle
+// timeout. GRPCOptions includes them.
+func (s *Server) limitOptions() []grpc.ServerOption {
+	opts := []grpc.ServerOption{
+		grpc.ForceServerCodec(limitCodec{s}),
+		grpc.ChainUnaryInterceptor(s.decodeUnary),
+		grpc.ChainStreamInterceptor(s.decodeStream),
+		grpc.MaxConcurrentStreams(uint32(s.cfg.MaxStreamsPerConn)),
+		// A connection whose handshake does not finish in time is closed.
+		grpc.ConnectionTimeout(10 * time.Second),
+	}
+	if s.cfg.IdleTimeout > 0 {
+		opts = append(opts, grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: s.cfg.IdleTimeout}))
+	}
+	return opts
+}
+
+// limitCodec is the proto codec with two checks on the way in. The size of
+// a message is checked against its service's limit before it is decoded:
+// a part of a Raft message may be as large as peers.PartBytes, every other
+// message as large as MaxMessageBytes. And a message that does not decode
+// (bad UTF-8 in a string, a truncated field) is the sender's fault. gRPC
+// turns any codec error into Internal, so the codec records what went wrong
+// for the message instead (decodeErrs) and the interceptors answer it:
+// ResourceExhausted naming the limit, or InvalidArgument naming the field.
+//
+// gRPC itself refuses a message over the server's MaxRecvMsgSize (the
+// larger of the two limits) from its length prefix, before reading its
+// body, and answers it at once with its own status ("grpc: received
+// message larger than max (N vs. M)"), which names no flag: the price of
+// never reading it.
+type limitCodec struct{ s *Server }
+
+func (limitCodec) Name() string { return "proto" }
+
+func (limitCodec) Marshal(v any) ([]byte, error) {
+	m, ok := v.(proto.Message)
+	if !ok {
+		return nil, fmt.Errorf("leasehold: cannot encode %T", v)
+	}
+	return proto.Marshal(m)
+}
+
+func (c limitCodec) Unmarshal(data []byte, v any) error {
+	m, ok := v.(proto.Message)
+	if !ok {
+		return fmt.Errorf("leasehold: cannot decode into %T", v)
+	}
+	limit, name := c.s.cfg.MaxMessageBytes, "MaxMessageBytes, leasehold manager --"+limitMessage
+	if _, raft := v.(*pb.RaftMessage); raft {
+		limit, name = peers.PartBytes+peers.PartFraming, "a Raft message part, peers.PartBytes"
+	}
+	if len(data) > limit {
+		c.s.limitRefused(limitMessage)
+		decodeErrs.Store(m, status.Errorf(codes.ResourceExhausted,
+			"leasehold: a %s of %d bytes is larger than the %d allowed (%s)", m.ProtoReflect().Descriptor().Name(), len(data), limit, name))
+		return nil
+	}
+	if err := proto.Unmarshal(data, m); err != nil {
+		what := err.Error()
+		if f := badUTF8Field(m.ProtoReflect().Descriptor(), data); f != "" {
+			what = "field " + f + " is not valid UTF-8"
+		}
+		decodeErrs.Store(m, status.Errorf(codes.InvalidArgument, "leasehold: a %s does not decode: %s", m.ProtoReflect().Descriptor().Name(), what))
+	}
+	return nil
+}
+
+// badUTF8Field returns the path of the first string field of a message of
+// type d, encoded in b, that is not valid UTF-8 ("held.owner"), or "".
+// (The proto decoder's own error does not name the field.)
+func badUTF8Field(d protoreflect.MessageDescriptor, b []byte) string {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return ""
+		}
+		b = b[n:]
+		if typ != protowire.BytesType {
+			if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
+				return ""
+			}
+			b = b[n:]
+			continue
+		}
+		v, n := protowire.ConsumeBytes(b)
+		if n < 0 {
+			return ""
+		}
+		b = b[n:]
+		fd := d.Fields().ByNumber(num)
+		switch {
+		case fd == nil:
+		case fd.Kind() == protoreflect.StringKind && !utf8.Valid(v):
+			return string(fd.Name())
+		case fd.Kind() == protoreflect.MessageKind && !fd.IsMap():
+			if sub := badUTF8Field(fd.Message(), v); sub != "" {
+				return string(fd.Name()) + "." + sub
+			}
+		}
+	}
+	return ""
+}
+
+// decodeErrs holds the codec's verdict on each message it refused, until
+// the interceptor that received it takes it.
+var decodeErrs sync.Map // proto.Message → error
+
+// decodeErr takes the codec's verdict on m.
+func decodeErr(m any) error {
+	if err, ok := decodeErrs.LoadAndDelete(m); ok {
+		return err.(error)
+	}
+	return nil
+}
+
+func (s *Server) decodeUnary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	if err := decodeErr(req); err != nil {
+		return nil, err
+	}
+	return h(ctx, req)
+}
+
+func (s *Server) decodeStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	return h(srv, decodeCheck{ss})
+}
+
+// decodeCheck is a stream whose RecvMsg answers the codec's verdict.
+type decodeCheck struct{ grpc.ServerStream }
+
+func (d decodeCheck) RecvMsg(m any) error {
+	if err := d.ServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	return decodeErr(m)
+}
+
+// limitListener caps the connections open at once at MaxConnections. A
+// connection past it is answered, in HTTP/2, with a GOAWAY whose debug data
+// names the limit (a gRPC client reports it in its error), and closed.
+//
+// It also closes every connection it accepted when told to (closeAll): gRPC's
+// Stop waits for connections still in their handshake, up to the handshake
+// timeout, so a few connections that never speak would hold a stopping
+// replica back.
+func (s *Server) limitListener(lis net.Listener) *connLimit {
+	return &connLimit{Listener: lis, s: s, slots: make(chan struct{}, s.cfg.MaxConnections), open: map[*slotConn]bool{}}
+}
+
+type connLimit struct {
+	net.Listener
+	s     *Server
+	slots chan struct{}
+
+	mu     sync.Mutex
+	open   map[*slotConn]bool
+	closed bool
+}
+
+// closeAll closes every connection accepted and not yet closed, and any
+// accepted from now on.
+func (l *connLimit) closeAll() {
+	l.mu.Lock()
+	l.closed = true
+	conns := make([]*slotConn, 0, len(l.open))
+	for c := range l.open {
+		conns = append(conns, c)
+	}
+	l.mu.Unlock()
+	for _, c := range conns {
+		_ = c.Close()
+	}
+}
+
+func (l *connLimit) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		select {
+		case l.slots <- struct{}{}:
+			sc := &slotConn{Conn: c}
+			sc.free = func() {
+				<-l.slots
+				l.mu.Lock()
+				delete(l.open, sc)
+				l.mu.Unlock()
+			}
+			l.mu.Lock()
+			closed := l.closed
+			if !closed {
+				l.open[sc] = true
+			}
+			l.mu.Unlock()
+			if closed {
+				_ = sc.Close()
+				continue
+			}
+			return sc, nil
+		default:
+		}
+		l.s.limitRefused(limitConnections)
+		go refuseConn(c, fmt.Sprintf("leasehold: this replica has %d connections open, the most allowed (MaxConnections, leasehold manager --%s)",
+			cap(l.slots), limitConnections))
+	}
+}
+
+// refuseConn answers a connection it will not serve with the server's
+// HTTP/2 preface and a GOAWAY saying why, then closes it.
+func refuseConn(c net.Conn, why string) {
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(time.Second))
+	f := http2.NewFramer(c, c)
+	if f.WriteSettings() != nil || f.WriteGoAway(0, http2.ErrCodeEnhanceYourCalm, []byte(why)) != nil {
+		return
+	}
+	// Let the client read it: a close with its preface unread would send a
+	// reset that may overtake the GOAWAY.
+	buf := make([]byte, 4096)
+	for {
+		if _, err := c.Read(buf); err != nil {
+			return
+		}
+	}
+}
+
+// slotConn frees its slot when closed, once.
+type slotConn struct {
+	net.Conn
+	once sync.Once
+	free func()
+}
+
+func (c *slotConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.free)
+	return err
+}
+
+// rateError refuses a stream past MaxRequestRate.
+func (s *Server) rateError() error {
+	s.limitRefused(limitRate)
+	return status.Errorf(codes.ResourceExhausted, "leasehold: more than %g requests per second on one stream (MaxRequestRate, leasehold manager --%s)",
+		s.cfg.MaxRequestRate, limitRate)
+}
+
+// countLimit counts a refusal of the core's limits, named in err.
+func (s *Server) countLimit(err error) {
+	for _, l := range []string{limitOwners, limitRanges} {
+		if strings.Contains(err.Error(), "--"+l) {
+			s.limitRefused(l)
+		}
+	}
+}
+
+// setLimitDefaults fills in and checks the listener's limits.
+func (c *ServerConfig) setLimitDefaults() error {
+	for _, f := range []struct {
+		name string
+		v    *int
+		def  int
+	}{{"MaxConnections", &c.MaxConnections, DefaultMaxConnections}, {"MaxStreamsPerConn", &c.MaxStreamsPerConn, DefaultMaxStreamsPerConn}} {
+		if *f.v < 0 {
+			return &config.FieldError{Field: f.name, Err: fmt.Errorf("%d is negative", *f.v)}
+		}
+		if *f.v == 0 {
+			*f.v = f.def
+		}
+	}
+	if c.MaxMessageBytes < 0 {
+		return &config.FieldError{Field: "MaxMessageBytes", Err: fmt.Errorf("%d is negative", c.MaxMessageBytes)}
+	}
+	if c.MaxRequestRate < 0 {
+		return &config.FieldError{Field: "MaxRequestRate", Err: fmt.Errorf("%g is negative", c.MaxRequestRate)}
+	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = DefaultIdleTimeout
+	}
+	return nil
+}
