@@ -37,7 +37,7 @@ type Client struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // the subscriptions' goroutines
 	mu     sync.Mutex
-	subs   map[*Subscription]bool // guarded by mu
+	subs   map[*Subscription]context.CancelFunc // each one's open stream; guarded by mu
 }
 
 // NewClient starts a Client and its Lookup.
@@ -45,7 +45,7 @@ func NewClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	if cfg.Manager == "" {
 		return nil, errors.New("pubsub: ClientConfig.Manager is required")
 	}
-	c := &Client{subs: map[*Subscription]bool{}, http: &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}}
+	c := &Client{subs: map[*Subscription]context.CancelFunc{}, http: &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	l, err := lookup.New(ctx, lookup.Config{Manager: cfg.Manager, Namespace: cfg.Namespace, Timing: cfg.Timing, OnLoss: c.onLoss})
 	if err != nil {
@@ -74,11 +74,9 @@ func (c *Client) onLoss(loss lookup.Loss) {
 	lost := keyspace.NewRangeSet(loss.Ranges...)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for s := range c.subs {
+	for s, cancel := range c.subs {
 		if loss.All || lost.Contains(s.key) {
-			s.mu.Lock()
-			s.current()
-			s.mu.Unlock()
+			cancel()
 		}
 	}
 }
@@ -119,21 +117,21 @@ func (c *Client) do(ctx context.Context, key keyspace.Key, method, path, body st
 	return nil, ctx.Err()
 }
 
-// Publish sends data to topic's Owner, retrying as do does for up to 5 s
-// per attempt. The message's ID is drawn once, so every retry is the same
-// message.
-func (c *Client) Publish(ctx context.Context, topic, data string) (Published, error) {
-	var p Published
+// Publish sends data to topic's Owner, retrying as do does. The message's
+// ID is drawn once, so every retry is the same message.
+func (c *Client) Publish(ctx context.Context, topic, data string) (p Published, err error) {
 	resp, err := c.do(ctx, keyspace.KeyOf(topic), http.MethodPost, "/pub/"+url.PathEscape(topic)+"?id="+newID(), data)
+	if err == nil {
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		if err = json.Unmarshal(body, &p); resp.StatusCode != http.StatusOK {
+			err = fmt.Errorf("%s: %s", resp.Status, bytes.TrimSpace(body))
+		}
+	}
 	if err != nil {
 		return p, fmt.Errorf("pubsub: publish to %q: %w", topic, err)
 	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	if resp.StatusCode != http.StatusOK {
-		return p, fmt.Errorf("pubsub: publish to %q: %s: %s", topic, resp.Status, bytes.TrimSpace(body))
-	}
-	return p, json.Unmarshal(body, &p)
+	return p, nil
 }
 
 // Event is what a subscription reports, in order, on its goroutine, and
@@ -160,8 +158,6 @@ type Subscription struct {
 	fn        func(Event)
 	cancel    context.CancelFunc
 	done      chan struct{}
-	mu        sync.Mutex
-	current   context.CancelFunc // the open stream's; guarded by mu
 }
 
 // Subscribe opens subscription id (unique per subscriber and topic) on
@@ -169,12 +165,9 @@ type Subscription struct {
 // last message received, and resubscribes on a loss notification. fn
 // receives the events on the subscription's goroutine.
 func (c *Client) Subscribe(topic, id string, fn func(Event)) *Subscription {
-	s := &Subscription{c: c, topic: topic, id: id, key: keyspace.KeyOf(topic), fn: fn, done: make(chan struct{}), current: func() {}}
+	s := &Subscription{c: c, topic: topic, id: id, key: keyspace.KeyOf(topic), fn: fn, done: make(chan struct{})}
 	ctx, cancel := context.WithCancel(c.ctx)
 	s.cancel = cancel
-	c.mu.Lock()
-	c.subs[s] = true
-	c.mu.Unlock()
 	c.wg.Go(func() { s.run(ctx) })
 	return s
 }
@@ -186,28 +179,28 @@ func (s *Subscription) Close() {
 	<-s.done
 }
 
+// run opens a stream at the topic's Owner and reads it to its end, again
+// and again, until ctx ends.
 func (s *Subscription) run(ctx context.Context) {
-	defer func() {
-		s.c.mu.Lock()
-		delete(s.c.subs, s)
-		s.c.mu.Unlock()
-		close(s.done)
-	}()
+	defer close(s.done)
 	last := ""
 	for wait := 20 * time.Millisecond; ctx.Err() == nil; wait = backoff(ctx, wait) {
 		sctx, cancel := context.WithCancel(ctx)
-		s.mu.Lock()
-		s.current = cancel
-		s.mu.Unlock()
+		s.c.mu.Lock()
+		s.c.subs[s] = cancel
+		s.c.mu.Unlock()
 		if s.stream(sctx, &last) {
 			wait = 20 * time.Millisecond
 		}
 		cancel()
 	}
+	s.c.mu.Lock()
+	delete(s.c.subs, s)
+	s.c.mu.Unlock()
 }
 
-// stream opens one stream at the topic's Owner and reads it to its end;
-// it reports whether one opened.
+// stream opens one stream and reads it to its end; it reports whether one
+// opened.
 func (s *Subscription) stream(ctx context.Context, last *string) (opened bool) {
 	sent := time.Now()
 	resp, err := s.c.do(ctx, s.key, http.MethodGet, "/sub/"+url.PathEscape(s.topic)+"?"+url.Values{"id": {s.id}, "last": {*last}}.Encode(), "")
@@ -215,13 +208,10 @@ func (s *Subscription) stream(ctx context.Context, last *string) (opened bool) {
 		return false
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return false
-	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(nil, 2*MaxMessageBytes)
 	reason, from := "eof", ""
-	for sc.Scan() {
+	for resp.StatusCode == http.StatusOK && sc.Scan() {
 		var e Event
 		if data, ok := strings.CutPrefix(sc.Text(), "data: "); !ok || json.Unmarshal([]byte(data), &e) != nil {
 			continue

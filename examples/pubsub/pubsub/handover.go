@@ -32,14 +32,14 @@ type handoverRequest struct {
 }
 
 // handOver copies the subscriptions of h's range to the next owner,
-// retrying until shortly before h's deadline, and ends the handover.
+// retrying until shortly before h's deadline (the Manager's started first),
+// and ends the handover.
 func (s *Server) handOver(h owner.Handover) {
-	topics := s.topics.beginHandover(h)
-	body, err := json.Marshal(handoverRequest{To: h.To, Start: uint64(h.Range.Start), End: uint64(h.Range.End), Topics: topics})
-	// Finish a little before the deadline: the Manager's started first.
-	ctx, cancel := context.WithDeadline(context.Background(), h.Deadline.Add(-min(time.Until(h.Deadline)/10, 250*time.Millisecond)))
+	body, _ := json.Marshal(handoverRequest{To: h.To, Start: uint64(h.Range.Start), End: uint64(h.Range.End), Topics: s.topics.beginHandover(h)})
+	ctx, cancel := context.WithDeadline(s.ctx, h.Deadline.Add(-min(time.Until(h.Deadline)/10, 250*time.Millisecond)))
 	defer cancel()
-	for wait := 10 * time.Millisecond; err == nil; wait = min(2*wait, 200*time.Millisecond) {
+	err := errors.New("no time to send it")
+	for wait := 10 * time.Millisecond; ctx.Err() == nil; wait = min(2*wait, 200*time.Millisecond) {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+h.Addr+handoverPath, bytes.NewReader(body))
 		var resp *http.Response
 		if resp, err = s.peers.Do(req); err == nil {
@@ -53,11 +53,7 @@ func (s *Server) handOver(h owner.Handover) {
 		}
 		select {
 		case <-ctx.Done():
-			err = fmt.Errorf("%w; last: %w", ctx.Err(), err)
-		case <-s.stopped:
-			err = fmt.Errorf("closing; last: %w", err)
 		case <-time.After(wait):
-			err = nil
 		}
 	}
 	// Duty (Config.Handovers): end every handover passed up, saying whether
@@ -70,18 +66,25 @@ func (s *Server) handOver(h owner.Handover) {
 }
 
 // handleHandover receives subscriptions handed over by another server.
-// Anything malformed is refused with 400 and a message.
+// Anything malformed or too large is refused with 400 and a message.
 func (s *Server) handleHandover(w http.ResponseWriter, r *http.Request) {
 	var req handoverRequest
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxHandoverBytes))
 	dec.DisallowUnknownFields()
-	err := dec.Decode(&req)
-	if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-		http.Error(w, fmt.Sprintf("handover: body larger than %d bytes", MaxHandoverBytes), http.StatusRequestEntityTooLarge)
-		return
+	err := dec.Decode(&req) // a body over MaxHandoverBytes fails here
+	rg := keyspace.Range{Start: keyspace.Key(req.Start), End: keyspace.Key(req.End)}
+	if err == nil && (req.To == "" || !rg.Valid()) {
+		err = fmt.Errorf(`a receiving server's ID ("to") and a valid range are required; got %q, %s`, req.To, rg)
 	}
-	if err == nil {
-		err = req.validate()
+	for topic, subs := range req.Topics {
+		if err == nil && !rg.Contains(keyspace.KeyOf(topic)) {
+			err = fmt.Errorf("topic %q is not in range %s", topic, rg)
+		}
+		for _, sb := range subs {
+			if err == nil && (sb.ID == "" || len(sb.Queue) > MaxQueue) {
+				err = fmt.Errorf("topic %q: a subscription with no ID or more than %d messages", topic, MaxQueue)
+			}
+		}
 	}
 	if err != nil {
 		http.Error(w, "handover: "+err.Error(), http.StatusBadRequest)
@@ -95,22 +98,4 @@ func (s *Server) handleHandover(w http.ResponseWriter, r *http.Request) {
 		s.topics.receive(topic, subs)
 	}
 	w.WriteHeader(http.StatusNoContent)
-}
-
-func (req *handoverRequest) validate() error {
-	r := keyspace.Range{Start: keyspace.Key(req.Start), End: keyspace.Key(req.End)}
-	if req.To == "" || !r.Valid() {
-		return fmt.Errorf(`a receiving server's ID ("to") and a valid range are required; got %q, %s`, req.To, r)
-	}
-	for topic, subs := range req.Topics {
-		if !r.Contains(keyspace.KeyOf(topic)) {
-			return fmt.Errorf("topic %q is not in range %s", topic, r)
-		}
-		for _, sb := range subs {
-			if sb.ID == "" || len(sb.Queue) > MaxQueue {
-				return fmt.Errorf("topic %q: a subscription with no ID or more than %d messages", topic, MaxQueue)
-			}
-		}
-	}
-	return nil
 }

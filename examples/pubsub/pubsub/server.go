@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,24 +19,18 @@ import (
 	"github.com/leasehold/leasehold/protocol"
 )
 
-// Limits.
+// Limits. A subscription more than MaxQueue messages behind is dropped;
+// its subscriber resubscribes afresh.
 const (
-	// MaxMessageBytes is the largest message a publish may carry (413).
-	MaxMessageBytes = 64 << 10
-	// MaxQueue is how many messages not yet written a subscription keeps.
-	// A subscription further behind is dropped; its subscriber
-	// resubscribes afresh.
-	MaxQueue = 1024
-	// IdleTTL is how long a subscription with no stream is kept.
-	IdleTTL = time.Minute
-	// MaxHandoverBytes bounds a POST /internal/handover body (413).
-	MaxHandoverBytes = 64 << 20
+	MaxMessageBytes  = 64 << 10    // a publish's body (413)
+	MaxQueue         = 1024        // messages not yet written, per subscription
+	IdleTTL          = time.Minute // how long a subscription with no stream is kept
+	MaxHandoverBytes = 64 << 20    // a POST /internal/handover body (400)
 )
 
 const (
 	writeTimeout = 2 * time.Second // one event written to a stream
 	publishWait  = 2 * time.Second // a publish waits this long for the writes
-	keepalive    = time.Second     // a comment on an idle stream
 	sweepEvery   = 5 * time.Second // idle subscriptions and stale state dropped
 	pendingTTL   = time.Minute     // handed-over state kept until its grant
 )
@@ -53,16 +46,17 @@ type ServerConfig struct {
 
 // Server is a pubsub server: the Owner of the topics in its leased ranges.
 type Server struct {
-	cfg     ServerConfig
-	lis     net.Listener
-	http    *http.Server
-	owner   *owner.Owner
-	topics  *topics
-	stopped chan struct{}
-	wg      sync.WaitGroup // handovers and the sweeper
-	peers   *http.Client
-	close   sync.Once
-	err     error
+	cfg    ServerConfig
+	lis    net.Listener
+	http   *http.Server
+	owner  *owner.Owner
+	topics *topics
+	ctx    context.Context // cancelled by Close: handovers and the sweeper end
+	stop   context.CancelFunc
+	wg     sync.WaitGroup // handovers and the sweeper
+	peers  *http.Client
+	close  sync.Once
+	err    error
 }
 
 // NewServer listens, starts an Owner with handovers, and serves HTTP until
@@ -83,19 +77,25 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	}
 	cfg.Advertise = cmp.Or(cfg.Advertise, lis.Addr().String())
 	cfg.ID = cmp.Or(cfg.ID, lis.Addr().String())
-	s := &Server{cfg: cfg, lis: lis, stopped: make(chan struct{}),
-		peers: &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}}
+	s := &Server{cfg: cfg, lis: lis, peers: &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}}
 	ready := make(chan struct{})
 	// Duty: a unique ID per server (the caller's; the listen address by
 	// default). Handovers: the application moves subscriptions itself.
 	s.owner, err = owner.New(ctx, owner.Config{Manager: cfg.Manager, Namespace: cfg.Namespace, ID: cfg.ID,
 		Addr: cfg.Advertise, Timing: cfg.Timing, Handovers: true, Logger: cfg.Logger,
-		OnChange: func(ch owner.OwnershipChange) { <-ready; s.changed(ch) }})
+		OnChange: func(ch owner.OwnershipChange) {
+			<-ready
+			s.topics.changed(ch)
+			for _, h := range ch.Handovers { // never blocking: later upcalls wait
+				s.wg.Go(func() { s.handOver(h) })
+			}
+		}})
 	if err != nil {
 		lis.Close()
 		return nil, fmt.Errorf("pubsub: %w", err)
 	}
 	s.topics = newTopics(s.owner, MaxQueue, IdleTTL)
+	s.ctx, s.stop = context.WithCancel(context.Background())
 	close(ready)
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /sub/{topic}", s.handleSub)
@@ -105,13 +105,11 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 		ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn)}
 	go s.http.Serve(lis)
 	s.wg.Go(func() {
-		t := time.NewTicker(sweepEvery)
-		defer t.Stop()
 		for {
 			select {
-			case <-s.stopped:
+			case <-s.ctx.Done():
 				return
-			case <-t.C:
+			case <-time.After(sweepEvery):
 				s.topics.sweep(false)
 			}
 		}
@@ -125,16 +123,6 @@ func (s *Server) Addr() string { return s.lis.Addr().String() }
 // ID is the Owner ID.
 func (s *Server) ID() string { return s.cfg.ID }
 
-// changed is the OnChange upcall: take up handed-over subscriptions, end
-// stale streams, start the handovers asked for (never blocking on the
-// network: later upcalls wait behind this one).
-func (s *Server) changed(ch owner.OwnershipChange) {
-	s.topics.changed(ch)
-	for _, h := range ch.Handovers {
-		s.wg.Go(func() { s.handOver(h) })
-	}
-}
-
 // Close drains: the Manager moves every range away, and this server hands
 // each range's subscriptions over, for as long as ctx allows. Then it ends
 // the streams left and stops serving.
@@ -143,7 +131,7 @@ func (s *Server) Close(ctx context.Context) error {
 		if err := s.owner.Close(ctx); err != nil {
 			s.err = fmt.Errorf("pubsub: close %s: %w", s.cfg.ID, err)
 		}
-		close(s.stopped)
+		s.stop()
 		s.wg.Wait()
 		s.topics.sweep(true)
 		s.http.Close()
@@ -156,11 +144,11 @@ func (s *Server) Close(ctx context.Context) error {
 // (owner.Refuse): moving while the topic's range is handed over, else not
 // the owner.
 func refuse(w http.ResponseWriter, err error) {
+	why := owner.RefusedNotOwner
 	if errors.Is(err, errMoving) {
-		owner.Refuse(w, owner.RefusedMoving, err.Error())
-		return
+		why = owner.RefusedMoving
 	}
-	owner.Refuse(w, owner.RefusedNotOwner, err.Error())
+	owner.Refuse(w, why, err.Error())
 }
 
 // handleSub serves GET /sub/{topic}?id=ID[&last=MSGID] as server-sent
@@ -180,60 +168,43 @@ func (s *Server) handleSub(w http.ResponseWriter, r *http.Request) {
 	}
 	rc := http.NewResponseController(w)
 	w.Header().Set("Content-Type", "text/event-stream")
-	send := func(e *Event) error {
-		frame := []byte(":\n\n") // a comment: keeps the connection alive
-		if e != nil {
-			data, _ := json.Marshal(e)
-			frame = fmt.Appendf(nil, "event: %s\ndata: %s\n\n", e.Kind, data)
-		}
+	send := func(e Event) error {
+		data, _ := json.Marshal(e)
 		_ = rc.SetWriteDeadline(time.Now().Add(writeTimeout))
-		if _, err := w.Write(frame); err != nil {
+		if _, err := fmt.Fprintf(w, "event: %s\ndata: %s\n\n", e.Kind, data); err != nil {
 			return err
 		}
 		return rc.Flush()
 	}
-	if send(&Event{Kind: "subscribed", New: fresh, Owner: s.cfg.ID}) != nil {
-		s.topics.detach(sb, st)
-		return
-	}
-	tick := time.NewTicker(keepalive)
-	defer tick.Stop()
-	for {
+	defer s.topics.detach(sb, st) // a no-op once the stream ended otherwise
+	err = send(Event{Kind: "subscribed", New: fresh, Owner: s.cfg.ID})
+	for err == nil {
 		m, stop := s.topics.next(sb, st)
 		switch {
 		case stop != "":
-			_ = send(&Event{Kind: "end", Reason: stop})
+			_ = send(Event{Kind: "end", Reason: stop})
 			return
 		case m != nil:
-			err := send(&Event{Kind: "message", Message: *m})
-			if s.topics.wrote(sb, st, err); err != nil {
-				return
-			}
+			err = send(Event{Kind: "message", Message: *m})
+			s.topics.wrote(sb, st, err)
 		default:
 			select {
 			case <-st.wake:
 			case <-r.Context().Done():
-				s.topics.detach(sb, st)
 				return
-			case <-tick.C:
-				if send(nil) != nil {
-					s.topics.detach(sb, st)
-					return
-				}
 			}
 		}
 	}
 }
 
-// Published answers a publish.
+// Published answers a publish: how many subscriptions the message was
+// queued for, how many of them had a stream open, and whether it was
+// written to all of those before the answer.
 type Published struct {
-	ID string `json:"id"`
-	// Subscribers is how many subscriptions the message was queued for,
-	// Attached how many of them had a stream open, and Written whether it
-	// was written to all of those before the answer.
-	Subscribers int  `json:"subscribers"`
-	Attached    int  `json:"attached"`
-	Written     bool `json:"written"`
+	ID          string `json:"id"`
+	Subscribers int    `json:"subscribers"`
+	Attached    int    `json:"attached"`
+	Written     bool   `json:"written"`
 }
 
 // handlePub serves POST /pub/{topic}[?id=MSGID] with the message as body.
@@ -264,8 +235,4 @@ func (s *Server) handlePub(w http.ResponseWriter, r *http.Request) {
 	json.NewEncoder(w).Encode(Published{ID: id, Subscribers: n, Attached: attached, Written: ok})
 }
 
-func newID() string {
-	var b [8]byte
-	rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
+func newID() string { return rand.Text() }

@@ -16,8 +16,6 @@ type leases interface {
 	Held() []owner.Lease
 }
 
-var _ leases = (*owner.Owner)(nil)
-
 var (
 	errNotOwner  = errors.New("not the owner")
 	errLeaseLost = errors.New("lease lost")
@@ -30,22 +28,25 @@ type Message struct {
 	Data string `json:"data"`
 }
 
-// queued is a message not yet written to a subscription's stream; wait
-// counts the streams the publish that queued it still waits for.
+// queued is a message not yet written to a subscription's stream, and the
+// publish waiting for the write, if any.
 type queued struct {
 	Message
 	wait *waiter
 }
 
-// waiter counts the streams a publish waits for. Guarded by topics.mu.
+// waiter counts the streams a publish waits for (guarded by topics.mu);
+// dec, as one is written or detached, closes done at zero.
 type waiter struct {
 	n    int
 	done chan struct{}
 }
 
 func (w *waiter) dec() {
-	if w.n--; w.n == 0 {
-		close(w.done)
+	if w != nil {
+		if w.n--; w.n == 0 {
+			close(w.done)
+		}
 	}
 }
 
@@ -87,7 +88,6 @@ type wireSub struct {
 // pendingTopic is a topic's subscriptions handed over for a range not
 // granted here yet (C§2.1.2): a grant marked Migrated takes them up.
 type pendingTopic struct {
-	key     keyspace.Key
 	subs    []wireSub
 	expires time.Time
 }
@@ -140,13 +140,18 @@ func (t *topics) beginLocked(topic string, k keyspace.Key) (owner.LeaseNum, erro
 			return n, errMoving
 		}
 	}
-	// Duty: state stored under any other LeaseNum is lost.
 	for _, s := range t.subs[topic] {
-		if s.lease != n || s.stream == nil && now.Sub(s.idleSince) > t.idleTTL {
-			t.dropLocked(s, "lost")
-		}
+		t.dropStaleLocked(s, now)
 	}
 	return n, nil
+}
+
+// dropStaleLocked drops s if its lease ended or it idled past idleTTL.
+// Duty: state stored under any other LeaseNum is lost.
+func (t *topics) dropStaleLocked(s *sub, now time.Time) {
+	if !t.leases.CheckLeaseContinuous(s.key, s.lease) || s.stream == nil && now.Sub(s.idleSince) > t.idleTTL {
+		t.dropLocked(s, "lost")
+	}
 }
 
 // attach opens a stream on subscription id of topic, making the
@@ -267,9 +272,7 @@ func (t *topics) wrote(s *sub, st *stream, err error) {
 	case err != nil:
 		t.detachLocked(s, st)
 	default:
-		if w := s.queue[0].wait; w != nil {
-			w.dec()
-		}
+		s.queue[0].wait.dec()
 		s.last, s.queue = s.queue[0].ID, s.queue[1:]
 		if s.stream != nil {
 			s.stream.signal()
@@ -291,10 +294,8 @@ func (t *topics) detachLocked(s *sub, st *stream) {
 	}
 	s.stream, s.idleSince = nil, time.Now()
 	for i := range s.queue {
-		if w := s.queue[i].wait; w != nil {
-			w.dec()
-			s.queue[i].wait = nil
-		}
+		s.queue[i].wait.dec()
+		s.queue[i].wait = nil
 	}
 }
 
@@ -330,11 +331,10 @@ func (t *topics) sweep(all bool) {
 	now := time.Now()
 	for _, byID := range t.subs {
 		for _, s := range byID {
-			switch {
-			case all:
+			if all {
 				t.dropLocked(s, "closing")
-			case !t.leases.CheckLeaseContinuous(s.key, s.lease), s.stream == nil && now.Sub(s.idleSince) > t.idleTTL:
-				t.dropLocked(s, "lost")
+			} else {
+				t.dropStaleLocked(s, now)
 			}
 		}
 	}
@@ -367,22 +367,22 @@ func (t *topics) changed(ch owner.OwnershipChange) {
 // detached until their subscribers reconnect; otherwise they are dropped.
 func (t *topics) takeUpLocked(l owner.Lease) {
 	for topic, p := range t.pending {
-		if !l.Range.Contains(p.key) {
+		k := keyspace.KeyOf(topic)
+		if !l.Range.Contains(k) {
 			continue
 		}
 		delete(t.pending, topic)
 		for _, w := range p.subs {
-			if !l.Migrated {
-				break
-			}
-			if old := t.subs[topic][w.ID]; old != nil {
+			if old := t.subs[topic][w.ID]; old != nil && l.Migrated {
 				t.dropLocked(old, "replaced")
 			}
-			s := &sub{id: w.ID, topic: topic, key: p.key, lease: l.Num, last: w.Last, idleSince: time.Now()}
+			s := &sub{id: w.ID, topic: topic, key: k, lease: l.Num, last: w.Last, idleSince: time.Now()}
 			for _, m := range w.Queue {
 				s.queue = append(s.queue, queued{Message: m})
 			}
-			t.putLocked(s)
+			if l.Migrated {
+				t.putLocked(s)
+			}
 		}
 	}
 }
@@ -395,20 +395,27 @@ func (t *topics) beginHandover(h owner.Handover) map[string][]wireSub {
 	defer t.mu.Unlock()
 	t.moving[h] = true
 	out := map[string][]wireSub{}
+	for _, s := range t.movingLocked(h) {
+		t.endLocked(s, "moved")
+		for s.inflight {
+			t.cond.Wait()
+		}
+		w := wireSub{ID: s.id, Last: s.last}
+		for _, q := range s.queue {
+			w.Queue = append(w.Queue, q.Message)
+		}
+		out[s.topic] = append(out[s.topic], w)
+	}
+	return out
+}
+
+// movingLocked lists the subscriptions h moves: in its range, under its lease.
+func (t *topics) movingLocked(h owner.Handover) (out []*sub) {
 	for _, byID := range t.subs {
 		for _, s := range byID {
-			if !h.Range.Contains(s.key) || s.lease != h.Lease {
-				continue
+			if h.Range.Contains(s.key) && s.lease == h.Lease {
+				out = append(out, s)
 			}
-			t.endLocked(s, "moved")
-			for s.inflight {
-				t.cond.Wait()
-			}
-			w := wireSub{ID: s.id, Last: s.last}
-			for _, q := range s.queue {
-				w.Queue = append(w.Queue, q.Message)
-			}
-			out[s.topic] = append(out[s.topic], w)
 		}
 	}
 	return out
@@ -425,12 +432,8 @@ func (t *topics) endHandover(h owner.Handover, ok bool) {
 		delete(t.moving, h)
 		return
 	}
-	for _, byID := range t.subs {
-		for _, s := range byID {
-			if h.Range.Contains(s.key) && s.lease == h.Lease {
-				t.dropLocked(s, "moved")
-			}
-		}
+	for _, s := range t.movingLocked(h) {
+		t.dropLocked(s, "moved")
 	}
 }
 
@@ -443,6 +446,6 @@ func (t *topics) receive(topic string, subs []wireSub) {
 	defer t.mu.Unlock()
 	// Duty: check before acting — taken only for a topic not held here.
 	if _, held := t.leases.CheckLeaseNow(k); !held {
-		t.pending[topic] = pendingTopic{key: k, subs: subs, expires: time.Now().Add(pendingTTL)}
+		t.pending[topic] = pendingTopic{subs: subs, expires: time.Now().Add(pendingTTL)}
 	}
 }
