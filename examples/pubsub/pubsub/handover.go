@@ -26,9 +26,9 @@ const handoverPath = "/internal/handover" // for the other servers only
 
 // handoverRequest is the body of POST /internal/handover.
 type handoverRequest struct {
-	To         string               `json:"to"` // any other server refuses it (409)
-	Start, End uint64               // the range
-	Topics     map[string][]wireSub `json:"topics"`
+	To         string           `json:"to"` // any other server refuses it (409)
+	Start, End uint64           // the range
+	Topics     map[string][]sub `json:"topics"`
 }
 
 // handOver copies the subscriptions of h's range to the next owner,

@@ -53,15 +53,17 @@ func (w *waiter) dec() {
 // sub is one subscription, soft state stored under the lease of its
 // topic's key (C§3.2): the messages not yet written, the ID of the last
 // one written (a subscriber that reconnects naming it resumes; any other
-// starts afresh), and the stream attached, if any.
+// starts afresh), and the stream attached, if any. The exported fields
+// are what a handover copies.
 type sub struct {
-	id, topic string
+	ID        string   `json:"id"`
+	Queue     []queued `json:"queue"` // each as its Message
+	Last      string   `json:"last"`
+	topic     string
 	key       keyspace.Key
 	lease     owner.LeaseNum
-	queue     []queued
-	last      string
 	stream    *stream
-	inflight  bool      // a write of queue[0] is under way
+	inflight  bool      // a write of Queue[0] is under way
 	idleSince time.Time // when stream became nil
 }
 
@@ -78,17 +80,10 @@ func (st *stream) signal() {
 	}
 }
 
-// wireSub is a subscription as handed over.
-type wireSub struct {
-	ID    string    `json:"id"`
-	Queue []Message `json:"queue"`
-	Last  string    `json:"last"`
-}
-
 // pendingTopic is a topic's subscriptions handed over for a range not
 // granted here yet (C§2.1.2): a grant marked Migrated takes them up.
 type pendingTopic struct {
-	subs    []wireSub
+	subs    []sub
 	expires time.Time
 }
 
@@ -175,12 +170,12 @@ func (t *topics) attach(topic, id, last string) (s *sub, st *stream, fresh bool,
 		t.cond.Wait()
 	}
 	// (3) Operate: the subscription is stored under n.
-	if s != nil && s.last != last { // the subscriber missed messages: afresh
+	if s != nil && s.Last != last { // the subscriber missed messages: afresh
 		t.dropLocked(s, "replaced")
 		s = nil
 	}
 	if s == nil {
-		s, fresh = &sub{id: id, topic: topic, key: k, lease: n}, true
+		s, fresh = &sub{ID: id, topic: topic, key: k, lease: n}, true
 		t.putLocked(s)
 	}
 	st = &stream{wake: make(chan struct{}, 1)}
@@ -197,7 +192,7 @@ func (t *topics) putLocked(s *sub) {
 	if t.subs[s.topic] == nil {
 		t.subs[s.topic] = map[string]*sub{}
 	}
-	t.subs[s.topic][s.id] = s
+	t.subs[s.topic][s.ID] = s
 }
 
 // publish queues m for every subscription of topic and returns how many
@@ -214,7 +209,7 @@ func (t *topics) publish(topic string, m Message) (subs, attached int, written <
 	// (3) Operate: queue m for each subscription, all stored under n.
 	w := &waiter{done: make(chan struct{})}
 	for _, s := range t.subs[topic] {
-		if len(s.queue) >= t.maxQueue {
+		if len(s.Queue) >= t.maxQueue {
 			t.dropLocked(s, "overflow") // its subscriber resubscribes afresh
 			continue
 		}
@@ -224,7 +219,7 @@ func (t *topics) publish(topic string, m Message) (subs, attached int, written <
 			w.n++
 			s.stream.signal()
 		}
-		s.queue = append(s.queue, q)
+		s.Queue = append(s.Queue, q)
 		subs++
 	}
 	if attached = w.n; w.n == 0 {
@@ -252,11 +247,11 @@ func (t *topics) next(s *sub, st *stream) (m *Message, stop string) {
 		t.dropLocked(s, "lost")
 		return nil, "lost"
 	}
-	if s.inflight || len(s.queue) == 0 || s.stream != st {
+	if s.inflight || len(s.Queue) == 0 || s.stream != st {
 		return nil, ""
 	}
 	s.inflight = true
-	msg := s.queue[0].Message
+	msg := s.Queue[0].Message
 	return &msg, ""
 }
 
@@ -268,12 +263,12 @@ func (t *topics) wrote(s *sub, st *stream, err error) {
 	s.inflight = false
 	t.cond.Broadcast()
 	switch {
-	case len(s.queue) == 0: // dropped meanwhile
+	case len(s.Queue) == 0: // dropped meanwhile
 	case err != nil:
 		t.detachLocked(s, st)
 	default:
-		s.queue[0].wait.dec()
-		s.last, s.queue = s.queue[0].ID, s.queue[1:]
+		s.Queue[0].wait.dec()
+		s.Last, s.Queue = s.Queue[0].ID, s.Queue[1:]
 		if s.stream != nil {
 			s.stream.signal()
 		}
@@ -293,9 +288,9 @@ func (t *topics) detachLocked(s *sub, st *stream) {
 		return
 	}
 	s.stream, s.idleSince = nil, time.Now()
-	for i := range s.queue {
-		s.queue[i].wait.dec()
-		s.queue[i].wait = nil
+	for i := range s.Queue {
+		s.Queue[i].wait.dec()
+		s.Queue[i].wait = nil
 	}
 }
 
@@ -311,9 +306,9 @@ func (t *topics) endLocked(s *sub, reason string) {
 // dropLocked forgets a subscription and ends its stream with reason.
 func (t *topics) dropLocked(s *sub, reason string) {
 	t.endLocked(s, reason)
-	s.queue = nil
-	if t.subs[s.topic][s.id] == s {
-		if delete(t.subs[s.topic], s.id); len(t.subs[s.topic]) == 0 {
+	s.Queue = nil
+	if t.subs[s.topic][s.ID] == s {
+		if delete(t.subs[s.topic], s.ID); len(t.subs[s.topic]) == 0 {
 			delete(t.subs, s.topic)
 		}
 	}
@@ -371,18 +366,16 @@ func (t *topics) takeUpLocked(l owner.Lease) {
 		if !l.Range.Contains(k) {
 			continue
 		}
-		delete(t.pending, topic)
-		for _, w := range p.subs {
-			if old := t.subs[topic][w.ID]; old != nil && l.Migrated {
+		if delete(t.pending, topic); !l.Migrated {
+			continue
+		}
+		for i := range p.subs {
+			s := &p.subs[i]
+			if old := t.subs[topic][s.ID]; old != nil {
 				t.dropLocked(old, "replaced")
 			}
-			s := &sub{id: w.ID, topic: topic, key: k, lease: l.Num, last: w.Last, idleSince: time.Now()}
-			for _, m := range w.Queue {
-				s.queue = append(s.queue, queued{Message: m})
-			}
-			if l.Migrated {
-				t.putLocked(s)
-			}
+			s.topic, s.key, s.lease, s.idleSince = topic, k, l.Num, time.Now()
+			t.putLocked(s)
 		}
 	}
 }
@@ -390,21 +383,18 @@ func (t *topics) takeUpLocked(l owner.Lease) {
 // beginHandover ends the streams of h's range, waits for writes in flight,
 // copies the range's subscriptions, and from then on refuses publishes and
 // subscriptions on it (errMoving), so the copy stays complete.
-func (t *topics) beginHandover(h owner.Handover) map[string][]wireSub {
+func (t *topics) beginHandover(h owner.Handover) map[string][]sub {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.moving[h] = true
-	out := map[string][]wireSub{}
+	out := map[string][]sub{}
 	for _, s := range t.movingLocked(h) {
 		t.endLocked(s, "moved")
 		for s.inflight {
 			t.cond.Wait()
 		}
-		w := wireSub{ID: s.id, Last: s.last}
-		for _, q := range s.queue {
-			w.Queue = append(w.Queue, q.Message)
-		}
-		out[s.topic] = append(out[s.topic], w)
+		out[s.topic] = append(out[s.topic], *s) // its streams ended: no waiters
+
 	}
 	return out
 }
@@ -437,10 +427,10 @@ func (t *topics) endHandover(h owner.Handover, ok bool) {
 	}
 }
 
-// receive keeps subscriptions handed over for topic until its range is
-// granted here. The sender hands over before the Manager grants the range,
+// receive keeps subscriptions handed over for topic (it takes subs over)
+// until its range is granted here. The sender hands over before the Manager grants the range,
 // so state that arrives once the topic is held here came too late.
-func (t *topics) receive(topic string, subs []wireSub) {
+func (t *topics) receive(topic string, subs []sub) {
 	k := keyspace.KeyOf(topic)
 	t.mu.Lock()
 	defer t.mu.Unlock()
