@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -21,7 +20,7 @@ import (
 	"github.com/leasehold/leasehold/protocol"
 )
 
-// ClientConfig configures a Client; Manager is required.
+// ClientConfig configures a Client; Manager is required (lookup.Config).
 type ClientConfig struct {
 	Manager, Namespace string
 	Timing             protocol.Timing
@@ -42,16 +41,12 @@ type Client struct {
 
 // NewClient starts a Client and its Lookup.
 func NewClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
-	if cfg.Manager == "" {
-		return nil, errors.New("pubsub: ClientConfig.Manager is required")
-	}
 	c := &Client{subs: map[*Subscription]context.CancelFunc{}, http: &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}}
-	c.ctx, c.cancel = context.WithCancel(context.Background())
-	l, err := lookup.New(ctx, lookup.Config{Manager: cfg.Manager, Namespace: cfg.Namespace, Timing: cfg.Timing, OnLoss: c.onLoss})
-	if err != nil {
+	var err error
+	if c.lookup, err = lookup.New(ctx, lookup.Config{Manager: cfg.Manager, Namespace: cfg.Namespace, Timing: cfg.Timing, OnLoss: c.onLoss}); err != nil {
 		return nil, fmt.Errorf("pubsub: %w", err)
 	}
-	c.lookup = l
+	c.ctx, c.cancel = context.WithCancel(context.Background())
 	return c, nil
 }
 
@@ -68,8 +63,7 @@ func (c *Client) Close() error {
 
 // onLoss is the Lookup's loss upcall. Duty: act on loss notifications —
 // each subscription whose topic lay in a lost range (all, with loss.All)
-// ends its stream and resubscribes at the topic's Owner; and never block
-// (it only cancels).
+// resubscribes at the topic's Owner; and never block (it only cancels).
 func (c *Client) onLoss(loss lookup.Loss) {
 	lost := keyspace.NewRangeSet(loss.Ranges...)
 	c.mu.Lock()
@@ -91,10 +85,9 @@ func backoff(ctx context.Context, d time.Duration) time.Duration {
 	return min(2*d, 250*time.Millisecond)
 }
 
-// do sends one request to the Owner of key, retrying while there is no
-// route, the Owner cannot be reached or it refuses (owner.RefusalOf),
-// until ctx ends. Duty: Lookup returns a hint; the Owner refuses a stale
-// one, and the request is retried after a short backoff.
+// do sends one request to the Owner of key, retrying until ctx ends while
+// there is no route, the Owner cannot be reached or it refuses
+// (owner.RefusalOf). Duty: a route is a hint; retry after a short backoff.
 func (c *Client) do(ctx context.Context, key keyspace.Key, method, path, body string) (*http.Response, error) {
 	for wait := 20 * time.Millisecond; ctx.Err() == nil; wait = backoff(ctx, wait) {
 		route, ok := c.lookup.Lookup(key)
@@ -134,13 +127,10 @@ func (c *Client) Publish(ctx context.Context, topic, data string) (p Published, 
 	return p, nil
 }
 
-// Event is what a subscription reports, in order, on its goroutine, and
-// the data of each server-sent event. Kind is "subscribed" (a stream
-// opened at Owner; New says the subscription was made afresh, so messages
-// since the last stream may have been missed; Sent is when the request was
-// sent), "message", or "ended" (a stream ended; Reason says why: moved,
-// lost, replaced, overflow, closing, or the connection's error). On the
-// wire, "end" carries the Reason.
+// Event is the data of each server-sent event (doc.go), and what a
+// subscription reports, in order, on its goroutine: "subscribed" (Sent is
+// when the request was sent), "message", and "ended" (Reason: as "end"'s,
+// or the connection's error) in place of "end".
 type Event struct {
 	Kind    string    `json:"kind"`
 	Owner   string    `json:"owner,omitzero"`
@@ -162,8 +152,7 @@ type Subscription struct {
 
 // Subscribe opens subscription id (unique per subscriber and topic) on
 // topic and keeps it open: it reconnects when a stream ends, naming the
-// last message received, and resubscribes on a loss notification. fn
-// receives the events on the subscription's goroutine.
+// last message received, and resubscribes on a loss notification.
 func (c *Client) Subscribe(topic, id string, fn func(Event)) *Subscription {
 	s := &Subscription{c: c, topic: topic, id: id, key: keyspace.KeyOf(topic), fn: fn, done: make(chan struct{})}
 	ctx, cancel := context.WithCancel(c.ctx)
@@ -179,8 +168,6 @@ func (s *Subscription) Close() {
 	<-s.done
 }
 
-// run opens a stream at the topic's Owner and reads it to its end, again
-// and again, until ctx ends.
 func (s *Subscription) run(ctx context.Context) {
 	defer close(s.done)
 	last := ""
@@ -199,8 +186,8 @@ func (s *Subscription) run(ctx context.Context) {
 	s.c.mu.Unlock()
 }
 
-// stream opens one stream and reads it to its end; it reports whether one
-// opened.
+// stream opens one stream at the topic's Owner and reads it to its end;
+// it reports whether one opened.
 func (s *Subscription) stream(ctx context.Context, last *string) (opened bool) {
 	sent := time.Now()
 	resp, err := s.c.do(ctx, s.key, http.MethodGet, "/sub/"+url.PathEscape(s.topic)+"?"+url.Values{"id": {s.id}, "last": {*last}}.Encode(), "")

@@ -1,6 +1,7 @@
 package pubsub
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"crypto/rand"
@@ -15,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/owner"
 	"github.com/leasehold/leasehold/protocol"
 )
@@ -33,6 +35,7 @@ const (
 	publishWait  = 2 * time.Second // a publish waits this long for the writes
 	sweepEvery   = 5 * time.Second // idle subscriptions and stale state dropped
 	pendingTTL   = time.Minute     // handed-over state kept until its grant
+	handoverPath = "/internal/handover"
 )
 
 // ServerConfig configures a Server: Manager and Listen are required; ID
@@ -62,8 +65,8 @@ type Server struct {
 // NewServer listens, starts an Owner with handovers, and serves HTTP until
 // Close. Until leases arrive, every request is refused.
 func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
-	if cfg.Manager == "" || cfg.Listen == "" {
-		return nil, errors.New("pubsub: ServerConfig.Manager and Listen are required")
+	if cfg.Listen == "" { // Manager: owner.Config checks it
+		return nil, errors.New("pubsub: ServerConfig.Listen is required")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -117,11 +120,9 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	return s, nil
 }
 
-// Addr is the listen address.
+// Addr is the listen address; ID the Owner ID.
 func (s *Server) Addr() string { return s.lis.Addr().String() }
-
-// ID is the Owner ID.
-func (s *Server) ID() string { return s.cfg.ID }
+func (s *Server) ID() string   { return s.cfg.ID }
 
 // Close drains: the Manager moves every range away, and this server hands
 // each range's subscriptions over, for as long as ctx allows. Then it ends
@@ -140,9 +141,7 @@ func (s *Server) Close(ctx context.Context) error {
 	return s.err
 }
 
-// refuse answers a refused operation in the Owner contract's shape
-// (owner.Refuse): moving while the topic's range is handed over, else not
-// the owner.
+// refuse answers in the Owner contract's shape (owner.Refuse).
 func refuse(w http.ResponseWriter, err error) {
 	why := owner.RefusedNotOwner
 	if errors.Is(err, errMoving) {
@@ -152,9 +151,7 @@ func refuse(w http.ResponseWriter, err error) {
 }
 
 // handleSub serves GET /sub/{topic}?id=ID[&last=MSGID] as server-sent
-// events: "subscribed", then "message" events, and "end" with the reason
-// when the server ends the stream (moved, lost, replaced, overflow,
-// closing).
+// events (doc.go).
 func (s *Server) handleSub(w http.ResponseWriter, r *http.Request) {
 	topic, id, last := r.PathValue("topic"), r.URL.Query().Get("id"), r.URL.Query().Get("last")
 	if id == "" || len(id) > 256 || len(last) > 256 {
@@ -236,3 +233,83 @@ func (s *Server) handlePub(w http.ResponseWriter, r *http.Request) {
 }
 
 func newID() string { return rand.Text() }
+
+// handoverRequest is the body of POST /internal/handover, which only the
+// other servers send.
+type handoverRequest struct {
+	To         string           `json:"to"` // any other server refuses it (409)
+	Start, End uint64           // the range
+	Topics     map[string][]sub `json:"topics"`
+}
+
+// handOver is a planned move (C§2.1.2): it copies the subscriptions of h's
+// range (topics.beginHandover) to the next owner, retrying until shortly
+// before h's deadline (the Manager's started first), and ends the
+// handover. The next owner keeps the copy until the range is granted to it
+// marked Migrated; the subscribers reconnect naming the last message they
+// received and resume after it there.
+func (s *Server) handOver(h owner.Handover) {
+	body, _ := json.Marshal(handoverRequest{To: h.To, Start: uint64(h.Range.Start), End: uint64(h.Range.End), Topics: s.topics.beginHandover(h)})
+	ctx, cancel := context.WithDeadline(s.ctx, h.Deadline.Add(-min(time.Until(h.Deadline)/10, 250*time.Millisecond)))
+	defer cancel()
+	err := errors.New("no time to send it")
+	for wait := 10 * time.Millisecond; ctx.Err() == nil; wait = min(2*wait, 200*time.Millisecond) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+h.Addr+handoverPath, bytes.NewReader(body))
+		var resp *http.Response
+		if resp, err = s.peers.Do(req); err == nil {
+			msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+			resp.Body.Close()
+			if resp.StatusCode/100 == 2 {
+				break
+			} else if err = fmt.Errorf("%s answered %s: %s", h.Addr, resp.Status, bytes.TrimSpace(msg)); resp.StatusCode < 500 {
+				break // refused: it will not pass
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+		}
+	}
+	// Duty (Config.Handovers): end every handover passed up, saying whether
+	// the state reached h.To; without it the range moves without it.
+	s.owner.HandoverDone(h, err == nil)
+	s.topics.endHandover(h, err == nil)
+	if err != nil {
+		s.cfg.Logger.Warn("pubsub: handover failed; the range moves without its subscriptions", "to", h.To, "range", h.Range, "err", err)
+	}
+}
+
+// handleHandover receives subscriptions handed over by another server.
+// Anything malformed or too large is refused with 400 and a message.
+func (s *Server) handleHandover(w http.ResponseWriter, r *http.Request) {
+	var req handoverRequest
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxHandoverBytes))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(&req) // a body over MaxHandoverBytes fails here
+	rg := keyspace.Range{Start: keyspace.Key(req.Start), End: keyspace.Key(req.End)}
+	if err == nil && (req.To == "" || !rg.Valid()) {
+		err = fmt.Errorf(`a receiving server's ID ("to") and a valid range are required; got %q, %s`, req.To, rg)
+	}
+	for topic, subs := range req.Topics {
+		if err == nil && !rg.Contains(keyspace.KeyOf(topic)) {
+			err = fmt.Errorf("topic %q is not in range %s", topic, rg)
+		}
+		for _, sb := range subs {
+			if err == nil && (sb.ID == "" || len(sb.Queue) > MaxQueue) {
+				err = fmt.Errorf("topic %q: a subscription with no ID or more than %d messages", topic, MaxQueue)
+			}
+		}
+	}
+	if err != nil {
+		http.Error(w, "handover: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	if req.To != s.cfg.ID {
+		http.Error(w, fmt.Sprintf("handover: this server is %q, not %q", s.cfg.ID, req.To), http.StatusConflict)
+		return
+	}
+	for topic, subs := range req.Topics {
+		s.topics.receive(topic, subs)
+	}
+	w.WriteHeader(http.StatusNoContent)
+}

@@ -17,9 +17,8 @@ type leases interface {
 }
 
 var (
-	errNotOwner  = errors.New("not the owner")
-	errLeaseLost = errors.New("lease lost")
-	errMoving    = errors.New("moving: the topic's range is being handed over to another server; retry")
+	errNotOwner = errors.New("not the owner")
+	errMoving   = errors.New("moving: the topic's range is being handed over to another server; retry")
 )
 
 // Message is one published message; ID is unique within the topic.
@@ -36,7 +35,7 @@ type queued struct {
 }
 
 // waiter counts the streams a publish waits for (guarded by topics.mu);
-// dec, as one is written or detached, closes done at zero.
+// done closes when the last is written or detached.
 type waiter struct {
 	n    int
 	done chan struct{}
@@ -53,8 +52,8 @@ func (w *waiter) dec() {
 // sub is one subscription, soft state stored under the lease of its
 // topic's key (C§3.2): the messages not yet written, the ID of the last
 // one written (a subscriber that reconnects naming it resumes; any other
-// starts afresh), and the stream attached, if any. The exported fields
-// are what a handover copies.
+// starts afresh), and the stream attached, if any. A handover copies the
+// exported fields.
 type sub struct {
 	ID        string   `json:"id"`
 	Queue     []queued `json:"queue"` // each as its Message
@@ -115,10 +114,9 @@ func (t *topics) beginLocked(topic string, k keyspace.Key) (owner.LeaseNum, erro
 	if !ok {
 		return n, errNotOwner
 	}
-	// Step (2). Subscriptions handed over for the topic are taken up by a
-	// grant marked Migrated. Migrated shows on the grant only until its
-	// first renewal, so until the OnChange upcall settles them (it reports
-	// every grant, and whether it was Migrated), the topic is moving.
+	// Step (2). A grant marked Migrated takes up the subscriptions handed
+	// over for the topic; Migrated shows only until the grant's first
+	// renewal, so until the OnChange upcall settles them, it is moving.
 	if _, ok := t.pending[topic]; ok {
 		for _, l := range t.leases.Held() {
 			if l.Num == n && l.Range.Contains(k) && l.Migrated {
@@ -183,7 +181,7 @@ func (t *topics) attach(topic, id, last string) (s *sub, st *stream, fresh bool,
 	// Duty: check after acting (step 4, CheckLeaseContinuous).
 	if !t.leases.CheckLeaseContinuous(k, n) {
 		t.dropLocked(s, "lost")
-		return nil, nil, false, errLeaseLost
+		return nil, nil, false, errNotOwner
 	}
 	return s, st, fresh, nil // (5)
 }
@@ -228,7 +226,7 @@ func (t *topics) publish(topic string, m Message) (subs, attached int, written <
 	// Duty: check after acting (step 4). Nothing has left yet; each
 	// writer checks again before each message it writes (next).
 	if !t.leases.CheckLeaseContinuous(k, n) {
-		return 0, 0, nil, errLeaseLost
+		return 0, 0, nil, errNotOwner
 	}
 	return subs, attached, w.done, nil // (5)
 }
@@ -314,12 +312,11 @@ func (t *topics) dropLocked(s *sub, reason string) {
 	}
 }
 
-// sweep drops subscriptions under leases no longer held (their streams
-// end "lost"; the subscribers resubscribe) or idle past idleTTL, finished
-// handovers and expired pending topics; with all, every subscription. It
-// runs on every upcall and every few seconds, only to free memory. Duty:
-// never rely on OnChange for correctness — steps (2) and (4) catch the
-// same state whether or not the sweep ran.
+// sweep frees memory: it drops stale subscriptions (their streams end
+// "lost"; the subscribers resubscribe), finished handovers and expired
+// pending topics; with all, every subscription. It runs on every upcall
+// and every few seconds. Duty: never rely on OnChange for correctness —
+// steps (2) and (4) catch the same state whether or not the sweep ran.
 func (t *topics) sweep(all bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -388,25 +385,12 @@ func (t *topics) beginHandover(h owner.Handover) map[string][]sub {
 	defer t.mu.Unlock()
 	t.moving[h] = true
 	out := map[string][]sub{}
-	for _, s := range t.movingLocked(h) {
+	for _, s := range t.inHandoverLocked(h) {
 		t.endLocked(s, "moved")
 		for s.inflight {
 			t.cond.Wait()
 		}
-		out[s.topic] = append(out[s.topic], *s) // its streams ended: no waiters
-
-	}
-	return out
-}
-
-// movingLocked lists the subscriptions h moves: in its range, under its lease.
-func (t *topics) movingLocked(h owner.Handover) (out []*sub) {
-	for _, byID := range t.subs {
-		for _, s := range byID {
-			if h.Range.Contains(s.key) && s.lease == h.Lease {
-				out = append(out, s)
-			}
-		}
+		out[s.topic] = append(out[s.topic], *s) // its stream ended: no waiters
 	}
 	return out
 }
@@ -422,14 +406,27 @@ func (t *topics) endHandover(h owner.Handover, ok bool) {
 		delete(t.moving, h)
 		return
 	}
-	for _, s := range t.movingLocked(h) {
+	for _, s := range t.inHandoverLocked(h) {
 		t.dropLocked(s, "moved")
 	}
 }
 
+// inHandoverLocked lists the subscriptions in h's range, under its lease.
+func (t *topics) inHandoverLocked(h owner.Handover) (out []*sub) {
+	for _, byID := range t.subs {
+		for _, s := range byID {
+			if h.Range.Contains(s.key) && s.lease == h.Lease {
+				out = append(out, s)
+			}
+		}
+	}
+	return out
+}
+
 // receive keeps subscriptions handed over for topic (it takes subs over)
-// until its range is granted here. The sender hands over before the Manager grants the range,
-// so state that arrives once the topic is held here came too late.
+// until its range is granted here. The sender hands over before the
+// Manager grants the range, so state that arrives once the topic is held
+// here came too late.
 func (t *topics) receive(topic string, subs []sub) {
 	k := keyspace.KeyOf(topic)
 	t.mu.Lock()
