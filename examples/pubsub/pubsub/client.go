@@ -4,10 +4,11 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"io"
-	"math/rand/v2"
+	mrand "math/rand/v2"
 	"net/http"
 	"net/url"
 	"strings"
@@ -80,7 +81,7 @@ func (c *Client) onLoss(loss lookup.Loss) {
 func backoff(ctx context.Context, d time.Duration) time.Duration {
 	select {
 	case <-ctx.Done():
-	case <-time.After(d/2 + rand.N(d/2)):
+	case <-time.After(d/2 + mrand.N(d/2)):
 	}
 	return min(2*d, 250*time.Millisecond)
 }
@@ -113,7 +114,7 @@ func (c *Client) do(ctx context.Context, key keyspace.Key, method, path, body st
 // Publish sends data to topic's Owner, retrying as do does. The message's
 // ID is drawn once, so every retry is the same message.
 func (c *Client) Publish(ctx context.Context, topic, data string) (p Published, err error) {
-	resp, err := c.do(ctx, keyspace.KeyOf(topic), http.MethodPost, "/pub/"+url.PathEscape(topic)+"?id="+newID(), data)
+	resp, err := c.do(ctx, keyspace.KeyOf(topic), http.MethodPost, "/pub/"+url.PathEscape(topic)+"?id="+rand.Text(), data)
 	if err == nil {
 		defer resp.Body.Close()
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))

@@ -38,9 +38,8 @@ const (
 	handoverPath = "/internal/handover"
 )
 
-// ServerConfig configures a Server: Manager and Listen are required; ID
-// defaults to the listen address, Advertise to the listen address with an
-// unspecified host made 127.0.0.1.
+// ServerConfig configures a Server: Manager and Listen are required; ID and
+// Advertise default to the listen address (an unspecified host: 127.0.0.1).
 type ServerConfig struct {
 	Manager, Namespace, ID, Listen, Advertise string
 	Timing                                    protocol.Timing
@@ -124,9 +123,8 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 func (s *Server) Addr() string { return s.lis.Addr().String() }
 func (s *Server) ID() string   { return s.cfg.ID }
 
-// Close drains: the Manager moves every range away, and this server hands
-// each range's subscriptions over, for as long as ctx allows. Then it ends
-// the streams left and stops serving.
+// Close drains, for as long as ctx allows: the Manager moves every range
+// away with its subscriptions. Then it ends the streams left and stops.
 func (s *Server) Close(ctx context.Context) error {
 	s.close.Do(func() {
 		if err := s.owner.Close(ctx); err != nil {
@@ -211,7 +209,7 @@ func (s *Server) handlePub(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("reading the message (at most %d bytes): %v", MaxMessageBytes, err), http.StatusRequestEntityTooLarge)
 		return
 	}
-	id := cmp.Or(r.URL.Query().Get("id"), newID())
+	id := cmp.Or(r.URL.Query().Get("id"), rand.Text())
 	if len(id) > 256 || strings.ContainsAny(id, "\r\n") {
 		http.Error(w, "id: at most 256 bytes, on one line", http.StatusBadRequest)
 		return
@@ -232,24 +230,21 @@ func (s *Server) handlePub(w http.ResponseWriter, r *http.Request) {
 	json.NewEncoder(w).Encode(Published{ID: id, Subscribers: n, Attached: attached, Written: ok})
 }
 
-func newID() string { return rand.Text() }
-
 // handoverRequest is the body of POST /internal/handover, which only the
 // other servers send.
 type handoverRequest struct {
-	To         string           `json:"to"` // any other server refuses it (409)
-	Start, End uint64           // the range
-	Topics     map[string][]sub `json:"topics"`
+	To     string           `json:"to"` // any other server refuses it (409)
+	Range  keyspace.Range   `json:"range"`
+	Topics map[string][]sub `json:"topics"`
 }
 
-// handOver is a planned move (C§2.1.2): it copies the subscriptions of h's
-// range (topics.beginHandover) to the next owner, retrying until shortly
-// before h's deadline (the Manager's started first), and ends the
-// handover. The next owner keeps the copy until the range is granted to it
-// marked Migrated; the subscribers reconnect naming the last message they
-// received and resume after it there.
+// handOver is a planned move (C§2.1.2): it copies h's subscriptions to the
+// next owner, retrying until shortly before h's deadline (the Manager's
+// started first), and ends the handover. The next owner keeps the copy
+// until granted the range marked Migrated; the subscribers reconnect
+// there naming the last message they received, and resume after it.
 func (s *Server) handOver(h owner.Handover) {
-	body, _ := json.Marshal(handoverRequest{To: h.To, Start: uint64(h.Range.Start), End: uint64(h.Range.End), Topics: s.topics.beginHandover(h)})
+	body, _ := json.Marshal(handoverRequest{To: h.To, Range: h.Range, Topics: s.topics.beginHandover(h)})
 	ctx, cancel := context.WithDeadline(s.ctx, h.Deadline.Add(-min(time.Until(h.Deadline)/10, 250*time.Millisecond)))
 	defer cancel()
 	err := errors.New("no time to send it")
@@ -286,13 +281,12 @@ func (s *Server) handleHandover(w http.ResponseWriter, r *http.Request) {
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxHandoverBytes))
 	dec.DisallowUnknownFields()
 	err := dec.Decode(&req) // a body over MaxHandoverBytes fails here
-	rg := keyspace.Range{Start: keyspace.Key(req.Start), End: keyspace.Key(req.End)}
-	if err == nil && (req.To == "" || !rg.Valid()) {
-		err = fmt.Errorf(`a receiving server's ID ("to") and a valid range are required; got %q, %s`, req.To, rg)
+	if err == nil && !req.Range.Valid() {
+		err = fmt.Errorf("invalid range %s", req.Range)
 	}
 	for topic, subs := range req.Topics {
-		if err == nil && !rg.Contains(keyspace.KeyOf(topic)) {
-			err = fmt.Errorf("topic %q is not in range %s", topic, rg)
+		if err == nil && !req.Range.Contains(keyspace.KeyOf(topic)) {
+			err = fmt.Errorf("topic %q is not in range %s", topic, req.Range)
 		}
 		for _, sb := range subs {
 			if err == nil && (sb.ID == "" || len(sb.Queue) > MaxQueue) {

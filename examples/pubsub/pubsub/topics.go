@@ -27,15 +27,14 @@ type Message struct {
 	Data string `json:"data"`
 }
 
-// queued is a message not yet written to a subscription's stream, and the
-// publish waiting for the write, if any.
+// queued is a message not yet written to a subscription's stream; wait,
+// if set, counts the streams its publish still waits for (guarded by
+// topics.mu): done closes when the last is written or detached.
 type queued struct {
 	Message
 	wait *waiter
 }
 
-// waiter counts the streams a publish waits for (guarded by topics.mu);
-// done closes when the last is written or detached.
 type waiter struct {
 	n    int
 	done chan struct{}
@@ -51,9 +50,8 @@ func (w *waiter) dec() {
 
 // sub is one subscription, soft state stored under the lease of its
 // topic's key (C§3.2): the messages not yet written, the ID of the last
-// one written (a subscriber that reconnects naming it resumes; any other
-// starts afresh), and the stream attached, if any. A handover copies the
-// exported fields.
+// one written (a subscriber reconnecting naming it resumes), and the
+// stream attached, if any. A handover copies the exported fields.
 type sub struct {
 	ID        string   `json:"id"`
 	Queue     []queued `json:"queue"` // each as its Message
@@ -87,8 +85,7 @@ type pendingTopic struct {
 }
 
 // topics is the Owner's soft state. One mutex guards it all, held by each
-// operation across the five steps of the Owner API, which orders the
-// operations on one server.
+// operation across the Owner API's five steps: it orders the operations.
 type topics struct {
 	mu       sync.Mutex
 	cond     *sync.Cond // broadcast when a write in flight ends
@@ -147,9 +144,8 @@ func (t *topics) dropStaleLocked(s *sub, now time.Time) {
 	}
 }
 
-// attach opens a stream on subscription id of topic, making the
-// subscription afresh (fresh) unless this server holds it under the
-// topic's lease and last names the last message written to it.
+// attach opens a stream on subscription id of topic, made afresh (fresh)
+// unless held under the topic's lease with last its last message written.
 func (t *topics) attach(topic, id, last string) (s *sub, st *stream, fresh bool, err error) {
 	k := keyspace.KeyOf(topic)
 	t.mu.Lock()
@@ -193,9 +189,8 @@ func (t *topics) putLocked(s *sub) {
 	t.subs[s.topic][s.ID] = s
 }
 
-// publish queues m for every subscription of topic and returns how many
-// there are, how many have a stream attached, and a channel closed once m
-// is written to those streams.
+// publish queues m for every subscription of topic; written closes once m
+// is written to every stream attached.
 func (t *topics) publish(topic string, m Message) (subs, attached int, written <-chan struct{}, err error) {
 	k := keyspace.KeyOf(topic)
 	t.mu.Lock()
@@ -312,11 +307,10 @@ func (t *topics) dropLocked(s *sub, reason string) {
 	}
 }
 
-// sweep frees memory: it drops stale subscriptions (their streams end
-// "lost"; the subscribers resubscribe), finished handovers and expired
-// pending topics; with all, every subscription. It runs on every upcall
-// and every few seconds. Duty: never rely on OnChange for correctness —
-// steps (2) and (4) catch the same state whether or not the sweep ran.
+// sweep frees memory (stale subscriptions, finished handovers, expired
+// pending topics; with all, every subscription) on every upcall and every
+// few seconds. Duty: never rely on OnChange for correctness — steps (2)
+// and (4) catch the same state whether or not the sweep ran.
 func (t *topics) sweep(all bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -342,9 +336,9 @@ func (t *topics) sweep(all bool) {
 	}
 }
 
-// changed is the Owner's OnChange upcall: the grants take up (Migrated)
-// or drop the subscriptions handed over for their ranges, then a sweep.
-// Duty: never rely on OnChange for correctness; step (2) does the same.
+// changed is the OnChange upcall: the grants take up the handed-over
+// subscriptions, then a sweep. Duty: never rely on OnChange; step (2) does
+// the same.
 func (t *topics) changed(ch owner.OwnershipChange) {
 	t.mu.Lock()
 	for _, g := range ch.Granted {
@@ -354,9 +348,8 @@ func (t *topics) changed(ch owner.OwnershipChange) {
 	t.sweep(false)
 }
 
-// takeUpLocked settles the pending topics in lease l's range: with a
-// migrated grant their subscriptions become this server's, under l,
-// detached until their subscribers reconnect; otherwise they are dropped.
+// takeUpLocked settles the pending topics in l's range: a migrated grant
+// makes their subscriptions this server's, under l; any other drops them.
 func (t *topics) takeUpLocked(l owner.Lease) {
 	for topic, p := range t.pending {
 		k := keyspace.KeyOf(topic)
@@ -378,8 +371,7 @@ func (t *topics) takeUpLocked(l owner.Lease) {
 }
 
 // beginHandover ends the streams of h's range, waits for writes in flight,
-// copies the range's subscriptions, and from then on refuses publishes and
-// subscriptions on it (errMoving), so the copy stays complete.
+// copies its subscriptions, and refuses it from then on (errMoving).
 func (t *topics) beginHandover(h owner.Handover) map[string][]sub {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -395,10 +387,9 @@ func (t *topics) beginHandover(h owner.Handover) map[string][]sub {
 	return out
 }
 
-// endHandover ends h: handed over (ok), the range's subscriptions are
-// forgotten, and it stays refused until the Owner has given it up
-// (HandoverDone is asynchronous; the sweep ends the refusal); otherwise it
-// is served again, with its subscriptions, until recalled.
+// endHandover ends h. Handed over (ok), its subscriptions are forgotten and
+// it stays refused until the Owner gives it up (HandoverDone is
+// asynchronous; the sweep ends the refusal); else it is served again.
 func (t *topics) endHandover(h owner.Handover, ok bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -423,10 +414,8 @@ func (t *topics) inHandoverLocked(h owner.Handover) (out []*sub) {
 	return out
 }
 
-// receive keeps subscriptions handed over for topic (it takes subs over)
-// until its range is granted here. The sender hands over before the
-// Manager grants the range, so state that arrives once the topic is held
-// here came too late.
+// receive keeps subs, handed over for topic, until its range is granted
+// here. They are sent before the grant: once it is held, they are late.
 func (t *topics) receive(topic string, subs []sub) {
 	k := keyspace.KeyOf(topic)
 	t.mu.Lock()
