@@ -99,14 +99,12 @@ func (c *Client) do(ctx context.Context, key keyspace.Key, method, path, body st
 		if err != nil {
 			return nil, err
 		}
-		resp, err := c.http.Do(req)
-		if err != nil {
-			continue
+		if resp, err := c.http.Do(req); err == nil {
+			if _, refused := owner.RefusalOf(resp.StatusCode, resp.Header); !refused {
+				return resp, nil
+			}
+			resp.Body.Close()
 		}
-		if _, refused := owner.RefusalOf(resp.StatusCode, resp.Header); !refused {
-			return resp, nil
-		}
-		resp.Body.Close()
 	}
 	return nil, ctx.Err()
 }
@@ -158,7 +156,23 @@ func (c *Client) Subscribe(topic, id string, fn func(Event)) *Subscription {
 	s := &Subscription{c: c, topic: topic, id: id, key: keyspace.KeyOf(topic), fn: fn, done: make(chan struct{})}
 	ctx, cancel := context.WithCancel(c.ctx)
 	s.cancel = cancel
-	c.wg.Go(func() { s.run(ctx) })
+	c.wg.Go(func() {
+		defer close(s.done)
+		last := ""
+		for wait := 20 * time.Millisecond; ctx.Err() == nil; wait = backoff(ctx, wait) {
+			sctx, cancel := context.WithCancel(ctx)
+			c.mu.Lock()
+			c.subs[s] = cancel
+			c.mu.Unlock()
+			if s.stream(sctx, &last) {
+				wait = 20 * time.Millisecond
+			}
+			cancel()
+		}
+		c.mu.Lock()
+		delete(c.subs, s)
+		c.mu.Unlock()
+	})
 	return s
 }
 
@@ -167,24 +181,6 @@ func (c *Client) Subscribe(topic, id string, fn func(Event)) *Subscription {
 func (s *Subscription) Close() {
 	s.cancel()
 	<-s.done
-}
-
-func (s *Subscription) run(ctx context.Context) {
-	defer close(s.done)
-	last := ""
-	for wait := 20 * time.Millisecond; ctx.Err() == nil; wait = backoff(ctx, wait) {
-		sctx, cancel := context.WithCancel(ctx)
-		s.c.mu.Lock()
-		s.c.subs[s] = cancel
-		s.c.mu.Unlock()
-		if s.stream(sctx, &last) {
-			wait = 20 * time.Millisecond
-		}
-		cancel()
-	}
-	s.c.mu.Lock()
-	delete(s.c.subs, s)
-	s.c.mu.Unlock()
 }
 
 // stream opens one stream at the topic's Owner and reads it to its end;

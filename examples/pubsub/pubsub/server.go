@@ -39,7 +39,7 @@ const (
 )
 
 // ServerConfig configures a Server: Manager and Listen are required; ID and
-// Advertise default to the listen address (an unspecified host: 127.0.0.1).
+// Advertise default to the listen address.
 type ServerConfig struct {
 	Manager, Namespace, ID, Listen, Advertise string
 	Timing                                    protocol.Timing
@@ -73,9 +73,6 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	lis, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("pubsub: %w", err)
-	}
-	if a := lis.Addr().(*net.TCPAddr); cfg.Advertise == "" && a.IP.IsUnspecified() {
-		cfg.Advertise = net.JoinHostPort("127.0.0.1", fmt.Sprint(a.Port))
 	}
 	cfg.Advertise = cmp.Or(cfg.Advertise, lis.Addr().String())
 	cfg.ID = cmp.Or(cfg.ID, lis.Addr().String())
@@ -214,20 +211,19 @@ func (s *Server) handlePub(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "id: at most 256 bytes, on one line", http.StatusBadRequest)
 		return
 	}
-	n, attached, written, err := s.topics.publish(r.PathValue("topic"), Message{ID: id, Data: string(data)})
+	p, written, err := s.topics.publish(r.PathValue("topic"), Message{ID: id, Data: string(data)})
 	if err != nil {
 		refuse(w, err)
 		return
 	}
-	ok := false
 	select {
 	case <-written:
-		ok = true
+		p.Written = true
 	case <-time.After(publishWait):
 	case <-r.Context().Done():
 	}
 	w.Header().Set("Content-Type", "application/json")
-	json.NewEncoder(w).Encode(Published{ID: id, Subscribers: n, Attached: attached, Written: ok})
+	json.NewEncoder(w).Encode(p)
 }
 
 // handoverRequest is the body of POST /internal/handover, which only the

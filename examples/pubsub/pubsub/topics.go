@@ -191,13 +191,13 @@ func (t *topics) putLocked(s *sub) {
 
 // publish queues m for every subscription of topic; written closes once m
 // is written to every stream attached.
-func (t *topics) publish(topic string, m Message) (subs, attached int, written <-chan struct{}, err error) {
+func (t *topics) publish(topic string, m Message) (p Published, written <-chan struct{}, err error) {
 	k := keyspace.KeyOf(topic)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	n, err := t.beginLocked(topic, k) // (1), (2)
 	if err != nil {
-		return 0, 0, nil, err
+		return p, nil, err
 	}
 	// (3) Operate: queue m for each subscription, all stored under n.
 	w := &waiter{done: make(chan struct{})}
@@ -213,17 +213,17 @@ func (t *topics) publish(topic string, m Message) (subs, attached int, written <
 			s.stream.signal()
 		}
 		s.Queue = append(s.Queue, q)
-		subs++
+		p.Subscribers++
 	}
-	if attached = w.n; w.n == 0 {
+	if p.ID, p.Attached = m.ID, w.n; w.n == 0 {
 		close(w.done)
 	}
 	// Duty: check after acting (step 4). Nothing has left yet; each
 	// writer checks again before each message it writes (next).
 	if !t.leases.CheckLeaseContinuous(k, n) {
-		return 0, 0, nil, errNotOwner
+		return Published{}, nil, errNotOwner
 	}
-	return subs, attached, w.done, nil // (5)
+	return p, w.done, nil // (5)
 }
 
 // next is the writer's step: the message to write next on st, or why the
@@ -377,41 +377,30 @@ func (t *topics) beginHandover(h owner.Handover) map[string][]sub {
 	defer t.mu.Unlock()
 	t.moving[h] = true
 	out := map[string][]sub{}
-	for _, s := range t.inHandoverLocked(h) {
-		t.endLocked(s, "moved")
-		for s.inflight {
-			t.cond.Wait()
-		}
-		out[s.topic] = append(out[s.topic], *s) // its stream ended: no waiters
-	}
-	return out
-}
-
-// endHandover ends h. Handed over (ok), its subscriptions are forgotten and
-// it stays refused until the Owner gives it up (HandoverDone is
-// asynchronous; the sweep ends the refusal); else it is served again.
-func (t *topics) endHandover(h owner.Handover, ok bool) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if !ok {
-		delete(t.moving, h)
-		return
-	}
-	for _, s := range t.inHandoverLocked(h) {
-		t.dropLocked(s, "moved")
-	}
-}
-
-// inHandoverLocked lists the subscriptions in h's range, under its lease.
-func (t *topics) inHandoverLocked(h owner.Handover) (out []*sub) {
 	for _, byID := range t.subs {
 		for _, s := range byID {
-			if h.Range.Contains(s.key) && s.lease == h.Lease {
-				out = append(out, s)
+			if !h.Range.Contains(s.key) || s.lease != h.Lease {
+				continue
 			}
+			t.endLocked(s, "moved")
+			for s.inflight {
+				t.cond.Wait()
+			}
+			out[s.topic] = append(out[s.topic], *s) // its stream ended: no waiters
 		}
 	}
 	return out
+}
+
+// endHandover ends h. Handed over (ok), the range stays refused until the
+// Owner gives it up (HandoverDone is asynchronous), and the sweep then
+// drops it and its subscriptions; else it is served again.
+func (t *topics) endHandover(h owner.Handover, ok bool) {
+	if !ok {
+		t.mu.Lock()
+		delete(t.moving, h)
+		t.mu.Unlock()
+	}
 }
 
 // receive keeps subs, handed over for topic, until its range is granted

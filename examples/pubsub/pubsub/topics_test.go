@@ -58,11 +58,11 @@ func mustAttach(t *testing.T, tp *topics, topic, id, last string, wantFresh bool
 
 func publish(t *testing.T, tp *topics, topic, id string) (subs int) {
 	t.Helper()
-	n, _, _, err := tp.publish(topic, Message{ID: id})
+	p, _, err := tp.publish(topic, Message{ID: id})
 	if err != nil {
 		t.Fatalf("publish %s %s: %v", topic, id, err)
 	}
-	return n
+	return p.Subscribers
 }
 
 // TestTopicsFiveSteps checks the Owner API's duties on both operations: no
@@ -75,7 +75,7 @@ func TestTopicsFiveSteps(t *testing.T) {
 	if _, _, _, err := tp.attach("news", "a", ""); !errors.Is(err, errNotOwner) {
 		t.Fatalf("attach without a lease: %v, want %v", err, errNotOwner)
 	}
-	if _, _, _, err := tp.publish("news", Message{ID: "m0"}); !errors.Is(err, errNotOwner) {
+	if _, _, err := tp.publish("news", Message{ID: "m0"}); !errors.Is(err, errNotOwner) {
 		t.Fatalf("publish without a lease: %v, want %v", err, errNotOwner)
 	}
 	f.grant(1)
@@ -162,7 +162,7 @@ func TestTopicsHandover(t *testing.T) {
 	if _, stop := a.next(s, st); stop != "moved" {
 		t.Fatalf("stream after the copy: stop %q, want \"moved\"", stop)
 	}
-	if _, _, _, err := a.publish("news", Message{ID: "m3"}); !errors.Is(err, errMoving) {
+	if _, _, err := a.publish("news", Message{ID: "m3"}); !errors.Is(err, errMoving) {
 		t.Fatalf("publish during the handover: %v, want %v", err, errMoving)
 	}
 	ws := copied["news"]
@@ -170,13 +170,15 @@ func TestTopicsHandover(t *testing.T) {
 		t.Fatalf("copied %+v, want subscription x with m2 queued and m1 written last", copied)
 	}
 	a.endHandover(h, true)
-	if subs := len(a.subs); subs != 0 {
-		t.Fatalf("%d subscriptions left after handing them over, want 0", subs)
-	}
 	// HandoverDone is asynchronous: until the Owner gives the lease up, a
 	// publish must still be refused, or it would reach nobody.
-	if _, _, _, err := a.publish("news", Message{ID: "m2b"}); !errors.Is(err, errMoving) {
+	if _, _, err := a.publish("news", Message{ID: "m2b"}); !errors.Is(err, errMoving) {
 		t.Fatalf("publish after the handover, the lease not yet given up: %v, want %v", err, errMoving)
+	}
+	fa.held = false // given up: the sweep forgets the range and its subscriptions
+	a.sweep(false)
+	if subs, moving := len(a.subs), len(a.moving); subs != 0 || moving != 0 {
+		t.Fatalf("%d subscriptions and %d handovers left once the lease was given up, want 0", subs, moving)
 	}
 
 	// Without a migrated grant the copy is thrown away.
@@ -199,7 +201,7 @@ func TestTopicsHandover(t *testing.T) {
 	fb.held = false
 	b.receive("news", ws)
 	fb.grant(6)
-	if _, _, _, err := b.publish("news", Message{ID: "m3"}); !errors.Is(err, errMoving) {
+	if _, _, err := b.publish("news", Message{ID: "m3"}); !errors.Is(err, errMoving) {
 		t.Fatalf("publish before the grant is known migrated: %v, want %v", err, errMoving)
 	}
 	fb.migrated = true
