@@ -1,10 +1,7 @@
-// Command pubsub serves PRS's publish-subscribe service; see package
-// github.com/leasehold/leasehold/examples/pubsub/pubsub.
-//
-//	pubsub --listen ADDR [--manager ADDR[,ADDR...]] [--namespace NS] [--id ID] [--advertise ADDR] [--drain-timeout D]
-//
-// It serves until SIGINT or SIGTERM, then drains: its ranges move to the
-// other servers with their subscriptions.
+// Command pubsub serves PRS's publish-subscribe service (package
+// github.com/leasehold/leasehold/examples/pubsub/pubsub) until SIGINT or
+// SIGTERM, then drains: its ranges move to the other servers with their
+// subscriptions. Flags: pubsub -h.
 package main
 
 import (
@@ -29,8 +26,7 @@ func main() {
 	os.Exit(code)
 }
 
-// run serves and returns the exit code: 0, or 2 after a usage error or a
-// failure.
+// run serves and returns the exit code: 0, or 2 after an error.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("pubsub", flag.ContinueOnError)
 	fs.SetOutput(stderr)

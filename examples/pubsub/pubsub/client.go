@@ -28,8 +28,7 @@ type ClientConfig struct {
 }
 
 // Client is a frontend: it publishes to a topic's Owner and keeps
-// subscriptions open there, finding it with the Lookup library; on a loss
-// notification covering a subscription's topic it resubscribes (P§2.1).
+// subscriptions open there, found with the Lookup library (P§2.1).
 type Client struct {
 	lookup *lookup.Lookup
 	http   *http.Client
@@ -113,17 +112,15 @@ func (c *Client) do(ctx context.Context, key keyspace.Key, method, path, body st
 // ID is drawn once, so every retry is the same message.
 func (c *Client) Publish(ctx context.Context, topic, data string) (p Published, err error) {
 	resp, err := c.do(ctx, keyspace.KeyOf(topic), http.MethodPost, "/pub/"+url.PathEscape(topic)+"?id="+rand.Text(), data)
-	if err == nil {
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-		if err = json.Unmarshal(body, &p); resp.StatusCode != http.StatusOK {
-			err = fmt.Errorf("%s: %s", resp.Status, bytes.TrimSpace(body))
-		}
-	}
 	if err != nil {
 		return p, fmt.Errorf("pubsub: publish to %q: %w", topic, err)
 	}
-	return p, nil
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if resp.StatusCode != http.StatusOK {
+		return p, fmt.Errorf("pubsub: publish to %q: %s: %s", topic, resp.Status, bytes.TrimSpace(body))
+	}
+	return p, json.Unmarshal(body, &p)
 }
 
 // Event is the data of each server-sent event (doc.go), and what a
@@ -176,8 +173,7 @@ func (c *Client) Subscribe(topic, id string, fn func(Event)) *Subscription {
 	return s
 }
 
-// Close ends the stream and waits for the subscription's goroutine. The
-// server keeps the subscription for IdleTTL.
+// Close ends the stream and its goroutine; the server keeps it IdleTTL.
 func (s *Subscription) Close() {
 	s.cancel()
 	<-s.done

@@ -21,8 +21,7 @@ import (
 	"github.com/leasehold/leasehold/protocol"
 )
 
-// Limits. A subscription more than MaxQueue messages behind is dropped;
-// its subscriber resubscribes afresh.
+// Limits (README, "Limits").
 const (
 	MaxMessageBytes  = 64 << 10    // a publish's body (413)
 	MaxQueue         = 1024        // messages not yet written, per subscription
@@ -67,9 +66,7 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	if cfg.Listen == "" { // Manager: owner.Config checks it
 		return nil, errors.New("pubsub: ServerConfig.Listen is required")
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	lis, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("pubsub: %w", err)
@@ -136,15 +133,6 @@ func (s *Server) Close(ctx context.Context) error {
 	return s.err
 }
 
-// refuse answers in the Owner contract's shape (owner.Refuse).
-func refuse(w http.ResponseWriter, err error) {
-	why := owner.RefusedNotOwner
-	if errors.Is(err, errMoving) {
-		why = owner.RefusedMoving
-	}
-	owner.Refuse(w, why, err.Error())
-}
-
 // handleSub serves GET /sub/{topic}?id=ID[&last=MSGID] as server-sent
 // events (doc.go).
 func (s *Server) handleSub(w http.ResponseWriter, r *http.Request) {
@@ -153,9 +141,9 @@ func (s *Server) handleSub(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "id (the subscription's ID, at most 256 bytes) is required", http.StatusBadRequest)
 		return
 	}
-	sb, st, fresh, err := s.topics.attach(topic, id, last)
-	if err != nil {
-		refuse(w, err)
+	sb, st, fresh, why := s.topics.attach(topic, id, last)
+	if why != "" {
+		owner.Refuse(w, why, string(why)+": topic "+topic)
 		return
 	}
 	rc := http.NewResponseController(w)
@@ -163,13 +151,11 @@ func (s *Server) handleSub(w http.ResponseWriter, r *http.Request) {
 	send := func(e Event) error {
 		data, _ := json.Marshal(e)
 		_ = rc.SetWriteDeadline(time.Now().Add(writeTimeout))
-		if _, err := fmt.Fprintf(w, "event: %s\ndata: %s\n\n", e.Kind, data); err != nil {
-			return err
-		}
-		return rc.Flush()
+		_, err := fmt.Fprintf(w, "event: %s\ndata: %s\n\n", e.Kind, data)
+		return cmp.Or(err, rc.Flush()) // the write's error, else the flush's
 	}
 	defer s.topics.detach(sb, st) // a no-op once the stream ended otherwise
-	err = send(Event{Kind: "subscribed", New: fresh, Owner: s.cfg.ID})
+	err := send(Event{Kind: "subscribed", New: fresh, Owner: s.cfg.ID})
 	for err == nil {
 		m, stop := s.topics.next(sb, st)
 		switch {
@@ -189,9 +175,8 @@ func (s *Server) handleSub(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// Published answers a publish: how many subscriptions the message was
-// queued for, how many of them had a stream open, and whether it was
-// written to all of those before the answer.
+// Published answers a publish: the subscriptions it was queued for, those
+// with a stream open, and whether it was written to all of those first.
 type Published struct {
 	ID          string `json:"id"`
 	Subscribers int    `json:"subscribers"`
@@ -211,9 +196,9 @@ func (s *Server) handlePub(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "id: at most 256 bytes, on one line", http.StatusBadRequest)
 		return
 	}
-	p, written, err := s.topics.publish(r.PathValue("topic"), Message{ID: id, Data: string(data)})
-	if err != nil {
-		refuse(w, err)
+	p, written, why := s.topics.publish(r.PathValue("topic"), Message{ID: id, Data: string(data)})
+	if why != "" {
+		owner.Refuse(w, why, string(why)+": topic "+r.PathValue("topic"))
 		return
 	}
 	select {
@@ -229,16 +214,16 @@ func (s *Server) handlePub(w http.ResponseWriter, r *http.Request) {
 // handoverRequest is the body of POST /internal/handover, which only the
 // other servers send.
 type handoverRequest struct {
-	To     string           `json:"to"` // any other server refuses it (409)
+	To     string           `json:"to"` // any other server refuses it
 	Range  keyspace.Range   `json:"range"`
 	Topics map[string][]sub `json:"topics"`
 }
 
 // handOver is a planned move (C§2.1.2): it copies h's subscriptions to the
 // next owner, retrying until shortly before h's deadline (the Manager's
-// started first), and ends the handover. The next owner keeps the copy
-// until granted the range marked Migrated; the subscribers reconnect
-// there naming the last message they received, and resume after it.
+// started first), and ends the handover. The copy is taken up with the
+// range's Migrated grant; the subscribers resume there after the last
+// message they received.
 func (s *Server) handOver(h owner.Handover) {
 	body, _ := json.Marshal(handoverRequest{To: h.To, Range: h.Range, Topics: s.topics.beginHandover(h)})
 	ctx, cancel := context.WithDeadline(s.ctx, h.Deadline.Add(-min(time.Until(h.Deadline)/10, 250*time.Millisecond)))
@@ -290,12 +275,11 @@ func (s *Server) handleHandover(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
+	if err == nil && req.To != s.cfg.ID {
+		err = fmt.Errorf("this server is %q, not %q", s.cfg.ID, req.To)
+	}
 	if err != nil {
 		http.Error(w, "handover: "+err.Error(), http.StatusBadRequest)
-		return
-	}
-	if req.To != s.cfg.ID {
-		http.Error(w, fmt.Sprintf("handover: this server is %q, not %q", s.cfg.ID, req.To), http.StatusConflict)
 		return
 	}
 	for topic, subs := range req.Topics {

@@ -1,7 +1,7 @@
 package pubsub
 
 import (
-	"errors"
+	"maps"
 	"sync"
 	"time"
 
@@ -15,11 +15,6 @@ type leases interface {
 	CheckLeaseContinuous(key keyspace.Key, n owner.LeaseNum) bool
 	Held() []owner.Lease
 }
-
-var (
-	errNotOwner = errors.New("not the owner")
-	errMoving   = errors.New("moving: the topic's range is being handed over to another server; retry")
-)
 
 // Message is one published message; ID is unique within the topic.
 type Message struct {
@@ -104,12 +99,13 @@ func newTopics(l leases, maxQueue int, idleTTL time.Duration) *topics {
 	return t
 }
 
-// beginLocked runs steps (1) and (2) for an operation on topic.
-func (t *topics) beginLocked(topic string, k keyspace.Key) (owner.LeaseNum, error) {
+// beginLocked runs steps (1) and (2) for an operation on topic; like the
+// operations, it answers why it refuses, in the Owner contract's terms.
+func (t *topics) beginLocked(topic string, k keyspace.Key) (owner.LeaseNum, owner.Refusal) {
 	// Duty: check before acting (step 1, CheckLeaseNow).
 	n, ok := t.leases.CheckLeaseNow(k)
 	if !ok {
-		return n, errNotOwner
+		return n, owner.RefusedNotOwner
 	}
 	// Step (2). A grant marked Migrated takes up the subscriptions handed
 	// over for the topic; Migrated shows only until the grant's first
@@ -121,19 +117,19 @@ func (t *topics) beginLocked(topic string, k keyspace.Key) (owner.LeaseNum, erro
 			}
 		}
 		if _, ok := t.pending[topic]; ok {
-			return n, errMoving
+			return n, owner.RefusedMoving
 		}
 	}
 	now := time.Now()
 	for h := range t.moving {
 		if h.Lease == n && h.Range.Contains(k) && now.Before(h.Deadline) {
-			return n, errMoving
+			return n, owner.RefusedMoving
 		}
 	}
 	for _, s := range t.subs[topic] {
 		t.dropStaleLocked(s, now)
 	}
-	return n, nil
+	return n, ""
 }
 
 // dropStaleLocked drops s if its lease ended or it idled past idleTTL.
@@ -146,14 +142,14 @@ func (t *topics) dropStaleLocked(s *sub, now time.Time) {
 
 // attach opens a stream on subscription id of topic, made afresh (fresh)
 // unless held under the topic's lease with last its last message written.
-func (t *topics) attach(topic, id, last string) (s *sub, st *stream, fresh bool, err error) {
+func (t *topics) attach(topic, id, last string) (s *sub, st *stream, fresh bool, why owner.Refusal) {
 	k := keyspace.KeyOf(topic)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var n owner.LeaseNum
 	for { // (1), (2); then wait for a write in flight on an older stream
-		if n, err = t.beginLocked(topic, k); err != nil {
-			return nil, nil, false, err
+		if n, why = t.beginLocked(topic, k); why != "" {
+			return nil, nil, false, why
 		}
 		if s = t.subs[topic][id]; s != nil {
 			t.endLocked(s, "replaced") // one stream per subscription
@@ -177,9 +173,9 @@ func (t *topics) attach(topic, id, last string) (s *sub, st *stream, fresh bool,
 	// Duty: check after acting (step 4, CheckLeaseContinuous).
 	if !t.leases.CheckLeaseContinuous(k, n) {
 		t.dropLocked(s, "lost")
-		return nil, nil, false, errNotOwner
+		return nil, nil, false, owner.RefusedNotOwner
 	}
-	return s, st, fresh, nil // (5)
+	return s, st, fresh, "" // (5)
 }
 
 func (t *topics) putLocked(s *sub) {
@@ -191,13 +187,13 @@ func (t *topics) putLocked(s *sub) {
 
 // publish queues m for every subscription of topic; written closes once m
 // is written to every stream attached.
-func (t *topics) publish(topic string, m Message) (p Published, written <-chan struct{}, err error) {
+func (t *topics) publish(topic string, m Message) (p Published, written <-chan struct{}, why owner.Refusal) {
 	k := keyspace.KeyOf(topic)
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	n, err := t.beginLocked(topic, k) // (1), (2)
-	if err != nil {
-		return p, nil, err
+	n, why := t.beginLocked(topic, k) // (1), (2)
+	if why != "" {
+		return p, nil, why
 	}
 	// (3) Operate: queue m for each subscription, all stored under n.
 	w := &waiter{done: make(chan struct{})}
@@ -221,9 +217,9 @@ func (t *topics) publish(topic string, m Message) (p Published, written <-chan s
 	// Duty: check after acting (step 4). Nothing has left yet; each
 	// writer checks again before each message it writes (next).
 	if !t.leases.CheckLeaseContinuous(k, n) {
-		return Published{}, nil, errNotOwner
+		return Published{}, nil, owner.RefusedNotOwner
 	}
-	return p, w.done, nil // (5)
+	return p, w.done, "" // (5)
 }
 
 // next is the writer's step: the message to write next on st, or why the
@@ -244,8 +240,7 @@ func (t *topics) next(s *sub, st *stream) (m *Message, stop string) {
 		return nil, ""
 	}
 	s.inflight = true
-	msg := s.Queue[0].Message
-	return &msg, ""
+	return &s.Queue[0].Message, "" // never changed once queued
 }
 
 // wrote ends the write next started: on success the message is done; on
@@ -324,16 +319,10 @@ func (t *topics) sweep(all bool) {
 			}
 		}
 	}
-	for h := range t.moving {
-		if !now.Before(h.Deadline) || !t.leases.CheckLeaseContinuous(h.Range.Start, h.Lease) {
-			delete(t.moving, h)
-		}
-	}
-	for topic, p := range t.pending {
-		if !now.Before(p.expires) {
-			delete(t.pending, topic)
-		}
-	}
+	maps.DeleteFunc(t.moving, func(h owner.Handover, _ bool) bool {
+		return !now.Before(h.Deadline) || !t.leases.CheckLeaseContinuous(h.Range.Start, h.Lease)
+	})
+	maps.DeleteFunc(t.pending, func(_ string, p pendingTopic) bool { return !now.Before(p.expires) })
 }
 
 // changed is the OnChange upcall: the grants take up the handed-over
@@ -371,7 +360,7 @@ func (t *topics) takeUpLocked(l owner.Lease) {
 }
 
 // beginHandover ends the streams of h's range, waits for writes in flight,
-// copies its subscriptions, and refuses it from then on (errMoving).
+// copies its subscriptions, and refuses it from then on (moving).
 func (t *topics) beginHandover(h owner.Handover) map[string][]sub {
 	t.mu.Lock()
 	defer t.mu.Unlock()
