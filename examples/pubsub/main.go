@@ -1,10 +1,7 @@
-// Command pubsub serves PRS's publish-subscribe service; see package
-// github.com/leasehold/leasehold/examples/pubsub/pubsub.
-//
-//	pubsub --listen ADDR [--manager ADDR[,ADDR...]] [--namespace NS] [--id ID] [--advertise ADDR] [--drain-timeout D]
-//
-// It serves until SIGINT or SIGTERM, then drains: its ranges move to the
-// other servers with their subscriptions.
+// Command pubsub serves PRS's publish-subscribe service (package
+// github.com/leasehold/leasehold/examples/pubsub/pubsub) until SIGINT or
+// SIGTERM, then drains: its ranges move to the other servers with their
+// subscriptions. Flags: pubsub -h.
 package main
 
 import (
@@ -29,36 +26,33 @@ func main() {
 	os.Exit(code)
 }
 
-// run serves and returns the exit code: 0, or 2 after a usage error or a
-// failure.
+// run serves and returns the exit code: 0, or 2 after an error.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("pubsub", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	manager := fs.String("manager", cmp.Or(os.Getenv("LEASEHOLD_MANAGER"), "127.0.0.1:7400"), "the Manager's address, or its replicas' addresses, comma-separated ($LEASEHOLD_MANAGER)")
-	namespace := fs.String("namespace", "", `the namespace (empty: "default")`)
-	id := fs.String("id", "", "the Owner ID (default: the listen address)")
-	listen := fs.String("listen", "", "the HTTP listen address, host:port (required)")
-	advertise := fs.String("advertise", "", "the address clients reach this server at (default: the listen address)")
+	cfg := pubsub.ServerConfig{Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}
+	fs.StringVar(&cfg.Manager, "manager", cmp.Or(os.Getenv("LEASEHOLD_MANAGER"), "127.0.0.1:7400"), "the Manager's address, or its replicas' addresses, comma-separated ($LEASEHOLD_MANAGER)")
+	fs.StringVar(&cfg.Namespace, "namespace", "", `the namespace (empty: "default")`)
+	fs.StringVar(&cfg.ID, "id", "", "the Owner ID (default: the listen address)")
+	fs.StringVar(&cfg.Listen, "listen", "", "the HTTP listen address, host:port (required)")
+	fs.StringVar(&cfg.Advertise, "advertise", "", "the address clients reach this server at (default: the listen address)")
 	drain := fs.Duration("drain-timeout", time.Minute, "on SIGINT or SIGTERM, how long to hand ranges over")
 	if err := fs.Parse(args); err != nil {
 		return map[bool]int{true: 0, false: 2}[err == flag.ErrHelp]
 	}
-	if *listen == "" || *drain <= 0 || fs.NArg() != 0 {
+	if cfg.Listen == "" || *drain <= 0 || fs.NArg() != 0 {
 		fmt.Fprint(stderr, "pubsub: --listen is required, --drain-timeout must be positive, and there are no arguments\n")
 		return 2
 	}
-	srv, err := pubsub.NewServer(ctx, pubsub.ServerConfig{Manager: *manager, Namespace: *namespace, ID: *id,
-		Listen: *listen, Advertise: *advertise,
-		Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
-	if err != nil {
-		fmt.Fprintf(stderr, "pubsub: %v\n", err)
-		return 2
+	srv, err := pubsub.NewServer(ctx, cfg)
+	if err == nil {
+		fmt.Fprintf(stdout, "pubsub serving on %s as %s\n", srv.Addr(), srv.ID())
+		<-ctx.Done()
+		cctx, cancel := context.WithTimeout(context.Background(), *drain)
+		defer cancel()
+		err = srv.Close(cctx)
 	}
-	fmt.Fprintf(stdout, "pubsub serving on %s as %s\n", srv.Addr(), srv.ID())
-	<-ctx.Done()
-	cctx, cancel := context.WithTimeout(context.Background(), *drain)
-	defer cancel()
-	if err := srv.Close(cctx); err != nil {
+	if err != nil {
 		fmt.Fprintf(stderr, "pubsub: %v\n", err)
 		return 2
 	}

@@ -4,11 +4,11 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
+	mrand "math/rand/v2"
 	"net/http"
 	"net/url"
 	"strings"
@@ -21,15 +21,14 @@ import (
 	"github.com/leasehold/leasehold/protocol"
 )
 
-// ClientConfig configures a Client; Manager is required.
+// ClientConfig configures a Client; Manager is required (lookup.Config).
 type ClientConfig struct {
 	Manager, Namespace string
 	Timing             protocol.Timing
 }
 
 // Client is a frontend: it publishes to a topic's Owner and keeps
-// subscriptions open there, finding it with the Lookup library; on a loss
-// notification covering a subscription's topic it resubscribes (P§2.1).
+// subscriptions open there, found with the Lookup library (P§2.1).
 type Client struct {
 	lookup *lookup.Lookup
 	http   *http.Client
@@ -37,21 +36,17 @@ type Client struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // the subscriptions' goroutines
 	mu     sync.Mutex
-	subs   map[*Subscription]bool // guarded by mu
+	subs   map[*Subscription]context.CancelFunc // each one's open stream; guarded by mu
 }
 
 // NewClient starts a Client and its Lookup.
 func NewClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
-	if cfg.Manager == "" {
-		return nil, errors.New("pubsub: ClientConfig.Manager is required")
-	}
-	c := &Client{subs: map[*Subscription]bool{}, http: &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}}
-	c.ctx, c.cancel = context.WithCancel(context.Background())
-	l, err := lookup.New(ctx, lookup.Config{Manager: cfg.Manager, Namespace: cfg.Namespace, Timing: cfg.Timing, OnLoss: c.onLoss})
-	if err != nil {
+	c := &Client{subs: map[*Subscription]context.CancelFunc{}, http: &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}}
+	var err error
+	if c.lookup, err = lookup.New(ctx, lookup.Config{Manager: cfg.Manager, Namespace: cfg.Namespace, Timing: cfg.Timing, OnLoss: c.onLoss}); err != nil {
 		return nil, fmt.Errorf("pubsub: %w", err)
 	}
-	c.lookup = l
+	c.ctx, c.cancel = context.WithCancel(context.Background())
 	return c, nil
 }
 
@@ -68,17 +63,14 @@ func (c *Client) Close() error {
 
 // onLoss is the Lookup's loss upcall. Duty: act on loss notifications —
 // each subscription whose topic lay in a lost range (all, with loss.All)
-// ends its stream and resubscribes at the topic's Owner; and never block
-// (it only cancels).
+// resubscribes at the topic's Owner; and never block (it only cancels).
 func (c *Client) onLoss(loss lookup.Loss) {
 	lost := keyspace.NewRangeSet(loss.Ranges...)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for s := range c.subs {
+	for s, cancel := range c.subs {
 		if loss.All || lost.Contains(s.key) {
-			s.mu.Lock()
-			s.current()
-			s.mu.Unlock()
+			cancel()
 		}
 	}
 }
@@ -88,15 +80,14 @@ func (c *Client) onLoss(loss lookup.Loss) {
 func backoff(ctx context.Context, d time.Duration) time.Duration {
 	select {
 	case <-ctx.Done():
-	case <-time.After(d/2 + rand.N(d/2)):
+	case <-time.After(d/2 + mrand.N(d/2)):
 	}
 	return min(2*d, 250*time.Millisecond)
 }
 
-// do sends one request to the Owner of key, retrying while there is no
-// route, the Owner cannot be reached or it refuses (owner.RefusalOf),
-// until ctx ends. Duty: Lookup returns a hint; the Owner refuses a stale
-// one, and the request is retried after a short backoff.
+// do sends one request to the Owner of key, retrying until ctx ends while
+// there is no route, the Owner cannot be reached or it refuses
+// (owner.RefusalOf). Duty: a route is a hint; retry after a short backoff.
 func (c *Client) do(ctx context.Context, key keyspace.Key, method, path, body string) (*http.Response, error) {
 	for wait := 20 * time.Millisecond; ctx.Err() == nil; wait = backoff(ctx, wait) {
 		route, ok := c.lookup.Lookup(key)
@@ -107,24 +98,20 @@ func (c *Client) do(ctx context.Context, key keyspace.Key, method, path, body st
 		if err != nil {
 			return nil, err
 		}
-		resp, err := c.http.Do(req)
-		if err != nil {
-			continue
+		if resp, err := c.http.Do(req); err == nil {
+			if _, refused := owner.RefusalOf(resp.StatusCode, resp.Header); !refused {
+				return resp, nil
+			}
+			resp.Body.Close()
 		}
-		if _, refused := owner.RefusalOf(resp.StatusCode, resp.Header); !refused {
-			return resp, nil
-		}
-		resp.Body.Close()
 	}
 	return nil, ctx.Err()
 }
 
-// Publish sends data to topic's Owner, retrying as do does for up to 5 s
-// per attempt. The message's ID is drawn once, so every retry is the same
-// message.
-func (c *Client) Publish(ctx context.Context, topic, data string) (Published, error) {
-	var p Published
-	resp, err := c.do(ctx, keyspace.KeyOf(topic), http.MethodPost, "/pub/"+url.PathEscape(topic)+"?id="+newID(), data)
+// Publish sends data to topic's Owner, retrying as do does. The message's
+// ID is drawn once, so every retry is the same message.
+func (c *Client) Publish(ctx context.Context, topic, data string) (p Published, err error) {
+	resp, err := c.do(ctx, keyspace.KeyOf(topic), http.MethodPost, "/pub/"+url.PathEscape(topic)+"?id="+rand.Text(), data)
 	if err != nil {
 		return p, fmt.Errorf("pubsub: publish to %q: %w", topic, err)
 	}
@@ -136,13 +123,10 @@ func (c *Client) Publish(ctx context.Context, topic, data string) (Published, er
 	return p, json.Unmarshal(body, &p)
 }
 
-// Event is what a subscription reports, in order, on its goroutine, and
-// the data of each server-sent event. Kind is "subscribed" (a stream
-// opened at Owner; New says the subscription was made afresh, so messages
-// since the last stream may have been missed; Sent is when the request was
-// sent), "message", or "ended" (a stream ended; Reason says why: moved,
-// lost, replaced, overflow, closing, or the connection's error). On the
-// wire, "end" carries the Reason.
+// Event is the data of each server-sent event (doc.go), and what a
+// subscription reports, in order, on its goroutine: "subscribed" (Sent is
+// when the request was sent), "message", and "ended" (Reason: as "end"'s,
+// or the connection's error) in place of "end".
 type Event struct {
 	Kind    string    `json:"kind"`
 	Owner   string    `json:"owner,omitzero"`
@@ -160,50 +144,39 @@ type Subscription struct {
 	fn        func(Event)
 	cancel    context.CancelFunc
 	done      chan struct{}
-	mu        sync.Mutex
-	current   context.CancelFunc // the open stream's; guarded by mu
 }
 
 // Subscribe opens subscription id (unique per subscriber and topic) on
 // topic and keeps it open: it reconnects when a stream ends, naming the
-// last message received, and resubscribes on a loss notification. fn
-// receives the events on the subscription's goroutine.
+// last message received, and resubscribes on a loss notification.
 func (c *Client) Subscribe(topic, id string, fn func(Event)) *Subscription {
-	s := &Subscription{c: c, topic: topic, id: id, key: keyspace.KeyOf(topic), fn: fn, done: make(chan struct{}), current: func() {}}
+	s := &Subscription{c: c, topic: topic, id: id, key: keyspace.KeyOf(topic), fn: fn, done: make(chan struct{})}
 	ctx, cancel := context.WithCancel(c.ctx)
 	s.cancel = cancel
-	c.mu.Lock()
-	c.subs[s] = true
-	c.mu.Unlock()
-	c.wg.Go(func() { s.run(ctx) })
+	c.wg.Go(func() {
+		defer close(s.done)
+		last := ""
+		for wait := 20 * time.Millisecond; ctx.Err() == nil; wait = backoff(ctx, wait) {
+			sctx, cancel := context.WithCancel(ctx)
+			c.mu.Lock()
+			c.subs[s] = cancel
+			c.mu.Unlock()
+			if s.stream(sctx, &last) {
+				wait = 20 * time.Millisecond
+			}
+			cancel()
+		}
+		c.mu.Lock()
+		delete(c.subs, s)
+		c.mu.Unlock()
+	})
 	return s
 }
 
-// Close ends the stream and waits for the subscription's goroutine. The
-// server keeps the subscription for IdleTTL.
+// Close ends the stream and its goroutine; the server keeps it IdleTTL.
 func (s *Subscription) Close() {
 	s.cancel()
 	<-s.done
-}
-
-func (s *Subscription) run(ctx context.Context) {
-	defer func() {
-		s.c.mu.Lock()
-		delete(s.c.subs, s)
-		s.c.mu.Unlock()
-		close(s.done)
-	}()
-	last := ""
-	for wait := 20 * time.Millisecond; ctx.Err() == nil; wait = backoff(ctx, wait) {
-		sctx, cancel := context.WithCancel(ctx)
-		s.mu.Lock()
-		s.current = cancel
-		s.mu.Unlock()
-		if s.stream(sctx, &last) {
-			wait = 20 * time.Millisecond
-		}
-		cancel()
-	}
 }
 
 // stream opens one stream at the topic's Owner and reads it to its end;
@@ -215,13 +188,10 @@ func (s *Subscription) stream(ctx context.Context, last *string) (opened bool) {
 		return false
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return false
-	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(nil, 2*MaxMessageBytes)
 	reason, from := "eof", ""
-	for sc.Scan() {
+	for resp.StatusCode == http.StatusOK && sc.Scan() {
 		var e Event
 		if data, ok := strings.CutPrefix(sc.Text(), "data: "); !ok || json.Unmarshal([]byte(data), &e) != nil {
 			continue

@@ -1,10 +1,10 @@
 package pubsub
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,35 +16,29 @@ import (
 	"sync"
 	"time"
 
+	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/owner"
 	"github.com/leasehold/leasehold/protocol"
 )
 
-// Limits.
+// Limits (README, "Limits").
 const (
-	// MaxMessageBytes is the largest message a publish may carry (413).
-	MaxMessageBytes = 64 << 10
-	// MaxQueue is how many messages not yet written a subscription keeps.
-	// A subscription further behind is dropped; its subscriber
-	// resubscribes afresh.
-	MaxQueue = 1024
-	// IdleTTL is how long a subscription with no stream is kept.
-	IdleTTL = time.Minute
-	// MaxHandoverBytes bounds a POST /internal/handover body (413).
-	MaxHandoverBytes = 64 << 20
+	MaxMessageBytes  = 64 << 10    // a publish's body (413)
+	MaxQueue         = 1024        // messages not yet written, per subscription
+	IdleTTL          = time.Minute // how long a subscription with no stream is kept
+	MaxHandoverBytes = 64 << 20    // a POST /internal/handover body (400)
 )
 
 const (
 	writeTimeout = 2 * time.Second // one event written to a stream
 	publishWait  = 2 * time.Second // a publish waits this long for the writes
-	keepalive    = time.Second     // a comment on an idle stream
 	sweepEvery   = 5 * time.Second // idle subscriptions and stale state dropped
 	pendingTTL   = time.Minute     // handed-over state kept until its grant
+	handoverPath = "/internal/handover"
 )
 
-// ServerConfig configures a Server: Manager and Listen are required; ID
-// defaults to the listen address, Advertise to the listen address with an
-// unspecified host made 127.0.0.1.
+// ServerConfig configures a Server: Manager and Listen are required; ID and
+// Advertise default to the listen address.
 type ServerConfig struct {
 	Manager, Namespace, ID, Listen, Advertise string
 	Timing                                    protocol.Timing
@@ -53,49 +47,51 @@ type ServerConfig struct {
 
 // Server is a pubsub server: the Owner of the topics in its leased ranges.
 type Server struct {
-	cfg     ServerConfig
-	lis     net.Listener
-	http    *http.Server
-	owner   *owner.Owner
-	topics  *topics
-	stopped chan struct{}
-	wg      sync.WaitGroup // handovers and the sweeper
-	peers   *http.Client
-	close   sync.Once
-	err     error
+	cfg    ServerConfig
+	lis    net.Listener
+	http   *http.Server
+	owner  *owner.Owner
+	topics *topics
+	ctx    context.Context // cancelled by Close: handovers and the sweeper end
+	stop   context.CancelFunc
+	wg     sync.WaitGroup // handovers and the sweeper
+	peers  *http.Client
+	close  sync.Once
+	err    error
 }
 
 // NewServer listens, starts an Owner with handovers, and serves HTTP until
 // Close. Until leases arrive, every request is refused.
 func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
-	if cfg.Manager == "" || cfg.Listen == "" {
-		return nil, errors.New("pubsub: ServerConfig.Manager and Listen are required")
+	if cfg.Listen == "" { // Manager: owner.Config checks it
+		return nil, errors.New("pubsub: ServerConfig.Listen is required")
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	lis, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("pubsub: %w", err)
 	}
-	if a := lis.Addr().(*net.TCPAddr); cfg.Advertise == "" && a.IP.IsUnspecified() {
-		cfg.Advertise = net.JoinHostPort("127.0.0.1", fmt.Sprint(a.Port))
-	}
 	cfg.Advertise = cmp.Or(cfg.Advertise, lis.Addr().String())
 	cfg.ID = cmp.Or(cfg.ID, lis.Addr().String())
-	s := &Server{cfg: cfg, lis: lis, stopped: make(chan struct{}),
-		peers: &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}}
+	s := &Server{cfg: cfg, lis: lis, peers: &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}}
 	ready := make(chan struct{})
 	// Duty: a unique ID per server (the caller's; the listen address by
 	// default). Handovers: the application moves subscriptions itself.
 	s.owner, err = owner.New(ctx, owner.Config{Manager: cfg.Manager, Namespace: cfg.Namespace, ID: cfg.ID,
 		Addr: cfg.Advertise, Timing: cfg.Timing, Handovers: true, Logger: cfg.Logger,
-		OnChange: func(ch owner.OwnershipChange) { <-ready; s.changed(ch) }})
+		OnChange: func(ch owner.OwnershipChange) {
+			<-ready
+			s.topics.changed(ch)
+			for _, h := range ch.Handovers { // never blocking: later upcalls wait
+				s.wg.Go(func() { s.handOver(h) })
+			}
+		}})
 	if err != nil {
 		lis.Close()
 		return nil, fmt.Errorf("pubsub: %w", err)
 	}
 	s.topics = newTopics(s.owner, MaxQueue, IdleTTL)
+	s.ctx, s.stop = context.WithCancel(context.Background())
 	close(ready)
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /sub/{topic}", s.handleSub)
@@ -105,13 +101,11 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 		ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn)}
 	go s.http.Serve(lis)
 	s.wg.Go(func() {
-		t := time.NewTicker(sweepEvery)
-		defer t.Stop()
 		for {
 			select {
-			case <-s.stopped:
+			case <-s.ctx.Done():
 				return
-			case <-t.C:
+			case <-time.After(sweepEvery):
 				s.topics.sweep(false)
 			}
 		}
@@ -119,31 +113,18 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	return s, nil
 }
 
-// Addr is the listen address.
+// Addr is the listen address; ID the Owner ID.
 func (s *Server) Addr() string { return s.lis.Addr().String() }
+func (s *Server) ID() string   { return s.cfg.ID }
 
-// ID is the Owner ID.
-func (s *Server) ID() string { return s.cfg.ID }
-
-// changed is the OnChange upcall: take up handed-over subscriptions, end
-// stale streams, start the handovers asked for (never blocking on the
-// network: later upcalls wait behind this one).
-func (s *Server) changed(ch owner.OwnershipChange) {
-	s.topics.changed(ch)
-	for _, h := range ch.Handovers {
-		s.wg.Go(func() { s.handOver(h) })
-	}
-}
-
-// Close drains: the Manager moves every range away, and this server hands
-// each range's subscriptions over, for as long as ctx allows. Then it ends
-// the streams left and stops serving.
+// Close drains, for as long as ctx allows: the Manager moves every range
+// away with its subscriptions. Then it ends the streams left and stops.
 func (s *Server) Close(ctx context.Context) error {
 	s.close.Do(func() {
 		if err := s.owner.Close(ctx); err != nil {
 			s.err = fmt.Errorf("pubsub: close %s: %w", s.cfg.ID, err)
 		}
-		close(s.stopped)
+		s.stop()
 		s.wg.Wait()
 		s.topics.sweep(true)
 		s.http.Close()
@@ -152,88 +133,55 @@ func (s *Server) Close(ctx context.Context) error {
 	return s.err
 }
 
-// refuse answers a refused operation in the Owner contract's shape
-// (owner.Refuse): moving while the topic's range is handed over, else not
-// the owner.
-func refuse(w http.ResponseWriter, err error) {
-	if errors.Is(err, errMoving) {
-		owner.Refuse(w, owner.RefusedMoving, err.Error())
-		return
-	}
-	owner.Refuse(w, owner.RefusedNotOwner, err.Error())
-}
-
 // handleSub serves GET /sub/{topic}?id=ID[&last=MSGID] as server-sent
-// events: "subscribed", then "message" events, and "end" with the reason
-// when the server ends the stream (moved, lost, replaced, overflow,
-// closing).
+// events (doc.go).
 func (s *Server) handleSub(w http.ResponseWriter, r *http.Request) {
 	topic, id, last := r.PathValue("topic"), r.URL.Query().Get("id"), r.URL.Query().Get("last")
 	if id == "" || len(id) > 256 || len(last) > 256 {
 		http.Error(w, "id (the subscription's ID, at most 256 bytes) is required", http.StatusBadRequest)
 		return
 	}
-	sb, st, fresh, err := s.topics.attach(topic, id, last)
-	if err != nil {
-		refuse(w, err)
+	sb, st, fresh, why := s.topics.attach(topic, id, last)
+	if why != "" {
+		owner.Refuse(w, why, string(why)+": topic "+topic)
 		return
 	}
 	rc := http.NewResponseController(w)
 	w.Header().Set("Content-Type", "text/event-stream")
-	send := func(e *Event) error {
-		frame := []byte(":\n\n") // a comment: keeps the connection alive
-		if e != nil {
-			data, _ := json.Marshal(e)
-			frame = fmt.Appendf(nil, "event: %s\ndata: %s\n\n", e.Kind, data)
-		}
+	send := func(e Event) error {
+		data, _ := json.Marshal(e)
 		_ = rc.SetWriteDeadline(time.Now().Add(writeTimeout))
-		if _, err := w.Write(frame); err != nil {
-			return err
-		}
-		return rc.Flush()
+		_, err := fmt.Fprintf(w, "event: %s\ndata: %s\n\n", e.Kind, data)
+		return cmp.Or(err, rc.Flush()) // the write's error, else the flush's
 	}
-	if send(&Event{Kind: "subscribed", New: fresh, Owner: s.cfg.ID}) != nil {
-		s.topics.detach(sb, st)
-		return
-	}
-	tick := time.NewTicker(keepalive)
-	defer tick.Stop()
-	for {
+	defer s.topics.detach(sb, st) // a no-op once the stream ended otherwise
+	err := send(Event{Kind: "subscribed", New: fresh, Owner: s.cfg.ID})
+	for err == nil {
 		m, stop := s.topics.next(sb, st)
 		switch {
 		case stop != "":
-			_ = send(&Event{Kind: "end", Reason: stop})
+			_ = send(Event{Kind: "end", Reason: stop})
 			return
 		case m != nil:
-			err := send(&Event{Kind: "message", Message: *m})
-			if s.topics.wrote(sb, st, err); err != nil {
-				return
-			}
+			err = send(Event{Kind: "message", Message: *m})
+			s.topics.wrote(sb, st, err)
 		default:
 			select {
 			case <-st.wake:
 			case <-r.Context().Done():
-				s.topics.detach(sb, st)
 				return
-			case <-tick.C:
-				if send(nil) != nil {
-					s.topics.detach(sb, st)
-					return
-				}
 			}
 		}
 	}
 }
 
-// Published answers a publish.
+// Published answers a publish: the subscriptions it was queued for, those
+// with a stream open, and whether it was written to all of those first.
 type Published struct {
-	ID string `json:"id"`
-	// Subscribers is how many subscriptions the message was queued for,
-	// Attached how many of them had a stream open, and Written whether it
-	// was written to all of those before the answer.
-	Subscribers int  `json:"subscribers"`
-	Attached    int  `json:"attached"`
-	Written     bool `json:"written"`
+	ID          string `json:"id"`
+	Subscribers int    `json:"subscribers"`
+	Attached    int    `json:"attached"`
+	Written     bool   `json:"written"`
 }
 
 // handlePub serves POST /pub/{topic}[?id=MSGID] with the message as body.
@@ -243,29 +191,99 @@ func (s *Server) handlePub(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("reading the message (at most %d bytes): %v", MaxMessageBytes, err), http.StatusRequestEntityTooLarge)
 		return
 	}
-	id := cmp.Or(r.URL.Query().Get("id"), newID())
+	id := cmp.Or(r.URL.Query().Get("id"), rand.Text())
 	if len(id) > 256 || strings.ContainsAny(id, "\r\n") {
 		http.Error(w, "id: at most 256 bytes, on one line", http.StatusBadRequest)
 		return
 	}
-	n, attached, written, err := s.topics.publish(r.PathValue("topic"), Message{ID: id, Data: string(data)})
-	if err != nil {
-		refuse(w, err)
+	p, written, why := s.topics.publish(r.PathValue("topic"), Message{ID: id, Data: string(data)})
+	if why != "" {
+		owner.Refuse(w, why, string(why)+": topic "+r.PathValue("topic"))
 		return
 	}
-	ok := false
 	select {
 	case <-written:
-		ok = true
+		p.Written = true
 	case <-time.After(publishWait):
 	case <-r.Context().Done():
 	}
 	w.Header().Set("Content-Type", "application/json")
-	json.NewEncoder(w).Encode(Published{ID: id, Subscribers: n, Attached: attached, Written: ok})
+	json.NewEncoder(w).Encode(p)
 }
 
-func newID() string {
-	var b [8]byte
-	rand.Read(b[:])
-	return hex.EncodeToString(b[:])
+// handoverRequest is the body of POST /internal/handover, which only the
+// other servers send.
+type handoverRequest struct {
+	To     string           `json:"to"` // any other server refuses it
+	Range  keyspace.Range   `json:"range"`
+	Topics map[string][]sub `json:"topics"`
+}
+
+// handOver is a planned move (C§2.1.2): it copies h's subscriptions to the
+// next owner, retrying until shortly before h's deadline (the Manager's
+// started first), and ends the handover. The copy is taken up with the
+// range's Migrated grant; the subscribers resume there after the last
+// message they received.
+func (s *Server) handOver(h owner.Handover) {
+	body, _ := json.Marshal(handoverRequest{To: h.To, Range: h.Range, Topics: s.topics.beginHandover(h)})
+	ctx, cancel := context.WithDeadline(s.ctx, h.Deadline.Add(-min(time.Until(h.Deadline)/10, 250*time.Millisecond)))
+	defer cancel()
+	err := errors.New("no time to send it")
+	for wait := 10 * time.Millisecond; ctx.Err() == nil; wait = min(2*wait, 200*time.Millisecond) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+h.Addr+handoverPath, bytes.NewReader(body))
+		var resp *http.Response
+		if resp, err = s.peers.Do(req); err == nil {
+			msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+			resp.Body.Close()
+			if resp.StatusCode/100 == 2 {
+				break
+			} else if err = fmt.Errorf("%s answered %s: %s", h.Addr, resp.Status, bytes.TrimSpace(msg)); resp.StatusCode < 500 {
+				break // refused: it will not pass
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+		}
+	}
+	// Duty (Config.Handovers): end every handover passed up, saying whether
+	// the state reached h.To; without it the range moves without it.
+	s.owner.HandoverDone(h, err == nil)
+	s.topics.endHandover(h, err == nil)
+	if err != nil {
+		s.cfg.Logger.Warn("pubsub: handover failed; the range moves without its subscriptions", "to", h.To, "range", h.Range, "err", err)
+	}
+}
+
+// handleHandover receives subscriptions handed over by another server.
+// Anything malformed or too large is refused with 400 and a message.
+func (s *Server) handleHandover(w http.ResponseWriter, r *http.Request) {
+	var req handoverRequest
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxHandoverBytes))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(&req) // a body over MaxHandoverBytes fails here
+	if err == nil && !req.Range.Valid() {
+		err = fmt.Errorf("invalid range %s", req.Range)
+	}
+	for topic, subs := range req.Topics {
+		if err == nil && !req.Range.Contains(keyspace.KeyOf(topic)) {
+			err = fmt.Errorf("topic %q is not in range %s", topic, req.Range)
+		}
+		for _, sb := range subs {
+			if err == nil && (sb.ID == "" || len(sb.Queue) > MaxQueue) {
+				err = fmt.Errorf("topic %q: a subscription with no ID or more than %d messages", topic, MaxQueue)
+			}
+		}
+	}
+	if err == nil && req.To != s.cfg.ID {
+		err = fmt.Errorf("this server is %q, not %q", s.cfg.ID, req.To)
+	}
+	if err != nil {
+		http.Error(w, "handover: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	for topic, subs := range req.Topics {
+		s.topics.receive(topic, subs)
+	}
+	w.WriteHeader(http.StatusNoContent)
 }

@@ -1,7 +1,7 @@
 package pubsub
 
 import (
-	"errors"
+	"maps"
 	"sync"
 	"time"
 
@@ -16,51 +16,46 @@ type leases interface {
 	Held() []owner.Lease
 }
 
-var _ leases = (*owner.Owner)(nil)
-
-var (
-	errNotOwner  = errors.New("not the owner")
-	errLeaseLost = errors.New("lease lost")
-	errMoving    = errors.New("moving: the topic's range is being handed over to another server; retry")
-)
-
 // Message is one published message; ID is unique within the topic.
 type Message struct {
 	ID   string `json:"id"`
 	Data string `json:"data"`
 }
 
-// queued is a message not yet written to a subscription's stream; wait
-// counts the streams the publish that queued it still waits for.
+// queued is a message not yet written to a subscription's stream; wait,
+// if set, counts the streams its publish still waits for (guarded by
+// topics.mu): done closes when the last is written or detached.
 type queued struct {
 	Message
 	wait *waiter
 }
 
-// waiter counts the streams a publish waits for. Guarded by topics.mu.
 type waiter struct {
 	n    int
 	done chan struct{}
 }
 
 func (w *waiter) dec() {
-	if w.n--; w.n == 0 {
-		close(w.done)
+	if w != nil {
+		if w.n--; w.n == 0 {
+			close(w.done)
+		}
 	}
 }
 
 // sub is one subscription, soft state stored under the lease of its
 // topic's key (C§3.2): the messages not yet written, the ID of the last
-// one written (a subscriber that reconnects naming it resumes; any other
-// starts afresh), and the stream attached, if any.
+// one written (a subscriber reconnecting naming it resumes), and the
+// stream attached, if any. A handover copies the exported fields.
 type sub struct {
-	id, topic string
+	ID        string   `json:"id"`
+	Queue     []queued `json:"queue"` // each as its Message
+	Last      string   `json:"last"`
+	topic     string
 	key       keyspace.Key
 	lease     owner.LeaseNum
-	queue     []queued
-	last      string
 	stream    *stream
-	inflight  bool      // a write of queue[0] is under way
+	inflight  bool      // a write of Queue[0] is under way
 	idleSince time.Time // when stream became nil
 }
 
@@ -77,24 +72,15 @@ func (st *stream) signal() {
 	}
 }
 
-// wireSub is a subscription as handed over.
-type wireSub struct {
-	ID    string    `json:"id"`
-	Queue []Message `json:"queue"`
-	Last  string    `json:"last"`
-}
-
 // pendingTopic is a topic's subscriptions handed over for a range not
 // granted here yet (C§2.1.2): a grant marked Migrated takes them up.
 type pendingTopic struct {
-	key     keyspace.Key
-	subs    []wireSub
+	subs    []sub
 	expires time.Time
 }
 
 // topics is the Owner's soft state. One mutex guards it all, held by each
-// operation across the five steps of the Owner API, which orders the
-// operations on one server.
+// operation across the Owner API's five steps: it orders the operations.
 type topics struct {
 	mu       sync.Mutex
 	cond     *sync.Cond // broadcast when a write in flight ends
@@ -113,17 +99,17 @@ func newTopics(l leases, maxQueue int, idleTTL time.Duration) *topics {
 	return t
 }
 
-// beginLocked runs steps (1) and (2) for an operation on topic.
-func (t *topics) beginLocked(topic string, k keyspace.Key) (owner.LeaseNum, error) {
+// beginLocked runs steps (1) and (2) for an operation on topic; like the
+// operations, it answers why it refuses, in the Owner contract's terms.
+func (t *topics) beginLocked(topic string, k keyspace.Key) (owner.LeaseNum, owner.Refusal) {
 	// Duty: check before acting (step 1, CheckLeaseNow).
 	n, ok := t.leases.CheckLeaseNow(k)
 	if !ok {
-		return n, errNotOwner
+		return n, owner.RefusedNotOwner
 	}
-	// Step (2). Subscriptions handed over for the topic are taken up by a
-	// grant marked Migrated. Migrated shows on the grant only until its
-	// first renewal, so until the OnChange upcall settles them (it reports
-	// every grant, and whether it was Migrated), the topic is moving.
+	// Step (2). A grant marked Migrated takes up the subscriptions handed
+	// over for the topic; Migrated shows only until the grant's first
+	// renewal, so until the OnChange upcall settles them, it is moving.
 	if _, ok := t.pending[topic]; ok {
 		for _, l := range t.leases.Held() {
 			if l.Num == n && l.Range.Contains(k) && l.Migrated {
@@ -131,35 +117,39 @@ func (t *topics) beginLocked(topic string, k keyspace.Key) (owner.LeaseNum, erro
 			}
 		}
 		if _, ok := t.pending[topic]; ok {
-			return n, errMoving
+			return n, owner.RefusedMoving
 		}
 	}
 	now := time.Now()
 	for h := range t.moving {
 		if h.Lease == n && h.Range.Contains(k) && now.Before(h.Deadline) {
-			return n, errMoving
+			return n, owner.RefusedMoving
 		}
 	}
-	// Duty: state stored under any other LeaseNum is lost.
 	for _, s := range t.subs[topic] {
-		if s.lease != n || s.stream == nil && now.Sub(s.idleSince) > t.idleTTL {
-			t.dropLocked(s, "lost")
-		}
+		t.dropStaleLocked(s, now)
 	}
-	return n, nil
+	return n, ""
 }
 
-// attach opens a stream on subscription id of topic, making the
-// subscription afresh (fresh) unless this server holds it under the
-// topic's lease and last names the last message written to it.
-func (t *topics) attach(topic, id, last string) (s *sub, st *stream, fresh bool, err error) {
+// dropStaleLocked drops s if its lease ended or it idled past idleTTL.
+// Duty: state stored under any other LeaseNum is lost.
+func (t *topics) dropStaleLocked(s *sub, now time.Time) {
+	if !t.leases.CheckLeaseContinuous(s.key, s.lease) || s.stream == nil && now.Sub(s.idleSince) > t.idleTTL {
+		t.dropLocked(s, "lost")
+	}
+}
+
+// attach opens a stream on subscription id of topic, made afresh (fresh)
+// unless held under the topic's lease with last its last message written.
+func (t *topics) attach(topic, id, last string) (s *sub, st *stream, fresh bool, why owner.Refusal) {
 	k := keyspace.KeyOf(topic)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var n owner.LeaseNum
 	for { // (1), (2); then wait for a write in flight on an older stream
-		if n, err = t.beginLocked(topic, k); err != nil {
-			return nil, nil, false, err
+		if n, why = t.beginLocked(topic, k); why != "" {
+			return nil, nil, false, why
 		}
 		if s = t.subs[topic][id]; s != nil {
 			t.endLocked(s, "replaced") // one stream per subscription
@@ -170,12 +160,12 @@ func (t *topics) attach(topic, id, last string) (s *sub, st *stream, fresh bool,
 		t.cond.Wait()
 	}
 	// (3) Operate: the subscription is stored under n.
-	if s != nil && s.last != last { // the subscriber missed messages: afresh
+	if s != nil && s.Last != last { // the subscriber missed messages: afresh
 		t.dropLocked(s, "replaced")
 		s = nil
 	}
 	if s == nil {
-		s, fresh = &sub{id: id, topic: topic, key: k, lease: n}, true
+		s, fresh = &sub{ID: id, topic: topic, key: k, lease: n}, true
 		t.putLocked(s)
 	}
 	st = &stream{wake: make(chan struct{}, 1)}
@@ -183,33 +173,32 @@ func (t *topics) attach(topic, id, last string) (s *sub, st *stream, fresh bool,
 	// Duty: check after acting (step 4, CheckLeaseContinuous).
 	if !t.leases.CheckLeaseContinuous(k, n) {
 		t.dropLocked(s, "lost")
-		return nil, nil, false, errLeaseLost
+		return nil, nil, false, owner.RefusedNotOwner
 	}
-	return s, st, fresh, nil // (5)
+	return s, st, fresh, "" // (5)
 }
 
 func (t *topics) putLocked(s *sub) {
 	if t.subs[s.topic] == nil {
 		t.subs[s.topic] = map[string]*sub{}
 	}
-	t.subs[s.topic][s.id] = s
+	t.subs[s.topic][s.ID] = s
 }
 
-// publish queues m for every subscription of topic and returns how many
-// there are, how many have a stream attached, and a channel closed once m
-// is written to those streams.
-func (t *topics) publish(topic string, m Message) (subs, attached int, written <-chan struct{}, err error) {
+// publish queues m for every subscription of topic; written closes once m
+// is written to every stream attached.
+func (t *topics) publish(topic string, m Message) (p Published, written <-chan struct{}, why owner.Refusal) {
 	k := keyspace.KeyOf(topic)
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	n, err := t.beginLocked(topic, k) // (1), (2)
-	if err != nil {
-		return 0, 0, nil, err
+	n, why := t.beginLocked(topic, k) // (1), (2)
+	if why != "" {
+		return p, nil, why
 	}
 	// (3) Operate: queue m for each subscription, all stored under n.
 	w := &waiter{done: make(chan struct{})}
 	for _, s := range t.subs[topic] {
-		if len(s.queue) >= t.maxQueue {
+		if len(s.Queue) >= t.maxQueue {
 			t.dropLocked(s, "overflow") // its subscriber resubscribes afresh
 			continue
 		}
@@ -219,18 +208,18 @@ func (t *topics) publish(topic string, m Message) (subs, attached int, written <
 			w.n++
 			s.stream.signal()
 		}
-		s.queue = append(s.queue, q)
-		subs++
+		s.Queue = append(s.Queue, q)
+		p.Subscribers++
 	}
-	if attached = w.n; w.n == 0 {
+	if p.ID, p.Attached = m.ID, w.n; w.n == 0 {
 		close(w.done)
 	}
 	// Duty: check after acting (step 4). Nothing has left yet; each
 	// writer checks again before each message it writes (next).
 	if !t.leases.CheckLeaseContinuous(k, n) {
-		return 0, 0, nil, errLeaseLost
+		return Published{}, nil, owner.RefusedNotOwner
 	}
-	return subs, attached, w.done, nil // (5)
+	return p, w.done, "" // (5)
 }
 
 // next is the writer's step: the message to write next on st, or why the
@@ -247,12 +236,11 @@ func (t *topics) next(s *sub, st *stream) (m *Message, stop string) {
 		t.dropLocked(s, "lost")
 		return nil, "lost"
 	}
-	if s.inflight || len(s.queue) == 0 || s.stream != st {
+	if s.inflight || len(s.Queue) == 0 || s.stream != st {
 		return nil, ""
 	}
 	s.inflight = true
-	msg := s.queue[0].Message
-	return &msg, ""
+	return &s.Queue[0].Message, "" // never changed once queued
 }
 
 // wrote ends the write next started: on success the message is done; on
@@ -263,14 +251,12 @@ func (t *topics) wrote(s *sub, st *stream, err error) {
 	s.inflight = false
 	t.cond.Broadcast()
 	switch {
-	case len(s.queue) == 0: // dropped meanwhile
+	case len(s.Queue) == 0: // dropped meanwhile
 	case err != nil:
 		t.detachLocked(s, st)
 	default:
-		if w := s.queue[0].wait; w != nil {
-			w.dec()
-		}
-		s.last, s.queue = s.queue[0].ID, s.queue[1:]
+		s.Queue[0].wait.dec()
+		s.Last, s.Queue = s.Queue[0].ID, s.Queue[1:]
 		if s.stream != nil {
 			s.stream.signal()
 		}
@@ -290,11 +276,9 @@ func (t *topics) detachLocked(s *sub, st *stream) {
 		return
 	}
 	s.stream, s.idleSince = nil, time.Now()
-	for i := range s.queue {
-		if w := s.queue[i].wait; w != nil {
-			w.dec()
-			s.queue[i].wait = nil
-		}
+	for i := range s.Queue {
+		s.Queue[i].wait.dec()
+		s.Queue[i].wait = nil
 	}
 }
 
@@ -310,49 +294,40 @@ func (t *topics) endLocked(s *sub, reason string) {
 // dropLocked forgets a subscription and ends its stream with reason.
 func (t *topics) dropLocked(s *sub, reason string) {
 	t.endLocked(s, reason)
-	s.queue = nil
-	if t.subs[s.topic][s.id] == s {
-		if delete(t.subs[s.topic], s.id); len(t.subs[s.topic]) == 0 {
+	s.Queue = nil
+	if t.subs[s.topic][s.ID] == s {
+		if delete(t.subs[s.topic], s.ID); len(t.subs[s.topic]) == 0 {
 			delete(t.subs, s.topic)
 		}
 	}
 }
 
-// sweep drops subscriptions under leases no longer held (their streams
-// end "lost"; the subscribers resubscribe) or idle past idleTTL, finished
-// handovers and expired pending topics; with all, every subscription. It
-// runs on every upcall and every few seconds, only to free memory. Duty:
-// never rely on OnChange for correctness — steps (2) and (4) catch the
-// same state whether or not the sweep ran.
+// sweep frees memory (stale subscriptions, finished handovers, expired
+// pending topics; with all, every subscription) on every upcall and every
+// few seconds. Duty: never rely on OnChange for correctness — steps (2)
+// and (4) catch the same state whether or not the sweep ran.
 func (t *topics) sweep(all bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now := time.Now()
 	for _, byID := range t.subs {
 		for _, s := range byID {
-			switch {
-			case all:
+			if all {
 				t.dropLocked(s, "closing")
-			case !t.leases.CheckLeaseContinuous(s.key, s.lease), s.stream == nil && now.Sub(s.idleSince) > t.idleTTL:
-				t.dropLocked(s, "lost")
+			} else {
+				t.dropStaleLocked(s, now)
 			}
 		}
 	}
-	for h := range t.moving {
-		if !now.Before(h.Deadline) || !t.leases.CheckLeaseContinuous(h.Range.Start, h.Lease) {
-			delete(t.moving, h)
-		}
-	}
-	for topic, p := range t.pending {
-		if !now.Before(p.expires) {
-			delete(t.pending, topic)
-		}
-	}
+	maps.DeleteFunc(t.moving, func(h owner.Handover, _ bool) bool {
+		return !now.Before(h.Deadline) || !t.leases.CheckLeaseContinuous(h.Range.Start, h.Lease)
+	})
+	maps.DeleteFunc(t.pending, func(_ string, p pendingTopic) bool { return !now.Before(p.expires) })
 }
 
-// changed is the Owner's OnChange upcall: the grants take up (Migrated)
-// or drop the subscriptions handed over for their ranges, then a sweep.
-// Duty: never rely on OnChange for correctness; step (2) does the same.
+// changed is the OnChange upcall: the grants take up the handed-over
+// subscriptions, then a sweep. Duty: never rely on OnChange; step (2) does
+// the same.
 func (t *topics) changed(ch owner.OwnershipChange) {
 	t.mu.Lock()
 	for _, g := range ch.Granted {
@@ -362,39 +337,35 @@ func (t *topics) changed(ch owner.OwnershipChange) {
 	t.sweep(false)
 }
 
-// takeUpLocked settles the pending topics in lease l's range: with a
-// migrated grant their subscriptions become this server's, under l,
-// detached until their subscribers reconnect; otherwise they are dropped.
+// takeUpLocked settles the pending topics in l's range: a migrated grant
+// makes their subscriptions this server's, under l; any other drops them.
 func (t *topics) takeUpLocked(l owner.Lease) {
 	for topic, p := range t.pending {
-		if !l.Range.Contains(p.key) {
+		k := keyspace.KeyOf(topic)
+		if !l.Range.Contains(k) {
 			continue
 		}
-		delete(t.pending, topic)
-		for _, w := range p.subs {
-			if !l.Migrated {
-				break
-			}
-			if old := t.subs[topic][w.ID]; old != nil {
+		if delete(t.pending, topic); !l.Migrated {
+			continue
+		}
+		for i := range p.subs {
+			s := &p.subs[i]
+			if old := t.subs[topic][s.ID]; old != nil {
 				t.dropLocked(old, "replaced")
 			}
-			s := &sub{id: w.ID, topic: topic, key: p.key, lease: l.Num, last: w.Last, idleSince: time.Now()}
-			for _, m := range w.Queue {
-				s.queue = append(s.queue, queued{Message: m})
-			}
+			s.topic, s.key, s.lease, s.idleSince = topic, k, l.Num, time.Now()
 			t.putLocked(s)
 		}
 	}
 }
 
 // beginHandover ends the streams of h's range, waits for writes in flight,
-// copies the range's subscriptions, and from then on refuses publishes and
-// subscriptions on it (errMoving), so the copy stays complete.
-func (t *topics) beginHandover(h owner.Handover) map[string][]wireSub {
+// copies its subscriptions, and refuses it from then on (moving).
+func (t *topics) beginHandover(h owner.Handover) map[string][]sub {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.moving[h] = true
-	out := map[string][]wireSub{}
+	out := map[string][]sub{}
 	for _, byID := range t.subs {
 		for _, s := range byID {
 			if !h.Range.Contains(s.key) || s.lease != h.Lease {
@@ -404,45 +375,31 @@ func (t *topics) beginHandover(h owner.Handover) map[string][]wireSub {
 			for s.inflight {
 				t.cond.Wait()
 			}
-			w := wireSub{ID: s.id, Last: s.last}
-			for _, q := range s.queue {
-				w.Queue = append(w.Queue, q.Message)
-			}
-			out[s.topic] = append(out[s.topic], w)
+			out[s.topic] = append(out[s.topic], *s) // its stream ended: no waiters
 		}
 	}
 	return out
 }
 
-// endHandover ends h: handed over (ok), the range's subscriptions are
-// forgotten, and it stays refused until the Owner has given it up
-// (HandoverDone is asynchronous; the sweep ends the refusal); otherwise it
-// is served again, with its subscriptions, until recalled.
+// endHandover ends h. Handed over (ok), the range stays refused until the
+// Owner gives it up (HandoverDone is asynchronous), and the sweep then
+// drops it and its subscriptions; else it is served again.
 func (t *topics) endHandover(h owner.Handover, ok bool) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
 	if !ok {
+		t.mu.Lock()
 		delete(t.moving, h)
-		return
-	}
-	for _, byID := range t.subs {
-		for _, s := range byID {
-			if h.Range.Contains(s.key) && s.lease == h.Lease {
-				t.dropLocked(s, "moved")
-			}
-		}
+		t.mu.Unlock()
 	}
 }
 
-// receive keeps subscriptions handed over for topic until its range is
-// granted here. The sender hands over before the Manager grants the range,
-// so state that arrives once the topic is held here came too late.
-func (t *topics) receive(topic string, subs []wireSub) {
+// receive keeps subs, handed over for topic, until its range is granted
+// here. They are sent before the grant: once it is held, they are late.
+func (t *topics) receive(topic string, subs []sub) {
 	k := keyspace.KeyOf(topic)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	// Duty: check before acting — taken only for a topic not held here.
 	if _, held := t.leases.CheckLeaseNow(k); !held {
-		t.pending[topic] = pendingTopic{key: k, subs: subs, expires: time.Now().Add(pendingTTL)}
+		t.pending[topic] = pendingTopic{subs: subs, expires: time.Now().Add(pendingTTL)}
 	}
 }

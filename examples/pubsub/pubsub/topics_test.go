@@ -1,7 +1,6 @@
 package pubsub
 
 import (
-	"errors"
 	"testing"
 	"time"
 
@@ -50,7 +49,7 @@ func deliver(tp *topics, s *sub, st *stream) (ids []string, stop string) {
 func mustAttach(t *testing.T, tp *topics, topic, id, last string, wantFresh bool) (*sub, *stream) {
 	t.Helper()
 	s, st, fresh, err := tp.attach(topic, id, last)
-	if err != nil || fresh != wantFresh {
+	if err != "" || fresh != wantFresh {
 		t.Fatalf("attach %s/%s last %q: fresh %v, %v; want fresh %v", topic, id, last, fresh, err, wantFresh)
 	}
 	return s, st
@@ -58,11 +57,11 @@ func mustAttach(t *testing.T, tp *topics, topic, id, last string, wantFresh bool
 
 func publish(t *testing.T, tp *topics, topic, id string) (subs int) {
 	t.Helper()
-	n, _, _, err := tp.publish(topic, Message{ID: id})
-	if err != nil {
+	p, _, err := tp.publish(topic, Message{ID: id})
+	if err != "" {
 		t.Fatalf("publish %s %s: %v", topic, id, err)
 	}
-	return n
+	return p.Subscribers
 }
 
 // TestTopicsFiveSteps checks the Owner API's duties on both operations: no
@@ -72,11 +71,11 @@ func publish(t *testing.T, tp *topics, topic, id string) (subs int) {
 func TestTopicsFiveSteps(t *testing.T) {
 	f := &fakeLeases{}
 	tp := newTestTopics(f)
-	if _, _, _, err := tp.attach("news", "a", ""); !errors.Is(err, errNotOwner) {
-		t.Fatalf("attach without a lease: %v, want %v", err, errNotOwner)
+	if _, _, _, err := tp.attach("news", "a", ""); err != owner.RefusedNotOwner {
+		t.Fatalf("attach without a lease: %v, want %v", err, owner.RefusedNotOwner)
 	}
-	if _, _, _, err := tp.publish("news", Message{ID: "m0"}); !errors.Is(err, errNotOwner) {
-		t.Fatalf("publish without a lease: %v, want %v", err, errNotOwner)
+	if _, _, err := tp.publish("news", Message{ID: "m0"}); err != owner.RefusedNotOwner {
+		t.Fatalf("publish without a lease: %v, want %v", err, owner.RefusedNotOwner)
 	}
 	f.grant(1)
 	s, st := mustAttach(t, tp, "news", "a", "", true)
@@ -162,21 +161,23 @@ func TestTopicsHandover(t *testing.T) {
 	if _, stop := a.next(s, st); stop != "moved" {
 		t.Fatalf("stream after the copy: stop %q, want \"moved\"", stop)
 	}
-	if _, _, _, err := a.publish("news", Message{ID: "m3"}); !errors.Is(err, errMoving) {
-		t.Fatalf("publish during the handover: %v, want %v", err, errMoving)
+	if _, _, err := a.publish("news", Message{ID: "m3"}); err != owner.RefusedMoving {
+		t.Fatalf("publish during the handover: %v, want %v", err, owner.RefusedMoving)
 	}
 	ws := copied["news"]
 	if len(ws) != 1 || len(ws[0].Queue) != 1 || ws[0].Queue[0].ID != "m2" || ws[0].Last != "m1" {
 		t.Fatalf("copied %+v, want subscription x with m2 queued and m1 written last", copied)
 	}
 	a.endHandover(h, true)
-	if subs := len(a.subs); subs != 0 {
-		t.Fatalf("%d subscriptions left after handing them over, want 0", subs)
-	}
 	// HandoverDone is asynchronous: until the Owner gives the lease up, a
 	// publish must still be refused, or it would reach nobody.
-	if _, _, _, err := a.publish("news", Message{ID: "m2b"}); !errors.Is(err, errMoving) {
-		t.Fatalf("publish after the handover, the lease not yet given up: %v, want %v", err, errMoving)
+	if _, _, err := a.publish("news", Message{ID: "m2b"}); err != owner.RefusedMoving {
+		t.Fatalf("publish after the handover, the lease not yet given up: %v, want %v", err, owner.RefusedMoving)
+	}
+	fa.held = false // given up: the sweep forgets the range and its subscriptions
+	a.sweep(false)
+	if subs, moving := len(a.subs), len(a.moving); subs != 0 || moving != 0 {
+		t.Fatalf("%d subscriptions and %d handovers left once the lease was given up, want 0", subs, moving)
 	}
 
 	// Without a migrated grant the copy is thrown away.
@@ -199,8 +200,8 @@ func TestTopicsHandover(t *testing.T) {
 	fb.held = false
 	b.receive("news", ws)
 	fb.grant(6)
-	if _, _, _, err := b.publish("news", Message{ID: "m3"}); !errors.Is(err, errMoving) {
-		t.Fatalf("publish before the grant is known migrated: %v, want %v", err, errMoving)
+	if _, _, err := b.publish("news", Message{ID: "m3"}); err != owner.RefusedMoving {
+		t.Fatalf("publish before the grant is known migrated: %v, want %v", err, owner.RefusedMoving)
 	}
 	fb.migrated = true
 	publish(t, b, "news", "m3")
