@@ -156,6 +156,8 @@ type Config struct {
 	// Script, if set, is called once before the run starts with a Control
 	// through which it can schedule crashes, restarts and probes of its own.
 	Script func(*Control)
+	// ReadLease, if set, turns quorum read leases on (readlease.go).
+	ReadLease *ReadLeaseConfig
 }
 
 // Probe observes the Manager of a run — the leader replica — for

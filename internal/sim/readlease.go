@@ -1,0 +1,164 @@
+package sim
+
+import (
+	"time"
+
+	"github.com/leasehold/leasehold/manager/config"
+)
+
+// Quorum read leases in the simulation (docs/protocol.md, "Quorum read
+// leases"): every replica is asked for a lease read at random moments, and
+// the linearizability checker follows the answers and the leader's
+// acknowledgements; asymmetric partitions cut single directions between
+// replicas.
+
+// ReadLeaseConfig turns quorum read leases on in a run.
+type ReadLeaseConfig struct {
+	// Lease is the replicas' read-lease configuration (config.Replica
+	// .ReadLease); Validate's defaults are filled in from the run's Raft
+	// pacing.
+	Lease config.ReadLease
+	// ReadEvery is the mean time between two lease reads asked of each
+	// replica; 0 means a Raft tick.
+	ReadEvery time.Duration
+	// OneWayEvery cuts, on average this often while faults last, one
+	// direction between two replicas (A hears B, B does not hear A) for a
+	// while: the partitions a group sees when one link's outgoing side
+	// fails. 0: none.
+	OneWayEvery time.Duration
+}
+
+// LeaseStats counts a run's lease reads.
+type LeaseStats struct {
+	Reads, Refused int // lease reads answered and refused
+	Acks           int // times the highest acknowledged index grew
+	OneWayCuts     int
+	MaxAcked       uint64
+}
+
+// leaseCheck is the linearizability checker of lease reads. The replicated
+// state is a log; a lease read returns the index of the last entry the
+// replica applied, and the writes are its entries, entry i completed once
+// a replica released an answer that rests on it (an Owner's grant or
+// renewal; ReadLeaseAcked). A history of such reads and writes is
+// linearizable exactly when every read returns at least the highest entry
+// completed before it began, and at least what every earlier read returned
+// (entries are ordered by their index, a read returns a prefix): that is
+// what it checks, in the order the simulation runs events, which is an
+// order of real time.
+type leaseCheck struct {
+	maxAcked uint64 // the highest entry completed
+	ackedAt  time.Duration
+	maxRead  uint64 // the highest entry a read returned
+	readBy   string
+	readAt   time.Duration
+	acked    map[*node]uint64 // per replica run, ReadLeaseAcked seen
+	stats    LeaseStats
+}
+
+func (s *Sim) leasesOn() bool { return s.cfg.ReadLease != nil && s.cfg.ReadLease.Lease.On() }
+
+// scheduleLeases starts the lease reads and the one-way cuts.
+func (s *Sim) scheduleLeases(end time.Duration) {
+	if !s.leasesOn() {
+		return
+	}
+	s.lc.acked = map[*node]uint64{}
+	every := s.cfg.ReadLease.ReadEvery
+	if every <= 0 {
+		every = s.tick
+	}
+	for _, n := range s.mgrs {
+		var next func()
+		next = func() {
+			if s.now > end {
+				return
+			}
+			s.leaseRead(n)
+			s.at(s.now+1+s.exp(every), next)
+		}
+		s.at(s.exp(every), next)
+	}
+	if mean := s.cfg.ReadLease.OneWayEvery; mean > 0 && s.replicated() {
+		var next func()
+		next = func() {
+			if !s.faulting {
+				return
+			}
+			s.cutOneWay()
+			s.at(s.now+s.exp(mean), next)
+		}
+		s.at(s.exp(mean), next)
+	}
+}
+
+// leaseRead asks replica n for a lease read and checks the answer.
+func (s *Sim) leaseRead(n *node) {
+	if !n.up || n.stalled || n.rep == nil {
+		return
+	}
+	idx, ok := n.rep.LeaseRead(n.local(s.now))
+	if !ok {
+		s.lc.stats.Refused++
+		return
+	}
+	s.lc.stats.Reads++
+	c := &s.lc
+	switch {
+	case idx < c.maxAcked:
+		s.chk.fail("linearizability", "%s served a lease read at index %d after entry %d was acknowledged (at %s)", n.name, idx, c.maxAcked, c.ackedAt)
+	case idx < c.maxRead:
+		s.chk.fail("linearizability", "%s served a lease read at index %d after %s served one at %d (at %s)", n.name, idx, c.readBy, c.maxRead, c.readAt)
+	}
+	if idx > c.maxRead {
+		c.maxRead, c.readBy, c.readAt = idx, n.name, s.now
+	}
+}
+
+// leaseAcked notes what replica n has acknowledged after a step.
+func (s *Sim) leaseAcked(n *node) {
+	if !s.leasesOn() || n.rep == nil {
+		return
+	}
+	a := n.rep.ReadLeaseAcked()
+	if a <= s.lc.acked[n] {
+		return
+	}
+	s.lc.acked[n] = a
+	if a > s.lc.maxAcked {
+		s.lc.maxAcked, s.lc.ackedAt = a, s.now
+		s.lc.stats.Acks++
+	}
+}
+
+// cutOneWay stops the messages from one replica to another, not the other
+// way, for a while.
+func (s *Sim) cutOneWay() {
+	if s.oneWay == nil {
+		s.oneWay = map[[2]int]bool{}
+	}
+	a := s.rng.IntN(len(s.mgrs))
+	b := (a + 1 + s.rng.IntN(len(s.mgrs)-1)) % len(s.mgrs)
+	k := [2]int{a, b}
+	if s.oneWay[k] {
+		return
+	}
+	s.oneWay[k] = true
+	s.lc.stats.OneWayCuts++
+	t := s.cfg.Timing
+	s.at(s.now+s.uniform(t.ManagerLease/4, 2*t.ManagerLease), func() { delete(s.oneWay, k) })
+}
+
+// cut reports whether a message from one node to another is lost to a
+// one-way cut.
+func (s *Sim) cut(from, to *node) bool {
+	return s.oneWay != nil && from.kind == managerNode && to.kind == managerNode && s.oneWay[[2]int{from.idx, to.idx}]
+}
+
+// readLease is the replicas' read-lease configuration.
+func (s *Sim) readLease() config.ReadLease {
+	if !s.leasesOn() {
+		return config.ReadLease{}
+	}
+	return s.cfg.ReadLease.Lease
+}
