@@ -162,3 +162,20 @@ func (s *Sim) readLease() config.ReadLease {
 	}
 	return s.cfg.ReadLease.Lease
 }
+
+// CutLink cuts replicas a and b off from each other, both ways, until
+// HealLink: a partition that is not a grouping (each may still reach the
+// others).
+func (c *Control) CutLink(a, b int) {
+	s := c.s
+	if s.oneWay == nil {
+		s.oneWay = map[[2]int]bool{}
+	}
+	s.oneWay[[2]int{a, b}], s.oneWay[[2]int{b, a}] = true, true
+}
+
+// HealLink undoes CutLink(a, b).
+func (c *Control) HealLink(a, b int) {
+	delete(c.s.oneWay, [2]int{a, b})
+	delete(c.s.oneWay, [2]int{b, a})
+}
