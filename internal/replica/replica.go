@@ -314,7 +314,16 @@ func (r *Replica) electionTimeout() time.Duration {
 // its last ReadIndex proof; a deposed leader's, until CheckQuorum deposes
 // it, at most two election timeouts after it lost its majority — while a
 // new leader needs one to be elected, so it commits nothing for the first.
-func (r *Replica) StaleBound() time.Duration { return r.electionTimeout() }
+//
+// With read leases, a holder serving on its lease shows everything visible
+// to reads, which lags the newest commit by up to the read-lease bound
+// (docs/protocol.md, "Quorum read leases"); StaleBound is the larger.
+func (r *Replica) StaleBound() time.Duration {
+	if r.leaseOn() {
+		return max(r.electionTimeout(), r.leaseBound())
+	}
+	return r.electionTimeout()
+}
 
 func (r *Replica) notLeader() error {
 	_, addr := r.Leader()

@@ -175,6 +175,12 @@ func (c *Replica) Validate() error {
 	if err := c.ReadLease.validate(c.RaftTick); err != nil {
 		return &FieldError{Field: "ReadLease", Err: err}
 	}
+	if b := c.ReadLeaseBound(); c.ReadLease.On() && b >= c.Timing.OwnerLease-c.Timing.Renew {
+		// A holder's crash holds every answer for up to b: the Owners
+		// must still hear a renewal before their leases end.
+		return &FieldError{Field: "ReadLease", Err: fmt.Errorf("Duration × (1 + MaxDrift) (%s) must be shorter than OwnerLease − Renew (%s): a holder's crash stalls renewals that long",
+			b, c.Timing.OwnerLease-c.Timing.Renew)}
+	}
 	return nil
 }
 

@@ -1,0 +1,137 @@
+package replica
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/assign"
+	"github.com/leasehold/leasehold/internal/faults"
+	"github.com/leasehold/leasehold/manager/config"
+)
+
+// newLeaseGroup is newGroup with every replica holding read leases.
+func newLeaseGroup(t *testing.T, n int, fs faults.Set) *group {
+	t.Helper()
+	g := newGroup(t, n, fs)
+	var boot []Peer
+	for i := 1; i <= n; i++ {
+		boot = append(boot, Peer{ID: uint64(i), Addr: fmt.Sprintf("m%d:7400", i)})
+	}
+	for _, p := range boot {
+		r, err := NewReplica(ReplicaConfig{ID: p.ID, Bootstrap: boot, Break: fs,
+			Core: CoreConfig{Timing: groupTiming, Policy: assign.Fixed{Pieces: 4}, Epoch: epoch, Seed: p.ID, RaftTick: 25 * ms,
+				ReadLease: config.ReadLease{All: true}}}, g.now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g.reps[p.ID] = r
+	}
+	return g
+}
+
+// leaseFollower runs a leased group until an Owner holds its ranges and a
+// follower serves lease reads, and returns the leader and that follower.
+func leaseFollower(t *testing.T, g *group) (l, f *Replica) {
+	t.Helper()
+	l = g.runUntilLeader()
+	g.addOwner("a")
+	g.run(groupTiming.ManagerLease + 4*groupTiming.Renew)
+	for id, r := range g.reps {
+		if r != l {
+			f = g.reps[id]
+			break
+		}
+	}
+	if _, ok := f.LeaseRead(g.now); !ok {
+		t.Fatalf("follower %d serves no lease read: %+v", f.ID(), f.ReadLease(g.now))
+	}
+	return l, f
+}
+
+// TestReadLeaseCutOffHolderServesUntilItsLeaseEnds: a follower cut off from
+// the others serves lease reads from its copy until the lease it last took
+// ends — no later than Duration after the ask that took it — and refuses
+// from then on.
+func TestReadLeaseCutOffHolderServesUntilItsLeaseEnds(t *testing.T) {
+	for _, broken := range []bool{false, true} {
+		g := newLeaseGroup(t, 3, faults.Set{ReadLeaseServeExpired: broken})
+		_, f := leaseFollower(t, g)
+		cut := g.now
+		g.cut[f.ID()] = true
+		until := f.ReadLease(g.now).Until
+		if d := f.cfg.Core.ReadLease.Duration; until.Sub(cut) > d {
+			t.Fatalf("the lease ends %s after the cut, more than Duration %s", until.Sub(cut), d)
+		}
+		idx, _ := f.LeaseRead(g.now)
+		served, refused := 0, 0
+		for g.now.Before(until.Add(time.Second)) {
+			g.run(10 * ms)
+			got, ok := f.LeaseRead(g.now)
+			switch {
+			case ok && !g.now.Before(until) && !broken:
+				t.Fatalf("served at %s, after the lease ended at %s", g.now.Sub(cut), until.Sub(cut))
+			case ok && got != idx:
+				t.Fatalf("a cut-off holder's copy moved from %d to %d", idx, got)
+			case ok:
+				served++
+			case g.now.Before(until):
+				t.Fatalf("refused at %s, before its lease ended (%s)", g.now.Sub(cut), until.Sub(cut))
+			default:
+				refused++
+			}
+		}
+		if broken {
+			if refused != 0 {
+				t.Fatalf("the broken twin refused %d reads after the lease ended", refused)
+			}
+			continue
+		}
+		if served == 0 || refused == 0 {
+			t.Fatalf("served %d, refused %d: want both", served, refused)
+		}
+	}
+}
+
+// TestReadLeaseWriteWaitsForHolder: with a holder cut off, the leader makes
+// nothing past the holder's log visible (and acknowledges nothing resting
+// on it) until Duration × (1 + MaxDrift) after it last promised that
+// holder, and then goes on without it. Broken, it acknowledges at commit.
+func TestReadLeaseWriteWaitsForHolder(t *testing.T) {
+	for _, broken := range []bool{false, true} {
+		g := newLeaseGroup(t, 3, faults.Set{ReadLeaseAckEarly: broken})
+		l, f := leaseFollower(t, g)
+		g.cut[f.ID()] = true
+		last, _ := f.ms.LastIndex()
+		promised := l.rl.promised[f.ID()]
+		if !promised.After(g.now) {
+			t.Fatalf("the leader does not count the holder it promised (until %s, now %s)", promised.Sub(base), g.now.Sub(base))
+		}
+		g.addOwner("b") // a member joins: entries to commit, grants to acknowledge
+		moved := time.Time{}
+		for end := g.now.Add(3 * time.Second); g.now.Before(end) && moved.IsZero(); {
+			g.run(10 * ms)
+			if l.ReadLease(g.now).Visible > last {
+				moved = g.now
+			}
+		}
+		if moved.IsZero() {
+			t.Fatalf("broken=%v: nothing past the cut-off holder's index %d became visible", broken, last)
+		}
+		if broken {
+			if !moved.Before(promised) {
+				t.Fatalf("the broken twin waited for the holder's count to end")
+			}
+			continue
+		}
+		if moved.Before(promised) {
+			t.Fatalf("entry past %d visible at %s, before the leader stopped counting the holder (%s)", last, moved.Sub(base), promised.Sub(base))
+		}
+		if late := moved.Sub(promised); late > 3*l.cfg.Core.RaftTick {
+			t.Fatalf("visible %s after the holder stopped counting: the write stalled too long", late)
+		}
+		if l.ReadLeaseAcked() <= last {
+			t.Fatalf("nothing past %d acknowledged", last)
+		}
+	}
+}
