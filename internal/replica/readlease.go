@@ -7,6 +7,8 @@ import (
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/leasehold/leasehold/internal/wire"
 )
 
 // Quorum read leases (Moraru, Andersen, Kaminsky, SoCC 2014), adapted to
@@ -35,14 +37,12 @@ import (
 // so they share the replicas' transport, its partitions and its losses;
 // StepRaft takes them before Raft sees them.
 const (
-	msgLeaseAsk     raftpb.MessageType = 0x4c51 // Index: the round; Term: the holder's term
-	msgLeasePromise raftpb.MessageType = 0x4c52 // Index: the round; Term: the promise's; Reject: from the leader; Commit, LogTerm: the leader's commit and visible bound
-	msgLeaseVisible raftpb.MessageType = 0x4c53 // Commit: the visible bound
+	msgLeaseAsk     = raftpb.MessageType(wire.ReadLeaseAsk)     // Index: the round; Term: the holder's term
+	msgLeasePromise = raftpb.MessageType(wire.ReadLeasePromise) // Index: the round; Term: the promise's; Reject: from the leader; Commit, LogTerm: the leader's commit and visible bound
+	msgLeaseVisible = raftpb.MessageType(wire.ReadLeaseVisible) // Commit: the visible bound
 )
 
-func isLeaseMsg(t raftpb.MessageType) bool {
-	return t == msgLeaseAsk || t == msgLeasePromise || t == msgLeaseVisible
-}
+func isLeaseMsg(t raftpb.MessageType) bool { return wire.IsReadLeaseType(int32(t)) }
 
 // promise is a voter's answer to a holder's ask.
 type promise struct {
