@@ -166,6 +166,7 @@ Logs go to stderr. SIGINT or SIGTERM stops it cleanly (exit code 0).`,
 	f.Float64Var(&o.settings.MaxRequestRate, "max-request-rate", 0, "requests per second one Owner or Lookup stream may send, with bursts of twice that (0: 50)")
 	f.IntVar(&o.settings.MaxMessageBytes, "max-message-bytes", 0, "the largest message an Owner or Lookup may send, in bytes (0: 4 MiB)")
 	f.StringVar(&o.metricsListen, "metrics-listen", "", "serve Prometheus metrics at http://`ADDR`/metrics, and /healthz and /readyz (default: none)")
+	addReadLeaseFlags(cmd, &o.settings.ReadLease)
 	o.addLogFlags(f, "info")
 	cmd.Flags().SortFlags = false
 	return cmd
@@ -197,6 +198,7 @@ var fieldFlags = map[string]string{
 	"MembershipEvery": "membership-every", "PushEvery": "push-every", "RaftTick": "raft-tick",
 	"ElectionTicks": "election-ticks", "SnapshotEntries": "snapshot-entries", "LearnerTimeout": "learner-timeout",
 	"MaxRequestRate": "max-request-rate", "MaxMessageBytes": "max-message-bytes",
+	"ReadLease": "read-lease-holders",
 }
 
 // usage turns a configuration the server refuses into a usage error that
