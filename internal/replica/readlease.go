@@ -392,3 +392,12 @@ func (r *Replica) takeLeaseMsgs() []raftpb.Message {
 	r.rl.out = nil
 	return out
 }
+
+// AskReadIndex starts a ReadIndex round at now, as a follower does to serve
+// Lookups; ReadIndexProof returns the local time the newest answered round
+// was asked and the commit index it proved. The simulation measures the
+// ReadIndex path with them.
+func (r *Replica) AskReadIndex(now time.Time) { r.askRead(now) }
+
+// ReadIndexProof: see AskReadIndex.
+func (r *Replica) ReadIndexProof() (time.Time, uint64) { return r.readAt, r.readIndex }

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/manager/config"
+	"github.com/leasehold/leasehold/protocol"
 )
 
 // Quorum read leases in the simulation (docs/protocol.md, "Quorum read
@@ -117,6 +118,7 @@ func (s *Sim) leaseRead(n *node) {
 
 // leaseAcked notes what replica n has acknowledged after a step.
 func (s *Sim) leaseAcked(n *node) {
+	s.writeLatency(n)
 	if !s.leasesOn() || n.rep == nil {
 		return
 	}
@@ -178,4 +180,69 @@ func (c *Control) CutLink(a, b int) {
 func (c *Control) HealLink(a, b int) {
 	delete(c.s.oneWay, [2]int{a, b})
 	delete(c.s.oneWay, [2]int{b, a})
+}
+
+// linkDelay is the extra delay of a message between two replicas.
+func (s *Sim) linkDelay(from, to *node) time.Duration {
+	if from.kind == managerNode && to.kind == managerNode {
+		return s.cfg.ReplicaDelay
+	}
+	return 0
+}
+
+// ownerSeq names an Owner's request.
+type ownerSeq struct {
+	owner *node
+	seq   uint64
+}
+
+// noteOwnerMsg notes when an Owner sent a request, for OwnerLatency.
+func (s *Sim) noteOwnerMsg(from, _ *node, msg any) {
+	if s.cfg.OwnerLatency == nil || from.kind != ownerNode {
+		return
+	}
+	if m, ok := msg.(*protocol.LeaseRequest); ok {
+		if s.asked == nil {
+			s.asked = map[ownerSeq]time.Duration{}
+		}
+		if _, dup := s.asked[ownerSeq{from, m.Seq}]; !dup {
+			s.asked[ownerSeq{from, m.Seq}] = s.now
+		}
+	}
+}
+
+// noteOwnerAnswer reports how long the request an answer acknowledges took.
+func (s *Sim) noteOwnerAnswer(n *node, m *protocol.LeaseResponse) {
+	if s.cfg.OwnerLatency == nil {
+		return
+	}
+	k := ownerSeq{n, m.AckSeq}
+	if at, ok := s.asked[k]; ok {
+		delete(s.asked, k)
+		s.cfg.OwnerLatency(s.now, s.now-at, m.AckSeq)
+	}
+}
+
+// writeLatency follows, for Config.WriteLatency, the entries the leader n
+// appends and the answers it releases.
+func (s *Sim) writeLatency(n *node) {
+	if s.cfg.WriteLatency == nil || n.rep == nil || n.rep.Core() == nil {
+		return
+	}
+	if s.proposed == nil {
+		s.proposed = map[uint64]time.Duration{}
+	}
+	last, _ := n.store.LastIndex()
+	for i := last; i > 0; i-- {
+		if _, ok := s.proposed[i]; ok || i <= s.ackedTo {
+			break
+		}
+		s.proposed[i] = s.now
+	}
+	for a := n.rep.ReadLeaseAcked(); s.ackedTo < a; s.ackedTo++ {
+		if at, ok := s.proposed[s.ackedTo+1]; ok {
+			s.cfg.WriteLatency(s.now, s.now-at)
+			delete(s.proposed, s.ackedTo+1)
+		}
+	}
 }

@@ -161,6 +161,11 @@ type Sim struct {
 	// Quorum read leases (readlease.go).
 	lc     leaseCheck
 	oneWay map[[2]int]bool // replica index pairs (from, to) cut one way
+	asked  map[ownerSeq]time.Duration // Owner requests in flight, for Config.OwnerLatency
+	// Config.WriteLatency: when the leader appended each entry not yet
+	// acknowledged, and the highest acknowledged.
+	proposed map[uint64]time.Duration
+	ackedTo  uint64
 }
 
 // replicated reports whether the Manager is a group of several replicas.
@@ -623,6 +628,7 @@ func (s *Sim) deliver(n *node, e *event) {
 		}
 		n.heard = now
 		m := e.msg.(*protocol.LeaseResponse)
+		s.noteOwnerAnswer(n, m)
 		s.trace(n, "recv resp from %s epoch=%d seq=%d ack=%d inc=%d leases=%d renewHeld=%v (my inc=%d)", from.name, m.Epoch, m.Seq, m.AckSeq, m.Incarnation, len(m.Leases), m.RenewHeld, n.inc)
 		before := s.chk.heldNums(n)
 		n.own.Step(now, m)
@@ -808,7 +814,8 @@ func (s *Sim) send(from, to *node, msg any) {
 	if _, ok := msg.(refusal); ok {
 		s.stats.Refusals++
 	}
-	e := &event{at: s.now + s.delay(), kind: evDeliver, from: from.pos, to: to.pos, msg: msg, gen: from.inc}
+	s.noteOwnerMsg(from, to, msg)
+	e := &event{at: s.now + s.delay() + s.linkDelay(from, to), kind: evDeliver, from: from.pos, to: to.pos, msg: msg, gen: from.inc}
 	if from.part != to.part || s.cut(from, to) || (s.faulting && s.rng.Float64() < s.cfg.DropRate) {
 		s.stats.Dropped++
 		if isSnapshot(msg) {
@@ -824,7 +831,7 @@ func (s *Sim) send(from, to *node, msg any) {
 	}
 	for range copies {
 		c := *e
-		c.at = s.now + s.delay()
+		c.at = s.now + s.delay() + s.linkDelay(from, to)
 		s.push(&c)
 	}
 }
