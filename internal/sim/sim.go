@@ -160,7 +160,7 @@ type Sim struct {
 
 	// Quorum read leases (readlease.go).
 	lc     leaseCheck
-	oneWay map[[2]int]bool // replica index pairs (from, to) cut one way
+	oneWay map[[2]int]bool            // replica index pairs (from, to) cut one way
 	asked  map[ownerSeq]time.Duration // Owner requests in flight, for Config.OwnerLatency
 	// Config.WriteLatency: when the leader appended each entry not yet
 	// acknowledged, and the highest acknowledged.
