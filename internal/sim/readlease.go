@@ -22,6 +22,9 @@ type ReadLeaseConfig struct {
 	// ReadEvery is the mean time between two lease reads asked of each
 	// replica; 0 means a Raft tick.
 	ReadEvery time.Duration
+	// History, if set, is given the run's history of lease reads and
+	// writes at its end, for an independent linearizability checker.
+	History func([]LeaseEvent)
 	// OneWayEvery cuts, on average this often while faults last, one
 	// direction between two replicas (A hears B, B does not hear A) for a
 	// while: the partitions a group sees when one link's outgoing side
@@ -55,6 +58,34 @@ type leaseCheck struct {
 	readAt   time.Duration
 	acked    map[*node]uint64 // per replica run, ReadLeaseAcked seen
 	stats    LeaseStats
+
+	// With ReadLeaseConfig.History: the history so far, and the highest
+	// entry whose write has been invoked and has returned in it.
+	history          []LeaseEvent
+	called, returned uint64
+}
+
+// LeaseEventKind is the kind of a LeaseEvent.
+type LeaseEventKind int
+
+const (
+	WriteCall   LeaseEventKind = iota // entry Index is invoked: it exists somewhere
+	WriteReturn                       // entry Index is acknowledged
+	Read                              // a lease read returned Index (an invocation and its response, nothing between)
+)
+
+// LeaseEvent is one event of a run's history of lease reads and writes,
+// in the order of real time.
+type LeaseEvent struct {
+	Kind  LeaseEventKind
+	Index uint64
+}
+
+// invoke records the invocation of every entry up to i not yet invoked.
+func (c *leaseCheck) invoke(i uint64) {
+	for ; c.called < i; c.called++ {
+		c.history = append(c.history, LeaseEvent{WriteCall, c.called + 1})
+	}
 }
 
 func (s *Sim) leasesOn() bool { return s.cfg.ReadLease != nil && s.cfg.ReadLease.Lease.On() }
@@ -105,6 +136,10 @@ func (s *Sim) leaseRead(n *node) {
 	}
 	s.lc.stats.Reads++
 	c := &s.lc
+	if s.cfg.ReadLease.History != nil {
+		c.invoke(idx)
+		c.history = append(c.history, LeaseEvent{Read, idx})
+	}
 	switch {
 	case idx < c.maxAcked:
 		s.chk.fail("linearizability", "%s served a lease read at index %d after entry %d was acknowledged (at %s)", n.name, idx, c.maxAcked, c.ackedAt)
@@ -130,6 +165,13 @@ func (s *Sim) leaseAcked(n *node) {
 	if a > s.lc.maxAcked {
 		s.lc.maxAcked, s.lc.ackedAt = a, s.now
 		s.lc.stats.Acks++
+		if s.cfg.ReadLease.History != nil {
+			c := &s.lc
+			c.invoke(a)
+			for ; c.returned < a; c.returned++ {
+				c.history = append(c.history, LeaseEvent{WriteReturn, c.returned + 1})
+			}
+		}
 	}
 }
 

@@ -340,6 +340,9 @@ func Run(cfg Config) Result {
 		}
 	}
 	s.lc.stats.MaxAcked = s.lc.maxAcked
+	if s.leasesOn() && s.cfg.ReadLease.History != nil {
+		s.cfg.ReadLease.History(s.lc.history)
+	}
 	return Result{Seed: cfg.Seed, Violation: s.chk.violation, Stats: s.stats, Leases: s.lc.stats}
 }
 
