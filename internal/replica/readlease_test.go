@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/raft/v3/raftpb"
+
 	"github.com/leasehold/leasehold/assign"
 	"github.com/leasehold/leasehold/internal/faults"
 	"github.com/leasehold/leasehold/manager/config"
@@ -134,4 +136,67 @@ func TestReadLeaseWriteWaitsForHolder(t *testing.T) {
 			t.Fatalf("nothing past %d acknowledged", last)
 		}
 	}
+}
+
+// TestReadLeaseGrantsInItsOwnTerm: a voter answers a holder's ask with a
+// promise stamped with its own current term, even when the holder asks in
+// an older one, and the leader's promise carries its commit index; a voter
+// that knows no leader promises nothing. Broken (ReadLeaseStaleGrant), it
+// promises in the older term the holder names.
+func TestReadLeaseGrantsInItsOwnTerm(t *testing.T) {
+	for _, broken := range []bool{false, true} {
+		g := newLeaseGroup(t, 3, faults.Set{ReadLeaseStaleGrant: broken})
+		l, f := leaseFollower(t, g)
+		term := f.rn.BasicStatus().Term
+		ask := func(r *Replica, askTerm uint64) []promise {
+			r.rl.out = nil
+			_ = r.StepRaft(g.now, raftpbMsg(msgLeaseAsk, 3, r.ID(), 99, askTerm))
+			var out []promise
+			for _, m := range r.takeLeaseMsgs() {
+				if m.Type == msgLeasePromise && m.To == 3 && m.Index == 99 {
+					out = append(out, promise{term: m.Term, leader: m.Reject, commit: m.Commit, visible: m.LogTerm})
+				}
+			}
+			return out
+		}
+		if f.ID() == 3 || l.ID() == 3 {
+			// replica 3 asks; pick another follower to answer
+			for id, r := range g.reps {
+				if r != l && id != 3 {
+					f = r
+				}
+			}
+		}
+		got := ask(f, term-1)
+		switch {
+		case len(got) != 1:
+			t.Fatalf("broken=%v: follower answered %d promises", broken, len(got))
+		case !broken && got[0].term != term:
+			t.Fatalf("follower promised in term %d, its term is %d", got[0].term, term)
+		case broken && got[0].term != term-1:
+			t.Fatalf("broken twin promised in term %d, want the holder's older %d", got[0].term, term-1)
+		case got[0].leader:
+			t.Fatal("a follower's promise claims to be the leader's")
+		}
+		if l.ID() != 3 {
+			lp := ask(l, term)
+			if len(lp) != 1 || !lp[0].leader || lp[0].commit != l.rn.BasicStatus().Commit {
+				t.Fatalf("leader's promise %+v: want one, from the leader, with its commit index %d", lp, l.rn.BasicStatus().Commit)
+			}
+		}
+		// A follower that knows no leader (cut off until it campaigns)
+		// promises nothing.
+		g.cut[f.ID()] = true
+		g.run(3 * time.Second)
+		if f.rn.BasicStatus().Lead != 0 {
+			t.Fatalf("replica %d still names leader %d 3 s after it was cut off", f.ID(), f.rn.BasicStatus().Lead)
+		}
+		if got := ask(f, f.rn.BasicStatus().Term); len(got) != 0 && !broken {
+			t.Fatalf("a replica that knows no leader promised: %+v", got)
+		}
+	}
+}
+
+func raftpbMsg(t raftpb.MessageType, from, to, index, term uint64) raftpb.Message {
+	return raftpb.Message{Type: t, From: from, To: to, Index: index, Term: term}
 }
