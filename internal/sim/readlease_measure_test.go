@@ -36,7 +36,8 @@ func (l latencies) p50() time.Duration {
 
 // measured is what one measurement run saw.
 type measured struct {
-	leaseRead, readIndex, leaderRead latencies // reads asked at a follower
+	leaseRead, readIndex, leaderRead latencies // reads asked at a follower (a holder)
+	leader                           int       // the replica that led when the reads began
 	owner                            latencies // Owner requests, sent to answered, before the crash
 	writes                           latencies // entries, appended to acknowledged, before the crash
 	afterCrash                       latencies // entries appended in the stall window after a holder crashed
@@ -49,13 +50,13 @@ type measured struct {
 // replicas (and about a quarter of a millisecond between a client and a
 // replica), reads asked at followers every 10 ms by the three paths, and
 // a follower holder crashed at 30 s for 5 s.
-func measureReadLease(t *testing.T, managers int, leases bool, oneWay time.Duration) measured {
+func measureReadLease(t *testing.T, managers int, leases bool, holders []uint64, oneWay time.Duration) measured {
 	tm := protocol.Fast()
 	var m measured
 	c := Config{Seed: 1, Managers: managers, Owners: 20, Lookups: 2, Timing: tm, FaultTime: 45 * time.Second,
 		MinDelay: 250 * time.Microsecond, ReplicaDelay: oneWay, ClockSkew: true}
 	if leases {
-		c.ReadLease = &ReadLeaseConfig{Lease: config.ReadLease{All: true}, ReadEvery: time.Second}
+		c.ReadLease = &ReadLeaseConfig{Lease: config.ReadLease{All: holders == nil, Holders: holders}, ReadEvery: time.Second}
 	}
 	crashAt, window := 30*time.Second, 2*time.Second
 	c.OwnerLatency = func(at, took time.Duration, _ uint64) {
@@ -76,7 +77,7 @@ func measureReadLease(t *testing.T, managers int, leases bool, oneWay time.Durat
 		follower := func() *node {
 			l := s.leader()
 			for _, n := range s.mgrs {
-				if n != l && n.up && n.rep != nil {
+				if n != l && n.up && n.rep != nil && (!leases || n.rep.ReadLease(n.local(s.now)).Holder) {
 					return n
 				}
 			}
@@ -94,6 +95,7 @@ func measureReadLease(t *testing.T, managers int, leases bool, oneWay time.Durat
 			}
 		}
 		ctl.At(10*time.Second, func() {
+			m.leader = ctl.Leader()
 			ctl.Every(10*time.Millisecond, func() {
 				if ctl.Now() > crashAt-time.Second {
 					return
@@ -170,8 +172,19 @@ func TestReadLeaseMeasurements(t *testing.T) {
 		groups = append(groups, 5)
 	}
 	for _, managers := range groups {
-		on := measureReadLease(t, managers, true, oneWay)
-		off := measureReadLease(t, managers, false, oneWay)
+		on := measureReadLease(t, managers, true, nil, oneWay)
+		off := measureReadLease(t, managers, false, nil, oneWay)
+		// The paper's configuration: a majority holds, the leader among
+		// them (the replica that led the run with every replica a holder,
+		// and the next ones).
+		var majority []uint64
+		for k := range managers/2 + 1 {
+			majority = append(majority, uint64((on.leader+k)%managers+1))
+		}
+		sub := measureReadLease(t, managers, true, majority, oneWay)
+		if !slices.Contains(majority, uint64(sub.leader+1)) {
+			t.Fatalf("replica %d leads, not one of the holders %v: pick the majority anew", sub.leader+1, majority)
+		}
 		t.Logf("%d replicas, %s one way between replicas:", managers, oneWay)
 		t.Logf("  read at a follower, read lease:     %v (%d of %d served at once)", on.leaseRead, on.immediate, len(on.leaseRead))
 		t.Logf("  read at a follower, ReadIndex:      %v", on.readIndex)
@@ -181,6 +194,8 @@ func TestReadLeaseMeasurements(t *testing.T) {
 		t.Logf("  write appended → acknowledged, leases:    %v", on.writes)
 		t.Logf("  write appended → acknowledged, no leases: %v", off.writes)
 		t.Logf("  write after a follower holder crashed: %v (bound %s); without leases: %v", on.afterCrash, on.bound, off.afterCrash)
+		t.Logf("  holders %v only (a majority with the leader): read lease at a follower holder %v (%d of %d at once); write %v; after a holder crashed %v",
+			majority, sub.leaseRead, sub.immediate, len(sub.leaseRead), sub.writes, sub.afterCrash)
 		if len(on.leaseRead) == 0 || len(on.readIndex) == 0 || len(on.leaderRead) == 0 || len(on.owner) == 0 || len(off.owner) == 0 || len(on.afterCrash) == 0 {
 			t.Fatalf("%d replicas: an empty sample", managers)
 		}
