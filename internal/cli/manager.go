@@ -198,7 +198,7 @@ var fieldFlags = map[string]string{
 	"MembershipEvery": "membership-every", "PushEvery": "push-every", "RaftTick": "raft-tick",
 	"ElectionTicks": "election-ticks", "SnapshotEntries": "snapshot-entries", "LearnerTimeout": "learner-timeout",
 	"MaxRequestRate": "max-request-rate", "MaxMessageBytes": "max-message-bytes",
-	"ReadLease": "read-lease-holders",
+	"ReadLease": "read-lease-holders", "ReadLease.Duration": "read-lease", "ReadLease.Renew": "read-lease-renew",
 }
 
 // usage turns a configuration the server refuses into a usage error that

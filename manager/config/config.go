@@ -172,51 +172,52 @@ func (c *Replica) Validate() error {
 			return &FieldError{Field: "Namespaces", Err: fmt.Errorf("invalid namespace name %q (1 to %d bytes)", ns, wire.MaxStringLen)}
 		}
 	}
-	if err := c.ReadLease.validate(c.RaftTick); err != nil {
-		return &FieldError{Field: "ReadLease", Err: err}
+	if field, err := c.ReadLease.validate(c.RaftTick); err != nil {
+		return &FieldError{Field: field, Err: err}
 	}
 	if b := c.ReadLeaseBound(); c.ReadLease.On() && b >= c.Timing.OwnerLease-c.Timing.Renew {
 		// A holder's crash holds every answer for up to b: the Owners
 		// must still hear a renewal before their leases end.
-		return &FieldError{Field: "ReadLease", Err: fmt.Errorf("Duration × (1 + MaxDrift) (%s) must be shorter than OwnerLease − Renew (%s): a holder's crash stalls renewals that long",
+		return &FieldError{Field: "ReadLease.Duration", Err: fmt.Errorf("Duration × (1 + MaxDrift) (%s) must be shorter than OwnerLease − Renew (%s): a holder's crash stalls renewals that long",
 			b, c.Timing.OwnerLease-c.Timing.Renew)}
 	}
 	return nil
 }
 
-// validate checks a read-lease configuration whose defaults are filled in.
-// A lease shorter than two Raft ticks could not be renewed before it ends
-// (a promise needs a round trip); at most 64 holders.
-func (l ReadLease) validate(tick time.Duration) error {
+// validate checks a read-lease configuration whose defaults are filled in,
+// and names the field at fault. A lease shorter than two Raft ticks could
+// not be renewed before it ends (a promise needs a round trip); at most 64
+// holders.
+func (l ReadLease) validate(tick time.Duration) (string, error) {
 	if !l.On() {
 		if l.Duration != 0 || l.Renew != 0 {
-			return fmt.Errorf("Duration and Renew are set but no replica holds a read lease (set All or Holders)")
+			return "ReadLease", fmt.Errorf("Duration and Renew are set but no replica holds a read lease (set All or Holders)")
 		}
-		return nil
+		return "", nil
 	}
 	if l.All && len(l.Holders) > 0 {
-		return fmt.Errorf("All and Holders are both set")
+		return "ReadLease", fmt.Errorf("All and Holders are both set")
 	}
 	if len(l.Holders) > 64 {
-		return fmt.Errorf("%d holders; at most 64", len(l.Holders))
+		return "ReadLease", fmt.Errorf("%d holders; at most 64", len(l.Holders))
 	}
 	seen := map[uint64]bool{}
 	for _, h := range l.Holders {
 		if h == 0 {
-			return fmt.Errorf("holder ID 0")
+			return "ReadLease", fmt.Errorf("holder ID 0")
 		}
 		if seen[h] {
-			return fmt.Errorf("holder %d named twice", h)
+			return "ReadLease", fmt.Errorf("holder %d named twice", h)
 		}
 		seen[h] = true
 	}
 	if l.Duration < 2*tick {
-		return fmt.Errorf("Duration (%s) must be at least two Raft ticks (%s)", l.Duration, 2*tick)
+		return "ReadLease.Duration", fmt.Errorf("Duration (%s) must be at least two Raft ticks (%s)", l.Duration, 2*tick)
 	}
 	if l.Renew <= 0 || l.Renew >= l.Duration {
-		return fmt.Errorf("Renew (%s) must be positive and shorter than Duration (%s)", l.Renew, l.Duration)
+		return "ReadLease.Renew", fmt.Errorf("Renew (%s) must be positive and shorter than Duration (%s)", l.Renew, l.Duration)
 	}
-	return nil
+	return "", nil
 }
 
 // A FieldError is a configuration that Validate refuses: Field names the
