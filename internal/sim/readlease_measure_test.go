@@ -165,6 +165,9 @@ func measureReadLease(t *testing.T, managers int, leases bool, holders []uint64,
 // acknowledgement, renewals and grants); and the stall after a follower
 // holder crashes, against its bound. docs/results.md quotes its log.
 func TestReadLeaseMeasurements(t *testing.T) {
+	if raceEnabled {
+		t.Skip("figures, not races: the race detector would only slow the runs")
+	}
 	t.Parallel()
 	const oneWay = 5 * time.Millisecond
 	groups := []int{3}

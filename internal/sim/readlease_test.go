@@ -134,7 +134,7 @@ func staleTermScenario(seed uint64, broken bool) Config {
 // seed may break linearizability.
 func TestReadLeaseStaleTermScenario(t *testing.T) {
 	t.Parallel()
-	for _, r := range seeds(t, 8, func(s uint64) Config { return staleTermScenario(s, false) }) {
+	for _, r := range seeds(t, sweepSeeds(8), func(s uint64) Config { return staleTermScenario(s, false) }) {
 		if r.Violation != nil {
 			t.Error(replay(t, r))
 		}
