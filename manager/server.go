@@ -335,6 +335,8 @@ type ClusterInfo struct {
 	// Raft's CheckQuorum counts them; false on the other replicas.
 	Quorum bool
 	Peers  []PeerInfo
+	// ReadLease is this replica's quorum read lease (readlease.go).
+	ReadLease ReadLeaseInfo
 }
 
 // PeerInfo describes one replica.
@@ -707,6 +709,8 @@ func (l *loop) handle(ev event) {
 		}
 	case drainEvent:
 		ev.errc <- l.r.Drain(now, ev.ns, ev.owner)
+	case leaseReadEvent:
+		l.leaseRead(now, ev)
 	case unreachableEvent:
 		l.r.ReportUnreachable(uint64(ev))
 	case snapshotEvent:
@@ -934,7 +938,7 @@ func (l *loop) clusterInfo() ClusterInfo {
 	rs := l.r.Status()
 	lead, addr := l.r.Leader()
 	ci := ClusterInfo{ID: l.s.cfg.ID, Leader: lead, LeaderAddr: addr, Role: roleName(rs.RaftState),
-		Term: rs.Term, Commit: rs.Commit, Applied: rs.Applied}
+		Term: rs.Term, Commit: rs.Commit, Applied: rs.Applied, ReadLease: readLeaseInfo(l.r, time.Now())}
 	voters := rs.Config.Voters.IDs()
 	if rs.RaftState == raft.StateLeader {
 		active := 0
@@ -1307,6 +1311,9 @@ func serveStream[T any](s *Server, ctx context.Context, out chan T, send func(T)
 
 // Status answers leasehold status.
 func (s adminService) Status(ctx context.Context, req *pb.StatusRequest) (*pb.StatusResponse, error) {
+	if req.GetReadLease() {
+		return s.leaseStatus(ctx, req)
+	}
 	snap := s.stats.Load()
 	// Namespaces are replicated: a replica serves those of its state (a
 	// restored one's, say) as well as those it was configured with.
@@ -1338,7 +1345,7 @@ func (s adminService) Status(ctx context.Context, req *pb.StatusRequest) (*pb.St
 // on one address, so addr and client_addr are the same.
 func clusterPB(ci ClusterInfo) *pb.Cluster {
 	c := &pb.Cluster{Id: ci.ID, Role: ci.Role, Leader: ci.Leader, LeaderAddr: ci.LeaderAddr,
-		Term: ci.Term, Commit: ci.Commit, Applied: ci.Applied}
+		Term: ci.Term, Commit: ci.Commit, Applied: ci.Applied, ReadLease: readLeasePB(ci.ReadLease)}
 	for _, p := range ci.Peers {
 		c.Peers = append(c.Peers, &pb.Peer{Id: p.ID, Addr: p.Addr, ClientAddr: p.Addr, Voter: p.Voter, Match: p.Match})
 	}

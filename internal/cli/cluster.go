@@ -106,6 +106,8 @@ type managerJSON struct {
 	Commit  uint64 `json:"commit,omitempty"`
 	Applied uint64 `json:"applied,omitempty"`
 	Error   string `json:"error,omitempty"`
+	// ReadLease is the replica's quorum read lease, as text.
+	ReadLease string `json:"read_lease,omitempty"`
 }
 
 type clusterJSON struct {
@@ -122,7 +124,7 @@ func clusterOf(answers []replicaAnswer) clusterJSON {
 	for _, a := range answers {
 		c := a.resp.GetCluster()
 		m := managerJSON{ID: c.GetId(), Addr: a.addr, Role: c.GetRole(), Term: c.GetTerm(),
-			Commit: c.GetCommit(), Applied: c.GetApplied()}
+			Commit: c.GetCommit(), Applied: c.GetApplied(), ReadLease: readLeaseText(c.GetReadLease())}
 		if a.err != nil {
 			m.Role, m.Error = "unreachable", a.err.Error()
 		}
@@ -139,13 +141,13 @@ func writeCluster(w io.Writer, c clusterJSON) {
 		fmt.Fprintln(w, "leader: none known")
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "  ID\tADDR\tROLE\tTERM\tCOMMIT\tAPPLIED")
+	fmt.Fprintln(tw, "  ID\tADDR\tROLE\tTERM\tCOMMIT\tAPPLIED\tREAD LEASE")
 	for _, m := range c.Managers {
 		if m.Error != "" {
 			fmt.Fprintf(tw, "  -\t%s\tunreachable\t\t\t\n", m.Addr)
 			continue
 		}
-		fmt.Fprintf(tw, "  %d\t%s\t%s\t%d\t%d\t%d\n", m.ID, m.Addr, m.Role, m.Term, m.Commit, m.Applied)
+		fmt.Fprintf(tw, "  %d\t%s\t%s\t%d\t%d\t%d\t%s\n", m.ID, m.Addr, m.Role, m.Term, m.Commit, m.Applied, m.ReadLease)
 	}
 	_ = tw.Flush()
 }

@@ -18,7 +18,8 @@ func init() { register(newLookupCommand) }
 
 type lookupOptions struct {
 	clientOptions
-	raw bool // KEY is a uint64, not a name to hash
+	raw       bool // KEY is a uint64, not a name to hash
+	readLease bool // ask the first --manager's read lease (the Holder read)
 }
 
 func newLookupCommand(e *env) *cobra.Command {
@@ -48,6 +49,7 @@ When no Owner holds the key it says so on stderr and exits with code 1.`,
 	}
 	o.addFlags(cmd, e, "look in namespace `NS`")
 	cmd.Flags().BoolVar(&o.raw, "raw", false, "KEY is a key, a uint64 in decimal or 0x hex, not a name to hash")
+	cmd.Flags().BoolVar(&o.readLease, "read-lease", false, "ask the first --manager, which answers from its quorum read lease with no message to the leader (linearizable), or refuses")
 	return cmd
 }
 
@@ -79,6 +81,9 @@ type lookupJSON struct {
 func (o *lookupOptions) run(ctx context.Context, e *env, arg string) error {
 	if err := o.validate(); err != nil {
 		return err
+	}
+	if o.readLease {
+		return o.leaseLookup(ctx, e, arg)
 	}
 	key, err := parseKey(arg, o.raw)
 	if err != nil {

@@ -174,6 +174,7 @@ Logs go to stderr. SIGINT or SIGTERM stops it cleanly (exit code 0).`,
 	f.IntVar(&o.settings.MaxStreamsPerConn, "max-streams-per-conn", 0, "the most streams open at once on one connection; a follower relays Owners' streams over one (0: 10000)")
 	f.DurationVar(&o.settings.IdleTimeout, "idle-timeout", 0, "close a connection with no stream open for this long (0: 5m; negative: never)")
 	f.StringVar(&o.metricsListen, "metrics-listen", "", "serve Prometheus metrics at http://`ADDR`/metrics, and /healthz and /readyz (default: none)")
+	addReadLeaseFlags(cmd, &o.settings.ReadLease)
 	o.addLogFlags(f, "info")
 	o.addTrustFlags(f, e)
 	cmd.Flags().SortFlags = false
@@ -208,6 +209,7 @@ var fieldFlags = map[string]string{
 	"MaxRequestRate": "max-request-rate", "MaxMessageBytes": "max-message-bytes",
 	"MaxOwners": "max-owners", "MaxRanges": "max-ranges", "MaxConnections": "max-connections",
 	"MaxStreamsPerConn": "max-streams-per-conn", "IdleTimeout": "idle-timeout",
+	"ReadLease": "read-lease-holders", "ReadLease.Duration": "read-lease", "ReadLease.Renew": "read-lease-renew",
 }
 
 // usage turns a configuration the server refuses into a usage error that

@@ -22,6 +22,7 @@ func init() { register(newStatusCommand) }
 type statusOptions struct {
 	clientOptions
 	allNamespaces bool // --namespace not given and text output: show them all
+	readLease     bool // --read-lease: the first --manager answers from its read lease
 }
 
 func newStatusCommand(e *env) *cobra.Command {
@@ -60,6 +61,7 @@ committed, and a leader when a majority of its voters answered naming it
 		RunE: run(func(ctx context.Context, _ []string) error { return o.run(ctx, e) }),
 	}
 	o.addFlags(cmd, e, "show namespace `NS` (text output: every namespace when not given)")
+	cmd.Flags().BoolVar(&o.readLease, "read-lease", false, "ask only the first --manager, which answers from its quorum read lease with no message to the leader (linearizable), or refuses")
 	cmd.PreRun = func(cmd *cobra.Command, _ []string) {
 		o.allNamespaces = !cmd.Flags().Changed("namespace") && !o.json
 	}
@@ -121,6 +123,15 @@ func (o *statusOptions) run(ctx context.Context, e *env) error {
 	ask := o.namespace
 	if o.allNamespaces {
 		ask = ""
+	}
+	if o.readLease {
+		resp, err := o.leaseStatus(ctx, ask)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "answered by manager %d from its read lease: %s\n", resp.GetCluster().GetId(), readLeaseText(resp.GetCluster().GetReadLease()))
+		writeStatus(e.stdout, resp)
+		return nil
 	}
 	answers, err := o.askAll(ctx, ask)
 	if err != nil {

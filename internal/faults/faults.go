@@ -59,6 +59,18 @@ type Set struct {
 	// no keepalive and no deadline on an answer does: a stalled leader
 	// with an open connection then costs every lease.
 	NoStreamLiveness bool
+	// ReadLeaseServeExpired makes a read-lease holder keep serving reads
+	// from its copy after its lease ran out: cut off from the leader, it
+	// answers with a state the group has since moved past.
+	ReadLeaseServeExpired bool
+	// ReadLeaseAckEarly makes the leader treat an entry as visible to
+	// reads, and acknowledge the writes in it, once Raft commits it,
+	// without waiting for every holder whose lease may last to append it.
+	ReadLeaseAckEarly bool
+	// ReadLeaseStaleGrant makes a replica grant a read lease in the term the
+	// asking holder names though it has since moved on to a later term: it
+	// voted there, and so promised not to support the older term's leader.
+	ReadLeaseStaleGrant bool
 }
 
 // Owner and Lookup break the rules of s in an owner.Core or a lookup.Core

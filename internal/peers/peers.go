@@ -43,6 +43,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/leasehold/leasehold/internal/runtime"
+	"github.com/leasehold/leasehold/internal/wire"
 	pb "github.com/leasehold/leasehold/proto/leasehold/v1"
 )
 
@@ -746,7 +747,7 @@ func parse(self uint64, b []byte) (raftpb.Message, error) {
 	if err := m.Unmarshal(b); err != nil {
 		return raftpb.Message{}, fmt.Errorf("undecodable raft message: %w", err)
 	}
-	if _, ok := raftpb.MessageType_name[int32(m.Type)]; !ok {
+	if _, ok := raftpb.MessageType_name[int32(m.Type)]; !ok && !wire.IsReadLeaseType(int32(m.Type)) {
 		return raftpb.Message{}, fmt.Errorf("raft message of unknown type %d", int32(m.Type))
 	}
 	if raft.IsLocalMsg(m.Type) {

@@ -118,6 +118,8 @@ type Replica struct {
 	learners    map[uint64]time.Time
 	confPending bool
 	foreign     uint64 // raft messages dropped: their sender is not a member
+
+	rl readLease // quorum read leases (readlease.go)
 }
 
 // heldRound is a Core round's Owner messages, held until it is proven
@@ -151,7 +153,8 @@ func NewReplica(cfg ReplicaConfig, now time.Time) (*Replica, error) {
 	r := &Replica{cfg: cfg, ms: cfg.Storage, st: NewState(cfg.Core.Timing.LogRetention),
 		pending: map[uint64]*heldRound{}, nextTick: now.Add(cfg.Core.RaftTick),
 		started: now, reads: map[string]time.Time{},
-		heard: map[uint64]time.Time{}, learners: map[uint64]time.Time{}}
+		heard: map[uint64]time.Time{}, learners: map[uint64]time.Time{},
+		rl: readLease{asks: map[uint64]*leaseAsk{}, promised: map[uint64]time.Time{}}}
 	snap, err := r.ms.Snapshot()
 	if err != nil {
 		return nil, err
@@ -236,6 +239,10 @@ func (r *Replica) StepRaft(now time.Time, m raftpb.Message) error {
 		}
 	}
 	r.heard[m.From] = now
+	if isLeaseMsg(m.Type) {
+		r.stepLease(now, m)
+		return nil
+	}
 	return r.rn.Step(m)
 }
 
@@ -273,7 +280,7 @@ func (r *Replica) StepSync(now time.Time, id uint64, req *protocol.SyncRequest) 
 
 // Serving reports whether the replica answers Lookups at now.
 func (r *Replica) Serving(now time.Time) bool {
-	if r.core != nil {
+	if r.core != nil || r.leaseReadable(now) {
 		return true
 	}
 	return r.role == raft.StateFollower && r.lead != 0 && r.st.epoch != 0 &&
@@ -307,7 +314,16 @@ func (r *Replica) electionTimeout() time.Duration {
 // its last ReadIndex proof; a deposed leader's, until CheckQuorum deposes
 // it, at most two election timeouts after it lost its majority — while a
 // new leader needs one to be elected, so it commits nothing for the first.
-func (r *Replica) StaleBound() time.Duration { return r.electionTimeout() }
+//
+// With read leases, a holder serving on its lease shows everything visible
+// to reads, which lags the newest commit by up to the read-lease bound
+// (docs/protocol.md, "Quorum read leases"); StaleBound is the larger.
+func (r *Replica) StaleBound() time.Duration {
+	if r.leaseOn() {
+		return max(r.electionTimeout(), r.leaseBound())
+	}
+	return r.electionTimeout()
+}
 
 func (r *Replica) notLeader() error {
 	_, addr := r.Leader()
@@ -337,6 +353,9 @@ func (r *Replica) NextDeadline() time.Time {
 	if fd := r.feed.NextDeadline(); !fd.IsZero() && fd.Before(d) {
 		d = fd // a coalesced push round
 	}
+	if ld := r.leaseDeadline(); !ld.IsZero() && ld.Before(d) {
+		d = ld
+	}
 	return d
 }
 
@@ -364,6 +383,7 @@ func (r *Replica) Tick(now time.Time) {
 		r.askRead(now)
 	}
 	r.promote(now)
+	r.leaseTick(now)
 	r.flush(now)
 }
 
@@ -421,9 +441,10 @@ func (r *Replica) confirm(msgs []OwnerMessage) {
 func (r *Replica) release() {
 	for len(r.held) > 0 {
 		h := r.held[0]
-		if !h.ok || r.applied < h.index {
+		if !h.ok || r.applied < h.index || r.leaseHeld(h.index) {
 			return
 		}
+		r.rl.acked = max(r.rl.acked, h.index)
 		r.held = r.held[1:]
 		r.owners = append(r.owners, h.msgs...)
 		if h.ctx != "" {
@@ -450,7 +471,10 @@ func (r *Replica) Ready(now time.Time) (Ready, bool) {
 	rd.Peers, r.peerChanges = r.peerChanges, nil
 	rd.Owners, r.owners = r.owners, nil
 	rd.Lookups = r.feed.Ready()
-	ok := rd.raft != nil || !raft.IsEmptySnap(rd.Compacted) || len(rd.Peers) > 0 || len(rd.Owners) > 0 || len(rd.Lookups) > 0
+	if lm := r.takeLeaseMsgs(); len(lm) > 0 {
+		rd.Messages = append(slices.Clip(rd.Messages), lm...)
+	}
+	ok := rd.raft != nil || len(rd.Messages) > 0 || !raft.IsEmptySnap(rd.Compacted) || len(rd.Peers) > 0 || len(rd.Owners) > 0 || len(rd.Lookups) > 0
 	return rd, ok
 }
 
@@ -512,8 +536,10 @@ func (r *Replica) Advance(now time.Time, rd Ready) error {
 		r.resumes++
 		r.core = resume(r.cfg.Core, r.cfg.Break, r.st, r.coreTerm<<32|r.resumes<<24, now)
 		r.stats.Takeovers++
+		r.leaseTakeover(now)
 		r.flush(now)
 	}
+	r.leaseVisible(now)
 	r.release()
 	r.feed.Changed(now)
 	if r.applied-r.snapshot >= r.cfg.Core.SnapshotEntries {
@@ -577,6 +603,7 @@ func (r *Replica) apply(now time.Time, e raftpb.Entry) error {
 	if a.cc != nil {
 		r.conf = *r.rn.ApplyConfChange(*a.cc)
 		r.confPending = false
+		r.rl.sinceEnd = now.Add(r.leaseBound()) // the voters changed: count every holder for a lease again
 	}
 	if a.peer != nil {
 		r.peerChanges = append(r.peerChanges, *a.peer)
@@ -584,7 +611,7 @@ func (r *Replica) apply(now time.Time, e raftpb.Entry) error {
 	if b := a.batch; b != nil {
 		if h, ok := r.pending[b.Seq]; ok && b.Node == r.cfg.ID && b.Term == r.coreTerm {
 			delete(r.pending, b.Seq)
-			h.ok = true
+			h.ok, h.index = true, e.Index
 		}
 	}
 	return nil

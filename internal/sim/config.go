@@ -156,6 +156,22 @@ type Config struct {
 	// Script, if set, is called once before the run starts with a Control
 	// through which it can schedule crashes, restarts and probes of its own.
 	Script func(*Control)
+	// ReadLease, if set, turns quorum read leases on (readlease.go).
+	ReadLease *ReadLeaseConfig
+	// ReplicaDelay is added to the delay of every message between two
+	// Manager replicas: replicas in different racks or zones, with the
+	// clients near one of them.
+	ReplicaDelay time.Duration
+	// OwnerLatency, if set, is told how long each Owner request took to be
+	// answered (from its send to the answer's arrival), and its sequence
+	// number in the Owner run's session (1: the run's first request, which
+	// the Manager records in the replicated state before it answers).
+	OwnerLatency func(at, took time.Duration, seq uint64)
+	// WriteLatency, if set, is told for every log entry the time from its
+	// append at the leader that proposed it to the first answer released
+	// that rests on it (replica.ReadLeaseAcked): the Manager's write
+	// acknowledgement.
+	WriteLatency func(at, took time.Duration)
 }
 
 // Probe observes the Manager of a run — the leader replica — for

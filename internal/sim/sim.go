@@ -157,6 +157,15 @@ type Sim struct {
 	onTable  func(keyspace.LSN)
 	onLookup func(int, keyspace.LSN)
 	tableLSN keyspace.LSN
+
+	// Quorum read leases (readlease.go).
+	lc     leaseCheck
+	oneWay map[[2]int]bool            // replica index pairs (from, to) cut one way
+	asked  map[ownerSeq]time.Duration // Owner requests in flight, for Config.OwnerLatency
+	// Config.WriteLatency: when the leader appended each entry not yet
+	// acknowledged, and the highest acknowledged.
+	proposed map[uint64]time.Duration
+	ackedTo  uint64
 }
 
 // replicated reports whether the Manager is a group of several replicas.
@@ -221,6 +230,7 @@ type Result struct {
 	Seed      uint64
 	Violation *Violation // the first checker violation, if any
 	Stats     Stats
+	Leases    LeaseStats // with Config.ReadLease
 }
 
 // Violation is a broken guarantee, with when and how.
@@ -295,6 +305,7 @@ func Run(cfg Config) Result {
 	s.scheduleFaults()
 	s.at(cfg.FaultTime, s.stopFaults)
 	end := cfg.FaultTime + cfg.SettleTime
+	s.scheduleLeases(end)
 	if !cfg.NoChecks {
 		s.every(s.chk.bound/8, end, s.chk.deadlines)
 	}
@@ -328,7 +339,11 @@ func Run(cfg Config) Result {
 			break
 		}
 	}
-	return Result{Seed: cfg.Seed, Violation: s.chk.violation, Stats: s.stats}
+	s.lc.stats.MaxAcked = s.lc.maxAcked
+	if s.leasesOn() && s.cfg.ReadLease.History != nil {
+		s.cfg.ReadLease.History(s.lc.history)
+	}
+	return Result{Seed: cfg.Seed, Violation: s.chk.violation, Stats: s.stats, Leases: s.lc.stats}
 }
 
 // raftTick is the replicas' Raft tick: a tenth of the renewal period, at
@@ -485,7 +500,7 @@ func (s *Sim) handle(e *event) {
 		s.tickNode(n)
 	case evDeliver:
 		n, from := s.nodes[e.to], s.nodes[e.from]
-		if !n.up || from.part != n.part {
+		if !n.up || from.part != n.part || s.cut(from, n) {
 			s.stats.Dropped++
 			s.snapshotDone(e, false)
 			return
@@ -616,6 +631,7 @@ func (s *Sim) deliver(n *node, e *event) {
 		}
 		n.heard = now
 		m := e.msg.(*protocol.LeaseResponse)
+		s.noteOwnerAnswer(n, m)
 		s.trace(n, "recv resp from %s epoch=%d seq=%d ack=%d inc=%d leases=%d renewHeld=%v (my inc=%d)", from.name, m.Epoch, m.Seq, m.AckSeq, m.Incarnation, len(m.Leases), m.RenewHeld, n.inc)
 		before := s.chk.heldNums(n)
 		n.own.Step(now, m)
@@ -722,6 +738,7 @@ func (s *Sim) afterReplica(n *node) time.Time {
 		s.trace(n, "term=%d lead=%d state=%s commit=%d applied=%d lsn=%d core=%v serving=%v", st.Term, st.Lead, st.RaftState, st.Commit, st.Applied, lsn, r.Core() != nil, r.Serving(now))
 	}
 	s.chk.managerStepped(n)
+	s.leaseAcked(n)
 	if s.onTable != nil {
 		if t := r.State().Table(namespace); t != nil && t.LSN() > s.tableLSN {
 			s.tableLSN = t.LSN()
@@ -800,8 +817,9 @@ func (s *Sim) send(from, to *node, msg any) {
 	if _, ok := msg.(refusal); ok {
 		s.stats.Refusals++
 	}
-	e := &event{at: s.now + s.delay(), kind: evDeliver, from: from.pos, to: to.pos, msg: msg, gen: from.inc}
-	if from.part != to.part || (s.faulting && s.rng.Float64() < s.cfg.DropRate) {
+	s.noteOwnerMsg(from, to, msg)
+	e := &event{at: s.now + s.delay() + s.linkDelay(from, to), kind: evDeliver, from: from.pos, to: to.pos, msg: msg, gen: from.inc}
+	if from.part != to.part || s.cut(from, to) || (s.faulting && s.rng.Float64() < s.cfg.DropRate) {
 		s.stats.Dropped++
 		if isSnapshot(msg) {
 			// The sender's transport learns the stream failed.
@@ -816,7 +834,7 @@ func (s *Sim) send(from, to *node, msg any) {
 	}
 	for range copies {
 		c := *e
-		c.at = s.now + s.delay()
+		c.at = s.now + s.delay() + s.linkDelay(from, to)
 		s.push(&c)
 	}
 }
@@ -902,6 +920,7 @@ func (s *Sim) start(n *node) {
 				Timing: s.cfg.Timing, Policy: s.cfg.Policy, Epoch: s.epoch, Seed: seed,
 				Rebalance: s.cfg.Rebalance, RebalanceEvery: s.cfg.RebalanceEvery, DrainGate: s.cfg.DrainGate,
 				RaftTick: s.tick, ElectionTicks: electionTicks, SnapshotEntries: cmp.Or(s.cfg.SnapshotEntries, snapshotEntries),
+				ReadLease: s.readLease(),
 			},
 			Storage: n.store, Bootstrap: s.peers, Break: s.broken(),
 		}, now)

@@ -88,6 +88,13 @@ type Replica struct {
 	// and a higher capacity, which would split the table further, are
 	// refused.
 	MaxRanges int
+
+	// ReadLease turns on quorum read leases (docs/protocol.md, "Quorum
+	// read leases"): the replicas it names serve linearizable reads of the
+	// replicated state from their own copy while a majority's promises
+	// last, and every write waits for them. The zero value names no
+	// holder: reads go to the leader or take a ReadIndex round, as before.
+	ReadLease ReadLease
 }
 
 // The defaults of MaxOwners and MaxRanges: 10,000 Owners of 64 ranges each
@@ -114,6 +121,49 @@ func (c *Replica) RangeLimit() int {
 	return DefaultMaxRanges
 }
 
+// ReadLease configures quorum read leases. Every replica of a group must be
+// given the same holders and lengths: a replica that did not know another
+// held a lease would acknowledge writes without it.
+type ReadLease struct {
+	// All makes every replica a holder; Holders names some by Raft ID
+	// instead. Neither: no replica holds a read lease.
+	All     bool
+	Holders []uint64
+	// Duration is how long a holder may serve after it asked for the
+	// promises that grant its lease, on its own clock; 0 means one
+	// election timeout (RaftTick × ElectionTicks). A crashed or cut-off
+	// holder stalls writes for at most Duration × (1 + Timing.MaxDrift)
+	// after the leader last promised it.
+	Duration time.Duration
+	// Renew is how often a holder asks again; 0 means Duration / 4. It must
+	// be shorter than Duration, or the lease lapses between rounds.
+	Renew time.Duration
+}
+
+// On reports whether any replica holds read leases.
+func (l ReadLease) On() bool { return l.All || len(l.Holders) > 0 }
+
+// Holds reports whether replica id is a holder.
+func (l ReadLease) Holds(id uint64) bool {
+	if l.All {
+		return true
+	}
+	for _, h := range l.Holders {
+		if h == id {
+			return true
+		}
+	}
+	return false
+}
+
+// ReadLeaseBound is the longest a leader counts a holder as possibly
+// serving after it last promised it, on the leader's clock: Duration ×
+// (1 + MaxDrift), so that the holder's lease, timed on a clock that may run
+// slower, has ended by then.
+func (c *Replica) ReadLeaseBound() time.Duration {
+	return time.Duration(float64(c.ReadLease.Duration) * (1 + c.Timing.MaxDrift))
+}
+
 // SetDefaults fills in the zero fields that have a default which the
 // replica needs as a value: Timing, RaftTick, ElectionTicks and
 // SnapshotEntries. (The others' zero values are read where they are used,
@@ -132,6 +182,14 @@ func (c *Replica) SetDefaults() {
 	}
 	if c.SnapshotEntries == 0 {
 		c.SnapshotEntries = 10000
+	}
+	if c.ReadLease.On() {
+		if c.ReadLease.Duration == 0 {
+			c.ReadLease.Duration = time.Duration(c.ElectionTicks) * c.RaftTick
+		}
+		if c.ReadLease.Renew == 0 {
+			c.ReadLease.Renew = c.ReadLease.Duration / 4
+		}
 	}
 }
 
@@ -154,7 +212,52 @@ func (c *Replica) Validate() error {
 			return &FieldError{Field: "Namespaces", Err: fmt.Errorf("invalid namespace name %q (1 to %d bytes)", ns, wire.MaxStringLen)}
 		}
 	}
+	if field, err := c.ReadLease.validate(c.RaftTick); err != nil {
+		return &FieldError{Field: field, Err: err}
+	}
+	if b := c.ReadLeaseBound(); c.ReadLease.On() && b >= c.Timing.OwnerLease-c.Timing.Renew {
+		// A holder's crash holds every answer for up to b: the Owners
+		// must still hear a renewal before their leases end.
+		return &FieldError{Field: "ReadLease.Duration", Err: fmt.Errorf("Duration × (1 + MaxDrift) (%s) must be shorter than OwnerLease − Renew (%s): a holder's crash stalls renewals that long",
+			b, c.Timing.OwnerLease-c.Timing.Renew)}
+	}
 	return nil
+}
+
+// validate checks a read-lease configuration whose defaults are filled in,
+// and names the field at fault. A lease shorter than two Raft ticks could
+// not be renewed before it ends (a promise needs a round trip); at most 64
+// holders.
+func (l ReadLease) validate(tick time.Duration) (string, error) {
+	if !l.On() {
+		if l.Duration != 0 || l.Renew != 0 {
+			return "ReadLease", fmt.Errorf("Duration and Renew are set but no replica holds a read lease (set All or Holders)")
+		}
+		return "", nil
+	}
+	if l.All && len(l.Holders) > 0 {
+		return "ReadLease", fmt.Errorf("All and Holders are both set")
+	}
+	if len(l.Holders) > 64 {
+		return "ReadLease", fmt.Errorf("%d holders; at most 64", len(l.Holders))
+	}
+	seen := map[uint64]bool{}
+	for _, h := range l.Holders {
+		if h == 0 {
+			return "ReadLease", fmt.Errorf("holder ID 0")
+		}
+		if seen[h] {
+			return "ReadLease", fmt.Errorf("holder %d named twice", h)
+		}
+		seen[h] = true
+	}
+	if l.Duration < 2*tick {
+		return "ReadLease.Duration", fmt.Errorf("Duration (%s) must be at least two Raft ticks (%s)", l.Duration, 2*tick)
+	}
+	if l.Renew <= 0 || l.Renew >= l.Duration {
+		return "ReadLease.Renew", fmt.Errorf("Renew (%s) must be positive and shorter than Duration (%s)", l.Renew, l.Duration)
+	}
+	return "", nil
 }
 
 // A FieldError is a configuration that Validate refuses: Field names the

@@ -1159,7 +1159,14 @@ func (x *SyncResponse) GetSyncTimeoutNanos() int64 {
 type StatusRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// namespace limits the answer to one namespace; empty means all.
-	Namespace     string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// read_lease asks the replica to answer from its own copy under its
+	// quorum read lease (docs/protocol.md, "Quorum read leases"): the answer
+	// is then linearizable, with no message to the leader, or the replica
+	// refuses with FAILED_PRECONDITION when it holds no valid lease or has a
+	// write pending. Owner loads, capacities and hot keys are the leader's
+	// alone and are left out of such an answer.
+	ReadLease     bool `protobuf:"varint,2,opt,name=read_lease,json=readLease,proto3" json:"read_lease,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1199,6 +1206,13 @@ func (x *StatusRequest) GetNamespace() string {
 		return x.Namespace
 	}
 	return ""
+}
+
+func (x *StatusRequest) GetReadLease() bool {
+	if x != nil {
+		return x.ReadLease
+	}
+	return false
 }
 
 type OwnerStatus struct {
@@ -1544,7 +1558,9 @@ type Cluster struct {
 	// to its state.
 	Applied uint64 `protobuf:"varint,7,opt,name=applied,proto3" json:"applied,omitempty"`
 	// peers lists every member of the group, the answering replica included.
-	Peers         []*Peer `protobuf:"bytes,8,rep,name=peers,proto3" json:"peers,omitempty"`
+	Peers []*Peer `protobuf:"bytes,8,rep,name=peers,proto3" json:"peers,omitempty"`
+	// read_lease is the answering replica's quorum read lease.
+	ReadLease     *ReadLeaseInfo `protobuf:"bytes,9,opt,name=read_lease,json=readLease,proto3" json:"read_lease,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1635,6 +1651,285 @@ func (x *Cluster) GetPeers() []*Peer {
 	return nil
 }
 
+func (x *Cluster) GetReadLease() *ReadLeaseInfo {
+	if x != nil {
+		return x.ReadLease
+	}
+	return nil
+}
+
+// ReadLeaseInfo is one replica's quorum read lease.
+type ReadLeaseInfo struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// holder is true when the configuration names this replica a holder.
+	Holder bool `protobuf:"varint,1,opt,name=holder,proto3" json:"holder,omitempty"`
+	// serving is true when the replica would answer a lease read now.
+	Serving bool `protobuf:"varint,2,opt,name=serving,proto3" json:"serving,omitempty"`
+	// remaining_ms is how long its lease lasts from the answer, on its own
+	// clock; 0 when it has ended or was never taken.
+	RemainingMs int64 `protobuf:"varint,3,opt,name=remaining_ms,json=remainingMs,proto3" json:"remaining_ms,omitempty"`
+	// term is the Raft term of the promises that granted it.
+	Term uint64 `protobuf:"varint,4,opt,name=term,proto3" json:"term,omitempty"`
+	// visible is the highest log index the replica knows every holder has,
+	// and applied the highest it has applied: it serves only while
+	// applied <= visible.
+	Visible uint64 `protobuf:"varint,5,opt,name=visible,proto3" json:"visible,omitempty"`
+	Applied uint64 `protobuf:"varint,6,opt,name=applied,proto3" json:"applied,omitempty"`
+	// reads and refused count the lease reads it served and refused.
+	Reads         uint64 `protobuf:"varint,7,opt,name=reads,proto3" json:"reads,omitempty"`
+	Refused       uint64 `protobuf:"varint,8,opt,name=refused,proto3" json:"refused,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadLeaseInfo) Reset() {
+	*x = ReadLeaseInfo{}
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadLeaseInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadLeaseInfo) ProtoMessage() {}
+
+func (x *ReadLeaseInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadLeaseInfo.ProtoReflect.Descriptor instead.
+func (*ReadLeaseInfo) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ReadLeaseInfo) GetHolder() bool {
+	if x != nil {
+		return x.Holder
+	}
+	return false
+}
+
+func (x *ReadLeaseInfo) GetServing() bool {
+	if x != nil {
+		return x.Serving
+	}
+	return false
+}
+
+func (x *ReadLeaseInfo) GetRemainingMs() int64 {
+	if x != nil {
+		return x.RemainingMs
+	}
+	return 0
+}
+
+func (x *ReadLeaseInfo) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
+func (x *ReadLeaseInfo) GetVisible() uint64 {
+	if x != nil {
+		return x.Visible
+	}
+	return 0
+}
+
+func (x *ReadLeaseInfo) GetApplied() uint64 {
+	if x != nil {
+		return x.Applied
+	}
+	return 0
+}
+
+func (x *ReadLeaseInfo) GetReads() uint64 {
+	if x != nil {
+		return x.Reads
+	}
+	return 0
+}
+
+func (x *ReadLeaseInfo) GetRefused() uint64 {
+	if x != nil {
+		return x.Refused
+	}
+	return 0
+}
+
+// HolderRequest asks who holds a key.
+type HolderRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Key           uint64                 `protobuf:"varint,2,opt,name=key,proto3" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HolderRequest) Reset() {
+	*x = HolderRequest{}
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HolderRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HolderRequest) ProtoMessage() {}
+
+func (x *HolderRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HolderRequest.ProtoReflect.Descriptor instead.
+func (*HolderRequest) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *HolderRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *HolderRequest) GetKey() uint64 {
+	if x != nil {
+		return x.Key
+	}
+	return 0
+}
+
+// HolderResponse answers a HolderRequest from the replica's read lease:
+// linearizable with every write the Manager acknowledged and every other
+// lease read.
+type HolderResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// owner is empty when no Owner holds the key.
+	Owner string `protobuf:"bytes,1,opt,name=owner,proto3" json:"owner,omitempty"`
+	Addr  string `protobuf:"bytes,2,opt,name=addr,proto3" json:"addr,omitempty"`
+	// lgn is the lease number the Owner holds the key under.
+	Lgn uint64 `protobuf:"varint,3,opt,name=lgn,proto3" json:"lgn,omitempty"`
+	// start and end bound the leased range holding the key (end exclusive; 0
+	// means the end of the key space).
+	Start uint64 `protobuf:"varint,4,opt,name=start,proto3" json:"start,omitempty"`
+	End   uint64 `protobuf:"varint,5,opt,name=end,proto3" json:"end,omitempty"`
+	// lsn is the lease table's LSN and index the log index the answer
+	// reflects; replica is the answering replica's Raft ID.
+	Lsn           uint64 `protobuf:"varint,6,opt,name=lsn,proto3" json:"lsn,omitempty"`
+	Index         uint64 `protobuf:"varint,7,opt,name=index,proto3" json:"index,omitempty"`
+	Replica       uint64 `protobuf:"varint,8,opt,name=replica,proto3" json:"replica,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HolderResponse) Reset() {
+	*x = HolderResponse{}
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HolderResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HolderResponse) ProtoMessage() {}
+
+func (x *HolderResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HolderResponse.ProtoReflect.Descriptor instead.
+func (*HolderResponse) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *HolderResponse) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *HolderResponse) GetAddr() string {
+	if x != nil {
+		return x.Addr
+	}
+	return ""
+}
+
+func (x *HolderResponse) GetLgn() uint64 {
+	if x != nil {
+		return x.Lgn
+	}
+	return 0
+}
+
+func (x *HolderResponse) GetStart() uint64 {
+	if x != nil {
+		return x.Start
+	}
+	return 0
+}
+
+func (x *HolderResponse) GetEnd() uint64 {
+	if x != nil {
+		return x.End
+	}
+	return 0
+}
+
+func (x *HolderResponse) GetLsn() uint64 {
+	if x != nil {
+		return x.Lsn
+	}
+	return 0
+}
+
+func (x *HolderResponse) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *HolderResponse) GetReplica() uint64 {
+	if x != nil {
+		return x.Replica
+	}
+	return 0
+}
+
 // Peer is one member of the Manager's Raft group.
 type Peer struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1658,7 +1953,7 @@ type Peer struct {
 
 func (x *Peer) Reset() {
 	*x = Peer{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[20]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1670,7 +1965,7 @@ func (x *Peer) String() string {
 func (*Peer) ProtoMessage() {}
 
 func (x *Peer) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[20]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1683,7 +1978,7 @@ func (x *Peer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Peer.ProtoReflect.Descriptor instead.
 func (*Peer) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{20}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Peer) GetId() uint64 {
@@ -1737,7 +2032,7 @@ type AddPeerRequest struct {
 
 func (x *AddPeerRequest) Reset() {
 	*x = AddPeerRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[21]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1749,7 +2044,7 @@ func (x *AddPeerRequest) String() string {
 func (*AddPeerRequest) ProtoMessage() {}
 
 func (x *AddPeerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[21]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1762,7 +2057,7 @@ func (x *AddPeerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddPeerRequest.ProtoReflect.Descriptor instead.
 func (*AddPeerRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{21}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *AddPeerRequest) GetId() uint64 {
@@ -1797,7 +2092,7 @@ type RemovePeerRequest struct {
 
 func (x *RemovePeerRequest) Reset() {
 	*x = RemovePeerRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[22]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1809,7 +2104,7 @@ func (x *RemovePeerRequest) String() string {
 func (*RemovePeerRequest) ProtoMessage() {}
 
 func (x *RemovePeerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[22]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1822,7 +2117,7 @@ func (x *RemovePeerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemovePeerRequest.ProtoReflect.Descriptor instead.
 func (*RemovePeerRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{22}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RemovePeerRequest) GetId() uint64 {
@@ -1844,7 +2139,7 @@ type ClusterResponse struct {
 
 func (x *ClusterResponse) Reset() {
 	*x = ClusterResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[23]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1856,7 +2151,7 @@ func (x *ClusterResponse) String() string {
 func (*ClusterResponse) ProtoMessage() {}
 
 func (x *ClusterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[23]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1869,7 +2164,7 @@ func (x *ClusterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterResponse.ProtoReflect.Descriptor instead.
 func (*ClusterResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{23}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ClusterResponse) GetCluster() *Cluster {
@@ -1889,7 +2184,7 @@ type DrainRequest struct {
 
 func (x *DrainRequest) Reset() {
 	*x = DrainRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[24]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1901,7 +2196,7 @@ func (x *DrainRequest) String() string {
 func (*DrainRequest) ProtoMessage() {}
 
 func (x *DrainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[24]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1914,7 +2209,7 @@ func (x *DrainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainRequest.ProtoReflect.Descriptor instead.
 func (*DrainRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{24}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *DrainRequest) GetNamespace() string {
@@ -1939,7 +2234,7 @@ type DrainResponse struct {
 
 func (x *DrainResponse) Reset() {
 	*x = DrainResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[25]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1951,7 +2246,7 @@ func (x *DrainResponse) String() string {
 func (*DrainResponse) ProtoMessage() {}
 
 func (x *DrainResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[25]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1964,7 +2259,7 @@ func (x *DrainResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainResponse.ProtoReflect.Descriptor instead.
 func (*DrainResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{25}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{28}
 }
 
 type BackupRequest struct {
@@ -1975,7 +2270,7 @@ type BackupRequest struct {
 
 func (x *BackupRequest) Reset() {
 	*x = BackupRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[26]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1987,7 +2282,7 @@ func (x *BackupRequest) String() string {
 func (*BackupRequest) ProtoMessage() {}
 
 func (x *BackupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[26]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2000,7 +2295,7 @@ func (x *BackupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupRequest.ProtoReflect.Descriptor instead.
 func (*BackupRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{26}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{29}
 }
 
 // BackupChunk is the next part of a backup; the parts concatenated are the
@@ -2014,7 +2309,7 @@ type BackupChunk struct {
 
 func (x *BackupChunk) Reset() {
 	*x = BackupChunk{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[27]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2026,7 +2321,7 @@ func (x *BackupChunk) String() string {
 func (*BackupChunk) ProtoMessage() {}
 
 func (x *BackupChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[27]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2039,7 +2334,7 @@ func (x *BackupChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupChunk.ProtoReflect.Descriptor instead.
 func (*BackupChunk) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{27}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *BackupChunk) GetData() []byte {
@@ -2066,7 +2361,7 @@ type RaftMessage struct {
 
 func (x *RaftMessage) Reset() {
 	*x = RaftMessage{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[28]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2078,7 +2373,7 @@ func (x *RaftMessage) String() string {
 func (*RaftMessage) ProtoMessage() {}
 
 func (x *RaftMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[28]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2091,7 +2386,7 @@ func (x *RaftMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftMessage.ProtoReflect.Descriptor instead.
 func (*RaftMessage) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{28}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RaftMessage) GetMessage() []byte {
@@ -2118,7 +2413,7 @@ type RaftAck struct {
 
 func (x *RaftAck) Reset() {
 	*x = RaftAck{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[29]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2130,7 +2425,7 @@ func (x *RaftAck) String() string {
 func (*RaftAck) ProtoMessage() {}
 
 func (x *RaftAck) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[29]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2143,7 +2438,7 @@ func (x *RaftAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftAck.ProtoReflect.Descriptor instead.
 func (*RaftAck) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{29}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{32}
 }
 
 // LossesRequest subscribes to a gateway's loss notifications.
@@ -2163,7 +2458,7 @@ type LossesRequest struct {
 
 func (x *LossesRequest) Reset() {
 	*x = LossesRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[30]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2175,7 +2470,7 @@ func (x *LossesRequest) String() string {
 func (*LossesRequest) ProtoMessage() {}
 
 func (x *LossesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[30]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2188,7 +2483,7 @@ func (x *LossesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LossesRequest.ProtoReflect.Descriptor instead.
 func (*LossesRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{30}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *LossesRequest) GetNamespace() string {
@@ -2232,7 +2527,7 @@ type LossNotification struct {
 
 func (x *LossNotification) Reset() {
 	*x = LossNotification{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[31]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2244,7 +2539,7 @@ func (x *LossNotification) String() string {
 func (*LossNotification) ProtoMessage() {}
 
 func (x *LossNotification) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[31]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2257,7 +2552,7 @@ func (x *LossNotification) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LossNotification.ProtoReflect.Descriptor instead.
 func (*LossNotification) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{31}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *LossNotification) GetId() uint64 {
@@ -2306,7 +2601,7 @@ type CoversRequest struct {
 
 func (x *CoversRequest) Reset() {
 	*x = CoversRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[32]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2318,7 +2613,7 @@ func (x *CoversRequest) String() string {
 func (*CoversRequest) ProtoMessage() {}
 
 func (x *CoversRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[32]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2331,7 +2626,7 @@ func (x *CoversRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CoversRequest.ProtoReflect.Descriptor instead.
 func (*CoversRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{32}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *CoversRequest) GetId() uint64 {
@@ -2359,7 +2654,7 @@ type CoversResponse struct {
 
 func (x *CoversResponse) Reset() {
 	*x = CoversResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[33]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2371,7 +2666,7 @@ func (x *CoversResponse) String() string {
 func (*CoversResponse) ProtoMessage() {}
 
 func (x *CoversResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[33]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2384,7 +2679,7 @@ func (x *CoversResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CoversResponse.ProtoReflect.Descriptor instead.
 func (*CoversResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{33}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *CoversResponse) GetCovers() bool {
@@ -2497,9 +2792,11 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x06update\x18\x04 \x01(\v2\x14.leasehold.v1.UpdateR\x06update\x12\x1d\n" +
 	"\n" +
 	"sync_nanos\x18\x05 \x01(\x03R\tsyncNanos\x12,\n" +
-	"\x12sync_timeout_nanos\x18\x06 \x01(\x03R\x10syncTimeoutNanos\"-\n" +
+	"\x12sync_timeout_nanos\x18\x06 \x01(\x03R\x10syncTimeoutNanos\"L\n" +
 	"\rStatusRequest\x12\x1c\n" +
-	"\tnamespace\x18\x01 \x01(\tR\tnamespace\"\x96\x02\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1d\n" +
+	"\n" +
+	"read_lease\x18\x02 \x01(\bR\treadLease\"\x96\x02\n" +
 	"\vOwnerStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12 \n" +
@@ -2527,7 +2824,7 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\n" +
 	"namespaces\x18\x02 \x03(\v2\x1d.leasehold.v1.NamespaceStatusR\n" +
 	"namespaces\x12/\n" +
-	"\acluster\x18\x03 \x01(\v2\x15.leasehold.v1.ClusterR\acluster\"\xd6\x01\n" +
+	"\acluster\x18\x03 \x01(\v2\x15.leasehold.v1.ClusterR\acluster\"\x92\x02\n" +
 	"\aCluster\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x12\x16\n" +
@@ -2537,7 +2834,30 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x04term\x18\x05 \x01(\x04R\x04term\x12\x16\n" +
 	"\x06commit\x18\x06 \x01(\x04R\x06commit\x12\x18\n" +
 	"\aapplied\x18\a \x01(\x04R\aapplied\x12(\n" +
-	"\x05peers\x18\b \x03(\v2\x12.leasehold.v1.PeerR\x05peers\"w\n" +
+	"\x05peers\x18\b \x03(\v2\x12.leasehold.v1.PeerR\x05peers\x12:\n" +
+	"\n" +
+	"read_lease\x18\t \x01(\v2\x1b.leasehold.v1.ReadLeaseInfoR\treadLease\"\xdc\x01\n" +
+	"\rReadLeaseInfo\x12\x16\n" +
+	"\x06holder\x18\x01 \x01(\bR\x06holder\x12\x18\n" +
+	"\aserving\x18\x02 \x01(\bR\aserving\x12!\n" +
+	"\fremaining_ms\x18\x03 \x01(\x03R\vremainingMs\x12\x12\n" +
+	"\x04term\x18\x04 \x01(\x04R\x04term\x12\x18\n" +
+	"\avisible\x18\x05 \x01(\x04R\avisible\x12\x18\n" +
+	"\aapplied\x18\x06 \x01(\x04R\aapplied\x12\x14\n" +
+	"\x05reads\x18\a \x01(\x04R\x05reads\x12\x18\n" +
+	"\arefused\x18\b \x01(\x04R\arefused\"?\n" +
+	"\rHolderRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\x04R\x03key\"\xb6\x01\n" +
+	"\x0eHolderResponse\x12\x14\n" +
+	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x12\n" +
+	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x10\n" +
+	"\x03lgn\x18\x03 \x01(\x04R\x03lgn\x12\x14\n" +
+	"\x05start\x18\x04 \x01(\x04R\x05start\x12\x10\n" +
+	"\x03end\x18\x05 \x01(\x04R\x03end\x12\x10\n" +
+	"\x03lsn\x18\x06 \x01(\x04R\x03lsn\x12\x14\n" +
+	"\x05index\x18\a \x01(\x04R\x05index\x12\x18\n" +
+	"\areplica\x18\b \x01(\x04R\areplica\"w\n" +
 	"\x04Peer\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x1f\n" +
@@ -2585,14 +2905,15 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x06Leases\x12F\n" +
 	"\aSession\x12\x1a.leasehold.v1.LeaseRequest\x1a\x1b.leasehold.v1.LeaseResponse(\x010\x012L\n" +
 	"\aLookups\x12A\n" +
-	"\x04Sync\x12\x19.leasehold.v1.SyncRequest\x1a\x1a.leasehold.v1.SyncResponse(\x010\x012\xe8\x02\n" +
+	"\x04Sync\x12\x19.leasehold.v1.SyncRequest\x1a\x1a.leasehold.v1.SyncResponse(\x010\x012\xad\x03\n" +
 	"\x05Admin\x12C\n" +
 	"\x06Status\x12\x1b.leasehold.v1.StatusRequest\x1a\x1c.leasehold.v1.StatusResponse\x12F\n" +
 	"\aAddPeer\x12\x1c.leasehold.v1.AddPeerRequest\x1a\x1d.leasehold.v1.ClusterResponse\x12L\n" +
 	"\n" +
 	"RemovePeer\x12\x1f.leasehold.v1.RemovePeerRequest\x1a\x1d.leasehold.v1.ClusterResponse\x12@\n" +
 	"\x05Drain\x12\x1a.leasehold.v1.DrainRequest\x1a\x1b.leasehold.v1.DrainResponse\x12B\n" +
-	"\x06Backup\x12\x1b.leasehold.v1.BackupRequest\x1a\x19.leasehold.v1.BackupChunk0\x012B\n" +
+	"\x06Backup\x12\x1b.leasehold.v1.BackupRequest\x1a\x19.leasehold.v1.BackupChunk0\x01\x12C\n" +
+	"\x06Holder\x12\x1b.leasehold.v1.HolderRequest\x1a\x1c.leasehold.v1.HolderResponse2B\n" +
 	"\x04Raft\x12:\n" +
 	"\x04Send\x12\x19.leasehold.v1.RaftMessage\x1a\x15.leasehold.v1.RaftAck(\x012\x97\x01\n" +
 	"\aGateway\x12G\n" +
@@ -2611,7 +2932,7 @@ func file_leasehold_v1_leasehold_proto_rawDescGZIP() []byte {
 	return file_leasehold_v1_leasehold_proto_rawDescData
 }
 
-var file_leasehold_v1_leasehold_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_leasehold_v1_leasehold_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
 var file_leasehold_v1_leasehold_proto_goTypes = []any{
 	(*Range)(nil),             // 0: leasehold.v1.Range
 	(*Lease)(nil),             // 1: leasehold.v1.Lease
@@ -2633,20 +2954,23 @@ var file_leasehold_v1_leasehold_proto_goTypes = []any{
 	(*NamespaceStatus)(nil),   // 17: leasehold.v1.NamespaceStatus
 	(*StatusResponse)(nil),    // 18: leasehold.v1.StatusResponse
 	(*Cluster)(nil),           // 19: leasehold.v1.Cluster
-	(*Peer)(nil),              // 20: leasehold.v1.Peer
-	(*AddPeerRequest)(nil),    // 21: leasehold.v1.AddPeerRequest
-	(*RemovePeerRequest)(nil), // 22: leasehold.v1.RemovePeerRequest
-	(*ClusterResponse)(nil),   // 23: leasehold.v1.ClusterResponse
-	(*DrainRequest)(nil),      // 24: leasehold.v1.DrainRequest
-	(*DrainResponse)(nil),     // 25: leasehold.v1.DrainResponse
-	(*BackupRequest)(nil),     // 26: leasehold.v1.BackupRequest
-	(*BackupChunk)(nil),       // 27: leasehold.v1.BackupChunk
-	(*RaftMessage)(nil),       // 28: leasehold.v1.RaftMessage
-	(*RaftAck)(nil),           // 29: leasehold.v1.RaftAck
-	(*LossesRequest)(nil),     // 30: leasehold.v1.LossesRequest
-	(*LossNotification)(nil),  // 31: leasehold.v1.LossNotification
-	(*CoversRequest)(nil),     // 32: leasehold.v1.CoversRequest
-	(*CoversResponse)(nil),    // 33: leasehold.v1.CoversResponse
+	(*ReadLeaseInfo)(nil),     // 20: leasehold.v1.ReadLeaseInfo
+	(*HolderRequest)(nil),     // 21: leasehold.v1.HolderRequest
+	(*HolderResponse)(nil),    // 22: leasehold.v1.HolderResponse
+	(*Peer)(nil),              // 23: leasehold.v1.Peer
+	(*AddPeerRequest)(nil),    // 24: leasehold.v1.AddPeerRequest
+	(*RemovePeerRequest)(nil), // 25: leasehold.v1.RemovePeerRequest
+	(*ClusterResponse)(nil),   // 26: leasehold.v1.ClusterResponse
+	(*DrainRequest)(nil),      // 27: leasehold.v1.DrainRequest
+	(*DrainResponse)(nil),     // 28: leasehold.v1.DrainResponse
+	(*BackupRequest)(nil),     // 29: leasehold.v1.BackupRequest
+	(*BackupChunk)(nil),       // 30: leasehold.v1.BackupChunk
+	(*RaftMessage)(nil),       // 31: leasehold.v1.RaftMessage
+	(*RaftAck)(nil),           // 32: leasehold.v1.RaftAck
+	(*LossesRequest)(nil),     // 33: leasehold.v1.LossesRequest
+	(*LossNotification)(nil),  // 34: leasehold.v1.LossNotification
+	(*CoversRequest)(nil),     // 35: leasehold.v1.CoversRequest
+	(*CoversResponse)(nil),    // 36: leasehold.v1.CoversResponse
 }
 var file_leasehold_v1_leasehold_proto_depIdxs = []int32{
 	0,  // 0: leasehold.v1.Lease.range:type_name -> leasehold.v1.Range
@@ -2670,34 +2994,37 @@ var file_leasehold_v1_leasehold_proto_depIdxs = []int32{
 	15, // 18: leasehold.v1.NamespaceStatus.owners:type_name -> leasehold.v1.OwnerStatus
 	17, // 19: leasehold.v1.StatusResponse.namespaces:type_name -> leasehold.v1.NamespaceStatus
 	19, // 20: leasehold.v1.StatusResponse.cluster:type_name -> leasehold.v1.Cluster
-	20, // 21: leasehold.v1.Cluster.peers:type_name -> leasehold.v1.Peer
-	19, // 22: leasehold.v1.ClusterResponse.cluster:type_name -> leasehold.v1.Cluster
-	0,  // 23: leasehold.v1.LossNotification.ranges:type_name -> leasehold.v1.Range
-	2,  // 24: leasehold.v1.Leases.Session:input_type -> leasehold.v1.LeaseRequest
-	12, // 25: leasehold.v1.Lookups.Sync:input_type -> leasehold.v1.SyncRequest
-	14, // 26: leasehold.v1.Admin.Status:input_type -> leasehold.v1.StatusRequest
-	21, // 27: leasehold.v1.Admin.AddPeer:input_type -> leasehold.v1.AddPeerRequest
-	22, // 28: leasehold.v1.Admin.RemovePeer:input_type -> leasehold.v1.RemovePeerRequest
-	24, // 29: leasehold.v1.Admin.Drain:input_type -> leasehold.v1.DrainRequest
-	26, // 30: leasehold.v1.Admin.Backup:input_type -> leasehold.v1.BackupRequest
-	28, // 31: leasehold.v1.Raft.Send:input_type -> leasehold.v1.RaftMessage
-	30, // 32: leasehold.v1.Gateway.Losses:input_type -> leasehold.v1.LossesRequest
-	32, // 33: leasehold.v1.Gateway.Covers:input_type -> leasehold.v1.CoversRequest
-	7,  // 34: leasehold.v1.Leases.Session:output_type -> leasehold.v1.LeaseResponse
-	13, // 35: leasehold.v1.Lookups.Sync:output_type -> leasehold.v1.SyncResponse
-	18, // 36: leasehold.v1.Admin.Status:output_type -> leasehold.v1.StatusResponse
-	23, // 37: leasehold.v1.Admin.AddPeer:output_type -> leasehold.v1.ClusterResponse
-	23, // 38: leasehold.v1.Admin.RemovePeer:output_type -> leasehold.v1.ClusterResponse
-	25, // 39: leasehold.v1.Admin.Drain:output_type -> leasehold.v1.DrainResponse
-	27, // 40: leasehold.v1.Admin.Backup:output_type -> leasehold.v1.BackupChunk
-	29, // 41: leasehold.v1.Raft.Send:output_type -> leasehold.v1.RaftAck
-	31, // 42: leasehold.v1.Gateway.Losses:output_type -> leasehold.v1.LossNotification
-	33, // 43: leasehold.v1.Gateway.Covers:output_type -> leasehold.v1.CoversResponse
-	34, // [34:44] is the sub-list for method output_type
-	24, // [24:34] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	23, // 21: leasehold.v1.Cluster.peers:type_name -> leasehold.v1.Peer
+	20, // 22: leasehold.v1.Cluster.read_lease:type_name -> leasehold.v1.ReadLeaseInfo
+	19, // 23: leasehold.v1.ClusterResponse.cluster:type_name -> leasehold.v1.Cluster
+	0,  // 24: leasehold.v1.LossNotification.ranges:type_name -> leasehold.v1.Range
+	2,  // 25: leasehold.v1.Leases.Session:input_type -> leasehold.v1.LeaseRequest
+	12, // 26: leasehold.v1.Lookups.Sync:input_type -> leasehold.v1.SyncRequest
+	14, // 27: leasehold.v1.Admin.Status:input_type -> leasehold.v1.StatusRequest
+	24, // 28: leasehold.v1.Admin.AddPeer:input_type -> leasehold.v1.AddPeerRequest
+	25, // 29: leasehold.v1.Admin.RemovePeer:input_type -> leasehold.v1.RemovePeerRequest
+	27, // 30: leasehold.v1.Admin.Drain:input_type -> leasehold.v1.DrainRequest
+	29, // 31: leasehold.v1.Admin.Backup:input_type -> leasehold.v1.BackupRequest
+	21, // 32: leasehold.v1.Admin.Holder:input_type -> leasehold.v1.HolderRequest
+	31, // 33: leasehold.v1.Raft.Send:input_type -> leasehold.v1.RaftMessage
+	33, // 34: leasehold.v1.Gateway.Losses:input_type -> leasehold.v1.LossesRequest
+	35, // 35: leasehold.v1.Gateway.Covers:input_type -> leasehold.v1.CoversRequest
+	7,  // 36: leasehold.v1.Leases.Session:output_type -> leasehold.v1.LeaseResponse
+	13, // 37: leasehold.v1.Lookups.Sync:output_type -> leasehold.v1.SyncResponse
+	18, // 38: leasehold.v1.Admin.Status:output_type -> leasehold.v1.StatusResponse
+	26, // 39: leasehold.v1.Admin.AddPeer:output_type -> leasehold.v1.ClusterResponse
+	26, // 40: leasehold.v1.Admin.RemovePeer:output_type -> leasehold.v1.ClusterResponse
+	28, // 41: leasehold.v1.Admin.Drain:output_type -> leasehold.v1.DrainResponse
+	30, // 42: leasehold.v1.Admin.Backup:output_type -> leasehold.v1.BackupChunk
+	22, // 43: leasehold.v1.Admin.Holder:output_type -> leasehold.v1.HolderResponse
+	32, // 44: leasehold.v1.Raft.Send:output_type -> leasehold.v1.RaftAck
+	34, // 45: leasehold.v1.Gateway.Losses:output_type -> leasehold.v1.LossNotification
+	36, // 46: leasehold.v1.Gateway.Covers:output_type -> leasehold.v1.CoversResponse
+	36, // [36:47] is the sub-list for method output_type
+	25, // [25:36] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_v1_leasehold_proto_init() }
@@ -2711,7 +3038,7 @@ func file_leasehold_v1_leasehold_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leasehold_v1_leasehold_proto_rawDesc), len(file_leasehold_v1_leasehold_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   34,
+			NumMessages:   37,
 			NumExtensions: 0,
 			NumServices:   5,
 		},

@@ -232,6 +232,7 @@ const (
 	Admin_RemovePeer_FullMethodName = "/leasehold.v1.Admin/RemovePeer"
 	Admin_Drain_FullMethodName      = "/leasehold.v1.Admin/Drain"
 	Admin_Backup_FullMethodName     = "/leasehold.v1.Admin/Backup"
+	Admin_Holder_FullMethodName     = "/leasehold.v1.Admin/Holder"
 )
 
 // AdminClient is the client API for Admin service.
@@ -254,6 +255,11 @@ type AdminClient interface {
 	// Backup streams a consistent copy of the answering replica's data
 	// directory (its Raft log and snapshot) while it keeps running.
 	Backup(ctx context.Context, in *BackupRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[BackupChunk], error)
+	// Holder answers which Owner holds a key, under which lease number, from
+	// the answering replica's quorum read lease: any holder answers with no
+	// message to the leader; a replica without a valid lease refuses with
+	// FAILED_PRECONDITION.
+	Holder(ctx context.Context, in *HolderRequest, opts ...grpc.CallOption) (*HolderResponse, error)
 }
 
 type adminClient struct {
@@ -323,6 +329,16 @@ func (c *adminClient) Backup(ctx context.Context, in *BackupRequest, opts ...grp
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Admin_BackupClient = grpc.ServerStreamingClient[BackupChunk]
 
+func (c *adminClient) Holder(ctx context.Context, in *HolderRequest, opts ...grpc.CallOption) (*HolderResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(HolderResponse)
+	err := c.cc.Invoke(ctx, Admin_Holder_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -343,6 +359,11 @@ type AdminServer interface {
 	// Backup streams a consistent copy of the answering replica's data
 	// directory (its Raft log and snapshot) while it keeps running.
 	Backup(*BackupRequest, grpc.ServerStreamingServer[BackupChunk]) error
+	// Holder answers which Owner holds a key, under which lease number, from
+	// the answering replica's quorum read lease: any holder answers with no
+	// message to the leader; a replica without a valid lease refuses with
+	// FAILED_PRECONDITION.
+	Holder(context.Context, *HolderRequest) (*HolderResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -367,6 +388,9 @@ func (UnimplementedAdminServer) Drain(context.Context, *DrainRequest) (*DrainRes
 }
 func (UnimplementedAdminServer) Backup(*BackupRequest, grpc.ServerStreamingServer[BackupChunk]) error {
 	return status.Error(codes.Unimplemented, "method Backup not implemented")
+}
+func (UnimplementedAdminServer) Holder(context.Context, *HolderRequest) (*HolderResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Holder not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -472,6 +496,24 @@ func _Admin_Backup_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Admin_BackupServer = grpc.ServerStreamingServer[BackupChunk]
 
+func _Admin_Holder_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(HolderRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).Holder(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_Holder_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).Holder(ctx, req.(*HolderRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -494,6 +536,10 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Drain",
 			Handler:    _Admin_Drain_Handler,
+		},
+		{
+			MethodName: "Holder",
+			Handler:    _Admin_Holder_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
