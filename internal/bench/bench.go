@@ -63,6 +63,12 @@ type Options struct {
 	// sweep, with churn and without unless Churn says "on" or "off".
 	Owners, Lookups int
 	Churn           string
+	// Measure is the length of each measured window of loopback (0: 2
+	// minutes; 3 s at Smoke size).
+	Measure time.Duration
+	// Manager is the leasehold binary loopback runs as the Manager; empty:
+	// it builds ./cmd/leasehold of the module in the working directory.
+	Manager string
 	// Progress, if set, is told how far the run is, in [0, 1], with a short
 	// description of the current step. Called from the goroutine of Run.
 	Progress func(done float64, step string)

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -68,6 +69,9 @@ type options struct {
 	// scale's single point
 	owners, lookups int
 	churn           string
+	cpuProfile      string
+	measure         time.Duration
+	managerBin      string
 }
 
 func newCommand(stdout, stderr io.Writer) *cobra.Command {
@@ -129,6 +133,9 @@ Exit codes: 0 success, 1 runtime failure, 2 bad usage.`,
 	f.IntVar(&o.owners, "owners", 0, "scale: run only the point with this many Owners (with --lookups)")
 	f.IntVar(&o.lookups, "lookups", 0, "scale: run only the point with this many Lookups (with --owners)")
 	f.StringVar(&o.churn, "churn", "both", "scale: the points with churn (on), without (off), or both")
+	f.DurationVar(&o.measure, "measure", 0, "loopback: the length of each measured window (default 2m)")
+	f.StringVar(&o.managerBin, "manager-bin", "", "loopback: the leasehold binary to run as the Manager (default: build ./cmd/leasehold)")
+	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the run (go tool pprof) to this file; written also when the run is stopped with SIGINT")
 	return cmd
 }
 
@@ -143,8 +150,14 @@ func (o *options) run(ctx context.Context, stdout, stderr io.Writer, name string
 	if o.beyond && name != "scale" {
 		return usagef("--beyond is for the scale scenario only")
 	}
-	if name != "scale" && (o.owners != 0 || o.lookups != 0 || o.churn != "both") {
-		return usagef("--owners, --lookups and --churn are for the scale scenario only")
+	if name != "scale" && name != "loopback" && (o.owners != 0 || o.lookups != 0 || o.churn != "both") {
+		return usagef("--owners, --lookups and --churn are for the scale and loopback scenarios only")
+	}
+	if name != "loopback" && (o.measure != 0 || o.managerBin != "") {
+		return usagef("--measure and --manager-bin are for the loopback scenario only")
+	}
+	if o.measure < 0 {
+		return usagef("--measure must not be negative")
 	}
 	switch {
 	case o.owners < 0 || o.lookups < 0:
@@ -156,9 +169,24 @@ func (o *options) run(ctx context.Context, stdout, stderr io.Writer, name string
 	case o.owners > 0 && o.beyond:
 		return usagef("--beyond runs the sweep; --owners and --lookups run one point: give one or the other")
 	}
-	opts := bench.Options{Seed: o.seed, Beyond: o.beyond, Owners: o.owners, Lookups: o.lookups, Churn: o.churn}
+	opts := bench.Options{Seed: o.seed, Beyond: o.beyond, Owners: o.owners, Lookups: o.lookups, Churn: o.churn,
+		Measure: o.measure, Manager: o.managerBin}
 	if o.smoke {
 		opts.Size = bench.Smoke
+	}
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			return err
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			f.Close()
+		}()
 	}
 	if bar := newProgressBar(stdout, stderr); bar != nil {
 		opts.Progress = bar.update

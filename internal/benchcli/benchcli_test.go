@@ -21,8 +21,8 @@ func TestUsageErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{nil, "give one SCENARIO (failover, propagation, rack, restart, scale, skew), got 0 arguments"},
-		{[]string{"scale", "rack"}, "give one SCENARIO (failover, propagation, rack, restart, scale, skew), got 2 arguments"},
+		{nil, "give one SCENARIO (failover, loopback, propagation, rack, restart, scale, skew), got 0 arguments"},
+		{[]string{"scale", "rack"}, "give one SCENARIO (failover, loopback, propagation, rack, restart, scale, skew), got 2 arguments"},
 		{[]string{"bogus"}, `unknown scenario "bogus"`},
 		{[]string{"scale", "--bogus"}, "unknown flag: --bogus"},
 		{[]string{"scale", "--seed", "x"}, `invalid argument "x" for "--seed" flag`},
@@ -30,7 +30,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"scale", "--owners", "10"}, "--owners and --lookups go together: give both or neither"},
 		{[]string{"scale", "--owners", "-1", "--lookups", "4"}, "--owners and --lookups must not be negative"},
 		{[]string{"scale", "--owners", "10", "--lookups", "40", "--churn", "sometimes"}, `--churn is on, off or both, not "sometimes"`},
-		{[]string{"rack", "--owners", "10", "--lookups", "40"}, "--owners, --lookups and --churn are for the scale scenario only"},
+		{[]string{"rack", "--owners", "10", "--lookups", "40"}, "--owners, --lookups and --churn are for the scale and loopback scenarios only"},
 		{[]string{"scale", "--owners", "10", "--lookups", "40", "--beyond"}, "--beyond runs the sweep"},
 	} {
 		code, stdout, stderr := run(t, tc.args...)
