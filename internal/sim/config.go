@@ -156,6 +156,10 @@ type Config struct {
 	// Script, if set, is called once before the run starts with a Control
 	// through which it can schedule crashes, restarts and probes of its own.
 	Script func(*Control)
+
+	// queueFloor, if set, replaces minCompact: tests make the event queue
+	// compact often to check that it leaves the run as it was.
+	queueFloor int
 }
 
 // Probe observes the Manager of a run — the leader replica — for
