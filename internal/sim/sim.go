@@ -2,7 +2,6 @@ package sim
 
 import (
 	"cmp"
-	"container/heap"
 	"errors"
 	"fmt"
 	"math"
@@ -109,22 +108,76 @@ type event struct {
 	fn   func()
 }
 
-type queue []*event
+// queue is the event queue: a binary min-heap ordered by (at, seq), a
+// total order, so events pop in the same order whatever the heap's shape.
+// Each slot carries its event's key, so that sifting compares without
+// following a pointer: with hundreds of thousands of events queued, those
+// pointer chases (cache misses) were most of the heap's time.
+type queue []qitem
 
-func (q queue) Len() int { return len(q) }
-func (q queue) Less(i, j int) bool {
-	if q[i].at != q[j].at {
-		return q[i].at < q[j].at
-	}
-	return q[i].seq < q[j].seq
+type qitem struct {
+	at  time.Duration
+	seq uint64
+	e   *event
 }
-func (q queue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
-func (q *queue) Push(x any)   { *q = append(*q, x.(*event)) }
-func (q *queue) Pop() any {
-	old := *q
-	e := old[len(old)-1]
-	*q = old[:len(old)-1]
-	return e
+
+func (a qitem) less(b qitem) bool {
+	if a.at != b.at {
+		return a.at < b.at
+	}
+	return a.seq < b.seq
+}
+
+func (q *queue) push(e *event) {
+	*q = append(*q, qitem{e.at, e.seq, e})
+	h := *q
+	i := len(h) - 1
+	for i > 0 {
+		p := (i - 1) / 2
+		if !h[i].less(h[p]) {
+			break
+		}
+		h[i], h[p] = h[p], h[i]
+		i = p
+	}
+}
+
+func (q *queue) pop() *event {
+	h := *q
+	top := h[0].e
+	n := len(h) - 1
+	h[0] = h[n]
+	h[n] = qitem{}
+	h = h[:n]
+	*q = h
+	q.down(0)
+	return top
+}
+
+func (q queue) down(i int) {
+	n := len(q)
+	for {
+		l := 2*i + 1
+		if l >= n {
+			return
+		}
+		m := l
+		if r := l + 1; r < n && q[r].less(q[l]) {
+			m = r
+		}
+		if !q[m].less(q[i]) {
+			return
+		}
+		q[i], q[m] = q[m], q[i]
+		i = m
+	}
+}
+
+// init restores the heap order after the slice was changed at will.
+func (q queue) init() {
+	for i := len(q)/2 - 1; i >= 0; i-- {
+		q.down(i)
+	}
 }
 
 // Sim is one simulated run.
@@ -308,8 +361,8 @@ func Run(cfg Config) Result {
 	if cfg.Script != nil {
 		cfg.Script(&Control{s: s, end: end})
 	}
-	for s.q.Len() > 0 && s.chk.violation == nil && !s.stopped {
-		e := heap.Pop(&s.q).(*event)
+	for len(s.q) > 0 && s.chk.violation == nil && !s.stopped {
+		e := s.q.pop()
 		if e.at > end {
 			break
 		}
@@ -477,7 +530,7 @@ func (s *Sim) every(d, end time.Duration, fn func()) {
 func (s *Sim) push(e *event) {
 	s.seq++
 	e.seq = s.seq
-	heap.Push(&s.q, e)
+	s.q.push(e)
 	if len(s.q) >= s.compactAt {
 		s.compact()
 	}
@@ -509,18 +562,19 @@ func (s *Sim) queueFloor() int {
 func (s *Sim) compact() {
 	s.compactions++
 	q := s.q[:0]
-	for _, e := range s.q {
+	for _, it := range s.q {
+		e := it.e
 		if e.kind == evTimer && e.gen != s.nodes[e.to].gen {
 			if e.at <= s.end {
 				s.stats.Events++
 			}
 			continue
 		}
-		q = append(q, e)
+		q = append(q, it)
 	}
 	clear(s.q[len(q):])
 	s.q = q
-	heap.Init(&s.q)
+	s.q.init()
 	s.compactAt = max(2*len(s.q), s.queueFloor())
 }
 
