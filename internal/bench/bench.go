@@ -69,6 +69,11 @@ type Options struct {
 	// Manager is the leasehold binary loopback runs as the Manager; empty:
 	// it builds ./cmd/leasehold of the module in the working directory.
 	Manager string
+	// ManagerProfile, if set, makes loopback run the Manager built with a
+	// CPU profiler (internal/bench/profiledmanager) and write a profile of
+	// each measured window to ManagerProfile/OWNERS-LOOKUPS/cpu-N.prof
+	// (N = 1 without churn, 2 with, in the order the windows ran).
+	ManagerProfile string
 	// Progress, if set, is told how far the run is, in [0, 1], with a short
 	// description of the current step. Called from the goroutine of Run.
 	Progress func(done float64, step string)

@@ -84,12 +84,16 @@ type loopbackResult struct {
 	propagation            []time.Duration // per change with a loss notification
 	unreached              int             // such changes some Lookup had not applied by the end
 	ownerEvents, lookupRes int
+	warnings               int64  // clients' warnings in the window (loopback_clients.go)
 	load                   string // /proc/loadavg at the window's end
 }
 
 func runLoopback(ctx context.Context, o Options) (*Report, error) {
 	plan := loopbackPlanFor(o)
 	bin := o.Manager
+	if o.ManagerProfile != "" && bin != "" {
+		return nil, errors.New("a Manager profile needs the profiling build of the manager: give no Manager binary")
+	}
 	if bin == "" {
 		dir, err := os.MkdirTemp("", "leasehold-loopback")
 		if err != nil {
@@ -97,7 +101,11 @@ func runLoopback(ctx context.Context, o Options) (*Report, error) {
 		}
 		defer os.RemoveAll(dir)
 		o.progress(0, "building the leasehold command")
-		if bin, err = buildLeasehold(ctx, dir); err != nil {
+		pkg := "./cmd/leasehold"
+		if o.ManagerProfile != "" {
+			pkg = "./internal/bench/profiledmanager"
+		}
+		if bin, err = buildLeasehold(ctx, dir, pkg); err != nil {
 			return nil, err
 		}
 	}
@@ -105,7 +113,14 @@ func runLoopback(ctx context.Context, o Options) (*Report, error) {
 	for i, pt := range plan.points {
 		step := fmt.Sprintf("%d owners, %d lookups", pt.owners, pt.lookups)
 		o.progress(float64(i)/float64(len(plan.points)), step)
-		rs, err := runLoopbackPoint(ctx, bin, plan, pt)
+		prof := ""
+		if o.ManagerProfile != "" {
+			prof = filepath.Join(o.ManagerProfile, fmt.Sprintf("%d-%d", pt.owners, pt.lookups))
+			if err := os.MkdirAll(prof, 0o755); err != nil {
+				return nil, err
+			}
+		}
+		rs, err := runLoopbackPoint(ctx, bin, prof, plan, pt)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", step, err)
 		}
@@ -114,19 +129,19 @@ func runLoopback(ctx context.Context, o Options) (*Report, error) {
 	return loopbackReport(plan, results), nil
 }
 
-// buildLeasehold builds ./cmd/leasehold of the module the working directory
-// is in, into dir.
-func buildLeasehold(ctx context.Context, dir string) (string, error) {
+// buildLeasehold builds pkg (./cmd/leasehold, or the same with a profiler)
+// of the module the working directory is in, into dir.
+func buildLeasehold(ctx context.Context, dir, pkg string) (string, error) {
 	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
 	mod := strings.TrimSpace(string(out))
 	if err != nil || mod == "" || mod == os.DevNull {
 		return "", errors.New("cannot find the leasehold module to build the manager from: run in the source tree, or give --manager-bin")
 	}
 	bin := filepath.Join(dir, "leasehold")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/leasehold")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, pkg)
 	cmd.Dir = filepath.Dir(mod)
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ./cmd/leasehold: %v: %s", err, strings.TrimSpace(string(b)))
+		return "", fmt.Errorf("go build %s: %v: %s", pkg, err, strings.TrimSpace(string(b)))
 	}
 	return bin, nil
 }
@@ -150,9 +165,12 @@ type lossLine struct {
 	lsn keyspace.LSN
 }
 
-func startManager(ctx context.Context, bin, profile string) (*managerProc, error) {
+func startManager(ctx context.Context, bin, profDir, profile string) (*managerProc, error) {
 	cmd := exec.Command(bin, "manager", "--listen", "127.0.0.1:0", "--timings", profile,
 		"--log-format", "json", "--log-level", "info")
+	if profDir != "" {
+		cmd.Env = append(os.Environ(), "LEASEHOLD_PROFILE_DIR="+profDir)
+	}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, err
@@ -543,6 +561,7 @@ type usage struct {
 	at                   time.Time
 	mgrCPU, driverCPU    time.Duration
 	in, out, msgIn, msgO int64
+	warnings             int64
 }
 
 func (d *loadDriver) usage(pid int) (usage, error) {
@@ -555,11 +574,12 @@ func (d *loadDriver) usage(pid int) (usage, error) {
 		return usage{}, err
 	}
 	return usage{at: time.Now(), mgrCPU: c, driverCPU: self,
-		in: d.meter.in.Load(), out: d.meter.out.Load(), msgIn: d.meter.msgIn.Load(), msgO: d.meter.msgOut.Load()}, nil
+		in: d.meter.in.Load(), out: d.meter.out.Load(), msgIn: d.meter.msgIn.Load(), msgO: d.meter.msgOut.Load(),
+		warnings: d.meter.warnings.Load()}, nil
 }
 
-func runLoopbackPoint(ctx context.Context, bin string, plan loopbackPlan, pt loopbackPoint) (_ []loopbackResult, err error) {
-	mgr, err := startManager(ctx, bin, plan.profile)
+func runLoopbackPoint(ctx context.Context, bin, profDir string, plan loopbackPlan, pt loopbackPoint) (_ []loopbackResult, err error) {
+	mgr, err := startManager(ctx, bin, profDir, plan.profile)
 	if err != nil {
 		return nil, err
 	}
@@ -602,6 +622,9 @@ func runLoopbackPoint(ctx context.Context, bin string, plan loopbackPlan, pt loo
 		}
 		d.meter.takeRenewals()
 		d.meter.record(true)
+		if profDir != "" { // profile the window: cpu-1.prof, cpu-2.prof in order
+			_ = mgr.cmd.Process.Signal(syscall.SIGUSR1)
+		}
 		r := loopbackResult{loopbackPoint: pt, churn: churn}
 		if churn {
 			cctx, stopChurn := context.WithTimeout(ctx, plan.measure)
@@ -615,6 +638,9 @@ func runLoopbackPoint(ctx context.Context, bin string, plan loopbackPlan, pt loo
 			return nil, fmt.Errorf("the manager exited: %s", mgr.lastLines())
 		}
 		d.meter.record(false)
+		if profDir != "" {
+			_ = mgr.cmd.Process.Signal(syscall.SIGUSR2)
+		}
 		r.load = loadAverage()
 		r.rss, r.peakRSS = procRSS(pid)
 		secs := after.at.Sub(before.at).Seconds()
@@ -624,6 +650,7 @@ func runLoopbackPoint(ctx context.Context, bin string, plan loopbackPlan, pt loo
 		r.bytes = float64(after.in+after.out-before.in-before.out) / secs
 		r.msgs = float64(after.msgIn+after.msgO-before.msgIn-before.msgO) / secs
 		r.renewals = d.meter.takeRenewals()
+		r.warnings = after.warnings - before.warnings
 		if churn {
 			// Give the last changes a poll to arrive, then measure them.
 			if !sleepCtx(ctx, plan.timing.Sync) {
@@ -674,7 +701,7 @@ func loopbackReport(plan loopbackPlan, results []loopbackResult) *Report {
 		Setup: "—", Ours: ours}
 	table := [][]string{{"owners", "lookups", "churn", "window", "manager CPU", "manager RSS (peak)", "msgs/s", "KB/s",
 		"renewals", "renewal p50", "renewal p99", "changes", "propagation p50", "propagation p99", "propagation max", "not reached",
-		"owner stops", "lookup restarts", "driver CPU", "load average"}}
+		"owner stops", "lookup restarts", "client warnings", "driver CPU", "load average"}}
 	for _, churn := range []bool{false, true} {
 		var x, yc, yn, yr, yp []float64
 		for _, r := range results {
@@ -705,7 +732,7 @@ func loopbackReport(plan loopbackPlan, results []loopbackResult) *Report {
 			fmt.Sprintf("%.0f", r.msgs), fmt.Sprintf("%.1f", r.bytes/1000),
 			fmt.Sprint(len(r.renewals)), fmtDur(r.renewals, 50), fmtDur(r.renewals, 99),
 			fmt.Sprint(len(r.propagation)), fmtDur(r.propagation, 50), fmtDur(r.propagation, 99), fmtDur(r.propagation, 100),
-			fmt.Sprint(r.unreached), fmt.Sprint(r.ownerEvents), fmt.Sprint(r.lookupRes),
+			fmt.Sprint(r.unreached), fmt.Sprint(r.ownerEvents), fmt.Sprint(r.lookupRes), fmt.Sprint(r.warnings),
 			fmt.Sprintf("%.1f%%", 100*r.driverCPU), r.load})
 	}
 	// The largest point, for the one-line measurements.
@@ -742,6 +769,7 @@ func loopbackReport(plan loopbackPlan, results []loopbackResult) *Report {
 			"A renewal is an Owner's LeaseRequest to the LeaseResponse acknowledging it, timed in the driver (the client side), for every request answered in the window.",
 			"Propagation: for each change with a loss notification that the Manager applied in the window, from the time of its log line (applied, on the machine's clock, millisecond precision) to the moment the last Lookup that had synced before it applied an update reaching its LSN (driver's clock); Lookups stopped before they had it are left out; 'not reached' counts changes some running Lookup still lacked a poll after the window.",
 			fmt.Sprintf("Thin Lookups speak the sync protocol on the real gRPC stream as the lookup library does (same requests, same polls, same gap repair; every update received is decoded) but keep only their LSN; %d per point are the real lookup library.", loopbackFull),
+			"Client warnings are the log records at warn level of the Owners and Lookups in the window: a stream to the Manager that broke (and was reopened), or an Owner that left before all its ranges moved.",
 			"The driver runs on the same 2 cores as the Manager (its CPU is the 'driver CPU' column): latencies include its scheduling.",
 		},
 	}

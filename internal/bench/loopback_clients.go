@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"log/slog"
 	"net"
 	"strconv"
 	"sync"
@@ -29,6 +30,7 @@ import (
 type wireMeter struct {
 	in, out       atomic.Int64 // bytes
 	msgIn, msgOut atomic.Int64
+	warnings      atomic.Int64 // clients' log records at warn or above: mostly streams that broke
 
 	// Renewal round trips, client side: from an Owner's LeaseRequest
 	// leaving to the LeaseResponse that acknowledges it arriving. Only
@@ -51,6 +53,20 @@ func (m *wireMeter) takeRenewals() []time.Duration {
 	m.renewals = nil
 	return r
 }
+
+// logger counts the clients' warnings (a stream to the Manager that broke,
+// an Owner that left before its ranges moved) and discards every record.
+func (m *wireMeter) logger() *slog.Logger { return slog.New(warnCounter{m}) }
+
+type warnCounter struct{ m *wireMeter }
+
+func (h warnCounter) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+func (h warnCounter) Handle(context.Context, slog.Record) error {
+	h.m.warnings.Add(1)
+	return nil
+}
+func (h warnCounter) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h warnCounter) WithGroup(string) slog.Handler      { return h }
 
 // countedConn counts a connection's bytes into a wireMeter.
 type countedConn struct {
@@ -182,6 +198,7 @@ func (s *countedStream) RecvMsg(msg any) error {
 // arrivals records when a Lookup's copy reached each LSN: the driver's
 // clock at the moment the Lookup applied an update, and the update's LSN.
 type arrivals struct {
+	log     *slog.Logger
 	mu      sync.Mutex
 	synced  time.Time // the first update applied (zero: none yet)
 	stopped time.Time // when it was stopped (zero: running)
@@ -238,10 +255,10 @@ type lookupClient struct {
 }
 
 func startLookup(ctx context.Context, addr string, full bool, timing protocol.Timing, m *wireMeter) (*lookupClient, error) {
-	c := &lookupClient{link: &clientLink{m: m}, arr: &arrivals{}}
+	c := &lookupClient{link: &clientLink{m: m}, arr: &arrivals{log: m.logger()}}
 	if full {
 		l, err := lookup.New(ctx, lookup.Config{
-			Manager: addr, Timing: timing, DialOptions: c.link.dialOptions(),
+			Manager: addr, Timing: timing, DialOptions: c.link.dialOptions(), Logger: m.logger(),
 			OnUpdate: func(u lookup.Update) { c.arr.note(time.Now(), u.Update.To) },
 		})
 		if err != nil {
@@ -314,7 +331,7 @@ func startThinLookup(ctx context.Context, addr string, timing protocol.Timing, o
 	go func() {
 		defer l.wg.Done()
 		opened := 0
-		runtime.Keep(ctx, nil, "sync", managers,
+		runtime.Keep(ctx, arr.log, "sync", managers,
 			func(ctx context.Context, cc grpc.ClientConnInterface) (runtime.Stream[pb.SyncRequest, pb.SyncResponse], error) {
 				st, err := pb.NewLookupsClient(cc).Sync(ctx)
 				if opened++; err == nil && opened > 1 {
@@ -429,7 +446,7 @@ func startOwner(ctx context.Context, addr, id string, port int, timing protocol.
 	link := &clientLink{m: m}
 	o, err := owner.New(ctx, owner.Config{
 		Manager: addr, ID: id, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Timing: timing,
-		DialOptions: link.dialOptions(),
+		DialOptions: link.dialOptions(), Logger: m.logger(),
 	})
 	if err != nil {
 		return nil, err

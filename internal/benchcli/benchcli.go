@@ -72,6 +72,7 @@ type options struct {
 	cpuProfile      string
 	measure         time.Duration
 	managerBin      string
+	managerProfile  string
 }
 
 func newCommand(stdout, stderr io.Writer) *cobra.Command {
@@ -135,6 +136,7 @@ Exit codes: 0 success, 1 runtime failure, 2 bad usage.`,
 	f.StringVar(&o.churn, "churn", "both", "scale: the points with churn (on), without (off), or both")
 	f.DurationVar(&o.measure, "measure", 0, "loopback: the length of each measured window (default 2m)")
 	f.StringVar(&o.managerBin, "manager-bin", "", "loopback: the leasehold binary to run as the Manager (default: build ./cmd/leasehold)")
+	f.StringVar(&o.managerProfile, "manager-profile", "", "loopback: build the Manager with a CPU profiler and write a profile of each measured window under this folder (OWNERS-LOOKUPS/cpu-1.prof without churn, cpu-2.prof with)")
 	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the run (go tool pprof) to this file; written also when the run is stopped with SIGINT")
 	return cmd
 }
@@ -153,8 +155,11 @@ func (o *options) run(ctx context.Context, stdout, stderr io.Writer, name string
 	if name != "scale" && name != "loopback" && (o.owners != 0 || o.lookups != 0 || o.churn != "both") {
 		return usagef("--owners, --lookups and --churn are for the scale and loopback scenarios only")
 	}
-	if name != "loopback" && (o.measure != 0 || o.managerBin != "") {
-		return usagef("--measure and --manager-bin are for the loopback scenario only")
+	if name != "loopback" && (o.measure != 0 || o.managerBin != "" || o.managerProfile != "") {
+		return usagef("--measure, --manager-bin and --manager-profile are for the loopback scenario only")
+	}
+	if o.managerBin != "" && o.managerProfile != "" {
+		return usagef("--manager-profile builds its own Manager: give it or --manager-bin, not both")
 	}
 	if o.measure < 0 {
 		return usagef("--measure must not be negative")
@@ -170,7 +175,7 @@ func (o *options) run(ctx context.Context, stdout, stderr io.Writer, name string
 		return usagef("--beyond runs the sweep; --owners and --lookups run one point: give one or the other")
 	}
 	opts := bench.Options{Seed: o.seed, Beyond: o.beyond, Owners: o.owners, Lookups: o.lookups, Churn: o.churn,
-		Measure: o.measure, Manager: o.managerBin}
+		Measure: o.measure, Manager: o.managerBin, ManagerProfile: o.managerProfile}
 	if o.smoke {
 		opts.Size = bench.Smoke
 	}
