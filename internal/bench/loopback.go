@@ -76,11 +76,12 @@ type loopbackResult struct {
 	loopbackPoint
 	churn                  bool
 	window                 time.Duration
-	cpu                    float64 // Manager CPU seconds (user + system) per second
-	driverCPU              float64 // the load driver's, likewise
-	rss, peakRSS           int64   // bytes, at the window's end
-	bytes, msgs            float64 // per second, both directions
-	renewals               []time.Duration
+	cpu                    float64         // Manager CPU seconds (user + system) per second
+	driverCPU              float64         // the load driver's, likewise
+	rss, peakRSS           int64           // bytes, at the window's end
+	bytes, msgs            float64         // per second, both directions
+	renewals               []time.Duration // steady renewals' round trips
+	requests               []time.Duration // every lease request's
 	propagation            []time.Duration // per change with a loss notification
 	unreached              int             // such changes some Lookup had not applied by the end
 	ownerEvents, lookupRes int
@@ -110,6 +111,7 @@ func runLoopback(ctx context.Context, o Options) (*Report, error) {
 		}
 	}
 	var results []loopbackResult
+	var failed []string
 	for i, pt := range plan.points {
 		step := fmt.Sprintf("%d owners, %d lookups", pt.owners, pt.lookups)
 		o.progress(float64(i)/float64(len(plan.points)), step)
@@ -121,12 +123,25 @@ func runLoopback(ctx context.Context, o Options) (*Report, error) {
 			}
 		}
 		rs, err := runLoopbackPoint(ctx, bin, prof, plan, pt)
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", step, err)
+			// A point past what the machine can carry fails to settle:
+			// report it and keep the others.
+			failed = append(failed, fmt.Sprintf("%s: %v", step, err))
+			continue
 		}
 		results = append(results, rs...)
 	}
-	return loopbackReport(plan, results), nil
+	if len(results) == 0 {
+		return nil, fmt.Errorf("every point failed: %s", strings.Join(failed, "; "))
+	}
+	r := loopbackReport(plan, results)
+	for _, f := range failed {
+		r.Notes = append(r.Notes, "not measured: "+f)
+	}
+	return r, nil
 }
 
 // buildLeasehold builds pkg (./cmd/leasehold, or the same with a profiler)
@@ -620,7 +635,7 @@ func runLoopbackPoint(ctx context.Context, bin, profDir string, plan loopbackPla
 		if err != nil {
 			return nil, err
 		}
-		d.meter.takeRenewals()
+		d.meter.takeRoundTrips()
 		d.meter.record(true)
 		if profDir != "" { // profile the window: cpu-1.prof, cpu-2.prof in order
 			_ = mgr.cmd.Process.Signal(syscall.SIGUSR1)
@@ -649,7 +664,7 @@ func runLoopbackPoint(ctx context.Context, bin, profDir string, plan loopbackPla
 		r.driverCPU = (after.driverCPU - before.driverCPU).Seconds() / secs
 		r.bytes = float64(after.in+after.out-before.in-before.out) / secs
 		r.msgs = float64(after.msgIn+after.msgO-before.msgIn-before.msgO) / secs
-		r.renewals = d.meter.takeRenewals()
+		r.renewals, r.requests = d.meter.takeRoundTrips()
 		r.warnings = after.warnings - before.warnings
 		if churn {
 			// Give the last changes a poll to arrive, then measure them.
@@ -700,7 +715,7 @@ func loopbackReport(plan loopbackPlan, results []loopbackResult) *Report {
 		Paper: "neither paper reports either; our goals: renewal p99 < 100 ms, propagation p99 < 1 s at 1,000 Owners + 4,000 Lookups",
 		Setup: "—", Ours: ours}
 	table := [][]string{{"owners", "lookups", "churn", "window", "manager CPU", "manager RSS (peak)", "msgs/s", "KB/s",
-		"renewals", "renewal p50", "renewal p99", "changes", "propagation p50", "propagation p99", "propagation max", "not reached",
+		"renewals", "renewal p50", "renewal p99", "lease requests", "request p99", "changes", "propagation p50", "propagation p99", "propagation max", "not reached",
 		"owner stops", "lookup restarts", "client warnings", "driver CPU", "load average"}}
 	for _, churn := range []bool{false, true} {
 		var x, yc, yn, yr, yp []float64
@@ -731,6 +746,7 @@ func loopbackReport(plan loopbackPlan, results []loopbackResult) *Report {
 			fmt.Sprintf("%.2f%%", 100*r.cpu), fmt.Sprintf("%.0f MB (%.0f MB)", float64(r.rss)/1e6, float64(r.peakRSS)/1e6),
 			fmt.Sprintf("%.0f", r.msgs), fmt.Sprintf("%.1f", r.bytes/1000),
 			fmt.Sprint(len(r.renewals)), fmtDur(r.renewals, 50), fmtDur(r.renewals, 99),
+			fmt.Sprint(len(r.requests)), fmtDur(r.requests, 99),
 			fmt.Sprint(len(r.propagation)), fmtDur(r.propagation, 50), fmtDur(r.propagation, 99), fmtDur(r.propagation, 100),
 			fmt.Sprint(r.unreached), fmt.Sprint(r.ownerEvents), fmt.Sprint(r.lookupRes), fmt.Sprint(r.warnings),
 			fmt.Sprintf("%.1f%%", 100*r.driverCPU), r.load})
@@ -766,7 +782,7 @@ func loopbackReport(plan loopbackPlan, results []loopbackResult) *Report {
 		Notes: []string{
 			"Manager CPU is the process's user + system time from /proc/PID/stat over the window (CPU time, not wall time), as a share of one core; RSS from /proc/PID/status at the window's end.",
 			"Bytes and messages are counted on the driver's side of every connection (TCP payload: protobuf, gRPC and HTTP/2 framing; no TLS, no IP/TCP headers), both directions; the Manager talks to nobody else.",
-			"A renewal is an Owner's LeaseRequest to the LeaseResponse acknowledging it, timed in the driver (the client side), for every request answered in the window.",
+			"A round trip is an Owner's LeaseRequest to the LeaseResponse acknowledging it, timed in the driver (the client side), for every request answered in the window; 'renewal' columns are the steady renewals (held_as_acked, not leaving or draining), 'request' every lease request (joins, drains and goodbyes too, whose answers wait for the Manager's membership round, up to 1 s).",
 			"Propagation: for each change with a loss notification that the Manager applied in the window, from the time of its log line (applied, on the machine's clock, millisecond precision) to the moment the last Lookup that had synced before it applied an update reaching its LSN (driver's clock); Lookups stopped before they had it are left out; 'not reached' counts changes some running Lookup still lacked a poll after the window.",
 			fmt.Sprintf("Thin Lookups speak the sync protocol on the real gRPC stream as the lookup library does (same requests, same polls, same gap repair; every update received is decoded) but keep only their LSN; %d per point are the real lookup library.", loopbackFull),
 			"Client warnings are the log records at warn level of the Owners and Lookups in the window: a stream to the Manager that broke (and was reopened), or an Owner that left before all its ranges moved.",

@@ -32,12 +32,15 @@ type wireMeter struct {
 	msgIn, msgOut atomic.Int64
 	warnings      atomic.Int64 // clients' log records at warn or above: mostly streams that broke
 
-	// Renewal round trips, client side: from an Owner's LeaseRequest
-	// leaving to the LeaseResponse that acknowledges it arriving. Only
-	// those answered while recording is on are kept.
+	// Round trips, client side: from an Owner's LeaseRequest leaving to
+	// the LeaseResponse that acknowledges it arriving. Only those answered
+	// while recording is on are kept: every request, and apart the steady
+	// renewals (held_as_acked: the Owner holds what the Manager last gave,
+	// and neither leaves nor drains).
 	mu        sync.Mutex
 	recording bool
 	renewals  []time.Duration
+	requests  []time.Duration
 }
 
 func (m *wireMeter) record(on bool) {
@@ -46,12 +49,12 @@ func (m *wireMeter) record(on bool) {
 	m.mu.Unlock()
 }
 
-func (m *wireMeter) takeRenewals() []time.Duration {
+func (m *wireMeter) takeRoundTrips() (renewals, requests []time.Duration) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	r := m.renewals
-	m.renewals = nil
-	return r
+	renewals, requests = m.renewals, m.requests
+	m.renewals, m.requests = nil, nil
+	return renewals, requests
 }
 
 // logger counts the clients' warnings (a stream to the Manager that broke,
@@ -137,7 +140,7 @@ func (l *clientLink) intercept(ctx context.Context, desc *grpc.StreamDesc, cc *g
 	if err != nil {
 		return nil, err
 	}
-	return &countedStream{ClientStream: s, m: l.m, sent: map[uint64]time.Time{}}, nil
+	return &countedStream{ClientStream: s, m: l.m, sent: map[uint64]sentReq{}}, nil
 }
 
 // countedStream counts a stream's messages and times an Owner's requests
@@ -146,7 +149,12 @@ type countedStream struct {
 	grpc.ClientStream
 	m    *wireMeter
 	mu   sync.Mutex
-	sent map[uint64]time.Time // LeaseRequest.Seq → when it left
+	sent map[uint64]sentReq // LeaseRequest.Seq → when it left
+}
+
+type sentReq struct {
+	at     time.Time
+	steady bool // a steady renewal
 }
 
 func (s *countedStream) SendMsg(msg any) error {
@@ -161,7 +169,7 @@ func (s *countedStream) SendMsg(msg any) error {
 		if len(s.sent) >= 64 { // answers lost: forget the oldest
 			clear(s.sent)
 		}
-		s.sent[r.GetSeq()] = at
+		s.sent[r.GetSeq()] = sentReq{at, r.GetHeldAsAcked() && !r.GetLeaving() && !r.GetDraining()}
 		s.mu.Unlock()
 	}
 	return nil
@@ -177,7 +185,7 @@ func (s *countedStream) RecvMsg(msg any) error {
 	if r, ok := msg.(*pb.LeaseResponse); ok && r.GetAckSeq() > 0 {
 		ack := r.GetAckSeq()
 		s.mu.Lock()
-		at, found := s.sent[ack]
+		req, found := s.sent[ack]
 		for seq := range s.sent {
 			if seq <= ack {
 				delete(s.sent, seq)
@@ -187,7 +195,10 @@ func (s *countedStream) RecvMsg(msg any) error {
 		if found {
 			s.m.mu.Lock()
 			if s.m.recording {
-				s.m.renewals = append(s.m.renewals, now.Sub(at))
+				s.m.requests = append(s.m.requests, now.Sub(req.at))
+				if req.steady {
+					s.m.renewals = append(s.m.renewals, now.Sub(req.at))
+				}
 			}
 			s.m.mu.Unlock()
 		}
