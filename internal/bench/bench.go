@@ -56,7 +56,8 @@ type Options struct {
 	Seed uint64 // 0: 1
 	// Beyond adds to scale the points past the papers' 2,500 nodes that
 	// take too long for the default run: 2,500 Owners with 4 and with 10
-	// Lookups each (about 45 minutes on a 2-core machine).
+	// Lookups each (about 45 minutes on a 2-core machine); to loopback,
+	// 2,000 Owners with 8,000 Lookups.
 	Beyond bool
 	// Owners and Lookups, when both are set, make scale run that one point
 	// (thin Lookups past 200 Owners, as in the sweep) instead of the

@@ -38,20 +38,26 @@ type loopbackPoint struct{ owners, lookups int }
 const loopbackFull = 20
 
 type loopbackPlan struct {
-	points  []loopbackPoint
-	timing  protocol.Timing
-	profile string        // the Manager's --timings
-	measure time.Duration // each window
-	spread  time.Duration // clients start over this long
-	churn   []bool
+	points    []loopbackPoint
+	timing    protocol.Timing
+	profile   string        // the Manager's --timings
+	measure   time.Duration // each window
+	spread    time.Duration // Owners start over this long
+	perLookup time.Duration // Lookups start one per this long
+	churn     []bool
 }
+
+func (p loopbackPlan) lookupSpread(n int) time.Duration { return p.perLookup * time.Duration(n) }
 
 func loopbackPlanFor(o Options) loopbackPlan {
 	p := loopbackPlan{timing: protocol.Production(), profile: "production", measure: 2 * time.Minute,
-		spread: 20 * time.Second,
-		points: []loopbackPoint{{100, 400}, {500, 2000}, {1000, 4000}, {2000, 8000}}}
+		spread: 20 * time.Second, perLookup: 20 * time.Millisecond,
+		points: []loopbackPoint{{100, 400}, {500, 2000}, {1000, 4000}}}
+	if o.Beyond {
+		p.points = append(p.points, loopbackPoint{2000, 8000})
+	}
 	if o.Size == Smoke {
-		p.timing, p.profile, p.measure, p.spread = protocol.Fast(), "fast", 3*time.Second, 200*time.Millisecond
+		p.timing, p.profile, p.measure, p.spread, p.perLookup = protocol.Fast(), "fast", 3*time.Second, 200*time.Millisecond, 10*time.Millisecond
 		p.points = []loopbackPoint{{4, 16}}
 	}
 	if o.Measure > 0 {
@@ -348,39 +354,55 @@ type loadDriver struct {
 	wg      sync.WaitGroup
 }
 
-func (d *loadDriver) startAll(pt loopbackPoint, spread time.Duration) error {
-	d.owners = make([]*ownerClient, pt.owners)
-	d.lookups = make([]*lookupClient, pt.lookups)
-	n := pt.owners + pt.lookups
+// startOwners starts the Owners, evenly over spread.
+func (d *loadDriver) startOwners(n int, spread time.Duration) error {
+	d.owners = make([]*ownerClient, n)
 	start := time.Now()
-	for i := range n {
-		if err := d.ctx.Err(); err != nil {
+	for k := range n {
+		if !sleepCtx(d.ctx, time.Until(start.Add(spread*time.Duration(k)/time.Duration(n)))) {
+			return d.ctx.Err()
+		}
+		c, err := startOwner(d.ctx, d.addr, ownerID(k), 20000+k, d.timing, d.meter)
+		if err != nil {
 			return err
 		}
-		// Interleave Owners and Lookups, evenly over spread.
-		if wait := time.Until(start.Add(spread * time.Duration(i) / time.Duration(n))); wait > 0 {
-			time.Sleep(wait)
-		}
-		if k := i * pt.owners / n; (i+1)*pt.owners/n > k {
-			c, err := startOwner(d.ctx, d.addr, ownerID(k), 20000+k, d.timing, d.meter)
-			if err != nil {
-				return err
-			}
-			d.mu.Lock()
-			d.owners[k] = c
-			d.mu.Unlock()
-		} else {
-			j := i - (i+1)*pt.owners/n
-			c, err := startLookup(d.ctx, d.addr, j < loopbackFull, d.timing, d.meter)
-			if err != nil {
-				return err
-			}
-			d.mu.Lock()
-			d.lookups[j] = c
-			d.mu.Unlock()
-		}
+		d.mu.Lock()
+		d.owners[k] = c
+		d.mu.Unlock()
 	}
 	return nil
+}
+
+// startLookups starts the Lookups, evenly over spread, the full ones
+// first.
+func (d *loadDriver) startLookups(n int, spread time.Duration) error {
+	d.lookups = make([]*lookupClient, n)
+	start := time.Now()
+	for j := range n {
+		if !sleepCtx(d.ctx, time.Until(start.Add(spread*time.Duration(j)/time.Duration(n)))) {
+			return d.ctx.Err()
+		}
+		c, err := startLookup(d.ctx, d.addr, j < loopbackFull, d.timing, d.meter)
+		if err != nil {
+			return err
+		}
+		d.mu.Lock()
+		d.lookups[j] = c
+		d.mu.Unlock()
+	}
+	return nil
+}
+
+// ownersHold reports whether every Owner holds a lease.
+func (d *loadDriver) ownersHold() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, o := range d.owners {
+		if o == nil || len(o.o.Held()) == 0 {
+			return false
+		}
+	}
+	return true
 }
 
 func ownerID(k int) string { return fmt.Sprintf("owner-%05d", k) }
@@ -607,12 +629,31 @@ func runLoopbackPoint(ctx context.Context, bin, profDir string, plan loopbackPla
 		d.stopAll()
 		d.wg.Wait()
 	}()
-	if err := d.startAll(pt, plan.spread); err != nil {
+	// Warm-up: the Owners start, and once each holds leases the Lookups
+	// start, each asking for a snapshot of the table (sent to all alike);
+	// once every Lookup has a copy and every range is owned, two renewals
+	// more so that the start-up moves are over. Lookups starting while the
+	// table is being built would each be sent every change of it.
+	if err := d.startOwners(pt.owners, plan.spread); err != nil {
 		return nil, err
 	}
-	// Warm-up: every Owner holds leases and every Lookup has a copy, then
-	// two renewals more so that the start-up moves are over.
 	limit := time.Now().Add(plan.spread + 3*plan.timing.ManagerLease + 5*time.Minute)
+	for !d.ownersHold() {
+		select {
+		case <-mgr.done:
+			return nil, fmt.Errorf("the manager exited: %s", mgr.lastLines())
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(plan.timing.Renew / 30):
+		}
+		if time.Now().After(limit) {
+			return nil, errors.New("the Owners did not all hold leases in time")
+		}
+	}
+	if err := d.startLookups(pt.lookups, plan.lookupSpread(pt.lookups)); err != nil {
+		return nil, err
+	}
+	limit = time.Now().Add(5 * time.Minute)
 	for !d.settled() {
 		select {
 		case <-mgr.done:
@@ -622,7 +663,7 @@ func runLoopbackPoint(ctx context.Context, bin, profDir string, plan loopbackPla
 		case <-time.After(plan.timing.Renew / 30):
 		}
 		if time.Now().After(limit) {
-			return nil, errors.New("the Owners and Lookups did not all settle in time")
+			return nil, errors.New("the Lookups did not all sync, or the ranges were not all owned, within 5 minutes of the last Lookup's start")
 		}
 	}
 	if !sleepCtx(ctx, 2*plan.timing.Renew) {
@@ -697,10 +738,10 @@ func fmtDur(v []time.Duration, p float64) string {
 func loopbackReport(plan loopbackPlan, results []loopbackResult) *Report {
 	setup := "PRS §7: one Manager on a 2003 2.4 GHz dual Xeon, up to 2,000 frontends + 500 middle-tier (2,500 nodes)"
 	ours := fmt.Sprintf("one `leasehold manager` process (group of one, %s timings, memory only) on 127.0.0.1; one load-driver process with N real Owners (owner library) and M Lookups "+
-		"(%d real lookup libraries with a full copy, the rest thin), each with its own TCP connection and gRPC stream; clients start over %s, "+
+		"(%d real lookup libraries with a full copy, the rest thin), each with its own TCP connection and gRPC stream; Owners start over %s, then, once each holds leases, Lookups one every %s; "+
 		"then a warm-up until every range is owned and every Lookup synced plus two renewals; then a %s window without churn and a %s window with churn "+
 		"(an Owner stops every %s, alternately leaving gracefully and crashing, back after %s; a Lookup restarts every %s, back after %s)",
-		plan.profile, loopbackFull, plan.spread, plan.measure, plan.measure,
+		plan.profile, loopbackFull, plan.spread, plan.perLookup, plan.measure, plan.measure,
 		(plan.timing.Renew * 2 / 5).Round(time.Millisecond), (plan.timing.Renew * 4 / 3).Round(time.Millisecond),
 		(plan.timing.Renew / 10).Round(time.Millisecond), (plan.timing.Renew / 3).Round(time.Millisecond))
 	cpu := Figure{Name: "loopback-cpu", Title: "Manager process CPU vs. number of nodes, real sockets (PRS Figure 7)",

@@ -130,7 +130,7 @@ Exit codes: 0 success, 1 runtime failure, 2 bad usage.`,
 	f.StringVar(&o.out, "out", "bench-out", "the folder to write CSV, PNG and summary files to")
 	f.Uint64Var(&o.seed, "seed", 1, "the simulation seed")
 	f.BoolVar(&o.smoke, "smoke", false, "a tiny run of the scenario (seconds), to try the command")
-	f.BoolVar(&o.beyond, "beyond", false, "scale: also the points past the papers' 2,500 nodes (2,500 Owners with 4 and 10 Lookups each; about 45 min)")
+	f.BoolVar(&o.beyond, "beyond", false, "scale: also the points past the papers' 2,500 nodes (2,500 Owners with 4 and 10 Lookups each; about 45 min); loopback: also 2,000 Owners with 8,000 Lookups")
 	f.IntVar(&o.owners, "owners", 0, "scale: run only the point with this many Owners (with --lookups)")
 	f.IntVar(&o.lookups, "lookups", 0, "scale: run only the point with this many Lookups (with --owners)")
 	f.StringVar(&o.churn, "churn", "both", "scale: the points with churn (on), without (off), or both")
@@ -149,8 +149,8 @@ func (o *options) run(ctx context.Context, stdout, stderr io.Writer, name string
 	if !known {
 		return usagef("unknown scenario %q", name)
 	}
-	if o.beyond && name != "scale" {
-		return usagef("--beyond is for the scale scenario only")
+	if o.beyond && name != "scale" && name != "loopback" {
+		return usagef("--beyond is for the scale and loopback scenarios only")
 	}
 	if name != "scale" && name != "loopback" && (o.owners != 0 || o.lookups != 0 || o.churn != "both") {
 		return usagef("--owners, --lookups and --churn are for the scale and loopback scenarios only")

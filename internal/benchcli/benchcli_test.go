@@ -26,7 +26,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"bogus"}, `unknown scenario "bogus"`},
 		{[]string{"scale", "--bogus"}, "unknown flag: --bogus"},
 		{[]string{"scale", "--seed", "x"}, `invalid argument "x" for "--seed" flag`},
-		{[]string{"rack", "--beyond"}, "--beyond is for the scale scenario only"},
+		{[]string{"rack", "--beyond"}, "--beyond is for the scale and loopback scenarios only"},
 		{[]string{"scale", "--owners", "10"}, "--owners and --lookups go together: give both or neither"},
 		{[]string{"scale", "--owners", "-1", "--lookups", "4"}, "--owners and --lookups must not be negative"},
 		{[]string{"scale", "--owners", "10", "--lookups", "40", "--churn", "sometimes"}, `--churn is on, off or both, not "sometimes"`},
