@@ -51,7 +51,7 @@ func (p loopbackPlan) lookupSpread(n int) time.Duration { return p.perLookup * t
 
 func loopbackPlanFor(o Options) loopbackPlan {
 	p := loopbackPlan{timing: protocol.Production(), profile: "production", measure: 2 * time.Minute,
-		spread: 20 * time.Second, perLookup: 20 * time.Millisecond,
+		spread: 20 * time.Second, perLookup: 100 * time.Millisecond,
 		points: []loopbackPoint{{100, 400}, {500, 2000}, {1000, 4000}}}
 	if o.Beyond {
 		p.points = append(p.points, loopbackPoint{2000, 8000})
@@ -139,6 +139,10 @@ func runLoopback(ctx context.Context, o Options) (*Report, error) {
 			continue
 		}
 		results = append(results, rs...)
+		for _, r := range rs { // a line per window as it ends, for long sweeps
+			fmt.Fprintf(os.Stderr, "loopback: %d/%d churn=%v: manager CPU %.2f%%, %.0f msgs/s, %.1f KB/s, renewal p99 %s, propagation p99 %s (%d changes, %d not reached), load %s\n",
+				r.owners, r.lookups, r.churn, 100*r.cpu, r.msgs, r.bytes/1000, fmtDur(r.renewals, 99), fmtDur(r.propagation, 99), len(r.propagation), r.unreached, r.load)
+		}
 	}
 	if len(results) == 0 {
 		return nil, fmt.Errorf("every point failed: %s", strings.Join(failed, "; "))
@@ -440,6 +444,40 @@ func (d *loadDriver) settled() bool {
 	return len(names) == len(d.owners)
 }
 
+// synced counts the Lookups that have applied an update.
+func (d *loadDriver) synced() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	n := 0
+	for _, l := range d.lookups {
+		if l != nil {
+			if s, _ := l.arr.state(); !s.IsZero() {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// refState describes the first Lookup's copy: its free segments and the
+// Owners it names.
+func (d *loadDriver) refState() string {
+	d.mu.Lock()
+	ref := d.lookups[0]
+	d.mu.Unlock()
+	if ref == nil || ref.full == nil {
+		return "no copy"
+	}
+	free, names := 0, map[string]bool{}
+	for _, s := range ref.full.Segments() {
+		if s.Entry.Owner == "" {
+			free++
+		}
+		names[s.Entry.Owner] = true
+	}
+	return fmt.Sprintf("%d free segments and %d Owners", free, len(names))
+}
+
 // churn restarts Owners and Lookups until ctx ends: every ownerEvery an
 // Owner that is up stops, alternately leaving gracefully and crashing, and
 // starts again (a new incarnation, same ID) after ownerDown; every
@@ -663,7 +701,8 @@ func runLoopbackPoint(ctx context.Context, bin, profDir string, plan loopbackPla
 		case <-time.After(plan.timing.Renew / 30):
 		}
 		if time.Now().After(limit) {
-			return nil, errors.New("the Lookups did not all sync, or the ranges were not all owned, within 5 minutes of the last Lookup's start")
+			return nil, fmt.Errorf("%d of %d Lookups had synced and the first Lookup's copy had %s, 5 minutes after the last Lookup started",
+				d.synced(), pt.lookups, d.refState())
 		}
 	}
 	if !sleepCtx(ctx, 2*plan.timing.Renew) {
