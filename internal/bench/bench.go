@@ -56,13 +56,25 @@ type Options struct {
 	Seed uint64 // 0: 1
 	// Beyond adds to scale the points past the papers' 2,500 nodes that
 	// take too long for the default run: 2,500 Owners with 4 and with 10
-	// Lookups each (about 45 minutes on a 2-core machine).
+	// Lookups each (about 45 minutes on a 2-core machine); to loopback,
+	// 2,000 Owners with 8,000 Lookups.
 	Beyond bool
 	// Owners and Lookups, when both are set, make scale run that one point
 	// (thin Lookups past 200 Owners, as in the sweep) instead of the
 	// sweep, with churn and without unless Churn says "on" or "off".
 	Owners, Lookups int
 	Churn           string
+	// Measure is the length of each measured window of loopback (0: 2
+	// minutes; 3 s at Smoke size).
+	Measure time.Duration
+	// Manager is the leasehold binary loopback runs as the Manager; empty:
+	// it builds ./cmd/leasehold of the module in the working directory.
+	Manager string
+	// ManagerProfile, if set, makes loopback run the Manager built with a
+	// CPU profiler (internal/bench/profiledmanager) and write a profile of
+	// each measured window to ManagerProfile/OWNERS-LOOKUPS/cpu-N.prof
+	// (N = 1 without churn, 2 with, in the order the windows ran).
+	ManagerProfile string
 	// Progress, if set, is told how far the run is, in [0, 1], with a short
 	// description of the current step. Called from the goroutine of Run.
 	Progress func(done float64, step string)

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -68,6 +69,10 @@ type options struct {
 	// scale's single point
 	owners, lookups int
 	churn           string
+	cpuProfile      string
+	measure         time.Duration
+	managerBin      string
+	managerProfile  string
 }
 
 func newCommand(stdout, stderr io.Writer) *cobra.Command {
@@ -125,10 +130,14 @@ Exit codes: 0 success, 1 runtime failure, 2 bad usage.`,
 	f.StringVar(&o.out, "out", "bench-out", "the folder to write CSV, PNG and summary files to")
 	f.Uint64Var(&o.seed, "seed", 1, "the simulation seed")
 	f.BoolVar(&o.smoke, "smoke", false, "a tiny run of the scenario (seconds), to try the command")
-	f.BoolVar(&o.beyond, "beyond", false, "scale: also the points past the papers' 2,500 nodes (2,500 Owners with 4 and 10 Lookups each; about 45 min)")
+	f.BoolVar(&o.beyond, "beyond", false, "scale: also the points past the papers' 2,500 nodes (2,500 Owners with 4 and 10 Lookups each; about 45 min); loopback: also 2,000 Owners with 8,000 Lookups")
 	f.IntVar(&o.owners, "owners", 0, "scale: run only the point with this many Owners (with --lookups)")
 	f.IntVar(&o.lookups, "lookups", 0, "scale: run only the point with this many Lookups (with --owners)")
 	f.StringVar(&o.churn, "churn", "both", "scale: the points with churn (on), without (off), or both")
+	f.DurationVar(&o.measure, "measure", 0, "loopback: the length of each measured window (default 2m)")
+	f.StringVar(&o.managerBin, "manager-bin", "", "loopback: the leasehold binary to run as the Manager (default: build ./cmd/leasehold)")
+	f.StringVar(&o.managerProfile, "manager-profile", "", "loopback: build the Manager with a CPU profiler and write a profile of each measured window under this folder (OWNERS-LOOKUPS/cpu-1.prof without churn, cpu-2.prof with)")
+	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the run (go tool pprof) to this file; written also when the run is stopped with SIGINT")
 	return cmd
 }
 
@@ -140,11 +149,20 @@ func (o *options) run(ctx context.Context, stdout, stderr io.Writer, name string
 	if !known {
 		return usagef("unknown scenario %q", name)
 	}
-	if o.beyond && name != "scale" {
-		return usagef("--beyond is for the scale scenario only")
+	if o.beyond && name != "scale" && name != "loopback" {
+		return usagef("--beyond is for the scale and loopback scenarios only")
 	}
-	if name != "scale" && (o.owners != 0 || o.lookups != 0 || o.churn != "both") {
-		return usagef("--owners, --lookups and --churn are for the scale scenario only")
+	if name != "scale" && name != "loopback" && (o.owners != 0 || o.lookups != 0 || o.churn != "both") {
+		return usagef("--owners, --lookups and --churn are for the scale and loopback scenarios only")
+	}
+	if name != "loopback" && (o.measure != 0 || o.managerBin != "" || o.managerProfile != "") {
+		return usagef("--measure, --manager-bin and --manager-profile are for the loopback scenario only")
+	}
+	if o.managerBin != "" && o.managerProfile != "" {
+		return usagef("--manager-profile builds its own Manager: give it or --manager-bin, not both")
+	}
+	if o.measure < 0 {
+		return usagef("--measure must not be negative")
 	}
 	switch {
 	case o.owners < 0 || o.lookups < 0:
@@ -156,9 +174,24 @@ func (o *options) run(ctx context.Context, stdout, stderr io.Writer, name string
 	case o.owners > 0 && o.beyond:
 		return usagef("--beyond runs the sweep; --owners and --lookups run one point: give one or the other")
 	}
-	opts := bench.Options{Seed: o.seed, Beyond: o.beyond, Owners: o.owners, Lookups: o.lookups, Churn: o.churn}
+	opts := bench.Options{Seed: o.seed, Beyond: o.beyond, Owners: o.owners, Lookups: o.lookups, Churn: o.churn,
+		Measure: o.measure, Manager: o.managerBin, ManagerProfile: o.managerProfile}
 	if o.smoke {
 		opts.Size = bench.Smoke
+	}
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			return err
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			f.Close()
+		}()
 	}
 	if bar := newProgressBar(stdout, stderr); bar != nil {
 		opts.Progress = bar.update

@@ -21,17 +21,20 @@ func TestUsageErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{nil, "give one SCENARIO (failover, propagation, rack, restart, scale, skew), got 0 arguments"},
-		{[]string{"scale", "rack"}, "give one SCENARIO (failover, propagation, rack, restart, scale, skew), got 2 arguments"},
+		{nil, "give one SCENARIO (failover, loopback, propagation, rack, restart, scale, skew), got 0 arguments"},
+		{[]string{"scale", "rack"}, "give one SCENARIO (failover, loopback, propagation, rack, restart, scale, skew), got 2 arguments"},
 		{[]string{"bogus"}, `unknown scenario "bogus"`},
 		{[]string{"scale", "--bogus"}, "unknown flag: --bogus"},
 		{[]string{"scale", "--seed", "x"}, `invalid argument "x" for "--seed" flag`},
-		{[]string{"rack", "--beyond"}, "--beyond is for the scale scenario only"},
+		{[]string{"rack", "--beyond"}, "--beyond is for the scale and loopback scenarios only"},
 		{[]string{"scale", "--owners", "10"}, "--owners and --lookups go together: give both or neither"},
 		{[]string{"scale", "--owners", "-1", "--lookups", "4"}, "--owners and --lookups must not be negative"},
 		{[]string{"scale", "--owners", "10", "--lookups", "40", "--churn", "sometimes"}, `--churn is on, off or both, not "sometimes"`},
-		{[]string{"rack", "--owners", "10", "--lookups", "40"}, "--owners, --lookups and --churn are for the scale scenario only"},
+		{[]string{"rack", "--owners", "10", "--lookups", "40"}, "--owners, --lookups and --churn are for the scale and loopback scenarios only"},
 		{[]string{"scale", "--owners", "10", "--lookups", "40", "--beyond"}, "--beyond runs the sweep"},
+		{[]string{"scale", "--measure", "1m"}, "--measure, --manager-bin and --manager-profile are for the loopback scenario only"},
+		{[]string{"loopback", "--measure", "-1s"}, "--measure must not be negative"},
+		{[]string{"loopback", "--manager-bin", "x", "--manager-profile", "d"}, "give it or --manager-bin, not both"},
 	} {
 		code, stdout, stderr := run(t, tc.args...)
 		name := "leasehold-bench " + strings.Join(tc.args, " ")
@@ -56,7 +59,7 @@ func TestHelpListsScenarios(t *testing.T) {
 	if code != ExitOK || stderr != "" {
 		t.Fatalf("--help: exit %d, stderr %q", code, stderr)
 	}
-	for _, s := range []string{"scale", "rack", "restart", "failover", "skew", "propagation"} {
+	for _, s := range []string{"scale", "rack", "restart", "failover", "skew", "propagation", "loopback"} {
 		if !strings.Contains(stdout, "\n  "+s+" ") {
 			t.Errorf("--help does not list the %s scenario:\n%s", s, stdout)
 		}

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -68,5 +69,59 @@ func TestThinLookupsLoadTheManagerAlike(t *testing.T) {
 	if thin.Stats.SyncBytes != full.Stats.SyncBytes || thin.Stats.Messages != full.Stats.Messages || tp.in != fp.in || tp.out != fp.out {
 		t.Errorf("thin Lookups: %d messages, %d sync bytes; full ones: %d messages, %d sync bytes",
 			thin.Stats.Messages, thin.Stats.SyncBytes, full.Stats.Messages, full.Stats.SyncBytes)
+	}
+}
+
+// traceProbe hashes the Manager's traffic, message by message, with its
+// virtual time: two runs with the same hash sent and received the same
+// messages at the same instants.
+type traceProbe struct {
+	n    int
+	hash uint64
+}
+
+func (p *traceProbe) ManagerWork(at, took time.Duration) {}
+func (p *traceProbe) ManagerTraffic(at time.Duration, bytes int, out bool) {
+	p.n++
+	v := uint64(at)*31 + uint64(bytes)
+	if out {
+		v++
+	}
+	p.hash = (p.hash^v)*1099511628211 + 14695981039346656037
+}
+
+// TestCompactionKeepsTheRun: dropping the dead timers from the event queue
+// (compact) changes nothing in a run: with the queue compacted at every
+// doubling from 64 events, the checkers, the stats (events included) and
+// the Manager's traffic, message by message, are those of a run that never
+// compacts.
+func TestCompactionKeepsTheRun(t *testing.T) {
+	t.Parallel()
+	run := func(floor int) (Result, *traceProbe) {
+		p := &traceProbe{}
+		r := Run(Config{
+			Seed: 5, Owners: 12, Lookups: 20, Timing: protocol.Production(), FaultTime: 10 * time.Minute,
+			MinDelay: time.Millisecond, ClockSkew: true, StartSpread: time.Minute,
+			OwnerCrashEvery: time.Minute, LookupCrashEvery: 30 * time.Second, Probe: p,
+			queueFloor: floor,
+		})
+		return r, p
+	}
+	plain, pp := run(1 << 30)
+	compacted, cp := run(64)
+	if plain.Violation != nil || compacted.Violation != nil {
+		t.Fatalf("violations: %v / %v", plain.Violation, compacted.Violation)
+	}
+	if plain.compactions != 0 || compacted.compactions < 5 {
+		t.Fatalf("compactions: %d without, %d with a floor of 64; want 0 and several", plain.compactions, compacted.compactions)
+	}
+	if plain.Stats.OwnerCrashes == 0 || plain.Stats.LookupCrashes == 0 || pp.n == 0 {
+		t.Fatal("no churn or no traffic")
+	}
+	if !reflect.DeepEqual(plain.Stats, compacted.Stats) {
+		t.Errorf("stats differ:\nplain     %+v\ncompacted %+v", plain.Stats, compacted.Stats)
+	}
+	if *pp != *cp {
+		t.Errorf("Manager traffic differs: %d messages (hash %x) without compaction, %d (%x) with", pp.n, pp.hash, cp.n, cp.hash)
 	}
 }

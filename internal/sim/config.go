@@ -172,6 +172,10 @@ type Config struct {
 	// that rests on it (replica.ReadLeaseAcked): the Manager's write
 	// acknowledgement.
 	WriteLatency func(at, took time.Duration)
+
+	// queueFloor, if set, replaces minCompact: tests make the event queue
+	// compact often to check that it leaves the run as it was.
+	queueFloor int
 }
 
 // Probe observes the Manager of a run — the leader replica — for

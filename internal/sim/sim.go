@@ -2,7 +2,6 @@ package sim
 
 import (
 	"cmp"
-	"container/heap"
 	"errors"
 	"fmt"
 	"math"
@@ -109,49 +108,106 @@ type event struct {
 	fn   func()
 }
 
-type queue []*event
+// queue is the event queue: a binary min-heap ordered by (at, seq), a
+// total order, so events pop in the same order whatever the heap's shape.
+// Each slot carries its event's key, so that sifting compares without
+// following a pointer: with hundreds of thousands of events queued, those
+// pointer chases (cache misses) were most of the heap's time.
+type queue []qitem
 
-func (q queue) Len() int { return len(q) }
-func (q queue) Less(i, j int) bool {
-	if q[i].at != q[j].at {
-		return q[i].at < q[j].at
-	}
-	return q[i].seq < q[j].seq
+type qitem struct {
+	at  time.Duration
+	seq uint64
+	e   *event
 }
-func (q queue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
-func (q *queue) Push(x any)   { *q = append(*q, x.(*event)) }
-func (q *queue) Pop() any {
-	old := *q
-	e := old[len(old)-1]
-	*q = old[:len(old)-1]
-	return e
+
+func (a qitem) less(b qitem) bool {
+	if a.at != b.at {
+		return a.at < b.at
+	}
+	return a.seq < b.seq
+}
+
+func (q *queue) push(e *event) {
+	*q = append(*q, qitem{e.at, e.seq, e})
+	h := *q
+	i := len(h) - 1
+	for i > 0 {
+		p := (i - 1) / 2
+		if !h[i].less(h[p]) {
+			break
+		}
+		h[i], h[p] = h[p], h[i]
+		i = p
+	}
+}
+
+func (q *queue) pop() *event {
+	h := *q
+	top := h[0].e
+	n := len(h) - 1
+	h[0] = h[n]
+	h[n] = qitem{}
+	h = h[:n]
+	*q = h
+	q.down(0)
+	return top
+}
+
+func (q queue) down(i int) {
+	n := len(q)
+	for {
+		l := 2*i + 1
+		if l >= n {
+			return
+		}
+		m := l
+		if r := l + 1; r < n && q[r].less(q[l]) {
+			m = r
+		}
+		if !q[m].less(q[i]) {
+			return
+		}
+		q[i], q[m] = q[m], q[i]
+		i = m
+	}
+}
+
+// init restores the heap order after the slice was changed at will.
+func (q queue) init() {
+	for i := len(q)/2 - 1; i >= 0; i-- {
+		q.down(i)
+	}
 }
 
 // Sim is one simulated run.
 type Sim struct {
-	cfg      Config
-	sizes    sizes
-	rng      *rand.Rand
-	now      time.Duration
-	q        queue
-	seq      uint64
-	nodes    []*node
-	mgrs     []*node // the Manager replicas, ID i+1 at index i
-	peers    []replica.Peer
-	byAddr   map[string]int // replica address → index in mgrs
-	tick     time.Duration  // the replicas' Raft tick
-	owners   []*node
-	ghosts   []*node // earlier runs of Owners still running (ghost.go)
-	lookups  []*node
-	byOwner  map[string]*node
-	bySess   map[uint64]*node
-	faulting bool
-	epoch    uint64
-	nextPart int
-	chk      *checker
-	stats    Stats
-	stopped  bool               // Control.Stop was called
-	hot      []rebalance.HotKey // Config.Workload's hottest keys, requests/s
+	cfg         Config
+	sizes       sizes
+	rng         *rand.Rand
+	now         time.Duration
+	q           queue
+	seq         uint64
+	end         time.Duration // the run's last instant
+	compactAt   int           // compact the queue when it grows to this many events
+	compactions int
+	nodes       []*node
+	mgrs        []*node // the Manager replicas, ID i+1 at index i
+	peers       []replica.Peer
+	byAddr      map[string]int // replica address → index in mgrs
+	tick        time.Duration  // the replicas' Raft tick
+	owners      []*node
+	ghosts      []*node // earlier runs of Owners still running (ghost.go)
+	lookups     []*node
+	byOwner     map[string]*node
+	bySess      map[uint64]*node
+	faulting    bool
+	epoch       uint64
+	nextPart    int
+	chk         *checker
+	stats       Stats
+	stopped     bool               // Control.Stop was called
+	hot         []rebalance.HotKey // Config.Workload's hottest keys, requests/s
 
 	// Control.OnTableLSN and OnLookupLSN.
 	onTable  func(keyspace.LSN)
@@ -231,6 +287,8 @@ type Result struct {
 	Violation *Violation // the first checker violation, if any
 	Stats     Stats
 	Leases    LeaseStats // with Config.ReadLease
+
+	compactions int // times the event queue dropped dead timers (tests)
 }
 
 // Violation is a broken guarantee, with when and how.
@@ -266,7 +324,9 @@ func Run(cfg Config) Result {
 		byAddr:  map[string]int{},
 		tick:    raftTick(cfg.Timing),
 		epoch:   1,
+		end:     cfg.FaultTime + cfg.SettleTime,
 	}
+	s.compactAt = s.queueFloor()
 	s.chk = newChecker(s)
 	s.chk.off = cfg.NoChecks
 	s.chk.noWrites = cfg.NoWriteCheck
@@ -312,8 +372,8 @@ func Run(cfg Config) Result {
 	if cfg.Script != nil {
 		cfg.Script(&Control{s: s, end: end})
 	}
-	for s.q.Len() > 0 && s.chk.violation == nil && !s.stopped {
-		e := heap.Pop(&s.q).(*event)
+	for len(s.q) > 0 && s.chk.violation == nil && !s.stopped {
+		e := s.q.pop()
 		if e.at > end {
 			break
 		}
@@ -343,7 +403,7 @@ func Run(cfg Config) Result {
 	if s.leasesOn() && s.cfg.ReadLease.History != nil {
 		s.cfg.ReadLease.History(s.lc.history)
 	}
-	return Result{Seed: cfg.Seed, Violation: s.chk.violation, Stats: s.stats, Leases: s.lc.stats}
+	return Result{Seed: cfg.Seed, Violation: s.chk.violation, Stats: s.stats, Leases: s.lc.stats, compactions: s.compactions}
 }
 
 // raftTick is the replicas' Raft tick: a tenth of the renewal period, at
@@ -485,7 +545,52 @@ func (s *Sim) every(d, end time.Duration, fn func()) {
 func (s *Sim) push(e *event) {
 	s.seq++
 	e.seq = s.seq
-	heap.Push(&s.q, e)
+	s.q.push(e)
+	if len(s.q) >= s.compactAt {
+		s.compact()
+	}
+}
+
+// minCompact is the queue length below which compact is not worth it
+// (Config.queueFloor replaces it in tests).
+const minCompact = 1 << 16
+
+// compact drops the timer events that can no longer fire: every step of a
+// node sets a new timer (after) and leaves its previous one in the queue,
+// to be popped and ignored when its time comes (handle: its gen is old).
+// With 100,000 Lookups, each pushed a change every few hundred
+// milliseconds while their timers lie a poll (30 s) ahead, those dead
+// timers were millions of events, and the heap's work on them most of the
+// run's time. The events that stay keep their (at, seq), which alone orders
+// the queue, so the run pops the same live events in the same order as
+// without compaction. A dropped timer that the run would have popped (at
+// or before its end) still counts in Stats.Events, which stays the same.
+// It runs when the queue has doubled since the last compaction, so its
+// cost is amortised over the pushes.
+func (s *Sim) queueFloor() int {
+	if s.cfg.queueFloor > 0 {
+		return s.cfg.queueFloor
+	}
+	return minCompact
+}
+
+func (s *Sim) compact() {
+	s.compactions++
+	q := s.q[:0]
+	for _, it := range s.q {
+		e := it.e
+		if e.kind == evTimer && e.gen != s.nodes[e.to].gen {
+			if e.at <= s.end {
+				s.stats.Events++
+			}
+			continue
+		}
+		q = append(q, it)
+	}
+	clear(s.q[len(q):])
+	s.q = q
+	s.q.init()
+	s.compactAt = max(2*len(s.q), s.queueFloor())
 }
 
 func (s *Sim) handle(e *event) {
