@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -75,6 +76,7 @@ type managerOptions struct {
 	timings       string // a key of profiles
 	namespaces    []string
 	metricsListen string
+	pprof         bool
 	logOptions
 	id            uint64
 	peers         string // ID=ADDR,…
@@ -166,6 +168,7 @@ Logs go to stderr. SIGINT or SIGTERM stops it cleanly (exit code 0).`,
 	f.Float64Var(&o.settings.MaxRequestRate, "max-request-rate", 0, "requests per second one Owner or Lookup stream may send, with bursts of twice that (0: 50)")
 	f.IntVar(&o.settings.MaxMessageBytes, "max-message-bytes", 0, "the largest message an Owner or Lookup may send, in bytes (0: 4 MiB)")
 	f.StringVar(&o.metricsListen, "metrics-listen", "", "serve Prometheus metrics at http://`ADDR`/metrics, and /healthz and /readyz (default: none)")
+	f.BoolVar(&o.pprof, "pprof", false, "also serve Go's profiles at /debug/pprof/ on the --metrics-listen address (CPU, heap, allocations, goroutines)")
 	o.addLogFlags(f, "info")
 	cmd.Flags().SortFlags = false
 	return cmd
@@ -334,12 +337,15 @@ func (o *managerOptions) run(ctx context.Context, e *env) error {
 	}
 	defer lis.Close()
 
+	if o.pprof && o.metricsListen == "" {
+		return usagef("--pprof needs --metrics-listen: the profiles are served on the metrics listener")
+	}
 	if o.metricsListen != "" {
 		mlis, err := listen(o.metricsListen, " for metrics")
 		if err != nil {
 			return err
 		}
-		defer serveMetrics(srv, mlis, log)()
+		defer serveMetrics(srv, mlis, o.pprof, log)()
 		log.Info("serving metrics", "url", "http://"+mlis.Addr().String()+"/metrics")
 	}
 
@@ -403,13 +409,22 @@ func listen(addr, what string) (net.Listener, error) {
 // serveMetrics serves the Manager's metrics, and the Go runtime's and the
 // process's, on lis at /metrics, with the health endpoints /healthz and
 // /readyz, until stop is called.
-func serveMetrics(srv *manager.Server, lis net.Listener, log *slog.Logger) (stop func()) {
+func serveMetrics(srv *manager.Server, lis net.Listener, withPprof bool, log *slog.Logger) (stop func()) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(srv.Collector(), collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	srv.HandleHealth(mux)
+	if withPprof {
+		// Registered on this mux only: importing net/http/pprof also adds
+		// the handlers to http.DefaultServeMux, which nothing here serves.
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	done := make(chan struct{})
 	go func() {

@@ -38,6 +38,7 @@ type options struct {
 	duration, renew          time.Duration
 	out                      string
 	only                     string
+	profile                  string
 }
 
 func main() {
@@ -51,6 +52,7 @@ func main() {
 	flag.DurationVar(&o.renew, "renew", time.Second, "renewal interval: leasehold Renew and etcd keepalive interval; other leasehold timers keep their production ratio to it")
 	flag.StringVar(&o.out, "out", "peers-results", "directory for summary.csv and crashes.csv")
 	flag.StringVar(&o.only, "only", "", "run only one system: leasehold or etcd")
+	flag.StringVar(&o.profile, "profile", "", "directory for each server's CPU and allocation profiles of the measured window (<system>-cpu.pprof, <system>-allocs-{start,end}.pprof)")
 	flag.Parse()
 
 	t := servers.TimingForRenew(o.renew)
@@ -58,6 +60,9 @@ func main() {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		defer stop()
 		ready := func(addr string) { fmt.Printf("listening %s\n", addr) }
+		if o.profile != "" {
+			go profileOnSignal(filepath.Join(o.profile, *serve))
+		}
 		var err error
 		switch *serve {
 		case "leasehold":
@@ -98,6 +103,9 @@ func main() {
 		results = append(results, r)
 	}
 	report(results)
+	if la, err := os.ReadFile("/proc/loadavg"); err == nil {
+		fmt.Printf("load average at the end: %s", la)
+	}
 	if err := writeCSV(o.out, results); err != nil {
 		log.Fatal(err)
 	}
@@ -210,6 +218,12 @@ func startChild(args ...string) (*exec.Cmd, string, error) {
 func measure(o options, t protocol.Timing, sys system) (*result, error) {
 	fmt.Printf("== %s: starting server\n", sys.name())
 	args := []string{"-serve", sys.name(), "-renew", t.Renew.String()}
+	if o.profile != "" {
+		if err := os.MkdirAll(o.profile, 0o755); err != nil {
+			return nil, err
+		}
+		args = append(args, "-profile", o.profile)
+	}
 	if sys.name() == "etcd" {
 		dir, err := os.MkdirTemp("", "etcdcompare-")
 		if err != nil {
@@ -278,6 +292,9 @@ func measure(o options, t protocol.Timing, sys system) (*result, error) {
 		return nil, err
 	}
 	ob0, lb0 := h.ownerBytes.Load(), h.lookupBytes.Load()
+	if o.profile != "" {
+		cmd.Process.Signal(syscall.SIGUSR1) // start of the window: CPU profile on
+	}
 	t0 := time.Now()
 	end := t0.Add(o.duration)
 	crashedAt := map[int]time.Time{}
@@ -326,6 +343,9 @@ func measure(o options, t protocol.Timing, sys system) (*result, error) {
 		crashes = append(crashes, cr)
 	}
 	time.Sleep(time.Until(end))
+	if o.profile != "" {
+		cmd.Process.Signal(syscall.SIGUSR2) // end of the window: profiles written
+	}
 	cpu1, err := cpuSeconds(cmd.Process.Pid)
 	if err != nil {
 		return nil, err
