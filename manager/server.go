@@ -432,9 +432,10 @@ type loop struct {
 	stale       bool
 	publishAt   time.Time
 	publishTook time.Duration
-	leader      uint64    // last leader logged
-	quorumAt    time.Time // when the leader last saw a quorum active
-	obs         observer  // metrics kept by the loop (metrics.go)
+	counts      map[string]tableCount // publish's last walk of each table (countTable)
+	leader      uint64                // last leader logged
+	quorumAt    time.Time             // when the leader last saw a quorum active
+	obs         observer              // metrics kept by the loop (metrics.go)
 }
 
 // Run runs the Manager's replica until ctx is cancelled. All of the
@@ -872,23 +873,63 @@ func (l *loop) publish() {
 	for _, name := range st.Namespaces() {
 		t := st.Table(name)
 		ns := NamespaceSnapshot{Name: name, LSN: t.LSN(), Segments: t.Len(), Lookups: l.r.Feed().Lookups(name)}
+		tc := l.countTable(name, t)
 		if core != nil {
-			for _, o := range core.Owners(name) {
+			for _, o := range core.Sessions(name) {
+				c := tc.owners[o.ID]
+				o.Ranges, o.Share = c.ranges, c.share
 				ns.Owners = append(ns.Owners, OwnerInfo(o))
 			}
 		} else {
 			ns.Owners = ownerInfos(st, name)
 		}
-		t.Each(func(seg leasetable.Segment) bool {
-			if seg.Entry.Owner == "" {
-				ns.FreeSegments++
-			}
-			return true
-		})
+		ns.FreeSegments = tc.free
 		snap.Namespaces = append(snap.Namespaces, ns)
 	}
 	l.obs.noteMembers(l.s.cfg.Logger, st)
 	l.s.stats.Store(snap)
+}
+
+// tableCount is what publish reads from walking a table: the segments and
+// share of the key space each owner holds, and the free segments.
+type tableCount struct {
+	t      *leasetable.Table
+	lsn    keyspace.LSN
+	segs   int
+	owners map[string]ownerCount
+	free   int
+}
+
+type ownerCount struct {
+	ranges int
+	share  float64
+}
+
+// countTable walks table t of namespace ns, or returns the last walk's
+// counts if t has not changed since (every change moves its LSN): most
+// publishes follow renewals, which change sessions but not the table, and
+// walking it was the bulk of a publish.
+func (l *loop) countTable(ns string, t *leasetable.Table) tableCount {
+	if c, ok := l.counts[ns]; ok && c.t == t && c.lsn == t.LSN() && c.segs == t.Len() {
+		return c
+	}
+	c := tableCount{t: t, lsn: t.LSN(), segs: t.Len(), owners: map[string]ownerCount{}}
+	t.Each(func(seg leasetable.Segment) bool {
+		if seg.Entry.Owner == "" {
+			c.free++
+			return true
+		}
+		oc := c.owners[seg.Entry.Owner]
+		oc.ranges++
+		oc.share += seg.Range.Size() / (1 << 64)
+		c.owners[seg.Entry.Owner] = oc
+		return true
+	})
+	if l.counts == nil {
+		l.counts = map[string]tableCount{}
+	}
+	l.counts[ns] = c
+	return c
 }
 
 func (l *loop) clusterInfo() ClusterInfo {
