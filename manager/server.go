@@ -1085,7 +1085,12 @@ func (s leasesService) Session(stream pb.Leases_SessionServer) error {
 		return s.relay(stream, leader)
 	}
 	st := &ownerStream{out: make(chan *pb.LeaseResponse, 64)}
-	return serveStream(s.Server, stream.Context(), st.out, stream.Send, func() (event, chan error, error) {
+	names := &wire.ManagerNames{} // names said once per stream
+	send := func(m *pb.LeaseResponse) error {
+		names.Send(m)
+		return stream.Send(m)
+	}
+	return serveStream(s.Server, stream.Context(), st.out, send, func() (event, chan error, error) {
 		m, err := stream.Recv()
 		if err != nil {
 			return nil, nil, err
@@ -1093,6 +1098,7 @@ func (s leasesService) Session(stream pb.Leases_SessionServer) error {
 		if err := s.checkSize(m); err != nil {
 			return nil, nil, err
 		}
+		names.Recv(m)
 		req, err := wire.LeaseRequestFromPB(m)
 		if err != nil {
 			return nil, nil, err

@@ -178,7 +178,14 @@ type LeaseRequest struct {
 	// held_as_acked says the Owner holds exactly the leases of the Manager's
 	// message ack_seq (epoch ack_epoch) and nothing else; held is then empty.
 	// It encodes held compactly for a steady-state renewal.
-	HeldAsAcked   bool `protobuf:"varint,16,opt,name=held_as_acked,json=heldAsAcked,proto3" json:"held_as_acked,omitempty"`
+	HeldAsAcked bool `protobuf:"varint,16,opt,name=held_as_acked,json=heldAsAcked,proto3" json:"held_as_acked,omitempty"`
+	// names_once says the Owner names itself once per stream: it may leave
+	// namespace, owner and addr empty in a later request on the same stream
+	// once the Manager has said names_once, meaning the values of the
+	// stream's first request; and it reads a response on this stream with
+	// namespace, owner, incarnation, owner_lease_nanos and renew_nanos empty
+	// as carrying the values of the stream's first response.
+	NamesOnce     bool `protobuf:"varint,17,opt,name=names_once,json=namesOnce,proto3" json:"names_once,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -321,6 +328,13 @@ func (x *LeaseRequest) GetWindowNanos() int64 {
 func (x *LeaseRequest) GetHeldAsAcked() bool {
 	if x != nil {
 		return x.HeldAsAcked
+	}
+	return false
+}
+
+func (x *LeaseRequest) GetNamesOnce() bool {
+	if x != nil {
+		return x.NamesOnce
 	}
 	return false
 }
@@ -614,7 +628,11 @@ type LeaseResponse struct {
 	// renew_held says leases is exactly the held of the Owner's request
 	// ack_seq, every one renewed; leases is then empty. It encodes leases
 	// compactly for a steady-state renewal.
-	RenewHeld     bool `protobuf:"varint,12,opt,name=renew_held,json=renewHeld,proto3" json:"renew_held,omitempty"`
+	RenewHeld bool `protobuf:"varint,12,opt,name=renew_held,json=renewHeld,proto3" json:"renew_held,omitempty"`
+	// names_once answers a request that said names_once: the Manager fills
+	// in omitted names from the stream's first request, and omits its own
+	// after the stream's first response.
+	NamesOnce     bool `protobuf:"varint,13,opt,name=names_once,json=namesOnce,proto3" json:"names_once,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -729,6 +747,13 @@ func (x *LeaseResponse) GetDrain() uint32 {
 func (x *LeaseResponse) GetRenewHeld() bool {
 	if x != nil {
 		return x.RenewHeld
+	}
+	return false
+}
+
+func (x *LeaseResponse) GetNamesOnce() bool {
+	if x != nil {
+		return x.NamesOnce
 	}
 	return false
 }
@@ -2146,7 +2171,7 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x05range\x18\x01 \x01(\v2\x13.leasehold.v1.RangeR\x05range\x12\x10\n" +
 	"\x03lgn\x18\x02 \x01(\x04R\x03lgn\x12\x14\n" +
 	"\x05grant\x18\x03 \x01(\bR\x05grant\x12\x1a\n" +
-	"\bmigrated\x18\x04 \x01(\bR\bmigrated\"\x8f\x04\n" +
+	"\bmigrated\x18\x04 \x01(\bR\bmigrated\"\xae\x04\n" +
 	"\fLeaseRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x12\n" +
@@ -2164,7 +2189,9 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x04load\x18\r \x03(\v2\x17.leasehold.v1.RangeLoadR\x04load\x120\n" +
 	"\bhot_keys\x18\x0e \x03(\v2\x15.leasehold.v1.KeyLoadR\ahotKeys\x12!\n" +
 	"\fwindow_nanos\x18\x0f \x01(\x03R\vwindowNanos\x12\"\n" +
-	"\rheld_as_acked\x18\x10 \x01(\bR\vheldAsAcked\"\xb0\x01\n" +
+	"\rheld_as_acked\x18\x10 \x01(\bR\vheldAsAcked\x12\x1d\n" +
+	"\n" +
+	"names_once\x18\x11 \x01(\bR\tnamesOnce\"\xb0\x01\n" +
 	"\bHandover\x12)\n" +
 	"\x05range\x18\x01 \x01(\v2\x13.leasehold.v1.RangeR\x05range\x12\x10\n" +
 	"\x03lgn\x18\x02 \x01(\x04R\x03lgn\x12\x0e\n" +
@@ -2182,7 +2209,7 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\brequests\x18\x02 \x01(\x04R\brequests\"7\n" +
 	"\aKeyLoad\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x04R\x03key\x12\x1a\n" +
-	"\brequests\x18\x02 \x01(\x04R\brequests\"\x8b\x03\n" +
+	"\brequests\x18\x02 \x01(\x04R\brequests\"\xaa\x03\n" +
 	"\rLeaseResponse\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12 \n" +
@@ -2198,7 +2225,9 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	" \x03(\v2\x16.leasehold.v1.HandoverR\thandovers\x12\x14\n" +
 	"\x05drain\x18\v \x01(\rR\x05drain\x12\x1d\n" +
 	"\n" +
-	"renew_held\x18\f \x01(\bR\trenewHeld\"\x84\x01\n" +
+	"renew_held\x18\f \x01(\bR\trenewHeld\x12\x1d\n" +
+	"\n" +
+	"names_once\x18\r \x01(\bR\tnamesOnce\"\x84\x01\n" +
 	"\x05Entry\x12\x14\n" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x10\n" +
