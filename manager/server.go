@@ -233,7 +233,7 @@ const raftMessageBytes = 64 << 20
 func (s *Server) GRPCOptions() []grpc.ServerOption {
 	return append([]grpc.ServerOption{grpc.MaxRecvMsgSize(max(s.cfg.MaxMessageBytes, raftMessageBytes+1024)), // + the RaftMessage wrapper
 		grpc.ChainUnaryInterceptor(s.grpcm.UnaryServerInterceptor()), grpc.ChainStreamInterceptor(s.grpcm.StreamServerInterceptor())},
-		runtime.KeepaliveServerOptions()...)
+		append(runtime.KeepaliveServerOptions(), runtime.WindowServerOptions()...)...)
 }
 
 // checkSize refuses a client message over MaxMessageBytes.
@@ -1233,7 +1233,9 @@ func (s *Server) Relays() int64 { return s.relays.Load() }
 // Sync serves one Lookup's sync stream.
 func (s lookupsService) Sync(stream pb.Lookups_SyncServer) error {
 	st := &lookupStream{id: s.sessions.Add(1), out: make(chan *pb.SyncResponse, 64)}
-	return serveStream(s.Server, stream.Context(), st.out, stream.Send, func() (event, chan error, error) {
+	names := &wire.ManagerSyncNames{} // names said once per stream
+	send := func(m *pb.SyncResponse) error { return stream.Send(names.Send(m)) }
+	return serveStream(s.Server, stream.Context(), st.out, send, func() (event, chan error, error) {
 		m, err := stream.Recv()
 		if err != nil {
 			return nil, nil, err
@@ -1241,6 +1243,7 @@ func (s lookupsService) Sync(stream pb.Lookups_SyncServer) error {
 		if err := s.checkSize(m); err != nil {
 			return nil, nil, err
 		}
+		names.Recv(m)
 		req, err := wire.SyncRequestFromPB(m)
 		if err != nil {
 			return nil, nil, err

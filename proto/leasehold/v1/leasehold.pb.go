@@ -760,12 +760,17 @@ func (x *LeaseResponse) GetNamesOnce() bool {
 
 // Entry is what the lease table says about a range.
 type Entry struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Owner         string                 `protobuf:"bytes,1,opt,name=owner,proto3" json:"owner,omitempty"`
-	Addr          string                 `protobuf:"bytes,2,opt,name=addr,proto3" json:"addr,omitempty"`
-	Lgn           uint64                 `protobuf:"varint,3,opt,name=lgn,proto3" json:"lgn,omitempty"`
-	Migrated      bool                   `protobuf:"varint,4,opt,name=migrated,proto3" json:"migrated,omitempty"`
-	MigratedFrom  uint64                 `protobuf:"varint,5,opt,name=migrated_from,json=migratedFrom,proto3" json:"migrated_from,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Owner        string                 `protobuf:"bytes,1,opt,name=owner,proto3" json:"owner,omitempty"`
+	Addr         string                 `protobuf:"bytes,2,opt,name=addr,proto3" json:"addr,omitempty"`
+	Lgn          uint64                 `protobuf:"varint,3,opt,name=lgn,proto3" json:"lgn,omitempty"`
+	Migrated     bool                   `protobuf:"varint,4,opt,name=migrated,proto3" json:"migrated,omitempty"`
+	MigratedFrom uint64                 `protobuf:"varint,5,opt,name=migrated_from,json=migratedFrom,proto3" json:"migrated_from,omitempty"`
+	// owner_ref names owner and addr by a number on one Lookup stream: an
+	// entry with owner set and owner_ref n defines n as that owner and
+	// address for the rest of the stream; an entry with owner empty and
+	// owner_ref n means the owner and address n was defined as. 0: none.
+	OwnerRef      uint32 `protobuf:"varint,6,opt,name=owner_ref,json=ownerRef,proto3" json:"owner_ref,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -831,6 +836,13 @@ func (x *Entry) GetMigrated() bool {
 func (x *Entry) GetMigratedFrom() uint64 {
 	if x != nil {
 		return x.MigratedFrom
+	}
+	return 0
+}
+
+func (x *Entry) GetOwnerRef() uint32 {
+	if x != nil {
+		return x.OwnerRef
 	}
 	return 0
 }
@@ -1026,11 +1038,15 @@ func (x *Update) GetSegments() []*Segment {
 
 // SyncRequest asks for the lease-table changes since lsn.
 type SyncRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	Id            uint64                 `protobuf:"varint,2,opt,name=id,proto3" json:"id,omitempty"`
-	Epoch         uint64                 `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"`
-	Lsn           uint64                 `protobuf:"varint,4,opt,name=lsn,proto3" json:"lsn,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Id        uint64                 `protobuf:"varint,2,opt,name=id,proto3" json:"id,omitempty"`
+	Epoch     uint64                 `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Lsn       uint64                 `protobuf:"varint,4,opt,name=lsn,proto3" json:"lsn,omitempty"`
+	// names_once: as in LeaseRequest. The Lookup may leave namespace empty
+	// once the Manager has said names_once on the stream, and reads owner_ref
+	// in the entries it is sent.
+	NamesOnce     bool `protobuf:"varint,5,opt,name=names_once,json=namesOnce,proto3" json:"names_once,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1093,6 +1109,13 @@ func (x *SyncRequest) GetLsn() uint64 {
 	return 0
 }
 
+func (x *SyncRequest) GetNamesOnce() bool {
+	if x != nil {
+		return x.NamesOnce
+	}
+	return false
+}
+
 // SyncResponse answers a SyncRequest (id echoed) or pushes changes (id 0).
 type SyncResponse struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
@@ -1105,8 +1128,13 @@ type SyncResponse struct {
 	// sync_timeout_nanos old.
 	SyncNanos        int64 `protobuf:"varint,5,opt,name=sync_nanos,json=syncNanos,proto3" json:"sync_nanos,omitempty"`
 	SyncTimeoutNanos int64 `protobuf:"varint,6,opt,name=sync_timeout_nanos,json=syncTimeoutNanos,proto3" json:"sync_timeout_nanos,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// names_once answers a request that said names_once: later responses on
+	// the stream may leave namespace, sync_nanos and sync_timeout_nanos
+	// empty (the values of the last response that carried them), and name
+	// owners by owner_ref.
+	NamesOnce     bool `protobuf:"varint,7,opt,name=names_once,json=namesOnce,proto3" json:"names_once,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SyncResponse) Reset() {
@@ -1179,6 +1207,13 @@ func (x *SyncResponse) GetSyncTimeoutNanos() int64 {
 		return x.SyncTimeoutNanos
 	}
 	return 0
+}
+
+func (x *SyncResponse) GetNamesOnce() bool {
+	if x != nil {
+		return x.NamesOnce
+	}
+	return false
 }
 
 type StatusRequest struct {
@@ -2227,13 +2262,14 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\n" +
 	"renew_held\x18\f \x01(\bR\trenewHeld\x12\x1d\n" +
 	"\n" +
-	"names_once\x18\r \x01(\bR\tnamesOnce\"\x84\x01\n" +
+	"names_once\x18\r \x01(\bR\tnamesOnce\"\xa1\x01\n" +
 	"\x05Entry\x12\x14\n" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x10\n" +
 	"\x03lgn\x18\x03 \x01(\x04R\x03lgn\x12\x1a\n" +
 	"\bmigrated\x18\x04 \x01(\bR\bmigrated\x12#\n" +
-	"\rmigrated_from\x18\x05 \x01(\x04R\fmigratedFrom\"p\n" +
+	"\rmigrated_from\x18\x05 \x01(\x04R\fmigratedFrom\x12\x1b\n" +
+	"\towner_ref\x18\x06 \x01(\rR\bownerRef\"p\n" +
 	"\x06Change\x12\x10\n" +
 	"\x03lsn\x18\x01 \x01(\x04R\x03lsn\x12)\n" +
 	"\x05range\x18\x02 \x01(\v2\x13.leasehold.v1.RangeR\x05range\x12)\n" +
@@ -2246,12 +2282,14 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x02to\x18\x02 \x01(\x04R\x02to\x12\x1a\n" +
 	"\bsnapshot\x18\x03 \x01(\bR\bsnapshot\x12.\n" +
 	"\achanges\x18\x04 \x03(\v2\x14.leasehold.v1.ChangeR\achanges\x121\n" +
-	"\bsegments\x18\x05 \x03(\v2\x15.leasehold.v1.SegmentR\bsegments\"c\n" +
+	"\bsegments\x18\x05 \x03(\v2\x15.leasehold.v1.SegmentR\bsegments\"\x82\x01\n" +
 	"\vSyncRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\x04R\x02id\x12\x14\n" +
 	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\x12\x10\n" +
-	"\x03lsn\x18\x04 \x01(\x04R\x03lsn\"\xcd\x01\n" +
+	"\x03lsn\x18\x04 \x01(\x04R\x03lsn\x12\x1d\n" +
+	"\n" +
+	"names_once\x18\x05 \x01(\bR\tnamesOnce\"\xec\x01\n" +
 	"\fSyncResponse\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\x04R\x02id\x12\x14\n" +
@@ -2259,7 +2297,9 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x06update\x18\x04 \x01(\v2\x14.leasehold.v1.UpdateR\x06update\x12\x1d\n" +
 	"\n" +
 	"sync_nanos\x18\x05 \x01(\x03R\tsyncNanos\x12,\n" +
-	"\x12sync_timeout_nanos\x18\x06 \x01(\x03R\x10syncTimeoutNanos\"-\n" +
+	"\x12sync_timeout_nanos\x18\x06 \x01(\x03R\x10syncTimeoutNanos\x12\x1d\n" +
+	"\n" +
+	"names_once\x18\a \x01(\bR\tnamesOnce\"-\n" +
 	"\rStatusRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\"\x96\x02\n" +
 	"\vOwnerStatus\x12\x0e\n" +
