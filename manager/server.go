@@ -412,10 +412,11 @@ type ownerStream struct {
 }
 
 type lookupStream struct {
-	id   uint64
-	ns   string
-	out  chan *pb.SyncResponse
-	sent keyspace.LSN // the newest LSN handed to it (loop only)
+	id    uint64
+	names *wire.ManagerSyncNames // the stream's encoding; Accepts: it takes merged deltas
+	ns    string
+	out   chan *pb.SyncResponse
+	sent  keyspace.LSN // the newest LSN handed to it (loop only)
 }
 
 type routeKey struct{ ns, owner string }
@@ -796,7 +797,7 @@ func (l *loop) send(owners []replica.OwnerMessage, lookups []replica.LookupMessa
 			continue
 		}
 		select {
-		case st.out <- syncResponseToPB(m.Msg, shared):
+		case st.out <- syncResponseToPB(m.Msg, shared, st.names != nil && st.names.Accepts()):
 			st.sent = max(st.sent, m.Msg.Update.To)
 		default:
 			l.dropped++
@@ -813,6 +814,7 @@ type updateKey struct {
 	changes  *leasetable.Change
 	segments *leasetable.Segment
 	n        int
+	merged   bool // converted after leasetable.Merge
 }
 
 // syncResponseToPB converts m to its wire form, converting its Update only
@@ -820,9 +822,12 @@ type updateKey struct {
 // thousands of Lookups holds one copy of it in wire form, not one per
 // Lookup. (The streams' goroutines marshal the shared message
 // concurrently, which protobuf allows: marshalling only reads it.)
-func syncResponseToPB(m *protocol.SyncResponse, shared map[updateKey]*pb.Update) *pb.SyncResponse {
+//
+// A Lookup that takes merged deltas gets the delta merged
+// (leasetable.Merge), also converted once for all such Lookups.
+func syncResponseToPB(m *protocol.SyncResponse, shared map[updateKey]*pb.Update, merge bool) *pb.SyncResponse {
 	u := &m.Update
-	k := updateKey{from: u.From, to: u.To, snapshot: u.Snapshot, n: len(u.Changes) + len(u.Segments)}
+	k := updateKey{from: u.From, to: u.To, snapshot: u.Snapshot, n: len(u.Changes) + len(u.Segments), merged: merge}
 	if len(u.Changes) > 0 {
 		k.changes = &u.Changes[0]
 	}
@@ -831,7 +836,12 @@ func syncResponseToPB(m *protocol.SyncResponse, shared map[updateKey]*pb.Update)
 	}
 	pu := shared[k]
 	if pu == nil {
-		pu = wire.UpdateToPB(u)
+		if merge {
+			mu := leasetable.Merge(*u)
+			pu = wire.UpdateToPB(&mu)
+		} else {
+			pu = wire.UpdateToPB(u)
+		}
 		shared[k] = pu
 	}
 	rest := *m
@@ -1232,8 +1242,8 @@ func (s *Server) Relays() int64 { return s.relays.Load() }
 
 // Sync serves one Lookup's sync stream.
 func (s lookupsService) Sync(stream pb.Lookups_SyncServer) error {
-	st := &lookupStream{id: s.sessions.Add(1), out: make(chan *pb.SyncResponse, 64)}
 	names := &wire.ManagerSyncNames{} // names said once per stream
+	st := &lookupStream{id: s.sessions.Add(1), out: make(chan *pb.SyncResponse, 64), names: names}
 	send := func(m *pb.SyncResponse) error { return stream.Send(names.Send(m)) }
 	return serveStream(s.Server, stream.Context(), st.out, send, func() (event, chan error, error) {
 		m, err := stream.Recv()

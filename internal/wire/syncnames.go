@@ -118,6 +118,10 @@ type ManagerSyncNames struct {
 	refs           map[ownerAddr]uint32
 }
 
+// Accepts reports whether the stream's requests say names_once: the Lookup
+// reads owner_ref, and merged deltas (leasetable.Merge).
+func (c *ManagerSyncNames) Accepts() bool { return c.once.Load() }
+
 // Recv puts the namespace the Lookup left out back into m.
 func (c *ManagerSyncNames) Recv(m *leaseholdv1.SyncRequest) {
 	if m.GetNamesOnce() {
@@ -154,14 +158,14 @@ func (c *ManagerSyncNames) Send(m *leaseholdv1.SyncResponse) *leaseholdv1.SyncRe
 	if c.refs == nil {
 		c.refs = map[ownerAddr]uint32{}
 	}
-	out := &leaseholdv1.Update{From: u.From, To: u.To, Snapshot: u.Snapshot}
+	out := &leaseholdv1.Update{From: u.From, To: u.To, Snapshot: u.Snapshot, Merged: u.Merged}
 	if n := len(u.Changes); n > 0 {
 		out.Changes = make([]*leaseholdv1.Change, n)
 		changes := make([]leaseholdv1.Change, n)
 		entries := make([]leaseholdv1.Entry, n)
 		for i, ch := range u.Changes {
 			c.ref(ch.GetEntry(), &entries[i])
-			changes[i].Lsn, changes[i].Range, changes[i].Entry = ch.Lsn, ch.Range, &entries[i]
+			changes[i].Lsn, changes[i].Range, changes[i].Entry, changes[i].ViaFree = ch.Lsn, ch.Range, &entries[i], ch.ViaFree
 			out.Changes[i] = &changes[i]
 		}
 	}

@@ -108,3 +108,27 @@ func TestSyncNamesUndefinedAndOldPeers(t *testing.T) {
 		l2.Recv(syncResp(uint64(i), &leaseholdv1.Update{}))
 	}
 }
+
+// A merged delta crosses the wire as it is; via_free outside a merged
+// delta, or on a free entry, and a merged snapshot are refused.
+func TestMergedDeltaOnTheWire(t *testing.T) {
+	u := &leaseholdv1.Update{From: 3, To: 5, Merged: true, Changes: []*leaseholdv1.Change{
+		{Lsn: 5, Range: &leaseholdv1.Range{Start: 0, End: 100}, Entry: entry("b", 4), ViaFree: true}}}
+	got, err := UpdateFromPB(u)
+	if err != nil || !got.Merged || len(got.Changes) != 1 || !got.Changes[0].ViaFree {
+		t.Fatalf("merged delta read as %+v, %v", got, err)
+	}
+	if back := UpdateToPB(&got); !proto.Equal(back, u) {
+		t.Errorf("merged delta written back as %v, want %v", back, u)
+	}
+	notMerged := proto.Clone(u).(*leaseholdv1.Update)
+	notMerged.Merged = false
+	free := proto.Clone(u).(*leaseholdv1.Update)
+	free.Changes[0].Entry = entry("", 0)
+	snap := &leaseholdv1.Update{To: 5, Snapshot: true, Merged: true}
+	for _, bad := range []*leaseholdv1.Update{notMerged, free, snap} {
+		if _, err := UpdateFromPB(bad); err == nil {
+			t.Errorf("accepted %v", bad)
+		}
+	}
+}

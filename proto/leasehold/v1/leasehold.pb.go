@@ -848,10 +848,14 @@ func (x *Entry) GetOwnerRef() uint32 {
 }
 
 type Change struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Lsn           uint64                 `protobuf:"varint,1,opt,name=lsn,proto3" json:"lsn,omitempty"`
-	Range         *Range                 `protobuf:"bytes,2,opt,name=range,proto3" json:"range,omitempty"`
-	Entry         *Entry                 `protobuf:"bytes,3,opt,name=entry,proto3" json:"entry,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Lsn   uint64                 `protobuf:"varint,1,opt,name=lsn,proto3" json:"lsn,omitempty"`
+	Range *Range                 `protobuf:"bytes,2,opt,name=range,proto3" json:"range,omitempty"`
+	Entry *Entry                 `protobuf:"bytes,3,opt,name=entry,proto3" json:"entry,omitempty"`
+	// via_free: the range was freed just before this entry, by a change of
+	// the same merged delta that it leaves out; a Lookup applies it as the
+	// two changes.
+	ViaFree       bool `protobuf:"varint,4,opt,name=via_free,json=viaFree,proto3" json:"via_free,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -905,6 +909,13 @@ func (x *Change) GetEntry() *Entry {
 		return x.Entry
 	}
 	return nil
+}
+
+func (x *Change) GetViaFree() bool {
+	if x != nil {
+		return x.ViaFree
+	}
+	return false
 }
 
 type Segment struct {
@@ -961,12 +972,17 @@ func (x *Segment) GetEntry() *Entry {
 
 // Update is a delta (changes from+1..to) or a snapshot (the whole table at to).
 type Update struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	From          uint64                 `protobuf:"varint,1,opt,name=from,proto3" json:"from,omitempty"`
-	To            uint64                 `protobuf:"varint,2,opt,name=to,proto3" json:"to,omitempty"`
-	Snapshot      bool                   `protobuf:"varint,3,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
-	Changes       []*Change              `protobuf:"bytes,4,rep,name=changes,proto3" json:"changes,omitempty"`
-	Segments      []*Segment             `protobuf:"bytes,5,rep,name=segments,proto3" json:"segments,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	From     uint64                 `protobuf:"varint,1,opt,name=from,proto3" json:"from,omitempty"`
+	To       uint64                 `protobuf:"varint,2,opt,name=to,proto3" json:"to,omitempty"`
+	Snapshot bool                   `protobuf:"varint,3,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	Changes  []*Change              `protobuf:"bytes,4,rep,name=changes,proto3" json:"changes,omitempty"`
+	Segments []*Segment             `protobuf:"bytes,5,rep,name=segments,proto3" json:"segments,omitempty"`
+	// merged: changes undone within the delta were left out (each change to
+	// free followed by one taking the same range: see Change.via_free), so
+	// the LSNs of changes increase to `to` but may skip. Sent only to a
+	// Lookup whose requests say names_once.
+	Merged        bool `protobuf:"varint,6,opt,name=merged,proto3" json:"merged,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1034,6 +1050,13 @@ func (x *Update) GetSegments() []*Segment {
 		return x.Segments
 	}
 	return nil
+}
+
+func (x *Update) GetMerged() bool {
+	if x != nil {
+		return x.Merged
+	}
+	return false
 }
 
 // SyncRequest asks for the lease-table changes since lsn.
@@ -2269,20 +2292,22 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x03lgn\x18\x03 \x01(\x04R\x03lgn\x12\x1a\n" +
 	"\bmigrated\x18\x04 \x01(\bR\bmigrated\x12#\n" +
 	"\rmigrated_from\x18\x05 \x01(\x04R\fmigratedFrom\x12\x1b\n" +
-	"\towner_ref\x18\x06 \x01(\rR\bownerRef\"p\n" +
+	"\towner_ref\x18\x06 \x01(\rR\bownerRef\"\x8b\x01\n" +
 	"\x06Change\x12\x10\n" +
 	"\x03lsn\x18\x01 \x01(\x04R\x03lsn\x12)\n" +
 	"\x05range\x18\x02 \x01(\v2\x13.leasehold.v1.RangeR\x05range\x12)\n" +
-	"\x05entry\x18\x03 \x01(\v2\x13.leasehold.v1.EntryR\x05entry\"_\n" +
+	"\x05entry\x18\x03 \x01(\v2\x13.leasehold.v1.EntryR\x05entry\x12\x19\n" +
+	"\bvia_free\x18\x04 \x01(\bR\aviaFree\"_\n" +
 	"\aSegment\x12)\n" +
 	"\x05range\x18\x01 \x01(\v2\x13.leasehold.v1.RangeR\x05range\x12)\n" +
-	"\x05entry\x18\x02 \x01(\v2\x13.leasehold.v1.EntryR\x05entry\"\xab\x01\n" +
+	"\x05entry\x18\x02 \x01(\v2\x13.leasehold.v1.EntryR\x05entry\"\xc3\x01\n" +
 	"\x06Update\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\x04R\x04from\x12\x0e\n" +
 	"\x02to\x18\x02 \x01(\x04R\x02to\x12\x1a\n" +
 	"\bsnapshot\x18\x03 \x01(\bR\bsnapshot\x12.\n" +
 	"\achanges\x18\x04 \x03(\v2\x14.leasehold.v1.ChangeR\achanges\x121\n" +
-	"\bsegments\x18\x05 \x03(\v2\x15.leasehold.v1.SegmentR\bsegments\"\x82\x01\n" +
+	"\bsegments\x18\x05 \x03(\v2\x15.leasehold.v1.SegmentR\bsegments\x12\x16\n" +
+	"\x06merged\x18\x06 \x01(\bR\x06merged\"\x82\x01\n" +
 	"\vSyncRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\x04R\x02id\x12\x14\n" +
