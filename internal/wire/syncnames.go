@@ -28,6 +28,12 @@ import (
 // name their owners in full.
 const MaxOwnerRefs = 1 << 16
 
+// MaxRefItems bounds the updates whose owners Send names by number: the
+// update is copied for each stream, which for a snapshot of a large table
+// sent to thousands of Lookups at start-up would cost more than the bytes
+// it saves. Larger updates go as they are, shared, with full names.
+const MaxRefItems = 1024
+
 type ownerAddr struct{ owner, addr string }
 
 // LookupNames is the Lookup's end of one sync stream. Send and Recv may run
@@ -152,7 +158,9 @@ func (c *ManagerSyncNames) Send(m *leaseholdv1.SyncResponse) *leaseholdv1.SyncRe
 		m.Namespace, m.SyncNanos, m.SyncTimeoutNanos = "", 0, 0
 	}
 	u := m.GetUpdate()
-	if len(u.GetChanges()) == 0 && len(u.GetSegments()) == 0 {
+	if n := len(u.GetChanges()) + len(u.GetSegments()); n == 0 || n > MaxRefItems {
+		// Nothing to name, or a snapshot or a burst's delta: shared by
+		// every stream as it is rather than copied for each.
 		return m
 	}
 	if c.refs == nil {
