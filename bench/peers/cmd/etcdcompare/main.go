@@ -39,6 +39,7 @@ type options struct {
 	out                      string
 	only                     string
 	profile                  string
+	settle                   time.Duration
 }
 
 func main() {
@@ -52,6 +53,7 @@ func main() {
 	flag.DurationVar(&o.renew, "renew", time.Second, "renewal interval: leasehold Renew and etcd keepalive interval; other leasehold timers keep their production ratio to it")
 	flag.StringVar(&o.out, "out", "peers-results", "directory for summary.csv and crashes.csv")
 	flag.StringVar(&o.only, "only", "", "run only one system: leasehold or etcd")
+	flag.DurationVar(&o.settle, "settle", 2*time.Minute, "how long each system may take to reach a steady state (every lookup sees every owner, at one LSN) before the run fails")
 	flag.StringVar(&o.profile, "profile", "", "directory for each server's CPU and allocation profiles of the measured window (<system>-cpu.pprof, <system>-allocs-{start,end}.pprof)")
 	flag.Parse()
 
@@ -276,10 +278,10 @@ func measure(o options, t protocol.Timing, sys system) (*result, error) {
 		return nil, err
 	}
 	defer sys.stop()
-	deadline := time.Now().Add(2 * time.Minute)
+	deadline := time.Now().Add(o.settle)
 	for !sys.steady() {
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("no steady state after 2 minutes")
+			return nil, fmt.Errorf("no steady state after %s", o.settle)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
