@@ -47,7 +47,9 @@ type Config struct {
 	// concurrently, shared with OnUpdate.
 	OnLoss func(Loss)
 	// OnUpdate, if set, receives every change applied to the copy of the
-	// table, after it is applied. Same goroutine as OnLoss.
+	// table, after it is applied. Same goroutine as OnLoss. A delta may be
+	// merged (leasetable.Merge): a range freed and taken again within it
+	// comes as one change marked ViaFree, and its LSNs may skip.
 	OnUpdate func(Update)
 	// Logger receives the Lookup's logs; nil discards them.
 	Logger *slog.Logger
