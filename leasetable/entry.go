@@ -100,6 +100,10 @@ type Change struct {
 	LSN   keyspace.LSN
 	Range keyspace.Range
 	Entry Entry
+	// ViaFree says the range was freed, by a change of the same delta that
+	// it leaves out, just before this entry (Merge): a view applies it as
+	// the two changes, a key lost if its old entry was owned.
+	ViaFree bool
 }
 
 // Update answers a lookup's sync: either a delta (Changes, contiguous LSNs
@@ -111,6 +115,9 @@ type Update struct {
 	Snapshot bool
 	Changes  []Change
 	Segments []Segment
+	// Merged marks a delta from which Merge left changes out: its LSNs
+	// increase, and the last is To, but they may skip.
+	Merged bool
 }
 
 // lostOnChange is the loss rule (P§4.2, C§2.2) for one key: the key's soft

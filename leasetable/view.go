@@ -187,17 +187,12 @@ func (v *View) applyDelta(u Update) ([]keyspace.Range, error) {
 	if u.From != v.lsn {
 		return nil, fmt.Errorf("%w: delta starts after LSN %d but the view is at LSN %d", ErrLSNMismatch, u.From, v.lsn)
 	}
-	if u.To < u.From || uint64(u.To-u.From) != uint64(len(u.Changes)) {
-		return nil, fmt.Errorf("%w: delta %d..%d carries %d changes; want LSNs %d..%d",
-			ErrLSNMismatch, u.From, u.To, len(u.Changes), u.From+1, u.To)
+	if err := checkLSNs(u); err != nil {
+		return nil, err
 	}
 	// Check everything before changing anything, so a bad update leaves
 	// the view as it was.
-	for i, c := range u.Changes {
-		if want := u.From + keyspace.LSN(i) + 1; c.LSN != want {
-			return nil, fmt.Errorf("%w: change %d of delta %d..%d has LSN %d; want %d",
-				ErrLSNMismatch, i, u.From, u.To, c.LSN, want)
-		}
+	for _, c := range u.Changes {
 		if err := validateChange(c); err != nil {
 			return nil, err
 		}
@@ -207,7 +202,9 @@ func (v *View) applyDelta(u Update) ([]keyspace.Range, error) {
 	for _, c := range u.Changes {
 		ne := v.intern(c.Entry)
 		v.segs.set(c.Range, ne, func(piece keyspace.Range, old viewEntry) {
-			if lostOnChange(old.lgn, ne.lgn, ne.migrated, ne.from) {
+			// A change via free is the change to free (lost if the old
+			// entry was owned) and then the change from free (never lost).
+			if c.ViaFree && old.lgn != 0 || !c.ViaFree && lostOnChange(old.lgn, ne.lgn, ne.migrated, ne.from) {
 				lost = append(lost, piece)
 			}
 		})
@@ -395,6 +392,40 @@ func (v *View) check() error {
 		if err := v.entry(e).Validate(); err != nil {
 			return fmt.Errorf("leasetable: internal error: segment %d: %v", i, err)
 		}
+	}
+	return nil
+}
+
+// checkLSNs checks that a delta's changes are those of LSNs From+1..To:
+// each of them, in order, or, in a merged delta, some of them in order,
+// ending with To.
+func checkLSNs(u Update) error {
+	if !u.Merged {
+		if u.To < u.From || uint64(u.To-u.From) != uint64(len(u.Changes)) {
+			return fmt.Errorf("%w: delta %d..%d carries %d changes; want LSNs %d..%d",
+				ErrLSNMismatch, u.From, u.To, len(u.Changes), u.From+1, u.To)
+		}
+		for i, c := range u.Changes {
+			if want := u.From + keyspace.LSN(i) + 1; c.LSN != want {
+				return fmt.Errorf("%w: change %d of delta %d..%d has LSN %d; want %d",
+					ErrLSNMismatch, i, u.From, u.To, c.LSN, want)
+			}
+		}
+		return nil
+	}
+	if u.To < u.From {
+		return fmt.Errorf("%w: merged delta %d..%d ends before it starts", ErrLSNMismatch, u.From, u.To)
+	}
+	prev := u.From
+	for i, c := range u.Changes {
+		if c.LSN <= prev || c.LSN > u.To {
+			return fmt.Errorf("%w: change %d of merged delta %d..%d has LSN %d after %d",
+				ErrLSNMismatch, i, u.From, u.To, c.LSN, prev)
+		}
+		prev = c.LSN
+	}
+	if prev != u.To {
+		return fmt.Errorf("%w: merged delta %d..%d ends with LSN %d", ErrLSNMismatch, u.From, u.To, prev)
 	}
 	return nil
 }

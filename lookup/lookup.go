@@ -49,7 +49,9 @@ type Config struct {
 	// concurrently, shared with OnUpdate.
 	OnLoss func(Loss)
 	// OnUpdate, if set, receives every change applied to the copy of the
-	// table, after it is applied. Same goroutine as OnLoss.
+	// table, after it is applied. Same goroutine as OnLoss. A delta may be
+	// merged (leasetable.Merge): a range freed and taken again within it
+	// comes as one change marked ViaFree, and its LSNs may skip.
 	OnUpdate func(Update)
 	// Logger receives the Lookup's logs; nil discards them.
 	Logger *slog.Logger
@@ -355,7 +357,10 @@ func (l *Lookup) connect(ctx context.Context) {
 	runtime.Keep(ctx, l.cfg.Logger, "sync", l.managers,
 		func(ctx context.Context, cc grpc.ClientConnInterface) (runtime.Stream[pb.SyncRequest, pb.SyncResponse], error) {
 			st, err := pb.NewLookupsClient(cc).Sync(ctx)
-			if opened++; err == nil && opened > 1 {
+			if err != nil {
+				return nil, err
+			}
+			if opened++; opened > 1 {
 				// A new stream, to a replica that pushes only to Lookups
 				// that asked it: sync now rather than at the next poll.
 				select {
@@ -363,6 +368,28 @@ func (l *Lookup) connect(ctx context.Context) {
 				default:
 				}
 			}
-			return st, err
+			return namesStream{st, &wire.LookupNames{}}, nil
 		}, l.sendq, wire.SyncResponseFromPB, l.recv)
+}
+
+// namesStream is one sync stream with its names said once
+// (wire.LookupNames): each stream starts with full names again. A message
+// naming an owner by a number the stream has not defined ends the stream.
+type namesStream struct {
+	pb.Lookups_SyncClient
+	names *wire.LookupNames
+}
+
+func (s namesStream) Send(m *pb.SyncRequest) error {
+	return s.Lookups_SyncClient.Send(s.names.Send(m))
+}
+
+func (s namesStream) Recv() (*pb.SyncResponse, error) {
+	m, err := s.Lookups_SyncClient.Recv()
+	if err == nil {
+		if err = s.names.Recv(m); err != nil {
+			return nil, err
+		}
+	}
+	return m, err
 }

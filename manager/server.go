@@ -265,7 +265,7 @@ type (
 func (s *Server) GRPCOptions() []grpc.ServerOption {
 	return append([]grpc.ServerOption{grpc.MaxRecvMsgSize(max(s.cfg.MaxMessageBytes, peers.PartBytes+peers.PartFraming)),
 		grpc.ChainUnaryInterceptor(s.grpcm.UnaryServerInterceptor()), grpc.ChainStreamInterceptor(s.grpcm.StreamServerInterceptor())},
-		append(append(runtime.KeepaliveServerOptions(), s.trustOptions()...), s.limitOptions()...)...)
+		append(append(append(runtime.KeepaliveServerOptions(), runtime.WindowServerOptions()...), s.trustOptions()...), s.limitOptions()...)...)
 }
 
 // checkSize refuses a client message over MaxMessageBytes.
@@ -450,10 +450,11 @@ type ownerStream struct {
 }
 
 type lookupStream struct {
-	id   uint64
-	ns   string
-	out  chan *pb.SyncResponse
-	sent keyspace.LSN // the newest LSN handed to it (loop only)
+	id    uint64
+	names *wire.ManagerSyncNames // the stream's encoding; Accepts: it takes merged deltas
+	ns    string
+	out   chan *pb.SyncResponse
+	sent  keyspace.LSN // the newest LSN handed to it (loop only)
 }
 
 type routeKey struct{ ns, owner string }
@@ -470,9 +471,10 @@ type loop struct {
 	stale       bool
 	publishAt   time.Time
 	publishTook time.Duration
-	leader      uint64    // last leader logged
-	quorumAt    time.Time // when the leader last saw a quorum active
-	obs         observer  // metrics kept by the loop (metrics.go)
+	counts      map[string]tableCount // publish's last walk of each table (countTable)
+	leader      uint64                // last leader logged
+	quorumAt    time.Time             // when the leader last saw a quorum active
+	obs         observer              // metrics kept by the loop (metrics.go)
 }
 
 // Run runs the Manager's replica until ctx is cancelled. All of the
@@ -838,7 +840,7 @@ func (l *loop) send(owners []replica.OwnerMessage, lookups []replica.LookupMessa
 			continue
 		}
 		select {
-		case st.out <- syncResponseToPB(m.Msg, shared):
+		case st.out <- syncResponseToPB(m.Msg, shared, st.names != nil && st.names.Accepts()):
 			st.sent = max(st.sent, m.Msg.Update.To)
 		default:
 			l.dropped++
@@ -855,6 +857,7 @@ type updateKey struct {
 	changes  *leasetable.Change
 	segments *leasetable.Segment
 	n        int
+	merged   bool // converted after leasetable.Merge
 }
 
 // syncResponseToPB converts m to its wire form, converting its Update only
@@ -862,9 +865,12 @@ type updateKey struct {
 // thousands of Lookups holds one copy of it in wire form, not one per
 // Lookup. (The streams' goroutines marshal the shared message
 // concurrently, which protobuf allows: marshalling only reads it.)
-func syncResponseToPB(m *protocol.SyncResponse, shared map[updateKey]*pb.Update) *pb.SyncResponse {
+//
+// A Lookup that takes merged deltas gets the delta merged
+// (leasetable.Merge), also converted once for all such Lookups.
+func syncResponseToPB(m *protocol.SyncResponse, shared map[updateKey]*pb.Update, merge bool) *pb.SyncResponse {
 	u := &m.Update
-	k := updateKey{from: u.From, to: u.To, snapshot: u.Snapshot, n: len(u.Changes) + len(u.Segments)}
+	k := updateKey{from: u.From, to: u.To, snapshot: u.Snapshot, n: len(u.Changes) + len(u.Segments), merged: merge}
 	if len(u.Changes) > 0 {
 		k.changes = &u.Changes[0]
 	}
@@ -873,7 +879,12 @@ func syncResponseToPB(m *protocol.SyncResponse, shared map[updateKey]*pb.Update)
 	}
 	pu := shared[k]
 	if pu == nil {
-		pu = wire.UpdateToPB(u)
+		if merge {
+			mu := leasetable.Merge(*u)
+			pu = wire.UpdateToPB(&mu)
+		} else {
+			pu = wire.UpdateToPB(u)
+		}
 		shared[k] = pu
 	}
 	rest := *m
@@ -915,23 +926,63 @@ func (l *loop) publish() {
 	for _, name := range st.Namespaces() {
 		t := st.Table(name)
 		ns := NamespaceSnapshot{Name: name, LSN: t.LSN(), Segments: t.Len(), Lookups: l.r.Feed().Lookups(name)}
+		tc := l.countTable(name, t)
 		if core != nil {
-			for _, o := range core.Owners(name) {
+			for _, o := range core.Sessions(name) {
+				c := tc.owners[o.ID]
+				o.Ranges, o.Share = c.ranges, c.share
 				ns.Owners = append(ns.Owners, OwnerInfo(o))
 			}
 		} else {
 			ns.Owners = ownerInfos(st, name)
 		}
-		t.Each(func(seg leasetable.Segment) bool {
-			if seg.Entry.Owner == "" {
-				ns.FreeSegments++
-			}
-			return true
-		})
+		ns.FreeSegments = tc.free
 		snap.Namespaces = append(snap.Namespaces, ns)
 	}
 	l.obs.noteMembers(l.s.cfg.Logger, st)
 	l.s.stats.Store(snap)
+}
+
+// tableCount is what publish reads from walking a table: the segments and
+// share of the key space each owner holds, and the free segments.
+type tableCount struct {
+	t      *leasetable.Table
+	lsn    keyspace.LSN
+	segs   int
+	owners map[string]ownerCount
+	free   int
+}
+
+type ownerCount struct {
+	ranges int
+	share  float64
+}
+
+// countTable walks table t of namespace ns, or returns the last walk's
+// counts if t has not changed since (every change moves its LSN): most
+// publishes follow renewals, which change sessions but not the table, and
+// walking it was the bulk of a publish.
+func (l *loop) countTable(ns string, t *leasetable.Table) tableCount {
+	if c, ok := l.counts[ns]; ok && c.t == t && c.lsn == t.LSN() && c.segs == t.Len() {
+		return c
+	}
+	c := tableCount{t: t, lsn: t.LSN(), segs: t.Len(), owners: map[string]ownerCount{}}
+	t.Each(func(seg leasetable.Segment) bool {
+		if seg.Entry.Owner == "" {
+			c.free++
+			return true
+		}
+		oc := c.owners[seg.Entry.Owner]
+		oc.ranges++
+		oc.share += seg.Range.Size() / (1 << 64)
+		c.owners[seg.Entry.Owner] = oc
+		return true
+	})
+	if l.counts == nil {
+		l.counts = map[string]tableCount{}
+	}
+	l.counts[ns] = c
+	return c
 }
 
 func (l *loop) clusterInfo() ClusterInfo {
@@ -1096,7 +1147,12 @@ func (s leasesService) Session(stream pb.Leases_SessionServer) error {
 		}
 	}
 	st := &ownerStream{out: make(chan *pb.LeaseResponse, 64)}
-	return serveStream(s.Server, stream.Context(), st.out, stream.Send, func() (event, chan error, error) {
+	names := &wire.ManagerNames{} // names said once per stream
+	send := func(m *pb.LeaseResponse) error {
+		names.Send(m)
+		return stream.Send(m)
+	}
+	return serveStream(s.Server, stream.Context(), st.out, send, func() (event, chan error, error) {
 		m, err := stream.Recv()
 		if err != nil {
 			return nil, nil, err
@@ -1104,6 +1160,7 @@ func (s leasesService) Session(stream pb.Leases_SessionServer) error {
 		if err := s.checkSize(m); err != nil {
 			return nil, nil, err
 		}
+		names.Recv(m)
 		req, err := wire.LeaseRequestFromPB(m)
 		if err != nil {
 			return nil, nil, err
@@ -1240,8 +1297,10 @@ func (s *Server) Relays() int64 { return s.relays.Load() }
 
 // Sync serves one Lookup's sync stream.
 func (s lookupsService) Sync(stream pb.Lookups_SyncServer) error {
-	st := &lookupStream{id: s.sessions.Add(1), out: make(chan *pb.SyncResponse, 64)}
-	return serveStream(s.Server, stream.Context(), st.out, stream.Send, func() (event, chan error, error) {
+	names := &wire.ManagerSyncNames{} // names said once per stream
+	st := &lookupStream{id: s.sessions.Add(1), out: make(chan *pb.SyncResponse, 64), names: names}
+	send := func(m *pb.SyncResponse) error { return stream.Send(names.Send(m)) }
+	return serveStream(s.Server, stream.Context(), st.out, send, func() (event, chan error, error) {
 		m, err := stream.Recv()
 		if err != nil {
 			return nil, nil, err
@@ -1249,6 +1308,7 @@ func (s lookupsService) Sync(stream pb.Lookups_SyncServer) error {
 		if err := s.checkSize(m); err != nil {
 			return nil, nil, err
 		}
+		names.Recv(m)
 		req, err := wire.SyncRequestFromPB(m)
 		if err != nil {
 			return nil, nil, err

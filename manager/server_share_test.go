@@ -82,7 +82,7 @@ func TestSyncResponsesShareTheirWireUpdate(t *testing.T) {
 	shared := map[updateKey]*pb.Update{}
 	var msgs []*pb.SyncResponse
 	for _, m := range out {
-		msgs = append(msgs, syncResponseToPB(m.Msg, shared))
+		msgs = append(msgs, syncResponseToPB(m.Msg, shared, false))
 	}
 	if len(shared) != 2 {
 		t.Errorf("%d updates converted for one push round and one older sync, want 2", len(shared))

@@ -416,7 +416,10 @@ func (o *Owner) connect(ctx context.Context) {
 	runtime.Keep(ctx, o.cfg.Logger, "lease", o.managers,
 		func(ctx context.Context, cc grpc.ClientConnInterface) (runtime.Stream[pb.LeaseRequest, pb.LeaseResponse], error) {
 			st, err := pb.NewLeasesClient(cc).Session(ctx)
-			if opened++; err == nil && opened > 1 {
+			if err != nil {
+				return nil, err
+			}
+			if opened++; opened > 1 {
 				// A new stream, perhaps to a new leader: renew on it now
 				// rather than at the next renewal (15 s in production).
 				select {
@@ -424,7 +427,7 @@ func (o *Owner) connect(ctx context.Context) {
 				default:
 				}
 			}
-			return st, err
+			return namesStream{st, &wire.OwnerNames{}}, nil
 		}, o.sendq, wire.LeaseResponseFromPB, o.recv)
 }
 
@@ -446,4 +449,23 @@ func (o *Owner) logChange(c OwnershipChange) {
 		log.Debug("handover asked", "namespace", o.cfg.Namespace, "owner", o.cfg.ID, "range", h.Range.String(),
 			"lgn", h.Lease.LGN, "to", h.To)
 	}
+}
+
+// namesStream is one lease stream with its names said once
+// (wire.OwnerNames): each stream starts with full names again.
+type namesStream struct {
+	pb.Leases_SessionClient
+	names *wire.OwnerNames
+}
+
+func (s namesStream) Send(m *pb.LeaseRequest) error {
+	return s.Leases_SessionClient.Send(s.names.Send(m))
+}
+
+func (s namesStream) Recv() (*pb.LeaseResponse, error) {
+	m, err := s.Leases_SessionClient.Recv()
+	if err == nil {
+		s.names.Recv(m)
+	}
+	return m, err
 }

@@ -412,11 +412,61 @@ func TestManagerCommand(t *testing.T) {
 		}
 	}
 
+	if code := httpStatus(t, strings.TrimSuffix(metricsURL, "/metrics")+"/debug/pprof/"); code != http.StatusNotFound {
+		t.Errorf("/debug/pprof/ without --pprof: status %d, want 404", code)
+	}
+
 	if code := m.stop(t); code != ExitOK {
 		t.Errorf("manager stopped with exit %d; stderr:\n%s", code, m.stderr.String())
 	}
 	if s := m.stderr.String(); !strings.Contains(s, "sync=800ms") || strings.Contains(s, "level=ERROR") {
 		t.Errorf("manager log:\n%s", s)
+	}
+}
+
+func httpStatus(t *testing.T, url string) int {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// --pprof serves Go's profiles on the metrics listener, and only there;
+// without a metrics listener it is a usage error.
+func TestManagerPprof(t *testing.T) {
+	t.Parallel()
+	m := startCLI(t, "manager", "--timings", "fast", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--pprof")
+	var base string
+	waitFor(t, "the metrics URL in the log", 10*time.Second, func() bool {
+		match := regexp.MustCompile(`url=(http://\S+)/metrics`).FindStringSubmatch(m.stderr.String())
+		if match != nil {
+			base = match[1]
+		}
+		return match != nil
+	})
+	resp, err := http.Get(base + "/debug/pprof/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "goroutine") {
+		t.Errorf("/debug/pprof/: status %d, body:\n%s", resp.StatusCode, body)
+	}
+	if code := httpStatus(t, base+"/debug/pprof/allocs"); code != http.StatusOK {
+		t.Errorf("/debug/pprof/allocs: status %d", code)
+	}
+	if code := m.stop(t); code != ExitOK {
+		t.Errorf("manager stopped with exit %d; stderr:\n%s", code, m.stderr.String())
+	}
+
+	code, stdout, stderr := cli(t, "manager", "--listen", "127.0.0.1:0", "--pprof", "--log-level", "warn")
+	if code != ExitUsage || stdout != "" || !strings.Contains(stderr, "--pprof needs --metrics-listen") {
+		t.Errorf("--pprof without --metrics-listen: exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -77,6 +78,7 @@ type managerOptions struct {
 	timings       string // a key of profiles
 	namespaces    []string
 	metricsListen string
+	pprof         bool
 	logOptions
 	id            uint64
 	peers         string // ID=ADDR,…
@@ -175,6 +177,7 @@ Logs go to stderr. SIGINT or SIGTERM stops it cleanly (exit code 0).`,
 	f.DurationVar(&o.settings.IdleTimeout, "idle-timeout", 0, "close a connection with no stream open for this long (0: 5m; negative: never)")
 	f.StringVar(&o.metricsListen, "metrics-listen", "", "serve Prometheus metrics at http://`ADDR`/metrics, and /healthz and /readyz (default: none)")
 	addReadLeaseFlags(cmd, &o.settings.ReadLease)
+	f.BoolVar(&o.pprof, "pprof", false, "also serve Go's profiles at /debug/pprof/ on the --metrics-listen address (CPU, heap, allocations, goroutines)")
 	o.addLogFlags(f, "info")
 	o.addTrustFlags(f, e)
 	cmd.Flags().SortFlags = false
@@ -364,12 +367,15 @@ func (o *managerOptions) run(ctx context.Context, e *env) error {
 	}
 	defer lis.Close()
 
+	if o.pprof && o.metricsListen == "" {
+		return usagef("--pprof needs --metrics-listen: the profiles are served on the metrics listener")
+	}
 	if o.metricsListen != "" {
 		mlis, err := listen(o.metricsListen, " for metrics")
 		if err != nil {
 			return err
 		}
-		defer serveMetrics(srv, mlis, log, cfg.Certs)()
+		defer serveMetrics(srv, mlis, o.pprof, log, cfg.Certs)()
 		scheme := "http://"
 		if cfg.Certs != nil {
 			scheme = "https://"
@@ -436,12 +442,13 @@ func listen(addr, what string) (net.Listener, error) {
 
 // serveMetrics serves the Manager's metrics, and the Go runtime's and the
 // process's, on lis at /metrics, with the health endpoints /healthz and
-// /readyz, until stop is called. With src it serves HTTPS with src's
+// /readyz, and with withPprof Go's profiles at /debug/pprof/, until stop
+// is called. With src it serves HTTPS with src's
 // certificate, and /metrics only to clients whose certificate the group's
 // CA signed (any role: Prometheus may scrape with a lookup or operator
 // certificate); the health endpoints say only ready or not, and answer
 // anyone, so that a load balancer's probe needs no certificate.
-func serveMetrics(srv *manager.Server, lis net.Listener, log *slog.Logger, src *certs.Source) (stop func()) {
+func serveMetrics(srv *manager.Server, lis net.Listener, withPprof bool, log *slog.Logger, src *certs.Source) (stop func()) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(srv.Collector(), collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -453,6 +460,28 @@ func serveMetrics(srv *manager.Server, lis net.Listener, log *slog.Logger, src *
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", metrics)
 	srv.HandleHealth(mux)
+	if withPprof {
+		// Registered on this mux only: importing net/http/pprof also adds
+		// the handlers to http.DefaultServeMux, which nothing here serves.
+		prof := http.NewServeMux()
+		prof.HandleFunc("/debug/pprof/", pprof.Index)
+		prof.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		prof.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		prof.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		prof.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		var h http.Handler = prof
+		if src != nil {
+			// A profile shows the process's memory and command line: an
+			// operator's certificate only.
+			h = certs.RequireHTTP(src, func(id certs.Identity) error {
+				if id.Role != certs.Operator {
+					return fmt.Errorf("%s may not read profiles: /debug/pprof/ is for the operator role", id)
+				}
+				return nil
+			}, prof)
+		}
+		mux.Handle("/debug/pprof/", h)
+	}
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	if src != nil {
 		lis = tls.NewListener(lis, src.ServerTLS())

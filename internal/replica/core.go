@@ -116,25 +116,36 @@ type OwnerInfo struct {
 
 // Owners describes a namespace's owner sessions, sorted by ID.
 func (c *Core) Owners(ns string) []OwnerInfo {
-	n := c.ns[ns]
-	if n == nil {
-		return nil
+	out := c.Sessions(ns)
+	if len(out) == 0 {
+		return out
 	}
-	by := map[string]*OwnerInfo{}
-	var out []OwnerInfo
-	for id, o := range n.owners {
-		by[id] = &OwnerInfo{ID: id, Addr: o.addr, Incarnation: o.inc, Member: o.member,
-			Load: o.rate, Capacity: o.capacity, Draining: o.draining, HotKeys: o.hot}
+	by := make(map[string]*OwnerInfo, len(out))
+	for i := range out {
+		by[out[i].ID] = &out[i]
 	}
-	n.s.table.Each(func(s leasetable.Segment) bool {
+	c.ns[ns].s.table.Each(func(s leasetable.Segment) bool {
 		if i := by[s.Entry.Owner]; i != nil {
 			i.Ranges++
 			i.Share += s.Range.Size() / (1 << 64)
 		}
 		return true
 	})
-	for _, i := range by {
-		out = append(out, *i)
+	return out
+}
+
+// Sessions describes the owner sessions of a namespace as Owners does, by
+// ID, without what the table gives them (Ranges and Share are zero): it
+// does not walk the table.
+func (c *Core) Sessions(ns string) []OwnerInfo {
+	n := c.ns[ns]
+	if n == nil {
+		return nil
+	}
+	out := make([]OwnerInfo, 0, len(n.owners))
+	for id, o := range n.owners {
+		out = append(out, OwnerInfo{ID: id, Addr: o.addr, Incarnation: o.inc, Member: o.member,
+			Load: o.rate, Capacity: o.capacity, Draining: o.draining, HotKeys: o.hot})
 	}
 	slices.SortFunc(out, func(a, b OwnerInfo) int { return cmp.Compare(a.ID, b.ID) })
 	return out
@@ -753,12 +764,27 @@ func (n *namespace) heldBy(id string) []leasetable.Segment { return n.s.table.Ow
 // and the race filter guarantees no earlier message of ours can give them
 // back, so they may be granted at once (C§2.3.2).
 func (c *Core) release(now time.Time, n *namespace, o *ownerSession, held []protocol.Lease, handed []protocol.Handed) (freed uint64) {
+	// The held leases by LGN: each segment is compared with the leases
+	// under its own LGN only (one, in steady state), not with all of them.
+	byLGN := make(map[keyspace.LGN][]keyspace.Range, len(held))
+	for _, h := range held {
+		byLGN[h.LGN] = append(byLGN[h.LGN], h.Range)
+	}
 	for _, s := range n.heldByRun(o) {
 		var kept keyspace.RangeSet
-		for _, h := range held {
-			if h.LGN == s.Entry.LGN && h.Range.Overlaps(s.Range) {
-				kept = kept.Add(h.Range)
+		if hs := byLGN[s.Entry.LGN]; len(hs) == 1 && hs[0].Overlaps(s.Range) {
+			kept = keyspace.NewRangeSet(hs[0])
+		} else if len(hs) > 1 {
+			var ks []keyspace.Range
+			for _, h := range hs {
+				if h.Overlaps(s.Range) {
+					ks = append(ks, h)
+				}
 			}
+			kept = keyspace.NewRangeSet(ks...)
+		}
+		if kept.CoversRange(s.Range) {
+			continue // all of it kept: nothing freed, every handover it overlaps still listed
 		}
 		for _, p := range keyspace.NewRangeSet(s.Range).Subtract(kept).Ranges() {
 			n.markDirty(p)
@@ -1148,10 +1174,11 @@ func (c *Core) sendTo(now time.Time, n *namespace, o *ownerSession) {
 	}
 	o.push = false
 	o.resendAt = time.Time{}
-	o.sent = keyspace.RangeSet{}
-	for _, l := range leases {
-		o.sent = o.sent.Add(l.Range)
+	sent := make([]keyspace.Range, len(leases))
+	for i, l := range leases {
+		sent[i] = l.Range
 	}
+	o.sent = keyspace.NewRangeSet(sent...)
 	o.sentLeases = leases
 	msg := &protocol.LeaseResponse{
 		Namespace:   n.name,

@@ -117,8 +117,29 @@ func Dial(addr string, opts []grpc.DialOption) (*grpc.ClientConn, error) {
 	opts = append([]grpc.DialOption{grpc.WithKeepaliveParams(keepalive.ClientParameters{
 		Time: KeepaliveTime, Timeout: KeepaliveTimeout, PermitWithoutStream: true,
 	})}, opts...)
-	opts = append(opts, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(256<<20)))
+	opts = append(opts, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(256<<20)),
+		grpc.WithStaticStreamWindowSize(StreamWindow), grpc.WithStaticConnWindowSize(ConnWindow))
 	return grpc.NewClient(addr, opts...)
+}
+
+// StreamWindow and ConnWindow are the HTTP/2 flow-control windows of every
+// Manager connection, client and server side. Setting them turns off
+// gRPC's bandwidth-delay estimation, which otherwise answers nearly every
+// message received with an HTTP/2 ping and its acknowledgement (17 bytes
+// each way, and a write of its own) — for a renewal or a sync as many
+// frames again as the message itself. The windows are large enough that
+// no Owner or Lookup message (at most MaxMessageBytes, 4 MiB by default)
+// waits for one, and a Raft snapshot between replicas crosses in 64 MiB /
+// ConnWindow round trips.
+const (
+	StreamWindow = 4 << 20
+	ConnWindow   = 16 << 20
+)
+
+// WindowServerOptions are the server options that set StreamWindow and
+// ConnWindow (see there).
+func WindowServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{grpc.StaticStreamWindowSize(StreamWindow), grpc.StaticConnWindowSize(ConnWindow)}
 }
 
 // Keepalive: a connection that has heard nothing from its server for

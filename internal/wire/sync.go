@@ -101,6 +101,7 @@ func UpdateToPB(u *leasetable.Update) *leaseholdv1.Update {
 		From:     uint64(u.From),
 		To:       uint64(u.To),
 		Snapshot: u.Snapshot,
+		Merged:   u.Merged,
 	}
 	// A snapshot has thousands of segments: allocate the messages of each
 	// kind in one slice rather than three allocations per item.
@@ -113,7 +114,7 @@ func UpdateToPB(u *leasetable.Update) *leaseholdv1.Update {
 			c, pc, r, e := &u.Changes[i], &changes[i], &ranges[i], &entries[i]
 			r.Start, r.End = uint64(c.Range.Start), uint64(c.Range.End)
 			entryToPB(&c.Entry, e)
-			pc.Lsn, pc.Range, pc.Entry = uint64(c.LSN), r, e
+			pc.Lsn, pc.Range, pc.Entry, pc.ViaFree = uint64(c.LSN), r, e, c.ViaFree
 			m.Changes[i] = pc
 		}
 	}
@@ -155,6 +156,10 @@ func updateFromPB(where string, m *leaseholdv1.Update) (leasetable.Update, error
 		From:     keyspace.LSN(m.GetFrom()),
 		To:       keyspace.LSN(m.GetTo()),
 		Snapshot: m.GetSnapshot(),
+		Merged:   m.GetMerged(),
+	}
+	if u.Snapshot && u.Merged {
+		return leasetable.Update{}, fmt.Errorf("%w: %s: a snapshot cannot be merged", ErrInvalid, where)
 	}
 	if u.Snapshot && len(changes) > 0 {
 		return leasetable.Update{}, fmt.Errorf("%w: %s: snapshot carries %d changes; a snapshot has only segments",
@@ -178,7 +183,11 @@ func updateFromPB(where string, m *leaseholdv1.Update) (leasetable.Update, error
 			if err != nil {
 				return leasetable.Update{}, fmt.Errorf("%w: %s.changes[%d] on %v: %v", ErrInvalid, where, i, r, err)
 			}
-			u.Changes[i] = leasetable.Change{LSN: keyspace.LSN(pc.GetLsn()), Range: r, Entry: e}
+			if pc.GetViaFree() && (!u.Merged || e.Owner == "") {
+				return leasetable.Update{}, fmt.Errorf("%w: %s.changes[%d] on %v: via_free needs a merged delta and an owner",
+					ErrInvalid, where, i, r)
+			}
+			u.Changes[i] = leasetable.Change{LSN: keyspace.LSN(pc.GetLsn()), Range: r, Entry: e, ViaFree: pc.GetViaFree()}
 		}
 	}
 	if len(segments) > 0 {

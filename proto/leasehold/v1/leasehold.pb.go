@@ -178,7 +178,14 @@ type LeaseRequest struct {
 	// held_as_acked says the Owner holds exactly the leases of the Manager's
 	// message ack_seq (epoch ack_epoch) and nothing else; held is then empty.
 	// It encodes held compactly for a steady-state renewal.
-	HeldAsAcked   bool `protobuf:"varint,16,opt,name=held_as_acked,json=heldAsAcked,proto3" json:"held_as_acked,omitempty"`
+	HeldAsAcked bool `protobuf:"varint,16,opt,name=held_as_acked,json=heldAsAcked,proto3" json:"held_as_acked,omitempty"`
+	// names_once says the Owner names itself once per stream: it may leave
+	// namespace, owner and addr empty in a later request on the same stream
+	// once the Manager has said names_once, meaning the values of the
+	// stream's first request; and it reads a response on this stream with
+	// namespace, owner, incarnation, owner_lease_nanos and renew_nanos empty
+	// as carrying the values of the stream's first response.
+	NamesOnce     bool `protobuf:"varint,17,opt,name=names_once,json=namesOnce,proto3" json:"names_once,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -321,6 +328,13 @@ func (x *LeaseRequest) GetWindowNanos() int64 {
 func (x *LeaseRequest) GetHeldAsAcked() bool {
 	if x != nil {
 		return x.HeldAsAcked
+	}
+	return false
+}
+
+func (x *LeaseRequest) GetNamesOnce() bool {
+	if x != nil {
+		return x.NamesOnce
 	}
 	return false
 }
@@ -614,7 +628,11 @@ type LeaseResponse struct {
 	// renew_held says leases is exactly the held of the Owner's request
 	// ack_seq, every one renewed; leases is then empty. It encodes leases
 	// compactly for a steady-state renewal.
-	RenewHeld     bool `protobuf:"varint,12,opt,name=renew_held,json=renewHeld,proto3" json:"renew_held,omitempty"`
+	RenewHeld bool `protobuf:"varint,12,opt,name=renew_held,json=renewHeld,proto3" json:"renew_held,omitempty"`
+	// names_once answers a request that said names_once: the Manager fills
+	// in omitted names from the stream's first request, and omits its own
+	// after the stream's first response.
+	NamesOnce     bool `protobuf:"varint,13,opt,name=names_once,json=namesOnce,proto3" json:"names_once,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -733,14 +751,26 @@ func (x *LeaseResponse) GetRenewHeld() bool {
 	return false
 }
 
+func (x *LeaseResponse) GetNamesOnce() bool {
+	if x != nil {
+		return x.NamesOnce
+	}
+	return false
+}
+
 // Entry is what the lease table says about a range.
 type Entry struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Owner         string                 `protobuf:"bytes,1,opt,name=owner,proto3" json:"owner,omitempty"`
-	Addr          string                 `protobuf:"bytes,2,opt,name=addr,proto3" json:"addr,omitempty"`
-	Lgn           uint64                 `protobuf:"varint,3,opt,name=lgn,proto3" json:"lgn,omitempty"`
-	Migrated      bool                   `protobuf:"varint,4,opt,name=migrated,proto3" json:"migrated,omitempty"`
-	MigratedFrom  uint64                 `protobuf:"varint,5,opt,name=migrated_from,json=migratedFrom,proto3" json:"migrated_from,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Owner        string                 `protobuf:"bytes,1,opt,name=owner,proto3" json:"owner,omitempty"`
+	Addr         string                 `protobuf:"bytes,2,opt,name=addr,proto3" json:"addr,omitempty"`
+	Lgn          uint64                 `protobuf:"varint,3,opt,name=lgn,proto3" json:"lgn,omitempty"`
+	Migrated     bool                   `protobuf:"varint,4,opt,name=migrated,proto3" json:"migrated,omitempty"`
+	MigratedFrom uint64                 `protobuf:"varint,5,opt,name=migrated_from,json=migratedFrom,proto3" json:"migrated_from,omitempty"`
+	// owner_ref names owner and addr by a number on one Lookup stream: an
+	// entry with owner set and owner_ref n defines n as that owner and
+	// address for the rest of the stream; an entry with owner empty and
+	// owner_ref n means the owner and address n was defined as. 0: none.
+	OwnerRef      uint32 `protobuf:"varint,6,opt,name=owner_ref,json=ownerRef,proto3" json:"owner_ref,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -810,11 +840,22 @@ func (x *Entry) GetMigratedFrom() uint64 {
 	return 0
 }
 
+func (x *Entry) GetOwnerRef() uint32 {
+	if x != nil {
+		return x.OwnerRef
+	}
+	return 0
+}
+
 type Change struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Lsn           uint64                 `protobuf:"varint,1,opt,name=lsn,proto3" json:"lsn,omitempty"`
-	Range         *Range                 `protobuf:"bytes,2,opt,name=range,proto3" json:"range,omitempty"`
-	Entry         *Entry                 `protobuf:"bytes,3,opt,name=entry,proto3" json:"entry,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Lsn   uint64                 `protobuf:"varint,1,opt,name=lsn,proto3" json:"lsn,omitempty"`
+	Range *Range                 `protobuf:"bytes,2,opt,name=range,proto3" json:"range,omitempty"`
+	Entry *Entry                 `protobuf:"bytes,3,opt,name=entry,proto3" json:"entry,omitempty"`
+	// via_free: the range was freed just before this entry, by a change of
+	// the same merged delta that it leaves out; a Lookup applies it as the
+	// two changes.
+	ViaFree       bool `protobuf:"varint,4,opt,name=via_free,json=viaFree,proto3" json:"via_free,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -868,6 +909,13 @@ func (x *Change) GetEntry() *Entry {
 		return x.Entry
 	}
 	return nil
+}
+
+func (x *Change) GetViaFree() bool {
+	if x != nil {
+		return x.ViaFree
+	}
+	return false
 }
 
 type Segment struct {
@@ -924,12 +972,17 @@ func (x *Segment) GetEntry() *Entry {
 
 // Update is a delta (changes from+1..to) or a snapshot (the whole table at to).
 type Update struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	From          uint64                 `protobuf:"varint,1,opt,name=from,proto3" json:"from,omitempty"`
-	To            uint64                 `protobuf:"varint,2,opt,name=to,proto3" json:"to,omitempty"`
-	Snapshot      bool                   `protobuf:"varint,3,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
-	Changes       []*Change              `protobuf:"bytes,4,rep,name=changes,proto3" json:"changes,omitempty"`
-	Segments      []*Segment             `protobuf:"bytes,5,rep,name=segments,proto3" json:"segments,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	From     uint64                 `protobuf:"varint,1,opt,name=from,proto3" json:"from,omitempty"`
+	To       uint64                 `protobuf:"varint,2,opt,name=to,proto3" json:"to,omitempty"`
+	Snapshot bool                   `protobuf:"varint,3,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	Changes  []*Change              `protobuf:"bytes,4,rep,name=changes,proto3" json:"changes,omitempty"`
+	Segments []*Segment             `protobuf:"bytes,5,rep,name=segments,proto3" json:"segments,omitempty"`
+	// merged: changes undone within the delta were left out (each change to
+	// free followed by one taking the same range: see Change.via_free), so
+	// the LSNs of changes increase to `to` but may skip. Sent only to a
+	// Lookup whose requests say names_once.
+	Merged        bool `protobuf:"varint,6,opt,name=merged,proto3" json:"merged,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -999,13 +1052,24 @@ func (x *Update) GetSegments() []*Segment {
 	return nil
 }
 
+func (x *Update) GetMerged() bool {
+	if x != nil {
+		return x.Merged
+	}
+	return false
+}
+
 // SyncRequest asks for the lease-table changes since lsn.
 type SyncRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	Id            uint64                 `protobuf:"varint,2,opt,name=id,proto3" json:"id,omitempty"`
-	Epoch         uint64                 `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"`
-	Lsn           uint64                 `protobuf:"varint,4,opt,name=lsn,proto3" json:"lsn,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Id        uint64                 `protobuf:"varint,2,opt,name=id,proto3" json:"id,omitempty"`
+	Epoch     uint64                 `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Lsn       uint64                 `protobuf:"varint,4,opt,name=lsn,proto3" json:"lsn,omitempty"`
+	// names_once: as in LeaseRequest. The Lookup may leave namespace empty
+	// once the Manager has said names_once on the stream, and reads owner_ref
+	// in the entries it is sent.
+	NamesOnce     bool `protobuf:"varint,5,opt,name=names_once,json=namesOnce,proto3" json:"names_once,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1068,6 +1132,13 @@ func (x *SyncRequest) GetLsn() uint64 {
 	return 0
 }
 
+func (x *SyncRequest) GetNamesOnce() bool {
+	if x != nil {
+		return x.NamesOnce
+	}
+	return false
+}
+
 // SyncResponse answers a SyncRequest (id echoed) or pushes changes (id 0).
 type SyncResponse struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
@@ -1080,8 +1151,13 @@ type SyncResponse struct {
 	// sync_timeout_nanos old.
 	SyncNanos        int64 `protobuf:"varint,5,opt,name=sync_nanos,json=syncNanos,proto3" json:"sync_nanos,omitempty"`
 	SyncTimeoutNanos int64 `protobuf:"varint,6,opt,name=sync_timeout_nanos,json=syncTimeoutNanos,proto3" json:"sync_timeout_nanos,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// names_once answers a request that said names_once: later responses on
+	// the stream may leave namespace, sync_nanos and sync_timeout_nanos
+	// empty (the values of the last response that carried them), and name
+	// owners by owner_ref.
+	NamesOnce     bool `protobuf:"varint,7,opt,name=names_once,json=namesOnce,proto3" json:"names_once,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SyncResponse) Reset() {
@@ -1154,6 +1230,13 @@ func (x *SyncResponse) GetSyncTimeoutNanos() int64 {
 		return x.SyncTimeoutNanos
 	}
 	return 0
+}
+
+func (x *SyncResponse) GetNamesOnce() bool {
+	if x != nil {
+		return x.NamesOnce
+	}
+	return false
 }
 
 type StatusRequest struct {
@@ -2708,7 +2791,7 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x05range\x18\x01 \x01(\v2\x13.leasehold.v1.RangeR\x05range\x12\x10\n" +
 	"\x03lgn\x18\x02 \x01(\x04R\x03lgn\x12\x14\n" +
 	"\x05grant\x18\x03 \x01(\bR\x05grant\x12\x1a\n" +
-	"\bmigrated\x18\x04 \x01(\bR\bmigrated\"\x8f\x04\n" +
+	"\bmigrated\x18\x04 \x01(\bR\bmigrated\"\xae\x04\n" +
 	"\fLeaseRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x12\n" +
@@ -2726,7 +2809,9 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x04load\x18\r \x03(\v2\x17.leasehold.v1.RangeLoadR\x04load\x120\n" +
 	"\bhot_keys\x18\x0e \x03(\v2\x15.leasehold.v1.KeyLoadR\ahotKeys\x12!\n" +
 	"\fwindow_nanos\x18\x0f \x01(\x03R\vwindowNanos\x12\"\n" +
-	"\rheld_as_acked\x18\x10 \x01(\bR\vheldAsAcked\"\xb0\x01\n" +
+	"\rheld_as_acked\x18\x10 \x01(\bR\vheldAsAcked\x12\x1d\n" +
+	"\n" +
+	"names_once\x18\x11 \x01(\bR\tnamesOnce\"\xb0\x01\n" +
 	"\bHandover\x12)\n" +
 	"\x05range\x18\x01 \x01(\v2\x13.leasehold.v1.RangeR\x05range\x12\x10\n" +
 	"\x03lgn\x18\x02 \x01(\x04R\x03lgn\x12\x0e\n" +
@@ -2744,7 +2829,7 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\brequests\x18\x02 \x01(\x04R\brequests\"7\n" +
 	"\aKeyLoad\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x04R\x03key\x12\x1a\n" +
-	"\brequests\x18\x02 \x01(\x04R\brequests\"\x8b\x03\n" +
+	"\brequests\x18\x02 \x01(\x04R\brequests\"\xaa\x03\n" +
 	"\rLeaseResponse\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12 \n" +
@@ -2760,31 +2845,38 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	" \x03(\v2\x16.leasehold.v1.HandoverR\thandovers\x12\x14\n" +
 	"\x05drain\x18\v \x01(\rR\x05drain\x12\x1d\n" +
 	"\n" +
-	"renew_held\x18\f \x01(\bR\trenewHeld\"\x84\x01\n" +
+	"renew_held\x18\f \x01(\bR\trenewHeld\x12\x1d\n" +
+	"\n" +
+	"names_once\x18\r \x01(\bR\tnamesOnce\"\xa1\x01\n" +
 	"\x05Entry\x12\x14\n" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x10\n" +
 	"\x03lgn\x18\x03 \x01(\x04R\x03lgn\x12\x1a\n" +
 	"\bmigrated\x18\x04 \x01(\bR\bmigrated\x12#\n" +
-	"\rmigrated_from\x18\x05 \x01(\x04R\fmigratedFrom\"p\n" +
+	"\rmigrated_from\x18\x05 \x01(\x04R\fmigratedFrom\x12\x1b\n" +
+	"\towner_ref\x18\x06 \x01(\rR\bownerRef\"\x8b\x01\n" +
 	"\x06Change\x12\x10\n" +
 	"\x03lsn\x18\x01 \x01(\x04R\x03lsn\x12)\n" +
 	"\x05range\x18\x02 \x01(\v2\x13.leasehold.v1.RangeR\x05range\x12)\n" +
-	"\x05entry\x18\x03 \x01(\v2\x13.leasehold.v1.EntryR\x05entry\"_\n" +
+	"\x05entry\x18\x03 \x01(\v2\x13.leasehold.v1.EntryR\x05entry\x12\x19\n" +
+	"\bvia_free\x18\x04 \x01(\bR\aviaFree\"_\n" +
 	"\aSegment\x12)\n" +
 	"\x05range\x18\x01 \x01(\v2\x13.leasehold.v1.RangeR\x05range\x12)\n" +
-	"\x05entry\x18\x02 \x01(\v2\x13.leasehold.v1.EntryR\x05entry\"\xab\x01\n" +
+	"\x05entry\x18\x02 \x01(\v2\x13.leasehold.v1.EntryR\x05entry\"\xc3\x01\n" +
 	"\x06Update\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\x04R\x04from\x12\x0e\n" +
 	"\x02to\x18\x02 \x01(\x04R\x02to\x12\x1a\n" +
 	"\bsnapshot\x18\x03 \x01(\bR\bsnapshot\x12.\n" +
 	"\achanges\x18\x04 \x03(\v2\x14.leasehold.v1.ChangeR\achanges\x121\n" +
-	"\bsegments\x18\x05 \x03(\v2\x15.leasehold.v1.SegmentR\bsegments\"c\n" +
+	"\bsegments\x18\x05 \x03(\v2\x15.leasehold.v1.SegmentR\bsegments\x12\x16\n" +
+	"\x06merged\x18\x06 \x01(\bR\x06merged\"\x82\x01\n" +
 	"\vSyncRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\x04R\x02id\x12\x14\n" +
 	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\x12\x10\n" +
-	"\x03lsn\x18\x04 \x01(\x04R\x03lsn\"\xcd\x01\n" +
+	"\x03lsn\x18\x04 \x01(\x04R\x03lsn\x12\x1d\n" +
+	"\n" +
+	"names_once\x18\x05 \x01(\bR\tnamesOnce\"\xec\x01\n" +
 	"\fSyncResponse\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\x04R\x02id\x12\x14\n" +
@@ -2792,7 +2884,9 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x06update\x18\x04 \x01(\v2\x14.leasehold.v1.UpdateR\x06update\x12\x1d\n" +
 	"\n" +
 	"sync_nanos\x18\x05 \x01(\x03R\tsyncNanos\x12,\n" +
-	"\x12sync_timeout_nanos\x18\x06 \x01(\x03R\x10syncTimeoutNanos\"L\n" +
+	"\x12sync_timeout_nanos\x18\x06 \x01(\x03R\x10syncTimeoutNanos\x12\x1d\n" +
+	"\n" +
+	"names_once\x18\a \x01(\bR\tnamesOnce\"L\n" +
 	"\rStatusRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1d\n" +
 	"\n" +

@@ -40,6 +40,8 @@ type options struct {
 	only                     string
 	tls                      bool
 	certsDir                 string // with tls: the CA and every certificate
+	profile                  string
+	settle                   time.Duration
 }
 
 func main() {
@@ -55,6 +57,8 @@ func main() {
 	flag.StringVar(&o.out, "out", "peers-results", "directory for summary.csv and crashes.csv")
 	flag.StringVar(&o.only, "only", "", "run only one system: leasehold or etcd")
 	flag.BoolVar(&o.tls, "tls", false, "both systems with mutual TLS: every client presents a certificate of one CA, the servers require it")
+	flag.DurationVar(&o.settle, "settle", 2*time.Minute, "how long each system may take to reach a steady state (every lookup sees every owner, at one LSN) before the run fails")
+	flag.StringVar(&o.profile, "profile", "", "directory for each server's CPU and allocation profiles of the measured window (<system>-cpu.pprof, <system>-allocs-{start,end}.pprof)")
 	flag.Parse()
 
 	t := servers.TimingForRenew(o.renew)
@@ -62,6 +66,9 @@ func main() {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		defer stop()
 		ready := func(addr string) { fmt.Printf("listening %s\n", addr) }
+		if o.profile != "" {
+			go profileOnSignal(filepath.Join(o.profile, *serve))
+		}
 		var err error
 		switch *serve {
 		case "leasehold":
@@ -118,6 +125,9 @@ func main() {
 		results = append(results, r)
 	}
 	report(results)
+	if la, err := os.ReadFile("/proc/loadavg"); err == nil {
+		fmt.Printf("load average at the end: %s", la)
+	}
 	if err := writeCSV(o.out, results); err != nil {
 		log.Fatal(err)
 	}
@@ -230,6 +240,12 @@ func startChild(args ...string) (*exec.Cmd, string, error) {
 func measure(o options, t protocol.Timing, sys system) (*result, error) {
 	fmt.Printf("== %s: starting server\n", sys.name())
 	args := []string{"-serve", sys.name(), "-renew", t.Renew.String(), "-certs", o.certsDir}
+	if o.profile != "" {
+		if err := os.MkdirAll(o.profile, 0o755); err != nil {
+			return nil, err
+		}
+		args = append(args, "-profile", o.profile)
+	}
 	if sys.name() == "etcd" {
 		dir, err := os.MkdirTemp("", "etcdcompare-")
 		if err != nil {
@@ -282,10 +298,10 @@ func measure(o options, t protocol.Timing, sys system) (*result, error) {
 		return nil, err
 	}
 	defer sys.stop()
-	deadline := time.Now().Add(2 * time.Minute)
+	deadline := time.Now().Add(o.settle)
 	for !sys.steady() {
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("no steady state after 2 minutes")
+			return nil, fmt.Errorf("no steady state after %s", o.settle)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -298,6 +314,9 @@ func measure(o options, t protocol.Timing, sys system) (*result, error) {
 		return nil, err
 	}
 	ob0, lb0 := h.ownerBytes.Load(), h.lookupBytes.Load()
+	if o.profile != "" {
+		cmd.Process.Signal(syscall.SIGUSR1) // start of the window: CPU profile on
+	}
 	t0 := time.Now()
 	end := t0.Add(o.duration)
 	crashedAt := map[int]time.Time{}
@@ -346,6 +365,9 @@ func measure(o options, t protocol.Timing, sys system) (*result, error) {
 		crashes = append(crashes, cr)
 	}
 	time.Sleep(time.Until(end))
+	if o.profile != "" {
+		cmd.Process.Signal(syscall.SIGUSR2) // end of the window: profiles written
+	}
 	cpu1, err := cpuSeconds(cmd.Process.Pid)
 	if err != nil {
 		return nil, err

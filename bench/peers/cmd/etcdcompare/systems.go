@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"sync"
 	"time"
 
@@ -24,6 +25,8 @@ type leaseholdSystem struct {
 	h       *harness
 	owners  []*owner.Owner
 	lookups []*lookup.Lookup
+	// lastDebug: when steady last printed its state (ETCDCOMPARE_DEBUG).
+	lastDebug time.Time
 }
 
 func (*leaseholdSystem) name() string { return "leasehold" }
@@ -59,22 +62,23 @@ func (s *leaseholdSystem) start(ctx context.Context, addr string, h *harness) er
 func (s *leaseholdSystem) steady() bool {
 	segs := s.lookups[0].Segments()
 	owners := map[string]bool{}
+	free := 0
 	for _, sg := range segs {
 		if sg.Entry.Free() {
-			return false
+			free++
+			continue
 		}
 		owners[sg.Entry.Owner] = true
 	}
-	if len(owners) != len(s.owners) {
-		return false
-	}
-	lsn := s.lookups[0].LSN()
+	lsns := map[keyspace.LSN]int{}
 	for _, l := range s.lookups {
-		if l.LSN() != lsn {
-			return false
-		}
+		lsns[l.LSN()]++
 	}
-	return true
+	if os.Getenv("ETCDCOMPARE_DEBUG") != "" && time.Since(s.lastDebug) > 5*time.Second {
+		s.lastDebug = time.Now()
+		fmt.Fprintf(os.Stderr, "steady? lookup 0: %d owners, %d free segments; lookups by LSN: %v\n", len(owners), free, lsns)
+	}
+	return free == 0 && len(owners) == len(s.owners) && len(lsns) == 1
 }
 
 // probe: the starts of the victim's ranges in lookup 0's view; lookup j
