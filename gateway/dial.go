@@ -40,7 +40,7 @@ func (cfg *Config) ownerTransports() (http1, h2 http.RoundTripper) {
 
 // lookupConfig returns the configuration of a namespace's Lookup.
 func (cfg *Config) lookupConfig(namespace string, onLoss func(lookup.Loss)) lookup.Config {
-	lc := lookup.Config{Manager: cfg.Manager, Namespace: namespace, Timing: cfg.Timing, Logger: cfg.Logger, OnLoss: onLoss}
+	lc := lookup.Config{Manager: cfg.Manager, Namespace: namespace, Timing: cfg.Timing, Logger: cfg.Logger, OnLoss: onLoss, Insecure: cfg.Certs == nil}
 	if cfg.Certs != nil {
 		lc.DialOptions = []grpc.DialOption{certs.DialOption(cfg.Certs)}
 	}

@@ -126,7 +126,7 @@ func (o *gatewayOptions) run(ctx context.Context, e *env) error {
 		}
 	}
 	g, err := gateway.New(ctx, gateway.Config{
-		Certs:   src,
+		Certs: src, Insecure: o.insecure,
 		Manager: o.manager, Routes: routes, MaxKeyBytes: o.maxKeyBytes, MaxBodyBytes: o.maxBodyBytes,
 		MaxInFlight: o.maxInFlight, MaxQueue: o.maxQueue, OwnerInFlight: o.ownerInFlight, MaxCopyAge: o.maxCopyAge, Webhooks: o.webhooks, Logger: log,
 	})
