@@ -60,8 +60,8 @@ type Config struct {
 	// Certs, if set, is the gateway's certificate (a lookup's, or an
 	// operator's; docs/security.md): its Lookups dial the Manager with it,
 	// and it sends requests to the Owners over HTTPS with it, accepting
-	// only owner certificates that name the Owner's host. gRPC routes
-	// (HTTP/2 without TLS) are not proxied over TLS. Nil needs Insecure.
+	// only owner certificates that name the Owner's host; gRPC routes go
+	// over HTTP/2 on mutual TLS (ALPN h2) the same way. Nil needs Insecure.
 	Certs *certs.Source
 	// Insecure, with Certs nil, dials the Manager and the Owners in
 	// plaintext. Plaintext is only ever chosen explicitly: with neither
