@@ -36,7 +36,7 @@ func BenchmarkCost(b *testing.B) {
 	defer rpSrv.Close()
 
 	fr := &fakeRouter{dflt: &lookup.Route{Owner: "o", Addr: target.Host}}
-	g, err := New(b.Context(), Config{
+	g, err := New(b.Context(), Config{Insecure: true,
 		Routes:    []Route{{Name: "kv", Prefix: "/kv/", Key: "path:1"}},
 		NewRouter: func(_ context.Context, _ string, _ func(lookup.Loss)) (Router, error) { return fr, nil },
 	})

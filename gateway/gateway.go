@@ -60,9 +60,13 @@ type Config struct {
 	// Certs, if set, is the gateway's certificate (a lookup's, or an
 	// operator's; docs/security.md): its Lookups dial the Manager with it,
 	// and it sends requests to the Owners over HTTPS with it, accepting
-	// only owner certificates that name the Owner's host. gRPC routes
-	// (HTTP/2 without TLS) are not proxied over TLS.
+	// only owner certificates that name the Owner's host; gRPC routes go
+	// over HTTP/2 on mutual TLS (ALPN h2) the same way. Nil needs Insecure.
 	Certs *certs.Source
+	// Insecure, with Certs nil, dials the Manager and the Owners in
+	// plaintext. Plaintext is only ever chosen explicitly: with neither
+	// Certs nor Insecure, New fails.
+	Insecure bool
 }
 
 // Router is what the gateway needs of a namespace's Lookup.
@@ -130,6 +134,9 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 	}
 	if cfg.Manager == "" && cfg.NewRouter == nil {
 		return nil, errors.New("gateway: Manager is required")
+	}
+	if cfg.Certs == nil && !cfg.Insecure {
+		return nil, errors.New("gateway: no TLS setting: set Config.Certs for mutual TLS to the Manager and the Owners, or Config.Insecure: true for plaintext")
 	}
 	def := func(v *int, d int, name string) error {
 		if *v < 0 {

@@ -66,6 +66,7 @@ func (f *fakeRouter) Close() error                     { return nil }
 func newTest(t *testing.T, cfg Config) (*Gateway, *fakeRouter, *httptest.Server) {
 	t.Helper()
 	fr := &fakeRouter{routes: map[keyspace.Key]lookup.Route{}}
+	cfg.Insecure = true
 	cfg.NewRouter = func(_ context.Context, _ string, onLoss func(lookup.Loss)) (Router, error) {
 		fr.onLoss = onLoss
 		return fr, nil

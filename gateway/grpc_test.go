@@ -57,7 +57,7 @@ func TestGRPC(t *testing.T) {
 	fr = &fakeRouter{routes: map[keyspace.Key]lookup.Route{}}
 	fr.set("alice", "A", a)
 	fr.set("bob", "B", b)
-	g, err := New(t.Context(), Config{
+	g, err := New(t.Context(), Config{Insecure: true,
 		Routes:    []Route{{Name: "health", Prefix: "/grpc.health.v1.Health/", Key: "header:x-key", Timeout: Duration(5 * time.Second)}},
 		NewRouter: func(context.Context, string, func(lookup.Loss)) (Router, error) { return fr, nil },
 	})

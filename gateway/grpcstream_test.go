@@ -102,7 +102,7 @@ func TestGRPCStreams(t *testing.T) {
 	})
 	fr = &fakeRouter{routes: map[keyspace.Key]lookup.Route{}}
 	fr.set("bob", "B", b)
-	g, err := New(t.Context(), Config{
+	g, err := New(t.Context(), Config{Insecure: true,
 		Routes:       []Route{{Name: "test", Prefix: "/grpc.testing.TestService/", Key: "header:x-key", Timeout: Duration(10 * time.Second)}},
 		MaxBodyBytes: 64 << 10,
 		NewRouter:    func(context.Context, string, func(lookup.Loss)) (Router, error) { return fr, nil },

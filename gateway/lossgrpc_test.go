@@ -48,7 +48,7 @@ func grpcClient(t *testing.T, srv *httptest.Server) *grpc.ClientConn {
 func TestLossesGRPC(t *testing.T) {
 	var onLoss func(lookup.Loss)
 	fr := &fakeRouter{routes: map[keyspace.Key]lookup.Route{}}
-	g, err := New(t.Context(), Config{
+	g, err := New(t.Context(), Config{Insecure: true,
 		Routes: []Route{{Name: "kv", Prefix: "/kv/", Key: "path:1"}},
 		NewRouter: func(_ context.Context, _ string, f func(lookup.Loss)) (Router, error) {
 			onLoss = f

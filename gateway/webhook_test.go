@@ -58,7 +58,7 @@ func TestWebhookAtLeastOnce(t *testing.T) {
 	}
 	mu.Unlock()
 	g.Close() // the delivery stops
-	if _, err := New(t.Context(), Config{Manager: "x", Routes: []Route{{Key: "path:1"}}, Webhooks: []string{"ftp://x"}}); err == nil || !strings.Contains(err.Error(), "want an http://") {
+	if _, err := New(t.Context(), Config{Insecure: true, Manager: "x", Routes: []Route{{Key: "path:1"}}, Webhooks: []string{"ftp://x"}}); err == nil || !strings.Contains(err.Error(), "want an http://") {
 		t.Errorf("a bad webhook URL: %v", err)
 	}
 }

@@ -19,7 +19,7 @@ func startManager() (string, func()) {
 	if err != nil {
 		panic(err)
 	}
-	srv, err := manager.NewServer(manager.ServerConfig{Replica: config.Replica{Timing: protocol.Fast()}})
+	srv, err := manager.NewServer(manager.ServerConfig{Insecure: true, Replica: config.Replica{Timing: protocol.Fast()}})
 	if err != nil {
 		panic(err)
 	}
@@ -34,7 +34,7 @@ func Example() {
 	defer stop()
 	ctx := context.Background()
 
-	l, err := lookup.New(ctx, lookup.Config{
+	l, err := lookup.New(ctx, lookup.Config{Insecure: true,
 		Manager: addr,
 		OnLoss: func(loss lookup.Loss) {
 			// Ask the clients whose state lay in loss.Ranges to republish it.

@@ -52,7 +52,7 @@ func TestLookupFollowsTheLeader(t *testing.T) {
 	g.Lead(1)
 	g.SetRoute("kv-1", "127.0.0.1:8001")
 	ctx := context.Background()
-	l, err := lookup.New(ctx, lookup.Config{Manager: closedAddr(t), Managers: []string{m0.Addr}, Timing: protocol.Fast()})
+	l, err := lookup.New(ctx, lookup.Config{Insecure: true, Manager: closedAddr(t), Managers: []string{m0.Addr}, Timing: protocol.Fast()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,9 +98,11 @@ func TestLookupConfigManagerList(t *testing.T) {
 		cfg  lookup.Config
 		want string
 	}{
-		{lookup.Config{Manager: "10.0.0.1:7400, 10.0.0.2"}, `lookup: Config.Manager: address "10.0.0.2" is not host:port`},
-		{lookup.Config{Manager: ",", Managers: []string{"10.0.0.1:7400"}}, `lookup: Config.Manager: an empty address in ","`},
-		{lookup.Config{Managers: []string{" "}}, `lookup: Config.Managers[0]: an empty address`},
+		{lookup.Config{Insecure: true, Manager: "10.0.0.1:7400, 10.0.0.2"}, `lookup: Config.Manager: address "10.0.0.2" is not host:port`},
+		{lookup.Config{Insecure: true, Manager: ",", Managers: []string{"10.0.0.1:7400"}}, `lookup: Config.Manager: an empty address in ","`},
+		{lookup.Config{Insecure: true, Managers: []string{" "}}, `lookup: Config.Managers[0]: an empty address`},
+		// Plaintext only when asked for, even to this machine.
+		{lookup.Config{Manager: "127.0.0.1:7400"}, `set Config.TLS or Config.CertsDir for mutual TLS, or Config.Insecure: true`},
 	} {
 		l, err := lookup.New(ctx, tc.cfg)
 		if err == nil {
@@ -112,7 +114,7 @@ func TestLookupConfigManagerList(t *testing.T) {
 	}
 
 	a, b := closedAddr(t), closedAddr(t)
-	l, err := lookup.New(ctx, lookup.Config{Manager: a + "," + b + "," + a})
+	l, err := lookup.New(ctx, lookup.Config{Insecure: true, Manager: a + "," + b + "," + a})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +138,7 @@ func TestLookupAge(t *testing.T) {
 	m := g.Member(0)
 	m.Mute(true)
 	tm := protocol.Fast()
-	l, err := lookup.New(context.Background(), lookup.Config{Manager: m.Addr, Timing: tm})
+	l, err := lookup.New(context.Background(), lookup.Config{Insecure: true, Manager: m.Addr, Timing: tm})
 	if err != nil {
 		t.Fatal(err)
 	}

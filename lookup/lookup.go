@@ -69,9 +69,10 @@ type Config struct {
 	// CertName picks the lookup certificate in CertsDir
 	// (lookup.<CertName>.crt); empty when it holds one.
 	CertName string
-	// Insecure dials the Manager in plaintext. Without it, and with no TLS
-	// or CertsDir, New dials plaintext only to loopback addresses and
-	// refuses the others.
+	// Insecure dials the Manager in plaintext, for a Manager run without
+	// certificates (tests, loopback demos). Plaintext is only ever chosen
+	// explicitly: with none of DialOptions, TLS, CertsDir and Insecure, New
+	// returns an error that names them.
 	Insecure bool
 	// Registerer, if set, receives the Lookup's Prometheus metrics
 	// (metrics.go): its copy's age, the losses it raised and its resyncs,

@@ -71,11 +71,12 @@ func TestValidateNamesTheField(t *testing.T) {
 		field  string
 		timing []string
 	}{
-		{ServerConfig{Replica: config.Replica{Namespaces: []string{""}}}, "Namespaces", nil},
-		{ServerConfig{Replica: config.Replica{Namespaces: []string{strings.Repeat("n", 1<<20)}}}, "Namespaces", nil},
-		{ServerConfig{ID: 2, Peers: []Peer{{ID: 1, Addr: "a:1"}}}, "Peers", nil},
-		{ServerConfig{Peers: []Peer{{ID: 1, Addr: "a:1"}, {ID: 1, Addr: "b:1"}}}, "Peers", nil},
-		{ServerConfig{Replica: config.Replica{Timing: unsafe}}, "Timing", []string{"Renew", "OwnerLease"}},
+		{ServerConfig{Insecure: true, Replica: config.Replica{Namespaces: []string{""}}}, "Namespaces", nil},
+		{ServerConfig{Insecure: true, Replica: config.Replica{Namespaces: []string{strings.Repeat("n", 1<<20)}}}, "Namespaces", nil},
+		{ServerConfig{Insecure: true, ID: 2, Peers: []Peer{{ID: 1, Addr: "a:1"}}}, "Peers", nil},
+		{ServerConfig{Insecure: true, Peers: []Peer{{ID: 1, Addr: "a:1"}, {ID: 1, Addr: "b:1"}}}, "Peers", nil},
+		{ServerConfig{Insecure: true, Replica: config.Replica{Timing: unsafe}}, "Timing", []string{"Renew", "OwnerLease"}},
+		{ServerConfig{}, "Certs", nil}, // plaintext only when asked for
 	} {
 		err := tc.cfg.Validate()
 		var fe *config.FieldError
@@ -88,9 +89,9 @@ func TestValidateNamesTheField(t *testing.T) {
 			t.Errorf("Validate() = %v, want a TimingError naming %v", err, tc.timing)
 		}
 	}
-	var ok ServerConfig
+	ok := ServerConfig{Insecure: true} // else zero: every default
 	if err := ok.Validate(); err != nil {
-		t.Fatalf("the zero ServerConfig: %v", err)
+		t.Fatalf("the zero ServerConfig with Insecure: %v", err)
 	}
 	if ok.Timing != protocol.Production() || ok.RaftTick != 100*time.Millisecond || ok.ElectionTicks != 10 || ok.ID != 1 || ok.Epoch == 0 {
 		t.Errorf("defaults not filled in: %+v", ok.Replica)

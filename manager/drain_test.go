@@ -24,7 +24,7 @@ import (
 func TestCloseDrainsWithHandover(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		tm := protocol.Fast()
-		c := startManager(t, manager.ServerConfig{Replica: config.Replica{Timing: tm}})
+		c := startManager(t, manager.ServerConfig{Insecure: true, Replica: config.Replica{Timing: tm}})
 		defer c.stop(t)
 		ctx := context.Background()
 		var mu sync.Mutex

@@ -128,7 +128,7 @@ func startCutNet(t *testing.T, tm protocol.Timing) *cutNet {
 		peers = append(peers, manager.Peer{ID: id, Addr: addrOf(id)})
 	}
 	for id := uint64(1); id <= 3; id++ {
-		srv, err := manager.NewServer(manager.ServerConfig{Replica: config.Replica{Timing: tm}, ID: id, Peers: peers, Advertise: addrOf(id),
+		srv, err := manager.NewServer(manager.ServerConfig{Insecure: true, Replica: config.Replica{Timing: tm}, ID: id, Peers: peers, Advertise: addrOf(id),
 			PeerDialOptions: n.dial(addrOf(id))})
 		if err != nil {
 			t.Fatal(err)

@@ -66,7 +66,7 @@ func (c *cluster) dial() []grpc.DialOption {
 func TestRuntimesGrantRouteAndNotify(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		tm := protocol.Fast()
-		c := startManager(t, manager.ServerConfig{Replica: config.Replica{Timing: tm}})
+		c := startManager(t, manager.ServerConfig{Insecure: true, Replica: config.Replica{Timing: tm}})
 		defer c.stop(t)
 		ctx := context.Background()
 
@@ -154,7 +154,7 @@ func TestClientsReconnectToRestartedManager(t *testing.T) {
 			grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return cur.Load().lis.DialContext(ctx) }),
 			grpc.WithTransportCredentials(insecure.NewCredentials()),
 		}
-		cur.Store(startManager(t, manager.ServerConfig{Replica: config.Replica{Timing: tm}}))
+		cur.Store(startManager(t, manager.ServerConfig{Insecure: true, Replica: config.Replica{Timing: tm}}))
 		ctx := context.Background()
 		var mu sync.Mutex
 		var losses []lookup.Loss
@@ -178,7 +178,7 @@ func TestClientsReconnectToRestartedManager(t *testing.T) {
 		}
 
 		cur.Load().stop(t)
-		cur.Store(startManager(t, manager.ServerConfig{Replica: config.Replica{Timing: tm}}))
+		cur.Store(startManager(t, manager.ServerConfig{Insecure: true, Replica: config.Replica{Timing: tm}}))
 		defer func() { cur.Load().stop(t) }()
 		time.Sleep(2*tm.ManagerLease + 4*tm.Renew)
 		synctest.Wait()

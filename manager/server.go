@@ -82,9 +82,12 @@ type ServerConfig struct {
 	// (docs/security.md): Serve and GRPCOptions serve mutual TLS with this
 	// replica's certificate, every call is admitted by its caller's role
 	// and identity, and the other replicas are dialled with it (unless
-	// PeerDialOptions say otherwise). Nil serves plaintext and admits
-	// anyone: only for a Manager on a loopback address.
+	// PeerDialOptions say otherwise). Nil needs Insecure.
 	Certs *certs.Source
+	// Insecure, with Certs nil, serves plaintext and admits anyone: only
+	// for tests and a Manager on a loopback address. Plaintext is only ever
+	// chosen explicitly: with neither Certs nor Insecure, Validate fails.
+	Insecure bool
 	// Logger receives the server's logs; nil discards them.
 	Logger *slog.Logger
 	// MaxRequestRate caps the requests per second one stream may send, with
@@ -114,6 +117,9 @@ type ServerConfig struct {
 func (c *ServerConfig) Validate() error {
 	if err := c.Replica.Validate(); err != nil {
 		return err
+	}
+	if c.Certs == nil && !c.Insecure {
+		return &config.FieldError{Field: "Certs", Err: errors.New("no certificate: set Certs to serve mutual TLS, or Insecure: true to serve plaintext and admit anyone")}
 	}
 	if c.Epoch == 0 {
 		c.Epoch = uint64(time.Now().UnixNano())

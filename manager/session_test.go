@@ -30,7 +30,7 @@ import (
 func TestControlFromAnotherStreamIsRefused(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		tm := protocol.Fast()
-		c := startManager(t, manager.ServerConfig{Replica: config.Replica{Timing: tm}})
+		c := startManager(t, manager.ServerConfig{Insecure: true, Replica: config.Replica{Timing: tm}})
 		defer c.stop(t)
 		ctx := context.Background()
 		o, err := owner.New(ctx, owner.Config{Manager: "passthrough:///bufnet", DialOptions: c.dial(), ID: "a", Addr: "a:1", Timing: tm})

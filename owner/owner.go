@@ -77,9 +77,10 @@ type Config struct {
 	// that certificates are rotated without a restart. The Manager's
 	// replicas must present replica certificates naming the host dialled.
 	CertsDir string
-	// Insecure dials the Manager in plaintext. Without it, and with no TLS
-	// or CertsDir, New dials plaintext only to loopback addresses and
-	// refuses the others.
+	// Insecure dials the Manager in plaintext, for a Manager run without
+	// certificates (tests, loopback demos). Plaintext is only ever chosen
+	// explicitly: with none of DialOptions, TLS, CertsDir and Insecure, New
+	// returns an error that names them.
 	Insecure bool
 	// Registerer, if set, receives the Owner's Prometheus metrics
 	// (metrics.go): the time left on its shortest lease, its renewals'

@@ -29,7 +29,7 @@ func TestRunExitCodes(t *testing.T) {
 		{[]string{"serve"}, exitError, "--listen is required"},
 		{[]string{"get", "--bogus", "k"}, exitError, "flag provided but not defined"},
 		// Port 1 on localhost: nothing listens, so no route ever appears.
-		{[]string{"get", "--manager", "127.0.0.1:1", "--timeout", "300ms", "k"}, exitError, `kv: get "k": context deadline exceeded`},
+		{[]string{"get", "--insecure", "--manager", "127.0.0.1:1", "--timeout", "300ms", "k"}, exitError, `kv: get "k": context deadline exceeded`},
 	} {
 		var stdout, stderr bytes.Buffer
 		code := run(context.Background(), tc.args, &stdout, &stderr)

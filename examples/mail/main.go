@@ -1,7 +1,7 @@
 // Command mail serves Porcupine's mail service; see package
 // github.com/leasehold/leasehold/examples/mail/mail and its README.
 //
-//	mail --id ID --listen ADDR --data-dir DIR --nodes ID=ADDR,... [--manager ADDR[,ADDR...]] [--namespace NS]
+//	mail --id ID --listen ADDR --data-dir DIR --nodes ID=ADDR,... (--certs-dir DIR | --insecure) [--manager ADDR[,ADDR...]] [--namespace NS]
 //
 // --nodes names every node, this one included. It serves until SIGINT or
 // SIGTERM, then hands its ranges back; its fragments stay in --data-dir.
@@ -41,11 +41,25 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	listen := fs.String("listen", "", "the HTTP listen address, host:port (required)")
 	dir := fs.String("data-dir", "", "the directory of this node's mailbox fragments (required)")
 	nodesFlag := fs.String("nodes", "", "every node, ID=ADDR, comma-separated, this one included (required)")
+	certsDir := fs.String("certs-dir", os.Getenv("LEASEHOLD_CERTS_DIR"), "the certificates directory (leasehold cert): mutual TLS to the Manager, and HTTPS for clients with certificates of the same CA ($LEASEHOLD_CERTS_DIR)")
+	ev := os.Getenv("LEASEHOLD_INSECURE")
+	insecure := fs.Bool("insecure", ev == "1" || ev == "true", "plain HTTP, and plaintext to the Manager ($LEASEHOLD_INSECURE=1 sets it)")
 	if err := fs.Parse(args); err != nil {
 		return map[bool]int{true: 0, false: 2}[err == flag.ErrHelp]
 	}
 	if *id == "" || *listen == "" || *dir == "" || *nodesFlag == "" || fs.NArg() != 0 {
 		fmt.Fprint(stderr, "mail: --id, --listen, --data-dir and --nodes are required, and there are no arguments\n")
+		return 2
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if set["certs-dir"] && !set["insecure"] { // a flag wins over $LEASEHOLD_INSECURE
+		*insecure = false
+	}
+	if *insecure {
+		*certsDir = ""
+	} else if *certsDir == "" {
+		fmt.Fprint(stderr, "mail: --certs-dir (or $LEASEHOLD_CERTS_DIR) is required, or --insecure for plaintext\n")
 		return 2
 	}
 	nodes := map[string]string{}
@@ -58,7 +72,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		nodes[k] = v
 	}
 	srv, err := mail.NewServer(ctx, mail.ServerConfig{Manager: *manager, Namespace: *namespace, ID: *id,
-		Listen: *listen, DataDir: *dir, Nodes: nodes,
+		Listen: *listen, DataDir: *dir, Nodes: nodes, CertsDir: *certsDir, Insecure: *insecure,
 		Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	if err != nil {
 		fmt.Fprintf(stderr, "mail: %v\n", err)

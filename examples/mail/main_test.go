@@ -18,9 +18,10 @@ func TestRunUsage(t *testing.T) {
 	}{
 		{nil, 2, "--id, --listen, --data-dir and --nodes are required"},
 		{[]string{"-h"}, 0, "-nodes"},
-		{[]string{"--id", "a", "--listen", "127.0.0.1:0", "--data-dir", dir, "--nodes", "a"}, 2, `"a" is not ID=ADDR`},
-		{[]string{"--id", "a", "--listen", "127.0.0.1:0", "--data-dir", dir, "--nodes", "a=x:1,a=y:2"}, 2, "names a node twice"},
-		{[]string{"--id", "c", "--listen", "127.0.0.1:0", "--data-dir", dir, "--nodes", "a=x:1"}, 2, `does not name this node, "c"`},
+		{[]string{"--insecure", "--id", "a", "--listen", "127.0.0.1:0", "--data-dir", dir, "--nodes", "a"}, 2, `"a" is not ID=ADDR`},
+		{[]string{"--insecure", "--id", "a", "--listen", "127.0.0.1:0", "--data-dir", dir, "--nodes", "a=x:1,a=y:2"}, 2, "names a node twice"},
+		{[]string{"--insecure", "--id", "c", "--listen", "127.0.0.1:0", "--data-dir", dir, "--nodes", "a=x:1"}, 2, `does not name this node, "c"`},
+		{[]string{"--id", "a", "--listen", "127.0.0.1:0", "--data-dir", dir, "--nodes", "a=x:1"}, 2, "--certs-dir"},
 	} {
 		var stdout, stderr bytes.Buffer
 		if code := run(context.Background(), tc.args, &stdout, &stderr); code != tc.code || !strings.Contains(stderr.String(), tc.want) {

@@ -1,7 +1,7 @@
 // Command presence serves Live Mesh's presence service; see package
 // github.com/leasehold/leasehold/examples/presence/presence.
 //
-//	presence --listen ADDR [--manager ADDR[,ADDR...]] [--namespace NS] [--id ID] [--advertise ADDR] [--ttl D]
+//	presence --listen ADDR (--certs-dir DIR | --insecure) [--manager ADDR[,ADDR...]] [--namespace NS] [--id ID] [--advertise ADDR] [--ttl D]
 //
 // It serves until SIGINT or SIGTERM, then hands its ranges back (the
 // devices republish to the new Owners). Heartbeat and query with the
@@ -44,6 +44,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	listen := fs.String("listen", "", "the HTTP listen address, host:port (required)")
 	advertise := fs.String("advertise", "", "the address clients reach this server at (default: the listen address)")
 	ttl := fs.Duration("ttl", presence.DefaultTTL, "a device is online this long after its last heartbeat")
+	certsDir := fs.String("certs-dir", os.Getenv("LEASEHOLD_CERTS_DIR"), "the certificates directory (leasehold cert): mutual TLS to the Manager, and HTTPS for clients with certificates of the same CA ($LEASEHOLD_CERTS_DIR)")
+	ev := os.Getenv("LEASEHOLD_INSECURE")
+	insecure := fs.Bool("insecure", ev == "1" || ev == "true", "plain HTTP, and plaintext to the Manager ($LEASEHOLD_INSECURE=1 sets it)")
 	if err := fs.Parse(args); err != nil {
 		return map[bool]int{true: 0, false: 2}[err == flag.ErrHelp]
 	}
@@ -51,8 +54,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, "presence: --listen is required, --ttl must be positive, and there are no arguments\n")
 		return 2
 	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if set["certs-dir"] && !set["insecure"] { // a flag wins over $LEASEHOLD_INSECURE
+		*insecure = false
+	}
+	if *insecure {
+		*certsDir = ""
+	} else if *certsDir == "" {
+		fmt.Fprint(stderr, "presence: --certs-dir (or $LEASEHOLD_CERTS_DIR) is required, or --insecure for plaintext\n")
+		return 2
+	}
 	srv, err := presence.NewServer(ctx, presence.ServerConfig{Manager: *manager, Namespace: *namespace, ID: *id,
-		Listen: *listen, Advertise: *advertise, TTL: *ttl,
+		Listen: *listen, Advertise: *advertise, TTL: *ttl, CertsDir: *certsDir, Insecure: *insecure,
 		Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	if err != nil {
 		fmt.Fprintf(stderr, "presence: %v\n", err)

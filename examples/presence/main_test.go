@@ -19,7 +19,8 @@ func TestRunUsage(t *testing.T) {
 		{[]string{"-h"}, 0, "-ttl"},
 		{[]string{"--listen", "127.0.0.1:0", "--ttl", "0s"}, 2, "--ttl must be positive"},
 		{[]string{"--listen", "127.0.0.1:0", "extra"}, 2, "no arguments"},
-		{[]string{"--listen", "127.0.0.1:0", "--manager", "127.0.0.1:1,:x"}, 2, `address ":x" is not host:port`},
+		{[]string{"--insecure", "--listen", "127.0.0.1:0", "--manager", "127.0.0.1:1,:x"}, 2, `address ":x" is not host:port`},
+		{[]string{"--listen", "127.0.0.1:0"}, 2, "--certs-dir"},
 	} {
 		var stdout, stderr bytes.Buffer
 		if code := run(context.Background(), tc.args, &stdout, &stderr); code != tc.code || !strings.Contains(stderr.String(), tc.want) {

@@ -112,7 +112,7 @@ func (rs *replicaSet) start(id uint64) error {
 	for i := uint64(1); i <= 3; i++ {
 		peers = append(peers, manager.Peer{ID: i, Addr: rs.addrs[i]})
 	}
-	srv, err := manager.NewServer(manager.ServerConfig{Replica: config.Replica{Timing: rs.tm}, ID: id, Peers: peers, DataDir: rs.dirs[id]})
+	srv, err := manager.NewServer(manager.ServerConfig{Insecure: true, Replica: config.Replica{Timing: rs.tm}, ID: id, Peers: peers, DataDir: rs.dirs[id]})
 	if err != nil {
 		return err
 	}
@@ -183,14 +183,14 @@ func failoverRuns(ctx context.Context, tm protocol.Timing, p failoverPlan, progr
 	}
 	list := strings.Join([]string{rs.addrs[1], rs.addrs[2], rs.addrs[3]}, ",")
 	var losses atomic.Int64
-	l, err := lookup.New(ctx, lookup.Config{Manager: list, Timing: tm, OnLoss: func(lookup.Loss) { losses.Add(1) }})
+	l, err := lookup.New(ctx, lookup.Config{Insecure: true, Manager: list, Timing: tm, OnLoss: func(lookup.Loss) { losses.Add(1) }})
 	if err != nil {
 		return nil, 0, err
 	}
 	defer l.Close()
 	var owners []*owner.Owner
 	for i := range p.owners {
-		ow, err := owner.New(ctx, owner.Config{Manager: list, ID: fmt.Sprintf("owner-%02d", i), Addr: fmt.Sprintf("127.0.0.1:%d", 9000+i), Timing: tm})
+		ow, err := owner.New(ctx, owner.Config{Insecure: true, Manager: list, ID: fmt.Sprintf("owner-%02d", i), Addr: fmt.Sprintf("127.0.0.1:%d", 9000+i), Timing: tm})
 		if err != nil {
 			return nil, 0, err
 		}

@@ -139,15 +139,19 @@ running processes load the new one without a restart.`,
 	var lk certOptions
 	var lkNamespaces []string
 	createLookup := &cobra.Command{
-		Use:   "create-lookup [NAME]",
-		Short: "Create a Lookup's certificate: it may follow the lease table and read the status",
-		Args:  cobra.MaximumNArgs(1),
+		Use:   "create-lookup [NAME [HOST...]]",
+		Short: "Create a Lookup's certificate: it may follow the lease table and read the status; HOSTs name where it serves (a gateway, a dashboard)",
+		Args:  cobra.ArbitraryArgs,
 		RunE: run(func(_ context.Context, args []string) error {
 			name := "lookup"
-			if len(args) == 1 {
+			if len(args) >= 1 {
 				name = args[0]
 			}
-			return lk.create(e, certs.Identity{Role: certs.Lookup, Name: name, Namespaces: lkNamespaces}, nil)
+			var hosts []string
+			if len(args) > 1 {
+				hosts = args[1:]
+			}
+			return lk.create(e, certs.Identity{Role: certs.Lookup, Name: name, Namespaces: lkNamespaces}, hosts)
 		}),
 	}
 	lk.addFlags(createLookup, e, certs.DefaultCertLifetime)
@@ -155,11 +159,11 @@ running processes load the new one without a restart.`,
 
 	var op certOptions
 	createOperator := &cobra.Command{
-		Use:   "create-operator NAME",
-		Short: "Create an operator's certificate: status, drain, cluster add and remove, backup",
-		Args:  cobra.ExactArgs(1),
+		Use:   "create-operator NAME [HOST...]",
+		Short: "Create an operator's certificate: status, drain, cluster add and remove, backup; HOSTs name where it serves (a dashboard)",
+		Args:  cobra.MinimumNArgs(1),
 		RunE: run(func(_ context.Context, args []string) error {
-			return op.create(e, certs.Identity{Role: certs.Operator, Name: args[0]}, nil)
+			return op.create(e, certs.Identity{Role: certs.Operator, Name: args[0]}, args[1:])
 		}),
 	}
 	op.addFlags(createOperator, e, certs.DefaultCertLifetime)

@@ -102,7 +102,7 @@ func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool)
 // startManager serves a Manager with fast timings on a free local port.
 func startManager(t *testing.T, namespaces ...string) string {
 	t.Helper()
-	srv, err := manager.NewServer(manager.ServerConfig{Replica: config.Replica{Timing: protocol.Fast(), Namespaces: namespaces}})
+	srv, err := manager.NewServer(manager.ServerConfig{Insecure: true, Replica: config.Replica{Timing: protocol.Fast(), Namespaces: namespaces}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +126,7 @@ func startManager(t *testing.T, namespaces ...string) string {
 // returned function (also called at cleanup).
 func startOwner(t *testing.T, addr, id, ownerAddr string) (stop func()) {
 	t.Helper()
-	o, err := owner.New(context.Background(), owner.Config{Manager: addr, ID: id, Addr: ownerAddr, Timing: protocol.Fast()})
+	o, err := owner.New(context.Background(), owner.Config{Insecure: true, Manager: addr, ID: id, Addr: ownerAddr, Timing: protocol.Fast()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"net"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/leasehold/leasehold/certs"
 	"github.com/leasehold/leasehold/internal/dashboard"
 	"github.com/leasehold/leasehold/internal/runtime"
 	"github.com/leasehold/leasehold/keyspace"
@@ -34,6 +36,7 @@ type dashboardOptions struct {
 	allNamespaces bool // --namespace not given: follow every namespace
 	refresh       time.Duration
 	readOnly      bool
+	plainListener bool // the demo's: plain HTTP on loopback, though it dials with certificates
 	logOptions
 }
 
@@ -42,7 +45,7 @@ func newDashboardCommand(e *env) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "dashboard",
 		Short: "Serve a live web dashboard of the key space, the Owners, their load and every loss",
-		Long: `Serve a web page, at http://--listen/, that shows a Manager live: the key space
+		Long: `Serve a web page, at https://--listen/, that shows a Manager live: the key space
 as a ring coloured by Owner (hover for a range, its LGN, holder and load), the
 Owners with their ranges, share, load, capacity and draining state, the hot
 keys, the Manager's replicas with their role, term and log position, and a
@@ -58,7 +61,15 @@ for one viewer or a hundred. See docs/operations.md, "The dashboard".
 
 It follows the namespaces the Manager has when it starts (or --namespace);
 restart it to follow one created later. It listens on 127.0.0.1 unless
---listen says otherwise: the page can drain Owners and has no login.`,
+--listen says otherwise.
+
+With certificates it serves HTTPS with its own certificate (the operator's,
+else the lookup's, in --certs-dir; give it the dashboard's HOST when you
+create it), only to viewers that present a certificate of the group's CA
+(load yours into the browser). Only a viewer whose certificate is an
+operator's may drain, and the dashboard then drains with its own operator
+certificate; any other viewer gets 403. With --insecure it serves plain
+HTTP to anyone who reaches it: keep it on a loopback address.`,
 		Example: `  leasehold dashboard
   leasehold dashboard --manager 127.0.0.1:7401,127.0.0.1:7402,127.0.0.1:7403 --listen 127.0.0.1:8080
   leasehold dashboard --namespace presence --read-only`,
@@ -155,11 +166,20 @@ func (o *dashboardOptions) start(ctx context.Context, log *slog.Logger) (*runnin
 		src.close()
 		return nil, fmt.Errorf("dashboard: cannot listen on %s: %w", o.listen, err)
 	}
-	if !runtime.Loopback(lis.Addr().String()) {
-		log.Error("THE DASHBOARD LISTENS ON A NETWORK ADDRESS WITHOUT AUTHENTICATION: anyone who reaches it sees the table and may drain Owners with this process's certificate (docs/security.md)",
-			"addr", lis.Addr().String())
+	handler, scheme := hub.Handler(o.manager), "http"
+	if o.insecure || o.plainListener {
+		if !runtime.Loopback(lis.Addr().String()) {
+			log.Error("THE DASHBOARD LISTENS ON A NETWORK ADDRESS WITHOUT AUTHENTICATION: anyone who reaches it sees the table and may drain Owners with this process's certificate (docs/security.md)",
+				"addr", lis.Addr().String())
+		}
+	} else {
+		// HTTPS with the dashboard's own certificate, to viewers with a
+		// certificate of the group's CA; only an operator's may drain.
+		handler = certs.RequireHTTP(o.src, nil, operatorDrains(o.src.Identity(), handler))
+		lis, scheme = tls.NewListener(lis, o.src.ServerTLS()), "https"
 	}
-	hs := &http.Server{Handler: hub.Handler(o.manager), ReadHeaderTimeout: 10 * time.Second}
+	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(lis) }()
 	hctx, hcancel := context.WithCancel(ctx)
@@ -181,7 +201,26 @@ func (o *dashboardOptions) start(ctx context.Context, log *slog.Logger) (*runnin
 		_ = hs.Close() // the event streams do not end by themselves
 		return err
 	}
-	return &runningDashboard{url: "http://" + lis.Addr().String() + "/", names: src.names, wait: wait}, nil
+	return &runningDashboard{url: scheme + "://" + lis.Addr().String() + "/", names: src.names, wait: wait}, nil
+}
+
+// operatorDrains lets only a viewer with an operator's certificate drain:
+// the dashboard drains with its own certificate (self), so it must not
+// lend that role to a viewer who lacks it.
+func operatorDrains(self certs.Identity, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/api/drain" {
+			if id, ok := certs.FromHTTP(r); !ok || id.Role != certs.Operator {
+				http.Error(w, fmt.Sprintf("dashboard: %s may not drain: draining needs the operator role", id), http.StatusForbidden)
+				return
+			}
+			if self.Role != certs.Operator {
+				http.Error(w, fmt.Sprintf("dashboard: this dashboard's certificate (%s) is not an operator's, so it cannot drain", self), http.StatusForbidden)
+				return
+			}
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // managerSource is the dashboard's Source: a Lookup per namespace for the
@@ -267,7 +306,7 @@ func (s *managerSource) close() {
 func (d *demo) startDashboard(ctx context.Context) (wait func() error, err error) {
 	o := &dashboardOptions{clientOptions: clientOptions{manager: d.addr, timeout: 5 * time.Second,
 		trustOptions: trustOptions{certsDir: d.certsDir, insecure: d.certsDir == ""}},
-		listen: d.dashboard, allNamespaces: true, refresh: time.Second}
+		listen: d.dashboard, allNamespaces: true, refresh: time.Second, plainListener: true}
 	r, err := o.start(ctx, slog.New(slog.DiscardHandler))
 	if err != nil {
 		return nil, err

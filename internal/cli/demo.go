@@ -69,7 +69,7 @@ func newDemoOwnerCommand(e *env) *cobra.Command {
 		Args:   cobra.NoArgs,
 		RunE: run(func(ctx context.Context, _ []string) error {
 			s, err := kv.NewServer(ctx, kv.ServerConfig{
-				Manager: managerAddr, ID: id, Listen: "127.0.0.1:0", Timing: protocol.Fast(), CertsDir: certsDir,
+				Manager: managerAddr, ID: id, Listen: "127.0.0.1:0", Timing: protocol.Fast(), CertsDir: certsDir, Insecure: certsDir == "",
 			})
 			if err != nil {
 				return err
@@ -140,7 +140,7 @@ func (d *demo) run(ctx context.Context) error {
 		return err
 	}
 	d.addr = lis.Addr().String()
-	if d.srv, err = manager.NewServer(manager.ServerConfig{Replica: config.Replica{Timing: t}, Certs: src}); err != nil {
+	if d.srv, err = manager.NewServer(manager.ServerConfig{Replica: config.Replica{Timing: t}, Certs: src, Insecure: d.insecure}); err != nil {
 		return err
 	}
 	served := make(chan error, 1)
@@ -178,12 +178,12 @@ func (d *demo) run(ctx context.Context) error {
 	d.say("   a key's server is a local read. It writes 30 keys through the KV client:")
 	d.values = map[string]string{}
 	d.losses = make(chan struct{}, 1)
-	l, err := lookup.New(ctx, lookup.Config{Manager: d.addr, Timing: t, OnLoss: d.onLoss, CertsDir: d.certsDir})
+	l, err := lookup.New(ctx, lookup.Config{Manager: d.addr, Timing: t, OnLoss: d.onLoss, CertsDir: d.certsDir, Insecure: d.insecure})
 	if err != nil {
 		return err
 	}
 	defer l.Close()
-	client, err := kv.NewClient(ctx, kv.ClientConfig{Manager: d.addr, Timing: t, Timeout: 20 * time.Second, CertsDir: d.certsDir})
+	client, err := kv.NewClient(ctx, kv.ClientConfig{Manager: d.addr, Timing: t, Timeout: 20 * time.Second, CertsDir: d.certsDir, Insecure: d.insecure})
 	if err != nil {
 		return err
 	}

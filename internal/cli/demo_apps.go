@@ -71,7 +71,7 @@ func newDemoAppCommand(e *env) *cobra.Command {
 				}
 				addr, closer = s.Addr(), s.Close
 			case "presence":
-				s, err := presence.NewServer(ctx, presence.ServerConfig{Manager: managerAddr, ID: id, Listen: listen, Timing: protocol.Fast()})
+				s, err := presence.NewServer(ctx, presence.ServerConfig{Insecure: true, Manager: managerAddr, ID: id, Listen: listen, Timing: protocol.Fast()})
 				if err != nil {
 					return err
 				}
@@ -82,7 +82,7 @@ func newDemoAppCommand(e *env) *cobra.Command {
 					k, v, _ := strings.Cut(n, "=")
 					all[k] = v
 				}
-				s, err := mail.NewServer(ctx, mail.ServerConfig{Manager: managerAddr, ID: id, Listen: listen,
+				s, err := mail.NewServer(ctx, mail.ServerConfig{Insecure: true, Manager: managerAddr, ID: id, Listen: listen,
 					DataDir: dataDir, Nodes: all, Timing: protocol.Fast()})
 				if err != nil {
 					return err
@@ -255,7 +255,7 @@ func tourPresence(ctx context.Context, out io.Writer) error {
 			return err
 		}
 	}
-	c, err := presence.NewClient(ctx, presence.ClientConfig{Manager: addr, Timing: protocol.Fast()})
+	c, err := presence.NewClient(ctx, presence.ClientConfig{Insecure: true, Manager: addr, Timing: protocol.Fast()})
 	if err != nil {
 		return err
 	}
@@ -387,7 +387,7 @@ func tourMail(ctx context.Context, out io.Writer) error {
 			return err
 		}
 	}
-	c, err := mail.NewClient(ctx, mail.ClientConfig{Manager: addr, Timing: protocol.Fast()})
+	c, err := mail.NewClient(ctx, mail.ClientConfig{Insecure: true, Manager: addr, Timing: protocol.Fast()})
 	if err != nil {
 		return err
 	}
@@ -478,7 +478,7 @@ func tourMail(ctx context.Context, out io.Writer) error {
 // startTourManager serves a Manager with fast timings on 127.0.0.1 until
 // ctx ends, and returns its address.
 func startTourManager(ctx context.Context) (string, error) {
-	mgr, err := manager.NewServer(manager.ServerConfig{Replica: config.Replica{Timing: protocol.Fast()}})
+	mgr, err := manager.NewServer(manager.ServerConfig{Insecure: true, Replica: config.Replica{Timing: protocol.Fast()}})
 	if err != nil {
 		return "", err
 	}

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -36,6 +37,8 @@ type gatewayOptions struct {
 	maxCopyAge    time.Duration
 	logLevel      string
 	webhooks      []string
+	serveTLS      bool // HTTPS for the frontends, with the gateway's certificate
+	clientCerts   bool // and only to frontends with a certificate of the group's CA
 }
 
 func newGatewayCommand(e *env) *cobra.Command {
@@ -57,6 +60,12 @@ The gateway also serves /healthz, /readyz, /metrics (Prometheus), and the
 loss notifications as Server-Sent Events at /v1/losses (?key=K keeps those
 covering key K). On SIGINT or SIGTERM it stops being ready, finishes the
 requests in flight (for at most --drain-timeout) and exits. See docs/gateway.md.
+
+With --certs-dir it follows the Manager and reaches the Owners (HTTP and
+gRPC) over mutual TLS with its lookup (or operator) certificate. --tls
+serves the frontends HTTPS too (HTTP/2 with ALPN) with that certificate;
+--client-certs then serves only frontends presenting a certificate of the
+group's CA (see docs/security.md).
 
 A route is given with --route as comma-separated fields, or in a JSON
 --config file {"routes": [{...}]} with the same fields:
@@ -83,6 +92,8 @@ A route is given with --route as comma-separated fields, or in a JSON
 	f.Var(newChoice(&o.logLevel, "warn", "debug", "info", "warn", "error"), "log-level", "the least severe log level written to stderr (debug: one line per request)")
 	f.StringArrayVar(&o.webhooks, "loss-webhook", nil, "POST each loss notification to `URL` (repeatable), retried until it answers 2xx")
 	f.DurationVar(&o.drainTimeout, "drain-timeout", 30*time.Second, "on SIGINT or SIGTERM, how long to finish the requests in flight")
+	f.BoolVar(&o.serveTLS, "tls", false, "serve the frontends HTTPS (HTTP/2 with ALPN, gRPC included) with the gateway's certificate from --certs-dir")
+	f.BoolVar(&o.clientCerts, "client-certs", false, "with --tls, serve only frontends presenting a certificate of the group's CA (/healthz and /readyz answer anyone)")
 	o.addTrustFlags(f, e)
 	return cmd
 }
@@ -118,15 +129,21 @@ func (o *gatewayOptions) run(ctx context.Context, e *env) error {
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(o.logLevel)) // one of the choices
 	log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level}))
+	if o.clientCerts && !o.serveTLS {
+		return usagef("--client-certs needs --tls")
+	}
 	var src *certs.Source
-	if o.resolve(); !o.insecure {
+	if o.resolve(); o.serveTLS && o.insecure {
+		return usagef("--tls needs certificates (--certs-dir), not --insecure")
+	}
+	if !o.insecure {
 		var err error
 		if src, err = o.open(certs.Lookup, certs.Operator); err != nil {
 			return err
 		}
 	}
 	g, err := gateway.New(ctx, gateway.Config{
-		Certs:   src,
+		Certs: src, Insecure: o.insecure,
 		Manager: o.manager, Routes: routes, MaxKeyBytes: o.maxKeyBytes, MaxBodyBytes: o.maxBodyBytes,
 		MaxInFlight: o.maxInFlight, MaxQueue: o.maxQueue, OwnerInFlight: o.ownerInFlight, MaxCopyAge: o.maxCopyAge, Webhooks: o.webhooks, Logger: log,
 	})
@@ -141,7 +158,13 @@ func (o *gatewayOptions) run(ctx context.Context, e *env) error {
 	var protocols http.Protocols
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true)
-	srv := &http.Server{Handler: g, Protocols: &protocols, ReadHeaderTimeout: 10 * time.Second}
+	var handler http.Handler = g
+	if o.serveTLS {
+		lis, handler = frontendTLS(lis, src, o.clientCerts, g)
+		protocols.SetHTTP2(true)
+	}
+	srv := &http.Server{Handler: handler, Protocols: &protocols, ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(lis) }()
 	fmt.Fprintf(e.stdout, "leasehold gateway listening on %s (manager %s, %d routes)\n", lis.Addr(), o.manager, len(routes))
@@ -161,4 +184,26 @@ func (o *gatewayOptions) run(ctx context.Context, e *env) error {
 	}
 	fmt.Fprintf(e.stdout, "leasehold gateway stopped\n")
 	return err
+}
+
+// frontendTLS serves the frontends HTTPS on lis with src's certificate,
+// HTTP/2 (and so gRPC) negotiated with ALPN. With clientCerts only a
+// frontend presenting a certificate of the group's CA is served (401 says
+// what is wrong with the others'; gRPC maps it to Unauthenticated), except
+// for /healthz and /readyz, which a load balancer's probe asks without one.
+func frontendTLS(lis net.Listener, src *certs.Source, clientCerts bool, h http.Handler) (net.Listener, http.Handler) {
+	cfg := src.ServerTLS()
+	cfg.NextProtos = []string{"h2", "http/1.1"}
+	if !clientCerts {
+		cfg.ClientAuth = tls.NoClientCert
+		return tls.NewListener(lis, cfg), h
+	}
+	required := certs.RequireHTTP(src, nil, h)
+	return tls.NewListener(lis, cfg), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/healthz" || r.URL.Path == "/readyz" {
+			h.ServeHTTP(w, r)
+			return
+		}
+		required.ServeHTTP(w, r)
+	})
 }

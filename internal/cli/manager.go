@@ -308,7 +308,12 @@ func (o *managerOptions) config(logger *slog.Logger) (manager.ServerConfig, erro
 	if cfg.Advertise == "" && !strings.HasPrefix(o.listen, ":") && !strings.HasPrefix(o.listen, "0.0.0.0:") && !strings.HasSuffix(o.listen, ":0") {
 		cfg.Advertise = o.listen
 	}
-	return cfg, o.usage(cfg.Validate())
+	// The certificate is opened later (run): --insecure or --certs-dir
+	// is checked there, so validate the rest as if it were chosen.
+	cfg.Insecure = true
+	err = cfg.Validate()
+	cfg.Insecure = o.insecure
+	return cfg, o.usage(err)
 }
 
 // parsePeers parses --peers: ID=ADDR pairs separated by commas.
@@ -344,6 +349,7 @@ func (o *managerOptions) run(ctx context.Context, e *env) error {
 	}
 	o.resolve()
 	if o.insecure { // the server warns of its own listener
+		cfg.Insecure = true
 		if o.metricsListen != "" {
 			warnInsecure(log, o.metricsListen)
 		}

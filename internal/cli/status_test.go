@@ -19,7 +19,7 @@ import (
 func TestStatusShowsLoad(t *testing.T) {
 	t.Parallel()
 	addr := startManager(t)
-	o, err := owner.New(context.Background(), owner.Config{Manager: addr, ID: "kv-1", Addr: "127.0.0.1:8001",
+	o, err := owner.New(context.Background(), owner.Config{Insecure: true, Manager: addr, ID: "kv-1", Addr: "127.0.0.1:8001",
 		Timing: protocol.Fast(), Capacity: 2})
 	if err != nil {
 		t.Fatal(err)

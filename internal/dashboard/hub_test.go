@@ -3,6 +3,7 @@ package dashboard
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"math/rand/v2"
@@ -240,9 +241,14 @@ func TestDrainGuards(t *testing.T) {
 		{"a rebound name", hub, "evil.example:7480", map[string]string{ActionHeader: "drain"}, 403},
 		{"localhost", hub, "localhost:7480", map[string]string{ActionHeader: "drain", "Origin": "http://localhost:7480"}, 200},
 		{"read-only", ro, "127.0.0.1:7480", map[string]string{ActionHeader: "drain"}, 403},
+		{"a name over TLS", hub, "dash.example:7480", map[string]string{ActionHeader: "drain", "Origin": "https://dash.example:7480"}, 200},
+		{"another site over TLS", hub, "dash.example:7480", map[string]string{ActionHeader: "drain", "Origin": "https://evil.example"}, 403},
 	} {
 		req := httptest.NewRequest("POST", "/api/drain", strings.NewReader(body))
 		req.Host = c.host
+		if strings.HasSuffix(c.name, "over TLS") {
+			req.TLS = &tls.ConnectionState{}
+		}
 		for k, v := range c.header {
 			req.Header.Set(k, v)
 		}
@@ -252,7 +258,7 @@ func TestDrainGuards(t *testing.T) {
 			t.Errorf("%s: status %d, want %d (%s)", c.name, rec.Code, c.status, strings.TrimSpace(rec.Body.String()))
 		}
 	}
-	if want := []string{"default/owner-00001", "default/owner-00001"}; !slices.Equal(src.drains, want) {
+	if want := []string{"default/owner-00001", "default/owner-00001", "default/owner-00001"}; !slices.Equal(src.drains, want) {
 		t.Errorf("drains sent to the Manager: %v, want %v", src.drains, want)
 	}
 

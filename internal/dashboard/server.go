@@ -210,10 +210,15 @@ func (h *Hub) serveDrain(w http.ResponseWriter, r *http.Request) {
 // sameOrigin reports whether a request's Origin, when a browser sent one,
 // names the host the request was sent to, and that host is a loopback
 // address or name: a page on another site, or a DNS name rebound to
-// 127.0.0.1, is refused.
+// 127.0.0.1, is refused. Over TLS any name is: a name rebound to the
+// dashboard's address does not match its certificate, so the browser
+// never sends the request.
 func sameOrigin(r *http.Request) bool {
 	if o := r.Header.Get("Origin"); o != "" && o != "http://"+r.Host && o != "https://"+r.Host {
 		return false
+	}
+	if r.TLS != nil {
+		return true
 	}
 	host, _, err := net.SplitHostPort(r.Host)
 	if err != nil {

@@ -76,7 +76,7 @@ func TestDashboardAt1000Owners(t *testing.T) {
 	for i := range scaleOwners {
 		wg.Go(func() {
 			id := fmt.Sprintf("srv-%04d", i)
-			o, err := owner.New(ctx, owner.Config{Manager: addr, ID: id,
+			o, err := owner.New(ctx, owner.Config{Insecure: true, Manager: addr, ID: id,
 				Addr:     fmt.Sprintf("10.%d.%d.%d:7000", 1+i/62500, i/250%250, 1+i%250),
 				Capacity: capacities[i%len(capacities)]})
 			if err != nil {
@@ -95,7 +95,7 @@ func TestDashboardAt1000Owners(t *testing.T) {
 	}
 
 	// The frontend: a Lookup routes each read to its Owner.
-	l, err := lookup.New(ctx, lookup.Config{Manager: addr})
+	l, err := lookup.New(ctx, lookup.Config{Insecure: true, Manager: addr})
 	if err != nil {
 		t.Fatal(err)
 	}

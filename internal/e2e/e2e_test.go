@@ -682,7 +682,7 @@ type router struct{ l *lookup.Lookup }
 
 func newRouter(t *testing.T, manager string) *router {
 	t.Helper()
-	l, err := lookup.New(context.Background(), lookup.Config{Manager: manager, Timing: protocol.Fast(), CertsDir: certsDirFor(t)})
+	l, err := lookup.New(context.Background(), lookup.Config{Manager: manager, Timing: protocol.Fast(), CertsDir: certsDirFor(t), Insecure: certsDirFor(t) == ""})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -51,7 +51,7 @@ func TestMailScenario(t *testing.T) {
 		serve(id)
 	}
 	c.settle("three owners", func(s status) bool { return slices.Equal(s.holders(), ids) })
-	cl, err := mail.NewClient(context.Background(), mail.ClientConfig{Manager: addr, Timing: protocol.Fast()})
+	cl, err := mail.NewClient(context.Background(), mail.ClientConfig{Insecure: true, Manager: addr, Timing: protocol.Fast()})
 	if err != nil {
 		t.Fatal(err)
 	}

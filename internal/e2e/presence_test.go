@@ -59,7 +59,7 @@ func TestPresenceScenario(t *testing.T) {
 	c.settle("three owners", func(s status) bool { return slices.Equal(s.holders(), ids) })
 
 	newClient := func() *presence.Client {
-		cl, err := presence.NewClient(context.Background(), presence.ClientConfig{Manager: addr, Timing: tm})
+		cl, err := presence.NewClient(context.Background(), presence.ClientConfig{Insecure: true, Manager: addr, Timing: tm})
 		if err != nil {
 			t.Fatal(err)
 		}

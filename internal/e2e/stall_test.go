@@ -220,7 +220,7 @@ type load struct {
 func startLoad(t *testing.T, manager string, tm protocol.Timing) *load {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	c, err := kv.NewClient(ctx, kv.ClientConfig{Manager: manager, Timing: tm, MaxAttempts: 1, Timeout: 2 * time.Second})
+	c, err := kv.NewClient(ctx, kv.ClientConfig{Insecure: true, Manager: manager, Timing: tm, MaxAttempts: 1, Timeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -377,7 +377,7 @@ func (ld *load) stop() {
 // have applied before the answer was lost).
 func (ld *load) checkLatest(t *testing.T) {
 	t.Helper()
-	c, err := kv.NewClient(context.Background(), kv.ClientConfig{Manager: ld.manager, Timing: protocol.Fast(), Timeout: 10 * time.Second})
+	c, err := kv.NewClient(context.Background(), kv.ClientConfig{Insecure: true, Manager: ld.manager, Timing: protocol.Fast(), Timeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

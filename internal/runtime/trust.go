@@ -27,10 +27,10 @@ type Trust struct {
 // Options returns the dial options for the Manager replicas at addrs:
 // DialOptions as they are; else mutual TLS with TLS, or with the
 // certificate of Role in CertsDir (re-read when it changes); else
-// plaintext, when Insecure or when every address is a loopback one. A
-// plaintext dial to another machine without Insecure is refused: it would
-// send the Owner's leases, or read the table, in the clear to anyone on the
-// path. pkg prefixes the errors ("owner"). With CertsDir it also returns
+// plaintext, when Insecure. With none of them it refuses: plaintext is
+// only ever chosen explicitly, since it sends the Owner's leases, or reads
+// the table, in the clear to anyone on the path, and a Manager with
+// certificates refuses it anyway. pkg prefixes the errors ("owner"). With CertsDir it also returns
 // the Source opened there, for the caller to watch (Source.Watch) and to
 // export its expiry.
 func (t Trust) Options(pkg string, addrs []string) ([]grpc.DialOption, *certs.Source, error) {
@@ -48,12 +48,7 @@ func (t Trust) Options(pkg string, addrs []string) ([]grpc.DialOption, *certs.So
 	case t.Insecure:
 		return []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, nil, nil
 	}
-	for _, a := range addrs {
-		if !Loopback(a) {
-			return nil, nil, fmt.Errorf("%s: the Manager at %s is not on this machine and no TLS is configured: set Config.CertsDir (or Config.TLS), or Config.Insecure to dial it in plaintext", pkg, a)
-		}
-	}
-	return []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, nil, nil
+	return nil, nil, fmt.Errorf("%s: no TLS setting for the Manager at %s: set Config.TLS or Config.CertsDir for mutual TLS, or Config.Insecure: true to dial it in plaintext", pkg, strings.Join(addrs, ","))
 }
 
 // Loopback reports whether addr (host:port) names this machine's loopback

@@ -60,8 +60,8 @@ type ClientConfig struct {
 	// the Client's own HTTP client sends HTTPS with it to servers that
 	// present owner certificates naming their host.
 	CertsDir string
-	// Insecure lets the Lookup dial a Manager on another machine in
-	// plaintext (lookup.Config.Insecure).
+	// Insecure, without CertsDir, dials the Manager and the servers in
+	// plaintext (lookup.Config.Insecure). One of the two is required.
 	Insecure bool
 }
 
@@ -101,6 +101,9 @@ func NewClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	}
 	if cfg.MaxAttempts < 0 || cfg.Timeout < 0 {
 		return nil, fmt.Errorf("kv: ClientConfig.MaxAttempts (%d) and Timeout (%s) must not be negative", cfg.MaxAttempts, cfg.Timeout)
+	}
+	if cfg.CertsDir == "" && !cfg.Insecure {
+		return nil, errors.New("kv: set ClientConfig.CertsDir to dial with mutual TLS, or Insecure: true for plaintext")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)

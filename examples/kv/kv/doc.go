@@ -10,13 +10,15 @@
 // # Usage
 //
 //	srv, err := kv.NewServer(ctx, kv.ServerConfig{
-//		Manager: "127.0.0.1:7400",
-//		Listen:  "127.0.0.1:8001",
+//		Manager:  "127.0.0.1:7400",
+//		Listen:   "127.0.0.1:8001",
+//		ID:       "kv-1",
+//		CertsDir: "/etc/leasehold/certs", // or Insecure: true for plaintext
 //	})
 //	if err != nil { ... }
 //	defer srv.Close(ctx) // drains: every range moves to the others with its values
 //
-//	c, err := kv.NewClient(ctx, kv.ClientConfig{Manager: "127.0.0.1:7400"})
+//	c, err := kv.NewClient(ctx, kv.ClientConfig{Manager: "127.0.0.1:7400", CertsDir: "/etc/leasehold/certs"})
 //	if err != nil { ... }
 //	defer c.Close()
 //	err = c.Put(ctx, "alice", []byte("1"))

@@ -72,7 +72,7 @@ type cluster struct {
 
 func startManager(t *testing.T) *cluster {
 	t.Helper()
-	srv, err := manager.NewServer(manager.ServerConfig{Replica: config.Replica{Timing: protocol.Fast()}, Logger: debugLogger("manager")})
+	srv, err := manager.NewServer(manager.ServerConfig{Insecure: true, Replica: config.Replica{Timing: protocol.Fast()}, Logger: debugLogger("manager")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +96,7 @@ func startManager(t *testing.T) *cluster {
 // unless the test closes it first.
 func (c *cluster) startServer(t *testing.T, id string) *kv.Server {
 	t.Helper()
-	s, err := kv.NewServer(context.Background(), kv.ServerConfig{
+	s, err := kv.NewServer(context.Background(), kv.ServerConfig{Insecure: true,
 		Manager: c.addr, ID: id, Listen: "127.0.0.1:0", Timing: protocol.Fast(), Logger: debugLogger(id),
 	})
 	if err != nil {
@@ -168,7 +168,7 @@ type timedLoss struct {
 func newRouter(t *testing.T, c *cluster) *router {
 	t.Helper()
 	r := &router{}
-	l, err := lookup.New(context.Background(), lookup.Config{
+	l, err := lookup.New(context.Background(), lookup.Config{Insecure: true,
 		Manager: c.addr, Timing: protocol.Fast(),
 		OnLoss: func(loss lookup.Loss) {
 			r.mu.Lock()
@@ -247,7 +247,7 @@ func (r *router) lossesOf(key string) string {
 
 func newClient(t *testing.T, c *cluster) *kv.Client {
 	t.Helper()
-	cl, err := kv.NewClient(context.Background(), kv.ClientConfig{
+	cl, err := kv.NewClient(context.Background(), kv.ClientConfig{Insecure: true,
 		Manager: c.addr, Timing: protocol.Fast(), Timeout: opTime, Logger: debugLogger("client"),
 	})
 	if err != nil {

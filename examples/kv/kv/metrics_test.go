@@ -107,7 +107,7 @@ func TestMetricsMove(t *testing.T) {
 	b := c.startServer(t, "kv-b")
 	c.settle(t, "kv-a", "kv-b")
 	lreg := prometheus.NewRegistry()
-	l, err := lookup.New(context.Background(), lookup.Config{Manager: c.addr, Timing: protocol.Fast(), Registerer: lreg})
+	l, err := lookup.New(context.Background(), lookup.Config{Insecure: true, Manager: c.addr, Timing: protocol.Fast(), Registerer: lreg})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -75,9 +75,9 @@ type ServerConfig struct {
 	// and /metrics, and only an Owner of this namespace for the handover
 	// (/internal/migrate), which it also sends with that certificate.
 	CertsDir string
-	// Insecure lets the Owner dial a Manager on another machine in
-	// plaintext (owner.Config.Insecure). Without CertsDir the server
-	// serves plain HTTP.
+	// Insecure, without CertsDir, serves plain HTTP and lets the Owner dial
+	// the Manager in plaintext (owner.Config.Insecure). One of the two is
+	// required: plaintext is only ever chosen explicitly.
 	Insecure bool
 }
 
@@ -112,6 +112,9 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	}
 	if cfg.Listen == "" {
 		return nil, errors.New("kv: ServerConfig.Listen is required")
+	}
+	if cfg.CertsDir == "" && !cfg.Insecure {
+		return nil, errors.New("kv: set ServerConfig.CertsDir to serve and dial with mutual TLS, or Insecure: true for plaintext")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/leasehold/leasehold/certs"
 	"github.com/leasehold/leasehold/gateway"
 	"github.com/leasehold/leasehold/protocol"
 )
@@ -22,6 +23,13 @@ import (
 type ClientConfig struct {
 	Manager, Namespace string
 	Timing             protocol.Timing
+	// CertsDir is the certificates directory (leasehold cert): the client's
+	// gateway dials the Manager and the nodes with its lookup certificate
+	// (lookup.<CertName>.crt, or the only one; gateway.Config.Certs).
+	CertsDir, CertName string
+	// Insecure, without CertsDir, dials the Manager and the nodes in
+	// plaintext (gateway.Config.Insecure). One of the two is required.
+	Insecure bool
 }
 
 // Client is a delivery and retrieval proxy: a leasehold gateway in this
@@ -41,7 +49,14 @@ func NewClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	if cfg.Manager == "" {
 		return nil, errors.New("mail: ClientConfig.Manager is required")
 	}
-	g, err := gateway.New(ctx, gateway.Config{Manager: cfg.Manager, Timing: cfg.Timing, MaxBodyBytes: MaxMessageBytes,
+	var src *certs.Source
+	if cfg.CertsDir != "" {
+		var err error
+		if src, err = certs.Open(cfg.CertsDir, certs.Lookup, cfg.CertName); err != nil {
+			return nil, fmt.Errorf("mail: %w", err)
+		}
+	}
+	g, err := gateway.New(ctx, gateway.Config{Manager: cfg.Manager, Timing: cfg.Timing, Certs: src, Insecure: cfg.Insecure && src == nil, MaxBodyBytes: MaxMessageBytes,
 		Routes: []gateway.Route{{Name: "mail", Prefix: "/mail/", Namespace: cfg.Namespace, Key: "path:1",
 			Timeout: gateway.Duration(time.Hour)}}}) // the caller's ctx bounds each request
 	if err != nil {

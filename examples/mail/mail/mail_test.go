@@ -36,7 +36,7 @@ type managerServer struct {
 
 func startManagerServer(tb testing.TB) managerServer {
 	tb.Helper()
-	srv, err := manager.NewServer(manager.ServerConfig{Replica: config.Replica{Timing: protocol.Fast()}})
+	srv, err := manager.NewServer(manager.ServerConfig{Insecure: true, Replica: config.Replica{Timing: protocol.Fast()}})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -79,7 +79,7 @@ func newCluster(tb testing.TB, n int) *cluster {
 
 func (c *cluster) start(tb testing.TB, id string) *mail.Server {
 	tb.Helper()
-	s, err := mail.NewServer(context.Background(), mail.ServerConfig{Manager: c.mgr, ID: id, Listen: c.nodes[id],
+	s, err := mail.NewServer(context.Background(), mail.ServerConfig{Insecure: true, Manager: c.mgr, ID: id, Listen: c.nodes[id],
 		DataDir: c.dirs[id], Nodes: c.nodes, Timing: protocol.Fast()})
 	if err != nil {
 		tb.Fatal(err)
@@ -90,7 +90,7 @@ func (c *cluster) start(tb testing.TB, id string) *mail.Server {
 
 func newClient(tb testing.TB, mgr string) *mail.Client {
 	tb.Helper()
-	cl, err := mail.NewClient(context.Background(), mail.ClientConfig{Manager: mgr, Timing: protocol.Fast()})
+	cl, err := mail.NewClient(context.Background(), mail.ClientConfig{Insecure: true, Manager: mgr, Timing: protocol.Fast()})
 	if err != nil {
 		tb.Fatal(err)
 	}

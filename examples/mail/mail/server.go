@@ -1,7 +1,9 @@
 package mail
 
 import (
+	"cmp"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,6 +20,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/leasehold/leasehold/certs"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/owner"
 	"github.com/leasehold/leasehold/protocol"
@@ -42,6 +45,18 @@ type ServerConfig struct {
 	Nodes                                   map[string]string
 	Timing                                  protocol.Timing
 	Logger                                  *slog.Logger
+	// CertsDir is the certificates directory (leasehold cert): the Owner
+	// dials the Manager with the certificate of its ID (owner.<ID>.crt),
+	// and the node serves HTTPS with it to clients that present a
+	// certificate of the same CA, and calls the other nodes with it. The
+	// storage endpoints (/internal/...) answer only the other nodes: an
+	// Owner certificate of this namespace whose ID is in Nodes.
+	CertsDir string
+	// Insecure, without CertsDir, serves plain HTTP, calls the other nodes
+	// over it, and lets the Owner dial the Manager in plaintext
+	// (owner.Config.Insecure). One of the two is required: plaintext is
+	// only ever chosen explicitly.
+	Insecure bool
 }
 
 // Server is a mail node: a storage node for mailbox fragments, and the
@@ -51,6 +66,8 @@ type Server struct {
 	lis     net.Listener
 	http    *http.Server
 	peers   *http.Client
+	certs   *certs.Source // nil: plain HTTP
+	scheme  string        // of the other nodes' URLs
 	owner   *owner.Owner
 	disk    *disk
 	maps    *maps
@@ -72,11 +89,21 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	if cfg.Manager == "" || cfg.ID == "" || cfg.Listen == "" || cfg.DataDir == "" {
 		return nil, errors.New("mail: ServerConfig.Manager, ID, Listen and DataDir are required")
 	}
+	if cfg.CertsDir == "" && !cfg.Insecure {
+		return nil, errors.New("mail: set ServerConfig.CertsDir to serve and dial with mutual TLS, or Insecure: true for plaintext")
+	}
 	if _, ok := cfg.Nodes[cfg.ID]; !ok {
 		return nil, fmt.Errorf("mail: ServerConfig.Nodes does not name this node, %q", cfg.ID)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	var src *certs.Source
+	if cfg.CertsDir != "" {
+		var err error
+		if src, err = certs.Open(cfg.CertsDir, certs.Owner, cfg.ID); err != nil {
+			return nil, fmt.Errorf("mail: %w", err)
+		}
 	}
 	d, err := openDisk(cfg.DataDir)
 	if err != nil {
@@ -87,8 +114,12 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 		return nil, fmt.Errorf("mail: %w", err)
 	}
 	t := http.DefaultTransport.(*http.Transport).Clone()
+	scheme := "http"
+	if src != nil {
+		t, scheme = src.HTTPTransport(certs.Owner), "https"
+	}
 	t.MaxIdleConnsPerHost = 64
-	s := &Server{cfg: cfg, lis: lis, disk: d, peers: &http.Client{Transport: t, Timeout: nodeWait},
+	s := &Server{cfg: cfg, lis: lis, disk: d, peers: &http.Client{Transport: t, Timeout: nodeWait}, certs: src, scheme: scheme,
 		stopped: make(chan struct{}), wake: make(chan struct{}, 1),
 		inflight: map[string]int{}, reported: map[string]int{}, down: map[string]time.Time{}}
 	nodes := slices.Sorted(stdmaps.Keys(cfg.Nodes))
@@ -96,7 +127,7 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	// Duty: a unique ID per server (the node's). No Handovers: the mail map
 	// is rebuilt from the disks by the next Owner.
 	o, err := owner.New(ctx, owner.Config{Manager: cfg.Manager, Namespace: cfg.Namespace, ID: cfg.ID,
-		Addr: cfg.Nodes[cfg.ID], Timing: cfg.Timing, Logger: cfg.Logger,
+		Addr: cfg.Nodes[cfg.ID], Timing: cfg.Timing, Logger: cfg.Logger, CertsDir: cfg.CertsDir, Insecure: cfg.Insecure,
 		OnChange: func(ch owner.OwnershipChange) {
 			<-ready
 			s.maps.changed(ch)
@@ -114,14 +145,36 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /mail/{user}", s.handleDeliver)
 	mux.HandleFunc("GET /mail/{user}", s.handleRead)
-	mux.HandleFunc("POST /internal/store/{user}", s.handleStore)
-	mux.HandleFunc("GET /internal/fetch/{user}", s.handleFetch)
-	mux.HandleFunc("GET /internal/users", s.handleUsers)
+	mux.HandleFunc("POST /internal/store/{user}", s.nodesOnly(s.handleStore))
+	mux.HandleFunc("GET /internal/fetch/{user}", s.nodesOnly(s.handleFetch))
+	mux.HandleFunc("GET /internal/users", s.nodesOnly(s.handleUsers))
 	s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn)}
+	if src != nil {
+		s.http.Handler = certs.RequireHTTP(src, nil, s.http.Handler)
+		lis = tls.NewListener(lis, src.ServerTLS())
+	}
 	go s.http.Serve(lis)
 	s.wg.Go(s.rebuilder)
 	return s, nil
+}
+
+// nodesOnly admits, on a node with certificates, only the other nodes to
+// the storage endpoints: an Owner of this namespace named in Nodes. A
+// frontend, or an Owner of another service, may neither store fragments
+// nor read anyone's mail from the disks.
+func (s *Server) nodesOnly(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if s.certs != nil {
+			ns := cmp.Or(s.cfg.Namespace, "default")
+			id, ok := certs.FromHTTP(r)
+			if _, node := s.cfg.Nodes[id.Name]; !ok || id.Role != certs.Owner || !id.MayUse(ns) || !node {
+				http.Error(w, fmt.Sprintf("mail: %s may not use the storage endpoints in namespace %q: only the nodes may", id, ns), http.StatusForbidden)
+				return
+			}
+		}
+		h(w, r)
+	}
 }
 
 // Addr is the listen address.
@@ -187,7 +240,7 @@ func (s *Server) call(node, method, path string, body io.Reader, out any) error 
 	s.mu.Lock()
 	s.inflight[node]++
 	s.mu.Unlock()
-	req, err := http.NewRequest(method, "http://"+s.cfg.Nodes[node]+path, body)
+	req, err := http.NewRequest(method, s.scheme+"://"+s.cfg.Nodes[node]+path, body)
 	var resp *http.Response
 	if err == nil {
 		resp, err = s.peers.Do(req)

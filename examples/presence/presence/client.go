@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/leasehold/leasehold/certs"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/lookup"
 	"github.com/leasehold/leasehold/owner"
@@ -27,6 +28,14 @@ type ClientConfig struct {
 	Manager, Namespace string
 	Timing             protocol.Timing
 	Logger             *slog.Logger
+	// CertsDir is the certificates directory (leasehold cert): the Lookup
+	// dials the Manager with its lookup certificate (lookup.<CertName>.crt,
+	// or the only one), and the client reaches the servers over HTTPS with
+	// it, accepting only owner certificates that name the server's host.
+	CertsDir, CertName string
+	// Insecure, without CertsDir, dials the Manager and the servers in
+	// plaintext (lookup.Config.Insecure). One of the two is required.
+	Insecure bool
 }
 
 // Client is a frontend for devices and for queries: it sends each request
@@ -37,6 +46,7 @@ type Client struct {
 	cfg     ClientConfig
 	lookup  *lookup.Lookup
 	http    *http.Client
+	scheme  string // of the servers' URLs: http, or https with CertsDir
 	ctx     context.Context
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
@@ -49,14 +59,26 @@ func NewClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	if cfg.Manager == "" {
 		return nil, errors.New("presence: ClientConfig.Manager is required")
 	}
+	if cfg.CertsDir == "" && !cfg.Insecure {
+		return nil, errors.New("presence: set ClientConfig.CertsDir to dial with mutual TLS, or Insecure: true for plaintext")
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	c := &Client{cfg: cfg, devices: map[*DeviceHandle]bool{},
+	c := &Client{cfg: cfg, devices: map[*DeviceHandle]bool{}, scheme: "http",
 		http: &http.Client{Transport: transport(), Timeout: 5 * time.Second}}
+	if cfg.CertsDir != "" {
+		src, err := certs.Open(cfg.CertsDir, certs.Lookup, cfg.CertName)
+		if err != nil {
+			return nil, fmt.Errorf("presence: %w", err)
+		}
+		t := src.HTTPTransport(certs.Owner)
+		t.MaxIdleConnsPerHost = 256
+		c.http.Transport, c.scheme = t, "https"
+	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	l, err := lookup.New(ctx, lookup.Config{Manager: cfg.Manager, Namespace: cfg.Namespace, Timing: cfg.Timing,
-		Logger: cfg.Logger, OnLoss: c.onLoss})
+		Logger: cfg.Logger, OnLoss: c.onLoss, CertsDir: cfg.CertsDir, CertName: cfg.CertName, Insecure: cfg.Insecure})
 	if err != nil {
 		return nil, fmt.Errorf("presence: %w", err)
 	}
@@ -203,7 +225,7 @@ func (c *Client) attempt(ctx context.Context, method string, k keyspace.Key, pat
 	if !ok {
 		return nil, true, errors.New("no owner holds the user yet")
 	}
-	req, err := http.NewRequestWithContext(ctx, method, "http://"+route.Addr+path, strings.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, method, c.scheme+"://"+route.Addr+path, strings.NewReader(body))
 	if err != nil {
 		return nil, false, err
 	}

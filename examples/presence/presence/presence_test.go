@@ -21,7 +21,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func startManager(tb testing.TB) string {
 	tb.Helper()
-	srv, err := manager.NewServer(manager.ServerConfig{Replica: config.Replica{Timing: protocol.Fast()}})
+	srv, err := manager.NewServer(manager.ServerConfig{Insecure: true, Replica: config.Replica{Timing: protocol.Fast()}})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -43,7 +43,7 @@ func startManager(tb testing.TB) string {
 
 func startServer(tb testing.TB, mgr, id string) *presence.Server {
 	tb.Helper()
-	s, err := presence.NewServer(context.Background(), presence.ServerConfig{Manager: mgr, ID: id, Listen: "127.0.0.1:0", Timing: protocol.Fast()})
+	s, err := presence.NewServer(context.Background(), presence.ServerConfig{Insecure: true, Manager: mgr, ID: id, Listen: "127.0.0.1:0", Timing: protocol.Fast()})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -53,7 +53,7 @@ func startServer(tb testing.TB, mgr, id string) *presence.Server {
 
 func newClient(tb testing.TB, mgr string) *presence.Client {
 	tb.Helper()
-	c, err := presence.NewClient(context.Background(), presence.ClientConfig{Manager: mgr, Timing: protocol.Fast()})
+	c, err := presence.NewClient(context.Background(), presence.ClientConfig{Insecure: true, Manager: mgr, Timing: protocol.Fast()})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package presence
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/leasehold/leasehold/certs"
 	"github.com/leasehold/leasehold/owner"
 	"github.com/leasehold/leasehold/protocol"
 )
@@ -32,6 +34,15 @@ type ServerConfig struct {
 	Timing                                    protocol.Timing
 	TTL                                       time.Duration
 	Logger                                    *slog.Logger
+	// CertsDir is the certificates directory (leasehold cert): the Owner
+	// dials the Manager with the certificate of its ID (owner.<ID>.crt;
+	// ID is then required), and the server serves HTTPS with it, only to
+	// clients that present a certificate of the same CA.
+	CertsDir string
+	// Insecure, without CertsDir, serves plain HTTP and lets the Owner dial
+	// the Manager in plaintext (owner.Config.Insecure). One of the two is
+	// required: plaintext is only ever chosen explicitly.
+	Insecure bool
 }
 
 // Server is a presence server: the Owner of the users in its leased ranges.
@@ -53,6 +64,19 @@ type Server struct {
 func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	if cfg.Manager == "" || cfg.Listen == "" {
 		return nil, errors.New("presence: ServerConfig.Manager and Listen are required")
+	}
+	if cfg.CertsDir == "" && !cfg.Insecure {
+		return nil, errors.New("presence: set ServerConfig.CertsDir to serve and dial with mutual TLS, or Insecure: true for plaintext")
+	}
+	if cfg.CertsDir != "" && cfg.ID == "" {
+		return nil, errors.New("presence: ServerConfig.ID is required with CertsDir (the name of its owner certificate)")
+	}
+	var src *certs.Source
+	if cfg.CertsDir != "" {
+		var err error
+		if src, err = certs.Open(cfg.CertsDir, certs.Owner, cfg.ID); err != nil {
+			return nil, fmt.Errorf("presence: %w", err)
+		}
 	}
 	if cfg.TTL < 0 {
 		return nil, fmt.Errorf("presence: ServerConfig.TTL %s is negative", cfg.TTL)
@@ -82,7 +106,7 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	// default). No Handovers: a moved user's statuses are lost, and the
 	// devices republish them (C§2.1.2).
 	o, err := owner.New(ctx, owner.Config{Manager: cfg.Manager, Namespace: cfg.Namespace, ID: cfg.ID,
-		Addr: cfg.Advertise, Timing: cfg.Timing, Logger: cfg.Logger,
+		Addr: cfg.Advertise, Timing: cfg.Timing, Logger: cfg.Logger, CertsDir: cfg.CertsDir, Insecure: cfg.Insecure,
 		// Duty: never rely on OnChange: it only frees memory.
 		OnChange: func(ch owner.OwnershipChange) {
 			if <-ready; len(ch.Revoked) > 0 {
@@ -101,6 +125,10 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
 	s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn)}
+	if src != nil {
+		s.http.Handler = certs.RequireHTTP(src, nil, s.http.Handler)
+		lis = tls.NewListener(lis, src.ServerTLS())
+	}
 	go func() { s.served <- s.http.Serve(lis) }()
 	s.wg.Go(func() {
 		t := time.NewTicker(cfg.TTL)

@@ -36,7 +36,7 @@ func (s *leaseholdSystem) start(ctx context.Context, addr string, h *harness) er
 	for i := range h.o.owners {
 		o, err := owner.New(ctx, owner.Config{
 			Manager: h.ownerProxies[i].Addr(), ID: ownerID(i),
-			Addr: fmt.Sprintf("10.0.%d.%d:7000", i/256, i%256), Timing: h.t, CertsDir: h.o.certsDir,
+			Addr: fmt.Sprintf("10.0.%d.%d:7000", i/256, i%256), Timing: h.t, CertsDir: h.o.certsDir, Insecure: h.o.certsDir == "",
 		})
 		if err != nil {
 			return err
@@ -47,7 +47,7 @@ func (s *leaseholdSystem) start(ctx context.Context, addr string, h *harness) er
 	for j := range h.o.lookups {
 		cb := func() { h.check(j) }
 		l, err := lookup.New(ctx, lookup.Config{
-			Manager: h.lookupProxies[j].Addr(), Timing: h.t, CertsDir: h.o.certsDir,
+			Manager: h.lookupProxies[j].Addr(), Timing: h.t, CertsDir: h.o.certsDir, Insecure: h.o.certsDir == "",
 			OnUpdate: func(lookup.Update) { cb() },
 			OnLoss:   func(lookup.Loss) { cb() },
 		})

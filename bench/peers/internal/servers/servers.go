@@ -48,7 +48,7 @@ func TimingForRenew(renew time.Duration) protocol.Timing {
 // ends. ready is called with the address once it listens. With certsDir it
 // serves mutual TLS with replica 1's certificate there (MakeCerts).
 func RunLeasehold(ctx context.Context, listen string, t protocol.Timing, certsDir string, ready func(addr string)) error {
-	cfg := manager.ServerConfig{Replica: config.Replica{Timing: t}}
+	cfg := manager.ServerConfig{Insecure: certsDir == "", Replica: config.Replica{Timing: t}}
 	if certsDir != "" {
 		src, err := certs.Open(certsDir, certs.Replica, "1")
 		if err != nil {
