@@ -34,7 +34,7 @@ var fuzzed struct {
 func fuzzManager(t *testing.T) (*manager.Server, *grpc.ClientConn) {
 	fuzzed.once.Do(func() {
 		srv, err := manager.NewServer(manager.ServerConfig{Replica: config.Replica{Timing: protocol.Fast(), Namespaces: []string{"other"},
-			MaxOwners: fuzzMaxOwners}, MaxMessageBytes: 16 << 10, MaxRequestRate: 1000})
+			MaxOwners: fuzzMaxOwners}, MaxMessageBytes: 16 << 10, MaxRequestRate: 1000, Insecure: true})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -57,7 +57,7 @@ func (s loggedStream) RecvMsg(m any) error {
 func TestNamesSaidOncePerStream(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		tm := protocol.Fast()
-		c := startManager(t, manager.ServerConfig{Replica: config.Replica{Timing: tm}})
+		c := startManager(t, manager.ServerConfig{Replica: config.Replica{Timing: tm}, Insecure: true})
 		defer c.stop(t)
 		ctx := context.Background()
 		log := &wireLog{}

@@ -27,7 +27,7 @@ func startLeaseCutNet(t *testing.T, tm protocol.Timing) *cutNet {
 	}
 	for id := uint64(1); id <= 3; id++ {
 		srv, err := manager.NewServer(manager.ServerConfig{Replica: config.Replica{Timing: tm, ReadLease: config.ReadLease{All: true}},
-			ID: id, Peers: peers, Advertise: addrOf(id), PeerDialOptions: n.dial(addrOf(id))})
+			ID: id, Peers: peers, Advertise: addrOf(id), PeerDialOptions: n.dial(addrOf(id)), Insecure: true})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -191,7 +191,7 @@ type lossLine struct {
 }
 
 func startManager(ctx context.Context, bin, profDir, profile string) (*managerProc, error) {
-	cmd := exec.Command(bin, "manager", "--listen", "127.0.0.1:0", "--timings", profile,
+	cmd := exec.Command(bin, "manager", "--listen", "127.0.0.1:0", "--insecure", "--timings", profile,
 		"--log-format", "json", "--log-level", "info")
 	if profDir != "" {
 		cmd.Env = append(os.Environ(), "LEASEHOLD_PROFILE_DIR="+profDir)

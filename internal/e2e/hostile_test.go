@@ -53,7 +53,7 @@ func TestHostileSoak(t *testing.T) {
 		return slices.Equal(s.holders(), []string{"kv-1", "kv-2"}) && s.sumRanges() == 128
 	})
 
-	cl, err := kv.NewClient(context.Background(), kv.ClientConfig{Manager: addr, Timing: protocol.Fast(), Timeout: 20 * time.Second})
+	cl, err := kv.NewClient(context.Background(), kv.ClientConfig{Insecure: true, Manager: addr, Timing: protocol.Fast(), Timeout: 20 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
