@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -70,6 +71,7 @@ func (s *Server) limitOptions() []grpc.ServerOption {
 		grpc.MaxConcurrentStreams(uint32(s.cfg.MaxStreamsPerConn)),
 		// A connection whose handshake does not finish in time is closed.
 		grpc.ConnectionTimeout(10 * time.Second),
+		grpc.StatsHandler(unreadRefusals{s}),
 	}
 	if s.cfg.IdleTimeout > 0 {
 		opts = append(opts, grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: s.cfg.IdleTimeout}))
@@ -90,7 +92,7 @@ func (s *Server) limitOptions() []grpc.ServerOption {
 // larger of the two limits) from its length prefix, before reading its
 // body, and answers it at once with its own status ("grpc: received
 // message larger than max (N vs. M)"), which names no flag: the price of
-// never reading it.
+// never reading it; unreadRefusals still counts it.
 type limitCodec struct{ s *Server }
 
 func (limitCodec) Name() string { return "proto" }
@@ -126,6 +128,27 @@ func (c limitCodec) Unmarshal(data []byte, v any) error {
 		decodeErrs.Store(m, status.Errorf(codes.InvalidArgument, "leasehold: a %s does not decode: %s", m.ProtoReflect().Descriptor().Name(), what))
 	}
 	return nil
+}
+
+// unreadRefusals counts, under max-message-bytes, the messages gRPC refuses
+// from their length prefix (larger than every service's limit): they never
+// reach limitCodec, and for a unary call not even the interceptors.
+type unreadRefusals struct{ s *Server }
+
+func (unreadRefusals) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
+func (unreadRefusals) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
+	return ctx
+}
+func (unreadRefusals) HandleConn(context.Context, stats.ConnStats) {}
+
+func (h unreadRefusals) HandleRPC(_ context.Context, st stats.RPCStats) {
+	end, ok := st.(*stats.End)
+	if !ok || end.Error == nil {
+		return
+	}
+	if s, _ := status.FromError(end.Error); s.Code() == codes.ResourceExhausted && strings.HasPrefix(s.Message(), "grpc: received message larger than max") {
+		h.s.limitRefused(limitMessage)
+	}
 }
 
 // badUTF8Field returns the path of the first string field of a message of

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/net/http2"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -59,8 +60,23 @@ func TestClientLimitsBeforeDecoding(t *testing.T) {
 	// Larger than any service accepts (a Raft message part, 1 MiB): gRPC
 	// refuses it from its length prefix, before reading its body.
 	huge := &pb.LeaseRequest{Namespace: "default", Owner: "h", Addr: strings.Repeat("x", 2<<20), Incarnation: 1, Seq: 1}
+	before := limitRefusals(t, c.srv, "max-message-bytes")
 	if s := status.Convert(firstErr(t, conn, huge)); s.Code() != codes.ResourceExhausted || !strings.Contains(s.Message(), "larger than max") {
 		t.Errorf("a lease request larger than any limit: %v, want gRPC's ResourceExhausted", s.Err())
+	}
+	_, err = pb.NewAdminClient(conn).Status(context.Background(), &pb.StatusRequest{Namespace: strings.Repeat("n", 2<<20)})
+	if s := status.Convert(err); s.Code() != codes.ResourceExhausted || !strings.Contains(s.Message(), "larger than max") {
+		t.Errorf("a status request larger than any limit: %v, want gRPC's ResourceExhausted", err)
+	}
+	// Refused unread, but counted: the stream's and the unary call's.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		n := limitRefusals(t, c.srv, "max-message-bytes") - before
+		if n == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the two messages gRPC refused unread were counted %v times in leasehold_limit_refusals_total, want 2", n)
+		}
 	}
 	utf := &pb.LeaseRequest{Namespace: "default", Owner: bad, Addr: "a:1", Incarnation: 1, Seq: 1}
 	if s := status.Convert(firstErr(t, conn, utf)); s.Code() != codes.InvalidArgument || !strings.Contains(s.Message(), "owner") {
@@ -206,4 +222,28 @@ func readGoAway(nc net.Conn) string {
 			return "goaway: " + string(g.DebugData())
 		}
 	}
+}
+
+// limitRefusals reads leasehold_limit_refusals_total{limit}.
+func limitRefusals(t *testing.T, srv *manager.Server, limit string) float64 {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(srv.Collector())
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "leasehold_limit_refusals_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "limit" && l.GetValue() == limit {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
 }
