@@ -85,6 +85,7 @@ type readLease struct {
 type ReadLeaseStats struct {
 	Asks, Promises, Leases uint64 // rounds asked, promises given, leases taken
 	Reads, Refused         uint64 // lease reads served and refused
+	Syncs                  uint64 // Lookup syncs a follower answered under its lease
 }
 
 // ReadLeaseStatus is what a replica knows of its read lease.

@@ -1,6 +1,7 @@
 package replica
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -10,10 +11,17 @@ import (
 	"github.com/leasehold/leasehold/assign"
 	"github.com/leasehold/leasehold/internal/faults"
 	"github.com/leasehold/leasehold/manager/config"
+	"github.com/leasehold/leasehold/protocol"
 )
 
 // newLeaseGroup is newGroup with every replica holding read leases.
 func newLeaseGroup(t *testing.T, n int, fs faults.Set) *group {
+	t.Helper()
+	return newLeaseGroupWith(t, n, fs, config.ReadLease{All: true})
+}
+
+// newLeaseGroupWith is newGroup with the read leases rl.
+func newLeaseGroupWith(t *testing.T, n int, fs faults.Set, rl config.ReadLease) *group {
 	t.Helper()
 	g := newGroup(t, n, fs)
 	var boot []Peer
@@ -23,7 +31,7 @@ func newLeaseGroup(t *testing.T, n int, fs faults.Set) *group {
 	for _, p := range boot {
 		r, err := NewReplica(ReplicaConfig{ID: p.ID, Bootstrap: boot, Break: fs,
 			Core: CoreConfig{Timing: groupTiming, Policy: assign.Fixed{Pieces: 4}, Epoch: epoch, Seed: p.ID, RaftTick: 25 * ms,
-				ReadLease: config.ReadLease{All: true}}}, g.now)
+				ReadLease: rl}}, g.now)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -199,4 +207,62 @@ func TestReadLeaseGrantsInItsOwnTerm(t *testing.T) {
 
 func raftpbMsg(t raftpb.MessageType, from, to, index, term uint64) raftpb.Message {
 	return raftpb.Message{Type: t, From: from, To: to, Index: index, Term: term}
+}
+
+// TestReadLeaseHolderAnswersSyncsCutOff: a follower holder cut off from the
+// leader answers a Lookup's sync at once from its own applied copy while its
+// lease lasts — also once its last ReadIndex proof is more than an election
+// timeout old, when the lease alone lets it answer — and refuses, naming
+// the leader it knew, from the moment the lease ends. Broken
+// (ReadLeaseServeExpired), it goes on answering after.
+func TestReadLeaseHolderAnswersSyncsCutOff(t *testing.T) {
+	for _, broken := range []bool{false, true} {
+		// A lease three election timeouts long, so that it outlasts the
+		// ReadIndex proof by far.
+		g := newLeaseGroupWith(t, 3, faults.Set{ReadLeaseServeExpired: broken},
+			config.ReadLease{All: true, Duration: 750 * ms})
+		_, f := leaseFollower(t, g)
+		g.cut[f.ID()] = true
+		until := f.ReadLease(g.now).Until
+		proofAt, _ := f.ReadIndexProof()
+		proofEnds := proofAt.Add(f.electionTimeout())
+		if !proofEnds.Before(until) {
+			t.Fatalf("the ReadIndex proof (ends %s) outlasts the lease (ends %s)", proofEnds.Sub(base), until.Sub(base))
+		}
+		lsn := f.State().Table(DefaultNamespace).LSN()
+		onLease, refused := 0, 0
+		for session := uint64(1); g.now.Before(until.Add(time.Second)); session++ {
+			g.run(10 * ms)
+			f.feed.Ready() // pushes
+			err := f.StepSync(g.now, session, &protocol.SyncRequest{Namespace: DefaultNamespace, ID: session})
+			var nl *NotLeaderError
+			switch {
+			case err == nil && !g.now.Before(until) && !broken:
+				t.Fatalf("answered a sync %s after its lease ended", g.now.Sub(until))
+			case err == nil:
+				out := f.feed.Ready()
+				if len(out) != 1 || out[0].To != session || out[0].Msg.Update.To != lsn {
+					t.Fatalf("a sync under the lease answered %+v, want one answer at the cut-off copy's LSN %d", out, lsn)
+				}
+				if !g.now.Before(proofEnds) {
+					onLease++
+				}
+			case g.now.Before(until):
+				t.Fatalf("refused a sync %s before its lease ended: %v", until.Sub(g.now), err)
+			case !errors.As(err, &nl):
+				t.Fatalf("refused with %v, want a NotLeaderError", err)
+			default:
+				refused++
+			}
+		}
+		if onLease == 0 {
+			t.Fatalf("broken=%v: no sync answered on the lease alone", broken)
+		}
+		if got := f.ReadLease(g.now).Stats.Syncs; got < uint64(onLease) {
+			t.Fatalf("Stats.Syncs = %d, want at least the %d answered on the lease alone", got, onLease)
+		}
+		if broken != (refused == 0) {
+			t.Fatalf("broken=%v: refused %d syncs after the lease ended", broken, refused)
+		}
+	}
 }

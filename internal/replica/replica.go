@@ -267,24 +267,48 @@ func (r *Replica) StepLease(now time.Time, req *protocol.LeaseRequest) error {
 }
 
 // StepSync handles a Lookup's SyncRequest. A replica answers while it is a
-// leader that has taken over, or a follower that has applied everything its
-// leader had committed less than an election timeout ago (a ReadIndex
-// round); its answers then lag the newest committed table by at most
-// StaleBound.
+// leader that has taken over; a read-lease holder whose lease lets it serve
+// a lease read now, from its own applied copy with no message to anyone (a
+// lease read: docs/protocol.md, "Quorum read leases"); or a follower that
+// has applied everything its leader had committed less than an election
+// timeout ago (a ReadIndex round). Its answers then lag the newest
+// committed table by at most StaleBound. Any other replica refuses, naming
+// the leader.
 func (r *Replica) StepSync(now time.Time, id uint64, req *protocol.SyncRequest) error {
-	if !r.Serving(now) {
+	switch r.syncPath(now) {
+	case syncRefused:
 		return r.notLeader()
+	case syncLease:
+		r.rl.stats.Syncs++
 	}
 	return r.feed.StepSync(now, id, req)
 }
 
 // Serving reports whether the replica answers Lookups at now.
-func (r *Replica) Serving(now time.Time) bool {
-	if r.core != nil || r.leaseReadable(now) {
-		return true
+func (r *Replica) Serving(now time.Time) bool { return r.syncPath(now) != syncRefused }
+
+// How a replica answers a Lookup's sync.
+const (
+	syncRefused   = iota
+	syncLeader    // a leader that has taken over
+	syncLease     // a holder, under its read lease
+	syncReadIndex // a follower, on a ReadIndex proof less than an election timeout old
+)
+
+// syncPath says how the replica would answer a sync at now: the leader's
+// own table first, then the read lease (no round to anyone), then the
+// ReadIndex proof.
+func (r *Replica) syncPath(now time.Time) int {
+	switch {
+	case r.core != nil:
+		return syncLeader
+	case r.leaseReadable(now):
+		return syncLease
+	case r.role == raft.StateFollower && r.lead != 0 && r.st.epoch != 0 &&
+		!r.readAt.IsZero() && now.Sub(r.readAt) < r.electionTimeout() && r.applied >= r.readIndex:
+		return syncReadIndex
 	}
-	return r.role == raft.StateFollower && r.lead != 0 && r.st.epoch != 0 &&
-		!r.readAt.IsZero() && now.Sub(r.readAt) < r.electionTimeout() && r.applied >= r.readIndex
+	return syncRefused
 }
 
 // askRead starts a ReadIndex round: the leader answers, after a heartbeat
