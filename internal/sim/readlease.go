@@ -9,8 +9,8 @@ import (
 
 // Quorum read leases in the simulation (docs/protocol.md, "Quorum read
 // leases"): every replica is asked for a lease read at random moments, and
-// the linearizability checker follows the answers and the leader's
-// acknowledgements; asymmetric partitions cut single directions between
+// the linearizability checker follows the answers, the Lookup syncs a
+// replica answers under its lease, and the leader's acknowledgements; asymmetric partitions cut single directions between
 // replicas.
 
 // ReadLeaseConfig turns quorum read leases on in a run.
@@ -22,6 +22,9 @@ type ReadLeaseConfig struct {
 	// ReadEvery is the mean time between two lease reads asked of each
 	// replica; 0 means a Raft tick.
 	ReadEvery time.Duration
+	// SyncsOnly asks no lease reads: the checker then follows only the
+	// Lookup syncs replicas answer under their leases.
+	SyncsOnly bool
 	// History, if set, is given the run's history of lease reads and
 	// writes at its end, for an independent linearizability checker.
 	History func([]LeaseEvent)
@@ -35,6 +38,7 @@ type ReadLeaseConfig struct {
 // LeaseStats counts a run's lease reads.
 type LeaseStats struct {
 	Reads, Refused int // lease reads answered and refused
+	Syncs          int // Lookup syncs a follower answered under its lease (lease reads too)
 	Acks           int // times the highest acknowledged index grew
 	OneWayCuts     int
 	MaxAcked       uint64
@@ -101,6 +105,9 @@ func (s *Sim) scheduleLeases(end time.Duration) {
 		every = s.tick
 	}
 	for _, n := range s.mgrs {
+		if s.cfg.ReadLease.SyncsOnly {
+			break
+		}
 		var next func()
 		next = func() {
 			if s.now > end {
@@ -135,6 +142,31 @@ func (s *Sim) leaseRead(n *node) {
 		return
 	}
 	s.lc.stats.Reads++
+	s.checkLeaseRead(n, idx, "a lease read")
+}
+
+// leaseSyncs is how many Lookup syncs replica n has answered under its
+// read lease in its current run.
+func (s *Sim) leaseSyncs(n *node) uint64 {
+	if !s.leasesOn() || n.rep == nil {
+		return 0
+	}
+	return n.rep.ReadLease(n.local(s.now)).Stats.Syncs
+}
+
+// leaseSynced checks the answer to a Lookup's sync replica n has just
+// given, if it gave it under its read lease (its count grew past before):
+// such an answer is a lease read of the replica's applied copy.
+func (s *Sim) leaseSynced(n *node, before uint64) {
+	if s.leaseSyncs(n) == before {
+		return
+	}
+	s.lc.stats.Syncs++
+	s.checkLeaseRead(n, n.rep.ReadLease(n.local(s.now)).Applied, "a Lookup's sync")
+}
+
+// checkLeaseRead checks a lease read replica n served at index idx.
+func (s *Sim) checkLeaseRead(n *node, idx uint64, what string) {
 	c := &s.lc
 	if s.cfg.ReadLease.History != nil {
 		c.invoke(idx)
@@ -142,9 +174,9 @@ func (s *Sim) leaseRead(n *node) {
 	}
 	switch {
 	case idx < c.maxAcked:
-		s.chk.fail("linearizability", "%s served a lease read at index %d after entry %d was acknowledged (at %s)", n.name, idx, c.maxAcked, c.ackedAt)
+		s.chk.fail("linearizability", "%s served %s at index %d after entry %d was acknowledged (at %s)", n.name, what, idx, c.maxAcked, c.ackedAt)
 	case idx < c.maxRead:
-		s.chk.fail("linearizability", "%s served a lease read at index %d after %s served one at %d (at %s)", n.name, idx, c.readBy, c.maxRead, c.readAt)
+		s.chk.fail("linearizability", "%s served %s at index %d after %s served a lease read at %d (at %s)", n.name, what, idx, c.readBy, c.maxRead, c.readAt)
 	}
 	if idx > c.maxRead {
 		c.maxRead, c.readBy, c.readAt = idx, n.name, s.now

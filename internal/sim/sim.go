@@ -712,7 +712,10 @@ func (s *Sim) deliver(n *node, e *event) {
 			s.trace(n, "recv req from %s seq=%d", m.Owner, m.Seq)
 			err = n.rep.StepLease(now, m)
 		case *protocol.SyncRequest:
-			err = n.rep.StepSync(now, from.session, m)
+			before := s.leaseSyncs(n)
+			if err = n.rep.StepSync(now, from.session, m); err == nil {
+				s.leaseSynced(n, before)
+			}
 		}
 		s.work(n, s.clock().Sub(t0))
 		if nl := (*replica.NotLeaderError)(nil); errors.As(err, &nl) {
