@@ -2,6 +2,7 @@ package manager_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -20,13 +21,19 @@ import (
 // startLeaseCutNet is startCutNet with every replica holding read leases.
 func startLeaseCutNet(t *testing.T, tm protocol.Timing) *cutNet {
 	t.Helper()
+	return startLeaseCutNetWith(t, tm, config.ReadLease{All: true})
+}
+
+// startLeaseCutNetWith is startCutNet with the read leases rl.
+func startLeaseCutNetWith(t *testing.T, tm protocol.Timing, rl config.ReadLease) *cutNet {
+	t.Helper()
 	n := &cutNet{lis: map[string]*bufconn.Listener{}, srv: map[uint64]*manager.Server{}, healed: make(chan struct{})}
 	var peers []manager.Peer
 	for id := uint64(1); id <= 3; id++ {
 		peers = append(peers, manager.Peer{ID: id, Addr: addrOf(id)})
 	}
 	for id := uint64(1); id <= 3; id++ {
-		srv, err := manager.NewServer(manager.ServerConfig{Replica: config.Replica{Timing: tm, ReadLease: config.ReadLease{All: true}},
+		srv, err := manager.NewServer(manager.ServerConfig{Replica: config.Replica{Timing: tm, ReadLease: rl},
 			ID: id, Peers: peers, Advertise: addrOf(id), PeerDialOptions: n.dial(addrOf(id)), Insecure: true})
 		if err != nil {
 			t.Fatal(err)
@@ -138,6 +145,99 @@ func TestStatusFromFollowerReadLease(t *testing.T) {
 			if _, err := ask(); err == nil {
 				break
 			}
+		}
+	})
+}
+
+// TestSyncFromFollowerReadLease cuts a follower holding a read lease off
+// from the leader: a Lookup's sync there is still answered, from the
+// follower's copy alone, while its lease lasts — also once no ReadIndex
+// proof could let it answer (the lease is three election timeouts long) —
+// and refused, as a follower that is not serving refuses, once the lease
+// has run out.
+func TestSyncFromFollowerReadLease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tm := protocol.Fast()
+		elect := 10 * min(100*time.Millisecond, tm.Renew/20) // ElectionTicks × RaftTick
+		lease := 3 * elect
+		n := startLeaseCutNetWith(t, tm, config.ReadLease{All: true, Duration: lease})
+		defer func() {
+			n.setCut(nil)
+			for _, stop := range n.stopAll {
+				stop()
+			}
+		}()
+		ctx := context.Background()
+		var lead uint64
+		for i := 0; lead == 0; i++ {
+			if i == 100 {
+				t.Fatal("no leader within 10 s")
+			}
+			time.Sleep(100 * time.Millisecond)
+			lead = n.leader()
+		}
+		f := lead%3 + 1
+		conn, err := grpc.NewClient(addrOf(f), n.dial("client")...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		admin, lookups := pb.NewAdminClient(conn), pb.NewLookupsClient(conn)
+		sync := func() (*pb.SyncResponse, error) {
+			ctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			st, err := lookups.Sync(ctx)
+			if err != nil {
+				return nil, err
+			}
+			_ = st.Send(&pb.SyncRequest{Namespace: "default", Id: 1}) // a refusal shows in Recv
+			return st.Recv()
+		}
+		for i := 0; ; i++ {
+			if i == 100 {
+				t.Fatalf("follower %d never served from its read lease", f)
+			}
+			time.Sleep(50 * time.Millisecond)
+			if _, err := admin.Status(ctx, &pb.StatusRequest{ReadLease: true}); err == nil {
+				break
+			}
+		}
+		before, err := sync()
+		if err != nil {
+			t.Fatalf("follower %d refused a sync while it held its lease: %v", f, err)
+		}
+
+		cutAt := time.Now()
+		lf, ll := addrOf(f), addrOf(lead)
+		n.setCut(func(from, to string) bool { return (from == lf && to == ll) || (from == ll && to == lf) })
+		onLease, lastServed := 0, time.Duration(0)
+		for i := 0; ; i++ {
+			if i == 200 {
+				t.Fatalf("follower %d still answers syncs 4 s after it was cut off from the leader", f)
+			}
+			resp, err := sync()
+			if err != nil {
+				if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "not the leader") {
+					t.Fatalf("refused with %v, want UNAVAILABLE, not the leader", err)
+				}
+				break
+			}
+			if resp.GetUpdate().GetTo() != before.GetUpdate().GetTo() {
+				t.Fatalf("the cut-off follower's table moved from LSN %d to %d", before.GetUpdate().GetTo(), resp.GetUpdate().GetTo())
+			}
+			lastServed = time.Since(cutAt)
+			if lastServed > elect+50*time.Millisecond {
+				onLease++ // no ReadIndex proof from before the cut is young enough
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		refusedAt := time.Since(cutAt)
+		t.Logf("answered syncs until %s after the cut (%d past an election timeout %s); refused at %s (lease %s)", lastServed, onLease, elect, refusedAt, lease)
+		if onLease == 0 {
+			t.Error("no sync answered on the lease alone after the cut")
+		}
+		if refusedAt > lease+100*time.Millisecond {
+			t.Errorf("refused only %s after the cut, later than one lease (%s)", refusedAt, lease)
 		}
 	})
 }
