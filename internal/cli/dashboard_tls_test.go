@@ -94,6 +94,11 @@ func TestDashboardTLS(t *testing.T) {
 		return resp.StatusCode, string(b)
 	}
 	drain := `{"namespace":"default","owner":"o-9"}`
+	// The first view comes once the dashboard has heard from the Manager.
+	waitFor(t, "the dashboard's first view", 10*time.Second, func() bool {
+		code, _ := call(client(alice), "GET", "api/view", "")
+		return code == http.StatusOK
+	})
 
 	for _, tc := range []struct {
 		name   string

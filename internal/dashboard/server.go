@@ -35,7 +35,7 @@ const maxDrainBody = 4 << 10
 //	GET  /             the page (html/template)
 //	GET  /static/…     its script and style sheet (embedded)
 //	GET  /events       the views, as server-sent events (one "view" event each)
-//	GET  /api/view     the last view, JSON
+//	GET  /api/view     the last view, JSON (503 before the first)
 //	GET  /api/segment  ?ns=NS&at=F&arc=A: the range at fraction F of the key
 //	                   space, and how many ranges lie in arc A of the drawn band
 //	POST /api/drain    {"namespace":"NS","owner":"ID"}: drain an Owner
@@ -54,8 +54,14 @@ func (h *Hub) Handler(title string) http.Handler {
 	})
 	mux.HandleFunc("GET /events", h.serveEvents)
 	mux.HandleFunc("GET /api/view", func(w http.ResponseWriter, r *http.Request) {
+		v := h.Latest()
+		if v == nil {
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, "no view yet: the dashboard has not heard from the Manager", http.StatusServiceUnavailable)
+			return
+		}
 		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write(h.Latest())
+		_, _ = w.Write(v)
 	})
 	mux.HandleFunc("GET /api/segment", h.serveSegment)
 	mux.HandleFunc("POST /api/drain", h.serveDrain)
