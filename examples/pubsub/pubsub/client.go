@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/leasehold/leasehold/certs"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/lookup"
 	"github.com/leasehold/leasehold/owner"
@@ -25,6 +26,14 @@ import (
 type ClientConfig struct {
 	Manager, Namespace string
 	Timing             protocol.Timing
+	// CertsDir is the certificates directory (leasehold cert): the Lookup
+	// dials the Manager with its lookup certificate (lookup.<CertName>.crt,
+	// or the only one), and the Client reaches the servers over HTTPS with
+	// it, accepting only owner certificates that name the server's host.
+	CertsDir, CertName string
+	// Insecure, without CertsDir, dials the Manager and the servers in
+	// plaintext. One of the two is required (lookup.Config's error says so).
+	Insecure bool
 }
 
 // Client is a frontend: it publishes to a topic's Owner and keeps
@@ -32,6 +41,7 @@ type ClientConfig struct {
 type Client struct {
 	lookup *lookup.Lookup
 	http   *http.Client
+	scheme string          // of the servers' URLs: http, or https with CertsDir
 	ctx    context.Context // the subscriptions'; cancelled by Close
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // the subscriptions' goroutines
@@ -41,9 +51,17 @@ type Client struct {
 
 // NewClient starts a Client and its Lookup.
 func NewClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
-	c := &Client{subs: map[*Subscription]context.CancelFunc{}, http: &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}}
+	c := &Client{subs: map[*Subscription]context.CancelFunc{}, scheme: "http", http: &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}}
+	if cfg.CertsDir != "" {
+		src, err := certs.Open(cfg.CertsDir, certs.Lookup, cfg.CertName)
+		if err != nil {
+			return nil, fmt.Errorf("pubsub: %w", err)
+		}
+		c.http.Transport, c.scheme = src.HTTPTransport(certs.Owner), "https"
+	}
 	var err error
-	if c.lookup, err = lookup.New(ctx, lookup.Config{Manager: cfg.Manager, Namespace: cfg.Namespace, Timing: cfg.Timing, OnLoss: c.onLoss}); err != nil {
+	if c.lookup, err = lookup.New(ctx, lookup.Config{Manager: cfg.Manager, Namespace: cfg.Namespace, Timing: cfg.Timing, OnLoss: c.onLoss,
+		CertsDir: cfg.CertsDir, CertName: cfg.CertName, Insecure: cfg.Insecure}); err != nil {
 		return nil, fmt.Errorf("pubsub: %w", err)
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
@@ -94,7 +112,7 @@ func (c *Client) do(ctx context.Context, key keyspace.Key, method, path, body st
 		if !ok {
 			continue
 		}
-		req, err := http.NewRequestWithContext(ctx, method, "http://"+route.Addr+path, strings.NewReader(body))
+		req, err := http.NewRequestWithContext(ctx, method, c.scheme+"://"+route.Addr+path, strings.NewReader(body))
 		if err != nil {
 			return nil, err
 		}

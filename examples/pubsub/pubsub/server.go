@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/leasehold/leasehold/certs"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/owner"
 	"github.com/leasehold/leasehold/protocol"
@@ -43,6 +45,17 @@ type ServerConfig struct {
 	Manager, Namespace, ID, Listen, Advertise string
 	Timing                                    protocol.Timing
 	Logger                                    *slog.Logger
+	// CertsDir is the certificates directory (leasehold cert): the Owner
+	// dials the Manager with the certificate of its ID (owner.<ID>.crt; with
+	// no ID, the only owner certificate, whose name is then the ID), and the
+	// server serves HTTPS with it to clients with a certificate of the same
+	// CA, and hands subscriptions over to the other servers over HTTPS. The
+	// handover endpoint answers only Owner certificates of the namespace.
+	CertsDir string
+	// Insecure, without CertsDir, serves and hands over in plain HTTP, and
+	// lets the Owner dial the Manager in plaintext. One of the two is
+	// required (owner.Config's error names them otherwise).
+	Insecure bool
 }
 
 // Server is a pubsub server: the Owner of the topics in its leased ranges.
@@ -56,6 +69,7 @@ type Server struct {
 	stop   context.CancelFunc
 	wg     sync.WaitGroup // handovers and the sweeper
 	peers  *http.Client
+	scheme string // of the other servers' URLs: http, or https with CertsDir
 	close  sync.Once
 	err    error
 }
@@ -67,18 +81,29 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 		return nil, errors.New("pubsub: ServerConfig.Listen is required")
 	}
 	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
+	var src *certs.Source // nil: plain HTTP
+	if cfg.CertsDir != "" {
+		var err error
+		if src, err = certs.Open(cfg.CertsDir, certs.Owner, cfg.ID); err != nil {
+			return nil, fmt.Errorf("pubsub: %w", err)
+		}
+		cfg.ID = src.Identity().Name
+	}
 	lis, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("pubsub: %w", err)
 	}
 	cfg.Advertise = cmp.Or(cfg.Advertise, lis.Addr().String())
 	cfg.ID = cmp.Or(cfg.ID, lis.Addr().String())
-	s := &Server{cfg: cfg, lis: lis, peers: &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}}
+	s := &Server{cfg: cfg, lis: lis, scheme: "http", peers: &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}}
+	if src != nil { // the next Owner must present an owner certificate naming its host
+		s.peers.Transport, s.scheme = src.HTTPTransport(certs.Owner), "https"
+	}
 	ready := make(chan struct{})
 	// Duty: a unique ID per server (the caller's; the listen address by
 	// default). Handovers: the application moves subscriptions itself.
 	s.owner, err = owner.New(ctx, owner.Config{Manager: cfg.Manager, Namespace: cfg.Namespace, ID: cfg.ID,
-		Addr: cfg.Advertise, Timing: cfg.Timing, Handovers: true, Logger: cfg.Logger,
+		Addr: cfg.Advertise, Timing: cfg.Timing, Handovers: true, Logger: cfg.Logger, CertsDir: cfg.CertsDir, Insecure: cfg.Insecure,
 		OnChange: func(ch owner.OwnershipChange) {
 			<-ready
 			s.topics.changed(ch)
@@ -99,6 +124,10 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	mux.HandleFunc("POST "+handoverPath, s.handleHandover)
 	s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn)}
+	if src != nil {
+		s.http.Handler = certs.RequireHTTP(src, nil, mux)
+		lis = tls.NewListener(lis, src.ServerTLS())
+	}
 	go s.http.Serve(lis)
 	s.wg.Go(func() {
 		for {
@@ -230,7 +259,7 @@ func (s *Server) handOver(h owner.Handover) {
 	defer cancel()
 	err := errors.New("no time to send it")
 	for wait := 10 * time.Millisecond; ctx.Err() == nil; wait = min(2*wait, 200*time.Millisecond) {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+h.Addr+handoverPath, bytes.NewReader(body))
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, s.scheme+"://"+h.Addr+handoverPath, bytes.NewReader(body))
 		var resp *http.Response
 		if resp, err = s.peers.Do(req); err == nil {
 			msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
@@ -256,8 +285,14 @@ func (s *Server) handOver(h owner.Handover) {
 }
 
 // handleHandover receives subscriptions handed over by another server.
-// Anything malformed or too large is refused with 400 and a message.
+// Over TLS, only an Owner of this namespace may send them (403): no
+// frontend may plant subscriptions or messages. Anything malformed or too
+// large is refused with 400 and a message.
 func (s *Server) handleHandover(w http.ResponseWriter, r *http.Request) {
+	if id, ok := certs.FromHTTP(r); r.TLS != nil && (!ok || id.Role != certs.Owner || !id.MayUse(cmp.Or(s.cfg.Namespace, "default"))) {
+		http.Error(w, fmt.Sprintf("handover: %s may not hand subscriptions over: only the Owners of namespace %q may", id, cmp.Or(s.cfg.Namespace, "default")), http.StatusForbidden)
+		return
+	}
 	var req handoverRequest
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxHandoverBytes))
 	dec.DisallowUnknownFields()
