@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/leasehold/leasehold/certs"
 	"github.com/leasehold/leasehold/examples/pubsub/pubsub"
 )
 
@@ -33,26 +34,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cfg := pubsub.ServerConfig{Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}
 	fs.StringVar(&cfg.Manager, "manager", cmp.Or(os.Getenv("LEASEHOLD_MANAGER"), "127.0.0.1:7400"), "the Manager's address, or its replicas' addresses, comma-separated ($LEASEHOLD_MANAGER)")
 	fs.StringVar(&cfg.Namespace, "namespace", "", `the namespace (empty: "default")`)
-	fs.StringVar(&cfg.ID, "id", "", "the Owner ID (default: the listen address)")
+	fs.StringVar(&cfg.ID, "id", "", "the Owner ID (default: its owner certificate's, else the listen address)")
 	fs.StringVar(&cfg.Listen, "listen", "", "the HTTP listen address, host:port (required)")
 	fs.StringVar(&cfg.Advertise, "advertise", "", "the address clients reach this server at (default: the listen address)")
 	drain := fs.Duration("drain-timeout", time.Minute, "on SIGINT or SIGTERM, how long to hand ranges over")
-	fs.StringVar(&cfg.CertsDir, "certs-dir", os.Getenv("LEASEHOLD_CERTS_DIR"), "the certificates directory (leasehold cert): mutual TLS to the Manager, HTTPS for clients with certificates of the same CA and between servers ($LEASEHOLD_CERTS_DIR)")
-	ev := os.Getenv("LEASEHOLD_INSECURE")
-	fs.BoolVar(&cfg.Insecure, "insecure", ev == "1" || ev == "true", "plain HTTP, and plaintext to the Manager ($LEASEHOLD_INSECURE=1 sets it)")
+	trust := certs.AddFlags(fs, "mutual TLS to the Manager, HTTPS to clients with certificates of the same CA and between the servers")
 	if err := fs.Parse(args); err != nil {
 		return map[bool]int{true: 0, false: 2}[err == flag.ErrHelp]
 	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	if set["certs-dir"] && !set["insecure"] { // a flag wins over $LEASEHOLD_INSECURE
-		cfg.Insecure = false
+	if cfg.Listen == "" || *drain <= 0 || fs.NArg() != 0 {
+		fmt.Fprint(stderr, "pubsub: --listen is required, --drain-timeout must be positive, and there are no arguments\n")
+		return 2
 	}
-	if cfg.Insecure {
-		cfg.CertsDir = ""
-	}
-	if cfg.Listen == "" || *drain <= 0 || fs.NArg() != 0 || cfg.CertsDir == "" && !cfg.Insecure {
-		fmt.Fprint(stderr, "pubsub: --listen and --certs-dir ($LEASEHOLD_CERTS_DIR) or --insecure are required, --drain-timeout must be positive, and there are no arguments\n")
+	var err error
+	if cfg.CertsDir, cfg.Insecure, err = trust.Choice(); err != nil {
+		fmt.Fprintf(stderr, "pubsub: %v\n", err)
 		return 2
 	}
 	srv, err := pubsub.NewServer(ctx, cfg)

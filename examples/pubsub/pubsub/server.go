@@ -129,14 +129,9 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 		lis = tls.NewListener(lis, src.ServerTLS())
 	}
 	go s.http.Serve(lis)
-	s.wg.Go(func() {
-		for {
-			select {
-			case <-s.ctx.Done():
-				return
-			case <-time.After(sweepEvery):
-				s.topics.sweep(false)
-			}
+	s.wg.Go(func() { // every 2.5 to 5 s (backoff with a fixed wait)
+		for backoff(s.ctx, sweepEvery); s.ctx.Err() == nil; backoff(s.ctx, sweepEvery) {
+			s.topics.sweep(false)
 		}
 	})
 	return s, nil
@@ -258,7 +253,7 @@ func (s *Server) handOver(h owner.Handover) {
 	ctx, cancel := context.WithDeadline(s.ctx, h.Deadline.Add(-min(time.Until(h.Deadline)/10, 250*time.Millisecond)))
 	defer cancel()
 	err := errors.New("no time to send it")
-	for wait := 10 * time.Millisecond; ctx.Err() == nil; wait = min(2*wait, 200*time.Millisecond) {
+	for wait := 10 * time.Millisecond; ctx.Err() == nil; wait = backoff(ctx, wait) {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, s.scheme+"://"+h.Addr+handoverPath, bytes.NewReader(body))
 		var resp *http.Response
 		if resp, err = s.peers.Do(req); err == nil {
@@ -270,16 +265,12 @@ func (s *Server) handOver(h owner.Handover) {
 				break // refused: it will not pass
 			}
 		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(wait):
-		}
 	}
 	// Duty (Config.Handovers): end every handover passed up, saying whether
 	// the state reached h.To; without it the range moves without it.
 	s.owner.HandoverDone(h, err == nil)
-	s.topics.endHandover(h, err == nil)
 	if err != nil {
+		s.topics.abortHandover(h)
 		s.cfg.Logger.Warn("pubsub: handover failed; the range moves without its subscriptions", "to", h.To, "range", h.Range, "err", err)
 	}
 }
