@@ -5,7 +5,6 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
-	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -121,14 +120,10 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /sub/{topic}", s.handleSub)
 	mux.HandleFunc("POST /pub/{topic}", s.handlePub)
-	mux.HandleFunc("POST "+handoverPath, s.handleHandover)
+	mux.Handle("POST "+handoverPath, certs.OwnersOnly(src, cfg.Namespace, http.HandlerFunc(s.handleHandover))) // no frontend plants subscriptions
 	s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn)}
-	if src != nil {
-		s.http.Handler = certs.RequireHTTP(src, nil, mux)
-		lis = tls.NewListener(lis, src.ServerTLS())
-	}
-	go s.http.Serve(lis)
+	go certs.ServeHTTP(s.http, lis, src)
 	s.wg.Go(func() { // every 2.5 to 5 s (backoff with a fixed wait)
 		for backoff(s.ctx, sweepEvery); s.ctx.Err() == nil; backoff(s.ctx, sweepEvery) {
 			s.topics.sweep(false)
@@ -275,15 +270,10 @@ func (s *Server) handOver(h owner.Handover) {
 	}
 }
 
-// handleHandover receives subscriptions handed over by another server.
-// Over TLS, only an Owner of this namespace may send them (403): no
-// frontend may plant subscriptions or messages. Anything malformed or too
-// large is refused with 400 and a message.
+// handleHandover receives subscriptions handed over by another server
+// (with certificates, only an Owner of the namespace: certs.OwnersOnly).
+// Anything malformed or too large is refused with 400 and a message.
 func (s *Server) handleHandover(w http.ResponseWriter, r *http.Request) {
-	if id, ok := certs.FromHTTP(r); r.TLS != nil && (!ok || id.Role != certs.Owner || !id.MayUse(cmp.Or(s.cfg.Namespace, "default"))) {
-		http.Error(w, fmt.Sprintf("handover: %s may not hand subscriptions over: only the Owners of namespace %q may", id, cmp.Or(s.cfg.Namespace, "default")), http.StatusForbidden)
-		return
-	}
 	var req handoverRequest
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxHandoverBytes))
 	dec.DisallowUnknownFields()
