@@ -36,3 +36,23 @@ func OwnersOnly(src *Source, ns string, h http.Handler) http.Handler {
 		return nil
 	}, h)
 }
+
+// OpenIfSet is Open for a configuration that may ask for plaintext: with
+// an empty dir it returns a nil Source, with which ServeHTTP, OwnersOnly
+// and DialHTTP work in plain HTTP.
+func OpenIfSet(dir string, role Role, name string) (*Source, error) {
+	if dir == "" {
+		return nil, nil
+	}
+	return Open(dir, role, name)
+}
+
+// DialHTTP is an HTTP transport to a group's servers, and their URLs'
+// scheme: with src, HTTPTransport(want...) and "https"; with a nil src,
+// plain HTTP.
+func DialHTTP(src *Source, want ...Role) (http.RoundTripper, string) {
+	if src == nil {
+		return http.DefaultTransport.(*http.Transport).Clone(), "http"
+	}
+	return src.HTTPTransport(want...), "https"
+}

@@ -26,14 +26,11 @@ import (
 type ClientConfig struct {
 	Manager, Namespace string
 	Timing             protocol.Timing
-	// CertsDir is the certificates directory (leasehold cert): the Lookup
-	// dials the Manager with its lookup certificate (lookup.<CertName>.crt,
-	// or the only one), and the Client reaches the servers over HTTPS with
-	// it, accepting only owner certificates that name the server's host.
+	// CertsDir (leasehold cert) holds lookup.<CertName>.crt (or the only
+	// one): mutual TLS to the Manager and to the servers' owner certificates.
+	// Insecure, without it, is plaintext; one of the two is required.
 	CertsDir, CertName string
-	// Insecure, without CertsDir, dials the Manager and the servers in
-	// plaintext. One of the two is required (lookup.Config's error says so).
-	Insecure bool
+	Insecure           bool
 }
 
 // Client is a frontend: it publishes to a topic's Owner and keeps
@@ -51,15 +48,12 @@ type Client struct {
 
 // NewClient starts a Client and its Lookup.
 func NewClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
-	c := &Client{subs: map[*Subscription]context.CancelFunc{}, scheme: "http", http: &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}}
-	if cfg.CertsDir != "" {
-		src, err := certs.Open(cfg.CertsDir, certs.Lookup, cfg.CertName)
-		if err != nil {
-			return nil, fmt.Errorf("pubsub: %w", err)
-		}
-		c.http.Transport, c.scheme = src.HTTPTransport(certs.Owner), "https"
+	src, err := certs.OpenIfSet(cfg.CertsDir, certs.Lookup, cfg.CertName) // nil: plain HTTP
+	if err != nil {
+		return nil, fmt.Errorf("pubsub: %w", err)
 	}
-	var err error
+	c := &Client{subs: map[*Subscription]context.CancelFunc{}, http: &http.Client{}}
+	c.http.Transport, c.scheme = certs.DialHTTP(src, certs.Owner) // to the servers' owner certificates
 	if c.lookup, err = lookup.New(ctx, lookup.Config{Manager: cfg.Manager, Namespace: cfg.Namespace, Timing: cfg.Timing, OnLoss: c.onLoss,
 		CertsDir: cfg.CertsDir, CertName: cfg.CertName, Insecure: cfg.Insecure}); err != nil {
 		return nil, fmt.Errorf("pubsub: %w", err)

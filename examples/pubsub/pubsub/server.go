@@ -22,15 +22,13 @@ import (
 	"github.com/leasehold/leasehold/protocol"
 )
 
-// Limits (README, "Limits").
+// Limits (README, "Limits"), then the timings.
 const (
 	MaxMessageBytes  = 64 << 10    // a publish's body (413)
 	MaxQueue         = 1024        // messages not yet written, per subscription
 	IdleTTL          = time.Minute // how long a subscription with no stream is kept
 	MaxHandoverBytes = 64 << 20    // a POST /internal/handover body (400)
-)
 
-const (
 	writeTimeout = 2 * time.Second // one event written to a stream
 	publishWait  = 2 * time.Second // a publish waits this long for the writes
 	sweepEvery   = 5 * time.Second // idle subscriptions and stale state dropped
@@ -44,16 +42,11 @@ type ServerConfig struct {
 	Manager, Namespace, ID, Listen, Advertise string
 	Timing                                    protocol.Timing
 	Logger                                    *slog.Logger
-	// CertsDir is the certificates directory (leasehold cert): the Owner
-	// dials the Manager with the certificate of its ID (owner.<ID>.crt; with
-	// no ID, the only owner certificate, whose name is then the ID), and the
-	// server serves HTTPS with it to clients with a certificate of the same
-	// CA, and hands subscriptions over to the other servers over HTTPS. The
-	// handover endpoint answers only Owner certificates of the namespace.
+	// CertsDir (leasehold cert) holds owner.<ID>.crt (with no ID, the only
+	// owner certificate names it): mutual TLS to the Manager, and HTTPS to
+	// the group's certificates and between the servers. Insecure, without
+	// it, is plaintext; one of the two is required (owner.Config's rule).
 	CertsDir string
-	// Insecure, without CertsDir, serves and hands over in plain HTTP, and
-	// lets the Owner dial the Manager in plaintext. One of the two is
-	// required (owner.Config's error names them otherwise).
 	Insecure bool
 }
 
@@ -80,12 +73,10 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 		return nil, errors.New("pubsub: ServerConfig.Listen is required")
 	}
 	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
-	var src *certs.Source // nil: plain HTTP
-	if cfg.CertsDir != "" {
-		var err error
-		if src, err = certs.Open(cfg.CertsDir, certs.Owner, cfg.ID); err != nil {
-			return nil, fmt.Errorf("pubsub: %w", err)
-		}
+	src, err := certs.OpenIfSet(cfg.CertsDir, certs.Owner, cfg.ID) // nil: plain HTTP
+	if err != nil {
+		return nil, fmt.Errorf("pubsub: %w", err)
+	} else if src != nil {
 		cfg.ID = src.Identity().Name
 	}
 	lis, err := net.Listen("tcp", cfg.Listen)
@@ -94,10 +85,8 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	}
 	cfg.Advertise = cmp.Or(cfg.Advertise, lis.Addr().String())
 	cfg.ID = cmp.Or(cfg.ID, lis.Addr().String())
-	s := &Server{cfg: cfg, lis: lis, scheme: "http", peers: &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}}
-	if src != nil { // the next Owner must present an owner certificate naming its host
-		s.peers.Transport, s.scheme = src.HTTPTransport(certs.Owner), "https"
-	}
+	s := &Server{cfg: cfg, lis: lis, peers: &http.Client{}}
+	s.peers.Transport, s.scheme = certs.DialHTTP(src, certs.Owner) // to the next Owner's certificate
 	ready := make(chan struct{})
 	// Duty: a unique ID per server (the caller's; the listen address by
 	// default). Handovers: the application moves subscriptions itself.
