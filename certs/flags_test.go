@@ -3,7 +3,6 @@ package certs_test
 import (
 	"flag"
 	"io"
-	"strings"
 	"testing"
 
 	"github.com/leasehold/leasehold/certs"
@@ -17,31 +16,32 @@ func TestFlagsChoice(t *testing.T) {
 		args             []string
 		dir              string
 		insecure         bool
-		err              string
+		chosen           bool
 	}{
-		{"", "", nil, "", false, "--certs-dir (or $LEASEHOLD_CERTS_DIR) is required, or --insecure"},
-		{"", "0", nil, "", false, "--insecure for plaintext"},
-		{"/env", "", nil, "/env", false, ""},
-		{"", "", []string{"--certs-dir", "/flag"}, "/flag", false, ""},
-		{"", "", []string{"--insecure"}, "", true, ""},
-		{"", "1", nil, "", true, ""},
-		{"", "true", nil, "", true, ""},
-		{"/env", "1", nil, "", true, ""},
-		{"/env", "", []string{"--insecure"}, "", true, ""},
-		{"", "1", []string{"--certs-dir", "/flag"}, "/flag", false, ""},
-		{"", "", []string{"--certs-dir", "/flag", "--insecure"}, "", true, ""},
+		{"", "", nil, "", false, false},
+		{"", "0", nil, "", false, false},
+		{"/env", "", nil, "/env", false, true},
+		{"", "", []string{"--certs-dir", "/flag"}, "/flag", false, true},
+		{"", "", []string{"--insecure"}, "", true, true},
+		{"", "1", nil, "", true, true},
+		{"", "true", nil, "", true, true},
+		{"/env", "1", nil, "", true, true},
+		{"/env", "", []string{"--insecure"}, "", true, true},
+		{"", "1", []string{"--certs-dir", "/flag"}, "/flag", false, true},
+		{"", "", []string{"--certs-dir", "/flag", "--insecure"}, "", true, true},
 	} {
 		t.Setenv(certs.DirEnv, tc.env)
 		t.Setenv(certs.InsecureEnv, tc.insecureEnv)
 		fs := flag.NewFlagSet("x", flag.ContinueOnError)
 		fs.SetOutput(io.Discard)
-		f := certs.AddFlags(fs, "test")
+		var dir string
+		var insecure bool
+		f := certs.AddFlags(fs, &dir, &insecure, "test")
 		if err := fs.Parse(tc.args); err != nil {
 			t.Fatal(err)
 		}
-		dir, insecure, err := f.Choice()
-		if dir != tc.dir || insecure != tc.insecure || (err == nil) != (tc.err == "") || err != nil && !strings.Contains(err.Error(), tc.err) {
-			t.Errorf("env %q, %s=%q, args %v: %q %v %v, want %q %v %q", tc.env, certs.InsecureEnv, tc.insecureEnv, tc.args, dir, insecure, err, tc.dir, tc.insecure, tc.err)
+		if chosen := f.Chosen(); dir != tc.dir || insecure != tc.insecure || chosen != tc.chosen {
+			t.Errorf("env %q, %s=%q, args %v: %q %v chosen %v, want %q %v %v", tc.env, certs.InsecureEnv, tc.insecureEnv, tc.args, dir, insecure, chosen, tc.dir, tc.insecure, tc.chosen)
 		}
 	}
 }

@@ -15,7 +15,7 @@ func TestRunUsage(t *testing.T) {
 		code int
 		want string
 	}{
-		{nil, 2, "--listen is required"},
+		{nil, 2, "--listen and --certs-dir"},
 		{[]string{"-h"}, 0, "-drain-timeout"},
 		{[]string{"--listen", "127.0.0.1:0", "extra"}, 2, "no arguments"},
 		{[]string{"--bogus"}, 2, "flag provided but not defined"},
