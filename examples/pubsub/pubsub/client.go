@@ -26,9 +26,8 @@ import (
 type ClientConfig struct {
 	Manager, Namespace string
 	Timing             protocol.Timing
-	// CertsDir (leasehold cert) holds lookup.<CertName>.crt (or the only
-	// one): mutual TLS to the Manager and to the servers' owner certificates.
-	// Insecure, without it, is plaintext; one of the two is required.
+	// CertsDir (leasehold cert) holds lookup.<CertName>.crt, or the only one:
+	// mutual TLS to the Manager and the servers. Insecure: plaintext. One is required.
 	CertsDir, CertName string
 	Insecure           bool
 }
@@ -136,16 +135,15 @@ func (c *Client) Publish(ctx context.Context, topic, data string) (p Published, 
 }
 
 // Event is the data of each server-sent event (doc.go), and what a
-// subscription reports, in order, on its goroutine: "subscribed" (Sent is
-// when the request was sent), "message", and "ended" (Reason: as "end"'s,
-// or the connection's error) in place of "end".
+// subscription reports, in order, on its goroutine: "subscribed", "message",
+// and "ended" (Reason: as "end"'s, or the connection's error) for "end".
 type Event struct {
 	Kind    string    `json:"kind"`
 	Owner   string    `json:"owner,omitzero"`
 	New     bool      `json:"new,omitzero"`
 	Message Message   `json:"message,omitzero"`
 	Reason  string    `json:"reason,omitzero"`
-	Sent    time.Time `json:"-"`
+	Sent    time.Time `json:"-"` // "subscribed": when the request was sent
 }
 
 // Subscription keeps one subscription open until Close.

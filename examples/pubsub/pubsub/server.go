@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -43,9 +44,8 @@ type ServerConfig struct {
 	Timing                                    protocol.Timing
 	Logger                                    *slog.Logger
 	// CertsDir (leasehold cert) holds owner.<ID>.crt (with no ID, the only
-	// owner certificate names it): mutual TLS to the Manager, and HTTPS to
-	// the group's certificates and between the servers. Insecure, without
-	// it, is plaintext; one of the two is required (owner.Config's rule).
+	// owner certificate names it): mutual TLS to the Manager, the clients and
+	// the other servers. Insecure: plaintext. One is required (owner.Config).
 	CertsDir string
 	Insecure bool
 }
@@ -88,8 +88,8 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	s := &Server{cfg: cfg, lis: lis, peers: &http.Client{}}
 	s.peers.Transport, s.scheme = certs.DialHTTP(src, certs.Owner) // to the next Owner's certificate
 	ready := make(chan struct{})
-	// Duty: a unique ID per server (the caller's; the listen address by
-	// default). Handovers: the application moves subscriptions itself.
+	// Duty: a unique ID per server (the caller's, its certificate's, or the
+	// listen address). Handovers: the application moves subscriptions itself.
 	s.owner, err = owner.New(ctx, owner.Config{Manager: cfg.Manager, Namespace: cfg.Namespace, ID: cfg.ID,
 		Addr: cfg.Advertise, Timing: cfg.Timing, Handovers: true, Logger: cfg.Logger, CertsDir: cfg.CertsDir, Insecure: cfg.Insecure,
 		OnChange: func(ch owner.OwnershipChange) {
@@ -141,8 +141,7 @@ func (s *Server) Close(ctx context.Context) error {
 	return s.err
 }
 
-// handleSub serves GET /sub/{topic}?id=ID[&last=MSGID] as server-sent
-// events (doc.go).
+// handleSub serves GET /sub/{topic}?id=ID[&last=MSGID]: events (doc.go).
 func (s *Server) handleSub(w http.ResponseWriter, r *http.Request) {
 	topic, id, last := r.PathValue("topic"), r.URL.Query().Get("id"), r.URL.Query().Get("last")
 	if id == "" || len(id) > 256 || len(last) > 256 {
@@ -259,9 +258,8 @@ func (s *Server) handOver(h owner.Handover) {
 	}
 }
 
-// handleHandover receives subscriptions handed over by another server
-// (with certificates, only an Owner of the namespace: certs.OwnersOnly).
-// Anything malformed or too large is refused with 400 and a message.
+// handleHandover receives subscriptions handed over by another Owner of the
+// namespace (certs.OwnersOnly); anything malformed or too large gets 400.
 func (s *Server) handleHandover(w http.ResponseWriter, r *http.Request) {
 	var req handoverRequest
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxHandoverBytes))
@@ -274,10 +272,8 @@ func (s *Server) handleHandover(w http.ResponseWriter, r *http.Request) {
 		if err == nil && !req.Range.Contains(keyspace.KeyOf(topic)) {
 			err = fmt.Errorf("topic %q is not in range %s", topic, req.Range)
 		}
-		for _, sb := range subs {
-			if err == nil && (sb.ID == "" || len(sb.Queue) > MaxQueue) {
-				err = fmt.Errorf("topic %q: a subscription with no ID or more than %d messages", topic, MaxQueue)
-			}
+		if err == nil && slices.ContainsFunc(subs, func(sb sub) bool { return sb.ID == "" || len(sb.Queue) > MaxQueue }) {
+			err = fmt.Errorf("topic %q: a subscription with no ID or more than %d messages", topic, MaxQueue)
 		}
 	}
 	if err == nil && req.To != s.cfg.ID {

@@ -393,11 +393,10 @@ func (t *topics) abortHandover(h owner.Handover) {
 // receive keeps subs, handed over for topic, until its range is granted
 // here. They are sent before the grant: once it is held, they are late.
 func (t *topics) receive(topic string, subs []sub) {
-	k := keyspace.KeyOf(topic)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	// Duty: check before acting — taken only for a topic not held here.
-	if _, held := t.leases.CheckLeaseNow(k); !held {
+	if _, held := t.leases.CheckLeaseNow(keyspace.KeyOf(topic)); !held {
 		t.pending[topic] = pendingTopic{subs: subs, expires: time.Now().Add(pendingTTL)}
 	}
 }
