@@ -16,14 +16,13 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/leasehold/leasehold/certs"
 	"github.com/leasehold/leasehold/examples/pubsub/pubsub"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
-	os.Exit(code)
+	ctx, _ := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM) // until os.Exit
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
 }
 
 // run serves and returns the exit code: 0, or 2 after an error.
@@ -33,15 +32,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cfg := pubsub.ServerConfig{Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}
 	fs.StringVar(&cfg.Manager, "manager", cmp.Or(os.Getenv("LEASEHOLD_MANAGER"), "127.0.0.1:7400"), "the Manager's address, or its replicas' addresses, comma-separated ($LEASEHOLD_MANAGER)")
 	fs.StringVar(&cfg.Namespace, "namespace", "", `the namespace (empty: "default")`)
-	fs.StringVar(&cfg.ID, "id", "", "the Owner ID (default: the listen address)")
+	fs.StringVar(&cfg.ID, "id", "", "the Owner ID (default: its owner certificate's, else the listen address)")
 	fs.StringVar(&cfg.Listen, "listen", "", "the HTTP listen address, host:port (required)")
 	fs.StringVar(&cfg.Advertise, "advertise", "", "the address clients reach this server at (default: the listen address)")
 	drain := fs.Duration("drain-timeout", time.Minute, "on SIGINT or SIGTERM, how long to hand ranges over")
+	trust := certs.AddFlags(fs, &cfg.CertsDir, &cfg.Insecure, "mutual TLS to the Manager, HTTPS to clients with certificates of the same CA and between the servers")
 	if err := fs.Parse(args); err != nil {
 		return map[bool]int{true: 0, false: 2}[err == flag.ErrHelp]
 	}
-	if cfg.Listen == "" || *drain <= 0 || fs.NArg() != 0 {
-		fmt.Fprint(stderr, "pubsub: --listen is required, --drain-timeout must be positive, and there are no arguments\n")
+	if chosen := trust.Chosen(); cfg.Listen == "" || *drain <= 0 || fs.NArg() != 0 || !chosen {
+		fmt.Fprint(stderr, "pubsub: --listen and --certs-dir ($LEASEHOLD_CERTS_DIR) or --insecure are required, --drain-timeout must be positive, and there are no arguments\n")
 		return 2
 	}
 	srv, err := pubsub.NewServer(ctx, cfg)

@@ -15,11 +15,13 @@ func TestRunUsage(t *testing.T) {
 		code int
 		want string
 	}{
-		{nil, 2, "--listen is required"},
+		{nil, 2, "--listen and --certs-dir"},
 		{[]string{"-h"}, 0, "-drain-timeout"},
 		{[]string{"--listen", "127.0.0.1:0", "extra"}, 2, "no arguments"},
 		{[]string{"--bogus"}, 2, "flag provided but not defined"},
-		{[]string{"--listen", "127.0.0.1:0", "--manager", "127.0.0.1:1,:x"}, 2, `address ":x" is not host:port`},
+		{[]string{"--insecure", "--listen", "127.0.0.1:0", "--manager", "127.0.0.1:1,:x"}, 2, `address ":x" is not host:port`},
+		{[]string{"--listen", "127.0.0.1:0"}, 2, "--certs-dir"},
+		{[]string{"--certs-dir", "/nonexistent", "--listen", "127.0.0.1:0"}, 2, "/nonexistent"},
 	} {
 		var stdout, stderr bytes.Buffer
 		if code := run(context.Background(), tc.args, &stdout, &stderr); code != tc.code || !strings.Contains(stderr.String(), tc.want) {

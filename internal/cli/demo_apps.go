@@ -65,7 +65,7 @@ func newDemoAppCommand(e *env) *cobra.Command {
 			var closer func(context.Context) error
 			switch args[0] {
 			case "pubsub":
-				s, err := pubsub.NewServer(ctx, pubsub.ServerConfig{Manager: managerAddr, ID: id, Listen: listen, Timing: protocol.Fast()})
+				s, err := pubsub.NewServer(ctx, pubsub.ServerConfig{Insecure: true, Manager: managerAddr, ID: id, Listen: listen, Timing: protocol.Fast()})
 				if err != nil {
 					return err
 				}
@@ -133,7 +133,7 @@ func tourPubSub(ctx context.Context, out io.Writer) error {
 			return err
 		}
 	}
-	c, err := pubsub.NewClient(ctx, pubsub.ClientConfig{Manager: addr, Timing: protocol.Fast()})
+	c, err := pubsub.NewClient(ctx, pubsub.ClientConfig{Insecure: true, Manager: addr, Timing: protocol.Fast()})
 	if err != nil {
 		return err
 	}

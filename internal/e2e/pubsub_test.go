@@ -132,7 +132,7 @@ func TestPubSubScenario(t *testing.T) {
 	}
 	var logs []*psLog
 	for f := range 3 {
-		cl, err := pubsub.NewClient(context.Background(), pubsub.ClientConfig{Manager: addr, Timing: tm})
+		cl, err := pubsub.NewClient(context.Background(), pubsub.ClientConfig{Insecure: true, Manager: addr, Timing: tm})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -143,7 +143,7 @@ func TestPubSubScenario(t *testing.T) {
 			cl.Subscribe(topic, fmt.Sprintf("frontend-%d", f), l.add)
 		}
 	}
-	pub, err := pubsub.NewClient(context.Background(), pubsub.ClientConfig{Manager: addr, Timing: tm})
+	pub, err := pubsub.NewClient(context.Background(), pubsub.ClientConfig{Insecure: true, Manager: addr, Timing: tm})
 	if err != nil {
 		t.Fatal(err)
 	}

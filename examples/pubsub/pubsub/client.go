@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/leasehold/leasehold/certs"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/lookup"
 	"github.com/leasehold/leasehold/owner"
@@ -25,6 +26,10 @@ import (
 type ClientConfig struct {
 	Manager, Namespace string
 	Timing             protocol.Timing
+	// CertsDir (leasehold cert) holds lookup.<CertName>.crt, or the only one:
+	// mutual TLS to the Manager and the servers. Insecure: plaintext. One is required.
+	CertsDir, CertName string
+	Insecure           bool
 }
 
 // Client is a frontend: it publishes to a topic's Owner and keeps
@@ -32,6 +37,7 @@ type ClientConfig struct {
 type Client struct {
 	lookup *lookup.Lookup
 	http   *http.Client
+	scheme string          // of the servers' URLs: http, or https with CertsDir
 	ctx    context.Context // the subscriptions'; cancelled by Close
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // the subscriptions' goroutines
@@ -41,9 +47,14 @@ type Client struct {
 
 // NewClient starts a Client and its Lookup.
 func NewClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
-	c := &Client{subs: map[*Subscription]context.CancelFunc{}, http: &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}}
-	var err error
-	if c.lookup, err = lookup.New(ctx, lookup.Config{Manager: cfg.Manager, Namespace: cfg.Namespace, Timing: cfg.Timing, OnLoss: c.onLoss}); err != nil {
+	src, err := certs.OpenIfSet(cfg.CertsDir, certs.Lookup, cfg.CertName) // nil: plain HTTP
+	if err != nil {
+		return nil, fmt.Errorf("pubsub: %w", err)
+	}
+	c := &Client{subs: map[*Subscription]context.CancelFunc{}, http: &http.Client{}}
+	c.http.Transport, c.scheme = certs.DialHTTP(src, certs.Owner) // to the servers' owner certificates
+	if c.lookup, err = lookup.New(ctx, lookup.Config{Manager: cfg.Manager, Namespace: cfg.Namespace, Timing: cfg.Timing, OnLoss: c.onLoss,
+		CertsDir: cfg.CertsDir, CertName: cfg.CertName, Insecure: cfg.Insecure}); err != nil {
 		return nil, fmt.Errorf("pubsub: %w", err)
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
@@ -94,7 +105,7 @@ func (c *Client) do(ctx context.Context, key keyspace.Key, method, path, body st
 		if !ok {
 			continue
 		}
-		req, err := http.NewRequestWithContext(ctx, method, "http://"+route.Addr+path, strings.NewReader(body))
+		req, err := http.NewRequestWithContext(ctx, method, c.scheme+"://"+route.Addr+path, strings.NewReader(body))
 		if err != nil {
 			return nil, err
 		}
@@ -124,16 +135,15 @@ func (c *Client) Publish(ctx context.Context, topic, data string) (p Published, 
 }
 
 // Event is the data of each server-sent event (doc.go), and what a
-// subscription reports, in order, on its goroutine: "subscribed" (Sent is
-// when the request was sent), "message", and "ended" (Reason: as "end"'s,
-// or the connection's error) in place of "end".
+// subscription reports, in order, on its goroutine: "subscribed", "message",
+// and "ended" (Reason: as "end"'s, or the connection's error) for "end".
 type Event struct {
 	Kind    string    `json:"kind"`
 	Owner   string    `json:"owner,omitzero"`
 	New     bool      `json:"new,omitzero"`
 	Message Message   `json:"message,omitzero"`
 	Reason  string    `json:"reason,omitzero"`
-	Sent    time.Time `json:"-"`
+	Sent    time.Time `json:"-"` // "subscribed": when the request was sent
 }
 
 // Subscription keeps one subscription open until Close.

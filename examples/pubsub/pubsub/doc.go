@@ -11,12 +11,6 @@
 // overflow, closing. Refusals follow owner.Refuse (421 not the Owner, 503
 // moving); the Client retries both.
 //
-// Every operation runs the five steps of P§2.2 under one mutex; each
-// stream's writer checks CheckLeaseContinuous before every message. A
-// publish answers once written to every open stream (or after 2 s), so a
-// subscriber receives every message published after its subscription was
-// made and acknowledged before its stream ended, and none acknowledged
-// before it asked. A reconnecting subscriber resumes after the last message
-// it received if that was the last written to it (else it is made afresh);
-// planned moves hand subscriptions over with their queued messages.
+// The promise it keeps (a subscriber receives every message published
+// after it subscribed, once and in order) and how: README.md.
 package pubsub

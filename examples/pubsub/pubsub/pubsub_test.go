@@ -21,7 +21,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // startManager serves a Manager in-process on 127.0.0.1 with fast timings.
 func startManager(tb testing.TB) string {
 	tb.Helper()
-	srv, err := manager.NewServer(manager.ServerConfig{Replica: config.Replica{Timing: protocol.Fast()}})
+	srv, err := manager.NewServer(manager.ServerConfig{Insecure: true, Replica: config.Replica{Timing: protocol.Fast()}})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -43,7 +43,7 @@ func startManager(tb testing.TB) string {
 
 func startServer(tb testing.TB, mgr, id string) *pubsub.Server {
 	tb.Helper()
-	s, err := pubsub.NewServer(context.Background(), pubsub.ServerConfig{Manager: mgr, ID: id, Listen: "127.0.0.1:0", Timing: protocol.Fast()})
+	s, err := pubsub.NewServer(context.Background(), pubsub.ServerConfig{Insecure: true, Manager: mgr, ID: id, Listen: "127.0.0.1:0", Timing: protocol.Fast()})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -61,7 +61,7 @@ func closeServer(tb testing.TB, s *pubsub.Server) {
 
 func newClient(tb testing.TB, mgr string) *pubsub.Client {
 	tb.Helper()
-	c, err := pubsub.NewClient(context.Background(), pubsub.ClientConfig{Manager: mgr, Timing: protocol.Fast()})
+	c, err := pubsub.NewClient(context.Background(), pubsub.ClientConfig{Insecure: true, Manager: mgr, Timing: protocol.Fast()})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -12,24 +12,24 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/leasehold/leasehold/certs"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/owner"
 	"github.com/leasehold/leasehold/protocol"
 )
 
-// Limits (README, "Limits").
+// Limits (README, "Limits"), then the timings.
 const (
 	MaxMessageBytes  = 64 << 10    // a publish's body (413)
 	MaxQueue         = 1024        // messages not yet written, per subscription
 	IdleTTL          = time.Minute // how long a subscription with no stream is kept
 	MaxHandoverBytes = 64 << 20    // a POST /internal/handover body (400)
-)
 
-const (
 	writeTimeout = 2 * time.Second // one event written to a stream
 	publishWait  = 2 * time.Second // a publish waits this long for the writes
 	sweepEvery   = 5 * time.Second // idle subscriptions and stale state dropped
@@ -43,6 +43,11 @@ type ServerConfig struct {
 	Manager, Namespace, ID, Listen, Advertise string
 	Timing                                    protocol.Timing
 	Logger                                    *slog.Logger
+	// CertsDir (leasehold cert) holds owner.<ID>.crt (with no ID, the only
+	// owner certificate names it): mutual TLS to the Manager, the clients and
+	// the other servers. Insecure: plaintext. One is required (owner.Config).
+	CertsDir string
+	Insecure bool
 }
 
 // Server is a pubsub server: the Owner of the topics in its leased ranges.
@@ -56,6 +61,7 @@ type Server struct {
 	stop   context.CancelFunc
 	wg     sync.WaitGroup // handovers and the sweeper
 	peers  *http.Client
+	scheme string // of the other servers' URLs: http, or https with CertsDir
 	close  sync.Once
 	err    error
 }
@@ -67,18 +73,25 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 		return nil, errors.New("pubsub: ServerConfig.Listen is required")
 	}
 	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
+	src, err := certs.OpenIfSet(cfg.CertsDir, certs.Owner, cfg.ID) // nil: plain HTTP
+	if err != nil {
+		return nil, fmt.Errorf("pubsub: %w", err)
+	} else if src != nil {
+		cfg.ID = src.Identity().Name
+	}
 	lis, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("pubsub: %w", err)
 	}
 	cfg.Advertise = cmp.Or(cfg.Advertise, lis.Addr().String())
 	cfg.ID = cmp.Or(cfg.ID, lis.Addr().String())
-	s := &Server{cfg: cfg, lis: lis, peers: &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}}
+	s := &Server{cfg: cfg, lis: lis, peers: &http.Client{}}
+	s.peers.Transport, s.scheme = certs.DialHTTP(src, certs.Owner) // to the next Owner's certificate
 	ready := make(chan struct{})
-	// Duty: a unique ID per server (the caller's; the listen address by
-	// default). Handovers: the application moves subscriptions itself.
+	// Duty: a unique ID per server (the caller's, its certificate's, or the
+	// listen address). Handovers: the application moves subscriptions itself.
 	s.owner, err = owner.New(ctx, owner.Config{Manager: cfg.Manager, Namespace: cfg.Namespace, ID: cfg.ID,
-		Addr: cfg.Advertise, Timing: cfg.Timing, Handovers: true, Logger: cfg.Logger,
+		Addr: cfg.Advertise, Timing: cfg.Timing, Handovers: true, Logger: cfg.Logger, CertsDir: cfg.CertsDir, Insecure: cfg.Insecure,
 		OnChange: func(ch owner.OwnershipChange) {
 			<-ready
 			s.topics.changed(ch)
@@ -96,18 +109,13 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /sub/{topic}", s.handleSub)
 	mux.HandleFunc("POST /pub/{topic}", s.handlePub)
-	mux.HandleFunc("POST "+handoverPath, s.handleHandover)
+	mux.Handle("POST "+handoverPath, certs.OwnersOnly(src, cfg.Namespace, http.HandlerFunc(s.handleHandover))) // no frontend plants subscriptions
 	s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn)}
-	go s.http.Serve(lis)
-	s.wg.Go(func() {
-		for {
-			select {
-			case <-s.ctx.Done():
-				return
-			case <-time.After(sweepEvery):
-				s.topics.sweep(false)
-			}
+	go certs.ServeHTTP(s.http, lis, src)
+	s.wg.Go(func() { // every 2.5 to 5 s (backoff with a fixed wait)
+		for backoff(s.ctx, sweepEvery); s.ctx.Err() == nil; backoff(s.ctx, sweepEvery) {
+			s.topics.sweep(false)
 		}
 	})
 	return s, nil
@@ -133,8 +141,7 @@ func (s *Server) Close(ctx context.Context) error {
 	return s.err
 }
 
-// handleSub serves GET /sub/{topic}?id=ID[&last=MSGID] as server-sent
-// events (doc.go).
+// handleSub serves GET /sub/{topic}?id=ID[&last=MSGID]: events (doc.go).
 func (s *Server) handleSub(w http.ResponseWriter, r *http.Request) {
 	topic, id, last := r.PathValue("topic"), r.URL.Query().Get("id"), r.URL.Query().Get("last")
 	if id == "" || len(id) > 256 || len(last) > 256 {
@@ -229,8 +236,8 @@ func (s *Server) handOver(h owner.Handover) {
 	ctx, cancel := context.WithDeadline(s.ctx, h.Deadline.Add(-min(time.Until(h.Deadline)/10, 250*time.Millisecond)))
 	defer cancel()
 	err := errors.New("no time to send it")
-	for wait := 10 * time.Millisecond; ctx.Err() == nil; wait = min(2*wait, 200*time.Millisecond) {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+h.Addr+handoverPath, bytes.NewReader(body))
+	for wait := 10 * time.Millisecond; ctx.Err() == nil; wait = backoff(ctx, wait) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, s.scheme+"://"+h.Addr+handoverPath, bytes.NewReader(body))
 		var resp *http.Response
 		if resp, err = s.peers.Do(req); err == nil {
 			msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
@@ -241,22 +248,18 @@ func (s *Server) handOver(h owner.Handover) {
 				break // refused: it will not pass
 			}
 		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(wait):
-		}
 	}
 	// Duty (Config.Handovers): end every handover passed up, saying whether
 	// the state reached h.To; without it the range moves without it.
 	s.owner.HandoverDone(h, err == nil)
-	s.topics.endHandover(h, err == nil)
 	if err != nil {
+		s.topics.abortHandover(h)
 		s.cfg.Logger.Warn("pubsub: handover failed; the range moves without its subscriptions", "to", h.To, "range", h.Range, "err", err)
 	}
 }
 
-// handleHandover receives subscriptions handed over by another server.
-// Anything malformed or too large is refused with 400 and a message.
+// handleHandover receives subscriptions handed over by another Owner of the
+// namespace (certs.OwnersOnly); anything malformed or too large gets 400.
 func (s *Server) handleHandover(w http.ResponseWriter, r *http.Request) {
 	var req handoverRequest
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxHandoverBytes))
@@ -269,10 +272,8 @@ func (s *Server) handleHandover(w http.ResponseWriter, r *http.Request) {
 		if err == nil && !req.Range.Contains(keyspace.KeyOf(topic)) {
 			err = fmt.Errorf("topic %q is not in range %s", topic, req.Range)
 		}
-		for _, sb := range subs {
-			if err == nil && (sb.ID == "" || len(sb.Queue) > MaxQueue) {
-				err = fmt.Errorf("topic %q: a subscription with no ID or more than %d messages", topic, MaxQueue)
-			}
+		if err == nil && slices.ContainsFunc(subs, func(sb sub) bool { return sb.ID == "" || len(sb.Queue) > MaxQueue }) {
+			err = fmt.Errorf("topic %q: a subscription with no ID or more than %d messages", topic, MaxQueue)
 		}
 	}
 	if err == nil && req.To != s.cfg.ID {

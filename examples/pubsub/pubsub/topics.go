@@ -381,25 +381,22 @@ func (t *topics) beginHandover(h owner.Handover) map[string][]sub {
 	return out
 }
 
-// endHandover ends h. Handed over (ok), the range stays refused until the
-// Owner gives it up (HandoverDone is asynchronous), and the sweep then
-// drops it and its subscriptions; else it is served again.
-func (t *topics) endHandover(h owner.Handover, ok bool) {
-	if !ok {
-		t.mu.Lock()
-		delete(t.moving, h)
-		t.mu.Unlock()
-	}
+// abortHandover serves h's range again after a failed handover. One
+// handed over stays refused until the Owner gives it up (HandoverDone is
+// asynchronous); the sweep then drops it and its subscriptions.
+func (t *topics) abortHandover(h owner.Handover) {
+	t.mu.Lock()
+	delete(t.moving, h)
+	t.mu.Unlock()
 }
 
 // receive keeps subs, handed over for topic, until its range is granted
 // here. They are sent before the grant: once it is held, they are late.
 func (t *topics) receive(topic string, subs []sub) {
-	k := keyspace.KeyOf(topic)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	// Duty: check before acting — taken only for a topic not held here.
-	if _, held := t.leases.CheckLeaseNow(k); !held {
+	if _, held := t.leases.CheckLeaseNow(keyspace.KeyOf(topic)); !held {
 		t.pending[topic] = pendingTopic{subs: subs, expires: time.Now().Add(pendingTTL)}
 	}
 }
