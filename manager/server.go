@@ -172,8 +172,8 @@ type Server struct {
 	// shared Update's bytes (encode.go); a server built without it
 	// marshals each message whole.
 	sharedCodec atomic.Bool
-	transport  *peers.Transport
-	store      *raftstore.Store
+	transport   *peers.Transport
+	store       *raftstore.Store
 
 	relayMu     sync.Mutex
 	relayConns  map[string]*grpc.ClientConn // to leaders, for relayed Owner streams
