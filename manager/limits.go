@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -65,7 +66,7 @@ func (s *Server) limitRefused(limit string) { s.metrics.limits.WithLabelValues(l
 // timeout. GRPCOptions includes them.
 func (s *Server) limitOptions() []grpc.ServerOption {
 	opts := []grpc.ServerOption{
-		grpc.ForceServerCodec(limitCodec{s}),
+		grpc.ForceServerCodecV2(limitCodecV2{limitCodec{s}}),
 		grpc.ChainUnaryInterceptor(s.decodeUnary),
 		grpc.ChainStreamInterceptor(s.decodeStream),
 		grpc.MaxConcurrentStreams(uint32(s.cfg.MaxStreamsPerConn)),
@@ -149,6 +150,32 @@ func (h unreadRefusals) HandleRPC(_ context.Context, st stats.RPCStats) {
 	if s, _ := status.FromError(end.Error); s.Code() == codes.ResourceExhausted && strings.HasPrefix(s.Message(), "grpc: received message larger than max") {
 		h.s.limitRefused(limitMessage)
 	}
+}
+
+// limitCodecV2 is limitCodec as gRPC's CodecV2, which lets a message be
+// handed to gRPC in pieces: a Lookup's message whose update is shared with
+// other streams (encodedSync) goes as its own fields and the shared
+// update's bytes, encoded once for all (encode.go).
+type limitCodecV2 struct{ c limitCodec }
+
+func (limitCodecV2) Name() string { return "proto" }
+
+func (c limitCodecV2) Marshal(v any) (mem.BufferSlice, error) {
+	if e, ok := v.(*encodedSync); ok {
+		return e.marshal()
+	}
+	if m, ok := v.(*pb.SyncResponse); ok && m.Update != nil {
+		updateEncodings.Add(1)
+	}
+	b, err := c.c.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	return mem.BufferSlice{mem.SliceBuffer(b)}, nil
+}
+
+func (c limitCodecV2) Unmarshal(data mem.BufferSlice, v any) error {
+	return c.c.Unmarshal(data.Materialize(), v)
 }
 
 // badUTF8Field returns the path of the first string field of a message of

@@ -168,8 +168,12 @@ type Server struct {
 	running    atomic.Bool
 	stats      atomic.Pointer[Snapshot]
 	sessions   atomic.Uint64 // lookup session IDs
-	transport  *peers.Transport
-	store      *raftstore.Store
+	// sharedCodec: GRPCOptions has handed out the codec that sends a
+	// shared Update's bytes (encode.go); a server built without it
+	// marshals each message whole.
+	sharedCodec atomic.Bool
+	transport   *peers.Transport
+	store       *raftstore.Store
 
 	relayMu     sync.Mutex
 	relayConns  map[string]*grpc.ClientConn // to leaders, for relayed Owner streams
@@ -268,7 +272,13 @@ type (
 // its own limit (limitOptions). Clients and the other replicas ping every
 // runtime.KeepaliveTime to notice a replica that stopped answering, which
 // the server must allow (runtime.KeepaliveServerOptions).
+//
+// A gRPC server that serves the Manager's services must be built with these
+// options, or with none of them: they include the codec that sends an
+// Update shared by many Lookups encoded once (encode.go), which the
+// services use once GRPCOptions has been called.
 func (s *Server) GRPCOptions() []grpc.ServerOption {
+	s.sharedCodec.Store(true)
 	return append([]grpc.ServerOption{grpc.MaxRecvMsgSize(max(s.cfg.MaxMessageBytes, peers.PartBytes+peers.PartFraming)),
 		grpc.ChainUnaryInterceptor(s.grpcm.UnaryServerInterceptor()), grpc.ChainStreamInterceptor(s.grpcm.StreamServerInterceptor())},
 		append(append(append(runtime.KeepaliveServerOptions(), runtime.WindowServerOptions()...), s.trustOptions()...), s.limitOptions()...)...)
@@ -459,7 +469,7 @@ type lookupStream struct {
 	id    uint64
 	names *wire.ManagerSyncNames // the stream's encoding; Accepts: it takes merged deltas
 	ns    string
-	out   chan *pb.SyncResponse
+	out   chan syncOut
 	sent  keyspace.LSN // the newest LSN handed to it (loop only)
 }
 
@@ -836,9 +846,9 @@ func (l *loop) send(owners []replica.OwnerMessage, lookups []replica.LookupMessa
 	}
 	l.obs.noteCommits(l.s.metrics, l.s.cfg.Logger, l.r.State(), now)
 	defer l.obs.pushed(l.s.metrics, l.lookups, now)
-	var shared map[updateKey]*pb.Update
+	var shared map[updateKey]*sharedUpdate
 	if len(lookups) > 0 {
-		shared = map[updateKey]*pb.Update{}
+		shared = map[updateKey]*sharedUpdate{}
 	}
 	for _, m := range lookups {
 		st := l.lookups[m.To]
@@ -869,12 +879,12 @@ type updateKey struct {
 // syncResponseToPB converts m to its wire form, converting its Update only
 // once per round for all the Lookups it goes to: a push of a big delta to
 // thousands of Lookups holds one copy of it in wire form, not one per
-// Lookup. (The streams' goroutines marshal the shared message
-// concurrently, which protobuf allows: marshalling only reads it.)
+// Lookup. The first stream to send it encodes it, and the others send the
+// same bytes (encode.go).
 //
 // A Lookup that takes merged deltas gets the delta merged
 // (leasetable.Merge), also converted once for all such Lookups.
-func syncResponseToPB(m *protocol.SyncResponse, shared map[updateKey]*pb.Update, merge bool) *pb.SyncResponse {
+func syncResponseToPB(m *protocol.SyncResponse, shared map[updateKey]*sharedUpdate, merge bool) syncOut {
 	u := &m.Update
 	k := updateKey{from: u.From, to: u.To, snapshot: u.Snapshot, n: len(u.Changes) + len(u.Segments), merged: merge}
 	if len(u.Changes) > 0 {
@@ -883,21 +893,22 @@ func syncResponseToPB(m *protocol.SyncResponse, shared map[updateKey]*pb.Update,
 	if len(u.Segments) > 0 {
 		k.segments = &u.Segments[0]
 	}
-	pu := shared[k]
-	if pu == nil {
+	su := shared[k]
+	if su == nil {
+		su = &sharedUpdate{}
 		if merge {
 			mu := leasetable.Merge(*u)
-			pu = wire.UpdateToPB(&mu)
+			su.pb = wire.UpdateToPB(&mu)
 		} else {
-			pu = wire.UpdateToPB(u)
+			su.pb = wire.UpdateToPB(u)
 		}
-		shared[k] = pu
+		shared[k] = su
 	}
 	rest := *m
 	rest.Update = leasetable.Update{}
 	out := wire.SyncResponseToPB(&rest)
-	out.Update = pu
-	return out
+	out.Update = su.pb
+	return syncOut{m: out, shared: su}
 }
 
 // changed notes that the replica's state may have changed. The snapshot
@@ -1304,8 +1315,15 @@ func (s *Server) Relays() int64 { return s.relays.Load() }
 // Sync serves one Lookup's sync stream.
 func (s lookupsService) Sync(stream pb.Lookups_SyncServer) error {
 	names := &wire.ManagerSyncNames{} // names said once per stream
-	st := &lookupStream{id: s.sessions.Add(1), out: make(chan *pb.SyncResponse, 64), names: names}
-	send := func(m *pb.SyncResponse) error { return stream.Send(names.Send(m)) }
+	st := &lookupStream{id: s.sessions.Add(1), out: make(chan syncOut, 64), names: names}
+	send := func(o syncOut) error {
+		m := names.Send(o.m)
+		if o.shared != nil && m.Update == o.shared.pb && s.sharedCodec.Load() {
+			// The update went out as it is, shared: its bytes are too.
+			return stream.SendMsg(&encodedSync{m: m, u: o.shared})
+		}
+		return stream.Send(m)
+	}
 	return serveStream(s.Server, stream.Context(), st.out, send, func() (event, chan error, error) {
 		m, err := stream.Recv()
 		if err != nil {

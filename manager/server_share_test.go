@@ -65,7 +65,8 @@ func grantAll(tb testing.TB, st *replica.State, n int, lgn keyspace.LGN) {
 // Feed shares between Lookups to its wire form once, and every Lookup's
 // message carries it with its own ID; the messages read back as what the
 // Feed sent, and marshalling them concurrently (one stream goroutine each)
-// is safe.
+// is safe. Each shared update is encoded once, not once per stream: the
+// codec sends its bytes with every message.
 func TestSyncResponsesShareTheirWireUpdate(t *testing.T) {
 	const sessions = 50
 	st, f := feedWith(t, 500, sessions)
@@ -79,10 +80,13 @@ func TestSyncResponsesShareTheirWireUpdate(t *testing.T) {
 	if len(out) != sessions+1 {
 		t.Fatalf("%d messages, want %d", len(out), sessions+1)
 	}
-	shared := map[updateKey]*pb.Update{}
+	shared := map[updateKey]*sharedUpdate{}
+	var outs []syncOut
 	var msgs []*pb.SyncResponse
 	for _, m := range out {
-		msgs = append(msgs, syncResponseToPB(m.Msg, shared, false))
+		o := syncResponseToPB(m.Msg, shared, false)
+		outs = append(outs, o)
+		msgs = append(msgs, o.m)
 	}
 	if len(shared) != 2 {
 		t.Errorf("%d updates converted for one push round and one older sync, want 2", len(shared))
@@ -97,16 +101,37 @@ func TestSyncResponsesShareTheirWireUpdate(t *testing.T) {
 	}
 	var wg sync.WaitGroup
 	encoded := make([][]byte, len(msgs))
-	for i, pm := range msgs {
+	codec := limitCodecV2{}
+	before := updateEncodings.Load()
+	for i, o := range outs {
 		wg.Go(func() {
-			b, err := proto.Marshal(pm)
+			bs, err := codec.Marshal(&encodedSync{m: o.m, u: o.shared})
 			if err != nil {
 				t.Error(err)
 			}
-			encoded[i] = b
+			encoded[i] = bs.Materialize()
 		})
 	}
 	wg.Wait()
+	if n := updateEncodings.Load() - before; n != 2 {
+		t.Errorf("%d updates marshalled for %d messages sharing two updates, want 2", n, len(msgs))
+	}
+	for i, b := range encoded {
+		want, err := proto.Marshal(msgs[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got, whole pb.SyncResponse
+		if err := proto.Unmarshal(b, &got); err != nil {
+			t.Fatal(err)
+		}
+		if err := proto.Unmarshal(want, &whole); err != nil {
+			t.Fatal(err)
+		}
+		if !proto.Equal(&got, &whole) || len(b) != len(want) {
+			t.Fatalf("message %d: %d bytes sent shared, %d marshalled whole, and they differ", i, len(b), len(want))
+		}
+	}
 	for i, b := range encoded {
 		var back pb.SyncResponse
 		if err := proto.Unmarshal(b, &back); err != nil {
