@@ -49,8 +49,9 @@ func OpenIfSet(dir string, role Role, name string) (*Source, error) {
 
 // DialHTTP is an HTTP transport to a group's servers, and their URLs'
 // scheme: with src, HTTPTransport(want...) and "https"; with a nil src,
-// plain HTTP.
-func DialHTTP(src *Source, want ...Role) (http.RoundTripper, string) {
+// a clone of the default transport and "http". It is a fresh
+// *http.Transport either way, for the caller to tune (idle connections).
+func DialHTTP(src *Source, want ...Role) (*http.Transport, string) {
 	if src == nil {
 		return http.DefaultTransport.(*http.Transport).Clone(), "http"
 	}

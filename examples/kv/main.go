@@ -30,6 +30,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/leasehold/leasehold/certs"
 	"github.com/leasehold/leasehold/examples/kv/kv"
 )
 
@@ -90,11 +91,9 @@ func newFlags(name string, stderr io.Writer) (*flag.FlagSet, *string, *string) {
 
 // trustFlags adds --certs-dir and --insecure, as the leasehold command has
 // them, with the same environment variables.
-func trustFlags(fs *flag.FlagSet) (certsDir *string, insecure *bool) {
-	v := os.Getenv("LEASEHOLD_INSECURE")
-	certsDir = fs.String("certs-dir", os.Getenv("LEASEHOLD_CERTS_DIR"), "the certificates directory (leasehold cert): mutual TLS to the Manager and between servers and clients ($LEASEHOLD_CERTS_DIR sets the default)")
-	insecure = fs.Bool("insecure", v == "1" || v == "true", "plaintext, no certificates ($LEASEHOLD_INSECURE=1 sets it)")
-	return certsDir, insecure
+func trustFlags(fs *flag.FlagSet) (certsDir *string, insecure *bool, trust *certs.Flags) {
+	certsDir, insecure = new(string), new(bool)
+	return certsDir, insecure, certs.AddFlags(fs, certsDir, insecure, "mutual TLS to the Manager and between servers and clients")
 }
 
 // parseError is the exit code for a flag parsing error, already reported by
@@ -113,7 +112,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	advertise := fs.String("advertise", "", "the address clients reach this server at (default: the listen address)")
 	capacity := fs.Float64("capacity", 0, "this server's capacity weight, at most 100: one of 2 gets twice the load of one of 1 (default 1)")
 	drainTimeout := fs.Duration("drain-timeout", time.Minute, "on SIGINT or SIGTERM, how long to wait for every range to move away with its values")
-	certsDir, insecure := trustFlags(fs)
+	certsDir, insecure, trust := trustFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return parseError(err)
 	}
@@ -125,11 +124,12 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "kv serve: --drain-timeout %s must be positive\n", *drainTimeout)
 		return exitError
 	}
+	trust.Chosen() // neither chosen: NewServer says which is required
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	srv, err := kv.NewServer(ctx, kv.ServerConfig{
 		Manager: *manager, Namespace: *namespace, ID: *id,
 		Listen: *listen, Advertise: *advertise, Capacity: *capacity, Logger: logger,
-		CertsDir: trusted(fs, *certsDir, insecure), Insecure: *insecure,
+		CertsDir: *certsDir, Insecure: *insecure,
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "kv serve: %v\n", err)
@@ -163,20 +163,6 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-// trusted is the certificates directory to use: none with --insecure,
-// unless --certs-dir was given and --insecure came from the environment.
-func trusted(fs *flag.FlagSet, dir string, insecure *bool) string {
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	if set["certs-dir"] && !set["insecure"] {
-		*insecure = false
-	}
-	if *insecure {
-		return ""
-	}
-	return dir
-}
-
 // plural is n and noun, plural unless n is 1.
 func plural(n int, noun string) string {
 	if n == 1 {
@@ -188,7 +174,7 @@ func plural(n int, noun string) string {
 func putGet(ctx context.Context, cmd string, args []string, stdout, stderr io.Writer) int {
 	fs, manager, namespace := newFlags(cmd, stderr)
 	timeout := fs.Duration("timeout", 10*time.Second, "give up after this long")
-	certsDir, insecure := trustFlags(fs)
+	certsDir, insecure, trust := trustFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return parseError(err)
 	}
@@ -197,10 +183,11 @@ func putGet(ctx context.Context, cmd string, args []string, stdout, stderr io.Wr
 		fmt.Fprintf(stderr, "kv %s: want %d arguments, got %d\n%s", cmd, want, fs.NArg(), usage)
 		return exitError
 	}
+	trust.Chosen() // neither chosen: NewClient says which is required
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	c, err := kv.NewClient(ctx, kv.ClientConfig{Manager: *manager, Namespace: *namespace,
-		CertsDir: trusted(fs, *certsDir, insecure), Insecure: *insecure})
+		CertsDir: *certsDir, Insecure: *insecure})
 	if err != nil {
 		fmt.Fprintf(stderr, "kv %s: %v\n", cmd, err)
 		return exitError

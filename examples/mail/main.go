@@ -20,6 +20,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/leasehold/leasehold/certs"
 	"github.com/leasehold/leasehold/examples/mail/mail"
 )
 
@@ -41,9 +42,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	listen := fs.String("listen", "", "the HTTP listen address, host:port (required)")
 	dir := fs.String("data-dir", "", "the directory of this node's mailbox fragments (required)")
 	nodesFlag := fs.String("nodes", "", "every node, ID=ADDR, comma-separated, this one included (required)")
-	certsDir := fs.String("certs-dir", os.Getenv("LEASEHOLD_CERTS_DIR"), "the certificates directory (leasehold cert): mutual TLS to the Manager, and HTTPS for clients with certificates of the same CA ($LEASEHOLD_CERTS_DIR)")
-	ev := os.Getenv("LEASEHOLD_INSECURE")
-	insecure := fs.Bool("insecure", ev == "1" || ev == "true", "plain HTTP, and plaintext to the Manager ($LEASEHOLD_INSECURE=1 sets it)")
+	var certsDir string
+	var insecure bool
+	trust := certs.AddFlags(fs, &certsDir, &insecure, "mutual TLS to the Manager, and HTTPS for clients with certificates of the same CA")
 	if err := fs.Parse(args); err != nil {
 		return map[bool]int{true: 0, false: 2}[err == flag.ErrHelp]
 	}
@@ -51,14 +52,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, "mail: --id, --listen, --data-dir and --nodes are required, and there are no arguments\n")
 		return 2
 	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	if set["certs-dir"] && !set["insecure"] { // a flag wins over $LEASEHOLD_INSECURE
-		*insecure = false
-	}
-	if *insecure {
-		*certsDir = ""
-	} else if *certsDir == "" {
+	if !trust.Chosen() {
 		fmt.Fprint(stderr, "mail: --certs-dir (or $LEASEHOLD_CERTS_DIR) is required, or --insecure for plaintext\n")
 		return 2
 	}
@@ -72,7 +66,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		nodes[k] = v
 	}
 	srv, err := mail.NewServer(ctx, mail.ServerConfig{Manager: *manager, Namespace: *namespace, ID: *id,
-		Listen: *listen, DataDir: *dir, Nodes: nodes, CertsDir: *certsDir, Insecure: *insecure,
+		Listen: *listen, DataDir: *dir, Nodes: nodes, CertsDir: certsDir, Insecure: insecure,
 		Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	if err != nil {
 		fmt.Fprintf(stderr, "mail: %v\n", err)

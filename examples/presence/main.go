@@ -23,6 +23,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/leasehold/leasehold/certs"
 	"github.com/leasehold/leasehold/examples/presence/presence"
 )
 
@@ -44,9 +45,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	listen := fs.String("listen", "", "the HTTP listen address, host:port (required)")
 	advertise := fs.String("advertise", "", "the address clients reach this server at (default: the listen address)")
 	ttl := fs.Duration("ttl", presence.DefaultTTL, "a device is online this long after its last heartbeat")
-	certsDir := fs.String("certs-dir", os.Getenv("LEASEHOLD_CERTS_DIR"), "the certificates directory (leasehold cert): mutual TLS to the Manager, and HTTPS for clients with certificates of the same CA ($LEASEHOLD_CERTS_DIR)")
-	ev := os.Getenv("LEASEHOLD_INSECURE")
-	insecure := fs.Bool("insecure", ev == "1" || ev == "true", "plain HTTP, and plaintext to the Manager ($LEASEHOLD_INSECURE=1 sets it)")
+	var certsDir string
+	var insecure bool
+	trust := certs.AddFlags(fs, &certsDir, &insecure, "mutual TLS to the Manager, and HTTPS for clients with certificates of the same CA")
 	if err := fs.Parse(args); err != nil {
 		return map[bool]int{true: 0, false: 2}[err == flag.ErrHelp]
 	}
@@ -54,19 +55,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, "presence: --listen is required, --ttl must be positive, and there are no arguments\n")
 		return 2
 	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	if set["certs-dir"] && !set["insecure"] { // a flag wins over $LEASEHOLD_INSECURE
-		*insecure = false
-	}
-	if *insecure {
-		*certsDir = ""
-	} else if *certsDir == "" {
+	if !trust.Chosen() {
 		fmt.Fprint(stderr, "presence: --certs-dir (or $LEASEHOLD_CERTS_DIR) is required, or --insecure for plaintext\n")
 		return 2
 	}
 	srv, err := presence.NewServer(ctx, presence.ServerConfig{Manager: *manager, Namespace: *namespace, ID: *id,
-		Listen: *listen, Advertise: *advertise, TTL: *ttl, CertsDir: *certsDir, Insecure: *insecure,
+		Listen: *listen, Advertise: *advertise, TTL: *ttl, CertsDir: certsDir, Insecure: insecure,
 		Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	if err != nil {
 		fmt.Fprintf(stderr, "presence: %v\n", err)

@@ -69,12 +69,11 @@ type ClientConfig struct {
 // Lookup library, and retries while ownership moves. It is safe for
 // concurrent use.
 type Client struct {
-	cfg       ClientConfig
-	lookup    *lookup.Lookup
-	http      *http.Client
-	ownsHTTP  bool
-	transport *http.Transport // set when ownsHTTP
-	scheme    string          // of the servers' URLs: http or https
+	cfg      ClientConfig
+	lookup   *lookup.Lookup
+	http     *http.Client
+	ownsHTTP bool
+	scheme   string // of the servers' URLs: http or https
 
 	ops, retries, failed atomic.Int64
 }
@@ -119,21 +118,16 @@ func NewClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kv: %w", err)
 	}
-	c := &Client{cfg: cfg, lookup: l, http: cfg.HTTPClient, scheme: "http"}
-	var src *certs.Source
-	if cfg.CertsDir != "" {
-		if src, err = certs.Open(cfg.CertsDir, certs.Lookup, ""); err != nil {
-			l.Close()
-			return nil, fmt.Errorf("kv: %w", err)
-		}
-		c.scheme = "https"
+	c := &Client{cfg: cfg, lookup: l, http: cfg.HTTPClient}
+	src, err := certs.OpenIfSet(cfg.CertsDir, certs.Lookup, "")
+	if err != nil {
+		l.Close()
+		return nil, fmt.Errorf("kv: %w", err)
 	}
+	var t http.RoundTripper
+	t, c.scheme = certs.DialHTTP(src, certs.Owner)
 	if c.http == nil {
-		c.transport = http.DefaultTransport.(*http.Transport).Clone()
-		if src != nil {
-			c.transport = src.HTTPTransport(certs.Owner)
-		}
-		c.http = &http.Client{Transport: c.transport, Timeout: 5 * time.Second}
+		c.http = &http.Client{Transport: t, Timeout: 5 * time.Second}
 		c.ownsHTTP = true
 	}
 	return c, nil
@@ -147,7 +141,7 @@ func (c *Client) WaitSynced(ctx context.Context) error { return c.lookup.WaitSyn
 // HTTP client.
 func (c *Client) Close() error {
 	if c.ownsHTTP {
-		c.transport.CloseIdleConnections()
+		c.http.CloseIdleConnections()
 	}
 	return c.lookup.Close()
 }

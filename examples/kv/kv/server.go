@@ -2,7 +2,6 @@ package kv
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -93,13 +92,12 @@ type Server struct {
 	close  sync.Once
 	err    error // Close's result, set once
 
-	metrics   *prometheus.Registry // the Owner's metrics and the process's, at GET /metrics
-	ready     chan struct{}        // closed once owner and store are set up
-	moves     *handovers           // outgoing handovers
-	peers     *http.Client         // sends handovers to the other servers
-	transport *http.Transport
-	certs     *certs.Source // nil: plain HTTP
-	scheme    string        // of the other servers' URLs: http or https
+	metrics *prometheus.Registry // the Owner's metrics and the process's, at GET /metrics
+	ready   chan struct{}        // closed once owner and store are set up
+	moves   *handovers           // outgoing handovers
+	peers   *http.Client         // sends handovers to the other servers
+	certs   *certs.Source        // nil: plain HTTP
+	scheme  string               // of the other servers' URLs: http or https
 }
 
 // NewServer listens on cfg.Listen, starts an Owner that joins cfg.Manager,
@@ -130,19 +128,15 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	if cfg.ID == "" {
 		cfg.ID = addr
 	}
-	var src *certs.Source
-	if cfg.CertsDir != "" {
-		if src, err = certs.Open(cfg.CertsDir, certs.Owner, cfg.ID); err != nil {
-			lis.Close()
-			return nil, fmt.Errorf("kv: %w", err)
-		}
+	src, err := certs.OpenIfSet(cfg.CertsDir, certs.Owner, cfg.ID)
+	if err != nil {
+		lis.Close()
+		return nil, fmt.Errorf("kv: %w", err)
 	}
-	s := &Server{cfg: cfg, lis: lis, store: newStore(), served: make(chan error, 1), ready: make(chan struct{}), certs: src, scheme: "http"}
-	s.transport = http.DefaultTransport.(*http.Transport).Clone()
-	if src != nil {
-		s.transport, s.scheme = src.HTTPTransport(certs.Owner), "https"
-	}
-	s.peers = &http.Client{Transport: s.transport}
+	s := &Server{cfg: cfg, lis: lis, store: newStore(), served: make(chan error, 1), ready: make(chan struct{}), certs: src}
+	var t http.RoundTripper
+	t, s.scheme = certs.DialHTTP(src, certs.Owner)
+	s.peers = &http.Client{Transport: t}
 	s.moves = newHandovers(s)
 	s.metrics = prometheus.NewRegistry()
 	s.metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -172,11 +166,7 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
 	}
-	if src != nil {
-		s.http.Handler = certs.RequireHTTP(src, nil, s.http.Handler)
-		lis = tls.NewListener(lis, src.ServerTLS())
-	}
-	go func() { s.served <- s.http.Serve(lis) }()
+	go func() { s.served <- certs.ServeHTTP(s.http, lis, src) }()
 	cfg.Logger.Info("kv server started", "addr", addr, "id", cfg.ID, "advertise", cfg.Advertise)
 	return s, nil
 }
@@ -257,7 +247,7 @@ func (s *Server) Close(ctx context.Context) error {
 		if serr := <-s.served; !errors.Is(serr, http.ErrServerClosed) {
 			err = errors.Join(err, serr)
 		}
-		s.transport.CloseIdleConnections()
+		s.peers.CloseIdleConnections()
 		if err != nil {
 			err = fmt.Errorf("kv: close %s: %w", s.cfg.ID, err)
 		}
@@ -272,7 +262,7 @@ func (s *Server) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("PUT /kv/{key}", s.handlePut)
 	mux.HandleFunc("GET /kv/{key}", s.handleGet)
-	mux.HandleFunc("POST "+migratePath, s.ownersOnly(s.handleMigrate))
+	mux.Handle("POST "+migratePath, certs.OwnersOnly(s.certs, s.cfg.Namespace, http.HandlerFunc(s.handleMigrate)))
 	if s.metrics != nil {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics, promhttp.HandlerOpts{Registry: s.metrics}))
 	}
@@ -280,25 +270,6 @@ func (s *Server) handler() http.Handler {
 		io.WriteString(w, "ok\n")
 	})
 	return mux
-}
-
-// ownersOnly admits, on a server with certificates, only the Owners of
-// this server's namespace: the handover pushes state into this server's
-// store, which no frontend may do.
-func (s *Server) ownersOnly(h http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if s.certs != nil {
-			ns := s.cfg.Namespace
-			if ns == "" {
-				ns = "default"
-			}
-			if id, ok := certs.FromHTTP(r); !ok || id.Role != certs.Owner || !id.MayUse(ns) {
-				http.Error(w, fmt.Sprintf("kv: %s may not hand state over in namespace %q: only its Owners may", id, ns), http.StatusForbidden)
-				return
-			}
-		}
-		h(w, r)
-	}
 }
 
 func (s *Server) handlePut(w http.ResponseWriter, r *http.Request) {

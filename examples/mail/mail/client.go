@@ -49,12 +49,9 @@ func NewClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	if cfg.Manager == "" {
 		return nil, errors.New("mail: ClientConfig.Manager is required")
 	}
-	var src *certs.Source
-	if cfg.CertsDir != "" {
-		var err error
-		if src, err = certs.Open(cfg.CertsDir, certs.Lookup, cfg.CertName); err != nil {
-			return nil, fmt.Errorf("mail: %w", err)
-		}
+	src, err := certs.OpenIfSet(cfg.CertsDir, certs.Lookup, cfg.CertName)
+	if err != nil {
+		return nil, fmt.Errorf("mail: %w", err)
 	}
 	g, err := gateway.New(ctx, gateway.Config{Manager: cfg.Manager, Timing: cfg.Timing, Certs: src, Insecure: cfg.Insecure && src == nil, MaxBodyBytes: MaxMessageBytes,
 		Routes: []gateway.Route{{Name: "mail", Prefix: "/mail/", Namespace: cfg.Namespace, Key: "path:1",

@@ -3,7 +3,6 @@ package mail
 import (
 	"cmp"
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -98,12 +97,9 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	var src *certs.Source
-	if cfg.CertsDir != "" {
-		var err error
-		if src, err = certs.Open(cfg.CertsDir, certs.Owner, cfg.ID); err != nil {
-			return nil, fmt.Errorf("mail: %w", err)
-		}
+	src, err := certs.OpenIfSet(cfg.CertsDir, certs.Owner, cfg.ID)
+	if err != nil {
+		return nil, fmt.Errorf("mail: %w", err)
 	}
 	d, err := openDisk(cfg.DataDir)
 	if err != nil {
@@ -113,11 +109,7 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mail: %w", err)
 	}
-	t := http.DefaultTransport.(*http.Transport).Clone()
-	scheme := "http"
-	if src != nil {
-		t, scheme = src.HTTPTransport(certs.Owner), "https"
-	}
+	t, scheme := certs.DialHTTP(src, certs.Owner)
 	t.MaxIdleConnsPerHost = 64
 	s := &Server{cfg: cfg, lis: lis, disk: d, peers: &http.Client{Transport: t, Timeout: nodeWait}, certs: src, scheme: scheme,
 		stopped: make(chan struct{}), wake: make(chan struct{}, 1),
@@ -150,11 +142,7 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	mux.HandleFunc("GET /internal/users", s.nodesOnly(s.handleUsers))
 	s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn)}
-	if src != nil {
-		s.http.Handler = certs.RequireHTTP(src, nil, s.http.Handler)
-		lis = tls.NewListener(lis, src.ServerTLS())
-	}
-	go s.http.Serve(lis)
+	go certs.ServeHTTP(s.http, lis, src)
 	s.wg.Go(s.rebuilder)
 	return s, nil
 }

@@ -65,17 +65,14 @@ func NewClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	c := &Client{cfg: cfg, devices: map[*DeviceHandle]bool{}, scheme: "http",
-		http: &http.Client{Transport: transport(), Timeout: 5 * time.Second}}
-	if cfg.CertsDir != "" {
-		src, err := certs.Open(cfg.CertsDir, certs.Lookup, cfg.CertName)
-		if err != nil {
-			return nil, fmt.Errorf("presence: %w", err)
-		}
-		t := src.HTTPTransport(certs.Owner)
-		t.MaxIdleConnsPerHost = 256
-		c.http.Transport, c.scheme = t, "https"
+	src, err := certs.OpenIfSet(cfg.CertsDir, certs.Lookup, cfg.CertName)
+	if err != nil {
+		return nil, fmt.Errorf("presence: %w", err)
 	}
+	c := &Client{cfg: cfg, devices: map[*DeviceHandle]bool{}}
+	t, scheme := certs.DialHTTP(src, certs.Owner)
+	t.MaxIdleConnsPerHost = 256 // for many concurrent devices (the default keeps 2)
+	c.http, c.scheme = &http.Client{Transport: t, Timeout: 5 * time.Second}, scheme
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	l, err := lookup.New(ctx, lookup.Config{Manager: cfg.Manager, Namespace: cfg.Namespace, Timing: cfg.Timing,
 		Logger: cfg.Logger, OnLoss: c.onLoss, CertsDir: cfg.CertsDir, CertName: cfg.CertName, Insecure: cfg.Insecure})
@@ -243,12 +240,4 @@ func (c *Client) attempt(ctx context.Context, method string, k keyspace.Key, pat
 		return nil, refused, fmt.Errorf("%s at %s answered %s: %s", route.Owner, route.Addr, resp.Status, bytes.TrimSpace(data))
 	}
 	return data, false, nil
-}
-
-// transport is the default transport, keeping enough idle connections per
-// server for many concurrent devices (the default keeps 2).
-func transport() *http.Transport {
-	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.MaxIdleConnsPerHost = 256
-	return t
 }

@@ -2,7 +2,6 @@ package presence
 
 import (
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -71,12 +70,9 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	if cfg.CertsDir != "" && cfg.ID == "" {
 		return nil, errors.New("presence: ServerConfig.ID is required with CertsDir (the name of its owner certificate)")
 	}
-	var src *certs.Source
-	if cfg.CertsDir != "" {
-		var err error
-		if src, err = certs.Open(cfg.CertsDir, certs.Owner, cfg.ID); err != nil {
-			return nil, fmt.Errorf("presence: %w", err)
-		}
+	src, err := certs.OpenIfSet(cfg.CertsDir, certs.Owner, cfg.ID)
+	if err != nil {
+		return nil, fmt.Errorf("presence: %w", err)
 	}
 	if cfg.TTL < 0 {
 		return nil, fmt.Errorf("presence: ServerConfig.TTL %s is negative", cfg.TTL)
@@ -125,11 +121,7 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
 	s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn)}
-	if src != nil {
-		s.http.Handler = certs.RequireHTTP(src, nil, s.http.Handler)
-		lis = tls.NewListener(lis, src.ServerTLS())
-	}
-	go func() { s.served <- s.http.Serve(lis) }()
+	go func() { s.served <- certs.ServeHTTP(s.http, lis, src) }()
 	s.wg.Go(func() {
 		t := time.NewTicker(cfg.TTL)
 		defer t.Stop()
