@@ -12,7 +12,7 @@ const allVar = "LEASEHOLD_E2E"
 // walkthrough, the demo, failover, the rolling restart, a stalled leader,
 // a damaged data directory and the gateway, and stays within a newcomer's
 // two minutes; the leader cut off by a proxy, the duplicated Owner ID, the
-// examples' scenarios, the dashboard's browser tests (three Owners, and
+// examples' scenarios and tours, the dashboard's browser tests (three Owners, and
 // 1,000), the gateways' rolling restart and the gateway with its Manager
 // stopped add about four minutes more, and CI (.ci/run) runs them with
 // LEASEHOLD_E2E=all.
