@@ -89,15 +89,12 @@ func (m *maps) lookup(user string) (n owner.LeaseNum, nodes, unknown []string, e
 	if rm == nil || slices.ContainsFunc(m.nodes, func(node string) bool { return !rm.known[node] && !rm.failed[node] }) {
 		return n, nil, nil, errRebuilding
 	}
-	for node := range rm.users[user] {
-		nodes = append(nodes, node)
-	}
+	nodes = slices.Sorted(stdmaps.Keys(rm.users[user]))
 	for _, node := range m.nodes {
 		if !rm.known[node] {
 			unknown = append(unknown, node)
 		}
 	}
-	slices.Sort(nodes)
 	return n, nodes, unknown, nil
 }
 
@@ -130,10 +127,7 @@ func (m *maps) added(user, node string, n owner.LeaseNum) error {
 	if rm == nil {
 		return errLeaseLost
 	}
-	if rm.users[user] == nil {
-		rm.users[user] = map[string]bool{}
-	}
-	rm.users[user][node] = true
+	rm.add(user, node)
 	// Duty: check after acting, before the acknowledgement leaves — (4).
 	if !m.leases.CheckLeaseContinuous(k, n) {
 		return errLeaseLost
@@ -142,10 +136,9 @@ func (m *maps) added(user, node string, n owner.LeaseNum) error {
 }
 
 // changed is the Owner's OnChange upcall: a granted range's rebuild
-// begins; a revoked range's maps are dropped. A lease may lose part of its
-// range and keep the rest under the same LeaseNum: the rest keeps its map.
-// Duty: never rely on OnChange for correctness — lookup starts a rebuild
-// the upcall has not, and checks the lease itself.
+// begins; a revoked range's maps are dropped, but what is left of a lease
+// that lost part of its range keeps its map. Duty: never rely on OnChange
+// — lookup starts a rebuild itself, and checks the lease.
 func (m *maps) changed(ch owner.OwnershipChange) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -163,6 +156,13 @@ func (m *maps) changed(ch owner.OwnershipChange) {
 	for _, g := range ch.Granted {
 		m.beginLocked(lease{g.Range, g.Num})
 	}
+}
+
+func (rm *rangeMaps) add(user, node string) {
+	if rm.users[user] == nil {
+		rm.users[user] = map[string]bool{}
+	}
+	rm.users[user][node] = true
 }
 
 // within copies the part of rm in r.
@@ -195,11 +195,9 @@ func (m *maps) work(retry time.Duration) map[lease][]string {
 	return out
 }
 
-// merge adds what node's disk holds in l's range to the mail maps of l's
-// lease (l's range, or what is left of it), if that lease is still held:
-// a rebuild's answer for a lease gone is thrown away, never mixed into the
-// next ownership's map. A failed answer (err) marks the node failed until
-// it answers.
+// merge adds what node's disk holds in l's range to the maps of l's lease
+// (or what is left of it) if still held; an answer for a lease gone is
+// thrown away. A failed answer (err) marks the node failed until it answers.
 func (m *maps) merge(l lease, node string, users []string, err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -214,13 +212,9 @@ func (m *maps) merge(l lease, node string, users []string, err error) {
 			continue
 		}
 		for _, u := range users {
-			if !l2.r.Contains(keyspace.KeyOf(u)) {
-				continue
+			if l2.r.Contains(keyspace.KeyOf(u)) {
+				rm.add(u, node)
 			}
-			if rm.users[u] == nil {
-				rm.users[u] = map[string]bool{}
-			}
-			rm.users[u][node] = true
 		}
 		rm.known[node] = true
 		delete(rm.tried, node)

@@ -1,6 +1,7 @@
 package mail
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -44,17 +45,11 @@ type ServerConfig struct {
 	Nodes                                   map[string]string
 	Timing                                  protocol.Timing
 	Logger                                  *slog.Logger
-	// CertsDir is the certificates directory (leasehold cert): the Owner
-	// dials the Manager with the certificate of its ID (owner.<ID>.crt),
-	// and the node serves HTTPS with it to clients that present a
-	// certificate of the same CA, and calls the other nodes with it. The
-	// storage endpoints (/internal/...) answer only the other nodes: an
-	// Owner certificate of this namespace whose ID is in Nodes.
+	// CertsDir (leasehold cert): the Owner, the HTTPS server and the calls
+	// to other nodes use owner.<ID>.crt; /internal/... answers only the
+	// nodes. Insecure, without it, is plaintext throughout. One of the two
+	// is required: plaintext is only ever chosen explicitly.
 	CertsDir string
-	// Insecure, without CertsDir, serves plain HTTP, calls the other nodes
-	// over it, and lets the Owner dial the Manager in plaintext
-	// (owner.Config.Insecure). One of the two is required: plaintext is
-	// only ever chosen explicitly.
 	Insecure bool
 }
 
@@ -147,10 +142,9 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	return s, nil
 }
 
-// nodesOnly admits, on a node with certificates, only the other nodes to
-// the storage endpoints: an Owner of this namespace named in Nodes. A
-// frontend, or an Owner of another service, may neither store fragments
-// nor read anyone's mail from the disks.
+// nodesOnly admits, with certificates, only the nodes (Owners of this
+// namespace named in Nodes) to the storage endpoints: no frontend or other
+// service may store fragments or read the disks.
 func (s *Server) nodesOnly(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if s.certs != nil {
@@ -171,9 +165,8 @@ func (s *Server) Addr() string { return s.lis.Addr().String() }
 // Rebuilds returns the rebuilds of the mail maps of the ranges held now.
 func (s *Server) Rebuilds() []Rebuild { return s.maps.rebuilds() }
 
-// Close hands the ranges back (the Manager reassigns them at once; their
-// new Owners rebuild the mail maps from the disks) and stops serving. The
-// fragments stay on disk.
+// Close hands the ranges back (their next Owners rebuild the mail maps from
+// the disks) and stops serving. The fragments stay on disk.
 func (s *Server) Close(ctx context.Context) error {
 	s.close.Do(func() {
 		if err := s.owner.Close(ctx); err != nil {
@@ -320,7 +313,7 @@ func (s *Server) handleDeliver(w http.ResponseWriter, r *http.Request) {
 		if node == s.cfg.ID {
 			err = s.disk.store(user, Message{ID: id, Body: string(body), At: time.Now()})
 		} else {
-			err = s.call(node, http.MethodPost, "/internal/store/"+url.PathEscape(user), strings.NewReader(string(m)), nil)
+			err = s.call(node, http.MethodPost, "/internal/store/"+url.PathEscape(user), bytes.NewReader(m), nil)
 		}
 		if err == nil {
 			stored = node
@@ -385,10 +378,7 @@ func (s *Server) handleRead(w http.ResponseWriter, r *http.Request) {
 	}
 	wg.Wait()
 	slices.SortFunc(box.Messages, func(a, b Message) int {
-		if c := a.At.Compare(b.At); c != 0 {
-			return c
-		}
-		return strings.Compare(a.ID, b.ID)
+		return cmp.Or(a.At.Compare(b.At), strings.Compare(a.ID, b.ID))
 	})
 	slices.Sort(box.Incomplete)
 	// Duty: CheckLeaseContinuous before anything leaves the server — (4):
