@@ -26,11 +26,10 @@ type Message struct {
 	At   time.Time `json:"at"`
 }
 
-// disk is a node's durable store (Porcupine's mailbox fragments): one
-// append-only file per user, one JSON line per message, synced before it
-// is acknowledged. The users here are indexed in memory by key (read from
-// the file names at start), so a range's users cost a binary search and
-// the list (Porcupine's bucketed directories serve the same end).
+// disk is a node's mailbox fragments: one append-only file per user, one
+// JSON line per message, synced before it is acknowledged. The users are
+// indexed by key in memory, so a range's users cost a binary search
+// (Porcupine's bucketed directories serve the same end).
 type disk struct {
 	dir     string
 	pending atomic.Int64 // disk operations under way: the node's load
@@ -98,8 +97,7 @@ func (d *disk) store(user string, m Message) error {
 	return err
 }
 
-// fetch reads user's fragment. A torn last line (a crash in the middle of
-// a write, never acknowledged) is skipped.
+// fetch reads user's fragment, skipping a torn (never acknowledged) last line.
 func (d *disk) fetch(user string) ([]Message, error) {
 	d.pending.Add(1)
 	defer d.pending.Add(-1)

@@ -18,24 +18,20 @@ type leases interface {
 	Held() []owner.Lease
 }
 
-var _ leases = (*owner.Owner)(nil)
-
 var (
 	errNotOwner   = errors.New("not the owner")
 	errLeaseLost  = errors.New("lease lost")
 	errRebuilding = errors.New("rebuilding: the user's mail map is being rebuilt from the nodes' disks; retry")
 )
 
-// lease names one grant: a range held under one LeaseNum. A rebuild is
-// tagged with it, so it never mixes two ownerships (Porcupine's epoch).
+// lease names one grant (Porcupine's epoch): a range under one LeaseNum.
 type lease struct {
 	r keyspace.Range
 	n owner.LeaseNum
 }
 
-// rangeMaps is the soft state of one held range (Porcupine's mail maps):
-// which nodes hold a fragment of each user, rebuilt from the nodes' disks
-// when the range was granted, and kept up by deliveries since.
+// rangeMaps is one held range's mail maps: rebuilt from the disks when
+// granted, kept up by deliveries since.
 type rangeMaps struct {
 	users  map[string]map[string]bool // user → nodes with a fragment
 	known  map[string]bool            // nodes whose fragments in the range are in users
@@ -58,11 +54,10 @@ func newMaps(l leases, nodes []string) *maps {
 	return &maps{leases: l, nodes: nodes, ranges: map[lease]*rangeMaps{}, now: time.Now}
 }
 
-// lookup runs steps (1) and (2) for user: the lease its key is held under,
-// the nodes holding its fragments as that lease's mail map says, and the
-// nodes that failed to answer the rebuild (their fragments may be
-// missing). Until every node has answered or failed, errRebuilding: a
-// node merely slow to answer is waited for, never reported missing.
+// lookup runs steps (1) and (2): the lease user's key is held under, the
+// nodes with its fragments by that lease's map, and the nodes that failed
+// the rebuild. Until every node answered or failed, errRebuilding: a slow
+// node is waited for, never reported missing.
 func (m *maps) lookup(user string) (n owner.LeaseNum, nodes, unknown []string, err error) {
 	k := keyspace.KeyOf(user)
 	m.mu.Lock()
@@ -73,9 +68,8 @@ func (m *maps) lookup(user string) (n owner.LeaseNum, nodes, unknown []string, e
 		return n, nil, nil, errNotOwner
 	}
 	// (2) Duty: keep the LeaseNum with the state, and treat state stored
-	// under any other as lost. Only the mail map rebuilt under n counts: a
-	// map of another lease may miss fragments stored while another server
-	// held the user.
+	// under any other as lost: another lease's map may miss fragments
+	// stored while another server held the user.
 	rm := m.findLocked(k, n)
 	if rm == nil {
 		// Duty: never rely on OnChange — it may lag the grant, so the
@@ -117,8 +111,7 @@ func (m *maps) beginLocked(l lease) *rangeMaps {
 	return rm
 }
 
-// added records that node now holds a fragment of user, under n: step (3)
-// of a delivery, then (4).
+// added records node's new fragment of user under n: delivery steps (3), (4).
 func (m *maps) added(user, node string, n owner.LeaseNum) error {
 	k := keyspace.KeyOf(user)
 	m.mu.Lock()
@@ -177,8 +170,8 @@ func (rm *rangeMaps) within(r keyspace.Range) *rangeMaps {
 	return out
 }
 
-// work lists, per range being rebuilt, the nodes to ask now: never asked,
-// or asked more than retry ago without an answer. It marks them tried.
+// work lists, per range rebuilt, the nodes to ask now (never asked, or
+// unanswered for retry) and marks them tried.
 func (m *maps) work(retry time.Duration) map[lease][]string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -202,8 +195,7 @@ func (m *maps) merge(l lease, node string, users []string, err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for l2, rm := range m.ranges {
-		// Duty: CheckLeaseContinuous — state gathered under a lease that
-		// ended is not mixed into the next.
+		// Duty: CheckLeaseContinuous — never mix an ended lease's state into the next.
 		if l2.n != l.n || !l.r.Covers(l2.r) || !m.leases.CheckLeaseContinuous(l2.r.Start, l2.n) {
 			continue
 		}
@@ -225,8 +217,7 @@ func (m *maps) merge(l lease, node string, users []string, err error) {
 	}
 }
 
-// Rebuild is one held range's mail map: when its rebuild began, and how
-// long it took to hear from every node (0 while it has not).
+// Rebuild is one held range's mail map rebuild: Took is 0 until every node answered.
 type Rebuild struct {
 	Range keyspace.Range
 	Began time.Time
