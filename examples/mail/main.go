@@ -1,5 +1,4 @@
-// Command mail serves Porcupine's mail service; see package
-// github.com/leasehold/leasehold/examples/mail/mail and its README.
+// Command mail serves Porcupine's mail service (package mail; see README).
 //
 //	mail --id ID --listen ADDR --data-dir DIR --nodes ID=ADDR,... (--certs-dir DIR | --insecure) [--manager ADDR[,ADDR...]] [--namespace NS]
 //
@@ -31,8 +30,7 @@ func main() {
 	os.Exit(code)
 }
 
-// run serves and returns the exit code: 0, or 2 after a usage error or a
-// failure.
+// run serves and returns the exit code: 0, or 2 after a usage error or failure.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("mail", flag.ContinueOnError)
 	fs.SetOutput(stderr)

@@ -23,23 +23,17 @@ import (
 type ClientConfig struct {
 	Manager, Namespace string
 	Timing             protocol.Timing
-	// CertsDir is the certificates directory (leasehold cert): the client's
-	// gateway dials the Manager and the nodes with its lookup certificate
-	// (lookup.<CertName>.crt, or the only one; gateway.Config.Certs).
+	// CertsDir (leasehold cert): the gateway dials with lookup.<CertName>.crt
+	// (or the only one). Insecure, without it, dials in plaintext.
 	CertsDir, CertName string
-	// Insecure, without CertsDir, dials the Manager and the nodes in
-	// plaintext (gateway.Config.Insecure). One of the two is required.
-	Insecure bool
+	Insecure           bool
 }
 
-// Client is a delivery and retrieval proxy: a leasehold gateway in this
-// process (package gateway) that sends each request to the Owner of the
-// user's key, found with its Lookup, and retries while ownership moves or
-// the mail map is rebuilt (the Owner's refusals), within the caller's
-// deadline. Duties of the Lookup's caller, met by the gateway: a route is
-// a hint, and a refusal is retried after a short backoff. The mail is
-// durable and the mail map is rebuilt by the Owner, so on a loss
-// notification a frontend has nothing to republish.
+// Client is a delivery and retrieval proxy: an in-process gateway sends
+// each request to the Owner of the user's key and retries its refusals
+// within the caller's deadline (the Lookup caller's duties: a route is a
+// hint; back off, then retry). The mail is durable and the Owner rebuilds
+// the map, so on a loss notification there is nothing to republish.
 type Client struct {
 	gw *gateway.Gateway
 }
@@ -66,9 +60,7 @@ func NewClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 func (c *Client) Close() error { return c.gw.Close() }
 
 // Deliver stores body in user's mailbox and returns the message's ID,
-// drawn once: every retry is the same message (Idempotency-Key lets the
-// gateway retry the delivery after a failure, and a read shows each ID
-// once).
+// drawn once: every retry (Idempotency-Key) is the same message.
 func (c *Client) Deliver(ctx context.Context, user, body string) (string, error) {
 	var b [8]byte
 	rand.Read(b[:])

@@ -26,17 +26,15 @@ type Message struct {
 	At   time.Time `json:"at"`
 }
 
-// disk is a node's durable store (Porcupine's mailbox fragments): one
-// append-only file per user, one JSON line per message, synced before it
-// is acknowledged. The users here are indexed in memory by key (read from
-// the file names at start), so a range's users cost a binary search and
-// the list (Porcupine's bucketed directories serve the same end).
+// disk is a node's mailbox fragments: one append-only file per user, one
+// JSON line per message, synced before it is acknowledged. The users are
+// indexed by key in memory, so a range's users cost a binary search
+// (Porcupine's bucketed directories serve the same end).
 type disk struct {
 	dir     string
 	pending atomic.Int64 // disk operations under way: the node's load
 	mu      sync.Mutex
-	users   map[string]bool // guarded by mu
-	byKey   []indexed       // guarded by mu; sorted by key, then name
+	byKey   []indexed // guarded by mu; sorted by key, then name
 }
 
 type indexed struct {
@@ -45,10 +43,7 @@ type indexed struct {
 }
 
 func compareIndexed(a, b indexed) int {
-	if a.key != b.key {
-		return cmp.Compare(a.key, b.key)
-	}
-	return strings.Compare(a.user, b.user)
+	return cmp.Or(cmp.Compare(a.key, b.key), strings.Compare(a.user, b.user))
 }
 
 func openDisk(dir string) (*disk, error) {
@@ -59,11 +54,10 @@ func openDisk(dir string) (*disk, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &disk{dir: dir, users: map[string]bool{}}
+	d := &disk{dir: dir}
 	for _, e := range ents {
 		name, ok := strings.CutSuffix(e.Name(), ".mbox")
 		if u, err := hex.DecodeString(name); ok && err == nil {
-			d.users[string(u)] = true
 			d.byKey = append(d.byKey, indexed{keyspace.KeyOf(string(u)), string(u)})
 		}
 	}
@@ -96,17 +90,14 @@ func (d *disk) store(user string, m Message) error {
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
-	if err == nil && !d.users[user] {
-		d.users[user] = true
-		e := indexed{keyspace.KeyOf(user), user}
-		i, _ := slices.BinarySearchFunc(d.byKey, e, compareIndexed)
+	e := indexed{keyspace.KeyOf(user), user}
+	if i, found := slices.BinarySearchFunc(d.byKey, e, compareIndexed); err == nil && !found {
 		d.byKey = slices.Insert(d.byKey, i, e)
 	}
 	return err
 }
 
-// fetch reads user's fragment. A torn last line (a crash in the middle of
-// a write, never acknowledged) is skipped.
+// fetch reads user's fragment, skipping a torn (never acknowledged) last line.
 func (d *disk) fetch(user string) ([]Message, error) {
 	d.pending.Add(1)
 	defer d.pending.Add(-1)

@@ -18,24 +18,20 @@ type leases interface {
 	Held() []owner.Lease
 }
 
-var _ leases = (*owner.Owner)(nil)
-
 var (
 	errNotOwner   = errors.New("not the owner")
 	errLeaseLost  = errors.New("lease lost")
 	errRebuilding = errors.New("rebuilding: the user's mail map is being rebuilt from the nodes' disks; retry")
 )
 
-// lease names one grant: a range held under one LeaseNum. A rebuild is
-// tagged with it, so it never mixes two ownerships (Porcupine's epoch).
+// lease names one grant (Porcupine's epoch): a range under one LeaseNum.
 type lease struct {
 	r keyspace.Range
 	n owner.LeaseNum
 }
 
-// rangeMaps is the soft state of one held range (Porcupine's mail maps):
-// which nodes hold a fragment of each user, rebuilt from the nodes' disks
-// when the range was granted, and kept up by deliveries since.
+// rangeMaps is one held range's mail maps: rebuilt from the disks when
+// granted, kept up by deliveries since.
 type rangeMaps struct {
 	users  map[string]map[string]bool // user → nodes with a fragment
 	known  map[string]bool            // nodes whose fragments in the range are in users
@@ -58,11 +54,10 @@ func newMaps(l leases, nodes []string) *maps {
 	return &maps{leases: l, nodes: nodes, ranges: map[lease]*rangeMaps{}, now: time.Now}
 }
 
-// lookup runs steps (1) and (2) for user: the lease its key is held under,
-// the nodes holding its fragments as that lease's mail map says, and the
-// nodes that failed to answer the rebuild (their fragments may be
-// missing). Until every node has answered or failed, errRebuilding: a
-// node merely slow to answer is waited for, never reported missing.
+// lookup runs steps (1) and (2): the lease user's key is held under, the
+// nodes with its fragments by that lease's map, and the nodes that failed
+// the rebuild. Until every node answered or failed, errRebuilding: a slow
+// node is waited for, never reported missing.
 func (m *maps) lookup(user string) (n owner.LeaseNum, nodes, unknown []string, err error) {
 	k := keyspace.KeyOf(user)
 	m.mu.Lock()
@@ -73,9 +68,8 @@ func (m *maps) lookup(user string) (n owner.LeaseNum, nodes, unknown []string, e
 		return n, nil, nil, errNotOwner
 	}
 	// (2) Duty: keep the LeaseNum with the state, and treat state stored
-	// under any other as lost. Only the mail map rebuilt under n counts: a
-	// map of another lease may miss fragments stored while another server
-	// held the user.
+	// under any other as lost: another lease's map may miss fragments
+	// stored while another server held the user.
 	rm := m.findLocked(k, n)
 	if rm == nil {
 		// Duty: never rely on OnChange — it may lag the grant, so the
@@ -89,15 +83,12 @@ func (m *maps) lookup(user string) (n owner.LeaseNum, nodes, unknown []string, e
 	if rm == nil || slices.ContainsFunc(m.nodes, func(node string) bool { return !rm.known[node] && !rm.failed[node] }) {
 		return n, nil, nil, errRebuilding
 	}
-	for node := range rm.users[user] {
-		nodes = append(nodes, node)
-	}
+	nodes = slices.Sorted(stdmaps.Keys(rm.users[user]))
 	for _, node := range m.nodes {
 		if !rm.known[node] {
 			unknown = append(unknown, node)
 		}
 	}
-	slices.Sort(nodes)
 	return n, nodes, unknown, nil
 }
 
@@ -120,8 +111,7 @@ func (m *maps) beginLocked(l lease) *rangeMaps {
 	return rm
 }
 
-// added records that node now holds a fragment of user, under n: step (3)
-// of a delivery, then (4).
+// added records node's new fragment of user under n: delivery steps (3), (4).
 func (m *maps) added(user, node string, n owner.LeaseNum) error {
 	k := keyspace.KeyOf(user)
 	m.mu.Lock()
@@ -130,10 +120,7 @@ func (m *maps) added(user, node string, n owner.LeaseNum) error {
 	if rm == nil {
 		return errLeaseLost
 	}
-	if rm.users[user] == nil {
-		rm.users[user] = map[string]bool{}
-	}
-	rm.users[user][node] = true
+	rm.add(user, node)
 	// Duty: check after acting, before the acknowledgement leaves — (4).
 	if !m.leases.CheckLeaseContinuous(k, n) {
 		return errLeaseLost
@@ -142,10 +129,9 @@ func (m *maps) added(user, node string, n owner.LeaseNum) error {
 }
 
 // changed is the Owner's OnChange upcall: a granted range's rebuild
-// begins; a revoked range's maps are dropped. A lease may lose part of its
-// range and keep the rest under the same LeaseNum: the rest keeps its map.
-// Duty: never rely on OnChange for correctness — lookup starts a rebuild
-// the upcall has not, and checks the lease itself.
+// begins; a revoked range's maps are dropped, but what is left of a lease
+// that lost part of its range keeps its map. Duty: never rely on OnChange
+// — lookup starts a rebuild itself, and checks the lease.
 func (m *maps) changed(ch owner.OwnershipChange) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -165,6 +151,13 @@ func (m *maps) changed(ch owner.OwnershipChange) {
 	}
 }
 
+func (rm *rangeMaps) add(user, node string) {
+	if rm.users[user] == nil {
+		rm.users[user] = map[string]bool{}
+	}
+	rm.users[user][node] = true
+}
+
 // within copies the part of rm in r.
 func (rm *rangeMaps) within(r keyspace.Range) *rangeMaps {
 	out := &rangeMaps{users: map[string]map[string]bool{}, known: stdmaps.Clone(rm.known),
@@ -177,8 +170,8 @@ func (rm *rangeMaps) within(r keyspace.Range) *rangeMaps {
 	return out
 }
 
-// work lists, per range being rebuilt, the nodes to ask now: never asked,
-// or asked more than retry ago without an answer. It marks them tried.
+// work lists, per range rebuilt, the nodes to ask now (never asked, or
+// unanswered for retry) and marks them tried.
 func (m *maps) work(retry time.Duration) map[lease][]string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -195,17 +188,14 @@ func (m *maps) work(retry time.Duration) map[lease][]string {
 	return out
 }
 
-// merge adds what node's disk holds in l's range to the mail maps of l's
-// lease (l's range, or what is left of it), if that lease is still held:
-// a rebuild's answer for a lease gone is thrown away, never mixed into the
-// next ownership's map. A failed answer (err) marks the node failed until
-// it answers.
+// merge adds what node's disk holds in l's range to the maps of l's lease
+// (or what is left of it) if still held; an answer for a lease gone is
+// thrown away. A failed answer (err) marks the node failed until it answers.
 func (m *maps) merge(l lease, node string, users []string, err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for l2, rm := range m.ranges {
-		// Duty: CheckLeaseContinuous — state gathered under a lease that
-		// ended is not mixed into the next.
+		// Duty: CheckLeaseContinuous — never mix an ended lease's state into the next.
 		if l2.n != l.n || !l.r.Covers(l2.r) || !m.leases.CheckLeaseContinuous(l2.r.Start, l2.n) {
 			continue
 		}
@@ -214,13 +204,9 @@ func (m *maps) merge(l lease, node string, users []string, err error) {
 			continue
 		}
 		for _, u := range users {
-			if !l2.r.Contains(keyspace.KeyOf(u)) {
-				continue
+			if l2.r.Contains(keyspace.KeyOf(u)) {
+				rm.add(u, node)
 			}
-			if rm.users[u] == nil {
-				rm.users[u] = map[string]bool{}
-			}
-			rm.users[u][node] = true
 		}
 		rm.known[node] = true
 		delete(rm.tried, node)
@@ -231,8 +217,7 @@ func (m *maps) merge(l lease, node string, users []string, err error) {
 	}
 }
 
-// Rebuild is one held range's mail map: when its rebuild began, and how
-// long it took to hear from every node (0 while it has not).
+// Rebuild is one held range's mail map rebuild: Took is 0 until every node answered.
 type Rebuild struct {
 	Range keyspace.Range
 	Began time.Time

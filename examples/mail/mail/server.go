@@ -1,6 +1,7 @@
 package mail
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -27,39 +28,30 @@ import (
 
 // Limits and timings.
 const (
-	MaxMessageBytes = 1 << 20 // a larger delivery is answered 413
-	// Spread is Porcupine's soft bound on the nodes a user's mail is
-	// spread over (see candidates).
-	Spread     = 2
-	nodeWait   = 2 * time.Second        // one request to another node
-	retryNodes = 500 * time.Millisecond // a node not heard from is asked again
-	downFor    = 2 * time.Second        // a node that failed is skipped this long
+	MaxMessageBytes = 1 << 20                // a larger delivery is answered 413
+	Spread          = 2                      // Porcupine's soft bound on a user's fragment nodes
+	nodeWait        = 2 * time.Second        // one request to another node
+	retryNodes      = 500 * time.Millisecond // a node not heard from is asked again
+	downFor         = 2 * time.Second        // a node that failed is skipped this long
 )
 
-// ServerConfig configures a Server. Nodes maps every node's ID (its Owner
-// ID) to its address, this one's included; DataDir holds this node's
-// fragments. Manager, ID, Listen, DataDir and Nodes are required.
+// ServerConfig configures a Server. Nodes maps every node's (Owner) ID to
+// its address, this one's included. All but Namespace, Timing and Logger
+// are required.
 type ServerConfig struct {
 	Manager, Namespace, ID, Listen, DataDir string
 	Nodes                                   map[string]string
 	Timing                                  protocol.Timing
 	Logger                                  *slog.Logger
-	// CertsDir is the certificates directory (leasehold cert): the Owner
-	// dials the Manager with the certificate of its ID (owner.<ID>.crt),
-	// and the node serves HTTPS with it to clients that present a
-	// certificate of the same CA, and calls the other nodes with it. The
-	// storage endpoints (/internal/...) answer only the other nodes: an
-	// Owner certificate of this namespace whose ID is in Nodes.
+	// CertsDir (leasehold cert): the Owner, the HTTPS server and the calls
+	// to other nodes use owner.<ID>.crt; /internal/... answers only the
+	// nodes. Insecure, without it, is plaintext throughout. One of the two
+	// is required: plaintext is only ever chosen explicitly.
 	CertsDir string
-	// Insecure, without CertsDir, serves plain HTTP, calls the other nodes
-	// over it, and lets the Owner dial the Manager in plaintext
-	// (owner.Config.Insecure). One of the two is required: plaintext is
-	// only ever chosen explicitly.
 	Insecure bool
 }
 
-// Server is a mail node: a storage node for mailbox fragments, and the
-// Owner of the users in its leased ranges, holding their mail maps.
+// Server is a mail node: it stores fragments, and owns its leased users' mail maps.
 type Server struct {
 	cfg     ServerConfig
 	lis     net.Listener
@@ -82,8 +74,7 @@ type Server struct {
 	down     map[string]time.Time // until when to skip it, after it failed
 }
 
-// NewServer opens the data directory, listens, starts an Owner, and serves
-// HTTP until Close.
+// NewServer opens DataDir, listens, starts an Owner, and serves until Close.
 func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	if cfg.Manager == "" || cfg.ID == "" || cfg.Listen == "" || cfg.DataDir == "" {
 		return nil, errors.New("mail: ServerConfig.Manager, ID, Listen and DataDir are required")
@@ -147,12 +138,13 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	return s, nil
 }
 
-// nodesOnly admits, on a node with certificates, only the other nodes to
-// the storage endpoints: an Owner of this namespace named in Nodes. A
-// frontend, or an Owner of another service, may neither store fragments
-// nor read anyone's mail from the disks.
+// nodesOnly admits, with certificates, only the nodes (Owners of this
+// namespace named in Nodes) to the storage endpoints: no frontend or other
+// service may store fragments or read the disks. Every answer carries the
+// node's load.
 func (s *Server) nodesOnly(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Pending", strconv.FormatInt(s.disk.pending.Load(), 10))
 		if s.certs != nil {
 			ns := cmp.Or(s.cfg.Namespace, "default")
 			id, ok := certs.FromHTTP(r)
@@ -171,9 +163,8 @@ func (s *Server) Addr() string { return s.lis.Addr().String() }
 // Rebuilds returns the rebuilds of the mail maps of the ranges held now.
 func (s *Server) Rebuilds() []Rebuild { return s.maps.rebuilds() }
 
-// Close hands the ranges back (the Manager reassigns them at once; their
-// new Owners rebuild the mail maps from the disks) and stops serving. The
-// fragments stay on disk.
+// Close hands the ranges back (their next Owners rebuild the mail maps from
+// the disks) and stops serving. The fragments stay on disk.
 func (s *Server) Close(ctx context.Context) error {
 	s.close.Do(func() {
 		if err := s.owner.Close(ctx); err != nil {
@@ -187,9 +178,8 @@ func (s *Server) Close(ctx context.Context) error {
 	return s.err
 }
 
-// rebuilder rebuilds the mail maps of granted ranges: it asks every node
-// which users of the range it holds fragments for (Porcupine's disk
-// scan), and asks again those that did not answer.
+// rebuilder asks every node which users of a granted range it holds
+// (Porcupine's disk scan), and asks again those that did not answer.
 func (s *Server) rebuilder() {
 	tick := time.NewTicker(retryNodes / 2)
 	defer tick.Stop()
@@ -254,9 +244,8 @@ func (s *Server) call(node, method, path string, body io.Reader, out any) error 
 	return err
 }
 
-// candidates orders the nodes a delivery to user may go to: the nodes
-// holding its fragments, and random others while there are fewer than
-// Spread, by load; then every other node, for when none of those answers.
+// candidates orders a delivery's nodes: the user's fragment nodes, topped
+// up with random others to Spread, by load; then every other node.
 func (s *Server) candidates(holding []string) []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -282,9 +271,8 @@ func (s *Server) candidates(holding []string) []string {
 	return append(first, rest...)
 }
 
-// fail answers an error; refusals follow the Owner contract (owner.Refuse):
-// a range being rebuilt is not taken up yet (moving, 503), a key not held
-// is not-owner (421).
+// fail answers an error; refusals follow owner.Refuse: a range being
+// rebuilt is moving (503), a key not held is not-owner (421).
 func (s *Server) fail(w http.ResponseWriter, err error) {
 	switch {
 	case errors.Is(err, errRebuilding):
@@ -296,8 +284,8 @@ func (s *Server) fail(w http.ResponseWriter, err error) {
 	}
 }
 
-// handleDeliver serves POST /mail/{user}?id=ID: the five steps, with the
-// message stored durably on one node between (2) and (3).
+// handleDeliver serves POST /mail/{user}?id=ID: the five steps, the message
+// stored durably on one node between (2) and (3).
 func (s *Server) handleDeliver(w http.ResponseWriter, r *http.Request) {
 	user, id := r.PathValue("user"), r.URL.Query().Get("id")
 	if id == "" || len(id) > 256 {
@@ -320,7 +308,7 @@ func (s *Server) handleDeliver(w http.ResponseWriter, r *http.Request) {
 		if node == s.cfg.ID {
 			err = s.disk.store(user, Message{ID: id, Body: string(body), At: time.Now()})
 		} else {
-			err = s.call(node, http.MethodPost, "/internal/store/"+url.PathEscape(user), strings.NewReader(string(m)), nil)
+			err = s.call(node, http.MethodPost, "/internal/store/"+url.PathEscape(user), bytes.NewReader(m), nil)
 		}
 		if err == nil {
 			stored = node
@@ -339,17 +327,15 @@ func (s *Server) handleDeliver(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent) // (5)
 }
 
-// Mailbox answers a read: the user's messages, oldest first, each once,
-// and the nodes that may hold more but could not be read (not heard from
-// since the range was granted, or not answering now).
+// Mailbox answers a read: the messages, oldest first, each once, and the
+// nodes that may hold more but could not be read.
 type Mailbox struct {
 	User       string    `json:"user"`
 	Messages   []Message `json:"messages"`
 	Incomplete []string  `json:"incomplete"`
 }
 
-// handleRead serves GET /mail/{user}: it gathers the fragments from the
-// nodes the mail map names.
+// handleRead serves GET /mail/{user}: it gathers the mail map's fragments.
 func (s *Server) handleRead(w http.ResponseWriter, r *http.Request) {
 	user := r.PathValue("user")
 	n, holding, unknown, err := s.maps.lookup(user) // (1), (2): the duties are in maps.lookup
@@ -385,10 +371,7 @@ func (s *Server) handleRead(w http.ResponseWriter, r *http.Request) {
 	}
 	wg.Wait()
 	slices.SortFunc(box.Messages, func(a, b Message) int {
-		if c := a.At.Compare(b.At); c != 0 {
-			return c
-		}
-		return strings.Compare(a.ID, b.ID)
+		return cmp.Or(a.At.Compare(b.At), strings.Compare(a.ID, b.ID))
 	})
 	slices.Sort(box.Incomplete)
 	// Duty: CheckLeaseContinuous before anything leaves the server — (4):
@@ -401,14 +384,7 @@ func (s *Server) handleRead(w http.ResponseWriter, r *http.Request) {
 	json.NewEncoder(w).Encode(box) // (5)
 }
 
-// The storage node's side, for the other nodes only. Every answer carries
-// the node's load.
-func (s *Server) pending(w http.ResponseWriter) {
-	w.Header().Set("X-Pending", strconv.FormatInt(s.disk.pending.Load(), 10))
-}
-
 func (s *Server) handleStore(w http.ResponseWriter, r *http.Request) {
-	s.pending(w)
 	var m Message
 	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 2*MaxMessageBytes)).Decode(&m); err != nil || m.ID == "" {
 		http.Error(w, fmt.Sprintf("store: a JSON message with an id is required (%v)", err), http.StatusBadRequest)
@@ -423,7 +399,6 @@ func (s *Server) handleStore(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleFetch(w http.ResponseWriter, r *http.Request) {
-	s.pending(w)
 	ms, err := s.disk.fetch(r.PathValue("user"))
 	if err != nil {
 		http.Error(w, "fetch: "+err.Error(), http.StatusInternalServerError)
@@ -433,7 +408,6 @@ func (s *Server) handleFetch(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleUsers(w http.ResponseWriter, r *http.Request) {
-	s.pending(w)
 	start, err1 := strconv.ParseUint(r.URL.Query().Get("start"), 10, 64)
 	end, err2 := strconv.ParseUint(r.URL.Query().Get("end"), 10, 64)
 	rg := keyspace.Range{Start: keyspace.Key(start), End: keyspace.Key(end)}
