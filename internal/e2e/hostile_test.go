@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/net/http2"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
 	grpcstatus "google.golang.org/grpc/status"
 
@@ -200,6 +201,18 @@ func startHostile(t *testing.T, addr string) *hostile {
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The gRPC clients' connection is made before the idle connections
+	// below fill --max-connections: a connection refused for that limit is
+	// the idle clients' refusal to report, not theirs (gRPC would show them
+	// only "the connection is draining").
+	conn.Connect()
+	rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer rcancel()
+	for st := conn.GetState(); st != connectivity.Ready; st = conn.GetState() {
+		if !conn.WaitForStateChange(rctx, st) {
+			t.Fatalf("the hostile clients' connection is %v after 10 s, not ready", st)
+		}
 	}
 	leases := pb.NewLeasesClient(conn)
 	// send sends m on a fresh stream and waits for the stream to end.

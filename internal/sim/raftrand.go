@@ -19,18 +19,24 @@ import (
 // run many seeds at once, each in its own goroutine. Swapping in one seeded
 // reader per run would need every run serialised behind a mutex — halving
 // the sweeps on two cores — or the runs would steal each other's bytes and
-// replay nothing. So while any run is under way the package installs a
-// dispatching reader instead: it serves each goroutine registered by Run
-// from that run's seeded stream, and every other goroutine from the reader
-// it replaced. The mutex serialises installing, registering and restoring:
-// the reader is installed when the first concurrent run starts (no run can
-// be drawing then) and the old one restored when the last ends. A run
-// drives all its replicas from the goroutine that called Run, so the
-// goroutine names the run.
+// replay nothing. So the package installs a dispatching reader instead: it
+// serves each goroutine registered by Run from that run's seeded stream,
+// and every other goroutine from the reader it replaced. It is installed
+// once, when the package is initialised, before any goroutine of the
+// process can be reading the variable: writing it later, while a real
+// Manager or a TLS handshake elsewhere in the same process reads it, is a
+// data race. A run drives all its replicas from the goroutine that called
+// Run, so the goroutine names the run.
 var raftRand struct {
 	sync.Mutex
 	old  io.Reader
 	runs map[uint64]io.Reader // goroutine ID → the run's stream
+}
+
+func init() {
+	raftRand.old = crand.Reader
+	raftRand.runs = map[uint64]io.Reader{}
+	crand.Reader = dispatchReader{}
 }
 
 // seedRaftRand makes the calling goroutine's draws from crypto/rand.Reader
@@ -42,19 +48,11 @@ func seedRaftRand(seed uint64) (restore func()) {
 	copy(key[8:], "leasehold sim: raft elections")
 	raftRand.Lock()
 	defer raftRand.Unlock()
-	if len(raftRand.runs) == 0 {
-		raftRand.old = crand.Reader
-		raftRand.runs = map[uint64]io.Reader{}
-		crand.Reader = dispatchReader{}
-	}
 	raftRand.runs[id] = rand.NewChaCha8(key)
 	return func() {
 		raftRand.Lock()
 		defer raftRand.Unlock()
 		delete(raftRand.runs, id)
-		if len(raftRand.runs) == 0 {
-			crand.Reader = raftRand.old
-		}
 	}
 }
 
