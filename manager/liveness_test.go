@@ -173,13 +173,18 @@ func (n *cutNet) leader() uint64 {
 //     comes. The followers name the leader the Owner cannot reach; it asks
 //     one to relay its stream, and renews through it.
 //
+// In the stalled case a follower may be asked to relay too, when the
+// Owner's answer wait runs out before the election ends (the election's
+// timeouts are random); that relay gets no answer either, and the Owner
+// moves to the new leader. So only the second case must relay.
+//
 // Either way the Owner holds every key under the same lease throughout,
 // checked every 50 ms, and the Lookup reports no loss.
 func TestLeaderCutOffKeepsLeases(t *testing.T) {
 	for _, tc := range []struct {
-		name    string
-		cutOff  func(leader string) func(from, to string) bool
-		relayed bool
+		name      string
+		cutOff    func(leader string) func(from, to string) bool
+		mustRelay bool
 	}{
 		{"stalled", func(l string) func(from, to string) bool {
 			return func(from, to string) bool { return from == l || to == l }
@@ -245,10 +250,10 @@ func TestLeaderCutOffKeepsLeases(t *testing.T) {
 						}
 					}
 				}
-				if tc.relayed != (relays > 0) {
-					t.Errorf("a follower relayed the owner's stream: %v, want %v", relays > 0, tc.relayed)
+				if tc.mustRelay && relays == 0 {
+					t.Errorf("no follower relayed the owner's stream to the leader it could not reach")
 				}
-				if now := n.leader(); tc.relayed && now != old {
+				if now := n.leader(); tc.mustRelay && now != old {
 					t.Errorf("leader %d, was %d: the cut should not have cost the leader its quorum", now, old)
 				}
 				n.setCut(nil)
