@@ -119,15 +119,8 @@ func tourPubSub(ctx context.Context, out io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(out, "1. A Manager listens on %s (fast timings); three pubsub servers start as processes:\n", addr)
-	servers := map[string]*exec.Cmd{}
-	defer func() { // kill what is left (ctx), and wait
-		cancel()
-		for _, cmd := range servers {
-			if cmd != nil {
-				cmd.Wait()
-			}
-		}
-	}()
+	servers := tourProcs{}
+	defer func() { cancel(); servers.wait() }() // kill what is left (ctx), and reap it
 	for _, id := range []string{"ps-1", "ps-2", "ps-3"} {
 		if servers[id], err = spawnApp(ctx, out, "pubsub", "--manager", addr, "--listen", "127.0.0.1:0", "--id", id); err != nil {
 			return err
@@ -241,15 +234,8 @@ func tourPresence(ctx context.Context, out io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(out, "1. A Manager listens on %s (fast timings); three presence servers start as processes:\n", addr)
-	servers := map[string]*exec.Cmd{}
-	defer func() { // kill what is left (ctx), and wait
-		cancel()
-		for _, cmd := range servers {
-			if cmd != nil {
-				cmd.Wait()
-			}
-		}
-	}()
+	servers := tourProcs{}
+	defer func() { cancel(); servers.wait() }() // kill what is left (ctx), and reap it
 	for _, id := range []string{"pr-1", "pr-2", "pr-3"} {
 		if servers[id], err = spawnApp(ctx, out, "presence", "--manager", addr, "--listen", "127.0.0.1:0", "--id", id); err != nil {
 			return err
@@ -367,15 +353,8 @@ func tourMail(ctx context.Context, out io.Writer) error {
 		lis.Close()
 	}
 	fmt.Fprintf(out, "1. A Manager listens on %s (fast timings); three mail nodes start as processes, each with its disk:\n", addr)
-	procs := map[string]*exec.Cmd{}
-	defer func() { // kill what is left (ctx), and wait
-		cancel()
-		for _, cmd := range procs {
-			if cmd != nil {
-				cmd.Wait()
-			}
-		}
-	}()
+	procs := tourProcs{}
+	defer func() { cancel(); procs.wait() }() // kill what is left (ctx), and reap it
 	start := func(i int) (err error) {
 		_, listen, _ := strings.Cut(nodes[i], "=")
 		procs[ids[i]], err = spawnApp(ctx, out, "mail", "--manager", addr, "--id", ids[i], "--listen", listen,
@@ -473,6 +452,18 @@ func tourMail(ctx context.Context, out io.Writer) error {
 	}
 	fmt.Fprintln(out, "   No message was lost or read twice. Done.")
 	return nil
+}
+
+// tourProcs are a tour's server processes, by ID.
+type tourProcs map[string]*exec.Cmd
+
+// wait reaps every process; the tour's context kills them first.
+func (p tourProcs) wait() {
+	for _, cmd := range p {
+		if cmd != nil {
+			cmd.Wait()
+		}
+	}
 }
 
 // startTourManager serves a Manager with fast timings on 127.0.0.1 until
