@@ -264,7 +264,7 @@ func (d *demo) run(ctx context.Context) error {
 	d.say("")
 	d.say("Done. At no point did two servers hold the same key, every lost range was reported,")
 	d.say("and the ranges that moved on purpose took their values with them.")
-	d.say("Next: 'leasehold manager', 'go run ./examples/kv serve', 'leasehold status' (README.md).")
+	d.say("Next: README.md's five-minute walkthrough does the same by hand: a CA of your own, 'leasehold manager', 'kv serve', 'leasehold status'.")
 	if d.dashboard != "" {
 		d.say("")
 		d.say("The dashboard stays up with the Manager and its servers; interrupt (Ctrl-C) to stop.")
