@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -36,8 +37,11 @@ const soakPhase = 8 * time.Second
 // past --max-request-rate, idle connections past --max-connections, and a
 // forged leave for a real Owner from another stream. Each hostile client
 // must be refused with an error naming the limit (or, for the forged
-// leave, the session rule; for a message past every service's limit, which
-// gRPC refuses unread, gRPC's own "larger than max"); no kv request may
+// leave, the identity or the session rule; for a message past every
+// service's limit, which gRPC refuses unread, gRPC's own "larger than
+// max"), and so must clients without a certificate or with another CA's.
+// Everything legitimate speaks mutual TLS (startHostile says which
+// certificates the attackers hold); no kv request may
 // fail and no kv value may be lost. The real Owners' request p99 under
 // attack against the same load alone (the goal is within 1.5×) and the
 // Manager's peak RSS are reported, not asserted: a shared machine's noise
@@ -225,7 +229,7 @@ func startHostile(t *testing.T, addr string) *hostile {
 		defer rcancel()
 		for st := conn.GetState(); st != connectivity.Ready; st = conn.GetState() {
 			if !conn.WaitForStateChange(rctx, st) {
-				t.Fatalf("a hostile client's connection is %v after 10 s, not ready", st)
+				t.Fatalf("a hostile client's connection (%T) is %v after 10 s, not ready", creds, st)
 			}
 		}
 		return conn
@@ -245,7 +249,7 @@ func startHostile(t *testing.T, addr string) *hostile {
 	mallory, thief := pb.NewLeasesClient(as(certs.Owner, "mallory")), pb.NewLeasesClient(as(certs.Owner, "kv-2"))
 	flooder := pb.NewLookupsClient(as(certs.Lookup, "e2e"))
 	anonymous := pb.NewLookupsClient(dial(credentials.NewTLS(&tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS13})))
-	stranger := pb.NewLookupsClient(dial(certs.ClientCredentials(otherCA(t), certs.Replica)))
+	stranger := pb.NewLookupsClient(dial(credentials.NewTLS(otherCA(t))))
 
 	// send sends m on a fresh stream and waits for the stream to end.
 	send := func(leases pb.LeasesClient, msgs ...*pb.LeaseRequest) error {
@@ -290,6 +294,7 @@ func startHostile(t *testing.T, addr string) *hostile {
 	}
 	inc := uint64(time.Now().UnixNano())
 	loop := func(kind, want string, every time.Duration, do func(i int) error) {
+		h.got[kind] = &refusal{} // each kind must be refused at least once
 		h.wg.Go(func() {
 			for i := 0; ctx.Err() == nil; i++ {
 				if err := do(i); err != nil && ctx.Err() == nil {
@@ -339,6 +344,7 @@ func startHostile(t *testing.T, addr string) *hostile {
 	// kept; those past the limit get, before any TLS, a GOAWAY that names
 	// it; the others complete TLS and HTTP/2's preface, say nothing more,
 	// and are closed idle.
+	h.got["connection past the limit"], h.got["idle connection"] = &refusal{}, &refusal{}
 	lookupTLS := sourceFor(t, certs.Lookup, "e2e").ClientTLS(certs.Replica)
 	lookupTLS.NextProtos = []string{"h2"}
 	for range 80 {
@@ -407,9 +413,10 @@ func (c *recordingConn) read() []byte {
 	return slices.Clone(c.buf)
 }
 
-// otherCA returns a lookup certificate signed by a CA that is not the
-// group's.
-func otherCA(t *testing.T) *certs.Source {
+// otherCA returns the TLS configuration of a client presenting a lookup
+// certificate signed by a CA that is not the group's (and trusting any
+// server).
+func otherCA(t *testing.T) *tls.Config {
 	t.Helper()
 	dir := t.TempDir()
 	ca, err := certs.CreateCA(dir, "", 0, false)
@@ -419,11 +426,12 @@ func otherCA(t *testing.T) *certs.Source {
 	if _, err := certs.Create(dir, ca, certs.Identity{Role: certs.Lookup, Name: "stranger"}, localHosts, 0); err != nil {
 		t.Fatal(err)
 	}
-	src, err := certs.Open(dir, certs.Lookup, "stranger")
+	base := filepath.Join(dir, certs.FileBase(certs.Identity{Role: certs.Lookup, Name: "stranger"}))
+	cert, err := tls.LoadX509KeyPair(base+".crt", base+".key")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return src
+	return &tls.Config{Certificates: []tls.Certificate{cert}, InsecureSkipVerify: true, MinVersion: tls.VersionTLS13}
 }
 
 // stop ends the hostile clients and returns what each kind was told.
