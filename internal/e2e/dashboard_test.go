@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"crypto/tls"
 	"fmt"
 	"net"
 	"net/http"
@@ -159,12 +160,13 @@ func (p *page) holders() string {
 	return p.b.Text(`document.querySelector("#ring").dataset.holders`)
 }
 
-// viewerProxy serves the dashboard at dashURL (HTTPS, mutual TLS) to this
-// test's browser in plain HTTP on a loopback address, presenting an
-// operator's certificate to the dashboard for it: headless Chromium cannot
-// pick a client certificate without a managed policy. The browser's Host
-// and Origin pass unchanged, so the dashboard's same-origin check of a
-// drain sees the page's own.
+// viewerProxy checks that the dashboard at dashURL serves HTTPS only to
+// viewers with a certificate, and serves it to this test's browser in
+// plain HTTP on a loopback address, presenting an operator's certificate
+// to the dashboard for it: headless Chromium cannot pick a client
+// certificate without a managed policy. The browser's Host and Origin
+// pass unchanged, so the dashboard's same-origin check of a drain sees the
+// page's own.
 func viewerProxy(t *testing.T, dashURL string) string {
 	t.Helper()
 	u, err := url.Parse(dashURL)
@@ -173,6 +175,17 @@ func viewerProxy(t *testing.T, dashURL string) string {
 	}
 	if u.Scheme != "https" {
 		t.Fatalf("the dashboard serves %s, want https (mutual TLS)", dashURL)
+	}
+	// A browser without a certificate of the group is refused.
+	bare := &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}
+	defer bare.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: bare, Timeout: 10 * time.Second}).Get(dashURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("the dashboard answered a viewer without a certificate %d, want 401", resp.StatusCode)
 	}
 	rp := httputil.NewSingleHostReverseProxy(u)
 	tr := sourceFor(t, certs.Operator, "e2e").HTTPTransport(certs.Operator, certs.Lookup)
