@@ -123,7 +123,7 @@ func (d *demo) run(ctx context.Context) error {
 			return err
 		}
 		defer os.RemoveAll(dir)
-		if src, err = makeDemoCerts(dir); err != nil {
+		if src, err = makeDemoCerts(dir, []string{"kv-1", "kv-2", "kv-3", "kv-4"}); err != nil {
 			return err
 		}
 		d.certsDir = dir
@@ -448,9 +448,10 @@ func (d *demo) showOwners() {
 	}
 }
 
-// makeDemoCerts makes the demo's CA and certificates in dir, and returns
+// makeDemoCerts makes the demo's CA and certificates in dir (replica 1, a
+// lookup, an operator and the owners, of namespace default), and returns
 // the Manager's.
-func makeDemoCerts(dir string) (*certs.Source, error) {
+func makeDemoCerts(dir string, owners []string) (*certs.Source, error) {
 	ca, err := certs.CreateCA(dir, "", time.Hour, false)
 	if err != nil {
 		return nil, err
@@ -461,7 +462,7 @@ func makeDemoCerts(dir string) (*certs.Source, error) {
 		{Role: certs.Lookup, Name: "demo-frontend"},
 		{Role: certs.Operator, Name: "demo"},
 	}
-	for _, id := range []string{"kv-1", "kv-2", "kv-3", "kv-4"} {
+	for _, id := range owners {
 		ids = append(ids, certs.Identity{Role: certs.Owner, Name: id, Namespaces: []string{manager.DefaultNamespace}})
 	}
 	for _, id := range ids {

@@ -31,7 +31,9 @@ import (
 // examples/mail): leasehold demo pubsub, presence and mail. Each runs a
 // Manager in this process with fast timings and the service's servers as
 // processes of this program (the hidden demo-app), kills one with SIGKILL,
-// and checks the service's promise; each exits 0 only if it held.
+// and checks the service's promise; each exits 0 only if it held. Like
+// the demo, each speaks mutual TLS, with a throwaway CA and certificates
+// in a temporary directory removed when it ends.
 
 func init() { register(newDemoAppCommand) }
 
@@ -55,7 +57,7 @@ func newTourCommands(e *env) []*cobra.Command {
 // newDemoAppCommand is the hidden subcommand the tours start their
 // servers with, so that killing one is a real SIGKILL of a real process.
 func newDemoAppCommand(e *env) *cobra.Command {
-	var managerAddr, id, listen, dataDir, nodes string
+	var managerAddr, id, listen, dataDir, nodes, certsDir string
 	cmd := &cobra.Command{
 		Use:    "demo-app pubsub|presence|mail",
 		Hidden: true,
@@ -65,13 +67,13 @@ func newDemoAppCommand(e *env) *cobra.Command {
 			var closer func(context.Context) error
 			switch args[0] {
 			case "pubsub":
-				s, err := pubsub.NewServer(ctx, pubsub.ServerConfig{Insecure: true, Manager: managerAddr, ID: id, Listen: listen, Timing: protocol.Fast()})
+				s, err := pubsub.NewServer(ctx, pubsub.ServerConfig{CertsDir: certsDir, Insecure: certsDir == "", Manager: managerAddr, ID: id, Listen: listen, Timing: protocol.Fast()})
 				if err != nil {
 					return err
 				}
 				addr, closer = s.Addr(), s.Close
 			case "presence":
-				s, err := presence.NewServer(ctx, presence.ServerConfig{Insecure: true, Manager: managerAddr, ID: id, Listen: listen, Timing: protocol.Fast()})
+				s, err := presence.NewServer(ctx, presence.ServerConfig{CertsDir: certsDir, Insecure: certsDir == "", Manager: managerAddr, ID: id, Listen: listen, Timing: protocol.Fast()})
 				if err != nil {
 					return err
 				}
@@ -82,7 +84,7 @@ func newDemoAppCommand(e *env) *cobra.Command {
 					k, v, _ := strings.Cut(n, "=")
 					all[k] = v
 				}
-				s, err := mail.NewServer(ctx, mail.ServerConfig{Insecure: true, Manager: managerAddr, ID: id, Listen: listen,
+				s, err := mail.NewServer(ctx, mail.ServerConfig{CertsDir: certsDir, Insecure: certsDir == "", Manager: managerAddr, ID: id, Listen: listen,
 					DataDir: dataDir, Nodes: all, Timing: protocol.Fast()})
 				if err != nil {
 					return err
@@ -103,6 +105,7 @@ func newDemoAppCommand(e *env) *cobra.Command {
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:0", "the listen address")
 	cmd.Flags().StringVar(&dataDir, "data-dir", "", "mail: the node's data directory")
 	cmd.Flags().StringVar(&nodes, "nodes", "", "mail: every node, ID=ADDR, comma-separated")
+	cmd.Flags().StringVar(&certsDir, "certs-dir", "", "the certificates directory (none: plaintext)")
 	return cmd
 }
 
@@ -114,19 +117,20 @@ func newDemoAppCommand(e *env) *cobra.Command {
 func tourPubSub(ctx context.Context, out io.Writer) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	addr, err := startTourManager(ctx)
+	addr, dir, err := startTourManager(ctx, "ps-1", "ps-2", "ps-3")
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "1. A Manager listens on %s (fast timings); three pubsub servers start as processes:\n", addr)
+	defer os.RemoveAll(dir) // after the servers are reaped
+	fmt.Fprintf(out, "1. A Manager listens on %s (fast timings, mutual TLS); three pubsub servers start as processes:\n", addr)
 	servers := tourProcs{}
 	defer func() { cancel(); servers.wait() }() // kill what is left (ctx), and reap it
 	for _, id := range []string{"ps-1", "ps-2", "ps-3"} {
-		if servers[id], err = spawnApp(ctx, out, "pubsub", "--manager", addr, "--listen", "127.0.0.1:0", "--id", id); err != nil {
+		if servers[id], err = spawnApp(ctx, out, "pubsub", "--certs-dir", dir, "--manager", addr, "--listen", "127.0.0.1:0", "--id", id); err != nil {
 			return err
 		}
 	}
-	c, err := pubsub.NewClient(ctx, pubsub.ClientConfig{Insecure: true, Manager: addr, Timing: protocol.Fast()})
+	c, err := pubsub.NewClient(ctx, pubsub.ClientConfig{CertsDir: dir, Manager: addr, Timing: protocol.Fast()})
 	if err != nil {
 		return err
 	}
@@ -229,19 +233,20 @@ func tourPubSub(ctx context.Context, out io.Writer) error {
 func tourPresence(ctx context.Context, out io.Writer) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	addr, err := startTourManager(ctx)
+	addr, dir, err := startTourManager(ctx, "pr-1", "pr-2", "pr-3")
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "1. A Manager listens on %s (fast timings); three presence servers start as processes:\n", addr)
+	defer os.RemoveAll(dir) // after the servers are reaped
+	fmt.Fprintf(out, "1. A Manager listens on %s (fast timings, mutual TLS); three presence servers start as processes:\n", addr)
 	servers := tourProcs{}
 	defer func() { cancel(); servers.wait() }() // kill what is left (ctx), and reap it
 	for _, id := range []string{"pr-1", "pr-2", "pr-3"} {
-		if servers[id], err = spawnApp(ctx, out, "presence", "--manager", addr, "--listen", "127.0.0.1:0", "--id", id); err != nil {
+		if servers[id], err = spawnApp(ctx, out, "presence", "--certs-dir", dir, "--manager", addr, "--listen", "127.0.0.1:0", "--id", id); err != nil {
 			return err
 		}
 	}
-	c, err := presence.NewClient(ctx, presence.ClientConfig{Insecure: true, Manager: addr, Timing: protocol.Fast()})
+	c, err := presence.NewClient(ctx, presence.ClientConfig{CertsDir: dir, Manager: addr, Timing: protocol.Fast()})
 	if err != nil {
 		return err
 	}
@@ -334,10 +339,11 @@ func tourPresence(ctx context.Context, out io.Writer) error {
 func tourMail(ctx context.Context, out io.Writer) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	addr, err := startTourManager(ctx)
+	addr, certsDir, err := startTourManager(ctx, "mail-1", "mail-2", "mail-3")
 	if err != nil {
 		return err
 	}
+	defer os.RemoveAll(certsDir) // after the nodes are reaped
 	dir, err := os.MkdirTemp("", "mail-demo-")
 	if err != nil {
 		return err
@@ -352,12 +358,12 @@ func tourMail(ctx context.Context, out io.Writer) error {
 		nodes = append(nodes, id+"="+lis.Addr().String())
 		lis.Close()
 	}
-	fmt.Fprintf(out, "1. A Manager listens on %s (fast timings); three mail nodes start as processes, each with its disk:\n", addr)
+	fmt.Fprintf(out, "1. A Manager listens on %s (fast timings, mutual TLS); three mail nodes start as processes, each with its disk:\n", addr)
 	procs := tourProcs{}
 	defer func() { cancel(); procs.wait() }() // kill what is left (ctx), and reap it
 	start := func(i int) (err error) {
 		_, listen, _ := strings.Cut(nodes[i], "=")
-		procs[ids[i]], err = spawnApp(ctx, out, "mail", "--manager", addr, "--id", ids[i], "--listen", listen,
+		procs[ids[i]], err = spawnApp(ctx, out, "mail", "--certs-dir", certsDir, "--manager", addr, "--id", ids[i], "--listen", listen,
 			"--data-dir", filepath.Join(dir, ids[i]), "--nodes", strings.Join(nodes, ","))
 		return err
 	}
@@ -366,7 +372,7 @@ func tourMail(ctx context.Context, out io.Writer) error {
 			return err
 		}
 	}
-	c, err := mail.NewClient(ctx, mail.ClientConfig{Insecure: true, Manager: addr, Timing: protocol.Fast()})
+	c, err := mail.NewClient(ctx, mail.ClientConfig{CertsDir: certsDir, Manager: addr, Timing: protocol.Fast()})
 	if err != nil {
 		return err
 	}
@@ -466,19 +472,27 @@ func (p tourProcs) wait() {
 	}
 }
 
-// startTourManager serves a Manager with fast timings on 127.0.0.1 until
-// ctx ends, and returns its address.
-func startTourManager(ctx context.Context) (string, error) {
-	mgr, err := manager.NewServer(manager.ServerConfig{Insecure: true, Replica: config.Replica{Timing: protocol.Fast()}})
-	if err != nil {
-		return "", err
+// startTourManager makes a throwaway CA and certificates for the Manager,
+// the Owners named and a frontend in a temporary directory (the caller
+// removes it), serves a Manager with fast timings on 127.0.0.1 with them
+// until ctx ends, and returns its address and the directory.
+func startTourManager(ctx context.Context, owners ...string) (addr, dir string, err error) {
+	if dir, err = os.MkdirTemp("", "leasehold-tour-certs-"); err != nil {
+		return "", "", err
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
+	src, err := makeDemoCerts(dir, owners)
+	if err == nil {
+		var mgr *manager.Server
+		if mgr, err = manager.NewServer(manager.ServerConfig{Certs: src, Replica: config.Replica{Timing: protocol.Fast()}}); err == nil {
+			var lis net.Listener
+			if lis, err = net.Listen("tcp", "127.0.0.1:0"); err == nil {
+				go mgr.Serve(ctx, lis)
+				return lis.Addr().String(), dir, nil
+			}
+		}
 	}
-	go mgr.Serve(ctx, lis)
-	return lis.Addr().String(), nil
+	os.RemoveAll(dir)
+	return "", "", err
 }
 
 // spawnApp starts one of a tour's servers, this program's demo-app kind

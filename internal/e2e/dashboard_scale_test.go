@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math/rand"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -76,7 +75,8 @@ func TestDashboardAt1000Owners(t *testing.T) {
 	for i := range scaleOwners {
 		wg.Go(func() {
 			id := fmt.Sprintf("srv-%04d", i)
-			o, err := owner.New(ctx, owner.Config{Insecure: true, Manager: addr, ID: id,
+			ownerCert(t, id)
+			o, err := owner.New(ctx, owner.Config{CertsDir: certsDirFor(t), Manager: addr, ID: id,
 				Addr:     fmt.Sprintf("10.%d.%d.%d:7000", 1+i/62500, i/250%250, 1+i%250),
 				Capacity: capacities[i%len(capacities)]})
 			if err != nil {
@@ -95,7 +95,7 @@ func TestDashboardAt1000Owners(t *testing.T) {
 	}
 
 	// The frontend: a Lookup routes each read to its Owner.
-	l, err := lookup.New(ctx, lookup.Config{Insecure: true, Manager: addr})
+	l, err := lookup.New(ctx, lookup.Config{CertsDir: certsDirFor(t), Manager: addr})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,6 +160,7 @@ func TestDashboardAt1000Owners(t *testing.T) {
 	dash := start(t, "dashboard", leasehold, "dashboard", "--manager", addr, "--listen", "127.0.0.1:0")
 	line = dash.waitLine(t, "leasehold dashboard on ", 10*time.Second)
 	url, _, _ := strings.Cut(strings.TrimPrefix(line, "leasehold dashboard on "), " ")
+	url = viewerProxy(t, url)
 
 	b := browser.New(t, 1400, 1250) // tall enough for the timeline's newest lines
 	opened := time.Now()
@@ -202,7 +203,7 @@ func TestDashboardAt1000Owners(t *testing.T) {
 	// state (these Owners hand nothing over), so the timeline shows their
 	// loss, naming it, and the ring is drawn without it.
 	drained := "srv-0007"
-	if out, err := exec.Command(leasehold, "drain", "--manager", addr, drained).CombinedOutput(); err != nil {
+	if out, err := command(t, leasehold, "drain", "--manager", addr, drained).CombinedOutput(); err != nil {
 		t.Fatalf("leasehold drain %s: %v: %s", drained, err, out)
 	}
 	gone := fmt.Sprintf(`document.querySelector('#timeline li.loss[data-owners~=%q]') !== null && ring().dataset.holderCount === "%d"`,

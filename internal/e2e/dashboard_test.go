@@ -1,7 +1,12 @@
 package e2e
 
 import (
+	"crypto/tls"
 	"fmt"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
 	"slices"
 	"strings"
 	"testing"
@@ -9,6 +14,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/leasehold/leasehold/certs"
 	"github.com/leasehold/leasehold/internal/browser"
 	"github.com/leasehold/leasehold/protocol"
 )
@@ -45,6 +51,7 @@ func TestDashboard(t *testing.T) {
 	dash := start(t, "dashboard", leasehold, "dashboard", "--manager", addr, "--listen", "127.0.0.1:0", "--refresh", "250ms")
 	line = dash.waitLine(t, "leasehold dashboard on ", 10*time.Second)
 	url, _, _ := strings.Cut(strings.TrimPrefix(line, "leasehold dashboard on "), " ")
+	url = viewerProxy(t, url)
 	b := browser.New(t, 1400, 1000)
 	b.Do("open the dashboard", chromedp.Navigate(url))
 	p := &page{t: t, b: b}
@@ -151,4 +158,46 @@ func (p *page) waitAt(expr string, timeout time.Duration) (time.Time, bool) {
 
 func (p *page) holders() string {
 	return p.b.Text(`document.querySelector("#ring").dataset.holders`)
+}
+
+// viewerProxy checks that the dashboard at dashURL serves HTTPS only to
+// viewers with a certificate, and serves it to this test's browser in
+// plain HTTP on a loopback address, presenting an operator's certificate
+// to the dashboard for it: headless Chromium cannot pick a client
+// certificate without a managed policy. The browser's Host and Origin
+// pass unchanged, so the dashboard's same-origin check of a drain sees the
+// page's own.
+func viewerProxy(t *testing.T, dashURL string) string {
+	t.Helper()
+	u, err := url.Parse(dashURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.Scheme != "https" {
+		t.Fatalf("the dashboard serves %s, want https (mutual TLS)", dashURL)
+	}
+	// A browser without a certificate of the group is refused.
+	bare := &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}
+	defer bare.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: bare, Timeout: 10 * time.Second}).Get(dashURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("the dashboard answered a viewer without a certificate %d, want 401", resp.StatusCode)
+	}
+	rp := httputil.NewSingleHostReverseProxy(u)
+	tr := sourceFor(t, certs.Operator, "e2e").HTTPTransport(certs.Operator, certs.Lookup)
+	t.Cleanup(tr.CloseIdleConnections)
+	rp.Transport = tr
+	rp.FlushInterval = -1 // the page's event stream
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: rp, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return "http://" + lis.Addr().String() + "/"
 }

@@ -9,7 +9,8 @@ import (
 )
 
 // TestDemo runs the README's first command, leasehold demo, as a user
-// would: it must exit 0 and tell its whole story.
+// would: it must exit 0 and tell its whole story, with mutual TLS (its own
+// throwaway CA) as a newcomer gets it.
 func TestDemo(t *testing.T) {
 	if testing.Short() {
 		t.Skip("e2e: builds binaries and runs real processes; skipped with -short")
@@ -22,7 +23,7 @@ func TestDemo(t *testing.T) {
 	if err != nil {
 		t.Fatalf("leasehold demo: %v\n%s", err, out)
 	}
-	for _, want := range []string{"The frontend was told", "Every key reads back its value: 30/30", "No loss notification", "Done."} {
+	for _, want := range []string{"Every connection below is mutual TLS", "serves HTTPS on", "The frontend was told", "Every key reads back its value: 30/30", "No loss notification", "Done."} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("the demo's output lacks %q:\n%s", want, out)
 		}

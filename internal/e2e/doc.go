@@ -5,6 +5,11 @@
 //	LEASEHOLD_E2E=all go test ./internal/e2e -v   # all: also the cut-off leader, a duplicated ID, the examples, the dashboard, the gateways' rolling restart, the hostile soak
 //	go test -short ./...                          # skips them
 //
+// Every scenario runs with mutual TLS: each test makes a throwaway CA and
+// the certificates of its processes on first use (trust_test.go), and the
+// clients of the test process dial with them too; plaintext appears only
+// where a test checks that it is refused, or in an attacker's hands.
+//
 // The binaries are built once, into a directory TestMain removes, and shared
 // by the tests. The four oldest run in parallel: each spends most of its
 // time waiting for real leases and timers, and each runs its own Manager

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/certs"
 	"github.com/leasehold/leasehold/protocol"
 )
 
@@ -41,10 +42,10 @@ func TestDuplicateOwnerID(t *testing.T) {
 	addr, _, _ := strings.Cut(strings.TrimPrefix(line, "leasehold manager listening on "), " ")
 	c := &cli{t: t, leasehold: leasehold, kv: kvBin, manager: addr}
 	w := &watcher{p: start(t, "watch", leasehold, "watch", "--manager", addr, "--json")}
-	ws := &directWriter{client: &http.Client{Timeout: 2 * time.Second}, acks: map[string]ack{}}
-	px := startProxy(t, freeAddr(t), addr)
+	ws := &directWriter{client: &http.Client{Transport: frontendTransport(t, certs.Owner), Timeout: 2 * time.Second}, acks: map[string]ack{}}
+	px := startProxy(t, freeAddr(t), addr, "1")
 	ws.add("kv-1", servingAddr(t, c.serve("kv-1")))
-	ws.add("kv-2", servingAddr(t, start(t, "kv-2", kvBin, "serve", "--manager", px.lis.Addr().String(), "--listen", "127.0.0.1:0", "--id", "kv-2")))
+	ws.add("kv-2", servingAddr(t, startOwner(t, "kv-2", kvBin, "serve", "--manager", px.lis.Addr().String(), "--listen", "127.0.0.1:0", "--id", "kv-2")))
 	ws.add("kv-3", servingAddr(t, c.serve("kv-3")))
 	c.settle("three owners", func(s status) bool {
 		return slices.Equal(s.holders(), []string{"kv-1", "kv-2", "kv-3"}) && s.sumRanges() == 192
@@ -218,7 +219,7 @@ func (d *directWriter) run(t *testing.T, ks []string, stop <-chan struct{}) {
 }
 
 func (d *directWriter) put(addr, key, value string) bool {
-	req, err := http.NewRequest(http.MethodPut, "http://"+addr+"/kv/"+key, strings.NewReader(value))
+	req, err := http.NewRequest(http.MethodPut, "https://"+addr+"/kv/"+key, strings.NewReader(value))
 	if err != nil {
 		return false
 	}
@@ -301,7 +302,7 @@ func (d *directWriter) check(t *testing.T, key string) {
 func (d *directWriter) read(key string) (value string, found, held bool) {
 	_, addrs := d.servers()
 	for _, a := range addrs {
-		resp, err := d.client.Get("http://" + a + "/kv/" + key)
+		resp, err := d.client.Get("https://" + a + "/kv/" + key)
 		if err != nil {
 			continue
 		}

@@ -36,8 +36,6 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binDir = dir
-	// Plaintext unless a test asks for TLS (useTLS).
-	os.Setenv("LEASEHOLD_INSECURE", "1")
 	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
 		_ = os.RemoveAll(dir)
 		os.Exit(code)
@@ -76,7 +74,6 @@ func TestKVScenario(t *testing.T) {
 		t.Skip("e2e: builds binaries and runs real processes; skipped with -short")
 	}
 	t.Parallel()
-	useTLS(t)
 	leasehold, kvBin := build(t)
 	tm := protocol.Fast()
 	started := time.Now()
@@ -532,8 +529,7 @@ func (s status) complete() bool {
 }
 
 func (c *cli) status() (status, error) {
-	cmd := exec.Command(c.leasehold, "status", "--manager", c.manager, "--json")
-	cmd.Env = envFor(c.t)
+	cmd := command(c.t, c.leasehold, "status", "--manager", c.manager, "--json")
 	out, err := cmd.Output()
 	if err != nil {
 		if ee, ok := errors.AsType[*exec.ExitError](err); ok {
@@ -682,7 +678,7 @@ type router struct{ l *lookup.Lookup }
 
 func newRouter(t *testing.T, manager string) *router {
 	t.Helper()
-	l, err := lookup.New(context.Background(), lookup.Config{Manager: manager, Timing: protocol.Fast(), CertsDir: certsDirFor(t), Insecure: certsDirFor(t) == ""})
+	l, err := lookup.New(context.Background(), lookup.Config{Manager: manager, Timing: protocol.Fast(), CertsDir: certsDirFor(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,7 +27,6 @@ func TestManagerFailover(t *testing.T) {
 		t.Skip("e2e: builds binaries and runs real processes; skipped with -short")
 	}
 	t.Parallel()
-	useTLS(t)
 	leasehold, kvBin := build(t)
 	started := time.Now()
 	g := newGroup(t, leasehold, 3)

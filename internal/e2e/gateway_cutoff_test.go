@@ -48,11 +48,11 @@ func TestGatewayManagerStopped(t *testing.T) {
 	st := c.settle("three owners", func(s status) bool {
 		return slices.Equal(s.holders(), []string{"kv-1", "kv-2", "kv-3"}) && s.sumRanges() == 192
 	})
-	gwProc := start(t, "gateway", leasehold, "gateway", "--manager", addr, "--listen", "127.0.0.1:0",
+	gwProc := start(t, "gateway", leasehold, "gateway", "--manager", addr, "--listen", "127.0.0.1:0", "--tls", "--client-certs",
 		"--route", "name=kv,prefix=/kv/,key=path:1,timeout=2s", "--max-copy-age", "2s")
 	line = gwProc.waitLine(t, "leasehold gateway listening on ", 10*time.Second)
 	gwAddr, _, _ := strings.Cut(strings.TrimPrefix(line, "leasehold gateway listening on "), " ")
-	gw := newGatewayClient(t, "http://"+gwAddr)
+	gw := newGatewayClient(t, "https://"+gwAddr)
 	gw.waitReady()
 	sse := gw.subscribe()
 

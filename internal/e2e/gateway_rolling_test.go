@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/leasehold/leasehold/certs"
 )
 
 // TestGatewayRollingRestart is Ninja's online evolution through the
@@ -46,15 +48,14 @@ func TestGatewayRollingRestart(t *testing.T) {
 	gws := make([]*proc, 2)
 	startGateway := func(i int) {
 		gws[i] = start(t, fmt.Sprintf("gateway-%d", i+1), leasehold, "gateway", "--manager", addr, "--listen", gwAddrs[i],
-			"--route", "name=kv,prefix=/kv/,key=path:1,timeout=20s")
+			"--tls", "--client-certs", "--route", "name=kv,prefix=/kv/,key=path:1,timeout=20s")
 		gws[i].waitLine(t, "leasehold gateway listening on ", 10*time.Second)
-		newGatewayClient(t, "http://"+gwAddrs[i]).waitReady()
+		newGatewayClient(t, "https://"+gwAddrs[i]).waitReady()
 	}
 	startGateway(0)
 	startGateway(1)
 
-	f := newGatewayFrontend(gwAddrs, 200, workers)
-	defer f.tr.CloseIdleConnections()
+	f := newGatewayFrontend(frontendTransport(t, certs.Lookup), gwAddrs, 200, workers)
 	if err := f.putAll(); err != nil {
 		t.Fatal(err)
 	}
@@ -118,9 +119,10 @@ type gatewayFrontend struct {
 	elapsed                         time.Duration
 }
 
-func newGatewayFrontend(gws []string, nkeys, workers int) *gatewayFrontend {
+func newGatewayFrontend(tr *http.Transport, gws []string, nkeys, workers int) *gatewayFrontend {
 	f := &gatewayFrontend{gws: gws, workers: workers, values: map[string]string{}, quit: make(chan struct{})}
-	f.tr = &http.Transport{MaxIdleConnsPerHost: 64}
+	f.tr = tr
+	f.tr.MaxIdleConnsPerHost = 64
 	f.hc = &http.Client{Transport: f.tr, Timeout: 30 * time.Second}
 	for i := range nkeys {
 		f.keys = append(f.keys, fmt.Sprintf("gk-%03d", i))
@@ -140,7 +142,7 @@ func (f *gatewayFrontend) do(first int, method, key, body string) (int, string, 
 	var err error
 	for i := range f.gws {
 		gw := f.gws[(first+i)%len(f.gws)]
-		req, _ := http.NewRequest(method, "http://"+gw+"/kv/"+key, strings.NewReader(body))
+		req, _ := http.NewRequest(method, "https://"+gw+"/kv/"+key, strings.NewReader(body))
 		var resp *http.Response
 		resp, err = f.hc.Do(req)
 		if err != nil {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -15,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/certs"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/protocol"
 )
@@ -48,19 +50,19 @@ func TestGatewayScenario(t *testing.T) {
 		return slices.Equal(s.holders(), []string{"kv-1", "kv-2", "kv-3"}) && s.sumRanges() == 192
 	})
 
-	gwProc := start(t, "gateway", leasehold, "gateway", "--manager", addr, "--listen", "127.0.0.1:0",
+	gwProc := start(t, "gateway", leasehold, "gateway", "--manager", addr, "--listen", "127.0.0.1:0", "--tls", "--client-certs",
 		"--route", "name=kv,prefix=/kv/,key=path:1,timeout=5s",
 		"--route", "name=kv-quick,host=quick.example,prefix=/kv/,key=path:1,timeout=500ms")
 	line = gwProc.waitLine(t, "leasehold gateway listening on ", 10*time.Second)
 	gwAddr, _, _ := strings.Cut(strings.TrimPrefix(line, "leasehold gateway listening on "), " ")
-	gw := newGatewayClient(t, "http://"+gwAddr)
+	gw := newGatewayClient(t, "https://"+gwAddr)
 	gw.waitReady()
 	sse := gw.subscribe()
 	// The README's subscriber: curl -N on /v1/losses.
 	curl, curlErr := exec.LookPath("curl")
 	var curlSSE *proc
 	if curlErr == nil {
-		curlSSE = start(t, "curl -N /v1/losses", curl, "-sN", "http://"+gwAddr+"/v1/losses")
+		curlSSE = start(t, "curl -N /v1/losses", curl, append(curlTLS(t), "-sN", "https://"+gwAddr+"/v1/losses")...)
 		curlSSE.waitLine(t, ": leasehold loss notifications", 10*time.Second)
 	}
 
@@ -78,11 +80,11 @@ func TestGatewayScenario(t *testing.T) {
 	}
 	t.Logf("%s: %d keys put and read back through the gateway", since(started), len(ks))
 	if curlErr == nil {
-		out, err := exec.Command(curl, "-sS", "-f", "-X", "PUT", "--data", "hello", "http://"+gwAddr+"/kv/curl-key").CombinedOutput()
+		out, err := exec.Command(curl, append(curlTLS(t), "-sS", "-f", "-X", "PUT", "--data", "hello", "https://"+gwAddr+"/kv/curl-key")...).CombinedOutput()
 		if err != nil {
 			t.Fatalf("curl PUT: %v %s", err, out)
 		}
-		out, err = exec.Command(curl, "-sS", "-f", "http://"+gwAddr+"/kv/curl-key").CombinedOutput()
+		out, err = exec.Command(curl, append(curlTLS(t), "-sS", "-f", "https://"+gwAddr+"/kv/curl-key")...).CombinedOutput()
 		if err != nil || string(out) != "hello" {
 			t.Fatalf("curl GET = %q %v, want hello", out, err)
 		}
@@ -210,7 +212,15 @@ func TestGatewayScenario(t *testing.T) {
 	t.Logf("%s: the gateway stopped gracefully", since(started))
 }
 
-// gatewayClient talks HTTP to a gateway.
+// curlTLS are curl's flags to speak mutual TLS with t's certificates: the
+// CA, and the lookup certificate a frontend presents.
+func curlTLS(t *testing.T) []string {
+	dir := certsDirFor(t)
+	return []string{"--cacert", filepath.Join(dir, certs.CAFile),
+		"--cert", filepath.Join(dir, "lookup.e2e.crt"), "--key", filepath.Join(dir, "lookup.e2e.key")}
+}
+
+// gatewayClient talks HTTPS to a gateway, with the lookup certificate.
 type gatewayClient struct {
 	t    *testing.T
 	base string
@@ -219,8 +229,7 @@ type gatewayClient struct {
 }
 
 func newGatewayClient(t *testing.T, base string) *gatewayClient {
-	tr := &http.Transport{}
-	t.Cleanup(tr.CloseIdleConnections)
+	tr := frontendTransport(t, certs.Lookup) // the gateway's certificate is the lookup's
 	return &gatewayClient{t: t, base: base, tr: tr, hc: &http.Client{Transport: tr, Timeout: 20 * time.Second}}
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"os/exec"
 	"slices"
 	"strings"
 	"sync"
@@ -43,7 +42,7 @@ func TestMailScenario(t *testing.T) {
 	}
 	servers := map[string]*proc{}
 	serve := func(id string) {
-		servers[id] = start(t, id, mailBin, "--manager", addr, "--id", id, "--listen", listen[id],
+		servers[id] = startOwner(t, id, mailBin, "--manager", addr, "--id", id, "--listen", listen[id],
 			"--data-dir", dirs[id], "--nodes", strings.Join(nodes, ","))
 		servers[id].waitLine(t, "mail serving on ", 10*time.Second)
 	}
@@ -51,7 +50,7 @@ func TestMailScenario(t *testing.T) {
 		serve(id)
 	}
 	c.settle("three owners", func(s status) bool { return slices.Equal(s.holders(), ids) })
-	cl, err := mail.NewClient(context.Background(), mail.ClientConfig{Insecure: true, Manager: addr, Timing: protocol.Fast()})
+	cl, err := mail.NewClient(context.Background(), mail.ClientConfig{CertsDir: certsDirFor(t), Manager: addr, Timing: protocol.Fast()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +123,7 @@ func TestMailScenario(t *testing.T) {
 	t.Logf("%s: mail-2 restarted from its data directory", since(started))
 	time.Sleep(time.Second)
 	drainAt := time.Now()
-	if out, err := exec.Command(leasehold, "drain", "mail-3", "--manager", addr).CombinedOutput(); err != nil {
+	if out, err := command(t, leasehold, "drain", "mail-3", "--manager", addr).CombinedOutput(); err != nil {
 		t.Fatalf("leasehold drain mail-3: %v\n%s", err, out)
 	}
 	c.settle("mail-3 drained", func(s status) bool { return slices.Equal(s.holders(), []string{"mail-1", "mail-2"}) })

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os/exec"
 	"slices"
 	"sync"
 	"testing"
@@ -53,13 +52,13 @@ func TestPresenceScenario(t *testing.T) {
 	ids := []string{"pr-1", "pr-2", "pr-3"}
 	servers := map[string]*proc{}
 	for _, id := range ids {
-		servers[id] = start(t, id, prBin, "--manager", addr, "--listen", "127.0.0.1:0", "--id", id)
+		servers[id] = startOwner(t, id, prBin, "--manager", addr, "--listen", "127.0.0.1:0", "--id", id)
 		servers[id].waitLine(t, "presence serving on ", 10*time.Second)
 	}
 	c.settle("three owners", func(s status) bool { return slices.Equal(s.holders(), ids) })
 
 	newClient := func() *presence.Client {
-		cl, err := presence.NewClient(context.Background(), presence.ClientConfig{Insecure: true, Manager: addr, Timing: tm})
+		cl, err := presence.NewClient(context.Background(), presence.ClientConfig{CertsDir: certsDirFor(t), Manager: addr, Timing: tm})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -151,12 +150,12 @@ func TestPresenceScenario(t *testing.T) {
 	// (the sweep runs from the upcall, which may lag): step (2) must not
 	// answer with them.
 	time.Sleep(time.Second)
-	servers["pr-4"] = start(t, "pr-4", prBin, "--manager", addr, "--listen", "127.0.0.1:0", "--id", "pr-4")
+	servers["pr-4"] = startOwner(t, "pr-4", prBin, "--manager", addr, "--listen", "127.0.0.1:0", "--id", "pr-4")
 	servers["pr-4"].waitLine(t, "presence serving on ", 10*time.Second)
 	c.settle("pr-4 joined", func(s status) bool { return slices.Equal(s.holders(), []string{"pr-1", "pr-3", "pr-4"}) })
 	time.Sleep(time.Second)
 	drainAt := time.Now()
-	if out, err := exec.Command(leasehold, "drain", "pr-4", "--manager", addr).CombinedOutput(); err != nil {
+	if out, err := command(t, leasehold, "drain", "pr-4", "--manager", addr).CombinedOutput(); err != nil {
 		t.Fatalf("leasehold drain pr-4: %v\n%s", err, out)
 	}
 	c.settle("pr-4 drained", func(s status) bool { return slices.Equal(s.holders(), []string{"pr-1", "pr-3"}) })

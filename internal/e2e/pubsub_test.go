@@ -120,7 +120,7 @@ func TestPubSubScenario(t *testing.T) {
 	ids := []string{"ps-1", "ps-2", "ps-3"}
 	servers := map[string]*proc{}
 	for _, id := range ids {
-		servers[id] = start(t, id, psBin, "--manager", addr, "--listen", "127.0.0.1:0", "--id", id)
+		servers[id] = startOwner(t, id, psBin, "--manager", addr, "--listen", "127.0.0.1:0", "--id", id)
 		servers[id].waitLine(t, "pubsub serving on ", 10*time.Second)
 	}
 	c.settle("three owners", func(s status) bool { return slices.Equal(s.holders(), ids) })
@@ -132,7 +132,7 @@ func TestPubSubScenario(t *testing.T) {
 	}
 	var logs []*psLog
 	for f := range 3 {
-		cl, err := pubsub.NewClient(context.Background(), pubsub.ClientConfig{Insecure: true, Manager: addr, Timing: tm})
+		cl, err := pubsub.NewClient(context.Background(), pubsub.ClientConfig{CertsDir: certsDirFor(t), Manager: addr, Timing: tm})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -143,7 +143,7 @@ func TestPubSubScenario(t *testing.T) {
 			cl.Subscribe(topic, fmt.Sprintf("frontend-%d", f), l.add)
 		}
 	}
-	pub, err := pubsub.NewClient(context.Background(), pubsub.ClientConfig{Insecure: true, Manager: addr, Timing: tm})
+	pub, err := pubsub.NewClient(context.Background(), pubsub.ClientConfig{CertsDir: certsDirFor(t), Manager: addr, Timing: tm})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,7 +225,7 @@ func TestPubSubScenario(t *testing.T) {
 	// Drain another: its subscriptions move with its ranges.
 	drained := "ps-3"
 	drainAt := time.Now()
-	if out, err := exec.Command(leasehold, "drain", drained, "--manager", addr).CombinedOutput(); err != nil {
+	if out, err := command(t, leasehold, "drain", drained, "--manager", addr).CombinedOutput(); err != nil {
 		t.Fatalf("leasehold drain %s: %v\n%s", drained, err, out)
 	}
 	c.settle("one owner", func(s status) bool { return slices.Equal(s.holders(), []string{"ps-1"}) })

@@ -36,7 +36,6 @@ func TestRollingRestart(t *testing.T) {
 		t.Skip("e2e: builds binaries and runs real processes; skipped with -short")
 	}
 	t.Parallel()
-	useTLS(t)
 	leasehold, kvBin := build(t)
 	started := time.Now()
 
@@ -124,10 +123,8 @@ func TestRollingRestart(t *testing.T) {
 		noLoss("after restarting " + id)
 	}
 	f.stop()
-	if certsDirFor(t) != "" {
-		servesCurrent(t, addr, "replica.1.crt")
-		servesCurrent(t, listen["kv-2"], "owner.kv-2.crt")
-	}
+	servesCurrent(t, addr, "replica.1.crt")
+	servesCurrent(t, listen["kv-2"], "owner.kv-2.crt")
 	if n := f.failed.Load(); n != 0 {
 		t.Errorf("%d frontend requests failed after retries; the first: %v", n, f.firstErr.Load())
 	}

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -14,10 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/net/http2/hpack"
-
+	"github.com/leasehold/leasehold/certs"
 	"github.com/leasehold/leasehold/examples/kv/kv"
-	"github.com/leasehold/leasehold/internal/runtime"
 	"github.com/leasehold/leasehold/protocol"
 )
 
@@ -66,7 +65,7 @@ func testLeaderOutage(t *testing.T, proxied bool) {
 	leasehold, kvBin := build(t)
 	started := time.Now()
 	tm := protocol.Fast()
-	g := &group{leasehold: leasehold, addrs: map[uint64]string{}, dirs: map[uint64]string{}, procs: map[uint64]*proc{}, timing: &tm}
+	g := &group{leasehold: leasehold, addrs: map[uint64]string{}, dirs: map[uint64]string{}, procs: map[uint64]*proc{}, timing: &tm, env: envFor(t)}
 	proxies := map[uint64]*proxy{}
 	if proxied {
 		g.listen = map[uint64]string{}
@@ -78,7 +77,7 @@ func testLeaderOutage(t *testing.T, proxied bool) {
 			// Replicas and clients reach replica id at its proxy, which
 			// forwards to where it listens.
 			g.listen[id] = freeAddr(t)
-			proxies[id] = startProxy(t, g.addrs[id], g.listen[id])
+			proxies[id] = startProxy(t, g.addrs[id], g.listen[id], fmt.Sprint(id))
 		}
 	}
 	for id := range g.dirs {
@@ -220,7 +219,7 @@ type load struct {
 func startLoad(t *testing.T, manager string, tm protocol.Timing) *load {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	c, err := kv.NewClient(ctx, kv.ClientConfig{Insecure: true, Manager: manager, Timing: tm, MaxAttempts: 1, Timeout: 2 * time.Second})
+	c, err := kv.NewClient(ctx, kv.ClientConfig{CertsDir: certsDirFor(t), Manager: manager, Timing: tm, MaxAttempts: 1, Timeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -377,7 +376,7 @@ func (ld *load) stop() {
 // have applied before the answer was lost).
 func (ld *load) checkLatest(t *testing.T) {
 	t.Helper()
-	c, err := kv.NewClient(context.Background(), kv.ClientConfig{Insecure: true, Manager: ld.manager, Timing: protocol.Fast(), Timeout: 10 * time.Second})
+	c, err := kv.NewClient(context.Background(), kv.ClientConfig{CertsDir: certsDirFor(t), Manager: ld.manager, Timing: protocol.Fast(), Timeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -395,16 +394,20 @@ func (ld *load) checkLatest(t *testing.T) {
 	}
 }
 
-// proxy forwards TCP connections to a Manager replica. Cut, it stops
+// proxy forwards connections to a Manager replica. Cut, it stops
 // forwarding the clients' connections (Owners, Lookups, the CLI) in both
-// directions while keeping them open, and new ones get no further than the
-// HTTP/2 handshake; the other replicas' connections (Raft, and the streams
-// they relay) go on. It tells them apart by the first request on each
-// connection: a replica's is a Raft stream or carries runtime.RelayedKey.
+// directions while keeping them open; the other replicas' connections
+// (Raft, and the streams they relay) go on. It tells them apart by the
+// certificate each presents: it ends the client's TLS with the certificate
+// of the replica it stands for, and dials the replica with the
+// certificate of the same identity as the client's, from the test's
+// directory, so the replica admits each connection as it would the
+// client's own.
 type proxy struct {
-	t      *testing.T
-	lis    net.Listener
-	target string
+	t       *testing.T
+	lis     net.Listener
+	target  string
+	replica *certs.Source // the identity it presents to the clients
 
 	mu     sync.Mutex
 	cut    bool
@@ -416,13 +419,16 @@ type proxy struct {
 	held atomic.Int64 // chunks of clients' connections held
 }
 
-func startProxy(t *testing.T, addr, target string) *proxy {
+// startProxy listens on addr for the replica with Raft ID replica, which
+// listens on target.
+func startProxy(t *testing.T, addr, target, replica string) *proxy {
 	t.Helper()
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &proxy{t: t, lis: lis, target: target, healed: make(chan struct{}), conns: map[net.Conn]bool{}}
+	p := &proxy{t: t, lis: lis, target: target, replica: sourceFor(t, certs.Replica, replica),
+		healed: make(chan struct{}), conns: map[net.Conn]bool{}}
 	p.wg.Go(p.accept)
 	t.Cleanup(p.close)
 	return p
@@ -466,35 +472,66 @@ func (p *proxy) accept() {
 		if err != nil {
 			return
 		}
-		u, err := net.Dial("tcp", p.target)
-		if err != nil {
-			c.Close()
+		if !p.track(c) {
 			continue
 		}
-		if !p.track(c) || !p.track(u) {
-			c.Close()
-			u.Close()
-			continue
-		}
-		cls := &classifier{}
-		p.wg.Go(func() { p.pipe(u, c, cls, true) })
-		p.wg.Go(func() { p.pipe(c, u, cls, false) })
+		p.wg.Go(func() { p.serve(c) })
 	}
 }
 
+// serve ends the client's TLS, learns who it is, and forwards its
+// connection to the replica under the same identity.
+func (p *proxy) serve(raw net.Conn) {
+	cfg := p.replica.ServerTLS()
+	cfg.NextProtos = []string{"h2"}
+	c := tls.Server(raw, cfg)
+	_ = raw.SetDeadline(time.Now().Add(10 * time.Second))
+	if err := c.Handshake(); err != nil {
+		raw.Close()
+		return
+	}
+	_ = raw.SetDeadline(time.Time{})
+	peer := c.ConnectionState().PeerCertificates
+	if len(peer) == 0 {
+		raw.Close()
+		return
+	}
+	id, err := certs.IdentityOf(peer[0])
+	if err != nil {
+		raw.Close()
+		return
+	}
+	src, err := certs.Open(p.replica.Dir(), id.Role, id.Name)
+	if err != nil {
+		raw.Close()
+		return
+	}
+	ucfg := src.ClientTLS(certs.Replica)
+	ucfg.NextProtos = []string{"h2"}
+	u, err := tls.Dial("tcp", p.target, ucfg)
+	if err != nil {
+		raw.Close()
+		return
+	}
+	if !p.track(u) {
+		raw.Close()
+		return
+	}
+	client := id.Role != certs.Replica
+	p.wg.Go(func() { p.pipe(u, c, client) })
+	p.pipe(c, u, client)
+}
+
 // pipe copies from src to dst, holding each chunk while the proxy is cut
-// and the connection is a client's. up says src is the client.
-func (p *proxy) pipe(dst, src net.Conn, cls *classifier, up bool) {
+// and the connection is a client's.
+func (p *proxy) pipe(dst, src net.Conn, client bool) {
 	defer dst.Close()
 	defer src.Close()
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
-			if up {
-				cls.feed(buf[:n])
-			}
-			if !p.hold(cls) {
+			if !p.hold(client) {
 				return
 			}
 			if _, werr := dst.Write(buf[:n]); werr != nil {
@@ -507,9 +544,9 @@ func (p *proxy) pipe(dst, src net.Conn, cls *classifier, up bool) {
 	}
 }
 
-// hold waits while the proxy is cut and cls is a client's connection; it
+// hold waits while the proxy is cut and the connection is a client's; it
 // reports false once the proxy is closed.
-func (p *proxy) hold(cls *classifier) bool {
+func (p *proxy) hold(client bool) bool {
 	for {
 		p.mu.Lock()
 		cut, closed, healed := p.cut, p.closed, p.healed
@@ -517,68 +554,10 @@ func (p *proxy) hold(cls *classifier) bool {
 		if closed {
 			return false
 		}
-		if !cut || cls.class.Load() != clientConn {
+		if !cut || !client {
 			return true
 		}
 		p.held.Add(1)
 		<-healed
-	}
-}
-
-const (
-	unknownConn int32 = iota
-	replicaConn
-	clientConn
-)
-
-// classifier reads the start of a connection's HTTP/2 stream from the
-// client and decides, at its first HEADERS frame, whose it is.
-type classifier struct {
-	buf   []byte
-	class atomic.Int32
-}
-
-func (c *classifier) feed(b []byte) {
-	if c.class.Load() != unknownConn {
-		return
-	}
-	c.buf = append(c.buf, b...)
-	const preface = 24 // "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-	if len(c.buf) < preface {
-		return
-	}
-	rest := c.buf[preface:]
-	for len(rest) >= 9 {
-		n := int(rest[0])<<16 | int(rest[1])<<8 | int(rest[2])
-		typ, flags := rest[3], rest[4]
-		if len(rest) < 9+n {
-			return
-		}
-		payload := rest[9 : 9+n]
-		rest = rest[9+n:]
-		if typ != 0x1 { // not HEADERS
-			continue
-		}
-		if flags&0x8 != 0 && len(payload) > 0 { // PADDED
-			pad := int(payload[0])
-			payload = payload[1:max(1, len(payload)-pad)]
-		}
-		if flags&0x20 != 0 && len(payload) >= 5 { // PRIORITY
-			payload = payload[5:]
-		}
-		replica := false
-		d := hpack.NewDecoder(4096, func(f hpack.HeaderField) {
-			if f.Name == ":path" && strings.HasPrefix(f.Value, "/leasehold.v1.Raft/") || f.Name == runtime.RelayedKey {
-				replica = true
-			}
-		})
-		_, _ = d.Write(payload) // a block continued in CONTINUATION frames is cut short; its first fields decide
-		if replica {
-			c.class.Store(replicaConn)
-		} else {
-			c.class.Store(clientConn)
-		}
-		c.buf = nil
-		return
 	}
 }

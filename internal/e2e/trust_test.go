@@ -2,34 +2,55 @@ package e2e
 
 import (
 	"crypto/tls"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
+	"strings"
 	"sync"
 	"testing"
 
 	"github.com/leasehold/leasehold/certs"
 )
 
-// The scenarios that matter most (the walkthrough, failover, the rolling
-// restart) run with mutual TLS, as a production group does: useTLS makes a
-// CA and the certificates of their processes, and every process a test
-// starts, and every client it makes in-process, uses them. The other
-// scenarios run in plaintext on 127.0.0.1 ($LEASEHOLD_INSECURE, set by
-// TestMain).
+// Every scenario runs with mutual TLS, as a production group does. A test
+// gets its own throwaway CA the first time it asks for its trust material
+// (trustFor), in a directory of its own, with a certificate for each role
+// its processes play:
+//
+//	replica.1 … replica.5   the Manager replicas (leasehold manager --id N)
+//	owner.<ID>              each Owner, of namespace default, made as it starts (ownerCert)
+//	lookup.e2e              the frontends: kv put/get, gateways, the Lookups and HTTP clients of this process
+//	operator.e2e            the CLI: status, drain, cluster, watch; the dashboard
+//
+// every one for 127.0.0.1 and localhost. The processes a test starts find
+// the directory in $LEASEHOLD_CERTS_DIR (envFor) and pick their own
+// certificate from it (a Manager by its ID, an Owner by its ID, a client
+// command the operator's, a frontend the lookup's), and the clients of this
+// process dial with the same directory. Plaintext appears only where a
+// test checks that it is refused (plaintextRefused) or an attacker sends
+// it (the hostile soak).
 
-// tlsDirs maps a test that runs with TLS to its certificates directory.
-var tlsDirs sync.Map
+// trust is one test's CA and certificates directory.
+type trust struct {
+	dir string
+	ca  *certs.CA
 
-// certsMu serialises the creation of owner certificates.
-var certsMu sync.Mutex
+	mu      sync.Mutex               // guards the files and sources
+	sources map[string]*certs.Source // by file base
+}
 
-// useTLS makes a CA and certificates for t: Manager replicas 1 to 5 at
-// 127.0.0.1, an operator and a lookup; kv servers get theirs as they start
-// (ownerCert). It returns the directory.
-func useTLS(t *testing.T) string {
+// trusts maps a top-level test's name to its trust: its subtests share it.
+var trusts sync.Map
+
+// trustFor returns t's trust material, making the CA and the certificates
+// of the replicas, the lookup and the operator the first time.
+func trustFor(t *testing.T) *trust {
 	t.Helper()
+	name, _, _ := strings.Cut(t.Name(), "/")
+	if tr, ok := trusts.Load(name); ok {
+		return tr.(*trust)
+	}
 	dir := t.TempDir()
 	ca, err := certs.CreateCA(dir, "", 0, false)
 	if err != nil {
@@ -40,55 +61,93 @@ func useTLS(t *testing.T) string {
 		ids = append(ids, certs.Identity{Role: certs.Replica, Name: n})
 	}
 	for _, id := range ids {
-		if _, err := certs.Create(dir, ca, id, []string{"127.0.0.1", "localhost"}, 0); err != nil {
+		if _, err := certs.Create(dir, ca, id, localHosts, 0); err != nil {
 			t.Fatal(err)
 		}
 	}
-	tlsDirs.Store(t, dir)
-	t.Cleanup(func() { tlsDirs.Delete(t) })
-	return dir
-}
-
-// certsDirFor returns t's certificates directory, or "" in plaintext.
-func certsDirFor(t *testing.T) string {
-	if d, ok := tlsDirs.Load(t); ok {
-		return d.(string)
+	tr, loaded := trusts.LoadOrStore(name, &trust{dir: dir, ca: ca, sources: map[string]*certs.Source{}})
+	if !loaded {
+		t.Cleanup(func() { trusts.Delete(name) })
 	}
-	return ""
+	return tr.(*trust)
 }
 
-// envFor is the environment of the processes t starts: with TLS, the
-// certificates directory and no $LEASEHOLD_INSECURE; nil (this process's)
-// otherwise.
+// localHosts are the hosts every certificate of a test names.
+var localHosts = []string{"127.0.0.1", "localhost"}
+
+// certsDirFor returns t's certificates directory.
+func certsDirFor(t *testing.T) string { return trustFor(t).dir }
+
+// envFor is the environment of the processes t starts: this process's,
+// with t's certificates directory and without $LEASEHOLD_INSECURE.
 func envFor(t *testing.T) []string {
-	dir := certsDirFor(t)
-	if dir == "" {
-		return nil
-	}
-	return append(os.Environ(), certs.DirEnv+"="+dir, "LEASEHOLD_INSECURE=")
+	return append(os.Environ(), certs.DirEnv+"="+certsDirFor(t), certs.InsecureEnv+"=")
 }
 
-// ownerCert creates the certificate of kv server id, of namespace
-// default, unless t runs in plaintext or it exists.
+// command is exec.Command for a short-lived process of t (a CLI call),
+// with envFor's environment.
+func command(t *testing.T, path string, args ...string) *exec.Cmd {
+	cmd := exec.Command(path, args...)
+	cmd.SysProcAttr = sysProcAttr()
+	cmd.Env = envFor(t)
+	return cmd
+}
+
+// ownerCert creates the certificate of Owner id, of namespace default,
+// unless it exists.
 func ownerCert(t *testing.T, id string) {
 	t.Helper()
-	dir := certsDirFor(t)
-	if dir == "" {
+	trustFor(t).create(t, certs.Identity{Role: certs.Owner, Name: id, Namespaces: []string{"default"}}, false)
+}
+
+// startOwner starts a server that is Owner id, with its certificate.
+func startOwner(t *testing.T, id, path string, args ...string) *proc {
+	t.Helper()
+	ownerCert(t, id)
+	return start(t, id, path, args...)
+}
+
+// create issues id's certificate into the directory; an existing one is
+// kept unless replace.
+func (tr *trust) create(t *testing.T, id certs.Identity, replace bool) {
+	t.Helper()
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if _, err := os.Stat(filepath.Join(tr.dir, certs.FileBase(id)+".crt")); err == nil && !replace {
 		return
 	}
-	certsMu.Lock()
-	defer certsMu.Unlock()
-	oid := certs.Identity{Role: certs.Owner, Name: id, Namespaces: []string{"default"}}
-	if _, err := os.Stat(filepath.Join(dir, certs.FileBase(oid)+".crt")); err == nil {
-		return
+	if _, err := certs.Create(tr.dir, tr.ca, id, localHosts, 0); err != nil {
+		t.Fatal(err)
 	}
-	ca, err := certs.LoadCA(filepath.Join(dir, certs.CAFile), filepath.Join(dir, certs.CAKeyFile))
+}
+
+// source opens (once) the certificate of role and name in t's directory,
+// for a client or server of this process.
+func sourceFor(t *testing.T, role certs.Role, name string) *certs.Source {
+	t.Helper()
+	tr := trustFor(t)
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	base := certs.FileBase(certs.Identity{Role: role, Name: name})
+	if src, ok := tr.sources[base]; ok {
+		return src
+	}
+	src, err := certs.Open(tr.dir, role, name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := certs.Create(dir, ca, oid, []string{"127.0.0.1", "localhost"}, 0); err != nil {
-		t.Fatal(err)
-	}
+	tr.sources[base] = src
+	return src
+}
+
+// frontendTransport is an HTTP transport of this process's frontend: it
+// presents the lookup certificate and accepts servers of the roles in want
+// whose certificate names the host dialled. t.Cleanup closes its idle
+// connections.
+func frontendTransport(t *testing.T, want ...certs.Role) *http.Transport {
+	tr := sourceFor(t, certs.Lookup, "e2e").HTTPTransport(want...)
+	t.Cleanup(tr.CloseIdleConnections)
+	return tr
 }
 
 // plaintextRefused checks that the Manager at addr serves TLS only: a
@@ -106,17 +165,8 @@ func plaintextRefused(t *testing.T, leasehold, addr string) {
 // new files up at their next handshake (or reload), without a restart.
 func rotateAll(t *testing.T) {
 	t.Helper()
-	dir := certsDirFor(t)
-	if dir == "" {
-		return
-	}
-	certsMu.Lock()
-	defer certsMu.Unlock()
-	ca, err := certs.LoadCA(filepath.Join(dir, certs.CAFile), filepath.Join(dir, certs.CAKeyFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	files, _ := filepath.Glob(filepath.Join(dir, "*.crt"))
+	tr := trustFor(t)
+	files, _ := filepath.Glob(filepath.Join(tr.dir, "*.crt"))
 	n := 0
 	for _, f := range files {
 		if filepath.Base(f) == certs.CAFile {
@@ -130,13 +180,7 @@ func rotateAll(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		hosts := slices.Clone(cs[0].DNSNames)
-		for _, ip := range cs[0].IPAddresses {
-			hosts = append(hosts, ip.String())
-		}
-		if _, err := certs.Create(dir, ca, id, hosts, 0); err != nil {
-			t.Fatal(err)
-		}
+		tr.create(t, id, true)
 		n++
 	}
 	t.Logf("replaced %d certificates", n)
