@@ -97,3 +97,33 @@ func TestLearnerRemovedAfterTimeout(t *testing.T) {
 		t.Fatal("the leader changed")
 	}
 }
+
+// TestLoneLeaderSkipsRaftTicks: a leader with no other replica does not
+// wake for Raft's ticks, which change nothing for it; a learner added to it
+// brings them back, and is caught up and promoted as in any group.
+func TestLoneLeaderSkipsRaftTicks(t *testing.T) {
+	g := newGroup(t, 1, faults.Set{})
+	l := g.runUntilLeader()
+	g.run(time.Second)
+	tick := l.cfg.Core.RaftTick
+	if wait := l.NextDeadline().Sub(g.now); wait <= tick {
+		t.Fatalf("an idle lone leader's next deadline is %v away, want more than a Raft tick (%v)", wait, tick)
+	}
+	term := l.Status().Term
+	g.joiner(2)
+	if err := l.AddLearner(g.now, 2, "m2:7400"); err != nil {
+		t.Fatal(err)
+	}
+	g.settle()
+	if wait := l.NextDeadline().Sub(g.now); wait > tick {
+		t.Fatalf("with a learner, the leader's next deadline is %v away, want at most a Raft tick (%v)", wait, tick)
+	}
+	g.down[2] = false
+	g.run(2 * time.Second)
+	if member, voter := isVoter(l, 2); !member || !voter {
+		t.Fatalf("replica 2, up and caught up, is member %v voter %v; want a voter", member, voter)
+	}
+	if st := l.Status(); st.RaftState != raft.StateLeader || st.Term != term {
+		t.Fatalf("after the join the first replica is a %v at term %d, want the leader at term %d", st.RaftState, st.Term, term)
+	}
+}
