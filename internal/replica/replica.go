@@ -377,6 +377,7 @@ func (r *Replica) NextDeadline() time.Time {
 	if !r.alone() {
 		earlier(r.nextTick)
 	}
+	earlier(r.nextFeedTick) // Lookup sessions expire, change logs are truncated
 	if r.core != nil {
 		earlier(r.core.NextDeadline())
 	}
