@@ -1168,8 +1168,10 @@ func (c *Core) sendTo(now time.Time, n *namespace, o *ownerSession) {
 		// range (extend is pointwise, so this is the same), which is one
 		// reservation segment already when they were renewed together
 		// last time, and not a split and a join per piece.
-		var reserve []keyspace.Range
-		for _, s := range n.heldByRun(o) {
+		held := n.heldByRun(o)
+		leases = make([]protocol.Lease, 0, len(held)+len(o.fresh)) // pieces: one a segment, usually
+		reserve := make([]keyspace.Range, 0, len(held))
+		for _, s := range held {
 			n.eachDesired(s.Range, func(p keyspace.Range, want string) {
 				switch {
 				case want == o.id:
@@ -1198,6 +1200,9 @@ func (c *Core) sendTo(now time.Time, n *namespace, o *ownerSession) {
 			n.res.extend(r, until)
 		}
 		o.handing = handing
+		if len(leases) == 0 {
+			leases = nil // as when nothing was listed
+		}
 		slices.SortFunc(leases, func(a, b protocol.Lease) int { return keyspace.Compare(a.Range, b.Range) })
 	}
 	o.mySeq++
