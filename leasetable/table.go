@@ -45,6 +45,13 @@ type Table struct {
 	// segments whose Entry.Owner is the map's key (Owned). Owners with no
 	// segment have no entry.
 	owned map[string]map[keyspace.Key]struct{}
+	// ownedMemo keeps Owned's answers until the next change (nil after
+	// one): a Manager asks for an Owner's segments twice per lease request,
+	// and between changes — renewals change nothing — the answer is the
+	// same.
+	ownedMemo map[string][]Segment
+	// free counts the free segments (HasFree), kept with the owner index.
+	free int
 }
 
 // New returns an empty table (all free, LSN 0) whose change log keeps
@@ -63,7 +70,7 @@ func New(retention time.Duration) *Table {
 // newTable is New with chunks of at most chunk segments; tests use small
 // chunks to split and merge them often.
 func newTable(retention time.Duration, chunk int) *Table {
-	return &Table{segs: newChunkList(Entry{}, chunk), retention: retention, owned: map[string]map[keyspace.Key]struct{}{}}
+	return &Table{segs: newChunkList(Entry{}, chunk), retention: retention, owned: map[string]map[keyspace.Key]struct{}{}, free: 1}
 }
 
 // Set overwrites r with e. If r already has e throughout, Set is a no-op and
@@ -96,7 +103,7 @@ func (t *Table) Set(now time.Time, r keyspace.Range, e Entry) keyspace.LSN {
 	t.indexBounds(r, false)
 	t.segs.set(r, e)
 	t.indexBounds(r, true)
-	t.snap = nil
+	t.snap, t.ownedMemo = nil, nil
 	t.lsn++
 	t.log = append(t.log, Change{LSN: t.lsn, Range: r, Entry: e})
 	t.stamps = append(t.stamps, now)
@@ -224,6 +231,7 @@ func (t *Table) load(segs []Segment) {
 	s.finish()
 	t.segs = s
 	t.owned = map[string]map[keyspace.Key]struct{}{}
+	t.ownedMemo, t.free = nil, 0
 	t.indexBounds(keyspace.Full, true)
 }
 
@@ -236,7 +244,14 @@ func (t *Table) indexBounds(r keyspace.Range, add bool) {
 		w.End = r.End + 1 // 0, the end of the key space, for MaxKey
 	}
 	t.segs.each(w, func(seg keyspace.Range, e Entry) bool {
-		if seg.Start < r.Start || e.Owner == "" {
+		switch {
+		case seg.Start < r.Start:
+			return true
+		case e.Owner == "" && add:
+			t.free++
+			return true
+		case e.Owner == "":
+			t.free--
 			return true
 		}
 		m := t.owned[e.Owner]

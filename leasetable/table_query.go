@@ -36,12 +36,19 @@ func (t *Table) EachOverlapping(r keyspace.Range, fn func(Segment) bool) {
 // Each would find, without visiting the whole table. The Manager asks it
 // on every lease request from the owner.
 //
+// The slice is shared by every call until the table next changes, and
+// must not be modified (its capacity is its length, so an append copies).
+//
 // Cost: O(k log n) for the owner's k segments, from an index that Set keeps
-// at O(1) extra work per segment it rewrites.
+// at O(1) extra work per segment it rewrites; O(1) when asked again before
+// a change.
 func (t *Table) Owned(owner string) []Segment {
 	m := t.owned[owner]
 	if len(m) == 0 {
 		return nil
+	}
+	if out, ok := t.ownedMemo[owner]; ok {
+		return out
 	}
 	starts := make([]keyspace.Key, 0, len(m))
 	for k := range m {
@@ -52,16 +59,25 @@ func (t *Table) Owned(owner string) []Segment {
 	for i, k := range starts {
 		out[i] = t.At(k)
 	}
+	if t.ownedMemo == nil {
+		t.ownedMemo = map[string][]Segment{}
+	}
+	t.ownedMemo[owner] = out
 	return out
 }
+
+// HasFree reports whether any key is free: when none is, a Manager has
+// nothing to grant and need not look for free ranges. O(1).
+func (t *Table) HasFree() bool { return t.free > 0 }
 
 // checkOwned reports where the owner index and the segments disagree, or
 // nil (an assertion for tests).
 func (t *Table) checkOwned() error {
-	n := 0
+	n, free := 0, 0
 	var err error
 	t.segs.each(keyspace.Full, func(r keyspace.Range, e Entry) bool {
 		if e.Owner == "" {
+			free++
 			return true
 		}
 		n++
@@ -82,6 +98,21 @@ func (t *Table) checkOwned() error {
 	}
 	if m != n {
 		return fmt.Errorf("leasetable: internal error: the owner index has %d segments, the table %d owned ones", m, n)
+	}
+	if free != t.free {
+		return fmt.Errorf("leasetable: internal error: %d free segments counted, %d recorded", free, t.free)
+	}
+	for o, memo := range t.ownedMemo {
+		var want []Segment
+		t.Each(func(s Segment) bool {
+			if s.Entry.Owner == o {
+				want = append(want, s)
+			}
+			return true
+		})
+		if !slices.Equal(memo, want) || cap(memo) != len(memo) {
+			return fmt.Errorf("leasetable: internal error: the remembered segments of %q are %v, the table's %v", o, memo, want)
+		}
 	}
 	return nil
 }

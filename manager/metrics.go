@@ -3,7 +3,6 @@ package manager
 import (
 	"time"
 
-	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -34,9 +33,9 @@ import (
 // leasehold_propagation_seconds and, on the leader, per replica,
 // leasehold_raft_peer_round_trip_seconds{peer}; the counter
 // leasehold_loss_notifications_total{namespace}, and the per-method gRPC
-// server series of go-grpc-middleware's Prometheus provider, named
-// leasehold_grpc_server_* (started, handled, messages received and sent,
-// handling time); leasehold_limit_refusals_total{limit} counts the
+// server series, named and labelled as go-grpc-middleware's Prometheus
+// provider names them, leasehold_grpc_server_* (started, handled, messages
+// received and sent, handling time; grpcmetrics.go); leasehold_limit_refusals_total{limit} counts the
 // refusals of each limit, by the flag that sets it. docs/operations.md
 // describes them all.
 //
@@ -46,15 +45,6 @@ func (s *Server) Collector() prometheus.Collector {
 	c := newCollector(s.Snapshot)
 	c.extra = append(s.metrics.collectors(), s.grpcm, s.refused)
 	return c
-}
-
-// newGRPCMetrics returns the per-method gRPC server metrics, with a
-// handling-time histogram (for streams, the stream's lifetime).
-func newGRPCMetrics() *grpcprom.ServerMetrics {
-	return grpcprom.NewServerMetrics(
-		grpcprom.WithServerCounterOptions(grpcprom.WithNamespace("leasehold")),
-		grpcprom.WithServerHandlingTimeHistogram(grpcprom.WithHistogramNamespace("leasehold"),
-			grpcprom.WithHistogramBuckets(latencyBuckets)))
 }
 
 // electionTimeout is Raft's election timeout before randomisation.

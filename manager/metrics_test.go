@@ -151,6 +151,16 @@ leasehold_owners{namespace="extra"} 0
 				t.Errorf("%s = %g, want at least 1", name, got[name])
 			}
 		}
+		// The gRPC series count the Owner's and the Lookup's streams and
+		// their messages both ways.
+		for _, m := range []string{`grpc_method="Session",grpc_service="leasehold.v1.Leases"`, `grpc_method="Sync",grpc_service="leasehold.v1.Lookups"`} {
+			for _, name := range []string{"started", "msg_received", "msg_sent"} {
+				key := "leasehold_grpc_server_" + name + "_total{" + m + `,grpc_type="bidi_stream"}`
+				if got[key] < 1 {
+					t.Errorf("%s = %g, want at least 1", key, got[key])
+				}
+			}
+		}
 
 		// The owner leaves: its ranges are released and it is no member.
 		if err := o.Close(ctx); err != nil {
@@ -162,6 +172,15 @@ leasehold_owners{namespace="extra"} 0
 		if got[`leasehold_members{namespace="default"}`] != 0 || got["leasehold_releases_total"] < 1 {
 			t.Errorf("after the owner left: members %g, releases %g; want 0 and at least 1",
 				got[`leasehold_members{namespace="default"}`], got["leasehold_releases_total"])
+		}
+		handled := 0.0
+		for key, v := range got {
+			if strings.HasPrefix(key, `leasehold_grpc_server_handled_total{grpc_code=`) && strings.Contains(key, `grpc_method="Session"`) {
+				handled += v
+			}
+		}
+		if handled != 1 {
+			t.Errorf("after the owner left, %g Session streams handled, want 1", handled)
 		}
 
 		l.Close()

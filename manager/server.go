@@ -21,7 +21,6 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/leasehold/leasehold/certs"
@@ -181,7 +180,7 @@ type Server struct {
 	relays      atomic.Int64 // Owner streams relayed now
 
 	metrics *serverMetrics
-	grpcm   *grpcprom.ServerMetrics
+	grpcm   *grpcMetrics
 	refused *prometheus.CounterVec // trust.go
 }
 
@@ -245,7 +244,7 @@ func (s *Server) Register(g *grpc.Server) {
 	pb.RegisterLookupsServer(g, lookupsService{Server: s})
 	pb.RegisterAdminServer(g, adminService{Server: s})
 	s.transport.Register(g)
-	s.grpcm.InitializeMetrics(g)
+	s.grpcm.initialize(g)
 }
 
 // The gRPC services' handlers live on unexported types, so that they are
@@ -280,7 +279,7 @@ type (
 func (s *Server) GRPCOptions() []grpc.ServerOption {
 	s.sharedCodec.Store(true)
 	return append([]grpc.ServerOption{grpc.MaxRecvMsgSize(max(s.cfg.MaxMessageBytes, peers.PartBytes+peers.PartFraming)),
-		grpc.ChainUnaryInterceptor(s.grpcm.UnaryServerInterceptor()), grpc.ChainStreamInterceptor(s.grpcm.StreamServerInterceptor())},
+		grpc.ChainUnaryInterceptor(s.grpcm.unary()), grpc.ChainStreamInterceptor(s.grpcm.stream())},
 		append(append(append(runtime.KeepaliveServerOptions(), runtime.WindowServerOptions()...), s.trustOptions()...), s.limitOptions()...)...)
 }
 

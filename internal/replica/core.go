@@ -764,13 +764,17 @@ func (n *namespace) heldBy(id string) []leasetable.Segment { return n.s.table.Ow
 // and the race filter guarantees no earlier message of ours can give them
 // back, so they may be granted at once (C§2.3.2).
 func (c *Core) release(now time.Time, n *namespace, o *ownerSession, held []protocol.Lease, handed []protocol.Handed) (freed uint64) {
+	segs := n.heldByRun(o)
+	if sameSegments(held, segs) {
+		return 0 // a renewal of exactly what it holds: nothing to free
+	}
 	// The held leases by LGN: each segment is compared with the leases
 	// under its own LGN only (one, in steady state), not with all of them.
 	byLGN := make(map[keyspace.LGN][]keyspace.Range, len(held))
 	for _, h := range held {
 		byLGN[h.LGN] = append(byLGN[h.LGN], h.Range)
 	}
-	for _, s := range n.heldByRun(o) {
+	for _, s := range segs {
 		var kept keyspace.RangeSet
 		if hs := byLGN[s.Entry.LGN]; len(hs) == 1 && hs[0].Overlaps(s.Range) {
 			kept = keyspace.NewRangeSet(hs[0])
@@ -819,6 +823,21 @@ func (c *Core) release(now time.Time, n *namespace, o *ownerSession, held []prot
 		}
 	}
 	return freed
+}
+
+// sameSegments reports whether held lists exactly segs, in order: the same
+// ranges under the same LGNs. Each segment is then kept whole, and release
+// has nothing to do.
+func sameSegments(held []protocol.Lease, segs []leasetable.Segment) bool {
+	if len(held) != len(segs) {
+		return false
+	}
+	for i, s := range segs {
+		if held[i].Range != s.Range || held[i].LGN != s.Entry.LGN {
+			return false
+		}
+	}
+	return true
 }
 
 // releaseOwn releases what a raced request says the owner gave up by its
@@ -1125,6 +1144,9 @@ func (c *Core) sendTo(now time.Time, n *namespace, o *ownerSession) {
 		// Grants stop where the message would list more leases than an
 		// Owner accepts (wire.MaxLeases): the rest stays free for others.
 		room := maxOwnerLeases - len(o.sentLeases)
+		if !n.s.table.HasFree() {
+			wants = nil // nothing to grant (the steady state): no need to look
+		}
 	grants:
 		for _, d := range wants {
 			for _, s := range n.s.table.Overlapping(d) {
@@ -1142,7 +1164,14 @@ func (c *Core) sendTo(now time.Time, n *namespace, o *ownerSession) {
 			}
 		}
 		handing := map[keyspace.Range]handing{}
-		for _, s := range n.heldByRun(o) {
+		// What is listed is reserved until `until`: adjacent pieces as one
+		// range (extend is pointwise, so this is the same), which is one
+		// reservation segment already when they were renewed together
+		// last time, and not a split and a join per piece.
+		held := n.heldByRun(o)
+		leases = make([]protocol.Lease, 0, len(held)+len(o.fresh)) // pieces: one a segment, usually
+		reserve := make([]keyspace.Range, 0, len(held))
+		for _, s := range held {
 			n.eachDesired(s.Range, func(p keyspace.Range, want string) {
 				switch {
 				case want == o.id:
@@ -1160,10 +1189,20 @@ func (c *Core) sendTo(now time.Time, n *namespace, o *ownerSession) {
 				// grants, new leases, until acknowledged.
 				_, grant := o.fresh[s.Entry.LGN]
 				leases = append(leases, protocol.Lease{Range: p, LGN: s.Entry.LGN, Grant: grant, Migrated: grant && s.Entry.Migrated})
-				n.res.extend(p, until)
+				if l := len(reserve) - 1; l >= 0 && reserve[l].End == p.Start && p.Start != 0 {
+					reserve[l].End = p.End
+				} else {
+					reserve = append(reserve, p)
+				}
 			})
 		}
+		for _, r := range reserve {
+			n.res.extend(r, until)
+		}
 		o.handing = handing
+		if len(leases) == 0 {
+			leases = nil // as when nothing was listed
+		}
 		slices.SortFunc(leases, func(a, b protocol.Lease) int { return keyspace.Compare(a.Range, b.Range) })
 	}
 	o.mySeq++

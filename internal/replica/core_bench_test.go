@@ -112,9 +112,10 @@ func BenchmarkCoreJoinBurst(b *testing.B) {
 }
 
 // BenchmarkCoreRenew: one renewal by one of many Owners, each renewing
-// every Renew: the Manager's steady work per lease request.
+// every Renew: the Manager's steady work per lease request (also at 50
+// Owners, the size of the etcd comparison, docs/peers.md).
 func BenchmarkCoreRenew(b *testing.B) {
-	for _, owners := range benchOwnerCounts {
+	for _, owners := range append([]int{50}, benchOwnerCounts...) {
 		b.Run(fmt.Sprintf("owners=%d", owners), func(b *testing.B) {
 			c, now, fleet := benchCore(b, owners, CoreConfig{Handover: -1})
 			every := protocol.Production().Renew / time.Duration(owners)

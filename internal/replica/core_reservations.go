@@ -135,20 +135,7 @@ func (m *reservations) join(k keyspace.Key) {
 // set reserves r until t (a zero t clears the reservation).
 func (m *reservations) set(r keyspace.Range, t time.Time) {
 	if p := m.find(r.Start); m.segs.at(p).start == r.Start && m.endOf(p) == r.End {
-		// r is a whole segment, as a renewal's usually is: no split, no
-		// segment to drop, and the neighbours are at hand.
-		m.setAt(p, t)
-		q := m.segs.next(p)
-		next := !m.segs.end(q) && m.segs.at(q).until.Equal(t)
-		q, ok := m.segs.prev(p)
-		prev := ok && m.segs.at(q).until.Equal(t)
-		// (join finds segments by key: a join may move p.)
-		if next {
-			m.join(r.End)
-		}
-		if prev {
-			m.join(r.Start)
-		}
+		m.setWhole(p, r, t)
 		return
 	}
 	m.split(r.Start)
@@ -179,11 +166,34 @@ func (m *reservations) set(r keyspace.Range, t time.Time) {
 	}
 }
 
+// setWhole reserves r, the whole segment at p, until t: no split, no
+// segment to drop, and the neighbours are at hand.
+func (m *reservations) setWhole(p pos, r keyspace.Range, t time.Time) {
+	m.setAt(p, t)
+	q := m.segs.next(p)
+	next := !m.segs.end(q) && m.segs.at(q).until.Equal(t)
+	q, ok := m.segs.prev(p)
+	prev := ok && m.segs.at(q).until.Equal(t)
+	// (join finds segments by key: a join may move p.)
+	if next {
+		m.join(r.End)
+	}
+	if prev {
+		m.join(r.Start)
+	}
+}
+
 // extend reserves r until at least t.
 func (m *reservations) extend(r keyspace.Range, t time.Time) {
-	if p := m.find(r.Start); m.endOf(p) == 0 || (r.End != 0 && r.End <= m.endOf(p)) {
-		// Within one segment, as a renewal usually is.
-		if m.segs.at(p).until.Before(t) {
+	p := m.find(r.Start)
+	if end := m.endOf(p); end == 0 || (r.End != 0 && r.End <= end) {
+		// Within one segment, as a renewal usually is; the whole segment,
+		// as it is when the renewed ranges are where they were last time.
+		switch s := m.segs.at(p); {
+		case !s.until.Before(t):
+		case s.start == r.Start && end == r.End:
+			m.setWhole(p, r, t)
+		default:
 			m.set(r, t)
 		}
 		return

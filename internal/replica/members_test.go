@@ -2,6 +2,9 @@ package replica
 
 import (
 	"errors"
+	"fmt"
+	"maps"
+	"slices"
 	"testing"
 	"time"
 
@@ -9,6 +12,8 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/leasehold/leasehold/internal/faults"
+	"github.com/leasehold/leasehold/owner"
+	"github.com/leasehold/leasehold/protocol"
 )
 
 // TestStrangerCannotDeposeLeader: a heartbeat from replica 99, no member
@@ -96,4 +101,114 @@ func TestLearnerRemovedAfterTimeout(t *testing.T) {
 	if g.leader() != l {
 		t.Fatal("the leader changed")
 	}
+}
+
+// TestLoneLeaderSkipsRaftTicks: a leader with no other replica does not
+// wake for Raft's ticks, which change nothing for it; a learner added to it
+// brings them back, and is caught up and promoted as in any group.
+func TestLoneLeaderSkipsRaftTicks(t *testing.T) {
+	g := newGroup(t, 1, faults.Set{})
+	l := g.runUntilLeader()
+	g.run(time.Second)
+	tick := l.cfg.Core.RaftTick
+	if wait := l.NextDeadline().Sub(g.now); wait <= tick {
+		t.Fatalf("an idle lone leader's next deadline is %v away, want more than a Raft tick (%v)", wait, tick)
+	}
+	term := l.Status().Term
+	g.joiner(2)
+	if err := l.AddLearner(g.now, 2, "m2:7400"); err != nil {
+		t.Fatal(err)
+	}
+	g.settle()
+	if wait := l.NextDeadline().Sub(g.now); wait > tick {
+		t.Fatalf("with a learner, the leader's next deadline is %v away, want at most a Raft tick (%v)", wait, tick)
+	}
+	g.down[2] = false
+	g.run(2 * time.Second)
+	if member, voter := isVoter(l, 2); !member || !voter {
+		t.Fatalf("replica 2, up and caught up, is member %v voter %v; want a voter", member, voter)
+	}
+	if st := l.Status(); st.RaftState != raft.StateLeader || st.Term != term {
+		t.Fatalf("after the join the first replica is a %v at term %d, want the leader at term %d", st.RaftState, st.Term, term)
+	}
+}
+
+// TestLoneLeaderKeepsItsTimers: a lone leader driven only at its own
+// deadlines, as the Manager's loop drives it, while eight Owners renew (a
+// request every Renew/8, so the Core's own idle deadline keeps moving on),
+// still forgets a Lookup that stopped syncing within two SyncTimeouts and
+// a second: the Feed's timer does not ride on Raft's ticks.
+func TestLoneLeaderKeepsItsTimers(t *testing.T) {
+	g := newGroup(t, 1, faults.Set{})
+	l := g.runUntilLeader()
+	cur := g.now
+	owners := map[string]*owner.Core{}
+	starts := map[string]time.Time{}
+	for i := range 8 {
+		id := fmt.Sprintf("o%d", i)
+		owners[id] = owner.NewCore(owner.CoreConfig{Namespace: DefaultNamespace, ID: id, Addr: id + ":7000",
+			Incarnation: 1, Timing: groupTiming, Seed: uint64(i + 1)})
+		starts[id] = cur.Add(time.Duration(i) * groupTiming.Renew / 8)
+	}
+	if err := l.StepSync(cur, 7, &protocol.SyncRequest{Namespace: DefaultNamespace, ID: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if n := l.Feed().Lookups(DefaultNamespace); n != 1 {
+		t.Fatalf("%d Lookup sessions after a sync, want 1", n)
+	}
+	end := cur.Add(2*groupTiming.SyncTimeout + time.Second + 100*ms)
+	d := &testDriver{send: func(rd *Ready) {
+		for _, m := range rd.Owners {
+			owners[m.To].Step(cur, m.Msg)
+		}
+	}}
+	ids := slices.Sorted(maps.Keys(owners))
+	for steps := 0; cur.Before(end); steps++ {
+		if steps > 100000 {
+			t.Fatal("the run does not advance")
+		}
+		next := l.NextDeadline()
+		for _, id := range ids {
+			at := starts[id]
+			if at.IsZero() {
+				at = owners[id].NextDeadline()
+			}
+			if at.Before(next) {
+				next = at
+			}
+		}
+		cur = maxTime(cur, next)
+		for _, id := range ids {
+			o := owners[id]
+			if at := starts[id]; (!at.IsZero() && !cur.Before(at)) || (at.IsZero() && !cur.Before(o.NextDeadline())) {
+				starts[id] = time.Time{}
+				o.Tick(cur)
+				reqs, _ := o.Ready()
+				for _, req := range reqs {
+					_ = l.StepLease(cur, req)
+				}
+			}
+		}
+		if !cur.Before(l.NextDeadline()) {
+			l.Tick(cur)
+		}
+		d.now = cur
+		if err := Drive(l, d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(owners["o0"].Held(cur)); n == 0 {
+		t.Fatal("owner o0 holds nothing: the Owners did not run")
+	}
+	if n := l.Feed().Lookups(DefaultNamespace); n != 0 {
+		t.Fatalf("%d Lookup sessions %v after the only sync, want none (forgotten after two SyncTimeouts, %v)",
+			n, end.Sub(g.now), 2*groupTiming.SyncTimeout)
+	}
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }

@@ -175,6 +175,9 @@ func (r *Replica) promote(now time.Time) {
 	if r.role != raft.StateLeader || r.confPending || !r.termSeen {
 		return
 	}
+	if len(r.conf.Learners) == 0 && len(r.learners) == 0 {
+		return // no learner to promote or time out (without cloning Raft's configuration, as Status does)
+	}
 	st := r.rn.Status()
 	for id := range st.Config.Learners {
 		if _, ok := r.learners[id]; !ok {

@@ -341,6 +341,9 @@ func TestOrderedModel(t *testing.T) {
 					grow = 20
 				}
 				k := rng.IntN(20000)
+				if len(ref) > 0 && rng.IntN(4) == 0 {
+					k = ref[len(ref)-1] + 1 + rng.IntN(3) // after the last, as a clock's times come
+				}
 				switch x := rng.IntN(100); {
 				case x < grow:
 					o.insert(k)

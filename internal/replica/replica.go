@@ -368,24 +368,47 @@ func (r *Replica) CloseLookup(ns string, id uint64) { r.feed.Close(ns, id) }
 
 // NextDeadline is the local time by which Tick must be called next.
 func (r *Replica) NextDeadline() time.Time {
-	d := r.nextTick
-	if r.core != nil {
-		if cd := r.core.NextDeadline(); cd.Before(d) {
-			d = cd
+	var d time.Time
+	earlier := func(t time.Time) {
+		if !t.IsZero() && (d.IsZero() || t.Before(d)) {
+			d = t
 		}
 	}
-	if fd := r.feed.NextDeadline(); !fd.IsZero() && fd.Before(d) {
-		d = fd // a coalesced push round
+	if !r.alone() {
+		earlier(r.nextTick)
 	}
-	if ld := r.leaseDeadline(); !ld.IsZero() && ld.Before(d) {
-		d = ld
+	earlier(r.nextFeedTick) // Lookup sessions expire, change logs are truncated
+	if r.core != nil {
+		earlier(r.core.NextDeadline())
+	}
+	earlier(r.feed.NextDeadline()) // a coalesced push round
+	earlier(r.leaseDeadline())
+	if d.IsZero() {
+		d = r.nextTick
 	}
 	return d
+}
+
+// alone reports whether this replica leads a group with no other member,
+// voter or learner, and no change of members under way. Raft's ticks then
+// change nothing: no heartbeat has anyone to go to, a quorum is this
+// replica alone (CheckQuorum always finds it), no election can be called,
+// and a ReadIndex round or a proposal completes without them. Tick skips
+// them, so an idle lone Manager wakes for its own timers only; they resume
+// with the first change of members, and every timing bound that involves
+// another replica is unchanged.
+func (r *Replica) alone() bool {
+	c := &r.conf
+	return r.role == raft.StateLeader && !r.confPending && len(c.Voters) == 1 && c.Voters[0] == r.cfg.ID &&
+		len(c.Learners) == 0 && len(c.VotersOutgoing) == 0 && len(c.LearnersNext) == 0
 }
 
 // Tick runs Raft's ticks due by now and the Core's and Feed's timers. The
 // Lookup messages of a push round it runs go out with the next Ready.
 func (r *Replica) Tick(now time.Time) {
+	if r.alone() {
+		r.nextTick = now.Add(r.cfg.Core.RaftTick) // where they resume from
+	}
 	for ticks := 0; !now.Before(r.nextTick); ticks++ {
 		if ticks < 4*r.cfg.Core.ElectionTicks { // a long pause is not a storm of ticks
 			r.rn.Tick()
