@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"slices"
 	"unsafe"
 
 	"github.com/leasehold/leasehold/keyspace"
@@ -192,6 +193,10 @@ func (v *View) applyDelta(u Update) ([]keyspace.Range, error) {
 	}
 	// Check everything before changing anything, so a bad update leaves
 	// the view as it was.
+	u, err := v.fromCopy(u)
+	if err != nil {
+		return nil, err
+	}
 	for _, c := range u.Changes {
 		if err := validateChange(c); err != nil {
 			return nil, err
@@ -217,6 +222,35 @@ func (v *View) applyDelta(u Update) ([]keyspace.Range, error) {
 		v.reindex()
 	}
 	return coalesce(lost), nil
+}
+
+// fromCopy returns u with the End of each FromCopy change taken from the
+// view, which is at u.From: the end of the segment that starts at the
+// change's Range.Start. It refuses, with ErrNoFit, a change for which no
+// segment starts there, or whose End is given (not 0) and is not that
+// segment's. u is not changed.
+func (v *View) fromCopy(u Update) (Update, error) {
+	copied := false
+	for i, c := range u.Changes {
+		if !c.FromCopy {
+			continue
+		}
+		j := v.segs.find(c.Range.Start)
+		if v.segs.starts[j] != c.Range.Start {
+			return u, fmt.Errorf("%w: change at LSN %d names the segment starting at %016x; the copy at LSN %d has none",
+				ErrNoFit, c.LSN, uint64(c.Range.Start), v.lsn)
+		}
+		end := v.segs.end(j)
+		if c.Range.End != 0 && c.Range.End != end {
+			return u, fmt.Errorf("%w: change at LSN %d on %v; the copy's segment at LSN %d is %v",
+				ErrNoFit, c.LSN, c.Range, v.lsn, v.segs.rangeOf(j))
+		}
+		if !copied {
+			u.Changes, copied = slices.Clone(u.Changes), true
+		}
+		u.Changes[i].Range.End = end
+	}
+	return u, nil
 }
 
 func (v *View) applySnapshot(u Update) ([]keyspace.Range, error) {
