@@ -17,6 +17,12 @@ type Set struct {
 	// IgnoreSnapshotDiff makes a Lookup install snapshots without diffing
 	// them against its copy (P§4.2).
 	IgnoreSnapshotDiff bool
+	// MarkFromCopyBlind makes the compact pushes of the simulation mark
+	// FromCopy every change whose range was one segment just before it,
+	// ignoring the changes before it in the delta that overlap or touch
+	// it (leasetable.MarkFromCopy): a Lookup then reads ranges from its
+	// copy at From that were not segments there.
+	MarkFromCopyBlind bool
 	// AnswerBeforeCommit makes a Manager leader send its answers as soon as
 	// its Core makes them, before their Raft entry commits: a deposed
 	// leader can then still renew (the first failover rule,
