@@ -109,6 +109,15 @@ func TestCompactRoundTrip(t *testing.T) {
 	if !m.AcceptsCompact() {
 		t.Fatal("the Manager's end does not take compact_changes from the request")
 	}
+	// Said once per stream: later requests leave it out, and the Manager's
+	// end remembers it.
+	m.Send(syncResp(1, &leaseholdv1.Update{}))
+	l.Recv(&leaseholdv1.SyncResponse{Namespace: "default", NamesOnce: true, Update: &leaseholdv1.Update{}})
+	if again := l.Send(&leaseholdv1.SyncRequest{Namespace: "default", Id: 2}); again.GetCompactChanges() || again.GetNamespace() != "" {
+		t.Errorf("a later request repeats compact_changes or its namespace: %v", again)
+	} else if m.Recv(again); !m.AcceptsCompact() {
+		t.Error("the Manager's end forgot compact_changes")
+	}
 	fromCopy, viaFree := 0, 0
 	for seed := range uint64(200) {
 		starts, deltas := randDeltas(seed, 5)

@@ -42,6 +42,7 @@ type ownerAddr struct{ owner, addr string }
 type LookupNames struct {
 	accepted atomic.Bool
 	sent     bool
+	said     bool // compact_changes sent on the stream
 	ns       string
 	// Recv's: the last response's names and the dictionary.
 	heard          bool
@@ -50,16 +51,20 @@ type LookupNames struct {
 	refs           []ownerAddr // refs[n-1] is owner_ref n
 }
 
-// Send returns the request to send for m: m with names_once and
-// compact_changes set, or a copy without its namespace. m keeps its
-// namespace.
+// Send returns the request to send for m: m with names_once set (and
+// compact_changes, on the stream's first request), or a copy without its
+// namespace. m keeps its namespace.
 func (c *LookupNames) Send(m *leaseholdv1.SyncRequest) *leaseholdv1.SyncRequest {
-	m.NamesOnce, m.CompactChanges = true, true
+	m.NamesOnce = true
+	if !c.said {
+		// Said once per stream: the Manager's end remembers it.
+		m.CompactChanges, c.said = true, true
+	}
 	if !c.sent || !c.accepted.Load() || m.GetNamespace() != c.ns || c.ns == "" {
 		c.sent, c.ns = true, m.GetNamespace()
 		return m
 	}
-	return &leaseholdv1.SyncRequest{Id: m.Id, Epoch: m.Epoch, Lsn: m.Lsn, NamesOnce: true, CompactChanges: true}
+	return &leaseholdv1.SyncRequest{Id: m.Id, Epoch: m.Epoch, Lsn: m.Lsn, NamesOnce: true, CompactChanges: m.CompactChanges}
 }
 
 // Recv puts back into m, received on the stream, the names and owners it
@@ -169,8 +174,9 @@ type ManagerSyncNames struct {
 // reads owner_ref, and merged deltas (leasetable.Merge).
 func (c *ManagerSyncNames) Accepts() bool { return c.once.Load() }
 
-// AcceptsCompact reports whether the stream's requests say names_once and
-// compact_changes: the Lookup reads Update.compact.
+// AcceptsCompact reports whether a request of the stream said names_once
+// and compact_changes: the Lookup reads Update.compact. A Lookup says it
+// once per stream, in its first request.
 func (c *ManagerSyncNames) AcceptsCompact() bool { return c.compactOK.Load() }
 
 // Recv puts the namespace the Lookup left out back into m.

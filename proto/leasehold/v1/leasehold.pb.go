@@ -1208,8 +1208,8 @@ type SyncRequest struct {
 	// in the entries it is sent.
 	NamesOnce bool `protobuf:"varint,5,opt,name=names_once,json=namesOnce,proto3" json:"names_once,omitempty"`
 	// compact_changes: the Lookup reads Update.compact: the Manager may push
-	// deltas in it (docs/protocol.md, "Compact deltas"). Said only with
-	// names_once.
+	// deltas in it for the rest of the stream (docs/protocol.md, "Compact
+	// deltas"). Said with names_once, in the stream's first request.
 	CompactChanges bool `protobuf:"varint,16,opt,name=compact_changes,json=compactChanges,proto3" json:"compact_changes,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
