@@ -117,8 +117,18 @@ type Change struct {
 	// take Range.End from its copy, and a compact delta leaves it out. A
 	// View applies such a change only when it has a segment starting at
 	// Range.Start, and takes its End from there; an End given (not 0)
-	// must be that one. See doc.go, "Compact deltas".
+	// must be that one. See docs/protocol.md, "Compact deltas".
 	FromCopy bool
+	// LeftOwner says the key before Range was held, just before this
+	// change, by Entry's Owner at Entry's Addr: Table.Set records it, and
+	// MarkFromCopy reads it. A View ignores it.
+	LeftOwner bool
+	// OwnerFromCopy says Entry's Owner and Addr are those of the key
+	// before Range.Start in the table at the delta's From (MarkFromCopy),
+	// so a compact delta leaves them out and a Lookup whose copy is at
+	// From reads them there. A View applies such a change only when that
+	// key is owned in its copy; an Owner given must be that one.
+	OwnerFromCopy bool
 }
 
 // Update answers a lookup's sync: either a delta (Changes, contiguous LSNs

@@ -86,7 +86,13 @@ const fromCopyWindow = 1024
 // the key before it and its End then held at the change what they held at
 // From, so the segment starting at Range.Start at From was Range. A Lookup
 // whose copy is at From finds it there, and a compact delta sends its Start
-// alone. Only the first fromCopyWindow changes are marked; u is not changed.
+// alone. It also sets OwnerFromCopy on each owned change whose Entry has
+// the Owner and Addr of the key before its range just before it
+// (LeftOwner, recorded by Table.Set) when no change before it in u wrote
+// that key: the key held the same at From, and a Lookup reads the Owner
+// there (an Owner's crash gives each of its ranges to the Owner of the
+// range before it, under consistent hashing). Only the first
+// fromCopyWindow changes are marked; u is not changed.
 // A snapshot is returned as it is.
 func MarkFromCopy(u Update) Update {
 	if u.Snapshot || len(u.Changes) == 0 {
@@ -97,15 +103,18 @@ func MarkFromCopy(u Update) Update {
 	copy(out.Changes, u.Changes)
 	for i := range out.Changes {
 		c := &out.Changes[i]
-		c.FromCopy = false
-		if !c.Whole || i >= fromCopyWindow {
+		c.FromCopy, c.OwnerFromCopy = false, false
+		if i >= fromCopyWindow {
 			continue
 		}
-		c.FromCopy = true
+		c.FromCopy = c.Whole
+		c.OwnerFromCopy = c.LeftOwner && c.Entry.Owner != "" && c.Range.Start > 0
 		for _, p := range u.Changes[:i] {
 			if p.Range.Overlaps(c.Range) || touches(p.Range, c.Range) {
 				c.FromCopy = false
-				break
+			}
+			if p.Range.Contains(c.Range.Start - 1) {
+				c.OwnerFromCopy = false
 			}
 		}
 	}

@@ -24,7 +24,7 @@ func TestMergeAppliesAsTheWhole(t *testing.T) {
 		}
 		return keyspace.Range{Start: bounds[i], End: bounds[j]}
 	}
-	merged, fromCopy := 0, 0
+	merged, fromCopy, ownerFromCopy := 0, 0, 0
 	for seed := range uint64(3000) {
 		r := rand.New(rand.NewPCG(seed, 7))
 		tb := New(0)
@@ -80,10 +80,25 @@ func TestMergeAppliesAsTheWhole(t *testing.T) {
 		// it from its copy.
 		cm := Merge(MarkFromCopy(whole))
 		cm.Changes = slices.Clone(cm.Changes)
-		for i := range cm.Changes {
-			if cm.Changes[i].FromCopy {
-				cm.Changes[i].Range.End = 0
+		strip := func(u Update) Update {
+			u.Changes = slices.Clone(u.Changes)
+			for i := range u.Changes {
+				if u.Changes[i].FromCopy {
+					u.Changes[i].Range.End = 0
+				}
+				if u.Changes[i].OwnerFromCopy {
+					u.Changes[i].Entry.Owner, u.Changes[i].Entry.Addr = "", ""
+				}
+			}
+			return u
+		}
+		cm = strip(cm)
+		for _, c := range cm.Changes {
+			if c.FromCopy {
 				fromCopy++
+			}
+			if c.OwnerFromCopy {
+				ownerFromCopy++
 			}
 		}
 		for _, u := range []Update{MarkFromCopy(whole), cm} {
@@ -91,14 +106,7 @@ func TestMergeAppliesAsTheWhole(t *testing.T) {
 			if _, err := c.Apply(start); err != nil {
 				t.Fatal(err)
 			}
-			if u.Merged != cm.Merged {
-				u.Changes = slices.Clone(u.Changes)
-				for i := range u.Changes {
-					if u.Changes[i].FromCopy {
-						u.Changes[i].Range.End = 0
-					}
-				}
-			}
+			u = strip(u)
 			lc, err := c.Apply(u)
 			if err != nil {
 				t.Fatalf("seed %d: delta with ends from the copy: %v\n%v", seed, err, u.Changes)
@@ -126,6 +134,9 @@ func TestMergeAppliesAsTheWhole(t *testing.T) {
 	}
 	if merged < 300 {
 		t.Errorf("only %d of 3000 deltas were merged: the test does not exercise Merge", merged)
+	}
+	if ownerFromCopy < 300 {
+		t.Errorf("only %d changes took their owner from the copy: the test does not exercise OwnerFromCopy", ownerFromCopy)
 	}
 	if fromCopy < 1000 {
 		t.Errorf("only %d changes took their End from the copy (of about 1,650): the test does not exercise MarkFromCopy", fromCopy)

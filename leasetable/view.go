@@ -226,12 +226,29 @@ func (v *View) applyDelta(u Update) ([]keyspace.Range, error) {
 
 // fromCopy returns u with the End of each FromCopy change taken from the
 // view, which is at u.From: the end of the segment that starts at the
-// change's Range.Start. It refuses, with ErrNoFit, a change for which no
-// segment starts there, or whose End is given (not 0) and is not that
-// segment's. u is not changed.
+// change's Range.Start; and the Owner and Addr of each OwnerFromCopy change:
+// those of the key before its Range.Start. It refuses, with ErrNoFit, a
+// change for which no segment starts there, or whose End is given (not 0)
+// and is not that segment's, or whose key before is free or held by
+// another Owner than one given. u is not changed.
 func (v *View) fromCopy(u Update) (Update, error) {
 	copied := false
 	for i, c := range u.Changes {
+		if c.OwnerFromCopy {
+			if c.Range.Start == 0 {
+				return u, fmt.Errorf("%w: change at LSN %d takes its owner from the key before key 0", ErrNoFit, c.LSN)
+			}
+			prev := v.segs.ents[v.segs.find(c.Range.Start-1)]
+			o := v.owners[prev.owner]
+			if prev.owner == 0 || c.Entry.Owner != "" && (c.Entry.Owner != o.id || c.Entry.Addr != o.addr) {
+				return u, fmt.Errorf("%w: change at LSN %d on %v takes the owner of the key before it, which the copy at LSN %d has %s",
+					ErrNoFit, c.LSN, c.Range, v.lsn, v.entry(prev))
+			}
+			if !copied {
+				u.Changes, copied = slices.Clone(u.Changes), true
+			}
+			u.Changes[i].Entry.Owner, u.Changes[i].Entry.Addr = o.id, o.addr
+		}
 		if !c.FromCopy {
 			continue
 		}

@@ -217,15 +217,15 @@ func (c *Core) report(lost []keyspace.Range, all bool) {
 }
 
 // trim drops the changes of a delta the copy already has. A delta some of
-// whose ranges are to be read from the copy at From (FromCopy: a compact
-// push) is left whole: the copy is past From, so it does not fit, and the
+// whose ranges or owners are to be read from the copy at From (FromCopy,
+// OwnerFromCopy: a compact push) is left whole: the copy is past From, so it does not fit, and the
 // Lookup asks again (an answer to a poll comes in the full form).
 func trim(u leasetable.Update, lsn keyspace.LSN) leasetable.Update {
 	if u.From >= lsn || u.To <= lsn {
 		return u
 	}
 	for _, c := range u.Changes {
-		if c.FromCopy {
+		if c.FromCopy || c.OwnerFromCopy {
 			return u
 		}
 	}

@@ -37,7 +37,8 @@ func (c *compactPushes) of(m *protocol.SyncResponse, blind bool) *protocol.SyncR
 		marked := leasetable.MarkFromCopy(*u)
 		if blind { // faults.Set.MarkFromCopyBlind
 			for i := range marked.Changes {
-				marked.Changes[i].FromCopy = marked.Changes[i].Whole
+				c := &marked.Changes[i]
+				c.FromCopy, c.OwnerFromCopy = c.Whole, c.LeftOwner && c.Range.Start > 0
 			}
 		}
 		mu := leasetable.Merge(marked)

@@ -248,14 +248,16 @@ type Stats struct {
 	LeaseBytes       int64 // Owner ↔ Manager, estimated wire size
 	SyncBytes        int64 // Lookup ↔ Manager, estimated wire size
 	// CompactPushes counts the pushes full Lookups read in the compact
-	// form (compactPushes), and FromCopyChanges the changes of those made
-	// for the copy they reached whose End the copy gave.
-	CompactPushes   int
-	FromCopyChanges int
-	RaftMessages    int // between replicas
-	Snapshots       int // Raft snapshots taken (log compactions)
-	SnapshotsSent   int // MsgSnap: a replica too far behind was sent the State whole
-	Refusals        int // NotLeader answers to Owners and Lookups
+	// form (compactPushes), FromCopyChanges the changes of those made for
+	// the copy they reached whose End the copy gave, and
+	// OwnerFromCopyChanges those whose Owner it gave.
+	CompactPushes        int
+	FromCopyChanges      int
+	OwnerFromCopyChanges int
+	RaftMessages         int // between replicas
+	Snapshots            int // Raft snapshots taken (log compactions)
+	SnapshotsSent        int // MsgSnap: a replica too far behind was sent the State whole
+	Refusals             int // NotLeader answers to Owners and Lookups
 	// Planned moves (Config.Migration): handovers the Owners were asked
 	// for, those whose state arrived and was acknowledged, those the
 	// application gave up, the migrated grants taken up (each checked to
@@ -773,6 +775,9 @@ func (s *Sim) deliver(n *node, e *event) {
 					for _, c := range m.Update.Changes {
 						if c.FromCopy {
 							s.stats.FromCopyChanges++
+						}
+						if c.OwnerFromCopy {
+							s.stats.OwnerFromCopyChanges++
 						}
 					}
 				}

@@ -24,6 +24,9 @@ import (
 //     delta (leasetable.ErrNoFit) and polls;
 //   - the LSN when it follows the previous change's (or From): only the
 //     skips of a merged delta travel;
+//   - the owner, when the change is OwnerFromCopy: the Owner of the key
+//     before its range at From, which the Lookup reads from its copy (after
+//     a crash, each range goes to the Owner of the range before it);
 //   - the headers of the nested messages, and repeated owner names (each
 //     owner once per delta, or once per stream with stream_refs).
 //
@@ -32,12 +35,13 @@ import (
 
 // Kind bits of CompactChanges.kinds.
 const (
-	kindFromCopy     = 1 << iota // End left out: the copy's segment at Start
-	kindViaFree                  // Change.via_free
-	kindMigrated                 // Entry.migrated
-	kindLSNSkip                  // an lsn_skips value follows
-	kindMigratedFrom             // a migrated_from value follows
-	kindAll          = 1<<iota - 1
+	kindFromCopy      = 1 << iota // End left out: the copy's segment at Start
+	kindViaFree                   // Change.via_free
+	kindMigrated                  // Entry.migrated
+	kindLSNSkip                   // an lsn_skips value follows
+	kindMigratedFrom              // a migrated_from value follows
+	kindOwnerFromCopy             // owned by the copy's owner of the key before Start
+	kindAll           = 1<<iota - 1
 )
 
 // CompactUpdateToPB converts a delta to its compact wire form, its owners
@@ -51,7 +55,7 @@ func CompactUpdateToPB(u *leasetable.Update) *leaseholdv1.Update {
 	c := &leaseholdv1.CompactChanges{
 		Kinds:  make([]uint32, n),
 		Starts: make([]uint64, n),
-		Owners: make([]uint32, n),
+		Owners: make([]uint32, 0, n),
 		Lgns:   make([]int64, 0, n),
 	}
 	names := map[ownerAddr]uint32{}
@@ -81,7 +85,12 @@ func CompactUpdateToPB(u *leasetable.Update) *leaseholdv1.Update {
 				c.MigratedFrom = append(c.MigratedFrom, uint64(e.MigratedFrom))
 			}
 		}
-		if e.Owner != "" {
+		switch {
+		case ch.OwnerFromCopy:
+			k |= kindOwnerFromCopy
+			c.Lgns = append(c.Lgns, int64(e.LGN-prevLGN))
+			prevLGN = e.LGN
+		case e.Owner != "":
 			key := ownerAddr{e.Owner, e.Addr}
 			ref, ok := names[key]
 			if !ok {
@@ -89,9 +98,11 @@ func CompactUpdateToPB(u *leasetable.Update) *leaseholdv1.Update {
 				ref = uint32(len(c.Names))
 				names[key] = ref
 			}
-			c.Owners[i] = ref
+			c.Owners = append(c.Owners, ref)
 			c.Lgns = append(c.Lgns, int64(e.LGN-prevLGN))
 			prevLGN = e.LGN
+		default:
+			c.Owners = append(c.Owners, 0)
 		}
 		c.Kinds[i] = k
 	}
@@ -111,8 +122,8 @@ func compactFromPB(where string, u *leasetable.Update, c *leaseholdv1.CompactCha
 	if n > MaxUpdateItems {
 		return fmt.Errorf("%w: %s: %d changes; at most %d allowed", ErrInvalid, where, n, MaxUpdateItems)
 	}
-	if len(starts) != n || len(owners) != n {
-		return fmt.Errorf("%w: %s: %d kinds, %d starts and %d owners; want one of each per change",
+	if len(starts) != n || len(owners) > n {
+		return fmt.Errorf("%w: %s: %d kinds, %d starts and %d owners; want a start per change and at most one owner",
 			ErrInvalid, where, n, len(starts), len(owners))
 	}
 	names := c.GetNames()
@@ -174,29 +185,44 @@ func compactFromPB(where string, u *leasetable.Update, c *leaseholdv1.CompactCha
 			}
 			e.MigratedFrom, froms = keyspace.LGN(froms[0]), froms[1:]
 		}
-		if o := owners[i]; o != 0 {
-			if int64(o) > int64(len(names)) {
-				return fmt.Errorf("%w: %s.owners[%d]: owner %d; %d named", ErrInvalid, where, i, o, len(names))
+		var o uint32
+		if k&kindOwnerFromCopy != 0 {
+			ch.OwnerFromCopy = true
+		} else {
+			if err := column("owners", len(owners)); err != nil {
+				return err
 			}
+			o, owners = owners[0], owners[1:]
+		}
+		if o != 0 {
+			if int64(o) > int64(len(names)) {
+				return fmt.Errorf("%w: %s: change %d: owner %d; %d named", ErrInvalid, where, i, o, len(names))
+			}
+			e.Owner, e.Addr = names[o-1].GetOwner(), names[o-1].GetAddr()
+		}
+		if o != 0 || ch.OwnerFromCopy {
 			if err := column("lgns", len(lgns)); err != nil {
 				return err
 			}
-			e.Owner, e.Addr = names[o-1].GetOwner(), names[o-1].GetAddr()
 			e.LGN, lgns = prevLGN+keyspace.LGN(lgns[0]), lgns[1:]
 			prevLGN = e.LGN
 		}
-		if err := e.Validate(); err != nil {
+		check := *e
+		if ch.OwnerFromCopy {
+			check.Owner = "-" // the copy names it; the View checks the entry again
+		}
+		if err := check.Validate(); err != nil {
 			return fmt.Errorf("%w: %s: change %d at %016x: %v", ErrInvalid, where, i, starts[i], err)
 		}
 		ch.ViaFree = k&kindViaFree != 0
-		if ch.ViaFree && (!u.Merged || e.Owner == "") {
+		if ch.ViaFree && (!u.Merged || check.Owner == "") {
 			return fmt.Errorf("%w: %s: change %d at %016x: via_free needs a merged delta and an owner",
 				ErrInvalid, where, i, starts[i])
 		}
 	}
-	if len(ends)+len(lgns)+len(skips)+len(froms) != 0 {
-		return fmt.Errorf("%w: %s: %d ends, %d lgns, %d lsn_skips and %d migrated_from more than the changes call for",
-			ErrInvalid, where, len(ends), len(lgns), len(skips), len(froms))
+	if len(ends)+len(owners)+len(lgns)+len(skips)+len(froms) != 0 {
+		return fmt.Errorf("%w: %s: %d ends, %d owners, %d lgns, %d lsn_skips and %d migrated_from more than the changes call for",
+			ErrInvalid, where, len(ends), len(owners), len(lgns), len(skips), len(froms))
 	}
 	return nil
 }

@@ -24,15 +24,19 @@ func compactDelta(u leasetable.Update) leasetable.Update {
 	return leasetable.Merge(leasetable.MarkFromCopy(u))
 }
 
-// asDecoded is u as a Lookup decodes its compact form: no Whole marks (the
-// wire does not carry them), and End 0 where the copy gives it.
+// asDecoded is u as a Lookup decodes its compact form: no Whole and
+// LeftOwner marks (the wire does not carry them), and End 0 and no Owner
+// where the copy gives them.
 func asDecoded(u leasetable.Update) leasetable.Update {
 	u.Changes = slices.Clone(u.Changes)
 	for i := range u.Changes {
 		c := &u.Changes[i]
-		c.Whole = false
+		c.Whole, c.LeftOwner = false, false
 		if c.FromCopy {
 			c.Range.End = 0
+		}
+		if c.OwnerFromCopy {
+			c.Entry.Owner, c.Entry.Addr = "", ""
 		}
 	}
 	return u
@@ -239,7 +243,8 @@ func crashDelta(owners int) (full, compact leasetable.Update) {
 // The bytes of a crash's push, per change, on a stream that has named every
 // Owner before: the full form (Change messages, owners by owner_ref) and
 // the compact one. The compact form must stay under a third of the full
-// one and under 12 bytes a change.
+// one and under 12 bytes a change; and, on a stream that has named no
+// Owner yet, under a quarter.
 func TestCompactCrashPushBytes(t *testing.T) {
 	full, compact := crashDelta(50)
 	if len(full.Changes) != len(compact.Changes) || len(full.Changes) < 40 {
@@ -259,17 +264,32 @@ func TestCompactCrashPushBytes(t *testing.T) {
 	n := len(full.Changes)
 	fb, cb := proto.Size(fm.GetUpdate()), proto.Size(cm.GetUpdate())
 	c := fm.GetUpdate().GetChanges()[0]
-	fromCopy := 0
+	fromCopy, ownerFromCopy := 0, 0
 	for _, ch := range compact.Changes {
 		if ch.FromCopy {
 			fromCopy++
 		}
+		if ch.OwnerFromCopy {
+			ownerFromCopy++
+		}
 	}
-	t.Logf("crash push, %d changes (%d FromCopy): full form %d bytes (%.1f a change: lsn %d, range %d, entry %d, via_free 2, headers), compact %d bytes (%.1f a change)",
-		n, fromCopy, fb, float64(fb)/float64(n), proto.Size(&leaseholdv1.Change{Lsn: c.Lsn}),
+	// On a stream that has named no Owner yet (the first crash a Lookup
+	// hears of): the full form names each Owner once, in full; the compact
+	// one takes them from the copy.
+	var fresh, fresh2 ManagerSyncNames
+	fresh.Recv(&leaseholdv1.SyncRequest{Namespace: "default", NamesOnce: true, CompactChanges: true})
+	fresh2.Recv(&leaseholdv1.SyncRequest{Namespace: "default", NamesOnce: true, CompactChanges: true})
+	ffb := proto.Size(fresh.Send(syncResp(0, UpdateToPB(&full))).GetUpdate())
+	fcb := proto.Size(fresh2.Send(syncResp(0, CompactUpdateToPB(&compact))).GetUpdate())
+	t.Logf("on a fresh stream: full form %d bytes, compact %d", ffb, fcb)
+	if fcb*4 > ffb {
+		t.Errorf("compact crash push on a fresh stream %d bytes, full %d: want under a quarter", fcb, ffb)
+	}
+	t.Logf("crash push, %d changes (%d FromCopy, %d OwnerFromCopy): full form %d bytes (%.1f a change: lsn %d, range %d, entry %d, via_free 2, headers), compact %d bytes (%.1f a change)",
+		n, fromCopy, ownerFromCopy, fb, float64(fb)/float64(n), proto.Size(&leaseholdv1.Change{Lsn: c.Lsn}),
 		proto.Size(&leaseholdv1.Change{Range: c.Range}), proto.Size(&leaseholdv1.Change{Entry: c.Entry}), cb, float64(cb)/float64(n))
-	if fromCopy < n*9/10 {
-		t.Errorf("only %d of %d ranges of a crash FromCopy", fromCopy, n)
+	if fromCopy < n*9/10 || ownerFromCopy < n*9/10 {
+		t.Errorf("only %d of %d ranges of a crash FromCopy, %d OwnerFromCopy", fromCopy, n, ownerFromCopy)
 	}
 	if cb*3 > fb || float64(cb)/float64(n) > 12 {
 		t.Errorf("compact crash push %d bytes for %d changes, full %d: want under a third and 12 bytes a change", cb, n, fb)

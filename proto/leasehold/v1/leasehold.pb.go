@@ -1078,15 +1078,18 @@ type CompactChanges struct {
 	// kinds: per change, bits: 1 its range's End is left out (the end of the
 	// segment of the Lookup's copy at `from` that starts at its start), 2
 	// via_free, 4 migrated, 8 its LSN skips (lsn_skips), 16 migrated with a
-	// migrated_from.
+	// migrated_from, 32 its owner is left out (the owner, at `from`, of the
+	// key before its start in the Lookup's copy).
 	Kinds  []uint32 `protobuf:"varint,1,rep,packed,name=kinds,proto3" json:"kinds,omitempty"`
 	Starts []uint64 `protobuf:"fixed64,2,rep,packed,name=starts,proto3" json:"starts,omitempty"`
 	// ends: the End of each change whose End is given.
 	Ends []uint64 `protobuf:"fixed64,3,rep,packed,name=ends,proto3" json:"ends,omitempty"`
-	// owners: per change, 0 for free, or n: the owner names[n-1] (or, when
-	// stream_refs is set, the owner_ref n of the stream).
+	// owners: per change without kind 32, 0 for free, or n: the owner
+	// names[n-1] (or, when stream_refs is set, the owner_ref n of the
+	// stream).
 	Owners []uint32 `protobuf:"varint,4,rep,packed,name=owners,proto3" json:"owners,omitempty"`
-	// lgns: per owned change, its LGN minus the LGN of the owned change
+	// lgns: per owned change (owners not 0, or kind 32), its LGN minus the
+	// LGN of the owned change
 	// before it in this delta (0 for the first).
 	Lgns []int64 `protobuf:"zigzag64,5,rep,packed,name=lgns,proto3" json:"lgns,omitempty"`
 	// lsn_skips: per change with kind 8, how many LSNs it skips: its LSN is
