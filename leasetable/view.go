@@ -224,6 +224,22 @@ func (v *View) applyDelta(u Update) ([]keyspace.Range, error) {
 	return coalesce(lost), nil
 }
 
+// Resolve returns the delta u, which must start at the view's LSN, with
+// what a compact delta leaves to the copy filled in from the view: the End
+// of each FromCopy change and the Owner and Addr of each OwnerFromCopy one
+// (fromCopy). Apply does the same; Resolve gives the changes as applied,
+// for a Lookup's OnUpdate. It returns an error wrapping ErrLSNMismatch or
+// ErrNoFit when u does not fit the view.
+func (v *View) Resolve(u Update) (Update, error) {
+	if u.Snapshot {
+		return u, nil
+	}
+	if u.From != v.lsn {
+		return u, fmt.Errorf("%w: delta starts after LSN %d but the view is at LSN %d", ErrLSNMismatch, u.From, v.lsn)
+	}
+	return v.fromCopy(u)
+}
+
 // fromCopy returns u with the End of each FromCopy change taken from the
 // view, which is at u.From: the end of the segment that starts at the
 // change's Range.Start; and the Owner and Addr of each OwnerFromCopy change:

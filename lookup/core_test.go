@@ -741,4 +741,22 @@ func TestCompactDeltaThatDoesNotFit(t *testing.T) {
 	if len(r.reqs) != 0 || len(r.losses) != 1 {
 		t.Fatalf("a compact push that fits: requests %v, losses %v", r.reqs, r.losses)
 	}
+	// What OnUpdate is handed: the changes as applied, ends and owners in.
+	u2 := leasetable.MarkFromCopy(delta(t, tab, tab.LSN()-1))
+	if got := c2.Applied().Changes; len(got) != 1 || got[0].Range != kr(0, 100) || got[0].Entry.Owner != "f" || got[0].Entry.Addr != "f:7000" {
+		t.Fatalf("Applied() = %v, want %v", got, u2.Changes)
+	}
+	// With the owner left to the copy too.
+	from = tab.LSN()
+	tab.Set(base, kr(100, 200), own("f", 7)) // the range after f's
+	u = leasetable.MarkFromCopy(delta(t, tab, from))
+	if !u.Changes[0].OwnerFromCopy {
+		t.Fatalf("a grant to the Owner of the range before it is not OwnerFromCopy: %v", u.Changes)
+	}
+	u.Changes[0].Range.End, u.Changes[0].Entry.Owner, u.Changes[0].Entry.Addr = 0, "", ""
+	step(c2, at(50*ms), push(u))
+	sameView(t, c2, tab)
+	if got := c2.Applied().Changes; len(got) != 1 || got[0].Range != kr(100, 200) || got[0].Entry.Owner != "f" || got[0].Entry.Addr != "f:7000" {
+		t.Fatalf("Applied() = %v", got)
+	}
 }
