@@ -23,6 +23,10 @@ var (
 	// invalid range, an invalid entry, or segments that are unsorted,
 	// overlapping or do not cover the key space.
 	ErrMalformed = errors.New("leasetable: malformed update")
+	// ErrNoFit: a change that takes its range from the view (FromCopy)
+	// names a segment the view does not have. The view is not the one the
+	// delta was made for; the Lookup should ask again with its own LSN.
+	ErrNoFit = errors.New("leasetable: delta does not fit the view")
 )
 
 // Entry is what the table says about a range.
@@ -104,6 +108,27 @@ type Change struct {
 	// it leaves out, just before this entry (Merge): a view applies it as
 	// the two changes, a key lost if its old entry was owned.
 	ViaFree bool
+	// Whole says Range was exactly one segment of the table just before
+	// this change: Table.Set records it in the log, and MarkFromCopy reads
+	// it. A View ignores it.
+	Whole bool
+	// FromCopy says Range is exactly one segment of the table at the
+	// delta's From (MarkFromCopy), so a Lookup whose copy is at From can
+	// take Range.End from its copy, and a compact delta leaves it out. A
+	// View applies such a change only when it has a segment starting at
+	// Range.Start, and takes its End from there; an End given (not 0)
+	// must be that one. See docs/protocol.md, "Compact deltas".
+	FromCopy bool
+	// LeftOwner says the key before Range was held, just before this
+	// change, by Entry's Owner at Entry's Addr: Table.Set records it, and
+	// MarkFromCopy reads it. A View ignores it.
+	LeftOwner bool
+	// OwnerFromCopy says Entry's Owner and Addr are those of the key
+	// before Range.Start in the table at the delta's From (MarkFromCopy),
+	// so a compact delta leaves them out and a Lookup whose copy is at
+	// From reads them there. A View applies such a change only when that
+	// key is owned in its copy; an Owner given must be that one.
+	OwnerFromCopy bool
 }
 
 // Update answers a lookup's sync: either a delta (Changes, contiguous LSNs

@@ -24,7 +24,7 @@ func TestMergeAppliesAsTheWhole(t *testing.T) {
 		}
 		return keyspace.Range{Start: bounds[i], End: bounds[j]}
 	}
-	merged := 0
+	merged, fromCopy, ownerFromCopy := 0, 0, 0
 	for seed := range uint64(3000) {
 		r := rand.New(rand.NewPCG(seed, 7))
 		tb := New(0)
@@ -75,6 +75,50 @@ func TestMergeAppliesAsTheWhole(t *testing.T) {
 		if _, err := b.Apply(start); err != nil {
 			t.Fatal(err)
 		}
+		// The same, marked and merged as for a compact delta, with the
+		// End of every change marked FromCopy left out: the Lookup takes
+		// it from its copy.
+		cm := Merge(MarkFromCopy(whole))
+		cm.Changes = slices.Clone(cm.Changes)
+		strip := func(u Update) Update {
+			u.Changes = slices.Clone(u.Changes)
+			for i := range u.Changes {
+				if u.Changes[i].FromCopy {
+					u.Changes[i].Range.End = 0
+				}
+				if u.Changes[i].OwnerFromCopy {
+					u.Changes[i].Entry.Owner, u.Changes[i].Entry.Addr = "", ""
+				}
+			}
+			return u
+		}
+		cm = strip(cm)
+		for _, c := range cm.Changes {
+			if c.FromCopy {
+				fromCopy++
+			}
+			if c.OwnerFromCopy {
+				ownerFromCopy++
+			}
+		}
+		for _, u := range []Update{MarkFromCopy(whole), cm} {
+			c := NewView()
+			if _, err := c.Apply(start); err != nil {
+				t.Fatal(err)
+			}
+			u = strip(u)
+			lc, err := c.Apply(u)
+			if err != nil {
+				t.Fatalf("seed %d: delta with ends from the copy: %v\n%v", seed, err, u.Changes)
+			}
+			wa := NewView()
+			_, _ = wa.Apply(start)
+			lw, _ := wa.Apply(whole)
+			if !slices.Equal(lw, lc) || !slices.Equal(wa.Segments(), c.Segments()) || c.LSN() != wa.LSN() {
+				t.Fatalf("seed %d: the delta with ends from the copy applies otherwise:\nwhole %v\ncompact %v\nlost %v vs %v\nview %v\nvs %v",
+					seed, whole.Changes, u.Changes, lw, lc, wa.Segments(), c.Segments())
+			}
+		}
 		la, err := a.Apply(whole)
 		if err != nil {
 			t.Fatalf("seed %d: whole delta: %v", seed, err)
@@ -90,6 +134,12 @@ func TestMergeAppliesAsTheWhole(t *testing.T) {
 	}
 	if merged < 300 {
 		t.Errorf("only %d of 3000 deltas were merged: the test does not exercise Merge", merged)
+	}
+	if ownerFromCopy < 300 {
+		t.Errorf("only %d changes took their owner from the copy: the test does not exercise OwnerFromCopy", ownerFromCopy)
+	}
+	if fromCopy < 1000 {
+		t.Errorf("only %d changes took their End from the copy (of about 1,650): the test does not exercise MarkFromCopy", fromCopy)
 	}
 }
 

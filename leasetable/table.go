@@ -76,7 +76,9 @@ func newTable(retention time.Duration, chunk int) *Table {
 // Set overwrites r with e. If r already has e throughout, Set is a no-op and
 // returns the current LSN without logging anything. Otherwise it appends
 // Change{LSN: t.LSN()+1, Range: r, Entry: e} to the log, stamped with now (the
-// manager's local clock), and returns the new LSN.
+// manager's local clock), and returns the new LSN. The change is marked
+// Whole when r was exactly one segment before it, and LeftOwner when the
+// key before r was held by e's Owner at e's Addr.
 //
 // Set panics if r is not a valid range or e is not a valid entry
 // (Entry.Validate): both are programmer errors in the manager, and a bad
@@ -100,12 +102,18 @@ func (t *Table) Set(now time.Time, r keyspace.Range, e Entry) keyspace.LSN {
 	}
 	// set replaces the segments that start in [r.Start, r.End], so those
 	// are the ones to take out of the owner index and to put back.
+	was, _ := t.segs.at(r.Start)
+	left := false
+	if r.Start > 0 && e.Owner != "" {
+		_, prev := t.segs.at(r.Start - 1)
+		left = prev.Owner == e.Owner && prev.Addr == e.Addr
+	}
 	t.indexBounds(r, false)
 	t.segs.set(r, e)
 	t.indexBounds(r, true)
 	t.snap, t.ownedMemo = nil, nil
 	t.lsn++
-	t.log = append(t.log, Change{LSN: t.lsn, Range: r, Entry: e})
+	t.log = append(t.log, Change{LSN: t.lsn, Range: r, Entry: e, Whole: was == r, LeftOwner: left})
 	t.stamps = append(t.stamps, now)
 	return t.lsn
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"slices"
 	"unsafe"
 
 	"github.com/leasehold/leasehold/keyspace"
@@ -192,6 +193,10 @@ func (v *View) applyDelta(u Update) ([]keyspace.Range, error) {
 	}
 	// Check everything before changing anything, so a bad update leaves
 	// the view as it was.
+	u, err := v.fromCopy(u)
+	if err != nil {
+		return nil, err
+	}
 	for _, c := range u.Changes {
 		if err := validateChange(c); err != nil {
 			return nil, err
@@ -217,6 +222,68 @@ func (v *View) applyDelta(u Update) ([]keyspace.Range, error) {
 		v.reindex()
 	}
 	return coalesce(lost), nil
+}
+
+// Resolve returns the delta u, which must start at the view's LSN, with
+// what a compact delta leaves to the copy filled in from the view: the End
+// of each FromCopy change and the Owner and Addr of each OwnerFromCopy one
+// (fromCopy). Apply does the same; Resolve gives the changes as applied,
+// for a Lookup's OnUpdate. It returns an error wrapping ErrLSNMismatch or
+// ErrNoFit when u does not fit the view.
+func (v *View) Resolve(u Update) (Update, error) {
+	if u.Snapshot {
+		return u, nil
+	}
+	if u.From != v.lsn {
+		return u, fmt.Errorf("%w: delta starts after LSN %d but the view is at LSN %d", ErrLSNMismatch, u.From, v.lsn)
+	}
+	return v.fromCopy(u)
+}
+
+// fromCopy returns u with the End of each FromCopy change taken from the
+// view, which is at u.From: the end of the segment that starts at the
+// change's Range.Start; and the Owner and Addr of each OwnerFromCopy change:
+// those of the key before its Range.Start. It refuses, with ErrNoFit, a
+// change for which no segment starts there, or whose End is given (not 0)
+// and is not that segment's, or whose key before is free or held by
+// another Owner than one given. u is not changed.
+func (v *View) fromCopy(u Update) (Update, error) {
+	copied := false
+	for i, c := range u.Changes {
+		if c.OwnerFromCopy {
+			if c.Range.Start == 0 {
+				return u, fmt.Errorf("%w: change at LSN %d takes its owner from the key before key 0", ErrNoFit, c.LSN)
+			}
+			prev := v.segs.ents[v.segs.find(c.Range.Start-1)]
+			o := v.owners[prev.owner]
+			if prev.owner == 0 || c.Entry.Owner != "" && (c.Entry.Owner != o.id || c.Entry.Addr != o.addr) {
+				return u, fmt.Errorf("%w: change at LSN %d on %v takes the owner of the key before it, which the copy at LSN %d has %s",
+					ErrNoFit, c.LSN, c.Range, v.lsn, v.entry(prev))
+			}
+			if !copied {
+				u.Changes, copied = slices.Clone(u.Changes), true
+			}
+			u.Changes[i].Entry.Owner, u.Changes[i].Entry.Addr = o.id, o.addr
+		}
+		if !c.FromCopy {
+			continue
+		}
+		j := v.segs.find(c.Range.Start)
+		if v.segs.starts[j] != c.Range.Start {
+			return u, fmt.Errorf("%w: change at LSN %d names the segment starting at %016x; the copy at LSN %d has none",
+				ErrNoFit, c.LSN, uint64(c.Range.Start), v.lsn)
+		}
+		end := v.segs.end(j)
+		if c.Range.End != 0 && c.Range.End != end {
+			return u, fmt.Errorf("%w: change at LSN %d on %v; the copy's segment at LSN %d is %v",
+				ErrNoFit, c.LSN, c.Range, v.lsn, v.segs.rangeOf(j))
+		}
+		if !copied {
+			u.Changes, copied = slices.Clone(u.Changes), true
+		}
+		u.Changes[i].Range.End = end
+	}
+	return u, nil
 }
 
 func (v *View) applySnapshot(u Update) ([]keyspace.Range, error) {

@@ -51,12 +51,19 @@ type Core struct {
 
 	out    []*protocol.SyncRequest
 	losses []Loss
+	// applied is the last update applied to the copy, as applied.
+	applied leasetable.Update
 }
 
 // NewCore returns a Core started at now; it asks for a sync at the first Tick.
 func NewCore(cfg CoreConfig, now time.Time) *Core {
 	return &Core{cfg: cfg, view: leasetable.NewView(), pending: map[uint64]time.Time{}, started: now, nextSync: now}
 }
+
+// Applied returns the last update applied to the copy, as applied: a delta
+// without the changes the copy already had, and with the ends and owners a
+// compact delta leaves to the copy filled in.
+func (c *Core) Applied() leasetable.Update { return c.applied }
 
 // View returns the copy of the lease table, for reading only.
 func (c *Core) View() *leasetable.View { return c.view }
@@ -181,6 +188,9 @@ func (c *Core) Step(now time.Time, m *protocol.SyncResponse) {
 		u = trim(u, c.view.LSN())
 	}
 	if u.To > c.view.LSN() {
+		if r, err := c.view.Resolve(u); err == nil {
+			u = r // a compact delta's ends and owners, for Applied
+		}
 		lost, err := c.view.Apply(u)
 		if err != nil {
 			// A gap: a push was lost or overtaken. Ask for what we miss.
@@ -190,6 +200,7 @@ func (c *Core) Step(now time.Time, m *protocol.SyncResponse) {
 		if u.Snapshot && c.broken.IgnoreSnapshotDiff {
 			lost = nil
 		}
+		c.applied = u
 		c.report(lost, false)
 	}
 	if answered && c.view.LSN() >= u.To {
@@ -216,10 +227,18 @@ func (c *Core) report(lost []keyspace.Range, all bool) {
 	}
 }
 
-// trim drops the changes of a delta the copy already has.
+// trim drops the changes of a delta the copy already has. A delta some of
+// whose ranges or owners are to be read from the copy at From (FromCopy,
+// OwnerFromCopy: a compact push) is left whole: the copy is past From, so it does not fit, and the
+// Lookup asks again (an answer to a poll comes in the full form).
 func trim(u leasetable.Update, lsn keyspace.LSN) leasetable.Update {
 	if u.From >= lsn || u.To <= lsn {
 		return u
+	}
+	for _, c := range u.Changes {
+		if c.FromCopy || c.OwnerFromCopy {
+			return u
+		}
 	}
 	for len(u.Changes) > 0 && u.Changes[0].LSN <= lsn {
 		u.Changes = u.Changes[1:]

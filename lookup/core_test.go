@@ -669,3 +669,94 @@ func TestReconnectedSyncsNow(t *testing.T) {
 		t.Fatalf("after Reconnected: %+v, want one sync of the epoch-%d copy", r.reqs, epoch)
 	}
 }
+
+// TestCompactDeltaThatDoesNotFit: a compact push names its ranges by their
+// start, the End to be read from the copy at the delta's From
+// (leasetable.Change.FromCopy). A push that does not fit the copy — a
+// range whose start is no segment's start there, or a copy past From — is
+// refused whole: the copy stays as it was, no loss is reported from it,
+// and the Lookup polls; the answer, in the full form, brings the copy up.
+func TestCompactDeltaThatDoesNotFit(t *testing.T) {
+	tab := leasetable.New(0)
+	tab.Set(base, kr(0, 100), own("a", 1))
+	tab.Set(base, kr(100, 200), own("b", 2))
+	c := synced(t, tab)
+	from := tab.LSN()
+	// a's range is taken by c; the push names it by its start alone.
+	tab.Set(base, kr(0, 100), own("c", 3))
+	fits := leasetable.MarkFromCopy(delta(t, tab, from))
+	if !fits.Changes[0].FromCopy {
+		t.Fatalf("the change of a whole segment is not marked FromCopy: %v", fits.Changes)
+	}
+	fits.Changes[0].Range.End = 0
+	misfit := fits
+	misfit.Changes = slices.Clone(fits.Changes)
+	misfit.Changes[0].Range.Start = 50 // no segment of the copy starts there
+	before := c.View().Segments()
+	r := step(c, at(20*ms), push(misfit))
+	if len(r.losses) != 0 || !slices.Equal(c.View().Segments(), before) || c.View().LSN() != from {
+		t.Fatalf("a push that does not fit changed the copy (LSN %d, %v) or reported %v", c.View().LSN(), c.View().Segments(), r.losses)
+	}
+	req := oneReq(t, r.reqs)
+	if req.LSN != from {
+		t.Fatalf("the poll after a push that does not fit asks from LSN %d, want %d", req.LSN, from)
+	}
+	r = step(c, at(30*ms), answer(req.ID, delta(t, tab, from)))
+	sameView(t, c, tab)
+	if len(r.losses) != 1 || !slices.Equal(r.losses[0].Ranges, []keyspace.Range{kr(0, 100)}) {
+		t.Fatalf("losses %v, want a's range", r.losses)
+	}
+
+	// A copy past the push's From cannot read the push's ranges: refused
+	// and repaired too, though the first of its changes is one it has.
+	from = tab.LSN()
+	tab.Set(base, kr(100, 200), own("d", 4))
+	tab.Set(base, kr(0, 100), own("e", 5))
+	both := leasetable.MarkFromCopy(delta(t, tab, from))
+	both.Changes = slices.Clone(both.Changes)
+	for i := range both.Changes {
+		both.Changes[i].Range.End = 0
+	}
+	first := delta(t, tab, from)
+	first.To, first.Changes = from+1, first.Changes[:1]
+	step(c, at(2*time.Second), push(first))
+	if c.View().LSN() != from+1 {
+		t.Fatalf("copy at LSN %d, want %d", c.View().LSN(), from+1)
+	}
+	r = step(c, at(2*time.Second+ms), push(both))
+	if c.View().LSN() != from+1 || len(r.losses) != 0 {
+		t.Fatalf("a compact push from before the copy's LSN was applied: LSN %d, losses %v", c.View().LSN(), r.losses)
+	}
+	req = oneReq(t, r.reqs)
+	step(c, at(2*time.Second+2*ms), answer(req.ID, delta(t, tab, req.LSN)))
+	sameView(t, c, tab)
+	// And a compact push that fits is applied, its ends read from the copy.
+	c2 := synced(t, tab)
+	from = tab.LSN()
+	tab.Set(base, kr(0, 100), own("f", 6))
+	u := leasetable.MarkFromCopy(delta(t, tab, from))
+	u.Changes[0].Range.End = 0
+	r = step(c2, at(40*ms), push(u))
+	sameView(t, c2, tab)
+	if len(r.reqs) != 0 || len(r.losses) != 1 {
+		t.Fatalf("a compact push that fits: requests %v, losses %v", r.reqs, r.losses)
+	}
+	// What OnUpdate is handed: the changes as applied, ends and owners in.
+	u2 := leasetable.MarkFromCopy(delta(t, tab, tab.LSN()-1))
+	if got := c2.Applied().Changes; len(got) != 1 || got[0].Range != kr(0, 100) || got[0].Entry.Owner != "f" || got[0].Entry.Addr != "f:7000" {
+		t.Fatalf("Applied() = %v, want %v", got, u2.Changes)
+	}
+	// With the owner left to the copy too.
+	from = tab.LSN()
+	tab.Set(base, kr(100, 200), own("f", 7)) // the range after f's
+	u = leasetable.MarkFromCopy(delta(t, tab, from))
+	if !u.Changes[0].OwnerFromCopy {
+		t.Fatalf("a grant to the Owner of the range before it is not OwnerFromCopy: %v", u.Changes)
+	}
+	u.Changes[0].Range.End, u.Changes[0].Entry.Owner, u.Changes[0].Entry.Addr = 0, "", ""
+	step(c2, at(50*ms), push(u))
+	sameView(t, c2, tab)
+	if got := c2.Applied().Changes; len(got) != 1 || got[0].Range != kr(100, 200) || got[0].Entry.Owner != "f" || got[0].Entry.Addr != "f:7000" {
+		t.Fatalf("Applied() = %v", got)
+	}
+}

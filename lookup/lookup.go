@@ -51,7 +51,10 @@ type Config struct {
 	// OnUpdate, if set, receives every change applied to the copy of the
 	// table, after it is applied. Same goroutine as OnLoss. A delta may be
 	// merged (leasetable.Merge): a range freed and taken again within it
-	// comes as one change marked ViaFree, and its LSNs may skip.
+	// comes as one change marked ViaFree, and its LSNs may skip. Its
+	// changes are those applied: without those the copy already had, and
+	// with the ends and owners a compact delta leaves to the copy filled
+	// in.
 	OnUpdate func(Update)
 	// Logger receives the Lookup's logs; nil discards them.
 	Logger *slog.Logger
@@ -340,7 +343,7 @@ func (l *Lookup) run(ctx context.Context, core *Core) {
 				l.metrics.applied(m.Update.Snapshot)
 			}
 			if core.View().LSN() != before && l.cfg.OnUpdate != nil {
-				applied = append(applied, Update{Epoch: m.Epoch, Update: m.Update})
+				applied = append(applied, Update{Epoch: m.Epoch, Update: core.Applied()})
 			}
 		case <-l.reopened:
 			core.Reconnected(time.Now())

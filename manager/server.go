@@ -855,7 +855,8 @@ func (l *loop) send(owners []replica.OwnerMessage, lookups []replica.LookupMessa
 			continue
 		}
 		select {
-		case st.out <- syncResponseToPB(m.Msg, shared, st.names != nil && st.names.Accepts()):
+		case st.out <- syncResponseToPB(m.Msg, shared, st.names != nil && st.names.Accepts(),
+			st.names != nil && st.names.AcceptsCompact() && m.Msg.ID == 0):
 			st.sent = max(st.sent, m.Msg.Update.To)
 		default:
 			l.dropped++
@@ -873,6 +874,7 @@ type updateKey struct {
 	segments *leasetable.Segment
 	n        int
 	merged   bool // converted after leasetable.Merge
+	compact  bool // in the compact form
 }
 
 // syncResponseToPB converts m to its wire form, converting its Update only
@@ -882,10 +884,17 @@ type updateKey struct {
 // same bytes (encode.go).
 //
 // A Lookup that takes merged deltas gets the delta merged
-// (leasetable.Merge), also converted once for all such Lookups.
-func syncResponseToPB(m *protocol.SyncResponse, shared map[updateKey]*sharedUpdate, merge bool) syncOut {
+// (leasetable.Merge), also converted once for all such Lookups. A push to
+// a Lookup that takes compact deltas goes in that form
+// (wire.CompactUpdateToPB), its ranges marked FromCopy where the Lookup
+// can take their End from its copy (leasetable.MarkFromCopy), again once
+// for all. Answers to polls keep the full form: a Lookup whose copy a
+// compact push did not fit polls, and the answer then fits whatever its
+// copy holds.
+func syncResponseToPB(m *protocol.SyncResponse, shared map[updateKey]*sharedUpdate, merge, compact bool) syncOut {
 	u := &m.Update
-	k := updateKey{from: u.From, to: u.To, snapshot: u.Snapshot, n: len(u.Changes) + len(u.Segments), merged: merge}
+	compact = compact && merge && !u.Snapshot && len(u.Changes) > 0
+	k := updateKey{from: u.From, to: u.To, snapshot: u.Snapshot, n: len(u.Changes) + len(u.Segments), merged: merge, compact: compact}
 	if len(u.Changes) > 0 {
 		k.changes = &u.Changes[0]
 	}
@@ -895,10 +904,14 @@ func syncResponseToPB(m *protocol.SyncResponse, shared map[updateKey]*sharedUpda
 	su := shared[k]
 	if su == nil {
 		su = &sharedUpdate{}
-		if merge {
+		switch {
+		case compact:
+			mu := leasetable.Merge(leasetable.MarkFromCopy(*u))
+			su.pb = wire.CompactUpdateToPB(&mu)
+		case merge:
 			mu := leasetable.Merge(*u)
 			su.pb = wire.UpdateToPB(&mu)
-		} else {
+		default:
 			su.pb = wire.UpdateToPB(u)
 		}
 		shared[k] = su

@@ -17,6 +17,13 @@ type Set struct {
 	// IgnoreSnapshotDiff makes a Lookup install snapshots without diffing
 	// them against its copy (P§4.2).
 	IgnoreSnapshotDiff bool
+	// MarkFromCopyBlind makes the compact pushes of the simulation mark
+	// FromCopy every change whose range was one segment just before it,
+	// and OwnerFromCopy every one whose key before was held by its Owner,
+	// ignoring the changes before it in the delta
+	// (leasetable.MarkFromCopy): a Lookup then reads ranges and owners
+	// from its copy at From that were not so there.
+	MarkFromCopyBlind bool
 	// AnswerBeforeCommit makes a Manager leader send its answers as soon as
 	// its Core makes them, before their Raft entry commits: a deposed
 	// leader can then still renew (the first failover rule,

@@ -138,6 +138,10 @@ func TestBrokenIgnoreSnapshotDiff(t *testing.T) {
 	caught(t, 200, broken(faults.Set{IgnoreSnapshotDiff: true}), "recovery notification")
 }
 
+func TestBrokenMarkFromCopyBlind(t *testing.T) {
+	caught(t, 200, broken(faults.Set{MarkFromCopyBlind: true}), "compact fit", "convergence")
+}
+
 // TestBrokenManagerLeaseEqualsOwnerLease runs a timing that Validate rejects:
 // with clock rates apart by MaxDrift, an Owner's slow clock outlives the
 // Manager's fast one.

@@ -184,6 +184,7 @@ func (q queue) init() {
 type Sim struct {
 	cfg         Config
 	sizes       sizes
+	compacts    compactPushes
 	rng         *rand.Rand
 	now         time.Duration
 	q           queue
@@ -246,10 +247,17 @@ type Stats struct {
 	LeaseMessages    int   // Owner ↔ Manager
 	LeaseBytes       int64 // Owner ↔ Manager, estimated wire size
 	SyncBytes        int64 // Lookup ↔ Manager, estimated wire size
-	RaftMessages     int   // between replicas
-	Snapshots        int   // Raft snapshots taken (log compactions)
-	SnapshotsSent    int   // MsgSnap: a replica too far behind was sent the State whole
-	Refusals         int   // NotLeader answers to Owners and Lookups
+	// CompactPushes counts the pushes full Lookups read in the compact
+	// form (compactPushes), FromCopyChanges the changes of those made for
+	// the copy they reached whose End the copy gave, and
+	// OwnerFromCopyChanges those whose Owner it gave.
+	CompactPushes        int
+	FromCopyChanges      int
+	OwnerFromCopyChanges int
+	RaftMessages         int // between replicas
+	Snapshots            int // Raft snapshots taken (log compactions)
+	SnapshotsSent        int // MsgSnap: a replica too far behind was sent the State whole
+	Refusals             int // NotLeader answers to Owners and Lookups
 	// Planned moves (Config.Migration): handovers the Owners were asked
 	// for, those whose state arrived and was acknowledged, those the
 	// application gave up, the migrated grants taken up (each checked to
@@ -747,11 +755,33 @@ func (s *Sim) deliver(n *node, e *event) {
 	case lookupNode:
 		n.heard = now
 		m := e.msg.(*protocol.SyncResponse)
+		if n.thin == nil {
+			m = s.compacts.of(m, s.broken().MarkFromCopyBlind) // as the Manager pushes to a Lookup that says compact_changes
+		}
 		if n.thin != nil {
 			n.thin.step(now, m)
 		} else {
 			before := n.look.View().LSN()
+			fits := m != e.msg && m.Epoch == n.look.Epoch() && m.Namespace == namespace && m.Update.From == before
 			n.look.Step(now, m)
+			if m != e.msg {
+				s.stats.CompactPushes++
+				if fits {
+					// Made for exactly this copy: it must apply.
+					if n.look.View().LSN() != m.Update.To {
+						s.chk.fail("compact fit", "%s refused a compact push %d..%d made for its copy at LSN %d (epoch %d)",
+							n.name, m.Update.From, m.Update.To, before, m.Epoch)
+					}
+					for _, c := range m.Update.Changes {
+						if c.FromCopy {
+							s.stats.FromCopyChanges++
+						}
+						if c.OwnerFromCopy {
+							s.stats.OwnerFromCopyChanges++
+						}
+					}
+				}
+			}
 			if s.onLookup != nil && n.look.View().LSN() != before {
 				s.onLookup(n.idx, n.look.View().LSN())
 			}

@@ -147,6 +147,9 @@ func total(results []Result) Stats {
 		tot.Snapshots += s.Snapshots
 		tot.SnapshotsSent += s.SnapshotsSent
 		tot.Refusals += s.Refusals
+		tot.CompactPushes += s.CompactPushes
+		tot.FromCopyChanges += s.FromCopyChanges
+		tot.OwnerFromCopyChanges += s.OwnerFromCopyChanges
 		tot.LossEvents += s.LossEvents
 		tot.Notified += s.Notified
 		tot.Handovers += s.Handovers
@@ -198,11 +201,13 @@ func TestSimulationFaulty(t *testing.T) {
 			"dropped messages": s.Dropped, "duplicated messages": s.Duplicated,
 			"losses": s.LossEvents, "notifications": s.Notified,
 			"stalls": s.Stalls, "duplicate owner processes": s.Duplicates,
+			"compact pushes": s.CompactPushes, "ranges read from a Lookup's copy": s.FromCopyChanges, "owners read from a Lookup's copy": s.OwnerFromCopyChanges,
 		}
 	})
 	t.Logf("%d seeds: %d events, %d owner crashes, %d manager restarts, %d lookup crashes, %d partitions, %d stalls, %d duplicate owner processes, %d dropped, %d duplicated, %d losses, %d notifications, worst delay %s (bound %s)",
 		len(results), tot.Events, tot.OwnerCrashes, tot.ManagerRestarts, tot.LookupCrashes, tot.Partitions, tot.Stalls, tot.Duplicates,
 		tot.Dropped, tot.Duplicated, tot.LossEvents, tot.Notified, tot.WorstDelay, tot.Bound)
+	t.Logf("  %d compact pushes to full Lookups, %d ranges and %d owners read from the copy", tot.CompactPushes, tot.FromCopyChanges, tot.OwnerFromCopyChanges)
 }
 
 // TestSimulationReplicated3 and TestSimulationReplicated5 run the faulty
@@ -221,6 +226,7 @@ func testReplicated(t *testing.T, managers int) {
 			"dropped messages": s.Dropped, "duplicated messages": s.Duplicated, "refusals": s.Refusals,
 			"Raft snapshots sent": s.SnapshotsSent, "losses": s.LossEvents, "notifications": s.Notified,
 			"leader stalls": s.LeaderStalls, "other stalls": s.Stalls - s.LeaderStalls, "duplicate owner processes": s.Duplicates,
+			"compact pushes": s.CompactPushes, "ranges read from a Lookup's copy": s.FromCopyChanges, "owners read from a Lookup's copy": s.OwnerFromCopyChanges,
 		}
 	})
 	t.Logf("%d seeds, %d replicas: %d events, %d leader crashes, %d follower crashes, %d partitions (%d isolating the leader), %d takeovers, %d owner crashes, %d lookup crashes, %d stalls (%d of the leader), %d duplicate owner processes",

@@ -165,6 +165,18 @@ func updateFromPB(where string, m *leaseholdv1.Update) (leasetable.Update, error
 		return leasetable.Update{}, fmt.Errorf("%w: %s: snapshot carries %d changes; a snapshot has only segments",
 			ErrInvalid, where, len(changes))
 	}
+	if cc := m.GetCompact(); cc != nil {
+		switch {
+		case u.Snapshot:
+			return leasetable.Update{}, fmt.Errorf("%w: %s: a snapshot cannot carry compact changes", ErrInvalid, where)
+		case len(changes)+len(segments) > 0:
+			return leasetable.Update{}, fmt.Errorf("%w: %s: %v", ErrInvalid, where, errCompactAndChanges)
+		}
+		if err := compactFromPB(where, &u, cc); err != nil {
+			return leasetable.Update{}, err
+		}
+		return u, nil
+	}
 	if !u.Snapshot && len(segments) > 0 {
 		return leasetable.Update{}, fmt.Errorf("%w: %s: delta carries %d segments; a delta has only changes",
 			ErrInvalid, where, len(segments))

@@ -42,6 +42,7 @@ type ownerAddr struct{ owner, addr string }
 type LookupNames struct {
 	accepted atomic.Bool
 	sent     bool
+	said     bool // compact_changes sent on the stream
 	ns       string
 	// Recv's: the last response's names and the dictionary.
 	heard          bool
@@ -50,15 +51,20 @@ type LookupNames struct {
 	refs           []ownerAddr // refs[n-1] is owner_ref n
 }
 
-// Send returns the request to send for m: m with names_once set, or a copy
-// without its namespace. m keeps its namespace.
+// Send returns the request to send for m: m with names_once set (and
+// compact_changes, on the stream's first request), or a copy without its
+// namespace. m keeps its namespace.
 func (c *LookupNames) Send(m *leaseholdv1.SyncRequest) *leaseholdv1.SyncRequest {
 	m.NamesOnce = true
+	if !c.said {
+		// Said once per stream: the Manager's end remembers it.
+		m.CompactChanges, c.said = true, true
+	}
 	if !c.sent || !c.accepted.Load() || m.GetNamespace() != c.ns || c.ns == "" {
 		c.sent, c.ns = true, m.GetNamespace()
 		return m
 	}
-	return &leaseholdv1.SyncRequest{Id: m.Id, Epoch: m.Epoch, Lsn: m.Lsn, NamesOnce: true}
+	return &leaseholdv1.SyncRequest{Id: m.Id, Epoch: m.Epoch, Lsn: m.Lsn, NamesOnce: true, CompactChanges: m.CompactChanges}
 }
 
 // Recv puts back into m, received on the stream, the names and owners it
@@ -74,6 +80,11 @@ func (c *LookupNames) Recv(m *leaseholdv1.SyncResponse) error {
 		m.Namespace, m.SyncNanos, m.SyncTimeoutNanos = c.rns, c.rsync, c.rtimout
 	}
 	u := m.GetUpdate()
+	if cc := u.GetCompact(); cc.GetStreamRefs() {
+		if err := c.compact(cc); err != nil {
+			return fmt.Errorf("%w: SyncResponse.update.compact: %v", ErrInvalid, err)
+		}
+	}
 	for i, ch := range u.GetChanges() {
 		if err := c.entry(ch.GetEntry()); err != nil {
 			return fmt.Errorf("%w: SyncResponse.update.changes[%d]: %v", ErrInvalid, i, err)
@@ -84,6 +95,40 @@ func (c *LookupNames) Recv(m *leaseholdv1.SyncResponse) error {
 			return fmt.Errorf("%w: SyncResponse.update.segments[%d]: %v", ErrInvalid, i, err)
 		}
 	}
+	return nil
+}
+
+// compact takes in the owner_refs a compact delta's names define, and
+// rewrites the delta to name its owners itself: names lists, once each,
+// the owners its owners column uses, and that column numbers them in
+// names.
+func (c *LookupNames) compact(cc *leaseholdv1.CompactChanges) error {
+	for i, nm := range cc.GetNames() {
+		if nm.GetOwner() == "" || nm.GetOwnerRef() == 0 {
+			return fmt.Errorf("names[%d]: a name on the stream needs an owner and an owner_ref", i)
+		}
+		if err := c.entry(nm); err != nil {
+			return fmt.Errorf("names[%d]: %v", i, err)
+		}
+	}
+	var names []*leaseholdv1.Entry
+	local := map[uint32]uint32{}
+	for i, n := range cc.GetOwners() {
+		if n == 0 {
+			continue
+		}
+		if int64(n) > int64(len(c.refs)) {
+			return fmt.Errorf("owners[%d]: owner_ref %d not defined on this stream (%d defined)", i, n, len(c.refs))
+		}
+		l, ok := local[n]
+		if !ok {
+			names = append(names, &leaseholdv1.Entry{Owner: c.refs[n-1].owner, Addr: c.refs[n-1].addr})
+			l = uint32(len(names))
+			local[n] = l
+		}
+		cc.Owners[i] = l
+	}
+	cc.Names, cc.StreamRefs = names, false
 	return nil
 }
 
@@ -113,7 +158,8 @@ func (c *LookupNames) entry(e *leaseholdv1.Entry) error {
 // may run in different goroutines; each must be called from one goroutine
 // at a time.
 type ManagerSyncNames struct {
-	once atomic.Bool
+	once      atomic.Bool
+	compactOK atomic.Bool
 	// Recv's
 	heard bool
 	ns    string
@@ -128,10 +174,18 @@ type ManagerSyncNames struct {
 // reads owner_ref, and merged deltas (leasetable.Merge).
 func (c *ManagerSyncNames) Accepts() bool { return c.once.Load() }
 
+// AcceptsCompact reports whether a request of the stream said names_once
+// and compact_changes: the Lookup reads Update.compact. A Lookup says it
+// once per stream, in its first request.
+func (c *ManagerSyncNames) AcceptsCompact() bool { return c.compactOK.Load() }
+
 // Recv puts the namespace the Lookup left out back into m.
 func (c *ManagerSyncNames) Recv(m *leaseholdv1.SyncRequest) {
 	if m.GetNamesOnce() {
 		c.once.Store(true)
+		if m.GetCompactChanges() {
+			c.compactOK.Store(true)
+		}
 	}
 	if m.GetNamespace() != "" {
 		c.heard, c.ns = true, m.GetNamespace()
@@ -158,6 +212,14 @@ func (c *ManagerSyncNames) Send(m *leaseholdv1.SyncResponse) *leaseholdv1.SyncRe
 		m.Namespace, m.SyncNanos, m.SyncTimeoutNanos = "", 0, 0
 	}
 	u := m.GetUpdate()
+	if cc := u.GetCompact(); cc != nil {
+		if n := len(cc.GetKinds()); n > 0 && n <= MaxRefItems {
+			if out := c.compact(u, cc); out != nil {
+				m.Update = out
+			}
+		}
+		return m
+	}
 	if n := len(u.GetChanges()) + len(u.GetSegments()); n == 0 || n > MaxRefItems {
 		// Nothing to name, or a snapshot or a burst's delta: shared by
 		// every stream as it is rather than copied for each.
@@ -189,6 +251,49 @@ func (c *ManagerSyncNames) Send(m *leaseholdv1.SyncResponse) *leaseholdv1.SyncRe
 	}
 	m.Update = out
 	return m
+}
+
+// compact returns a copy of the compact delta u whose owners are the
+// stream's owner_refs (stream_refs), names defining those the stream has
+// not carried yet; the columns other than owners are shared with u. It
+// returns nil, and u is sent as it is, when the stream's dictionary is
+// full.
+func (c *ManagerSyncNames) compact(u *leaseholdv1.Update, cc *leaseholdv1.CompactChanges) *leaseholdv1.Update {
+	if c.refs == nil {
+		c.refs = map[ownerAddr]uint32{}
+	}
+	missing := 0
+	for _, nm := range cc.GetNames() {
+		if _, ok := c.refs[ownerAddr{nm.GetOwner(), nm.GetAddr()}]; !ok {
+			missing++
+		}
+	}
+	if len(c.refs)+missing > MaxOwnerRefs {
+		return nil
+	}
+	refs := make([]uint32, len(cc.GetNames()))
+	var defs []*leaseholdv1.Entry
+	for i, nm := range cc.GetNames() {
+		k := ownerAddr{nm.GetOwner(), nm.GetAddr()}
+		n, ok := c.refs[k]
+		if !ok {
+			n = uint32(len(c.refs) + 1)
+			c.refs[k] = n
+			defs = append(defs, &leaseholdv1.Entry{Owner: k.owner, Addr: k.addr, OwnerRef: n})
+		}
+		refs[i] = n
+	}
+	owners := make([]uint32, len(cc.GetOwners()))
+	for i, o := range cc.GetOwners() {
+		if o != 0 && int64(o) <= int64(len(refs)) {
+			owners[i] = refs[o-1]
+		}
+	}
+	out := &leaseholdv1.CompactChanges{
+		Kinds: cc.Kinds, Starts: cc.Starts, Ends: cc.Ends, Owners: owners, Lgns: cc.Lgns,
+		LsnSkips: cc.LsnSkips, MigratedFrom: cc.MigratedFrom, Names: defs, StreamRefs: true,
+	}
+	return &leaseholdv1.Update{From: u.From, To: u.To, Snapshot: u.Snapshot, Merged: u.Merged, Compact: out}
 }
 
 // ref writes e into out with its owner named by number.

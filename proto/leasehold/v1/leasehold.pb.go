@@ -982,7 +982,11 @@ type Update struct {
 	// free followed by one taking the same range: see Change.via_free), so
 	// the LSNs of changes increase to `to` but may skip. Sent only to a
 	// Lookup whose requests say names_once.
-	Merged        bool `protobuf:"varint,6,opt,name=merged,proto3" json:"merged,omitempty"`
+	Merged bool `protobuf:"varint,6,opt,name=merged,proto3" json:"merged,omitempty"`
+	// compact carries a delta's changes in columns instead of `changes`, to
+	// a Lookup whose requests say compact_changes (docs/protocol.md,
+	// "Compact deltas"). A delta carries one or the other, never both.
+	Compact       *CompactChanges `protobuf:"bytes,7,opt,name=compact,proto3" json:"compact,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1059,6 +1063,142 @@ func (x *Update) GetMerged() bool {
 	return false
 }
 
+func (x *Update) GetCompact() *CompactChanges {
+	if x != nil {
+		return x.Compact
+	}
+	return nil
+}
+
+// CompactChanges is a delta's changes, one column per field. Change i has
+// kinds[i], starts[i] and owners[i]; the other columns hold values for the
+// changes whose kind or owner calls for one, in order.
+type CompactChanges struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// kinds: per change, bits: 1 its range's End is left out (the end of the
+	// segment of the Lookup's copy at `from` that starts at its start), 2
+	// via_free, 4 migrated, 8 its LSN skips (lsn_skips), 16 migrated with a
+	// migrated_from, 32 its owner is left out (the owner, at `from`, of the
+	// key before its start in the Lookup's copy).
+	Kinds  []uint32 `protobuf:"varint,1,rep,packed,name=kinds,proto3" json:"kinds,omitempty"`
+	Starts []uint64 `protobuf:"fixed64,2,rep,packed,name=starts,proto3" json:"starts,omitempty"`
+	// ends: the End of each change whose End is given.
+	Ends []uint64 `protobuf:"fixed64,3,rep,packed,name=ends,proto3" json:"ends,omitempty"`
+	// owners: per change without kind 32, 0 for free, or n: the owner
+	// names[n-1] (or, when stream_refs is set, the owner_ref n of the
+	// stream).
+	Owners []uint32 `protobuf:"varint,4,rep,packed,name=owners,proto3" json:"owners,omitempty"`
+	// lgns: per owned change (owners not 0, or kind 32), its LGN minus the
+	// LGN of the owned change
+	// before it in this delta (0 for the first).
+	Lgns []int64 `protobuf:"zigzag64,5,rep,packed,name=lgns,proto3" json:"lgns,omitempty"`
+	// lsn_skips: per change with kind 8, how many LSNs it skips: its LSN is
+	// the previous change's (`from` for the first) plus 1 plus the skip.
+	LsnSkips     []uint64 `protobuf:"varint,6,rep,packed,name=lsn_skips,json=lsnSkips,proto3" json:"lsn_skips,omitempty"`
+	MigratedFrom []uint64 `protobuf:"varint,7,rep,packed,name=migrated_from,json=migratedFrom,proto3" json:"migrated_from,omitempty"`
+	// names names the owners: Entry.owner and Entry.addr, with
+	// Entry.owner_ref defining a number on the stream when stream_refs is set.
+	Names []*Entry `protobuf:"bytes,8,rep,name=names,proto3" json:"names,omitempty"`
+	// stream_refs: owners holds the stream's owner_refs, defined by names
+	// or by earlier messages of the stream (names_once).
+	StreamRefs    bool `protobuf:"varint,9,opt,name=stream_refs,json=streamRefs,proto3" json:"stream_refs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompactChanges) Reset() {
+	*x = CompactChanges{}
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompactChanges) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompactChanges) ProtoMessage() {}
+
+func (x *CompactChanges) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompactChanges.ProtoReflect.Descriptor instead.
+func (*CompactChanges) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *CompactChanges) GetKinds() []uint32 {
+	if x != nil {
+		return x.Kinds
+	}
+	return nil
+}
+
+func (x *CompactChanges) GetStarts() []uint64 {
+	if x != nil {
+		return x.Starts
+	}
+	return nil
+}
+
+func (x *CompactChanges) GetEnds() []uint64 {
+	if x != nil {
+		return x.Ends
+	}
+	return nil
+}
+
+func (x *CompactChanges) GetOwners() []uint32 {
+	if x != nil {
+		return x.Owners
+	}
+	return nil
+}
+
+func (x *CompactChanges) GetLgns() []int64 {
+	if x != nil {
+		return x.Lgns
+	}
+	return nil
+}
+
+func (x *CompactChanges) GetLsnSkips() []uint64 {
+	if x != nil {
+		return x.LsnSkips
+	}
+	return nil
+}
+
+func (x *CompactChanges) GetMigratedFrom() []uint64 {
+	if x != nil {
+		return x.MigratedFrom
+	}
+	return nil
+}
+
+func (x *CompactChanges) GetNames() []*Entry {
+	if x != nil {
+		return x.Names
+	}
+	return nil
+}
+
+func (x *CompactChanges) GetStreamRefs() bool {
+	if x != nil {
+		return x.StreamRefs
+	}
+	return false
+}
+
 // SyncRequest asks for the lease-table changes since lsn.
 type SyncRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
@@ -1069,14 +1209,18 @@ type SyncRequest struct {
 	// names_once: as in LeaseRequest. The Lookup may leave namespace empty
 	// once the Manager has said names_once on the stream, and reads owner_ref
 	// in the entries it is sent.
-	NamesOnce     bool `protobuf:"varint,5,opt,name=names_once,json=namesOnce,proto3" json:"names_once,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	NamesOnce bool `protobuf:"varint,5,opt,name=names_once,json=namesOnce,proto3" json:"names_once,omitempty"`
+	// compact_changes: the Lookup reads Update.compact: the Manager may push
+	// deltas in it for the rest of the stream (docs/protocol.md, "Compact
+	// deltas"). Said with names_once, in the stream's first request.
+	CompactChanges bool `protobuf:"varint,16,opt,name=compact_changes,json=compactChanges,proto3" json:"compact_changes,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *SyncRequest) Reset() {
 	*x = SyncRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[12]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1088,7 +1232,7 @@ func (x *SyncRequest) String() string {
 func (*SyncRequest) ProtoMessage() {}
 
 func (x *SyncRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[12]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1101,7 +1245,7 @@ func (x *SyncRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncRequest.ProtoReflect.Descriptor instead.
 func (*SyncRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{12}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SyncRequest) GetNamespace() string {
@@ -1139,6 +1283,13 @@ func (x *SyncRequest) GetNamesOnce() bool {
 	return false
 }
 
+func (x *SyncRequest) GetCompactChanges() bool {
+	if x != nil {
+		return x.CompactChanges
+	}
+	return false
+}
+
 // SyncResponse answers a SyncRequest (id echoed) or pushes changes (id 0).
 type SyncResponse struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
@@ -1162,7 +1313,7 @@ type SyncResponse struct {
 
 func (x *SyncResponse) Reset() {
 	*x = SyncResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[13]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1174,7 +1325,7 @@ func (x *SyncResponse) String() string {
 func (*SyncResponse) ProtoMessage() {}
 
 func (x *SyncResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[13]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1187,7 +1338,7 @@ func (x *SyncResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncResponse.ProtoReflect.Descriptor instead.
 func (*SyncResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{13}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SyncResponse) GetNamespace() string {
@@ -1256,7 +1407,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[14]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1268,7 +1419,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[14]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1281,7 +1432,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{14}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *StatusRequest) GetNamespace() string {
@@ -1321,7 +1472,7 @@ type OwnerStatus struct {
 
 func (x *OwnerStatus) Reset() {
 	*x = OwnerStatus{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[15]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1333,7 +1484,7 @@ func (x *OwnerStatus) String() string {
 func (*OwnerStatus) ProtoMessage() {}
 
 func (x *OwnerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[15]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1346,7 +1497,7 @@ func (x *OwnerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OwnerStatus.ProtoReflect.Descriptor instead.
 func (*OwnerStatus) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{15}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *OwnerStatus) GetId() string {
@@ -1431,7 +1582,7 @@ type HotKey struct {
 
 func (x *HotKey) Reset() {
 	*x = HotKey{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[16]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1443,7 +1594,7 @@ func (x *HotKey) String() string {
 func (*HotKey) ProtoMessage() {}
 
 func (x *HotKey) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[16]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1456,7 +1607,7 @@ func (x *HotKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HotKey.ProtoReflect.Descriptor instead.
 func (*HotKey) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{16}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *HotKey) GetKey() uint64 {
@@ -1487,7 +1638,7 @@ type NamespaceStatus struct {
 
 func (x *NamespaceStatus) Reset() {
 	*x = NamespaceStatus{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[17]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1499,7 +1650,7 @@ func (x *NamespaceStatus) String() string {
 func (*NamespaceStatus) ProtoMessage() {}
 
 func (x *NamespaceStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[17]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1512,7 +1663,7 @@ func (x *NamespaceStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NamespaceStatus.ProtoReflect.Descriptor instead.
 func (*NamespaceStatus) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{17}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *NamespaceStatus) GetName() string {
@@ -1569,7 +1720,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[18]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1581,7 +1732,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[18]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1594,7 +1745,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{18}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *StatusResponse) GetEpoch() uint64 {
@@ -1650,7 +1801,7 @@ type Cluster struct {
 
 func (x *Cluster) Reset() {
 	*x = Cluster{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[19]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1662,7 +1813,7 @@ func (x *Cluster) String() string {
 func (*Cluster) ProtoMessage() {}
 
 func (x *Cluster) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[19]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1675,7 +1826,7 @@ func (x *Cluster) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cluster.ProtoReflect.Descriptor instead.
 func (*Cluster) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{19}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Cluster) GetId() uint64 {
@@ -1767,7 +1918,7 @@ type ReadLeaseInfo struct {
 
 func (x *ReadLeaseInfo) Reset() {
 	*x = ReadLeaseInfo{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[20]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1779,7 +1930,7 @@ func (x *ReadLeaseInfo) String() string {
 func (*ReadLeaseInfo) ProtoMessage() {}
 
 func (x *ReadLeaseInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[20]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1792,7 +1943,7 @@ func (x *ReadLeaseInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadLeaseInfo.ProtoReflect.Descriptor instead.
 func (*ReadLeaseInfo) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{20}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ReadLeaseInfo) GetHolder() bool {
@@ -1862,7 +2013,7 @@ type HolderRequest struct {
 
 func (x *HolderRequest) Reset() {
 	*x = HolderRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[21]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1874,7 +2025,7 @@ func (x *HolderRequest) String() string {
 func (*HolderRequest) ProtoMessage() {}
 
 func (x *HolderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[21]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1887,7 +2038,7 @@ func (x *HolderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HolderRequest.ProtoReflect.Descriptor instead.
 func (*HolderRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{21}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *HolderRequest) GetNamespace() string {
@@ -1929,7 +2080,7 @@ type HolderResponse struct {
 
 func (x *HolderResponse) Reset() {
 	*x = HolderResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[22]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1941,7 +2092,7 @@ func (x *HolderResponse) String() string {
 func (*HolderResponse) ProtoMessage() {}
 
 func (x *HolderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[22]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1954,7 +2105,7 @@ func (x *HolderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HolderResponse.ProtoReflect.Descriptor instead.
 func (*HolderResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{22}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *HolderResponse) GetOwner() string {
@@ -2036,7 +2187,7 @@ type Peer struct {
 
 func (x *Peer) Reset() {
 	*x = Peer{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[23]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2048,7 +2199,7 @@ func (x *Peer) String() string {
 func (*Peer) ProtoMessage() {}
 
 func (x *Peer) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[23]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2061,7 +2212,7 @@ func (x *Peer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Peer.ProtoReflect.Descriptor instead.
 func (*Peer) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{23}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Peer) GetId() uint64 {
@@ -2115,7 +2266,7 @@ type AddPeerRequest struct {
 
 func (x *AddPeerRequest) Reset() {
 	*x = AddPeerRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[24]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2127,7 +2278,7 @@ func (x *AddPeerRequest) String() string {
 func (*AddPeerRequest) ProtoMessage() {}
 
 func (x *AddPeerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[24]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2140,7 +2291,7 @@ func (x *AddPeerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddPeerRequest.ProtoReflect.Descriptor instead.
 func (*AddPeerRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{24}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *AddPeerRequest) GetId() uint64 {
@@ -2175,7 +2326,7 @@ type RemovePeerRequest struct {
 
 func (x *RemovePeerRequest) Reset() {
 	*x = RemovePeerRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[25]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2187,7 +2338,7 @@ func (x *RemovePeerRequest) String() string {
 func (*RemovePeerRequest) ProtoMessage() {}
 
 func (x *RemovePeerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[25]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2200,7 +2351,7 @@ func (x *RemovePeerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemovePeerRequest.ProtoReflect.Descriptor instead.
 func (*RemovePeerRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{25}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RemovePeerRequest) GetId() uint64 {
@@ -2222,7 +2373,7 @@ type ClusterResponse struct {
 
 func (x *ClusterResponse) Reset() {
 	*x = ClusterResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[26]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2234,7 +2385,7 @@ func (x *ClusterResponse) String() string {
 func (*ClusterResponse) ProtoMessage() {}
 
 func (x *ClusterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[26]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2247,7 +2398,7 @@ func (x *ClusterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterResponse.ProtoReflect.Descriptor instead.
 func (*ClusterResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{26}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ClusterResponse) GetCluster() *Cluster {
@@ -2267,7 +2418,7 @@ type DrainRequest struct {
 
 func (x *DrainRequest) Reset() {
 	*x = DrainRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[27]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2279,7 +2430,7 @@ func (x *DrainRequest) String() string {
 func (*DrainRequest) ProtoMessage() {}
 
 func (x *DrainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[27]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2292,7 +2443,7 @@ func (x *DrainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainRequest.ProtoReflect.Descriptor instead.
 func (*DrainRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{27}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *DrainRequest) GetNamespace() string {
@@ -2317,7 +2468,7 @@ type DrainResponse struct {
 
 func (x *DrainResponse) Reset() {
 	*x = DrainResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[28]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2329,7 +2480,7 @@ func (x *DrainResponse) String() string {
 func (*DrainResponse) ProtoMessage() {}
 
 func (x *DrainResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[28]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2342,7 +2493,7 @@ func (x *DrainResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainResponse.ProtoReflect.Descriptor instead.
 func (*DrainResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{28}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{29}
 }
 
 type BackupRequest struct {
@@ -2353,7 +2504,7 @@ type BackupRequest struct {
 
 func (x *BackupRequest) Reset() {
 	*x = BackupRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[29]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2365,7 +2516,7 @@ func (x *BackupRequest) String() string {
 func (*BackupRequest) ProtoMessage() {}
 
 func (x *BackupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[29]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2378,7 +2529,7 @@ func (x *BackupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupRequest.ProtoReflect.Descriptor instead.
 func (*BackupRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{29}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{30}
 }
 
 // BackupChunk is the next part of a backup; the parts concatenated are the
@@ -2392,7 +2543,7 @@ type BackupChunk struct {
 
 func (x *BackupChunk) Reset() {
 	*x = BackupChunk{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[30]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2404,7 +2555,7 @@ func (x *BackupChunk) String() string {
 func (*BackupChunk) ProtoMessage() {}
 
 func (x *BackupChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[30]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2417,7 +2568,7 @@ func (x *BackupChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupChunk.ProtoReflect.Descriptor instead.
 func (*BackupChunk) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{30}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *BackupChunk) GetData() []byte {
@@ -2444,7 +2595,7 @@ type RaftMessage struct {
 
 func (x *RaftMessage) Reset() {
 	*x = RaftMessage{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[31]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2456,7 +2607,7 @@ func (x *RaftMessage) String() string {
 func (*RaftMessage) ProtoMessage() {}
 
 func (x *RaftMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[31]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2469,7 +2620,7 @@ func (x *RaftMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftMessage.ProtoReflect.Descriptor instead.
 func (*RaftMessage) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{31}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RaftMessage) GetMessage() []byte {
@@ -2496,7 +2647,7 @@ type RaftAck struct {
 
 func (x *RaftAck) Reset() {
 	*x = RaftAck{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[32]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2508,7 +2659,7 @@ func (x *RaftAck) String() string {
 func (*RaftAck) ProtoMessage() {}
 
 func (x *RaftAck) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[32]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2521,7 +2672,7 @@ func (x *RaftAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftAck.ProtoReflect.Descriptor instead.
 func (*RaftAck) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{32}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{33}
 }
 
 // LossesRequest subscribes to a gateway's loss notifications.
@@ -2541,7 +2692,7 @@ type LossesRequest struct {
 
 func (x *LossesRequest) Reset() {
 	*x = LossesRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[33]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2553,7 +2704,7 @@ func (x *LossesRequest) String() string {
 func (*LossesRequest) ProtoMessage() {}
 
 func (x *LossesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[33]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2566,7 +2717,7 @@ func (x *LossesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LossesRequest.ProtoReflect.Descriptor instead.
 func (*LossesRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{33}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *LossesRequest) GetNamespace() string {
@@ -2610,7 +2761,7 @@ type LossNotification struct {
 
 func (x *LossNotification) Reset() {
 	*x = LossNotification{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[34]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2622,7 +2773,7 @@ func (x *LossNotification) String() string {
 func (*LossNotification) ProtoMessage() {}
 
 func (x *LossNotification) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[34]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2635,7 +2786,7 @@ func (x *LossNotification) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LossNotification.ProtoReflect.Descriptor instead.
 func (*LossNotification) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{34}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *LossNotification) GetId() uint64 {
@@ -2684,7 +2835,7 @@ type CoversRequest struct {
 
 func (x *CoversRequest) Reset() {
 	*x = CoversRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[35]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2696,7 +2847,7 @@ func (x *CoversRequest) String() string {
 func (*CoversRequest) ProtoMessage() {}
 
 func (x *CoversRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[35]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2709,7 +2860,7 @@ func (x *CoversRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CoversRequest.ProtoReflect.Descriptor instead.
 func (*CoversRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{35}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *CoversRequest) GetId() uint64 {
@@ -2737,7 +2888,7 @@ type CoversResponse struct {
 
 func (x *CoversResponse) Reset() {
 	*x = CoversResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[36]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2749,7 +2900,7 @@ func (x *CoversResponse) String() string {
 func (*CoversResponse) ProtoMessage() {}
 
 func (x *CoversResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[36]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2762,7 +2913,7 @@ func (x *CoversResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CoversResponse.ProtoReflect.Descriptor instead.
 func (*CoversResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{36}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *CoversResponse) GetCovers() bool {
@@ -2862,21 +3013,34 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\bvia_free\x18\x04 \x01(\bR\aviaFree\"_\n" +
 	"\aSegment\x12)\n" +
 	"\x05range\x18\x01 \x01(\v2\x13.leasehold.v1.RangeR\x05range\x12)\n" +
-	"\x05entry\x18\x02 \x01(\v2\x13.leasehold.v1.EntryR\x05entry\"\xc3\x01\n" +
+	"\x05entry\x18\x02 \x01(\v2\x13.leasehold.v1.EntryR\x05entry\"\xfb\x01\n" +
 	"\x06Update\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\x04R\x04from\x12\x0e\n" +
 	"\x02to\x18\x02 \x01(\x04R\x02to\x12\x1a\n" +
 	"\bsnapshot\x18\x03 \x01(\bR\bsnapshot\x12.\n" +
 	"\achanges\x18\x04 \x03(\v2\x14.leasehold.v1.ChangeR\achanges\x121\n" +
 	"\bsegments\x18\x05 \x03(\v2\x15.leasehold.v1.SegmentR\bsegments\x12\x16\n" +
-	"\x06merged\x18\x06 \x01(\bR\x06merged\"\x82\x01\n" +
+	"\x06merged\x18\x06 \x01(\bR\x06merged\x126\n" +
+	"\acompact\x18\a \x01(\v2\x1c.leasehold.v1.CompactChangesR\acompact\"\x8c\x02\n" +
+	"\x0eCompactChanges\x12\x14\n" +
+	"\x05kinds\x18\x01 \x03(\rR\x05kinds\x12\x16\n" +
+	"\x06starts\x18\x02 \x03(\x06R\x06starts\x12\x12\n" +
+	"\x04ends\x18\x03 \x03(\x06R\x04ends\x12\x16\n" +
+	"\x06owners\x18\x04 \x03(\rR\x06owners\x12\x12\n" +
+	"\x04lgns\x18\x05 \x03(\x12R\x04lgns\x12\x1b\n" +
+	"\tlsn_skips\x18\x06 \x03(\x04R\blsnSkips\x12#\n" +
+	"\rmigrated_from\x18\a \x03(\x04R\fmigratedFrom\x12)\n" +
+	"\x05names\x18\b \x03(\v2\x13.leasehold.v1.EntryR\x05names\x12\x1f\n" +
+	"\vstream_refs\x18\t \x01(\bR\n" +
+	"streamRefs\"\xab\x01\n" +
 	"\vSyncRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\x04R\x02id\x12\x14\n" +
 	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\x12\x10\n" +
 	"\x03lsn\x18\x04 \x01(\x04R\x03lsn\x12\x1d\n" +
 	"\n" +
-	"names_once\x18\x05 \x01(\bR\tnamesOnce\"\xec\x01\n" +
+	"names_once\x18\x05 \x01(\bR\tnamesOnce\x12'\n" +
+	"\x0fcompact_changes\x18\x10 \x01(\bR\x0ecompactChanges\"\xec\x01\n" +
 	"\fSyncResponse\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\x04R\x02id\x12\x14\n" +
@@ -3026,7 +3190,7 @@ func file_leasehold_v1_leasehold_proto_rawDescGZIP() []byte {
 	return file_leasehold_v1_leasehold_proto_rawDescData
 }
 
-var file_leasehold_v1_leasehold_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
+var file_leasehold_v1_leasehold_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_leasehold_v1_leasehold_proto_goTypes = []any{
 	(*Range)(nil),             // 0: leasehold.v1.Range
 	(*Lease)(nil),             // 1: leasehold.v1.Lease
@@ -3040,31 +3204,32 @@ var file_leasehold_v1_leasehold_proto_goTypes = []any{
 	(*Change)(nil),            // 9: leasehold.v1.Change
 	(*Segment)(nil),           // 10: leasehold.v1.Segment
 	(*Update)(nil),            // 11: leasehold.v1.Update
-	(*SyncRequest)(nil),       // 12: leasehold.v1.SyncRequest
-	(*SyncResponse)(nil),      // 13: leasehold.v1.SyncResponse
-	(*StatusRequest)(nil),     // 14: leasehold.v1.StatusRequest
-	(*OwnerStatus)(nil),       // 15: leasehold.v1.OwnerStatus
-	(*HotKey)(nil),            // 16: leasehold.v1.HotKey
-	(*NamespaceStatus)(nil),   // 17: leasehold.v1.NamespaceStatus
-	(*StatusResponse)(nil),    // 18: leasehold.v1.StatusResponse
-	(*Cluster)(nil),           // 19: leasehold.v1.Cluster
-	(*ReadLeaseInfo)(nil),     // 20: leasehold.v1.ReadLeaseInfo
-	(*HolderRequest)(nil),     // 21: leasehold.v1.HolderRequest
-	(*HolderResponse)(nil),    // 22: leasehold.v1.HolderResponse
-	(*Peer)(nil),              // 23: leasehold.v1.Peer
-	(*AddPeerRequest)(nil),    // 24: leasehold.v1.AddPeerRequest
-	(*RemovePeerRequest)(nil), // 25: leasehold.v1.RemovePeerRequest
-	(*ClusterResponse)(nil),   // 26: leasehold.v1.ClusterResponse
-	(*DrainRequest)(nil),      // 27: leasehold.v1.DrainRequest
-	(*DrainResponse)(nil),     // 28: leasehold.v1.DrainResponse
-	(*BackupRequest)(nil),     // 29: leasehold.v1.BackupRequest
-	(*BackupChunk)(nil),       // 30: leasehold.v1.BackupChunk
-	(*RaftMessage)(nil),       // 31: leasehold.v1.RaftMessage
-	(*RaftAck)(nil),           // 32: leasehold.v1.RaftAck
-	(*LossesRequest)(nil),     // 33: leasehold.v1.LossesRequest
-	(*LossNotification)(nil),  // 34: leasehold.v1.LossNotification
-	(*CoversRequest)(nil),     // 35: leasehold.v1.CoversRequest
-	(*CoversResponse)(nil),    // 36: leasehold.v1.CoversResponse
+	(*CompactChanges)(nil),    // 12: leasehold.v1.CompactChanges
+	(*SyncRequest)(nil),       // 13: leasehold.v1.SyncRequest
+	(*SyncResponse)(nil),      // 14: leasehold.v1.SyncResponse
+	(*StatusRequest)(nil),     // 15: leasehold.v1.StatusRequest
+	(*OwnerStatus)(nil),       // 16: leasehold.v1.OwnerStatus
+	(*HotKey)(nil),            // 17: leasehold.v1.HotKey
+	(*NamespaceStatus)(nil),   // 18: leasehold.v1.NamespaceStatus
+	(*StatusResponse)(nil),    // 19: leasehold.v1.StatusResponse
+	(*Cluster)(nil),           // 20: leasehold.v1.Cluster
+	(*ReadLeaseInfo)(nil),     // 21: leasehold.v1.ReadLeaseInfo
+	(*HolderRequest)(nil),     // 22: leasehold.v1.HolderRequest
+	(*HolderResponse)(nil),    // 23: leasehold.v1.HolderResponse
+	(*Peer)(nil),              // 24: leasehold.v1.Peer
+	(*AddPeerRequest)(nil),    // 25: leasehold.v1.AddPeerRequest
+	(*RemovePeerRequest)(nil), // 26: leasehold.v1.RemovePeerRequest
+	(*ClusterResponse)(nil),   // 27: leasehold.v1.ClusterResponse
+	(*DrainRequest)(nil),      // 28: leasehold.v1.DrainRequest
+	(*DrainResponse)(nil),     // 29: leasehold.v1.DrainResponse
+	(*BackupRequest)(nil),     // 30: leasehold.v1.BackupRequest
+	(*BackupChunk)(nil),       // 31: leasehold.v1.BackupChunk
+	(*RaftMessage)(nil),       // 32: leasehold.v1.RaftMessage
+	(*RaftAck)(nil),           // 33: leasehold.v1.RaftAck
+	(*LossesRequest)(nil),     // 34: leasehold.v1.LossesRequest
+	(*LossNotification)(nil),  // 35: leasehold.v1.LossNotification
+	(*CoversRequest)(nil),     // 36: leasehold.v1.CoversRequest
+	(*CoversResponse)(nil),    // 37: leasehold.v1.CoversResponse
 }
 var file_leasehold_v1_leasehold_proto_depIdxs = []int32{
 	0,  // 0: leasehold.v1.Lease.range:type_name -> leasehold.v1.Range
@@ -3083,42 +3248,44 @@ var file_leasehold_v1_leasehold_proto_depIdxs = []int32{
 	8,  // 13: leasehold.v1.Segment.entry:type_name -> leasehold.v1.Entry
 	9,  // 14: leasehold.v1.Update.changes:type_name -> leasehold.v1.Change
 	10, // 15: leasehold.v1.Update.segments:type_name -> leasehold.v1.Segment
-	11, // 16: leasehold.v1.SyncResponse.update:type_name -> leasehold.v1.Update
-	16, // 17: leasehold.v1.OwnerStatus.hot_keys:type_name -> leasehold.v1.HotKey
-	15, // 18: leasehold.v1.NamespaceStatus.owners:type_name -> leasehold.v1.OwnerStatus
-	17, // 19: leasehold.v1.StatusResponse.namespaces:type_name -> leasehold.v1.NamespaceStatus
-	19, // 20: leasehold.v1.StatusResponse.cluster:type_name -> leasehold.v1.Cluster
-	23, // 21: leasehold.v1.Cluster.peers:type_name -> leasehold.v1.Peer
-	20, // 22: leasehold.v1.Cluster.read_lease:type_name -> leasehold.v1.ReadLeaseInfo
-	19, // 23: leasehold.v1.ClusterResponse.cluster:type_name -> leasehold.v1.Cluster
-	0,  // 24: leasehold.v1.LossNotification.ranges:type_name -> leasehold.v1.Range
-	2,  // 25: leasehold.v1.Leases.Session:input_type -> leasehold.v1.LeaseRequest
-	12, // 26: leasehold.v1.Lookups.Sync:input_type -> leasehold.v1.SyncRequest
-	14, // 27: leasehold.v1.Admin.Status:input_type -> leasehold.v1.StatusRequest
-	24, // 28: leasehold.v1.Admin.AddPeer:input_type -> leasehold.v1.AddPeerRequest
-	25, // 29: leasehold.v1.Admin.RemovePeer:input_type -> leasehold.v1.RemovePeerRequest
-	27, // 30: leasehold.v1.Admin.Drain:input_type -> leasehold.v1.DrainRequest
-	29, // 31: leasehold.v1.Admin.Backup:input_type -> leasehold.v1.BackupRequest
-	21, // 32: leasehold.v1.Admin.Holder:input_type -> leasehold.v1.HolderRequest
-	31, // 33: leasehold.v1.Raft.Send:input_type -> leasehold.v1.RaftMessage
-	33, // 34: leasehold.v1.Gateway.Losses:input_type -> leasehold.v1.LossesRequest
-	35, // 35: leasehold.v1.Gateway.Covers:input_type -> leasehold.v1.CoversRequest
-	7,  // 36: leasehold.v1.Leases.Session:output_type -> leasehold.v1.LeaseResponse
-	13, // 37: leasehold.v1.Lookups.Sync:output_type -> leasehold.v1.SyncResponse
-	18, // 38: leasehold.v1.Admin.Status:output_type -> leasehold.v1.StatusResponse
-	26, // 39: leasehold.v1.Admin.AddPeer:output_type -> leasehold.v1.ClusterResponse
-	26, // 40: leasehold.v1.Admin.RemovePeer:output_type -> leasehold.v1.ClusterResponse
-	28, // 41: leasehold.v1.Admin.Drain:output_type -> leasehold.v1.DrainResponse
-	30, // 42: leasehold.v1.Admin.Backup:output_type -> leasehold.v1.BackupChunk
-	22, // 43: leasehold.v1.Admin.Holder:output_type -> leasehold.v1.HolderResponse
-	32, // 44: leasehold.v1.Raft.Send:output_type -> leasehold.v1.RaftAck
-	34, // 45: leasehold.v1.Gateway.Losses:output_type -> leasehold.v1.LossNotification
-	36, // 46: leasehold.v1.Gateway.Covers:output_type -> leasehold.v1.CoversResponse
-	36, // [36:47] is the sub-list for method output_type
-	25, // [25:36] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	12, // 16: leasehold.v1.Update.compact:type_name -> leasehold.v1.CompactChanges
+	8,  // 17: leasehold.v1.CompactChanges.names:type_name -> leasehold.v1.Entry
+	11, // 18: leasehold.v1.SyncResponse.update:type_name -> leasehold.v1.Update
+	17, // 19: leasehold.v1.OwnerStatus.hot_keys:type_name -> leasehold.v1.HotKey
+	16, // 20: leasehold.v1.NamespaceStatus.owners:type_name -> leasehold.v1.OwnerStatus
+	18, // 21: leasehold.v1.StatusResponse.namespaces:type_name -> leasehold.v1.NamespaceStatus
+	20, // 22: leasehold.v1.StatusResponse.cluster:type_name -> leasehold.v1.Cluster
+	24, // 23: leasehold.v1.Cluster.peers:type_name -> leasehold.v1.Peer
+	21, // 24: leasehold.v1.Cluster.read_lease:type_name -> leasehold.v1.ReadLeaseInfo
+	20, // 25: leasehold.v1.ClusterResponse.cluster:type_name -> leasehold.v1.Cluster
+	0,  // 26: leasehold.v1.LossNotification.ranges:type_name -> leasehold.v1.Range
+	2,  // 27: leasehold.v1.Leases.Session:input_type -> leasehold.v1.LeaseRequest
+	13, // 28: leasehold.v1.Lookups.Sync:input_type -> leasehold.v1.SyncRequest
+	15, // 29: leasehold.v1.Admin.Status:input_type -> leasehold.v1.StatusRequest
+	25, // 30: leasehold.v1.Admin.AddPeer:input_type -> leasehold.v1.AddPeerRequest
+	26, // 31: leasehold.v1.Admin.RemovePeer:input_type -> leasehold.v1.RemovePeerRequest
+	28, // 32: leasehold.v1.Admin.Drain:input_type -> leasehold.v1.DrainRequest
+	30, // 33: leasehold.v1.Admin.Backup:input_type -> leasehold.v1.BackupRequest
+	22, // 34: leasehold.v1.Admin.Holder:input_type -> leasehold.v1.HolderRequest
+	32, // 35: leasehold.v1.Raft.Send:input_type -> leasehold.v1.RaftMessage
+	34, // 36: leasehold.v1.Gateway.Losses:input_type -> leasehold.v1.LossesRequest
+	36, // 37: leasehold.v1.Gateway.Covers:input_type -> leasehold.v1.CoversRequest
+	7,  // 38: leasehold.v1.Leases.Session:output_type -> leasehold.v1.LeaseResponse
+	14, // 39: leasehold.v1.Lookups.Sync:output_type -> leasehold.v1.SyncResponse
+	19, // 40: leasehold.v1.Admin.Status:output_type -> leasehold.v1.StatusResponse
+	27, // 41: leasehold.v1.Admin.AddPeer:output_type -> leasehold.v1.ClusterResponse
+	27, // 42: leasehold.v1.Admin.RemovePeer:output_type -> leasehold.v1.ClusterResponse
+	29, // 43: leasehold.v1.Admin.Drain:output_type -> leasehold.v1.DrainResponse
+	31, // 44: leasehold.v1.Admin.Backup:output_type -> leasehold.v1.BackupChunk
+	23, // 45: leasehold.v1.Admin.Holder:output_type -> leasehold.v1.HolderResponse
+	33, // 46: leasehold.v1.Raft.Send:output_type -> leasehold.v1.RaftAck
+	35, // 47: leasehold.v1.Gateway.Losses:output_type -> leasehold.v1.LossNotification
+	37, // 48: leasehold.v1.Gateway.Covers:output_type -> leasehold.v1.CoversResponse
+	38, // [38:49] is the sub-list for method output_type
+	27, // [27:38] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_v1_leasehold_proto_init() }
@@ -3132,7 +3299,7 @@ func file_leasehold_v1_leasehold_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leasehold_v1_leasehold_proto_rawDesc), len(file_leasehold_v1_leasehold_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   37,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   5,
 		},

@@ -42,6 +42,7 @@ type options struct {
 	certsDir                 string // with tls: the CA and every certificate
 	profile                  string
 	settle                   time.Duration
+	wirestats                bool
 }
 
 func main() {
@@ -59,6 +60,7 @@ func main() {
 	flag.BoolVar(&o.tls, "tls", false, "both systems with mutual TLS: every client presents a certificate of one CA, the servers require it")
 	flag.DurationVar(&o.settle, "settle", 2*time.Minute, "how long each system may take to reach a steady state (every lookup sees every owner, at one LSN) before the run fails")
 	flag.StringVar(&o.profile, "profile", "", "directory for each server's CPU and allocation profiles of the measured window (<system>-cpu.pprof, <system>-allocs-{start,end}.pprof)")
+	flag.BoolVar(&o.wirestats, "wirestats", false, "count leasehold's Lookup messages by kind (polls, answers, pushes, changes) and print their bytes per lookup-hour; without -tls")
 	flag.Parse()
 
 	t := servers.TimingForRenew(o.renew)
@@ -155,6 +157,7 @@ type harness struct {
 	o                       options
 	t                       protocol.Timing
 	ownerBytes, lookupBytes atomic.Int64
+	wire                    *wireStats // -wirestats
 	ownerProxies            []*proxy
 	lookupProxies           []*proxy
 	mu                      sync.Mutex
@@ -271,6 +274,9 @@ func measure(o options, t protocol.Timing, sys system) (*result, error) {
 	}()
 
 	h := &harness{o: o, t: t}
+	if o.wirestats && !o.tls {
+		h.wire = &wireStats{}
+	}
 	for range o.owners {
 		p, err := newProxy(addr, &h.ownerBytes)
 		if err != nil {
@@ -314,6 +320,9 @@ func measure(o options, t protocol.Timing, sys system) (*result, error) {
 		return nil, err
 	}
 	ob0, lb0 := h.ownerBytes.Load(), h.lookupBytes.Load()
+	if h.wire != nil {
+		h.wire.start()
+	}
 	if o.profile != "" {
 		cmd.Process.Signal(syscall.SIGUSR1) // start of the window: CPU profile on
 	}
@@ -373,6 +382,12 @@ func measure(o options, t protocol.Timing, sys system) (*result, error) {
 		return nil, err
 	}
 	t1 := time.Now()
+	if h.wire != nil {
+		classes := h.wire.stop()
+		if sys.name() == "leasehold" {
+			h.wire.print(classes, float64(o.lookups)*t1.Sub(t0).Hours(), h.lookupBytes.Load()-lb0)
+		}
+	}
 	r := &result{
 		system:      sys.name(),
 		window:      t1.Sub(t0),

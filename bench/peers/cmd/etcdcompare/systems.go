@@ -46,11 +46,15 @@ func (s *leaseholdSystem) start(ctx context.Context, addr string, h *harness) er
 	s.lookups = make([]*lookup.Lookup, h.o.lookups)
 	for j := range h.o.lookups {
 		cb := func() { h.check(j) }
-		l, err := lookup.New(ctx, lookup.Config{
+		cfg := lookup.Config{
 			Manager: h.lookupProxies[j].Addr(), Timing: h.t, CertsDir: h.o.certsDir, Insecure: h.o.certsDir == "",
 			OnUpdate: func(lookup.Update) { cb() },
 			OnLoss:   func(lookup.Loss) { cb() },
-		})
+		}
+		if h.wire != nil {
+			cfg.DialOptions = h.wire.dialOptions()
+		}
+		l, err := lookup.New(ctx, cfg)
 		if err != nil {
 			return err
 		}
