@@ -1496,7 +1496,10 @@ func (s adminService) RemovePeer(ctx context.Context, req *pb.RemovePeerRequest)
 	for _, p := range snap.Cluster.Peers {
 		known = known || p.ID == req.GetId()
 	}
-	if !known {
+	// Only the leader's view is authoritative: a follower may not have
+	// applied the change that added the replica yet, and refuses below as
+	// a follower does, naming the leader.
+	if !known && snap.Cluster.Role == "leader" {
 		return nil, status.Errorf(codes.NotFound, "leasehold: no replica with ID %d in the group", req.GetId())
 	}
 	if len(snap.Cluster.Peers) == 1 {
