@@ -66,7 +66,7 @@ func lagging(s uint64) Config {
 // the broken twins below to mean anything.
 func TestSimulationLagging(t *testing.T) {
 	t.Parallel()
-	results := seeds(t, sweepSeeds(sweepSize()/2), lagging)
+	results := seeds(t, sweepSeeds(sweepSize()), lagging)
 	tot := sweep(t, results, func(s Stats) map[string]int {
 		return map[string]int{"heartbeats": s.Heartbeats, "losses": s.LossEvents, "partitions": s.Partitions}
 	})
