@@ -54,6 +54,11 @@ type Set struct {
 	// own: writes the application took on the range after the deadline
 	// are lost with no loss reported.
 	LateHandoverDone bool
+	// RetakeGone makes an Owner take up every piece a repeated grant lists,
+	// including a piece of the lease it has given up since (recalled,
+	// refused, expired, handed over), instead of refusing that piece until
+	// the Manager has answered a request sent after the give-up.
+	RetakeGone bool
 	// NoStreamLiveness makes the simulation's Owners and Lookups stay on a
 	// Manager replica that stopped answering, as a client whose stream has
 	// no keepalive and no deadline on an answer does: a stalled leader
