@@ -38,12 +38,21 @@ type Core struct {
 	epoch   uint64               // the epoch of the copy (0: none yet)
 	nextID  uint64               // last SyncRequest ID used
 	pending map[uint64]time.Time // unanswered requests and when they were sent
+	// sent holds when recent requests were sent, answered or not, for the
+	// pushes and heartbeats that vouch for freshness by naming one
+	// (Request, SinceRequest). A request is forgotten once a message names
+	// a later one, or when maxSent newer ones were sent.
+	sent map[uint64]time.Time
 	// fresh is when the newest request whose answer the copy reflects was
 	// sent: the copy includes every change the Manager made before then.
+	// A push or heartbeat moves it as an answer to a request sent at
+	// s + SinceRequest/(1+MaxDrift) would (vouch).
 	fresh    time.Time
 	started  time.Time
 	allLost  time.Time // when the last all-ranges notification was raised
 	nextSync time.Time
+	lastPoll time.Time // when the last request was sent (zero: none yet)
+	polls    uint64    // requests sent
 	// repairAsked is when a sync was last requested to repair a gap; until
 	// it is answered, further gaps ask no more, so a burst of lost pushes
 	// costs the Manager one answer, not one per push.
@@ -57,7 +66,8 @@ type Core struct {
 
 // NewCore returns a Core started at now; it asks for a sync at the first Tick.
 func NewCore(cfg CoreConfig, now time.Time) *Core {
-	return &Core{cfg: cfg, view: leasetable.NewView(), pending: map[uint64]time.Time{}, started: now, nextSync: now}
+	return &Core{cfg: cfg, view: leasetable.NewView(), pending: map[uint64]time.Time{}, sent: map[uint64]time.Time{},
+		started: now, nextSync: now}
 }
 
 // Applied returns the last update applied to the copy, as applied: a delta
@@ -105,6 +115,9 @@ func (c *Core) Fresh() time.Time { return c.fresh }
 // SyncTimeout as the Manager's answers set them.
 func (c *Core) Timing() protocol.Timing { return c.cfg.Timing }
 
+// Polls returns the number of SyncRequests the Core has made.
+func (c *Core) Polls() uint64 { return c.polls }
+
 // NextDeadline is the local time by which Tick must be called next.
 func (c *Core) NextDeadline() time.Time {
 	d := c.nextSync
@@ -137,21 +150,55 @@ func (c *Core) Reconnected(now time.Time) { c.requestSync(now) }
 func (c *Core) requestSync(now time.Time) {
 	t := c.cfg.Timing
 	c.nextID++
+	c.polls++
 	c.pending[c.nextID] = now
+	c.sent[c.nextID] = now
 	for id, sent := range c.pending {
 		if now.Sub(sent) > t.SyncTimeout {
 			delete(c.pending, id)
 		}
 	}
-	// Poll every Sync; while the last poll is unanswered, retry 4× as often.
-	next := t.Sync
-	if now.Sub(c.fresh) > t.Sync {
-		next = t.Sync / 4
+	if len(c.sent) > maxSent {
+		delete(c.sent, c.nextID-maxSent)
 	}
-	c.nextSync = now.Add(next)
+	c.lastPoll = now
+	c.schedule()
 	c.out = append(c.out, &protocol.SyncRequest{
-		Namespace: c.cfg.Namespace, ID: c.nextID, Epoch: c.epoch, LSN: c.view.LSN(),
+		Namespace: c.cfg.Namespace, ID: c.nextID, Epoch: c.epoch, LSN: c.view.LSN(), Heartbeats: true,
 	})
+}
+
+// maxSent bounds the requests whose send times are kept for heartbeats.
+// Requests go out every Sync/4 at most while unanswered, so this covers
+// four Syncs of them; a heartbeat naming an older one vouches for nothing.
+const maxSent = 16
+
+// schedule sets the next poll: when the copy's age reaches Sync, and no
+// sooner than Sync/4 after the last request (the retry while one is
+// unanswered), nor later than LookupPollMax after it. Without pushes and
+// heartbeats that vouch for freshness this is a poll every Sync, answered
+// or not at the retry pace, as it always was; with them, the copy stays
+// young and the Lookup polls only when the Manager's heartbeats stop or
+// the clocks' allowed drift has aged it by Sync (docs/protocol.md,
+// "Heartbeats").
+func (c *Core) schedule() {
+	t := c.cfg.Timing
+	if c.lastPoll.IsZero() {
+		return // the first Tick polls (NewCore)
+	}
+	retry := c.lastPoll.Add(t.Sync / 4)
+	if c.fresh.IsZero() {
+		c.nextSync = retry
+		return
+	}
+	next := c.fresh.Add(t.Sync)
+	if m := c.lastPoll.Add(t.LookupPollMax()); m.Before(next) {
+		next = m
+	}
+	if next.Before(retry) {
+		next = retry
+	}
+	c.nextSync = next
 }
 
 // Step handles a SyncResponse (an answer or a push) received at now.
@@ -163,9 +210,9 @@ func (c *Core) Step(now time.Time, m *protocol.SyncResponse) {
 		// The Manager's timings rule: its notification bound is the one
 		// documented to the applications. A poll scheduled on our own,
 		// longer interval comes forward.
-		c.cfg.Timing.Sync, c.cfg.Timing.SyncTimeout = m.Sync, m.SyncTimeout
-		if next := now.Add(m.Sync); next.Before(c.nextSync) {
-			c.nextSync = next
+		if c.cfg.Timing.Sync != m.Sync || c.cfg.Timing.SyncTimeout != m.SyncTimeout {
+			c.cfg.Timing.Sync, c.cfg.Timing.SyncTimeout = m.Sync, m.SyncTimeout
+			c.schedule()
 		}
 	}
 	sent, answered := c.pending[m.ID]
@@ -203,12 +250,58 @@ func (c *Core) Step(now time.Time, m *protocol.SyncResponse) {
 		c.applied = u
 		c.report(lost, false)
 	}
-	if answered && c.view.LSN() >= u.To {
+	if c.view.LSN() < u.To || m.Epoch != c.epoch {
+		return
+	}
+	fresh := c.fresh
+	if answered {
 		c.repairAsked = time.Time{}
-		if sent.After(c.fresh) {
-			c.fresh = sent
+		fresh = later(fresh, sent)
+	}
+	if f, ok := c.vouched(now, m); ok {
+		fresh = later(fresh, f)
+	}
+	if fresh != c.fresh {
+		c.fresh = fresh
+		c.schedule()
+	}
+}
+
+// vouched returns the freshness a push or heartbeat vouches for, which the
+// copy has once it holds the message's update: the replica received
+// request k, sent at s_k on our clock, after s_k, and built the message
+// SinceRequest later on its own clock, while our clock advanced at least
+// SinceRequest/(1+MaxDrift). The message holds every change an answer to
+// a request sent at s_k + SinceRequest/(1+MaxDrift) would, since that
+// request could have been answered no earlier than the message was built
+// (docs/protocol.md, "Heartbeats").
+func (c *Core) vouched(now time.Time, m *protocol.SyncResponse) (time.Time, bool) {
+	if m.Request == 0 {
+		return time.Time{}, false
+	}
+	sk, ok := c.sent[m.Request]
+	if !ok {
+		return time.Time{}, false
+	}
+	for id := range c.sent {
+		if id < m.Request {
+			delete(c.sent, id) // the replica has a later request: these name nothing more
 		}
 	}
+	switch {
+	case c.broken.FreshAtReceipt:
+		return now, true
+	case c.broken.FreshWithoutDrift:
+		return sk.Add(m.SinceRequest), true
+	}
+	return sk.Add(time.Duration(float64(m.SinceRequest) / (1 + c.cfg.Timing.MaxDrift))), true
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // repair asks for a sync to fill a gap, unless one asked for the same

@@ -120,7 +120,7 @@ func TestFirstTick(t *testing.T) {
 	if len(r.losses) != 0 {
 		t.Fatalf("losses %v at start", r.losses)
 	}
-	want := protocol.SyncRequest{Namespace: ns, ID: 1, Epoch: 0, LSN: 0}
+	want := protocol.SyncRequest{Namespace: ns, ID: 1, Epoch: 0, LSN: 0, Heartbeats: true}
 	if got := oneReq(t, r.reqs); *got != want {
 		t.Fatalf("first request %+v, want %+v", *got, want)
 	}
@@ -172,7 +172,7 @@ func TestApplyUpdates(t *testing.T) {
 	if len(r.losses) != 0 {
 		t.Fatalf("losses %v on a gap", r.losses)
 	}
-	want := protocol.SyncRequest{Namespace: ns, ID: 2, Epoch: epoch, LSN: l4}
+	want := protocol.SyncRequest{Namespace: ns, ID: 2, Epoch: epoch, LSN: l4, Heartbeats: true}
 	if got := oneReq(t, r.reqs); *got != want {
 		t.Fatalf("request after the gap %+v, want %+v", *got, want)
 	}
@@ -458,11 +458,11 @@ func TestNextDeadline(t *testing.T) {
 		want time.Time
 	}{
 		{"unanswered: retry at Sync/4", func(c *Core) { tick(c, base) }, at(tm.Sync / 4)},
-		{"answered: poll at Sync", func(c *Core) {
+		{"answered: poll when the copy is Sync old", func(c *Core) {
 			tick(c, base)
 			step(c, at(10*ms), answer(1, snapshot(tab)))
-			tick(c, at(250*ms))
-		}, at(250*ms + tm.Sync)},
+			tick(c, at(250*ms)) // no retry: the poll was answered
+		}, at(tm.Sync)},
 		{"stale before the next poll", func(c *Core) {
 			tick(c, base)
 			tick(c, at(2400*ms)) // late: the next poll would be at 2.65 s

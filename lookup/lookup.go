@@ -229,7 +229,8 @@ type CopyAge struct {
 	// Synced is false before the first answer from the Manager.
 	Synced bool
 	// Quiet is the age past which the copy is known stale: the Lookup
-	// polls every Sync and a poll is answered within LookupAnswerWait
+	// polls when its copy is Sync old (heartbeats keep it younger on a
+	// healthy stream) and a poll is answered within LookupAnswerWait
 	// while a Manager replica serves it, so a copy in touch is never older
 	// (protocol.Timing.LookupQuiet, of the Manager's timings once it has
 	// answered).

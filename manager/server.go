@@ -337,6 +337,10 @@ type Snapshot struct {
 	Replica    ReplicaStats
 	Cluster    ClusterInfo
 	Namespaces []NamespaceSnapshot
+	// Heartbeats counts the heartbeats this replica sent to Lookups, and
+	// Vouching its pushes that vouched for freshness as heartbeats do
+	// (docs/protocol.md, "Heartbeats").
+	Heartbeats, Vouching uint64
 }
 
 // ClusterInfo describes the replica group as this replica sees it.
@@ -952,6 +956,8 @@ func (l *loop) publish() {
 		snap.Stats = Stats(core.Stats())
 	}
 	snap.Stats.SyncRequests = l.r.Feed().Syncs()
+	fs := l.r.Feed().Stats()
+	snap.Heartbeats, snap.Vouching = fs.Heartbeats, fs.Vouching
 	for _, name := range st.Namespaces() {
 		t := st.Table(name)
 		ns := NamespaceSnapshot{Name: name, LSN: t.LSN(), Segments: t.Len(), Lookups: l.r.Feed().Lookups(name)}

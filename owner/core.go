@@ -314,6 +314,9 @@ func (c *Core) gave(n LeaseNum, r keyspace.Range) {
 // notGone returns the parts of r that lease n was not given up on.
 func (c *Core) notGone(n LeaseNum, r keyspace.Range) []keyspace.Range {
 	rs := keyspace.NewRangeSet(r)
+	if c.broken.RetakeGone {
+		return rs.Ranges()
+	}
 	for _, g := range c.gone {
 		if g.num == n && g.r.Overlaps(r) {
 			rs = rs.Subtract(keyspace.NewRangeSet(g.r))

@@ -162,6 +162,9 @@ type SyncRequest struct {
 	ID        uint64 // chosen by the Lookup; echoed in the answer
 	Epoch     uint64 // the epoch of the Lookup's copy (0: none yet)
 	LSN       keyspace.LSN
+	// Heartbeats says the Lookup reads Request and SinceRequest: the
+	// Manager may then send it heartbeats (docs/protocol.md, "Heartbeats").
+	Heartbeats bool
 }
 
 // SyncResponse carries a delta or a snapshot of the lease table. Push
@@ -175,4 +178,12 @@ type SyncResponse struct {
 	// adopts. Zero means "keep your own".
 	Sync        time.Duration
 	SyncTimeout time.Duration
+	// Request and SinceRequest let a push or a heartbeat vouch for the
+	// copy's freshness without a poll: the replica that built this message
+	// had received the Lookup's request Request on this stream
+	// SinceRequest before, on its own clock, and could answer a poll when
+	// it built it. Request 0: the message vouches for nothing. A heartbeat
+	// is a push with an empty delta (docs/protocol.md, "Heartbeats").
+	Request      uint64
+	SinceRequest time.Duration
 }

@@ -180,3 +180,16 @@ func (t Timing) LookupAnswerWait() time.Duration { return t.Sync / 4 }
 // LookupQuiet is LookupAnswerWait seen at the Lookup's poll timer: one Sync
 // interval and the answer wait.
 func (t Timing) LookupQuiet() time.Duration { return t.Sync + t.LookupAnswerWait() }
+
+// HeartbeatEvery is how long a Manager replica leaves a sync stream that
+// takes heartbeats without a message before it sends one: half of Sync, so
+// that a heartbeat arrives before the copy's age reaches Sync, when the
+// Lookup would poll (docs/protocol.md, "Heartbeats").
+func (t Timing) HeartbeatEvery() time.Duration { return t.Sync / 2 }
+
+// LookupPollMax is the longest a Lookup on a stream that takes heartbeats
+// goes without a poll, however fresh the heartbeats keep its copy: a
+// replica forgets a session that has not polled for LookupPollMax and two
+// SyncTimeouts (replica.Feed), and the replica's elapsed time a heartbeat
+// reports is kept within reach of the Lookup's memory of its requests.
+func (t Timing) LookupPollMax() time.Duration { return 16 * t.Sync }

@@ -61,6 +61,11 @@ type Set struct {
 	// own: writes the application took on the range after the deadline
 	// are lost with no loss reported.
 	LateHandoverDone bool
+	// RetakeGone makes an Owner take up every piece a repeated grant lists,
+	// including a piece of the lease it has given up since (recalled,
+	// refused, expired, handed over), instead of refusing that piece until
+	// the Manager has answered a request sent after the give-up.
+	RetakeGone bool
 	// NoStreamLiveness makes the simulation's Owners and Lookups stay on a
 	// Manager replica that stopped answering, as a client whose stream has
 	// no keepalive and no deadline on an answer does: a stalled leader
@@ -78,6 +83,23 @@ type Set struct {
 	// asking holder names though it has since moved on to a later term: it
 	// voted there, and so promised not to support the older term's leader.
 	ReadLeaseStaleGrant bool
+	// FreshAtReceipt makes a Lookup count its copy as fresh as the time a
+	// push or heartbeat that vouches for freshness arrives, instead of the
+	// send time of the request it names plus the replica's elapsed time
+	// (shrunk by the drift): a message that spent long on the way, or
+	// that a stalled replica built before it stalled, then passes for
+	// newer than it is.
+	FreshAtReceipt bool
+	// FreshWithoutDrift makes a Lookup add the replica's elapsed time to
+	// the named request's send time as it is, without dividing it by
+	// 1+MaxDrift: a replica whose clock runs fast then vouches for a time
+	// the Lookup's clock has not reached when the message is built.
+	FreshWithoutDrift bool
+	// HeartbeatUnserved makes a Manager replica vouch for freshness in its
+	// pushes and heartbeats whether or not it could answer a poll when it
+	// builds them: a deposed leader or a follower cut off from the leader
+	// then keeps its Lookups fresh on a table that has stopped moving.
+	HeartbeatUnserved bool
 }
 
 // Owner and Lookup break the rules of s in an owner.Core or a lookup.Core

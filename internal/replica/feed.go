@@ -58,6 +58,23 @@ type Feed struct {
 	rounds map[string]*pushRounds
 	out    []LookupMessage
 	syncs  uint64
+	// beats holds, per namespace, the sessions that take heartbeats
+	// (Heartbeats): the only ones a heartbeat round visits. nextBeat is
+	// when the next round runs (zero: no such session).
+	beats    map[string]map[uint64]*lookupSub
+	nextBeat time.Time
+	// serves says whether the replica could answer a poll at once at the
+	// given time; a push or heartbeat vouches for freshness only then. nil:
+	// never. unserved is the broken rule faults.HeartbeatUnserved.
+	serves   func(time.Time) bool
+	unserved bool
+	stats    FeedStats
+}
+
+// FeedStats counts what a Feed sent to Lookups.
+type FeedStats struct {
+	Heartbeats uint64 // heartbeats sent
+	Vouching   uint64 // pushes that vouched for freshness
 }
 
 // DefaultPushEvery is the least time between two push rounds of a
@@ -85,14 +102,28 @@ type pushMark struct {
 type lookupSub struct {
 	lastSeen time.Time
 	pushed   keyspace.LSN // the LSN the session's copy will have
+	// req is the newest request received on the session, at lastSeen
+	// (0: none with an ID); sentAt is when a message was last sent on it;
+	// beats says its requests take heartbeats.
+	req    uint64
+	sentAt time.Time
+	beats  bool
 }
 
 // NewFeed returns a Feed over st that coalesces push rounds by
 // DefaultPushEvery (SetPushEvery changes it).
 func NewFeed(st *State, timing protocol.Timing) *Feed {
 	return &Feed{st: st, timing: timing, subs: map[string]map[uint64]*lookupSub{}, upTo: map[string]pushMark{}, snaps: map[string]sentSnapshot{},
-		every: DefaultPushEvery, rounds: map[string]*pushRounds{}}
+		every: DefaultPushEvery, rounds: map[string]*pushRounds{}, beats: map[string]map[uint64]*lookupSub{}}
 }
+
+// SetServes gives the Feed the test of whether its replica could answer a
+// Lookup's poll at once at a given time (Replica.Serving): only then do
+// its pushes and heartbeats vouch for freshness. Without it they never do.
+func (f *Feed) SetServes(serves func(time.Time) bool) { f.serves = serves }
+
+// Stats returns what the Feed has sent.
+func (f *Feed) Stats() FeedStats { return f.stats }
 
 // SetPushEvery sets the least time between two push rounds of a namespace:
 // 0 means DefaultPushEvery, and a negative d turns coalescing off (Changed
@@ -139,7 +170,21 @@ func (f *Feed) StepSync(now time.Time, id uint64, req *protocol.SyncRequest) err
 		sub = &lookupSub{}
 		subs[id] = sub
 	}
-	sub.lastSeen = now
+	sub.lastSeen, sub.req = now, req.ID
+	if req.Heartbeats != sub.beats {
+		sub.beats = req.Heartbeats
+		if sub.beats {
+			if f.beats[req.Namespace] == nil {
+				f.beats[req.Namespace] = map[uint64]*lookupSub{}
+			}
+			f.beats[req.Namespace][id] = sub
+			if f.nextBeat.IsZero() {
+				f.nextBeat = now.Add(f.timing.HeartbeatEvery() / 4)
+			}
+		} else {
+			delete(f.beats[req.Namespace], id)
+		}
+	}
 	if req.Epoch == f.st.epoch && req.LSN > t.LSN() {
 		// This replica is behind the Lookup's copy (it synced with one
 		// further ahead): answering now would move the copy back. Push
@@ -167,7 +212,7 @@ func (f *Feed) StepSync(now time.Time, id uint64, req *protocol.SyncRequest) err
 		f.out = append(f.out, LookupMessage{To: id, Msg: f.response(req.Namespace, 0, u)})
 		u = t.Since(u.To)
 	}
-	sub.pushed = u.To
+	sub.pushed, sub.sentAt = u.To, now
 	f.out = append(f.out, LookupMessage{To: id, Msg: f.response(req.Namespace, req.ID, u)})
 	return nil
 }
@@ -203,6 +248,7 @@ type sentSnapshot struct {
 // Close forgets a Lookup session (its stream ended).
 func (f *Feed) Close(ns string, id uint64) {
 	delete(f.subs[ns], id)
+	delete(f.beats[ns], id)
 }
 
 // Syncs returns the number of SyncRequests handled, answered or not.
@@ -211,12 +257,19 @@ func (f *Feed) Syncs() uint64 { return f.syncs }
 // Lookups returns the number of Lookup sessions of a namespace.
 func (f *Feed) Lookups(ns string) int { return len(f.subs[ns]) }
 
-// Tick forgets sessions silent for two SyncTimeouts and ages the change logs.
+// Tick forgets sessions silent for two SyncTimeouts — a session that takes
+// heartbeats for LookupPollMax more, since its Lookup polls that seldom —
+// and ages the change logs.
 func (f *Feed) Tick(now time.Time) {
-	for _, subs := range f.subs {
+	for ns, subs := range f.subs {
 		for id, l := range subs {
-			if now.Sub(l.lastSeen) > 2*f.timing.SyncTimeout {
+			quiet := 2 * f.timing.SyncTimeout
+			if l.beats {
+				quiet += f.timing.LookupPollMax()
+			}
+			if now.Sub(l.lastSeen) > quiet {
 				delete(subs, id)
+				delete(f.beats[ns], id)
 			}
 		}
 	}
@@ -250,9 +303,10 @@ func (f *Feed) Changed(now time.Time) {
 }
 
 // NextDeadline returns when PushDue must be called next: the earliest
-// pending push round, or the zero time if none is pending.
+// pending push round or heartbeat round, or the zero time if none is
+// pending.
 func (f *Feed) NextDeadline() time.Time {
-	var d time.Time
+	d := f.nextBeat
 	for _, r := range f.rounds {
 		if !r.due.IsZero() && (d.IsZero() || r.due.Before(d)) {
 			d = r.due
@@ -261,11 +315,12 @@ func (f *Feed) NextDeadline() time.Time {
 	return d
 }
 
-// PushDue runs the push rounds due by now.
+// PushDue runs the push rounds and the heartbeat round due by now.
 func (f *Feed) PushDue(now time.Time) {
 	if d := f.NextDeadline(); d.IsZero() || now.Before(d) {
 		return
 	}
+	defer f.beat(now)
 	for _, name := range slices.Sorted(maps.Keys(f.rounds)) { // deterministic order
 		r := f.rounds[name]
 		if r.due.IsZero() || now.Before(r.due) {
@@ -279,9 +334,58 @@ func (f *Feed) PushDue(now time.Time) {
 	}
 }
 
+// beat runs the heartbeat round if it is due: every session that takes
+// heartbeats, has been sent everything up to the table's LSN, and has been
+// sent nothing for HeartbeatEvery gets a push with an empty delta that
+// vouches for freshness — exactly the answer a poll received now would
+// get. Only a replica that could answer such a poll at once sends them;
+// otherwise the Lookups poll, and are answered or refused, as without
+// heartbeats. Rounds run every HeartbeatEvery/4, so a session waits at most
+// 1.25 × HeartbeatEvery, and a round visits only the sessions that take
+// heartbeats: no timer per session.
+func (f *Feed) beat(now time.Time) {
+	if f.nextBeat.IsZero() || now.Before(f.nextBeat) {
+		return
+	}
+	every := f.timing.HeartbeatEvery()
+	f.nextBeat = now.Add(every / 4)
+	if !f.vouches(now) {
+		return
+	}
+	for _, name := range slices.Sorted(maps.Keys(f.beats)) {
+		t := f.st.Table(name)
+		subs := f.beats[name]
+		if t == nil || len(subs) == 0 {
+			continue
+		}
+		lsn := t.LSN()
+		var ids []uint64
+		for id, l := range subs {
+			if l.pushed == lsn && l.req != 0 && now.Sub(l.sentAt) >= every {
+				ids = append(ids, id)
+			}
+		}
+		slices.Sort(ids) // deterministic order
+		for _, id := range ids {
+			l := subs[id]
+			l.sentAt = now
+			m := f.response(name, 0, t.Since(lsn))
+			m.Request, m.SinceRequest = l.req, now.Sub(l.lastSeen)
+			f.stats.Heartbeats++
+			f.out = append(f.out, LookupMessage{To: id, Msg: m})
+		}
+	}
+}
+
+// vouches reports whether the replica's messages built at now may vouch
+// for freshness: it could answer a poll at once.
+func (f *Feed) vouches(now time.Time) bool {
+	return f.unserved || (f.serves != nil && f.serves(now))
+}
+
 // round runs a push round of namespace name at now.
 func (f *Feed) round(name string, now time.Time) {
-	f.push(name)
+	f.push(name, now)
 	r := f.rounds[name]
 	r.last, r.ran, r.due = now, true, time.Time{}
 }
@@ -291,7 +395,7 @@ func (f *Feed) round(name string, now time.Time) {
 // does not count as one for it).
 func (f *Feed) Push() {
 	for _, name := range f.st.Namespaces() {
-		f.push(name)
+		f.push(name, time.Time{}) // vouches for nothing
 	}
 }
 
@@ -308,8 +412,9 @@ func (f *Feed) moved(name string) bool {
 //
 // Sessions at one LSN share one Update (leasetable.Table.Since): a push
 // round costs one message header per session, whatever the size of the
-// delta or snapshot.
-func (f *Feed) push(name string) {
+// delta or snapshot. A push to a session that takes heartbeats vouches for
+// freshness as a heartbeat does, if the replica could answer a poll now.
+func (f *Feed) push(name string, now time.Time) {
 	if !f.moved(name) {
 		return // every session has been sent up to the table's LSN
 	}
@@ -324,11 +429,17 @@ func (f *Feed) push(name string) {
 		}
 	}
 	slices.Sort(ids) // deterministic order
+	vouch := !now.IsZero() && len(f.beats[name]) > 0 && f.vouches(now)
 	for _, id := range ids {
 		l := subs[id]
 		u := t.Since(l.pushed)
-		l.pushed = u.To
-		f.out = append(f.out, LookupMessage{To: id, Msg: f.response(name, 0, u)})
+		l.pushed, l.sentAt = u.To, now
+		m := f.response(name, 0, u)
+		if vouch && l.beats && l.req != 0 {
+			m.Request, m.SinceRequest = l.req, now.Sub(l.lastSeen)
+			f.stats.Vouching++
+		}
+		f.out = append(f.out, LookupMessage{To: id, Msg: m})
 	}
 }
 

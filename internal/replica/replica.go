@@ -167,6 +167,8 @@ func NewReplica(cfg ReplicaConfig, now time.Time) (*Replica, error) {
 	}
 	r.feed = NewFeed(r.st, cfg.Core.Timing)
 	r.feed.SetPushEvery(cfg.Core.PushEvery)
+	r.feed.SetServes(r.vouches)
+	r.feed.unserved = cfg.Break.HeartbeatUnserved
 	rc := &raft.Config{
 		ID:              cfg.ID,
 		ElectionTick:    cfg.Core.ElectionTicks,
@@ -286,6 +288,20 @@ func (r *Replica) StepSync(now time.Time, id uint64, req *protocol.SyncRequest) 
 
 // Serving reports whether the replica answers Lookups at now.
 func (r *Replica) Serving(now time.Time) bool { return r.syncPath(now) != syncRefused }
+
+// vouches reports whether the Feed's pushes and heartbeats built at now may
+// vouch for a Lookup's freshness: a poll received now would be answered at
+// once. A leader must still lead in Raft's own state, which a Tick's
+// CheckQuorum may have changed before the Ready that takes the Core away.
+func (r *Replica) vouches(now time.Time) bool {
+	switch r.syncPath(now) {
+	case syncLeader:
+		return r.rn.BasicStatus().RaftState == raft.StateLeader
+	case syncRefused:
+		return false
+	}
+	return true
+}
 
 // How a replica answers a Lookup's sync.
 const (

@@ -100,7 +100,7 @@ func TestCompactionKeepsTheRun(t *testing.T) {
 	run := func(floor int) (Result, *traceProbe) {
 		p := &traceProbe{}
 		r := Run(Config{
-			Seed: 5, Owners: 12, Lookups: 20, Timing: protocol.Production(), FaultTime: 10 * time.Minute,
+			Seed: 5, Owners: 12, Lookups: 40, Timing: protocol.Production(), FaultTime: 10 * time.Minute,
 			MinDelay: time.Millisecond, ClockSkew: true, StartSpread: time.Minute,
 			OwnerCrashEvery: time.Minute, LookupCrashEvery: 30 * time.Second, Probe: p,
 			queueFloor: floor,

@@ -277,3 +277,13 @@ func stallsOnly(f faults.Set) func(uint64) Config {
 func TestBrokenTimerAtReceiptStalledOwner(t *testing.T) {
 	caughtSkipping(t, 100, pastItsEnd(stallsOnly(faults.Set{TimerAtReceipt: true})), []string{"single copy"}, nil)
 }
+
+// TestBrokenRetakeGone lets an Owner take up a piece of a lease it has
+// given up when a message the Manager sent before it learned of the
+// give-up repeats the grant: the run believes the same lease on the same
+// keys again after a gap, and CheckLeaseContinuous would vouch for keys
+// whose state it dropped. The continuity checker looks key by key, so it
+// catches this and passes a run that takes up another piece of the lease.
+func TestBrokenRetakeGone(t *testing.T) {
+	caught(t, 200, brokenMigrating(faults.Set{RetakeGone: true}), "continuity")
+}

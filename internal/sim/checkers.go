@@ -38,7 +38,7 @@ type checker struct {
 	shadowEpoch uint64
 
 	owed     map[*node][]*obligation
-	everHeld map[*node]map[owner.LeaseNum]bool // leases each Owner run has believed
+	everHeld map[*node]beliefs // the keys each Owner run has believed, by lease
 
 	// migratedFrom names, for every migrated grant the table has shown,
 	// the lease whose state it carries (Entry.MigratedFrom).
@@ -57,7 +57,7 @@ func newChecker(s *Sim) *checker {
 		bound:        s.cfg.Timing.NotificationBound(),
 		shadow:       leasetable.New(time.Hour),
 		owed:         map[*node][]*obligation{},
-		everHeld:     map[*node]map[owner.LeaseNum]bool{},
+		everHeld:     map[*node]beliefs{},
 		migratedFrom: map[leaseID]keyspace.LGN{},
 	}
 }
@@ -70,15 +70,36 @@ func (c *checker) fail(name, format string, args ...any) {
 
 // ---- single copy and continuity ----
 
-func (c *checker) ownerStarted(n *node) { c.everHeld[n] = map[owner.LeaseNum]bool{} }
+func (c *checker) ownerStarted(n *node) { c.everHeld[n] = beliefs{} }
 
-func (c *checker) heldNums(n *node) map[owner.LeaseNum]bool {
+// beliefs are the keys an Owner run believes (or has believed), by lease.
+type beliefs map[owner.LeaseNum]keyspace.RangeSet
+
+// add records that the run believes the keys of l.
+func (b beliefs) add(l owner.Lease) {
+	if s := b[l.Num]; !s.CoversRange(l.Range) {
+		b[l.Num] = s.Add(l.Range)
+	}
+}
+
+// regained returns the keys of l that the run believed under l's lease
+// once (ever), did not believe just before this step (before), and
+// believes again now: a gap in the lease on those keys.
+func regained(ever, before beliefs, l owner.Lease) keyspace.RangeSet {
+	e := ever[l.Num]
+	if !e.OverlapsRange(l.Range) {
+		return keyspace.RangeSet{}
+	}
+	return keyspace.NewRangeSet(l.Range).Intersect(e).Subtract(before[l.Num])
+}
+
+func (c *checker) heldNums(n *node) beliefs {
 	if c.off {
 		return nil
 	}
-	out := map[owner.LeaseNum]bool{}
+	out := beliefs{}
 	for _, l := range n.own.Held(n.local(c.s.now)) {
-		out[l.Num] = true
+		out.add(l)
 	}
 	return out
 }
@@ -86,21 +107,23 @@ func (c *checker) heldNums(n *node) map[owner.LeaseNum]bool {
 // ownerStepped checks, after an Owner handled a Manager message, that no
 // other Owner believes it holds any key this one now believes it holds: only
 // such a step can start or extend a belief (single copy, P§2).
-func (c *checker) ownerStepped(n *node, before map[owner.LeaseNum]bool) {
+func (c *checker) ownerStepped(n *node, before beliefs) {
 	if c.off {
 		return
 	}
 	mine := n.own.Held(n.local(c.s.now))
 	for _, l := range mine {
-		// Continuity: a lease number believed again after a gap would let
-		// CheckLeaseContinuous vouch for state another owner may have
-		// changed meanwhile. (A lease may come in several pieces.)
-		if c.everHeld[n][l.Num] && !before[l.Num] {
-			c.fail("continuity", "%s believes lease %+v again after a gap", n.name, l.Num)
+		// Continuity, key by key: a key believed under a lease number again
+		// after a gap would let CheckLeaseContinuous (a check of one key)
+		// vouch for state another owner may have changed meanwhile. A lease
+		// comes in pieces, and a run may give one piece up and take up
+		// another it never believed: no key of the second had a gap.
+		if gap := regained(c.everHeld[n], before, l); !gap.Empty() {
+			c.fail("continuity", "%s believes lease %+v again after a gap on %v", n.name, l.Num, gap)
 		}
 	}
 	for _, l := range mine {
-		c.everHeld[n][l.Num] = true
+		c.everHeld[n].add(l)
 	}
 	for _, o := range c.s.ownerRuns() {
 		if o == n || !o.up {

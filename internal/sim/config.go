@@ -83,6 +83,9 @@ type Config struct {
 	ClockSkew bool
 
 	Break *faults.Set // rules to break deliberately
+	// NoHeartbeats makes the Lookups' requests say they take no
+	// heartbeats, as a Lookup of an earlier release: they poll every Sync.
+	NoHeartbeats bool
 
 	// Migration gives the Owners an application that hands state over on
 	// planned moves (app.go): the holder sends the range's state to the

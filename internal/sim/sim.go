@@ -282,6 +282,10 @@ type Stats struct {
 	// handovers an Owner reported done at or after its deadline.
 	Stalls, LeaderStalls, Duplicates, LateHandovers int
 	LookupNotices                                   int // loss notifications the Lookups raised
+	// LookupPolls counts the SyncRequests the Lookups sent; Heartbeats the
+	// pushes with an empty delta that vouch for freshness, and Vouching
+	// the other pushes that do (docs/protocol.md, "Heartbeats").
+	LookupPolls, Heartbeats, Vouching int
 }
 
 // MessagesPerOwnerMinute is the Owner ↔ Manager message rate per owner.
@@ -720,6 +724,11 @@ func (s *Sim) deliver(n *node, e *event) {
 			s.trace(n, "recv req from %s seq=%d", m.Owner, m.Seq)
 			err = n.rep.StepLease(now, m)
 		case *protocol.SyncRequest:
+			if s.cfg.NoHeartbeats {
+				c := *m
+				c.Heartbeats = false
+				m = &c
+			}
 			before := s.leaseSyncs(n)
 			if err = n.rep.StepSync(now, from.session, m); err == nil {
 				s.leaseSynced(n, before)
@@ -954,6 +963,18 @@ func (s *Sim) send(from, to *node, msg any) {
 	}
 	if _, ok := msg.(refusal); ok {
 		s.stats.Refusals++
+	}
+	switch m := msg.(type) {
+	case *protocol.SyncRequest:
+		s.stats.LookupPolls++
+	case *protocol.SyncResponse:
+		if m.Request != 0 && m.ID == 0 {
+			if len(m.Update.Changes) == 0 && !m.Update.Snapshot {
+				s.stats.Heartbeats++
+			} else {
+				s.stats.Vouching++
+			}
+		}
 	}
 	s.noteOwnerMsg(from, to, msg)
 	e := &event{at: s.now + s.delay() + s.linkDelay(from, to), kind: evDeliver, from: from.pos, to: to.pos, msg: msg, gen: from.inc}

@@ -164,6 +164,9 @@ func total(results []Result) Stats {
 		tot.Duplicates += s.Duplicates
 		tot.LateHandovers += s.LateHandovers
 		tot.LookupNotices += s.LookupNotices
+		tot.LookupPolls += s.LookupPolls
+		tot.Heartbeats += s.Heartbeats
+		tot.Vouching += s.Vouching
 		tot.WorstDelay = max(tot.WorstDelay, s.WorstDelay)
 		tot.Bound = max(tot.Bound, s.Bound)
 	}

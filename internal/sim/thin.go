@@ -8,8 +8,10 @@ import (
 )
 
 // thinLookup stands in for a lookup.Core when Config.ThinLookups is set: it
-// speaks the same sync protocol to the Manager — a SyncRequest every Sync
-// (4× as often while unanswered), carrying its epoch and LSN; it applies a
+// speaks the same sync protocol to the Manager — a SyncRequest when its
+// freshness is Sync old (4× as often while unanswered), carrying its epoch
+// and LSN, with heartbeats vouching for freshness as they do for a full
+// Lookup (docs/protocol.md, "Heartbeats"); it applies a
 // delta or snapshot by moving its LSN, asks again on a gap or a new epoch
 // without a snapshot (gaps at most every Sync/4) — but keeps no copy of the table. The Manager sees the
 // same requests it would from a full Lookup; the simulation saves the
@@ -20,14 +22,16 @@ type thinLookup struct {
 	lsn      keyspace.LSN
 	nextID   uint64
 	nextSync time.Time
-	fresh    time.Time // when the last answered request was sent (zero: none yet)
+	fresh    time.Time // the copy's freshness, as lookup.Core keeps it (zero: none yet)
 	pending  map[uint64]time.Time
+	sent     map[uint64]time.Time // recent requests, for heartbeats (lookup.Core's)
+	lastPoll time.Time
 	repaired time.Time // when a gap last made it ask (zero: none outstanding)
 	out      []*protocol.SyncRequest
 }
 
 func newThinLookup(t protocol.Timing, now time.Time) *thinLookup {
-	return &thinLookup{timing: t, nextSync: now, pending: map[uint64]time.Time{}}
+	return &thinLookup{timing: t, nextSync: now, pending: map[uint64]time.Time{}, sent: map[uint64]time.Time{}}
 }
 
 func (l *thinLookup) nextDeadline() time.Time { return l.nextSync }
@@ -41,17 +45,43 @@ func (l *thinLookup) tick(now time.Time) {
 func (l *thinLookup) request(now time.Time) {
 	l.nextID++
 	l.pending[l.nextID] = now
+	l.sent[l.nextID] = now
 	for id, sent := range l.pending {
 		if now.Sub(sent) > l.timing.SyncTimeout {
 			delete(l.pending, id)
 		}
 	}
-	next := l.timing.Sync
-	if now.Sub(l.fresh) > l.timing.Sync {
-		next = l.timing.Sync / 4
+	if len(l.sent) > thinMaxSent {
+		delete(l.sent, l.nextID-thinMaxSent)
 	}
-	l.nextSync = now.Add(next)
-	l.out = append(l.out, &protocol.SyncRequest{Namespace: namespace, ID: l.nextID, Epoch: l.epoch, LSN: l.lsn})
+	l.lastPoll = now
+	l.schedule()
+	l.out = append(l.out, &protocol.SyncRequest{Namespace: namespace, ID: l.nextID, Epoch: l.epoch, LSN: l.lsn, Heartbeats: true})
+}
+
+// thinMaxSent is lookup.Core's bound on the requests it remembers.
+const thinMaxSent = 16
+
+// schedule is lookup.Core's poll rule: when the copy is Sync old, no
+// sooner than Sync/4 after the last request, nor later than LookupPollMax.
+func (l *thinLookup) schedule() {
+	t := l.timing
+	if l.lastPoll.IsZero() {
+		return
+	}
+	retry := l.lastPoll.Add(t.Sync / 4)
+	if l.fresh.IsZero() {
+		l.nextSync = retry
+		return
+	}
+	next := l.fresh.Add(t.Sync)
+	if m := l.lastPoll.Add(t.LookupPollMax()); m.Before(next) {
+		next = m
+	}
+	if next.Before(retry) {
+		next = retry
+	}
+	l.nextSync = next
 }
 
 func (l *thinLookup) step(now time.Time, m *protocol.SyncResponse) {
@@ -75,11 +105,29 @@ func (l *thinLookup) step(now time.Time, m *protocol.SyncResponse) {
 		}
 		l.lsn = u.To
 	}
+	if m.Epoch != l.epoch {
+		return
+	}
+	fresh := l.fresh
 	if answered {
 		l.repaired = time.Time{}
-		if sent.After(l.fresh) {
-			l.fresh = sent
+		if sent.After(fresh) {
+			fresh = sent
 		}
+	}
+	if sk, ok := l.sent[m.Request]; ok && m.Request != 0 {
+		for id := range l.sent {
+			if id < m.Request {
+				delete(l.sent, id)
+			}
+		}
+		if f := sk.Add(time.Duration(float64(m.SinceRequest) / (1 + l.timing.MaxDrift))); f.After(fresh) {
+			fresh = f
+		}
+	}
+	if fresh != l.fresh {
+		l.fresh = fresh
+		l.schedule()
 	}
 }
 

@@ -22,6 +22,7 @@ func SyncRequestToPB(r *protocol.SyncRequest) *leaseholdv1.SyncRequest {
 		Id:        r.ID,
 		Epoch:     r.Epoch,
 		Lsn:       uint64(r.LSN),
+		NamesOnce: r.Heartbeats,
 	}
 }
 
@@ -39,6 +40,9 @@ func SyncRequestFromPB(m *leaseholdv1.SyncRequest) (*protocol.SyncRequest, error
 		ID:        m.GetId(),
 		Epoch:     m.GetEpoch(),
 		LSN:       keyspace.LSN(m.GetLsn()),
+		// A Lookup that says names_once reads heartbeats too: both came
+		// with the same release of the sync stream.
+		Heartbeats: m.GetNamesOnce(),
 	}, nil
 }
 
@@ -49,12 +53,14 @@ func SyncResponseToPB(r *protocol.SyncResponse) *leaseholdv1.SyncResponse {
 		return nil
 	}
 	return &leaseholdv1.SyncResponse{
-		Namespace:        r.Namespace,
-		Id:               r.ID,
-		Epoch:            r.Epoch,
-		Update:           UpdateToPB(&r.Update),
-		SyncNanos:        int64(r.Sync),
-		SyncTimeoutNanos: int64(r.SyncTimeout),
+		Namespace:         r.Namespace,
+		Id:                r.ID,
+		Epoch:             r.Epoch,
+		Update:            UpdateToPB(&r.Update),
+		SyncNanos:         int64(r.Sync),
+		SyncTimeoutNanos:  int64(r.SyncTimeout),
+		Request:           r.Request,
+		SinceRequestNanos: int64(r.SinceRequest),
 	}
 }
 
@@ -74,6 +80,9 @@ func SyncResponseFromPB(m *leaseholdv1.SyncResponse) (*protocol.SyncResponse, er
 	if err := checkDuration(m.GetSyncTimeoutNanos()); err != nil {
 		return nil, invalid(msg+".sync_timeout_nanos", err)
 	}
+	if err := checkDuration(m.GetSinceRequestNanos()); err != nil {
+		return nil, invalid(msg+".since_request_nanos", err)
+	}
 	if m.GetUpdate() == nil {
 		return nil, invalid(msg+".update", errors.New("missing update"))
 	}
@@ -82,12 +91,14 @@ func SyncResponseFromPB(m *leaseholdv1.SyncResponse) (*protocol.SyncResponse, er
 		return nil, err
 	}
 	return &protocol.SyncResponse{
-		Namespace:   m.GetNamespace(),
-		ID:          m.GetId(),
-		Epoch:       m.GetEpoch(),
-		Update:      u,
-		Sync:        time.Duration(m.GetSyncNanos()),
-		SyncTimeout: time.Duration(m.GetSyncTimeoutNanos()),
+		Namespace:    m.GetNamespace(),
+		ID:           m.GetId(),
+		Epoch:        m.GetEpoch(),
+		Update:       u,
+		Sync:         time.Duration(m.GetSyncNanos()),
+		SyncTimeout:  time.Duration(m.GetSyncTimeoutNanos()),
+		Request:      m.GetRequest(),
+		SinceRequest: time.Duration(m.GetSinceRequestNanos()),
 	}, nil
 }
 

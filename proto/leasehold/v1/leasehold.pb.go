@@ -1306,9 +1306,17 @@ type SyncResponse struct {
 	// the stream may leave namespace, sync_nanos and sync_timeout_nanos
 	// empty (the values of the last response that carried them), and name
 	// owners by owner_ref.
-	NamesOnce     bool `protobuf:"varint,7,opt,name=names_once,json=namesOnce,proto3" json:"names_once,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	NamesOnce bool `protobuf:"varint,7,opt,name=names_once,json=namesOnce,proto3" json:"names_once,omitempty"`
+	// request and since_request_nanos let a push or a heartbeat (a push
+	// with an empty delta) vouch for the copy's freshness without a poll:
+	// the replica that built it had received the request with ID request on
+	// this stream since_request_nanos before, on its own clock, and could
+	// answer a poll then. request 0 vouches for nothing. A replica sends them
+	// only on a stream whose requests say names_once.
+	Request           uint64 `protobuf:"varint,8,opt,name=request,proto3" json:"request,omitempty"`
+	SinceRequestNanos int64  `protobuf:"varint,9,opt,name=since_request_nanos,json=sinceRequestNanos,proto3" json:"since_request_nanos,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *SyncResponse) Reset() {
@@ -1388,6 +1396,20 @@ func (x *SyncResponse) GetNamesOnce() bool {
 		return x.NamesOnce
 	}
 	return false
+}
+
+func (x *SyncResponse) GetRequest() uint64 {
+	if x != nil {
+		return x.Request
+	}
+	return 0
+}
+
+func (x *SyncResponse) GetSinceRequestNanos() int64 {
+	if x != nil {
+		return x.SinceRequestNanos
+	}
+	return 0
 }
 
 type StatusRequest struct {
@@ -3040,7 +3062,7 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x03lsn\x18\x04 \x01(\x04R\x03lsn\x12\x1d\n" +
 	"\n" +
 	"names_once\x18\x05 \x01(\bR\tnamesOnce\x12'\n" +
-	"\x0fcompact_changes\x18\x10 \x01(\bR\x0ecompactChanges\"\xec\x01\n" +
+	"\x0fcompact_changes\x18\x10 \x01(\bR\x0ecompactChanges\"\xb6\x02\n" +
 	"\fSyncResponse\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\x04R\x02id\x12\x14\n" +
@@ -3050,7 +3072,9 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"sync_nanos\x18\x05 \x01(\x03R\tsyncNanos\x12,\n" +
 	"\x12sync_timeout_nanos\x18\x06 \x01(\x03R\x10syncTimeoutNanos\x12\x1d\n" +
 	"\n" +
-	"names_once\x18\a \x01(\bR\tnamesOnce\"L\n" +
+	"names_once\x18\a \x01(\bR\tnamesOnce\x12\x18\n" +
+	"\arequest\x18\b \x01(\x04R\arequest\x12.\n" +
+	"\x13since_request_nanos\x18\t \x01(\x03R\x11sinceRequestNanos\"L\n" +
 	"\rStatusRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1d\n" +
 	"\n" +
