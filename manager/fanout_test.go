@@ -148,3 +148,27 @@ func TestPushToAFullStreamIsLost(t *testing.T) {
 		t.Fatalf("dropped %d, the other stream holds %d, %d wait; want 1, 1, 0", l.dropped, len(sts[1].out), l.push.pending())
 	}
 }
+
+// TestSnapshotConvertedOnceAcrossRounds: the Feed sends the same snapshot
+// to Lookups that start at different times; the loop converts it (and its
+// streams encode it) once, not once per round, and keeps only the newest.
+func TestSnapshotConvertedOnceAcrossRounds(t *testing.T) {
+	l, sts, _ := fanoutLoop(t, 3)
+	st, _ := feedWith(t, 100, 0)
+	snap := st.Table(replica.DefaultNamespace).Snapshot()
+	msg := func(to uint64, u leasetable.Update) []replica.LookupMessage {
+		return []replica.LookupMessage{{To: to, Msg: &protocol.SyncResponse{Namespace: replica.DefaultNamespace, Epoch: epoch, Update: u}}}
+	}
+	l.send(nil, msg(1, snap))
+	l.send(nil, msg(2, snap))
+	a, b := <-sts[0].out, <-sts[1].out
+	if a.shared == nil || a.shared != b.shared {
+		t.Fatalf("the same snapshot sent in two rounds was converted twice")
+	}
+	grantAll(t, st, 100, 500)
+	newer := st.Table(replica.DefaultNamespace).Snapshot()
+	l.send(nil, msg(3, newer))
+	if c := <-sts[2].out; c.shared == a.shared || len(l.snapshots) != 1 {
+		t.Fatalf("a newer snapshot: shares the old one's conversion %v, %d kept (want 1)", c.shared == a.shared, len(l.snapshots))
+	}
+}

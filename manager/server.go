@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"slices"
 	"sync"
@@ -491,6 +492,13 @@ type loop struct {
 	publishTook time.Duration
 	counts      map[string]tableCount // publish's last walk of each table (countTable)
 	push        fanout                // Lookup messages paced to their streams (fanout.go)
+	// snapshots holds the newest snapshot converted for Lookups, in wire
+	// form and (once a stream has sent it) encoded, merged and not: the
+	// Feed sends the same snapshot to every Lookup that starts while the
+	// table has moved little, one every few seconds under churn, and
+	// converting and encoding it again for each (64,000 segments, 3.4 MB
+	// at 1,000 Owners) stalled the loop and the garbage collector.
+	snapshots map[updateKey]*sharedUpdate
 	leader      uint64                // last leader logged
 	quorumAt    time.Time             // when the leader last saw a quorum active
 	obs         observer              // metrics kept by the loop (metrics.go)
@@ -860,7 +868,11 @@ func (l *loop) send(owners []replica.OwnerMessage, lookups []replica.LookupMessa
 	l.obs.noteCommits(l.s.metrics, l.s.cfg.Logger, l.r.State(), now)
 	var shared map[updateKey]*sharedUpdate
 	if len(lookups) > 0 {
-		shared = map[updateKey]*sharedUpdate{}
+		shared = maps.Clone(l.snapshots)
+		if shared == nil {
+			shared = map[updateKey]*sharedUpdate{}
+		}
+		defer l.keepSnapshots(shared)
 	}
 	for _, m := range lookups {
 		st := l.lookups[m.To]
@@ -872,6 +884,29 @@ func (l *loop) send(owners []replica.OwnerMessage, lookups []replica.LookupMessa
 		}
 	}
 	l.pump(now)
+}
+
+// keepSnapshots keeps, of the updates a round converted, the newest
+// snapshot's (both forms), for the rounds after it.
+func (l *loop) keepSnapshots(shared map[updateKey]*sharedUpdate) {
+	var newest keyspace.LSN
+	for k := range shared {
+		if k.snapshot && k.to > newest {
+			newest = k.to
+		}
+	}
+	if newest == 0 {
+		return
+	}
+	clear(l.snapshots)
+	if l.snapshots == nil {
+		l.snapshots = map[updateKey]*sharedUpdate{}
+	}
+	for k, su := range shared {
+		if k.snapshot && k.to == newest {
+			l.snapshots[k] = su
+		}
+	}
 }
 
 // updateKey names an Update by its storage: Updates the Feed hands out at
