@@ -492,6 +492,10 @@ type loop struct {
 	publishTook time.Duration
 	counts      map[string]tableCount // publish's last walk of each table (countTable)
 	push        fanout                // Lookup messages paced to their streams (fanout.go)
+	leader      uint64                // last leader logged
+	quorumAt    time.Time             // when the leader last saw a quorum active
+	obs         observer              // metrics kept by the loop (metrics.go)
+
 	// snapshots holds the newest snapshot converted for Lookups, in wire
 	// form and (once a stream has sent it) encoded, merged and not: the
 	// Feed sends the same snapshot to every Lookup that starts while the
@@ -499,9 +503,6 @@ type loop struct {
 	// converting and encoding it again for each (64,000 segments, 3.4 MB
 	// at 1,000 Owners) stalled the loop and the garbage collector.
 	snapshots map[updateKey]*sharedUpdate
-	leader      uint64                // last leader logged
-	quorumAt    time.Time             // when the leader last saw a quorum active
-	obs         observer              // metrics kept by the loop (metrics.go)
 }
 
 // Run runs the Manager's replica until ctx is cancelled. All of the
