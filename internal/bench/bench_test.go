@@ -131,6 +131,9 @@ func TestSmokeLoopbackTLS(t *testing.T) {
 	if renewals := r.Table[1][8]; renewals == "0" {
 		t.Fatalf("no renewal answered over TLS: %v", r.Table[1])
 	}
+	if col := slices.Index(r.Table[0], "manager answer p99"); col < 0 || r.Table[1][col] == "not read" {
+		t.Fatalf("the Manager's metrics were not read over TLS with the operator certificate: %v", r.Table[1])
+	}
 	if !strings.Contains(r.Figures[0].Ours, "mutual TLS") {
 		t.Fatalf("the setup does not say the run had TLS: %q", r.Figures[0].Ours)
 	}

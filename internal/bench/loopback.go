@@ -96,6 +96,7 @@ type loopbackResult struct {
 	ownerEvents, lookupRes int
 	warnings               int64  // clients' warnings in the window (loopback_clients.go)
 	load                   string // /proc/loadavg at the window's end
+	answerP99              string // the Manager's own answer p99, a bucket of its histogram (loopback_metrics.go)
 }
 
 func runLoopback(ctx context.Context, o Options) (*Report, error) {
@@ -143,8 +144,8 @@ func runLoopback(ctx context.Context, o Options) (*Report, error) {
 		}
 		results = append(results, rs...)
 		for _, r := range rs { // a line per window as it ends, for long sweeps
-			fmt.Fprintf(os.Stderr, "loopback: %d/%d churn=%v: manager CPU %.2f%%, %.0f msgs/s, %.1f KB/s, renewal p99 %s, propagation p99 %s (%d changes, %d not reached), load %s\n",
-				r.owners, r.lookups, r.churn, 100*r.cpu, r.msgs, r.bytes/1000, fmtDur(r.renewals, 99), fmtDur(r.propagation, 99), len(r.propagation), r.unreached, r.load)
+			fmt.Fprintf(os.Stderr, "loopback: %d/%d churn=%v: manager CPU %.2f%%, %.0f msgs/s, %.1f KB/s, renewal p99 %s (Manager's answer %s), propagation p99 %s (%d changes, %d not reached), load %s\n",
+				r.owners, r.lookups, r.churn, 100*r.cpu, r.msgs, r.bytes/1000, fmtDur(r.renewals, 99), r.answerP99, fmtDur(r.propagation, 99), len(r.propagation), r.unreached, r.load)
 		}
 	}
 	if len(results) == 0 {
@@ -193,8 +194,8 @@ type lossLine struct {
 	lsn keyspace.LSN
 }
 
-func startManager(ctx context.Context, bin, profDir, profile string, trust *loopbackTrust) (*managerProc, error) {
-	args := append(append([]string{"manager", "--listen", "127.0.0.1:0"}, trust.managerArgs()...),
+func startManager(ctx context.Context, bin, profDir, profile string, trust *loopbackTrust, metricsAddr string) (*managerProc, error) {
+	args := append(append([]string{"manager", "--listen", "127.0.0.1:0", "--metrics-listen", metricsAddr}, trust.managerArgs()...),
 		"--timings", profile, "--log-format", "json", "--log-level", "info")
 	cmd := exec.Command(bin, args...)
 	if profDir != "" {
@@ -685,7 +686,15 @@ func runLoopbackPoint(ctx context.Context, bin, profDir string, plan loopbackPla
 		}
 		defer trust.close()
 	}
-	mgr, err := startManager(ctx, bin, profDir, plan.profile, trust)
+	metricsAddr, err := freeLoopbackAddr()
+	if err != nil {
+		return nil, err
+	}
+	mm, err := newManagerMetrics(metricsAddr, trust)
+	if err != nil {
+		return nil, err
+	}
+	mgr, err := startManager(ctx, bin, profDir, plan.profile, trust, metricsAddr)
 	if err != nil {
 		return nil, err
 	}
@@ -746,6 +755,7 @@ func runLoopbackPoint(ctx context.Context, bin, profDir string, plan loopbackPla
 		if err != nil {
 			return nil, err
 		}
+		answered, aerr := mm.answerBuckets(ctx)
 		d.meter.takeRoundTrips()
 		d.meter.record(true)
 		if profDir != "" { // profile the window: cpu-1.prof, cpu-2.prof in order
@@ -766,6 +776,10 @@ func runLoopbackPoint(ctx context.Context, bin, profDir string, plan loopbackPla
 		d.meter.record(false)
 		if profDir != "" {
 			_ = mgr.cmd.Process.Signal(syscall.SIGUSR2)
+		}
+		r.answerP99 = "not read"
+		if after, err := mm.answerBuckets(ctx); aerr == nil && err == nil {
+			r.answerP99 = fmtBucket(bucketQuantile(answered, after, 0.99))
 		}
 		r.load = loadAverage()
 		r.rss, r.peakRSS = procRSS(pid)
@@ -830,7 +844,7 @@ func loopbackReport(plan loopbackPlan, results []loopbackResult) *Report {
 		Paper: "neither paper reports either; our goals: renewal p99 < 100 ms, propagation p99 < 1 s at 1,000 Owners + 4,000 Lookups",
 		Setup: "—", Ours: ours}
 	table := [][]string{{"owners", "lookups", "churn", "window", "manager CPU", "manager RSS (peak)", "msgs/s", "KB/s",
-		"renewals", "renewal p50", "renewal p99", "lease requests", "request p99", "changes", "propagation p50", "propagation p99", "propagation max", "not reached",
+		"renewals", "renewal p50", "renewal p99", "lease requests", "request p99", "manager answer p99", "changes", "propagation p50", "propagation p99", "propagation max", "not reached",
 		"owner stops", "lookup restarts", "client warnings", "driver CPU", "load average"}}
 	for _, churn := range []bool{false, true} {
 		var x, yc, yn, yr, yp []float64
@@ -861,7 +875,7 @@ func loopbackReport(plan loopbackPlan, results []loopbackResult) *Report {
 			fmt.Sprintf("%.2f%%", 100*r.cpu), fmt.Sprintf("%.0f MB (%.0f MB)", float64(r.rss)/1e6, float64(r.peakRSS)/1e6),
 			fmt.Sprintf("%.0f", r.msgs), fmt.Sprintf("%.1f", r.bytes/1000),
 			fmt.Sprint(len(r.renewals)), fmtDur(r.renewals, 50), fmtDur(r.renewals, 99),
-			fmt.Sprint(len(r.requests)), fmtDur(r.requests, 99),
+			fmt.Sprint(len(r.requests)), fmtDur(r.requests, 99), r.answerP99,
 			fmt.Sprint(len(r.propagation)), fmtDur(r.propagation, 50), fmtDur(r.propagation, 99), fmtDur(r.propagation, 100),
 			fmt.Sprint(r.unreached), fmt.Sprint(r.ownerEvents), fmt.Sprint(r.lookupRes), fmt.Sprint(r.warnings),
 			fmt.Sprintf("%.1f%%", 100*r.driverCPU), r.load})
@@ -900,6 +914,7 @@ func loopbackReport(plan loopbackPlan, results []loopbackResult) *Report {
 			"A round trip is an Owner's LeaseRequest to the LeaseResponse acknowledging it, timed in the driver (the client side), for every request answered in the window; 'renewal' columns are the steady renewals (held_as_acked, not leaving or draining), 'request' every lease request (joins, drains and goodbyes too, whose answers wait for the Manager's membership round, up to 1 s).",
 			"Propagation: for each change with a loss notification that the Manager applied in the window, from the time of its log line (applied, on the machine's clock, millisecond precision) to the moment the last Lookup that had synced before it applied an update reaching its LSN (driver's clock); Lookups stopped before they had it are left out; 'not reached' counts changes some running Lookup still lacked a poll after the window.",
 			fmt.Sprintf("Thin Lookups speak the sync protocol on the real gRPC stream as the lookup library does (same requests, same polls, same gap repair; every update received is decoded) but keep only their LSN; %d per point are the real lookup library.", loopbackFull),
+			"Manager answer p99: the Manager's own histogram leasehold_renewal_answer_seconds (every lease request it accepted, from its arrival to its answer handed to the Owner's stream), read from its metrics listener before and after the window; the bound of the bucket that holds the 99th percentile (buckets 10, 25, 50, 100, 250, 500 ms …). The driver's round trips add the sockets, both processes' scheduling and the driver's own work.",
 			"Client warnings are the log records at warn level of the Owners and Lookups in the window: a stream to the Manager that broke (and was reopened), or an Owner that left before all its ranges moved.",
 			"The driver runs on the same 2 cores as the Manager (its CPU is the 'driver CPU' column): latencies include its scheduling.",
 		},

@@ -12,7 +12,8 @@ import (
 
 // loopbackTrust is the trust boundary of a loopback run with --tls: a
 // throwaway CA in a temporary directory that signs the Manager's replica
-// certificate (for 127.0.0.1), one Owner certificate per Owner ID (its
+// certificate (for 127.0.0.1), an operator certificate for the driver to
+// read the Manager's metrics with, one Owner certificate per Owner ID (its
 // namespace the default one) and one Lookup certificate per Lookup slot,
 // so every client shakes hands with a certificate of its own, as in
 // production. A nil *loopbackTrust is plaintext.
@@ -37,7 +38,9 @@ func newLoopbackTrust(owners, lookups int) (*loopbackTrust, error) {
 		t.close()
 		return nil, err
 	}
-	ids := []certs.Identity{{Role: certs.Replica, Name: "1"}}
+	// The replica, and the operator the driver reads the Manager's metrics
+	// as (loopback_metrics.go).
+	ids := []certs.Identity{{Role: certs.Replica, Name: "1"}, {Role: certs.Operator, Name: "bench"}}
 	for k := range owners {
 		ids = append(ids, certs.Identity{Role: certs.Owner, Name: ownerID(k), Namespaces: []string{"default"}})
 	}
