@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"slices"
 	"sync"
@@ -162,6 +163,7 @@ type Server struct {
 	namespaces map[string]bool
 	events     chan event
 	raftIn     chan raftpb.Message
+	pushWake   chan struct{} // a Lookup stream took a message (fanout.go)
 	ready      chan struct{} // closed when the loop has published its first snapshot
 	stopped    chan struct{} // closed when the loop ends
 	running    atomic.Bool
@@ -196,6 +198,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		namespaces: map[string]bool{replica.DefaultNamespace: true},
 		events:     make(chan event, 1024),
 		raftIn:     make(chan raftpb.Message, 4096),
+		pushWake:   make(chan struct{}, 1),
 		ready:      make(chan struct{}),
 		stopped:    make(chan struct{}),
 		metrics:    newServerMetrics(),
@@ -491,9 +494,18 @@ type loop struct {
 	publishAt   time.Time
 	publishTook time.Duration
 	counts      map[string]tableCount // publish's last walk of each table (countTable)
+	push        fanout                // Lookup messages paced to their streams (fanout.go)
 	leader      uint64                // last leader logged
 	quorumAt    time.Time             // when the leader last saw a quorum active
 	obs         observer              // metrics kept by the loop (metrics.go)
+
+	// snapshots holds the newest snapshot converted for Lookups, in wire
+	// form and (once a stream has sent it) encoded, merged and not: the
+	// Feed sends the same snapshot to every Lookup that starts while the
+	// table has moved little, one every few seconds under churn, and
+	// converting and encoding it again for each (64,000 segments, 3.4 MB
+	// at 1,000 Owners) stalled the loop and the garbage collector.
+	snapshots map[updateKey]*sharedUpdate
 }
 
 // Run runs the Manager's replica until ctx is cancelled. All of the
@@ -562,6 +574,9 @@ func (s *Server) Run(ctx context.Context) error {
 		if l.stale && l.publishAt.Before(next) {
 			next = l.publishAt
 		}
+		if pd := l.push.pumpDeadline(); !pd.IsZero() && pd.Before(next) {
+			next = pd
+		}
 		timer.Reset(max(time.Until(next), 0))
 		select {
 		case <-ctx.Done():
@@ -580,7 +595,12 @@ func (s *Server) Run(ctx context.Context) error {
 				_ = l.r.StepRaft(now, m) // stale or foreign messages are Raft's to ignore
 			})
 			l.changed()
+		case <-s.pushWake:
+			l.pump(time.Now())
 		case <-timer.C:
+			if l.push.pending() > 0 {
+				l.pump(time.Now())
+			}
 			if !time.Now().Before(l.r.NextDeadline()) {
 				l.r.Tick(time.Now()) // the next drive sends a coalesced push round
 				l.changed()
@@ -720,6 +740,7 @@ func (l *loop) handle(ev event) {
 		}
 		if ev.lookup != nil {
 			delete(l.lookups, ev.lookup.id)
+			l.push.forget(ev.lookup)
 			l.r.CloseLookup(ev.lookup.ns, ev.lookup.id)
 		}
 	case confEvent:
@@ -827,7 +848,8 @@ func (l *loop) bound(now time.Time, key routeKey, st *ownerStream, req *protocol
 
 // send hands the replica's messages to their streams without ever
 // blocking: a stream whose queue is full loses the message, which the
-// protocol tolerates like any other lost message.
+// protocol tolerates like any other lost message. Owners' answers go at
+// once; Lookups' messages join the paced fan-out (fanout.go).
 func (l *loop) send(owners []replica.OwnerMessage, lookups []replica.LookupMessage) {
 	now := time.Now()
 	debug := len(owners) > 0 && l.s.cfg.Logger.Enabled(context.Background(), slog.LevelDebug)
@@ -848,22 +870,47 @@ func (l *loop) send(owners []replica.OwnerMessage, lookups []replica.LookupMessa
 		}
 	}
 	l.obs.noteCommits(l.s.metrics, l.s.cfg.Logger, l.r.State(), now)
-	defer l.obs.pushed(l.s.metrics, l.lookups, now)
 	var shared map[updateKey]*sharedUpdate
 	if len(lookups) > 0 {
-		shared = map[updateKey]*sharedUpdate{}
+		shared = maps.Clone(l.snapshots)
+		if shared == nil {
+			shared = map[updateKey]*sharedUpdate{}
+		}
+		defer l.keepSnapshots(shared)
 	}
 	for _, m := range lookups {
 		st := l.lookups[m.To]
 		if st == nil {
 			continue
 		}
-		select {
-		case st.out <- syncResponseToPB(m.Msg, shared, st.names != nil && st.names.Accepts(),
-			st.names != nil && st.names.AcceptsCompact() && m.Msg.ID == 0):
-			st.sent = max(st.sent, m.Msg.Update.To)
-		default:
+		out := syncResponseToPB(m.Msg, shared, st.names != nil && st.names.Accepts(),
+			st.names != nil && st.names.AcceptsCompact() && m.Msg.ID == 0)
+		if !l.push.queue(st, out, m.Msg.Update.To) {
 			l.dropped++
+		}
+	}
+	l.pump(now)
+}
+
+// keepSnapshots keeps, of the updates a round converted, the newest
+// snapshot's (both forms), for the rounds after it.
+func (l *loop) keepSnapshots(shared map[updateKey]*sharedUpdate) {
+	var newest keyspace.LSN
+	for k := range shared {
+		if k.snapshot && k.to > newest {
+			newest = k.to
+		}
+	}
+	if newest == 0 {
+		return
+	}
+	clear(l.snapshots)
+	if l.snapshots == nil {
+		l.snapshots = map[updateKey]*sharedUpdate{}
+	}
+	for k, su := range shared {
+		if k.snapshot && k.to == newest {
+			l.snapshots[k] = su
 		}
 	}
 }
@@ -1335,6 +1382,7 @@ func (s lookupsService) Sync(stream pb.Lookups_SyncServer) error {
 	names := &wire.ManagerSyncNames{} // names said once per stream
 	st := &lookupStream{id: s.sessions.Add(1), out: make(chan syncOut, 64), names: names}
 	send := func(o syncOut) error {
+		s.pushTaken()
 		m := names.Send(o.m)
 		if o.shared != nil && m.Update == o.shared.pb && s.sharedCodec.Load() {
 			// The update went out as it is, shared: its bytes are too.

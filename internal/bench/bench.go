@@ -75,6 +75,10 @@ type Options struct {
 	// each measured window to ManagerProfile/OWNERS-LOOKUPS/cpu-N.prof
 	// (N = 1 without churn, 2 with, in the order the windows ran).
 	ManagerProfile string
+	// TLS makes loopback run with mutual TLS between every client and the
+	// Manager: a throwaway CA, the Manager's replica certificate and one
+	// certificate per Owner and per Lookup (the trust boundary as deployed).
+	TLS bool
 	// Progress, if set, is told how far the run is, in [0, 1], with a short
 	// description of the current step. Called from the goroutine of Run.
 	Progress func(done float64, step string)

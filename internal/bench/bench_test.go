@@ -115,3 +115,26 @@ func TestSmokeScalePoint(t *testing.T) {
 		t.Fatalf("summary %q: want the point without churn only", m)
 	}
 }
+
+// TestSmokeLoopbackTLS: with TLS the loopback Manager serves mutual TLS
+// only (--certs-dir, no --insecure), so its Owners renew and its Lookups
+// sync only over handshakes with their own certificates.
+func TestSmokeLoopbackTLS(t *testing.T) {
+	t.Parallel()
+	r, err := Run(context.Background(), "loopback", Options{Size: Smoke, Churn: "off", TLS: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Table) != 2 {
+		t.Fatalf("%d rows, want the one window without churn", len(r.Table)-1)
+	}
+	if renewals := r.Table[1][8]; renewals == "0" {
+		t.Fatalf("no renewal answered over TLS: %v", r.Table[1])
+	}
+	if col := slices.Index(r.Table[0], "manager answer p99"); col < 0 || r.Table[1][col] == "not read" {
+		t.Fatalf("the Manager's metrics were not read over TLS with the operator certificate: %v", r.Table[1])
+	}
+	if !strings.Contains(r.Figures[0].Ours, "mutual TLS") {
+		t.Fatalf("the setup does not say the run had TLS: %q", r.Figures[0].Ours)
+	}
+}

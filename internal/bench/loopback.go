@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/leasehold/leasehold/certs"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/protocol"
 )
@@ -45,6 +46,7 @@ type loopbackPlan struct {
 	spread    time.Duration // Owners start over this long
 	perLookup time.Duration // Lookups start one per this long
 	churn     []bool
+	tls       bool // mutual TLS between every client and the Manager (loopback_tls.go)
 }
 
 func (p loopbackPlan) lookupSpread(n int) time.Duration { return p.perLookup * time.Duration(n) }
@@ -66,6 +68,7 @@ func loopbackPlanFor(o Options) loopbackPlan {
 	if o.Owners > 0 && o.Lookups > 0 {
 		p.points = []loopbackPoint{{o.Owners, o.Lookups}}
 	}
+	p.tls = o.TLS
 	switch o.Churn {
 	case "on":
 		p.churn = []bool{true}
@@ -93,6 +96,7 @@ type loopbackResult struct {
 	ownerEvents, lookupRes int
 	warnings               int64  // clients' warnings in the window (loopback_clients.go)
 	load                   string // /proc/loadavg at the window's end
+	answerP99              string // the Manager's own answer p99, a bucket of its histogram (loopback_metrics.go)
 }
 
 func runLoopback(ctx context.Context, o Options) (*Report, error) {
@@ -140,8 +144,8 @@ func runLoopback(ctx context.Context, o Options) (*Report, error) {
 		}
 		results = append(results, rs...)
 		for _, r := range rs { // a line per window as it ends, for long sweeps
-			fmt.Fprintf(os.Stderr, "loopback: %d/%d churn=%v: manager CPU %.2f%%, %.0f msgs/s, %.1f KB/s, renewal p99 %s, propagation p99 %s (%d changes, %d not reached), load %s\n",
-				r.owners, r.lookups, r.churn, 100*r.cpu, r.msgs, r.bytes/1000, fmtDur(r.renewals, 99), fmtDur(r.propagation, 99), len(r.propagation), r.unreached, r.load)
+			fmt.Fprintf(os.Stderr, "loopback: %d/%d churn=%v: manager CPU %.2f%%, %.0f msgs/s, %.1f KB/s, renewal p99 %s (Manager's answer %s), propagation p99 %s (%d changes, %d not reached), load %s\n",
+				r.owners, r.lookups, r.churn, 100*r.cpu, r.msgs, r.bytes/1000, fmtDur(r.renewals, 99), r.answerP99, fmtDur(r.propagation, 99), len(r.propagation), r.unreached, r.load)
 		}
 	}
 	if len(results) == 0 {
@@ -190,9 +194,10 @@ type lossLine struct {
 	lsn keyspace.LSN
 }
 
-func startManager(ctx context.Context, bin, profDir, profile string) (*managerProc, error) {
-	cmd := exec.Command(bin, "manager", "--listen", "127.0.0.1:0", "--insecure", "--timings", profile,
-		"--log-format", "json", "--log-level", "info")
+func startManager(ctx context.Context, bin, profDir, profile string, trust *loopbackTrust, metricsAddr string) (*managerProc, error) {
+	args := append(append([]string{"manager", "--listen", "127.0.0.1:0", "--metrics-listen", metricsAddr}, trust.managerArgs()...),
+		"--timings", profile, "--log-format", "json", "--log-level", "info")
+	cmd := exec.Command(bin, args...)
 	if profDir != "" {
 		cmd.Env = append(os.Environ(), "LEASEHOLD_PROFILE_DIR="+profDir)
 	}
@@ -350,6 +355,7 @@ type loadDriver struct {
 	addr   string
 	timing protocol.Timing
 	meter  *wireMeter
+	trust  *loopbackTrust // nil: plaintext
 
 	mu      sync.Mutex
 	owners  []*ownerClient // nil while down
@@ -366,7 +372,7 @@ func (d *loadDriver) startOwners(n int, spread time.Duration) error {
 		if !sleepCtx(d.ctx, time.Until(start.Add(spread*time.Duration(k)/time.Duration(n)))) {
 			return d.ctx.Err()
 		}
-		c, err := startOwner(d.ctx, d.addr, ownerID(k), 20000+k, d.timing, d.meter)
+		c, err := d.startOwner(k)
 		if err != nil {
 			return err
 		}
@@ -386,7 +392,7 @@ func (d *loadDriver) startLookups(n int, spread time.Duration) error {
 		if !sleepCtx(d.ctx, time.Until(start.Add(spread*time.Duration(j)/time.Duration(n)))) {
 			return d.ctx.Err()
 		}
-		c, err := startLookup(d.ctx, d.addr, j < loopbackFull, d.timing, d.meter)
+		c, err := d.startLookup(j, j < loopbackFull)
 		if err != nil {
 			return err
 		}
@@ -395,6 +401,25 @@ func (d *loadDriver) startLookups(n int, spread time.Duration) error {
 		d.mu.Unlock()
 	}
 	return nil
+}
+
+// startOwner starts Owner k, with its own certificate if the run has TLS.
+func (d *loadDriver) startOwner(k int) (*ownerClient, error) {
+	creds, err := d.trust.creds(certs.Owner, ownerID(k))
+	if err != nil {
+		return nil, err
+	}
+	return startOwner(d.ctx, d.addr, ownerID(k), 20000+k, d.timing, d.meter, creds)
+}
+
+// startLookup starts the Lookup of slot j, with the slot's certificate if
+// the run has TLS.
+func (d *loadDriver) startLookup(j int, full bool) (*lookupClient, error) {
+	creds, err := d.trust.creds(certs.Lookup, lookupName(j))
+	if err != nil {
+		return nil, err
+	}
+	return startLookup(d.ctx, d.addr, full, d.timing, d.meter, creds)
 }
 
 // ownersHold reports whether every Owner holds a lease.
@@ -516,7 +541,7 @@ func (d *loadDriver) churn(ctx context.Context, rng *rand.Rand) (owners, lookups
 				if !sleepCtx(d.ctx, ownerDown) {
 					return
 				}
-				n, err := startOwner(d.ctx, d.addr, ownerID(k), 20000+k, d.timing, d.meter)
+				n, err := d.startOwner(k)
 				if err != nil {
 					return
 				}
@@ -544,7 +569,7 @@ func (d *loadDriver) churn(ctx context.Context, rng *rand.Rand) (owners, lookups
 				if !sleepCtx(d.ctx, lookupDown) {
 					return
 				}
-				n, err := startLookup(d.ctx, d.addr, c.full != nil, d.timing, d.meter)
+				n, err := d.startLookup(j, c.full != nil)
 				if err != nil {
 					return
 				}
@@ -654,14 +679,29 @@ func (d *loadDriver) usage(pid int) (usage, error) {
 }
 
 func runLoopbackPoint(ctx context.Context, bin, profDir string, plan loopbackPlan, pt loopbackPoint) (_ []loopbackResult, err error) {
-	mgr, err := startManager(ctx, bin, profDir, plan.profile)
+	var trust *loopbackTrust
+	if plan.tls {
+		if trust, err = newLoopbackTrust(pt.owners, pt.lookups); err != nil {
+			return nil, err
+		}
+		defer trust.close()
+	}
+	metricsAddr, err := freeLoopbackAddr()
+	if err != nil {
+		return nil, err
+	}
+	mm, err := newManagerMetrics(metricsAddr, trust)
+	if err != nil {
+		return nil, err
+	}
+	mgr, err := startManager(ctx, bin, profDir, plan.profile, trust, metricsAddr)
 	if err != nil {
 		return nil, err
 	}
 	defer mgr.stop()
 	pid := mgr.cmd.Process.Pid
 	dctx, cancel := context.WithCancel(ctx)
-	d := &loadDriver{ctx: dctx, addr: mgr.addr, timing: plan.timing, meter: &wireMeter{}}
+	d := &loadDriver{ctx: dctx, addr: mgr.addr, timing: plan.timing, meter: &wireMeter{}, trust: trust}
 	defer func() {
 		cancel()
 		d.stopAll()
@@ -715,6 +755,7 @@ func runLoopbackPoint(ctx context.Context, bin, profDir string, plan loopbackPla
 		if err != nil {
 			return nil, err
 		}
+		answered, aerr := mm.answerBuckets(ctx)
 		d.meter.takeRoundTrips()
 		d.meter.record(true)
 		if profDir != "" { // profile the window: cpu-1.prof, cpu-2.prof in order
@@ -735,6 +776,10 @@ func runLoopbackPoint(ctx context.Context, bin, profDir string, plan loopbackPla
 		d.meter.record(false)
 		if profDir != "" {
 			_ = mgr.cmd.Process.Signal(syscall.SIGUSR2)
+		}
+		r.answerP99 = "not read"
+		if after, err := mm.answerBuckets(ctx); aerr == nil && err == nil {
+			r.answerP99 = fmtBucket(bucketQuantile(answered, after, 0.99))
 		}
 		r.load = loadAverage()
 		r.rss, r.peakRSS = procRSS(pid)
@@ -776,11 +821,15 @@ func fmtDur(v []time.Duration, p float64) string {
 
 func loopbackReport(plan loopbackPlan, results []loopbackResult) *Report {
 	setup := "PRS §7: one Manager on a 2003 2.4 GHz dual Xeon, up to 2,000 frontends + 500 middle-tier (2,500 nodes)"
-	ours := fmt.Sprintf("one `leasehold manager` process (group of one, %s timings, memory only) on 127.0.0.1; one load-driver process with N real Owners (owner library) and M Lookups "+
+	wire := "plaintext gRPC"
+	if plan.tls {
+		wire = "mutual TLS (a throwaway CA; the Manager's replica certificate, one certificate per Owner and per Lookup)"
+	}
+	ours := fmt.Sprintf("one `leasehold manager` process (group of one, %s timings, memory only, %s) on 127.0.0.1; one load-driver process with N real Owners (owner library) and M Lookups "+
 		"(%d real lookup libraries with a full copy, the rest thin), each with its own TCP connection and gRPC stream; Owners start over %s, then, once each holds leases, Lookups one every %s; "+
 		"then a warm-up until every range is owned and every Lookup synced plus two renewals; then a %s window without churn and a %s window with churn "+
 		"(an Owner stops every %s, alternately leaving gracefully and crashing, back after %s; a Lookup restarts every %s, back after %s)",
-		plan.profile, loopbackFull, plan.spread, plan.perLookup, plan.measure, plan.measure,
+		plan.profile, wire, loopbackFull, plan.spread, plan.perLookup, plan.measure, plan.measure,
 		(plan.timing.Renew * 2 / 5).Round(time.Millisecond), (plan.timing.Renew * 4 / 3).Round(time.Millisecond),
 		(plan.timing.Renew / 10).Round(time.Millisecond), (plan.timing.Renew / 3).Round(time.Millisecond))
 	cpu := Figure{Name: "loopback-cpu", Title: "Manager process CPU vs. number of nodes, real sockets (PRS Figure 7)",
@@ -795,7 +844,7 @@ func loopbackReport(plan loopbackPlan, results []loopbackResult) *Report {
 		Paper: "neither paper reports either; our goals: renewal p99 < 100 ms, propagation p99 < 1 s at 1,000 Owners + 4,000 Lookups",
 		Setup: "—", Ours: ours}
 	table := [][]string{{"owners", "lookups", "churn", "window", "manager CPU", "manager RSS (peak)", "msgs/s", "KB/s",
-		"renewals", "renewal p50", "renewal p99", "lease requests", "request p99", "changes", "propagation p50", "propagation p99", "propagation max", "not reached",
+		"renewals", "renewal p50", "renewal p99", "lease requests", "request p99", "manager answer p99", "changes", "propagation p50", "propagation p99", "propagation max", "not reached",
 		"owner stops", "lookup restarts", "client warnings", "driver CPU", "load average"}}
 	for _, churn := range []bool{false, true} {
 		var x, yc, yn, yr, yp []float64
@@ -826,7 +875,7 @@ func loopbackReport(plan loopbackPlan, results []loopbackResult) *Report {
 			fmt.Sprintf("%.2f%%", 100*r.cpu), fmt.Sprintf("%.0f MB (%.0f MB)", float64(r.rss)/1e6, float64(r.peakRSS)/1e6),
 			fmt.Sprintf("%.0f", r.msgs), fmt.Sprintf("%.1f", r.bytes/1000),
 			fmt.Sprint(len(r.renewals)), fmtDur(r.renewals, 50), fmtDur(r.renewals, 99),
-			fmt.Sprint(len(r.requests)), fmtDur(r.requests, 99),
+			fmt.Sprint(len(r.requests)), fmtDur(r.requests, 99), r.answerP99,
 			fmt.Sprint(len(r.propagation)), fmtDur(r.propagation, 50), fmtDur(r.propagation, 99), fmtDur(r.propagation, 100),
 			fmt.Sprint(r.unreached), fmt.Sprint(r.ownerEvents), fmt.Sprint(r.lookupRes), fmt.Sprint(r.warnings),
 			fmt.Sprintf("%.1f%%", 100*r.driverCPU), r.load})
@@ -861,10 +910,11 @@ func loopbackReport(plan loopbackPlan, results []loopbackResult) *Report {
 		Table:   table,
 		Notes: []string{
 			"Manager CPU is the process's user + system time from /proc/PID/stat over the window (CPU time, not wall time), as a share of one core; RSS from /proc/PID/status at the window's end.",
-			"Bytes and messages are counted on the driver's side of every connection (TCP payload: protobuf, gRPC and HTTP/2 framing; no TLS, no IP/TCP headers), both directions; the Manager talks to nobody else.",
+			"Bytes and messages are counted on the driver's side of every connection (TCP payload: protobuf, gRPC and HTTP/2 framing, and the TLS records and handshakes when the run has TLS; no IP/TCP headers), both directions; the Manager talks to nobody else.",
 			"A round trip is an Owner's LeaseRequest to the LeaseResponse acknowledging it, timed in the driver (the client side), for every request answered in the window; 'renewal' columns are the steady renewals (held_as_acked, not leaving or draining), 'request' every lease request (joins, drains and goodbyes too, whose answers wait for the Manager's membership round, up to 1 s).",
 			"Propagation: for each change with a loss notification that the Manager applied in the window, from the time of its log line (applied, on the machine's clock, millisecond precision) to the moment the last Lookup that had synced before it applied an update reaching its LSN (driver's clock); Lookups stopped before they had it are left out; 'not reached' counts changes some running Lookup still lacked a poll after the window.",
 			fmt.Sprintf("Thin Lookups speak the sync protocol on the real gRPC stream as the lookup library does (same requests, same polls, same gap repair; every update received is decoded) but keep only their LSN; %d per point are the real lookup library.", loopbackFull),
+			"Manager answer p99: the Manager's own histogram leasehold_renewal_answer_seconds (every lease request it accepted, from its arrival to its answer handed to the Owner's stream), read from its metrics listener before and after the window; the bound of the bucket that holds the 99th percentile (buckets 10, 25, 50, 100, 250, 500 ms …). The driver's round trips add the sockets, both processes' scheduling and the driver's own work.",
 			"Client warnings are the log records at warn level of the Owners and Lookups in the window: a stream to the Manager that broke (and was reopened), or an Owner that left before all its ranges moved.",
 			"The driver runs on the same 2 cores as the Manager (its CPU is the 'driver CPU' column): latencies include its scheduling.",
 		},

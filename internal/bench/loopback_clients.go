@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/leasehold/leasehold/internal/runtime"
@@ -94,14 +95,19 @@ func (c *countedConn) Write(b []byte) (int, error) {
 // made and refuses new ones, as a process that died would.
 type clientLink struct {
 	m       *wireMeter
+	creds   credentials.TransportCredentials // nil: plaintext
 	mu      sync.Mutex
 	crashed bool
 	conns   []net.Conn
 }
 
 func (l *clientLink) dialOptions() []grpc.DialOption {
+	creds := l.creds
+	if creds == nil {
+		creds = insecure.NewCredentials()
+	}
 	return []grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(creds),
 		grpc.WithContextDialer(l.dial),
 		grpc.WithStreamInterceptor(l.intercept),
 	}
@@ -265,8 +271,8 @@ type lookupClient struct {
 	cancel context.CancelFunc
 }
 
-func startLookup(ctx context.Context, addr string, full bool, timing protocol.Timing, m *wireMeter) (*lookupClient, error) {
-	c := &lookupClient{link: &clientLink{m: m}, arr: &arrivals{log: m.logger()}}
+func startLookup(ctx context.Context, addr string, full bool, timing protocol.Timing, m *wireMeter, creds credentials.TransportCredentials) (*lookupClient, error) {
+	c := &lookupClient{link: &clientLink{m: m, creds: creds}, arr: &arrivals{log: m.logger()}}
 	if full {
 		l, err := lookup.New(ctx, lookup.Config{
 			Manager: addr, Insecure: true, Timing: timing, DialOptions: c.link.dialOptions(), Logger: m.logger(),
@@ -453,8 +459,8 @@ type ownerClient struct {
 	link *clientLink
 }
 
-func startOwner(ctx context.Context, addr, id string, port int, timing protocol.Timing, m *wireMeter) (*ownerClient, error) {
-	link := &clientLink{m: m}
+func startOwner(ctx context.Context, addr, id string, port int, timing protocol.Timing, m *wireMeter, creds credentials.TransportCredentials) (*ownerClient, error) {
+	link := &clientLink{m: m, creds: creds}
 	o, err := owner.New(ctx, owner.Config{
 		Manager: addr, Insecure: true, ID: id, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Timing: timing,
 		DialOptions: link.dialOptions(), Logger: m.logger(),

@@ -73,6 +73,7 @@ type options struct {
 	measure         time.Duration
 	managerBin      string
 	managerProfile  string
+	tls             bool
 }
 
 func newCommand(stdout, stderr io.Writer) *cobra.Command {
@@ -137,6 +138,7 @@ Exit codes: 0 success, 1 runtime failure, 2 bad usage.`,
 	f.DurationVar(&o.measure, "measure", 0, "loopback: the length of each measured window (default 2m)")
 	f.StringVar(&o.managerBin, "manager-bin", "", "loopback: the leasehold binary to run as the Manager (default: build ./cmd/leasehold)")
 	f.StringVar(&o.managerProfile, "manager-profile", "", "loopback: build the Manager with a CPU profiler and write a profile of each measured window under this folder (OWNERS-LOOKUPS/cpu-1.prof without churn, cpu-2.prof with)")
+	f.BoolVar(&o.tls, "tls", false, "loopback: mutual TLS between every client and the Manager, with a throwaway CA and a certificate per Owner and per Lookup")
 	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the run (go tool pprof) to this file; written also when the run is stopped with SIGINT")
 	return cmd
 }
@@ -155,8 +157,8 @@ func (o *options) run(ctx context.Context, stdout, stderr io.Writer, name string
 	if name != "scale" && name != "loopback" && (o.owners != 0 || o.lookups != 0 || o.churn != "both") {
 		return usagef("--owners, --lookups and --churn are for the scale and loopback scenarios only")
 	}
-	if name != "loopback" && (o.measure != 0 || o.managerBin != "" || o.managerProfile != "") {
-		return usagef("--measure, --manager-bin and --manager-profile are for the loopback scenario only")
+	if name != "loopback" && (o.measure != 0 || o.managerBin != "" || o.managerProfile != "" || o.tls) {
+		return usagef("--measure, --manager-bin, --manager-profile and --tls are for the loopback scenario only")
 	}
 	if o.managerBin != "" && o.managerProfile != "" {
 		return usagef("--manager-profile builds its own Manager: give it or --manager-bin, not both")
@@ -175,7 +177,7 @@ func (o *options) run(ctx context.Context, stdout, stderr io.Writer, name string
 		return usagef("--beyond runs the sweep; --owners and --lookups run one point: give one or the other")
 	}
 	opts := bench.Options{Seed: o.seed, Beyond: o.beyond, Owners: o.owners, Lookups: o.lookups, Churn: o.churn,
-		Measure: o.measure, Manager: o.managerBin, ManagerProfile: o.managerProfile}
+		Measure: o.measure, Manager: o.managerBin, ManagerProfile: o.managerProfile, TLS: o.tls}
 	if o.smoke {
 		opts.Size = bench.Smoke
 	}

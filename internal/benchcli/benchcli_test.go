@@ -32,7 +32,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"scale", "--owners", "10", "--lookups", "40", "--churn", "sometimes"}, `--churn is on, off or both, not "sometimes"`},
 		{[]string{"rack", "--owners", "10", "--lookups", "40"}, "--owners, --lookups and --churn are for the scale and loopback scenarios only"},
 		{[]string{"scale", "--owners", "10", "--lookups", "40", "--beyond"}, "--beyond runs the sweep"},
-		{[]string{"scale", "--measure", "1m"}, "--measure, --manager-bin and --manager-profile are for the loopback scenario only"},
+		{[]string{"scale", "--measure", "1m"}, "--measure, --manager-bin, --manager-profile and --tls are for the loopback scenario only"},
+		{[]string{"rack", "--tls"}, "--measure, --manager-bin, --manager-profile and --tls are for the loopback scenario only"},
 		{[]string{"loopback", "--measure", "-1s"}, "--measure must not be negative"},
 		{[]string{"loopback", "--manager-bin", "x", "--manager-profile", "d"}, "give it or --manager-bin, not both"},
 	} {
