@@ -105,7 +105,11 @@ type event struct {
 	from int
 	msg  any
 	gen  uint64 // for a timer: the node's timer generation; for a MsgSnap: the sender's run
-	fn   func()
+	// toInc is, for a message from a Manager replica to a Lookup, the
+	// Lookup's incarnation when it was sent: the stream it goes on closes
+	// with that process.
+	toInc uint64
+	fn    func()
 }
 
 // queue is the event queue: a binary min-heap ordered by (at, seq), a
@@ -628,6 +632,16 @@ func (s *Sim) handle(e *event) {
 			s.stats.Dropped++
 			return
 		}
+		if from.kind == managerNode && n.kind == lookupNode && e.toInc != n.inc {
+			// Sent on a stream of the Lookup's previous process, which
+			// closed when it crashed: a push or heartbeat on it names a
+			// request of that process's session, not of this one. (Lease
+			// messages to an Owner's previous process are delivered: the
+			// lease protocol is built for a network that delivers stale
+			// messages, and its incarnations filter them, C§2.3.2.)
+			s.stats.Dropped++
+			return
+		}
 		if n.stalled {
 			n.stallQ = append(n.stallQ, func() { s.deliver(n, e) })
 			return
@@ -977,7 +991,7 @@ func (s *Sim) send(from, to *node, msg any) {
 		}
 	}
 	s.noteOwnerMsg(from, to, msg)
-	e := &event{at: s.now + s.delay() + s.linkDelay(from, to), kind: evDeliver, from: from.pos, to: to.pos, msg: msg, gen: from.inc}
+	e := &event{at: s.now + s.delay() + s.linkDelay(from, to), kind: evDeliver, from: from.pos, to: to.pos, msg: msg, gen: from.inc, toInc: to.inc}
 	if from.part != to.part || s.cut(from, to) || (s.faulting && s.rng.Float64() < s.cfg.DropRate) {
 		s.stats.Dropped++
 		if isSnapshot(msg) {
