@@ -73,7 +73,8 @@ type Options struct {
 	// ManagerProfile, if set, makes loopback run the Manager built with a
 	// CPU profiler (internal/bench/profiledmanager) and write a profile of
 	// each measured window to ManagerProfile/OWNERS-LOOKUPS/cpu-N.prof
-	// (N = 1 without churn, 2 with, in the order the windows ran).
+	// (N = 1 without churn, 2 with, in the order the windows ran), and one
+	// of the load driver's own process beside it, driver-cpu-N.prof.
 	ManagerProfile string
 	// TLS makes loopback run with mutual TLS between every client and the
 	// Manager: a throwaway CA, the Manager's replica certificate and one

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -758,8 +759,19 @@ func runLoopbackPoint(ctx context.Context, bin, profDir string, plan loopbackPla
 		answered, aerr := mm.answerBuckets(ctx)
 		d.meter.takeRoundTrips()
 		d.meter.record(true)
+		var driverProf *os.File
 		if profDir != "" { // profile the window: cpu-1.prof, cpu-2.prof in order
 			_ = mgr.cmd.Process.Signal(syscall.SIGUSR1)
+			// and the driver's own, beside it: its scheduling and work are
+			// in every round trip it times.
+			driverProf, err = os.Create(filepath.Join(profDir, fmt.Sprintf("driver-cpu-%d.prof", len(out)+1)))
+			if err != nil {
+				return nil, err
+			}
+			if err := pprof.StartCPUProfile(driverProf); err != nil {
+				driverProf.Close()
+				return nil, fmt.Errorf("driver profile: %w", err)
+			}
 		}
 		r := loopbackResult{loopbackPoint: pt, churn: churn}
 		if churn {
@@ -776,6 +788,10 @@ func runLoopbackPoint(ctx context.Context, bin, profDir string, plan loopbackPla
 		d.meter.record(false)
 		if profDir != "" {
 			_ = mgr.cmd.Process.Signal(syscall.SIGUSR2)
+			pprof.StopCPUProfile()
+			if err := driverProf.Close(); err != nil {
+				return nil, err
+			}
 		}
 		r.answerP99 = "not read"
 		if after, err := mm.answerBuckets(ctx); aerr == nil && err == nil {
