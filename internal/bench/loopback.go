@@ -350,38 +350,21 @@ func loadAverage() string {
 	return strings.Join(f[:3], " ")
 }
 
-// loadDriver runs the Owners and Lookups of one point.
+// loadDriver runs the Lookups of one point, and its Owners in a process
+// of their own (loopback_owners.go).
 type loadDriver struct {
-	ctx    context.Context
-	addr   string
-	timing protocol.Timing
-	meter  *wireMeter
-	trust  *loopbackTrust // nil: plaintext
+	ctx     context.Context
+	addr    string
+	timing  protocol.Timing
+	meter   *wireMeter
+	trust   *loopbackTrust // nil: plaintext
+	owners  *ownerProc
+	nOwners int
 
 	mu      sync.Mutex
-	owners  []*ownerClient // nil while down
 	lookups []*lookupClient
 	gone    []*lookupClient // stopped Lookups, kept for their arrivals
 	wg      sync.WaitGroup
-}
-
-// startOwners starts the Owners, evenly over spread.
-func (d *loadDriver) startOwners(n int, spread time.Duration) error {
-	d.owners = make([]*ownerClient, n)
-	start := time.Now()
-	for k := range n {
-		if !sleepCtx(d.ctx, time.Until(start.Add(spread*time.Duration(k)/time.Duration(n)))) {
-			return d.ctx.Err()
-		}
-		c, err := d.startOwner(k)
-		if err != nil {
-			return err
-		}
-		d.mu.Lock()
-		d.owners[k] = c
-		d.mu.Unlock()
-	}
-	return nil
 }
 
 // startLookups starts the Lookups, evenly over spread, the full ones
@@ -404,15 +387,6 @@ func (d *loadDriver) startLookups(n int, spread time.Duration) error {
 	return nil
 }
 
-// startOwner starts Owner k, with its own certificate if the run has TLS.
-func (d *loadDriver) startOwner(k int) (*ownerClient, error) {
-	creds, err := d.trust.creds(certs.Owner, ownerID(k))
-	if err != nil {
-		return nil, err
-	}
-	return startOwner(d.ctx, d.addr, ownerID(k), 20000+k, d.timing, d.meter, creds)
-}
-
 // startLookup starts the Lookup of slot j, with the slot's certificate if
 // the run has TLS.
 func (d *loadDriver) startLookup(j int, full bool) (*lookupClient, error) {
@@ -424,15 +398,9 @@ func (d *loadDriver) startLookup(j int, full bool) (*lookupClient, error) {
 }
 
 // ownersHold reports whether every Owner holds a lease.
-func (d *loadDriver) ownersHold() bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	for _, o := range d.owners {
-		if o == nil || len(o.o.Held()) == 0 {
-			return false
-		}
-	}
-	return true
+func (d *loadDriver) ownersHold() (bool, error) {
+	st, err := d.owners.call("holds")
+	return st.Holds, err
 }
 
 func ownerID(k int) string { return fmt.Sprintf("owner-%05d", k) }
@@ -440,34 +408,32 @@ func ownerID(k int) string { return fmt.Sprintf("owner-%05d", k) }
 // settled reports whether every Owner holds a lease, every Lookup has
 // synced, and the first full Lookup's copy has every range owned, by as
 // many Owners as there are.
-func (d *loadDriver) settled() bool {
+func (d *loadDriver) settled() (bool, error) {
+	if hold, err := d.ownersHold(); !hold || err != nil {
+		return false, err
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	for _, o := range d.owners {
-		if o == nil || len(o.o.Held()) == 0 {
-			return false
-		}
-	}
 	for _, l := range d.lookups {
 		if l == nil {
-			return false
+			return false, nil
 		}
 		if s, _ := l.arr.state(); s.IsZero() {
-			return false
+			return false, nil
 		}
 	}
 	ref := d.lookups[0].full
 	if ref == nil {
-		return false
+		return false, nil
 	}
 	names := map[string]bool{}
 	for _, s := range ref.Segments() {
 		if s.Entry.Owner == "" {
-			return false
+			return false, nil
 		}
 		names[s.Entry.Owner] = true
 	}
-	return len(names) == len(d.owners)
+	return len(names) == d.nOwners, nil
 }
 
 // synced counts the Lookups that have applied an update.
@@ -504,52 +470,22 @@ func (d *loadDriver) refState() string {
 	return fmt.Sprintf("%d free segments and %d Owners", free, len(names))
 }
 
-// churn restarts Owners and Lookups until ctx ends: every ownerEvery an
-// Owner that is up stops, alternately leaving gracefully and crashing, and
-// starts again (a new incarnation, same ID) after ownerDown; every
-// lookupEvery a Lookup stops and a new one starts after lookupDown (a full
-// one in the place of a full one). It returns how many of each it stopped.
-func (d *loadDriver) churn(ctx context.Context, rng *rand.Rand) (owners, lookups int) {
-	t := d.timing
-	ownerEvery, ownerDown := t.Renew*2/5, t.Renew*4/3
-	lookupEvery, lookupDown := t.Renew/10, t.Renew/3
-	ot, lt := time.NewTicker(ownerEvery), time.NewTicker(lookupEvery)
-	defer ot.Stop()
+// churn restarts Lookups until ctx ends, while the Owner process churns
+// its Owners (ownerSet.churn): every Renew/10 a Lookup stops and a new one
+// starts after Renew/3 (a full one in the place of a full one). It returns
+// how many of each stopped.
+func (d *loadDriver) churn(ctx context.Context, rng *rand.Rand) (owners, lookups int, err error) {
+	if _, err := d.owners.call("churn 1"); err != nil {
+		return 0, 0, err
+	}
+	lookupEvery, lookupDown := d.timing.Renew/10, d.timing.Renew/3
+	lt := time.NewTicker(lookupEvery)
 	defer lt.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			return owners, lookups
-		case <-ot.C:
-			d.mu.Lock()
-			k := rng.IntN(len(d.owners))
-			c := d.owners[k]
-			d.owners[k] = nil
-			d.mu.Unlock()
-			if c == nil {
-				continue // down already
-			}
-			crash := owners%2 == 1
-			owners++
-			d.wg.Add(1)
-			go func() {
-				defer d.wg.Done()
-				if crash {
-					c.crash()
-				} else {
-					c.leave(d.ctx)
-				}
-				if !sleepCtx(d.ctx, ownerDown) {
-					return
-				}
-				n, err := d.startOwner(k)
-				if err != nil {
-					return
-				}
-				d.mu.Lock()
-				d.owners[k] = n
-				d.mu.Unlock()
-			}()
+			st, err := d.owners.call("churn 0")
+			return st.Stopped, lookups, err
 		case <-lt.C:
 			d.mu.Lock()
 			j := rng.IntN(len(d.lookups))
@@ -639,14 +575,11 @@ func (d *loadDriver) propagation(changes []lossLine) (lags []time.Duration, unre
 
 func (d *loadDriver) stopAll() {
 	d.mu.Lock()
-	owners, lookups := slices.Clone(d.owners), slices.Clone(d.lookups)
+	lookups := slices.Clone(d.lookups)
 	d.mu.Unlock()
 	var wg sync.WaitGroup
-	for _, o := range owners {
-		if o != nil {
-			wg.Add(1)
-			go func() { defer wg.Done(); o.crash() }()
-		}
+	if d.owners != nil {
+		wg.Go(d.owners.stop)
 	}
 	for _, l := range lookups {
 		if l != nil {
@@ -665,6 +598,9 @@ type usage struct {
 	warnings             int64
 }
 
+// usage reads the counters: the Manager's CPU (pid), the driver's (its
+// own process and the Owner process), and the bytes, messages and warnings
+// of both.
 func (d *loadDriver) usage(pid int) (usage, error) {
 	c, err := procCPU(pid)
 	if err != nil {
@@ -674,9 +610,18 @@ func (d *loadDriver) usage(pid int) (usage, error) {
 	if err != nil {
 		return usage{}, err
 	}
-	return usage{at: time.Now(), mgrCPU: c, driverCPU: self,
-		in: d.meter.in.Load(), out: d.meter.out.Load(), msgIn: d.meter.msgIn.Load(), msgO: d.meter.msgOut.Load(),
-		warnings: d.meter.warnings.Load()}, nil
+	owners, err := procCPU(d.owners.cmd.Process.Pid)
+	if err != nil {
+		return usage{}, fmt.Errorf("the Owner process: %w", err)
+	}
+	st, err := d.owners.call("meter")
+	if err != nil {
+		return usage{}, err
+	}
+	return usage{at: time.Now(), mgrCPU: c, driverCPU: self + owners,
+		in: d.meter.in.Load() + st.In, out: d.meter.out.Load() + st.Out,
+		msgIn: d.meter.msgIn.Load() + st.MsgIn, msgO: d.meter.msgOut.Load() + st.MsgOut,
+		warnings: d.meter.warnings.Load() + st.Warnings}, nil
 }
 
 func runLoopbackPoint(ctx context.Context, bin, profDir string, plan loopbackPlan, pt loopbackPoint) (_ []loopbackResult, err error) {
@@ -713,11 +658,25 @@ func runLoopbackPoint(ctx context.Context, bin, profDir string, plan loopbackPla
 	// once every Lookup has a copy and every range is owned, two renewals
 	// more so that the start-up moves are over. Lookups starting while the
 	// table is being built would each be sent every change of it.
-	if err := d.startOwners(pt.owners, plan.spread); err != nil {
+	certsDir := ""
+	if trust != nil {
+		certsDir = trust.dir
+	}
+	d.nOwners = pt.owners
+	d.owners, err = startOwnerProc(dctx, ownerProcConfig{Addr: mgr.addr, Owners: pt.owners, Spread: plan.spread,
+		Timing: plan.timing, CertsDir: certsDir, Seed: uint64(pt.owners)})
+	if err != nil {
 		return nil, err
 	}
 	limit := time.Now().Add(plan.spread + 3*plan.timing.ManagerLease + 5*time.Minute)
-	for !d.ownersHold() {
+	for {
+		hold, err := d.ownersHold()
+		if err != nil {
+			return nil, err
+		}
+		if hold {
+			break
+		}
 		select {
 		case <-mgr.done:
 			return nil, fmt.Errorf("the manager exited: %s", mgr.lastLines())
@@ -733,7 +692,14 @@ func runLoopbackPoint(ctx context.Context, bin, profDir string, plan loopbackPla
 		return nil, err
 	}
 	limit = time.Now().Add(5 * time.Minute)
-	for !d.settled() {
+	for {
+		settled, err := d.settled()
+		if err != nil {
+			return nil, err
+		}
+		if settled {
+			break
+		}
 		select {
 		case <-mgr.done:
 			return nil, fmt.Errorf("the manager exited: %s", mgr.lastLines())
@@ -757,8 +723,12 @@ func runLoopbackPoint(ctx context.Context, bin, profDir string, plan loopbackPla
 			return nil, err
 		}
 		answered, aerr := mm.answerBuckets(ctx)
-		d.meter.takeRoundTrips()
-		d.meter.record(true)
+		if _, err := d.owners.call("take"); err != nil {
+			return nil, err
+		}
+		if _, err := d.owners.call("record 1"); err != nil {
+			return nil, err
+		}
 		var driverProf *os.File
 		if profDir != "" { // profile the window: cpu-1.prof, cpu-2.prof in order
 			_ = mgr.cmd.Process.Signal(syscall.SIGUSR1)
@@ -772,12 +742,18 @@ func runLoopbackPoint(ctx context.Context, bin, profDir string, plan loopbackPla
 				driverProf.Close()
 				return nil, fmt.Errorf("driver profile: %w", err)
 			}
+			if _, err := d.owners.call("profile " + filepath.Join(profDir, fmt.Sprintf("owners-cpu-%d.prof", len(out)+1))); err != nil {
+				return nil, err
+			}
 		}
 		r := loopbackResult{loopbackPoint: pt, churn: churn}
 		if churn {
 			cctx, stopChurn := context.WithTimeout(ctx, plan.measure)
-			r.ownerEvents, r.lookupRes = d.churn(cctx, rng)
+			r.ownerEvents, r.lookupRes, err = d.churn(cctx, rng)
 			stopChurn()
+			if err != nil {
+				return nil, err
+			}
 		} else if !sleepCtx(ctx, plan.measure) {
 			return nil, ctx.Err()
 		}
@@ -785,11 +761,16 @@ func runLoopbackPoint(ctx context.Context, bin, profDir string, plan loopbackPla
 		if err != nil {
 			return nil, fmt.Errorf("the manager exited: %s", mgr.lastLines())
 		}
-		d.meter.record(false)
+		if _, err := d.owners.call("record 0"); err != nil {
+			return nil, err
+		}
 		if profDir != "" {
 			_ = mgr.cmd.Process.Signal(syscall.SIGUSR2)
 			pprof.StopCPUProfile()
 			if err := driverProf.Close(); err != nil {
+				return nil, err
+			}
+			if _, err := d.owners.call("profile"); err != nil {
 				return nil, err
 			}
 		}
@@ -805,7 +786,11 @@ func runLoopbackPoint(ctx context.Context, bin, profDir string, plan loopbackPla
 		r.driverCPU = (after.driverCPU - before.driverCPU).Seconds() / secs
 		r.bytes = float64(after.in+after.out-before.in-before.out) / secs
 		r.msgs = float64(after.msgIn+after.msgO-before.msgIn-before.msgO) / secs
-		r.renewals, r.requests = d.meter.takeRoundTrips()
+		st, err := d.owners.call("take")
+		if err != nil {
+			return nil, err
+		}
+		r.renewals, r.requests = durations(st.Renewals), durations(st.Requests)
 		r.warnings = after.warnings - before.warnings
 		if churn {
 			// Give the last changes a poll to arrive, then measure them.

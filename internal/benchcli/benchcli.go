@@ -39,6 +39,11 @@ const (
 // Cancelling ctx (main does on SIGINT and SIGTERM) stops the experiment,
 // with exit code 0 and no files written.
 func Execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == bench.OwnerProcessArg {
+		// The Owner process of a loopback point, which the driver starts
+		// from this executable (not a scenario: it is not listed).
+		return bench.RunOwnerProcess(ctx, os.Stdin, stdout, stderr)
+	}
 	root := newCommand(stdout, stderr)
 	if args == nil {
 		args = []string{} // nil would make cobra read os.Args
