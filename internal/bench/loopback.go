@@ -826,8 +826,8 @@ func loopbackReport(plan loopbackPlan, results []loopbackResult) *Report {
 	if plan.tls {
 		wire = "mutual TLS (a throwaway CA; the Manager's replica certificate, one certificate per Owner and per Lookup)"
 	}
-	ours := fmt.Sprintf("one `leasehold manager` process (group of one, %s timings, memory only, %s) on 127.0.0.1; one load-driver process with N real Owners (owner library) and M Lookups "+
-		"(%d real lookup libraries with a full copy, the rest thin), each with its own TCP connection and gRPC stream; Owners start over %s, then, once each holds leases, Lookups one every %s; "+
+	ours := fmt.Sprintf("one `leasehold manager` process (group of one, %s timings, memory only, %s) on 127.0.0.1; a load driver of two processes, one with N real Owners (owner library), the other with M Lookups "+
+		"(%d real lookup libraries with a full copy, the rest thin), as servers and frontends run apart, each client with its own TCP connection and gRPC stream; Owners start over %s, then, once each holds leases, Lookups one every %s; "+
 		"then a warm-up until every range is owned and every Lookup synced plus two renewals; then a %s window without churn and a %s window with churn "+
 		"(an Owner stops every %s, alternately leaving gracefully and crashing, back after %s; a Lookup restarts every %s, back after %s)",
 		plan.profile, wire, loopbackFull, plan.spread, plan.perLookup, plan.measure, plan.measure,
@@ -914,10 +914,10 @@ func loopbackReport(plan loopbackPlan, results []loopbackResult) *Report {
 			"Bytes and messages are counted on the driver's side of every connection (TCP payload: protobuf, gRPC and HTTP/2 framing, and the TLS records and handshakes when the run has TLS; no IP/TCP headers), both directions; the Manager talks to nobody else.",
 			"A round trip is an Owner's LeaseRequest to the LeaseResponse acknowledging it, timed in the driver (the client side), for every request answered in the window; 'renewal' columns are the steady renewals (held_as_acked, not leaving or draining), 'request' every lease request (joins, drains and goodbyes too, whose answers wait for the Manager's membership round, up to 1 s).",
 			"Propagation: for each change with a loss notification that the Manager applied in the window, from the time of its log line (applied, on the machine's clock, millisecond precision) to the moment the last Lookup that had synced before it applied an update reaching its LSN (driver's clock); Lookups stopped before they had it are left out; 'not reached' counts changes some running Lookup still lacked a poll after the window.",
-			fmt.Sprintf("Thin Lookups speak the sync protocol on the real gRPC stream as the lookup library does (same requests, same polls, same gap repair; every update received is decoded) but keep only their LSN; %d per point are the real lookup library.", loopbackFull),
+			fmt.Sprintf("Thin Lookups speak the sync protocol on the real gRPC stream as the lookup library does without heartbeats (same requests, a poll every Sync, same gap repair; every update received is decoded) but keep only their LSN; %d per point are the real lookup library.", loopbackFull),
 			"Manager answer p99: the Manager's own histogram leasehold_renewal_answer_seconds (every lease request it accepted, from its arrival to its answer handed to the Owner's stream), read from its metrics listener before and after the window; the bound of the bucket that holds the 99th percentile (buckets 10, 25, 50, 100, 250, 500 ms …). The driver's round trips add the sockets, both processes' scheduling and the driver's own work.",
 			"Client warnings are the log records at warn level of the Owners and Lookups in the window: a stream to the Manager that broke (and was reopened), or an Owner that left before all its ranges moved.",
-			"The driver runs on the same 2 cores as the Manager (its CPU is the 'driver CPU' column): latencies include its scheduling.",
+			"The driver's two processes run on the same 2 cores as the Manager (their CPU together is the 'driver CPU' column): latencies include their scheduling.",
 		},
 	}
 }

@@ -303,8 +303,8 @@ func (c *lookupClient) close() {
 }
 
 // thinLookup speaks the Lookup's sync protocol to the Manager over the
-// real gRPC stream, as lookup.Core does — a SyncRequest every Sync (4× as
-// often while unanswered) with its epoch and LSN; a delta or snapshot
+// real gRPC stream, as lookup.Core does without heartbeats (docs/protocol.md,
+// "Heartbeats") — a SyncRequest every Sync (4× as often while unanswered) with its epoch and LSN; a delta or snapshot
 // applied by moving its LSN; asking again on a gap (at most every Sync/4)
 // or a new epoch without a snapshot; asking at once on a new stream — but
 // keeps no copy of the table: the driver could not hold thousands of
