@@ -38,6 +38,14 @@ var groupTiming = protocol.Fast()
 
 func newGroup(t *testing.T, n int, fs faults.Set) *group {
 	t.Helper()
+	return newGroupTick(t, n, fs, 25*ms)
+}
+
+// newGroupTick is newGroup with a Raft tick of its own: an election takes
+// ElectionTicks (10) to twice that, again after each pre-vote the other
+// follower refuses because it heard the leader within its own timeout.
+func newGroupTick(t *testing.T, n int, fs faults.Set, tick time.Duration) *group {
+	t.Helper()
 	g := &group{t: t, now: base, reps: map[uint64]*Replica{}, down: map[uint64]bool{}, cut: map[uint64]bool{},
 		sent: map[string][]*protocol.LeaseResponse{}, owners: map[string]*owner.Core{}}
 	var boot []Peer
@@ -46,7 +54,7 @@ func newGroup(t *testing.T, n int, fs faults.Set) *group {
 	}
 	for _, p := range boot {
 		r, err := NewReplica(ReplicaConfig{ID: p.ID, Bootstrap: boot, Break: fs,
-			Core: CoreConfig{Timing: groupTiming, Policy: assign.Fixed{Pieces: 4}, Epoch: epoch, Seed: p.ID, RaftTick: 25 * ms}}, g.now)
+			Core: CoreConfig{Timing: groupTiming, Policy: assign.Fixed{Pieces: 4}, Epoch: epoch, Seed: p.ID, RaftTick: tick}}, g.now)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -190,9 +198,14 @@ func (g *group) addOwner(id string) *owner.Core {
 
 // TestReplicaFailoverKeepsLeases: a new leader resumes the replicated table;
 // the owner's leases are renewed with the same LGNs (no grant, no loss), and
-// its messages order after the old leader's.
+// its messages order after the old leader's. That needs the election over
+// well within the Owner's lease (2 s, renewed every 0.5 s): at a 25-ms tick
+// Raft's randomised timeouts took up to 1.2 s in 1,500 failovers, and once
+// in thousands of runs long enough for the lease to lapse (its range was
+// then granted anew, as it should be). At a 10-ms tick the longest of
+// 1,500 took 0.67 s.
 func TestReplicaFailoverKeepsLeases(t *testing.T) {
-	g := newGroup(t, 3, faults.Set{})
+	g := newGroupTick(t, 3, faults.Set{}, 10*ms)
 	l1 := g.runUntilLeader()
 	a := g.addOwner("a")
 	g.run(groupTiming.ManagerLease + 4*groupTiming.Renew) // nothing is granted for a ManagerLease
