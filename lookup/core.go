@@ -182,23 +182,9 @@ const maxSent = 16
 // the clocks' allowed drift has aged it by Sync (docs/protocol.md,
 // "Heartbeats").
 func (c *Core) schedule() {
-	t := c.cfg.Timing
-	if c.lastPoll.IsZero() {
-		return // the first Tick polls (NewCore)
+	if next := c.cfg.Timing.NextPoll(c.lastPoll, c.fresh); !next.IsZero() {
+		c.nextSync = next // else the first Tick polls (NewCore)
 	}
-	retry := c.lastPoll.Add(t.Sync / 4)
-	if c.fresh.IsZero() {
-		c.nextSync = retry
-		return
-	}
-	next := c.fresh.Add(t.Sync)
-	if m := c.lastPoll.Add(t.LookupPollMax()); m.Before(next) {
-		next = m
-	}
-	if next.Before(retry) {
-		next = retry
-	}
-	c.nextSync = next
 }
 
 // Step handles a SyncResponse (an answer or a push) received at now.
@@ -294,7 +280,7 @@ func (c *Core) vouched(now time.Time, m *protocol.SyncResponse) (time.Time, bool
 	case c.broken.FreshWithoutDrift:
 		return sk.Add(m.SinceRequest), true
 	}
-	return sk.Add(time.Duration(float64(m.SinceRequest) / (1 + c.cfg.Timing.MaxDrift))), true
+	return c.cfg.Timing.Vouched(sk, m.SinceRequest), true
 }
 
 func later(a, b time.Time) time.Time {

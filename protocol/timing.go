@@ -193,3 +193,34 @@ func (t Timing) HeartbeatEvery() time.Duration { return t.Sync / 2 }
 // SyncTimeouts (replica.Feed), and the replica's elapsed time a heartbeat
 // reports is kept within reach of the Lookup's memory of its requests.
 func (t Timing) LookupPollMax() time.Duration { return 16 * t.Sync }
+
+// NextPoll is when a Lookup polls next, given when it last polled and how
+// fresh its copy is (zero: never answered): when the copy's age reaches
+// Sync, no sooner than Sync/4 after the last poll (the retry while one is
+// unanswered), nor later than LookupPollMax after it. Zero if it never
+// polled (its first tick polls).
+func (t Timing) NextPoll(lastPoll, fresh time.Time) time.Time {
+	if lastPoll.IsZero() {
+		return time.Time{}
+	}
+	retry := lastPoll.Add(t.Sync / 4)
+	if fresh.IsZero() {
+		return retry
+	}
+	next := fresh.Add(t.Sync)
+	if m := lastPoll.Add(t.LookupPollMax()); m.Before(next) {
+		next = m
+	}
+	if next.Before(retry) {
+		next = retry
+	}
+	return next
+}
+
+// Vouched is the freshness a push or heartbeat vouches for: the replica
+// received the request the Lookup sent at sentAt, and built the message
+// since later on its own clock, which may run fast by MaxDrift
+// (docs/protocol.md, "Heartbeats").
+func (t Timing) Vouched(sentAt time.Time, since time.Duration) time.Time {
+	return sentAt.Add(time.Duration(float64(since) / (1 + t.MaxDrift)))
+}

@@ -65,23 +65,9 @@ const thinMaxSent = 16
 // schedule is lookup.Core's poll rule: when the copy is Sync old, no
 // sooner than Sync/4 after the last request, nor later than LookupPollMax.
 func (l *thinLookup) schedule() {
-	t := l.timing
-	if l.lastPoll.IsZero() {
-		return
+	if next := l.timing.NextPoll(l.lastPoll, l.fresh); !next.IsZero() {
+		l.nextSync = next
 	}
-	retry := l.lastPoll.Add(t.Sync / 4)
-	if l.fresh.IsZero() {
-		l.nextSync = retry
-		return
-	}
-	next := l.fresh.Add(t.Sync)
-	if m := l.lastPoll.Add(t.LookupPollMax()); m.Before(next) {
-		next = m
-	}
-	if next.Before(retry) {
-		next = retry
-	}
-	l.nextSync = next
 }
 
 func (l *thinLookup) step(now time.Time, m *protocol.SyncResponse) {
@@ -121,7 +107,7 @@ func (l *thinLookup) step(now time.Time, m *protocol.SyncResponse) {
 				delete(l.sent, id)
 			}
 		}
-		if f := sk.Add(time.Duration(float64(m.SinceRequest) / (1 + l.timing.MaxDrift))); f.After(fresh) {
+		if f := l.timing.Vouched(sk, m.SinceRequest); f.After(fresh) {
 			fresh = f
 		}
 	}
