@@ -785,8 +785,10 @@ var errSessionBound = errors.New("leasehold: the owner's session is bound to ano
 // reconnected before the Manager saw its old stream break), which moves the
 // session there, but while the bound stream is live it may not change it:
 // leave, drain, report handovers, or bring a new incarnation. A second
-// process started with a live Owner's ID is refused loudly, and a stranger
-// cannot free the ranges of an Owner that is speaking on its own stream.
+// process started with a live Owner's ID is refused loudly, and while the
+// Owner speaks on its stream the requests that change its course come from
+// there alone (who may speak for an Owner at all is the certificate's
+// business: leaseSpeaker, checkLease).
 //
 // Once the bound stream has been quiet for OwnerQuiet it blocks nothing:
 // any request of the Owner's newest incarnation, or of a newer one, is
