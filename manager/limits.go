@@ -13,7 +13,6 @@ import (
 	"golang.org/x/net/http2"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
@@ -22,6 +21,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/leasehold/leasehold/internal/peers"
+	"github.com/leasehold/leasehold/internal/runtime"
 	"github.com/leasehold/leasehold/manager/config"
 	pb "github.com/leasehold/leasehold/proto/leasehold/v1"
 )
@@ -75,7 +75,11 @@ func (s *Server) limitOptions() []grpc.ServerOption {
 		grpc.StatsHandler(unreadRefusals{s}),
 	}
 	if s.cfg.IdleTimeout > 0 {
-		opts = append(opts, grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: s.cfg.IdleTimeout}))
+		// gRPC keeps one set of keepalive parameters: these replace
+		// KeepaliveServerOptions', so they start from them.
+		kp := runtime.KeepaliveServerParameters()
+		kp.MaxConnectionIdle = s.cfg.IdleTimeout
+		opts = append(opts, grpc.KeepaliveParams(kp))
 	}
 	return opts
 }

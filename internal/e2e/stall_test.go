@@ -397,7 +397,8 @@ func (ld *load) checkLatest(t *testing.T) {
 // proxy forwards connections to a Manager replica. Cut, it stops
 // forwarding the clients' connections (Owners, Lookups, the CLI) in both
 // directions while keeping them open; the other replicas' connections
-// (Raft, and the streams they relay) go on. It tells them apart by the
+// (Raft, and the streams they relay) go on. cutFor cuts only the
+// connections of the clients it names. It tells them apart by the
 // certificate each presents: it ends the client's TLS with the certificate
 // of the replica it stands for, and dials the replica with the
 // certificate of the same identity as the client's, from the test's
@@ -411,7 +412,8 @@ type proxy struct {
 
 	mu     sync.Mutex
 	cut    bool
-	healed chan struct{} // closed and replaced at each change
+	only   map[string]bool // the clients cut while cut is false
+	healed chan struct{}   // closed and replaced at each change
 	conns  map[net.Conn]bool
 	closed bool
 	wg     sync.WaitGroup
@@ -438,6 +440,19 @@ func (p *proxy) setCut(on bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.cut = on
+	close(p.healed)
+	p.healed = make(chan struct{})
+}
+
+// cutFor cuts the connections of the client called name (the name in
+// its certificate), or forwards them again.
+func (p *proxy) cutFor(name string, on bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.only == nil {
+		p.only = map[string]bool{}
+	}
+	p.only[name] = on
 	close(p.healed)
 	p.healed = make(chan struct{})
 }
@@ -517,14 +532,17 @@ func (p *proxy) serve(raw net.Conn) {
 		raw.Close()
 		return
 	}
-	client := id.Role != certs.Replica
+	client := ""
+	if id.Role != certs.Replica {
+		client = id.Name
+	}
 	p.wg.Go(func() { p.pipe(u, c, client) })
 	p.pipe(c, u, client)
 }
 
 // pipe copies from src to dst, holding each chunk while the proxy is cut
-// and the connection is a client's.
-func (p *proxy) pipe(dst, src net.Conn, client bool) {
+// for the connection's client ("" for a replica).
+func (p *proxy) pipe(dst, src net.Conn, client string) {
 	defer dst.Close()
 	defer src.Close()
 	buf := make([]byte, 32<<10)
@@ -544,17 +562,17 @@ func (p *proxy) pipe(dst, src net.Conn, client bool) {
 	}
 }
 
-// hold waits while the proxy is cut and the connection is a client's; it
-// reports false once the proxy is closed.
-func (p *proxy) hold(client bool) bool {
+// hold waits while the proxy is cut for the connection's client ("" for a
+// replica, never cut); it reports false once the proxy is closed.
+func (p *proxy) hold(client string) bool {
 	for {
 		p.mu.Lock()
-		cut, closed, healed := p.cut, p.closed, p.healed
+		cut, closed, healed := client != "" && (p.cut || p.only[client]), p.closed, p.healed
 		p.mu.Unlock()
 		if closed {
 			return false
 		}
-		if !cut || !client {
+		if !cut {
 			return true
 		}
 		p.held.Add(1)
