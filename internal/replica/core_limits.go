@@ -1,6 +1,7 @@
 package replica
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 
@@ -32,7 +33,10 @@ import (
 //
 // where pending is how many more points a member has than desired ranges:
 // all of them for a join not yet planned, the difference for a higher
-// capacity. A request is refused when what it adds is not zero and the
+// capacity. Near the limit the request's own member is counted by its
+// points that are not yet starts (newStarts): an Owner that returns finds
+// most of its points still starting ranges of the table. A request is
+// refused when what it adds is not zero and the
 // bound with it passes the limit; one that adds nothing (a renewal, a
 // lower capacity, a leave) is never refused for it, so a table at its limit
 // keeps serving the Owners it has. Other policies are counted by computing
@@ -133,7 +137,37 @@ func (c *Core) rangesAfter(n *namespace, join assign.Member, limit int) (adds, t
 	if total = n.s.table.Len() + len(n.desired) + others + adds; total <= limit {
 		return adds, total // bounds the union of the starts too
 	}
+	adds = min(adds, n.newStarts(ch, join))
 	return adds, n.countStarts(limit-others-adds) + others + adds
+}
+
+// newStarts returns how many starts m's ring points would add to n's table
+// and desired assignment: those that are neither yet, plus one if a point
+// falls in the desired assignment's first segment, which starts at key 0
+// rather than at the point that begins it, and would then start there. A
+// returning Owner's points are mostly starts of the table still (its
+// ranges went to others as they were), and add few.
+func (n *namespace) newStarts(ch assign.ConsistentHash, m assign.Member) int {
+	k, first := 0, false
+	for i := range ch.Points(m.Capacity) {
+		p := assign.VNodeKey(m.ID, i)
+		if len(n.desired) > 0 && (len(n.desired) == 1 || p < n.desired[1].Range.Start) {
+			first = true
+		}
+		if n.s.table.At(p).Range.Start == p {
+			continue
+		}
+		if _, found := slices.BinarySearchFunc(n.desired, p, func(s assign.Segment, k keyspace.Key) int {
+			return cmp.Compare(s.Range.Start, k)
+		}); found {
+			continue
+		}
+		k++
+	}
+	if first {
+		k++
+	}
+	return k
 }
 
 // startsCount is the number of distinct starts of a namespace's table and

@@ -1,8 +1,10 @@
 package replica
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -178,5 +180,33 @@ func TestCountStarts(t *testing.T) {
 		if got := countStarts(tab, mergeStarts(tc.a, a)); got != 5 {
 			t.Errorf("countStarts(table, %v ∪ %v) = %d, want 5", tc.a, a, got)
 		}
+	}
+}
+
+// TestRangeLimitReturningOwner: an Owner that fell silent and returns is
+// counted by what its ring points add: its ranges went to another Owner as
+// they were, so the table still starts at its points, and it is admitted
+// with the table at the limit.
+func TestRangeLimitReturningOwner(t *testing.T) {
+	ids := []string{"a", "b", "c"}
+	slices.SortFunc(ids, func(x, y string) int { return cmp.Compare(assign.VNodeKey(x, 0), assign.VNodeKey(y, 0)) })
+	ps := []*peer{newPeer(ids[0]), newPeer(ids[1]), newPeer(ids[2])}
+	back := ps[2] // the last point on the ring: its range goes to ps[1]
+	h := joinedCfg(t, CoreConfig{Policy: assign.ConsistentHash{VNodes: 1}, MaxRanges: 3, Handover: -1}, ps...)
+	if n := h.table().Len(); n != 3 {
+		t.Fatalf("the table has %d segments, want 3", n)
+	}
+	now := restartEnd.Add(100 * ms)
+	h.renewals(now, now.Add(3*tm.ManagerLease), ps[0], ps[1]) // back falls silent, and its range moves
+	now = now.Add(3*tm.ManagerLease + tm.Renew)
+	if got := h.c.Members(DefaultNamespace); slices.Contains(got, back.id) {
+		t.Fatalf("members %v: %s still a member after falling silent", got, back.id)
+	}
+	if n := h.table().Len(); n != 3 {
+		t.Fatalf("the table has %d segments once %s's range moved, want 3", n, back.id)
+	}
+	back.restart()
+	if err := h.c.StepLease(now, back.request()); err != nil {
+		t.Fatalf("%s returning, its point a start of the table at MaxRanges: %v, want admitted", back.id, err)
 	}
 }
