@@ -36,11 +36,10 @@ import (
 // capacity. Near the limit the request's own member is counted by its
 // points that are not yet starts (newStarts): an Owner that returns finds
 // most of its points still starting ranges of the table. A request is
-// refused when what it adds is not zero and the
-// bound with it passes the limit; one that adds nothing (a renewal, a
-// lower capacity, a leave) is never refused for it, so a table at its limit
-// keeps serving the Owners it has. Other policies are counted by computing
-// their next assignment.
+// refused when what it adds is not zero and the bound with it passes the
+// limit; one that adds nothing (a renewal, a lower capacity, a leave) is
+// never refused for it, so a table at its limit keeps serving the Owners
+// it has. Other policies are counted by computing their next assignment.
 //
 // Ranges can also be split by what an Owner releases or hands over (a piece
 // of a lease), and, under a load-aware policy, by the planner's splits,
@@ -116,8 +115,10 @@ func capacityOf(c float64) float64 {
 func (c *Core) rangesAfter(n *namespace, join assign.Member, limit int) (adds, total int) {
 	ch, hashed := c.cfg.Policy.(assign.ConsistentHash)
 	if c.cfg.Rebalance != nil {
-		// Joins are placed by consistent hashing when nothing is held,
-		// and by the planner's moves otherwise: the points bound both.
+		// Joins are placed by consistent hashing when nothing is held
+		// (a new Manager), and by the planner's moves, whose splits its
+		// own MaxSegmentsPerOwner caps, otherwise: they are counted as if
+		// hashed, which bounds the first and overstates the second.
 		ch, hashed = assign.ConsistentHash{}, true
 	}
 	if !hashed {
