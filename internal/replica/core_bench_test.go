@@ -65,7 +65,7 @@ func (f *benchOwners) renew(b *testing.B, c *Core, now time.Time, id string) {
 func BenchmarkCoreJoin(b *testing.B) {
 	for _, owners := range benchOwnerCounts {
 		b.Run(fmt.Sprintf("owners=%d", owners), func(b *testing.B) {
-			c, now, fleet := benchCore(b, owners, CoreConfig{Handover: -1, MembershipEvery: -1})
+			c, now, fleet := benchCore(b, owners, CoreConfig{Handover: -1, MembershipEvery: -1, MaxOwners: 1 << 30, MaxRanges: 1 << 30})
 			i, sent := 0, 0
 			for b.Loop() {
 				now = now.Add(time.Millisecond)
@@ -91,7 +91,7 @@ func BenchmarkCoreJoinBurst(b *testing.B) {
 	for _, owners := range benchOwnerCounts {
 		for _, every := range []time.Duration{0, -1} {
 			b.Run(fmt.Sprintf("owners=%d/every=%v", owners, every), func(b *testing.B) {
-				c, now, fleet := benchCore(b, owners, CoreConfig{Handover: -1, MembershipEvery: every})
+				c, now, fleet := benchCore(b, owners, CoreConfig{Handover: -1, MembershipEvery: every, MaxOwners: 1 << 30, MaxRanges: 1 << 30})
 				i := 0
 				for b.Loop() {
 					now = now.Add(10 * time.Millisecond)
