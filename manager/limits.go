@@ -85,9 +85,15 @@ func (s *Server) limitOptions() []grpc.ServerOption {
 // a part of a Raft message may be as large as peers.PartBytes, every other
 // message as large as MaxMessageBytes. And a message that does not decode
 // (bad UTF-8 in a string, a truncated field) is the sender's fault. gRPC
-// turns any codec error into Internal, so the codec records what went wrong
-// for the message instead (decodeErrs) and the interceptors answer it:
-// ResourceExhausted naming the limit, or InvalidArgument naming the field.
+// turns any codec error into Internal, so the codec leaves its verdict in
+// the message itself instead (refuseMessage) and the interceptors answer
+// it: ResourceExhausted naming the limit, or InvalidArgument naming the
+// field. The verdict lives and dies with the message, whatever refuses the
+// call first: an interceptor before the decoding one (the role check), or
+// gRPC itself (a second request on a server-streaming call). A side table
+// kept the partly decoded message of every call refused before the
+// decoding interceptor took its verdict, and a stranger could fill the
+// heap with them.
 //
 // gRPC itself refuses a message over the server's MaxRecvMsgSize (the
 // larger of the two limits) from its length prefix, before reading its
@@ -117,7 +123,7 @@ func (c limitCodec) Unmarshal(data []byte, v any) error {
 	}
 	if len(data) > limit {
 		c.s.limitRefused(limitMessage)
-		decodeErrs.Store(m, status.Errorf(codes.ResourceExhausted,
+		refuseMessage(m, codes.ResourceExhausted, fmt.Sprintf(
 			"leasehold: a %s of %d bytes is larger than the %d allowed (%s)", m.ProtoReflect().Descriptor().Name(), len(data), limit, name))
 		return nil
 	}
@@ -126,7 +132,56 @@ func (c limitCodec) Unmarshal(data []byte, v any) error {
 		if f := badUTF8Field(m.ProtoReflect().Descriptor(), data); f != "" {
 			what = "field " + f + " is not valid UTF-8"
 		}
-		decodeErrs.Store(m, status.Errorf(codes.InvalidArgument, "leasehold: a %s does not decode: %s", m.ProtoReflect().Descriptor().Name(), what))
+		refuseMessage(m, codes.InvalidArgument, fmt.Sprintf("leasehold: a %s does not decode: %s", m.ProtoReflect().Descriptor().Name(), what))
+		return nil
+	}
+	if verdictOf(m) != nil {
+		// A sender's own "verdict" would choose the status of its call.
+		refuseMessage(m, codes.InvalidArgument, fmt.Sprintf("leasehold: a %s carries field number %d, which is reserved", m.ProtoReflect().Descriptor().Name(), verdictField))
+	}
+	return nil
+}
+
+// verdictField is the field number under which the codec leaves its
+// verdict on a message it refused, as an unknown field: the status code in
+// one byte, then the message. No leasehold message uses it (it is the
+// largest field number protobuf allows), and one that arrives with it is
+// refused.
+const verdictField = protowire.MaxValidNumber
+
+// refuseMessage empties m, so that nothing of what was partly decoded is
+// kept, and leaves in it the status its call is to be answered with.
+func refuseMessage(m proto.Message, code codes.Code, msg string) {
+	proto.Reset(m)
+	b := protowire.AppendTag(nil, verdictField, protowire.BytesType)
+	b = protowire.AppendBytes(b, append([]byte{byte(code)}, msg...))
+	m.ProtoReflect().SetUnknown(b)
+}
+
+// verdictOf returns the status refuseMessage left in m, or nil.
+func verdictOf(m any) error {
+	pm, ok := m.(proto.Message)
+	if !ok {
+		return nil
+	}
+	u := pm.ProtoReflect().GetUnknown()
+	for len(u) > 0 {
+		num, typ, n := protowire.ConsumeTag(u)
+		if n < 0 {
+			return nil
+		}
+		u = u[n:]
+		if num == verdictField && typ == protowire.BytesType {
+			v, n := protowire.ConsumeBytes(u)
+			if n < 0 || len(v) == 0 || codes.Code(v[0]) == codes.OK {
+				return status.Error(codes.InvalidArgument, "leasehold: a message carries a malformed reserved field")
+			}
+			return status.Error(codes.Code(v[0]), string(v[1:]))
+		}
+		if n = protowire.ConsumeFieldValue(num, typ, u); n < 0 {
+			return nil
+		}
+		u = u[n:]
 	}
 	return nil
 }
@@ -214,20 +269,8 @@ func badUTF8Field(d protoreflect.MessageDescriptor, b []byte) string {
 	return ""
 }
 
-// decodeErrs holds the codec's verdict on each message it refused, until
-// the interceptor that received it takes it.
-var decodeErrs sync.Map // proto.Message → error
-
-// decodeErr takes the codec's verdict on m.
-func decodeErr(m any) error {
-	if err, ok := decodeErrs.LoadAndDelete(m); ok {
-		return err.(error)
-	}
-	return nil
-}
-
 func (s *Server) decodeUnary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-	if err := decodeErr(req); err != nil {
+	if err := verdictOf(req); err != nil {
 		return nil, err
 	}
 	return h(ctx, req)
@@ -244,7 +287,7 @@ func (d decodeCheck) RecvMsg(m any) error {
 	if err := d.ServerStream.RecvMsg(m); err != nil {
 		return err
 	}
-	return decodeErr(m)
+	return verdictOf(m)
 }
 
 // limitListener caps the connections open at once at MaxConnections. A

@@ -1,0 +1,206 @@
+package manager_test
+
+import (
+	"context"
+	"crypto/tls"
+	"net"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/leasehold/leasehold/certs"
+	"github.com/leasehold/leasehold/manager"
+	"github.com/leasehold/leasehold/manager/config"
+	pb "github.com/leasehold/leasehold/proto/leasehold/v1"
+	"github.com/leasehold/leasehold/protocol"
+)
+
+// Tests of the Manager's client boundary against strangers and callers
+// outside their role: what a refused call leaves behind, and who holds a
+// connection.
+
+// tlsManager is a Manager serving mutual TLS on 127.0.0.1 with replica 1's
+// certificate, and the CA that signs its callers' certificates.
+type tlsManager struct {
+	ca   *certs.CA
+	srv  *manager.Server
+	addr string
+}
+
+func startTLSManager(t testing.TB, cfg manager.ServerConfig) *tlsManager {
+	t.Helper()
+	dir := t.TempDir()
+	m := &tlsManager{}
+	var err error
+	if m.ca, err = certs.CreateCA(dir, "", 0, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := certs.Create(dir, m.ca, certs.Identity{Role: certs.Replica, Name: "1"}, []string{"127.0.0.1"}, 0); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Certs, err = certs.Open(dir, certs.Replica, "1"); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Timing == (protocol.Timing{}) {
+		cfg.Timing = protocol.Fast()
+	}
+	if m.srv, err = manager.NewServer(cfg); err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.addr = lis.Addr().String()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.srv.Serve(ctx, lis) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	})
+	return m
+}
+
+// cert issues a client certificate for id.
+func (m *tlsManager) cert(t testing.TB, id certs.Identity) *tls.Certificate {
+	t.Helper()
+	c, k, err := m.ca.Issue(id, nil, time.Now(), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pair, err := tls.X509KeyPair(c, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &pair
+}
+
+// rawCodec sends and receives messages as the bytes given: a client that
+// sends what no encoder would.
+type rawCodec struct{}
+
+func (rawCodec) Name() string                  { return "proto" }
+func (rawCodec) Marshal(v any) ([]byte, error) { return *v.(*[]byte), nil }
+func (rawCodec) Unmarshal(b []byte, v any) error {
+	*v.(*[]byte) = append([]byte(nil), b...)
+	return nil
+}
+
+// undecodable is a message of type d that does not decode: size bytes in
+// a field d does not have (kept as unknown while decoding), then bad UTF-8
+// in d's first string field.
+func undecodable(d protoreflect.MessageDescriptor, size int) []byte {
+	b := protowire.AppendTag(nil, 1000, protowire.BytesType)
+	b = protowire.AppendBytes(b, make([]byte, size))
+	for i := range d.Fields().Len() {
+		if f := d.Fields().Get(i); f.Kind() == protoreflect.StringKind {
+			b = protowire.AppendTag(b, f.Number(), protowire.BytesType)
+			return protowire.AppendBytes(b, []byte{0xff, 0xfe})
+		}
+	}
+	panic("no string field in " + d.FullName())
+}
+
+// rawUnary calls method on conn with body and returns its error.
+func rawUnary(conn *grpc.ClientConn, method string, body []byte) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return conn.Invoke(ctx, method, &body, new([]byte), grpc.ForceCodec(rawCodec{}))
+}
+
+// rawTwice opens the server-streaming method on conn, sends first and
+// second as its request (a client that does not keep to one message), and
+// returns how the call ends.
+func rawTwice(conn *grpc.ClientConn, method string, first, second []byte) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := conn.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}, method, grpc.ForceCodec(rawCodec{}))
+	if err != nil {
+		return err
+	}
+	_ = st.SendMsg(&first)
+	_ = st.SendMsg(&second)
+	_ = st.CloseSend()
+	for {
+		var b []byte
+		if err := st.RecvMsg(&b); err != nil {
+			return err
+		}
+	}
+}
+
+// heapInUse is the live heap after a collection.
+func heapInUse() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapInuse
+}
+
+// TestRefusedCallsKeepNothing: calls whose body does not decode — 3 MiB
+// in an unknown field, then bad UTF-8 — leave nothing behind on the
+// Manager's heap however they are refused: by the handshake (no
+// certificate), by the role check, which runs before the decoding
+// interceptor (an Owner calling Drain), by the decoding interceptor (an
+// operator's Drain: InvalidArgument naming the field), or by gRPC itself
+// (a second request message on Backup, which takes one). Each call's
+// partly decoded message used to stay in a process-wide table.
+func TestRefusedCallsKeepNothing(t *testing.T) {
+	m := startTLSManager(t, manager.ServerConfig{Replica: config.Replica{Namespaces: []string{"default"}}, DataDir: t.TempDir()})
+	const calls, size = 20, 3 << 20
+	drain := undecodable((&pb.DrainRequest{}).ProtoReflect().Descriptor(), size)
+	backup := undecodable((&pb.DrainRequest{}).ProtoReflect().Descriptor(), size) // a string field where BackupRequest has none
+	stranger := dialAs(t, m.addr, nil)
+	ownerConn := dialAs(t, m.addr, m.cert(t, certs.Identity{Role: certs.Owner, Name: "o", Namespaces: []string{"default"}}))
+	operator := dialAs(t, m.addr, m.cert(t, certs.Identity{Role: certs.Operator, Name: "alice"}))
+	// Warm up the connections and the server before the first reading.
+	for _, c := range []*grpc.ClientConn{stranger, ownerConn, operator} {
+		_, _ = pb.NewAdminClient(c).Status(context.Background(), &pb.StatusRequest{})
+	}
+	before := heapInUse()
+	for range calls {
+		if err := rawUnary(stranger, pb.Admin_Drain_FullMethodName, drain); err == nil {
+			t.Fatal("a caller without a certificate drained")
+		}
+		refused(t, "an Owner's undecodable drain", rawUnary(ownerConn, pb.Admin_Drain_FullMethodName, drain), codes.PermissionDenied, "may not call")
+		refused(t, "an operator's undecodable drain", rawUnary(operator, pb.Admin_Drain_FullMethodName, drain), codes.InvalidArgument, "namespace", "not valid UTF-8")
+		if err := rawTwice(operator, pb.Admin_Backup_FullMethodName, nil, backup); err == nil {
+			t.Fatal("a backup with a second, undecodable request was served")
+		}
+	}
+	after := heapInUse()
+	grew := int64(after) - int64(before)
+	t.Logf("heap in use: %.1f MiB before %d refused calls of %d MiB each, %.1f MiB after", mib(before), 4*calls, size>>20, mib(after))
+	if grew > 16<<20 {
+		t.Errorf("the heap in use grew by %.1f MiB over %d refused calls of %d MiB: their messages were kept", float64(grew)/(1<<20), 4*calls, size>>20)
+	}
+}
+
+func mib(n uint64) float64 { return float64(n) / (1 << 20) }
+
+// The status a caller sees is the codec's, naming the limit, whether the
+// message was too large or did not decode: checked over TLS too.
+func TestUndecodableOverTLS(t *testing.T) {
+	m := startTLSManager(t, manager.ServerConfig{MaxMessageBytes: 64 << 10})
+	op := dialAs(t, m.addr, m.cert(t, certs.Identity{Role: certs.Operator, Name: "alice"}))
+	d := (&pb.DrainRequest{}).ProtoReflect().Descriptor()
+	refused(t, "an oversized drain", rawUnary(op, pb.Admin_Drain_FullMethodName, undecodable(d, 128<<10)), codes.ResourceExhausted, "--max-message-bytes")
+	// A sender's own verdict field is refused, not obeyed.
+	forged := protowire.AppendTag(nil, protowire.MaxValidNumber, protowire.BytesType)
+	forged = protowire.AppendBytes(forged, append([]byte{byte(codes.OK)}, "fine"...))
+	err := rawUnary(op, pb.Admin_Status_FullMethodName, forged)
+	if s := status.Convert(err); s.Code() != codes.InvalidArgument || !strings.Contains(s.Message(), "reserved") {
+		t.Errorf("a status request carrying the codec's verdict field: %v, want InvalidArgument saying it is reserved", err)
+	}
+}
