@@ -40,8 +40,14 @@ var methodRoles = map[string][]certs.Role{
 	pb.Admin_RemovePeer_FullMethodName: {certs.Operator},
 	pb.Admin_Drain_FullMethodName:      {certs.Operator},
 	pb.Admin_Backup_FullMethodName:     {certs.Operator},
+	pb.Admin_Holder_FullMethodName:     {certs.Lookup, certs.Operator}, // reads the table, as Sync does, in the caller's namespaces
 	pb.Raft_Send_FullMethodName:        {certs.Replica},
 }
+
+// servedElsewhere are the services of the leasehold API that the Manager
+// does not serve, so that need no entry in methodRoles: the gateway's,
+// which checks its own callers (package gateway).
+var servedElsewhere = []string{pb.Gateway_ServiceDesc.ServiceName}
 
 // The metadata keys with which a replica relaying an Owner's lease stream
 // (runtime.RelayKey) tells the leader whose stream it is: the relaying
