@@ -3,9 +3,11 @@ package manager_test
 import (
 	"context"
 	"crypto/tls"
+	"log/slog"
 	"net"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -203,4 +205,110 @@ func TestUndecodableOverTLS(t *testing.T) {
 	if s := status.Convert(err); s.Code() != codes.InvalidArgument || !strings.Contains(s.Message(), "reserved") {
 		t.Errorf("a status request carrying the codec's verdict field: %v, want InvalidArgument saying it is reserved", err)
 	}
+}
+
+// TestStrangersHoldNoSlots: with MaxConnections 5, twenty clients without
+// a certificate, each retrying its call, hold no slot: each connection is
+// closed at the handshake, and an operator's status is answered. Such
+// connections used to complete the handshake and keep their slot until
+// the idle timeout, locking every certificate holder out.
+func TestStrangersHoldNoSlots(t *testing.T) {
+	m := startTLSManager(t, manager.ServerConfig{MaxConnections: 5})
+	for range 20 {
+		c := dialAs(t, m.addr, nil)
+		_, _ = pb.NewAdminClient(c).Status(context.Background(), &pb.StatusRequest{})
+		go func() {
+			// Keep retrying: a stranger that does not give up.
+			for range 20 {
+				ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+				_, _ = pb.NewAdminClient(c).Status(ctx, &pb.StatusRequest{}, grpc.WaitForReady(true))
+				cancel()
+			}
+		}()
+	}
+	op := dialAs(t, m.addr, m.cert(t, certs.Identity{Role: certs.Operator, Name: "alice"}))
+	var err error
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err = pb.NewAdminClient(op).Status(ctx, &pb.StatusRequest{})
+		cancel()
+		if err == nil {
+			return
+		}
+	}
+	t.Fatalf("with 20 strangers connected, an operator's status: %v", err)
+}
+
+// TestConnectionLimitOverTLS: past MaxConnections, a TLS client with a
+// valid certificate is told, in its error, that the limit is reached and
+// which flag sets it (not a TLS error), and the refusal is counted and
+// logged.
+func TestConnectionLimitOverTLS(t *testing.T) {
+	var log syncBuf
+	m := startTLSManager(t, manager.ServerConfig{MaxConnections: 2, Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	cert := m.cert(t, certs.Identity{Role: certs.Operator, Name: "alice"})
+	for range 2 {
+		if _, err := pb.NewAdminClient(dialAs(t, m.addr, cert)).Status(context.Background(), &pb.StatusRequest{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := limitRefusals(t, m.srv, "max-connections")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := pb.NewAdminClient(dialAs(t, m.addr, cert)).Status(ctx, &pb.StatusRequest{})
+	if err == nil || !strings.Contains(err.Error(), "--max-connections") {
+		t.Fatalf("a third connection past --max-connections 2: %v, want an error naming the limit", err)
+	}
+	t.Logf("the client past the limit: %v", err)
+	if n := limitRefusals(t, m.srv, "max-connections") - before; n < 1 {
+		t.Errorf("the refusal was not counted in leasehold_limit_refusals_total{limit=max-connections}")
+	}
+	if !strings.Contains(log.String(), "refused a connection") || !strings.Contains(log.String(), "--max-connections") {
+		t.Errorf("the refusal was not logged: %q", log.String())
+	}
+}
+
+// TestCallRateLimit: past MaxCallRate unary calls per second on one
+// connection (bursts of twice that), a call is refused with
+// ResourceExhausted naming the limit and its flag, and counted; another
+// connection has its own budget.
+func TestCallRateLimit(t *testing.T) {
+	m := startTLSManager(t, manager.ServerConfig{MaxCallRate: 2})
+	cert := m.cert(t, certs.Identity{Role: certs.Operator, Name: "alice"})
+	conn := dialAs(t, m.addr, cert)
+	var refusedErr error
+	for range 20 {
+		if _, err := pb.NewAdminClient(conn).Status(context.Background(), &pb.StatusRequest{}); err != nil {
+			refusedErr = err
+			break
+		}
+	}
+	refused(t, "a status call past --max-call-rate", refusedErr, codes.ResourceExhausted, "--max-call-rate", "one connection")
+	if n := limitRefusals(t, m.srv, "max-call-rate"); n < 1 {
+		t.Errorf("leasehold_limit_refusals_total{limit=max-call-rate} is %v", n)
+	}
+	if _, err := pb.NewAdminClient(dialAs(t, m.addr, cert)).Status(context.Background(), &pb.StatusRequest{}); err != nil {
+		t.Errorf("another connection's first call: %v", err)
+	}
+	// An undecodable body past the limit is refused for the rate, unread.
+	body := undecodable((&pb.DrainRequest{}).ProtoReflect().Descriptor(), 1<<20)
+	refused(t, "an undecodable drain past the limit", rawUnary(conn, pb.Admin_Drain_FullMethodName, body), codes.ResourceExhausted, "--max-call-rate")
+}
+
+// syncBuf is a log sink safe for the server's goroutines.
+type syncBuf struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

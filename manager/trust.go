@@ -76,6 +76,15 @@ func (s *Server) refuse(code codes.Code, role, reason, format string, args ...an
 	return status.Error(code, "leasehold: "+msg)
 }
 
+// refusedAtHandshake counts and logs a client refused at the TLS
+// handshake for its certificate (none, another CA's, expired): its
+// connection is closed there, and it learns only the TLS alert
+// ("certificate required", "bad certificate").
+func (s *Server) refusedAtHandshake(why error) {
+	s.refused.WithLabelValues("none", "certificate").Inc()
+	s.quiet.warn(s.cfg.Logger, "handshake", "refused at the trust boundary: closed at the TLS handshake", "role", "none", "reason", "certificate", "why", why.Error())
+}
+
 // caller returns the identity of a call's client, or the refusal of a
 // caller without a valid certificate.
 func (s *Server) caller(ctx context.Context) (certs.Identity, error) {
@@ -122,7 +131,7 @@ func (s *Server) trustOptions() []grpc.ServerOption {
 		return nil
 	}
 	return []grpc.ServerOption{
-		grpc.Creds(certs.ServerCredentials(s.cfg.Certs)),
+		grpc.Creds(certs.ServerCredentials(s.cfg.Certs, s.refusedAtHandshake)),
 		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 			if err := s.admit(ctx, info.FullMethod); err != nil {
 				return nil, err
