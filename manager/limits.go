@@ -66,7 +66,8 @@ func (s *Server) limitRefused(limit string) { s.metrics.limits.WithLabelValues(l
 // turns a message that does not decode into InvalidArgument, the
 // interceptors that report both, the unary calls per second on one
 // connection (callRate), streams per connection, and the idle timeout.
-// GRPCOptions includes them.
+// GRPCOptions includes them. callRate is gRPC's tap handle, of which a
+// server has one: a server built with GRPCOptions cannot set its own.
 func (s *Server) limitOptions() []grpc.ServerOption {
 	opts := []grpc.ServerOption{
 		grpc.ForceServerCodecV2(limitCodecV2{limitCodec{s}}),
