@@ -94,6 +94,11 @@ type ServerConfig struct {
 	// bursts of twice that; a stream over it is closed with
 	// ResourceExhausted. 0 means 50.
 	MaxRequestRate float64
+	// MaxCallRate caps the unary calls (status, drain, cluster changes,
+	// holder reads) per second on one connection, with bursts of twice
+	// that; a call past it is refused with ResourceExhausted before its
+	// request is read. 0 means DefaultMaxCallRate.
+	MaxCallRate float64
 	// MaxMessageBytes caps the size of a message a client may send; 0 means
 	// 4 MiB.
 	MaxMessageBytes int
@@ -184,6 +189,7 @@ type Server struct {
 	metrics *serverMetrics
 	grpcm   *grpcMetrics
 	refused *prometheus.CounterVec // trust.go
+	quiet   quietLog               // limits.go
 }
 
 // NewServer validates cfg, opens the data directory and returns a Server.
