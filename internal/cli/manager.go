@@ -172,7 +172,7 @@ Logs go to stderr. SIGINT or SIGTERM stops it cleanly (exit code 0).`,
 	f.Float64Var(&o.settings.MaxCallRate, "max-call-rate", 0, "unary calls (status, drain, cluster, lookup --read-lease) per second one connection may make, with bursts of twice that (0: 20)")
 	f.IntVar(&o.settings.MaxMessageBytes, "max-message-bytes", 0, "the largest message an Owner or Lookup may send, in bytes (0: 4 MiB)")
 	f.IntVar(&o.settings.MaxOwners, "max-owners", 0, "the most Owners one namespace records; a new Owner past it is refused (0: 10000)")
-	f.IntVar(&o.settings.MaxRanges, "max-ranges", 0, "the most lease-table ranges one namespace has; at it, a new Owner or a higher capacity is refused (0: 1048576)")
+	f.IntVar(&o.settings.MaxRanges, "max-ranges", 0, "the most lease-table ranges one namespace has: a new or returning Owner, or a higher capacity, whose ring points could take the table past it, with the joins not yet planned, is refused (0: 1048576)")
 	f.IntVar(&o.settings.MaxConnections, "max-connections", 0, "the most connections open to this replica at once (0: 50000)")
 	f.IntVar(&o.settings.MaxStreamsPerConn, "max-streams-per-conn", 0, "the most streams open at once on one connection; a follower relays Owners' streams over one (0: 10000)")
 	f.DurationVar(&o.settings.IdleTimeout, "idle-timeout", 0, "close a connection with no stream open for this long (0: 5m; negative: never)")

@@ -128,3 +128,22 @@ func BenchmarkCoreRenew(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkRangeLimitCheck: the MaxRanges check of one join, which a
+// Manager makes before admitting it: by a sum while the table is well
+// below the limit, by a walk of the table when near it (10,000 Owners,
+// 640,000 ranges of the default 1,048,576).
+func BenchmarkRangeLimitCheck(b *testing.B) {
+	for _, owners := range benchOwnerCounts {
+		b.Run(fmt.Sprintf("owners=%d", owners), func(b *testing.B) {
+			c, _, _ := benchCore(b, owners, CoreConfig{Handover: -1, MaxOwners: 2 * owners})
+			n := c.ns[DefaultNamespace]
+			req := &protocol.LeaseRequest{Namespace: DefaultNamespace, Owner: "join", Addr: "join:7000", Incarnation: 1, Seq: 1}
+			for b.Loop() {
+				if err := c.checkLimits(n, nil, req); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
