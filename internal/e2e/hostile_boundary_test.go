@@ -157,8 +157,15 @@ func (h *hostile) slotStrangers(ctx context.Context, addr string, n int) {
 	const kind = "no certificate, at the slot limit"
 	h.expect(kind)
 	cfg := &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS13, NextProtos: []string{"h2"}}
-	for range n {
+	for i := range n {
 		h.wg.Go(func() {
+			// Spread over the second: a connection holds a slot through its
+			// handshake, and n handshakes at once would fill the slots for
+			// as long as they take.
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Duration(i) * time.Second / time.Duration(n)):
+			}
 			for ctx.Err() == nil {
 				next := time.After(time.Second)
 				err := holdWithoutCertificate(ctx, addr, cfg)
@@ -284,7 +291,7 @@ func (h *hostile) watchStatus(ctx context.Context, c *cli) {
 // statusOf runs leasehold status --json for namespace ns.
 func (c *cli) statusOf(ns string) (status, error) {
 	var s status
-	cmd := command(c.t, c.leasehold, "status", "--manager", c.manager, "--namespace", ns, "--json", "--timeout", "5s")
+	cmd := command(c.t, c.leasehold, "status", "--manager", c.manager, "--namespace", ns, "--json", "--timeout", "3s")
 	out, err := cmd.Output()
 	if err != nil {
 		if ee, ok := errors.AsType[*exec.ExitError](err); ok {

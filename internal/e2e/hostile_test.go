@@ -509,13 +509,14 @@ func startHostile(t *testing.T, c *cli) *hostile {
 			}
 		})
 	}
-	// Once the idle connections are closed (--idle-timeout 2s), strangers
-	// more than the slots left keep connecting without a certificate, and
-	// the operator's status must be answered all the while.
+	// Once the idle connections are closed (--idle-timeout 2s), as many
+	// strangers as --max-connections keep connecting without a
+	// certificate, and the operator's status must be answered all the
+	// while.
 	h.wg.Go(func() {
 		idle.Wait()
 		if ctx.Err() == nil {
-			h.slotStrangers(ctx, addr, 40)
+			h.slotStrangers(ctx, addr, 64)
 			h.watchStatus(ctx, c)
 		}
 	})
