@@ -40,7 +40,22 @@ func ServerCredentials(src *Source, refused func(why error)) credentials.Transpo
 	return serverCreds{credentials.NewTLS(src.ServerTLS()), src, refused}
 }
 
+// Handshaken is a connection whose TLS handshake a listener already made
+// with ServerTLS: ServerCredentials take it as it is, and read the
+// client's identity from its state.
+type Handshaken interface {
+	net.Conn
+	ConnectionState() tls.ConnectionState
+}
+
 func (c serverCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	if h, ok := raw.(Handshaken); ok {
+		if st := h.ConnectionState(); st.HandshakeComplete {
+			id, verr := c.src.Verify(st.PeerCertificates)
+			return raw, AuthInfo{TLSInfo: credentials.TLSInfo{State: st,
+				CommonAuthInfo: credentials.CommonAuthInfo{SecurityLevel: credentials.PrivacyAndIntegrity}}, Identity: id, Err: verr}, nil
+		}
+	}
 	conn, ai, err := c.TransportCredentials.ServerHandshake(raw)
 	if err != nil {
 		if why, ok := RefusedAtHandshake(err); ok && c.refused != nil {

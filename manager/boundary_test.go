@@ -312,3 +312,25 @@ func (s *syncBuf) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// TestStalledHandshakesHoldNoSlots: with MaxConnections 3, ten
+// connections that open TCP and never start their TLS handshake hold no
+// slot (one is taken only once the handshake is done), and an operator's
+// status is answered at once, not after the handshake timeout.
+func TestStalledHandshakesHoldNoSlots(t *testing.T) {
+	m := startTLSManager(t, manager.ServerConfig{MaxConnections: 3})
+	for range 10 {
+		c, err := net.Dial("tcp", m.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+	}
+	time.Sleep(100 * time.Millisecond) // let the Manager accept them
+	op := dialAs(t, m.addr, m.cert(t, certs.Identity{Role: certs.Operator, Name: "alice"}))
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if _, err := pb.NewAdminClient(op).Status(ctx, &pb.StatusRequest{}); err != nil {
+		t.Fatalf("with 10 stalled handshakes and --max-connections 3, an operator's status: %v", err)
+	}
+}

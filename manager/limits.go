@@ -75,7 +75,7 @@ func (s *Server) limitOptions() []grpc.ServerOption {
 		grpc.ChainStreamInterceptor(s.decodeStream),
 		grpc.MaxConcurrentStreams(uint32(s.cfg.MaxStreamsPerConn)),
 		// A connection whose handshake does not finish in time is closed.
-		grpc.ConnectionTimeout(10 * time.Second),
+		grpc.ConnectionTimeout(handshakeTimeout),
 		grpc.StatsHandler(limitStats{s}),
 		grpc.InTapHandle(s.callRate),
 	}
