@@ -257,10 +257,13 @@ type operatorWatch struct {
 	failed    int
 	firstErr  string
 	maxRanges int
+
+	// leasehold_ranges of namespace wide, from the metrics listener.
+	metricReads, metricMax int
 }
 
 // watchStatus runs the operator's leasehold status of namespace wide every
-// 500 ms until ctx ends.
+// second until ctx ends.
 func (h *hostile) watchStatus(ctx context.Context, c *cli) {
 	h.wg.Go(func() {
 		for ctx.Err() == nil {
@@ -282,7 +285,7 @@ func (h *hostile) watchStatus(ctx context.Context, c *cli) {
 			w.mu.Unlock()
 			select {
 			case <-ctx.Done():
-			case <-time.After(500 * time.Millisecond):
+			case <-time.After(time.Second):
 			}
 		}
 	})
@@ -305,46 +308,85 @@ func (c *cli) statusOf(ns string) (status, error) {
 	return s, nil
 }
 
-// managerHeap reads the Manager's heap in use, go_memstats_heap_inuse_bytes,
-// from its metrics listener at addr after two collections (asked of its
-// /debug/pprof/heap?gc=1), with the operator's certificate: without them it
-// would count the garbage of the last calls too.
-func managerHeap(t *testing.T, addr string) (uint64, error) {
+// metricsClient reads the Manager's metrics listener at addr with the
+// operator's certificate.
+type metricsClient struct {
+	addr string
+	hc   *http.Client
+}
+
+func newMetricsClient(t *testing.T, addr string) *metricsClient {
 	tr := sourceFor(t, certs.Operator, "e2e").HTTPTransport(certs.Replica)
-	defer tr.CloseIdleConnections()
-	hc := &http.Client{Transport: tr, Timeout: 20 * time.Second}
-	get := func(path string) (*http.Response, error) {
-		resp, err := hc.Get("https://" + addr + path)
-		if err != nil {
-			return nil, err
-		}
-		if resp.StatusCode != http.StatusOK {
-			resp.Body.Close()
-			return nil, fmt.Errorf("%s: %s", path, resp.Status)
-		}
-		return resp, nil
+	t.Cleanup(tr.CloseIdleConnections)
+	return &metricsClient{addr: addr, hc: &http.Client{Transport: tr, Timeout: 20 * time.Second}}
+}
+
+func (m *metricsClient) get(path string) (io.ReadCloser, error) {
+	resp, err := m.hc.Get("https://" + m.addr + path)
+	if err != nil {
+		return nil, err
 	}
-	for range 2 {
-		resp, err := get("/debug/pprof/heap?gc=1")
-		if err != nil {
-			return 0, err
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
+	if resp.StatusCode != http.StatusOK {
 		resp.Body.Close()
+		return nil, fmt.Errorf("%s: %s", path, resp.Status)
 	}
-	resp, err := get("/metrics")
+	return resp.Body, nil
+}
+
+// value returns the value of the sample named series (with its labels, as
+// /metrics prints them).
+func (m *metricsClient) value(series string) (float64, error) {
+	body, err := m.get("/metrics")
 	if err != nil {
 		return 0, err
 	}
-	defer resp.Body.Close()
-	const name = "go_memstats_heap_inuse_bytes "
-	sc := bufio.NewScanner(resp.Body)
+	defer body.Close()
+	sc := bufio.NewScanner(body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), name); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			return uint64(f), err
+		if v, ok := strings.CutPrefix(sc.Text(), series+" "); ok {
+			return strconv.ParseFloat(v, 64)
 		}
 	}
-	return 0, fmt.Errorf("/metrics: no %s(%v)", name, sc.Err())
+	return 0, fmt.Errorf("/metrics: no %s (%v)", series, sc.Err())
+}
+
+// heapInUse returns the Manager's go_memstats_heap_inuse_bytes after two
+// collections (asked of its /debug/pprof/heap?gc=1): without them it would
+// count the garbage of the last calls too.
+func (m *metricsClient) heapInUse() (uint64, error) {
+	for range 2 {
+		body, err := m.get("/debug/pprof/heap?gc=1")
+		if err != nil {
+			return 0, err
+		}
+		_, _ = io.Copy(io.Discard, body)
+		body.Close()
+	}
+	v, err := m.value("go_memstats_heap_inuse_bytes")
+	return uint64(v), err
+}
+
+// watchRanges reads leasehold_ranges of namespace wide every 250 ms until
+// ctx ends, and keeps the most it saw: unlike the operator's status, it
+// is read from the start of the attack, while the idle connections fill
+// the slots.
+func (h *hostile) watchRanges(ctx context.Context, m *metricsClient) {
+	series := fmt.Sprintf("leasehold_ranges{namespace=%q}", soakRangeNamespace)
+	h.wg.Go(func() {
+		for ctx.Err() == nil {
+			v, err := m.value(series)
+			w := &h.operator
+			w.mu.Lock()
+			if err == nil {
+				w.metricReads++
+				w.metricMax = max(w.metricMax, int(v))
+			}
+			w.mu.Unlock()
+			select {
+			case <-ctx.Done():
+			case <-time.After(250 * time.Millisecond):
+			}
+		}
+	})
 }

@@ -87,14 +87,15 @@ func TestHostileSoak(t *testing.T) {
 	}
 
 	alone := soakLoad(f, soakPhase)
-	heapBefore, err := managerHeap(t, metrics)
+	mc := newMetricsClient(t, metrics)
+	heapBefore, err := mc.heapInUse()
 	if err != nil {
 		t.Fatalf("the manager's heap before the attack: %v", err)
 	}
-	hostile := startHostile(t, c)
+	hostile := startHostile(t, c, mc)
 	attacked := soakLoad(f, soakPhase)
 	refusals := hostile.stop()
-	heapAfter, err := managerHeap(t, metrics)
+	heapAfter, err := mc.heapInUse()
 	if err != nil {
 		t.Fatalf("the manager's heap after the attack: %v", err)
 	}
@@ -136,8 +137,12 @@ func TestHostileSoak(t *testing.T) {
 	case op.failed > 0:
 		t.Errorf("%d of the operator's %d status calls failed while strangers connected; the first: %s", op.failed, op.calls, op.firstErr)
 	}
-	if op.maxRanges > soakMaxRanges {
-		t.Errorf("namespace %s had %d ranges, past --max-ranges %d", soakRangeNamespace, op.maxRanges, soakMaxRanges)
+	t.Logf("leasehold_ranges{namespace=%q} during the attack: at most %d in %d reads", soakRangeNamespace, op.metricMax, op.metricReads)
+	if op.metricReads == 0 {
+		t.Errorf("leasehold_ranges of namespace %s was not read during the attack", soakRangeNamespace)
+	}
+	if n := max(op.maxRanges, op.metricMax); n > soakMaxRanges {
+		t.Errorf("namespace %s had %d ranges, past --max-ranges %d", soakRangeNamespace, n, soakMaxRanges)
 	}
 	if s, err := c.statusOf(soakRangeNamespace); err != nil || s.Ranges > soakMaxRanges {
 		t.Errorf("namespace %s after the attack: %d ranges (--max-ranges %d), %v", soakRangeNamespace, s.Ranges, soakMaxRanges, err)
@@ -272,7 +277,7 @@ func (h *hostile) expect(kind string) {
 // --max-connections complete the handshake and are answered with a
 // GOAWAY naming the limit. Once the idle connections are gone, strangers
 // without a certificate keep connecting while the operator's status runs.
-func startHostile(t *testing.T, c *cli) *hostile {
+func startHostile(t *testing.T, c *cli, metrics *metricsClient) *hostile {
 	t.Helper()
 	addr := c.manager
 	ctx, cancel := context.WithCancel(context.Background())
@@ -384,7 +389,9 @@ func startHostile(t *testing.T, c *cli) *hostile {
 			}
 		})
 	}
-	loop := func(kind, want string, every time.Duration, do func(i int) error) { repeat(kind, want, every, do, h.note) }
+	loop := func(kind, want string, every time.Duration, do func(i int) error) {
+		repeat(kind, want, every, do, h.note)
+	}
 	// A client refused at the handshake may find its connection closed
 	// before it reads the alert (noteHandshake).
 	handshakeLoop := func(kind, want string, every time.Duration, do func(i int) error) {
@@ -402,11 +409,24 @@ func startHostile(t *testing.T, c *cli) *hostile {
 	loop("message past every limit", "larger than max", 250*time.Millisecond, func(i int) error {
 		return send(huge, past)
 	})
-	loop("bogus owner", "--max-owners", 20*time.Millisecond, func(i int) error {
-		id := fmt.Sprintf("bogus-%d", i%nbogus)
-		return send(bogus[i%nbogus], &pb.LeaseRequest{Namespace: "default", Owner: id, Addr: "127.0.0.1:1", Incarnation: inc, Seq: 1})
+	loop("bogus owner", "--max-owners", 400*time.Millisecond, func(int) error {
+		// All at once, so that no bogus Owner's connection is idle for
+		// --idle-timeout (2 s), closed, and refused at --max-connections as
+		// it connects again.
+		var wg sync.WaitGroup
+		for i, b := range bogus {
+			wg.Go(func() {
+				err := send(b, &pb.LeaseRequest{Namespace: "default", Owner: fmt.Sprintf("bogus-%d", i), Addr: "127.0.0.1:1", Incarnation: inc, Seq: 1})
+				if err != nil && ctx.Err() == nil {
+					h.note("bogus owner", err, "--max-owners")
+				}
+			})
+		}
+		wg.Wait()
+		return nil
 	})
 	h.rangeOwners(ctx, wide, send)
+	h.watchRanges(ctx, metrics)
 	loop("request flood", "--max-request-rate", 200*time.Millisecond, func(i int) error {
 		// A Lookup's sync stream asking again and again: each request is
 		// valid, so only the rate limit ends the stream.
