@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"fmt"
@@ -432,15 +433,23 @@ func startHostile(t *testing.T, c *cli, metrics *metricsClient) *hostile {
 		// valid, so only the rate limit ends the stream.
 		return syncStream(flooder, 300, uint64(i+1))
 	})
-	loop("unary calls past the rate", "--max-call-rate", 100*time.Millisecond, func(i int) error {
-		// Five status calls at once on one connection: fifty a second,
-		// where --max-call-rate allows twenty (bursts of forty).
+	loop("unary calls past the rate", "--max-call-rate", time.Second, func(int) error {
+		// Fifty status calls at once on one connection, each second, where
+		// --max-call-rate allows twenty a second in bursts of forty: at
+		// least ten are refused however slowly this process sends them.
+		var mu sync.Mutex
 		var first error
-		for range 5 {
-			if _, err := caller.Status(ctx, &pb.StatusRequest{Namespace: "default"}); err != nil && first == nil {
-				first = err
-			}
+		var wg sync.WaitGroup
+		for range 50 {
+			wg.Go(func() {
+				if _, err := caller.Status(ctx, &pb.StatusRequest{Namespace: "default"}); err != nil {
+					mu.Lock()
+					first = cmp.Or(first, err)
+					mu.Unlock()
+				}
+			})
 		}
+		wg.Wait()
 		return first
 	})
 	loop("forged leave (another Owner's certificate)", "may not speak for Owner", 100*time.Millisecond, func(i int) error {
