@@ -72,7 +72,9 @@ func TestStrangerHeap(t *testing.T) {
 		}},
 		{"wrong role", rotating(ownerCert, func(c *grpc.ClientConn) error { return rawUnary(c, pb.Admin_Drain_FullMethodName, body) })},
 		{"undecodable", rotating(opCert, func(c *grpc.ClientConn) error { return rawUnary(c, pb.Admin_Drain_FullMethodName, body) })},
-		{"second message", rotating(opCert, func(c *grpc.ClientConn) error { return rawTwice(c, pb.Admin_Backup_FullMethodName, nil, cutShort(size)) })},
+		{"second message", rotating(opCert, func(c *grpc.ClientConn) error {
+			return rawTwice(c, pb.Admin_Backup_FullMethodName, nil, cutShort(size))
+		})},
 	}
 	start := heapInUse()
 	t.Logf("heap in use at the start: %.1f MiB", mib(start))
