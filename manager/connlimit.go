@@ -211,15 +211,18 @@ func (l *connLimit) handshake(raw net.Conn) {
 	tc := tls.Server(raw, l.tls)
 	_ = raw.SetDeadline(time.Now().Add(handshakeTimeout))
 	err := tc.Handshake()
-	<-l.handshaking
-	l.untrack(raw)
 	if err != nil {
 		if why, ok := certs.RefusedAtHandshake(err); ok {
 			l.s.refusedAtHandshake(why)
+			linger(raw)
 		}
+		<-l.handshaking
+		l.untrack(raw)
 		_ = raw.Close()
 		return
 	}
+	<-l.handshaking
+	l.untrack(raw)
 	_ = raw.SetDeadline(time.Time{})
 	sc, full := l.slot(tc)
 	switch {
@@ -233,6 +236,28 @@ func (l *connLimit) handshake(raw net.Conn) {
 		}
 	}
 }
+
+// linger lets a client refused at the handshake read the TLS alert that
+// says why. Under TLS 1.3 the client has finished its side before the
+// server checks its certificate, and writes on (gRPC's preface, its first
+// call); closing with that unread would send a reset that may reach the
+// client before the alert, which it then never reads ("broken pipe"). So
+// the write side is shut (the alert is sent; the client reads it, then an
+// end), and what the client writes is read and dropped for up to
+// lingerTime or lingerBytes, within the handshake's own slot.
+func linger(c net.Conn) {
+	if tc, ok := c.(interface{ CloseWrite() error }); ok {
+		_ = tc.CloseWrite()
+	}
+	_ = c.SetReadDeadline(time.Now().Add(lingerTime))
+	_, _ = io.CopyN(io.Discard, c, lingerBytes)
+}
+
+// lingerTime and lingerBytes bound what linger reads of a refused client.
+const (
+	lingerTime  = time.Second
+	lingerBytes = 64 << 10
+)
 
 // refuseConn answers a connection it will not serve (over TLS, if its
 // handshake is done), then closes it. It speaks just enough HTTP/2 to
