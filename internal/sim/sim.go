@@ -49,6 +49,8 @@ type node struct {
 	// (a data directory), unless Config.ManagerLosesState.
 	rep     *replica.Replica
 	store   *raft.MemoryStorage
+	inbox   []*event // Raft messages delivered, not yet stepped (step.go)
+	waking  bool     // a stepInbox is scheduled
 	hadCore bool   // rep had taken over after its last step
 	plans   uint64 // rebalancing rounds its Core had planned after its last step
 
@@ -259,6 +261,10 @@ type Stats struct {
 	FromCopyChanges      int
 	OwnerFromCopyChanges int
 	RaftMessages         int // between replicas
+	// RaftBatches counts the batches of more than one Raft message a
+	// replica stepped between two drives (step.go), LongestBatch the
+	// longest.
+	RaftBatches, LongestBatch int
 	Snapshots            int // Raft snapshots taken (log compactions)
 	SnapshotsSent        int // MsgSnap: a replica too far behind was sent the State whole
 	Refusals             int // NotLeader answers to Owners and Lookups
@@ -728,12 +734,13 @@ func (s *Sim) deliver(n *node, e *event) {
 		if s.cfg.Probe != nil && s.leads(n) {
 			s.cfg.Probe.ManagerTraffic(s.now, s.sizes.of(e.msg), false)
 		}
+		if _, ok := e.msg.(raftpb.Message); ok {
+			s.queueRaft(n, e) // stepped in batches, as the server does (step.go)
+			return
+		}
 		var err error
 		t0 := s.clock()
 		switch m := e.msg.(type) {
-		case raftpb.Message:
-			_ = n.rep.StepRaft(now, m) // Raft's own errors (a stale peer's message) change nothing
-			defer s.snapshotDone(e, true)
 		case *protocol.LeaseRequest:
 			s.trace(n, "recv req from %s seq=%d", m.Owner, m.Seq)
 			err = n.rep.StepLease(now, m)
@@ -1157,6 +1164,11 @@ func (s *Sim) crash(n *node) {
 	n.up = false
 	n.gen++
 	n.stalled, n.stallQ = false, nil
+	inbox := n.inbox
+	n.inbox, n.waking = nil, false
+	for _, e := range inbox {
+		s.snapshotDone(e, false) // its stream broke before the replica read it
+	}
 }
 
 func (s *Sim) exp(mean time.Duration) time.Duration {
