@@ -117,6 +117,7 @@ type Replica struct {
 	heard       map[uint64]time.Time
 	learners    map[uint64]time.Time
 	confPending bool
+	confApplied bool   // a change of the members was applied since the last Advance
 	foreign     uint64 // raft messages dropped: their sender is not a member
 
 	rl readLease // quorum read leases (readlease.go)
@@ -227,6 +228,10 @@ func (r *Replica) Leader() (uint64, string) { return r.lead, r.st.peers[r.lead] 
 
 // Status returns Raft's view of the group.
 func (r *Replica) Status() raft.Status { return r.rn.Status() }
+
+// Commit is the highest log index this replica knows committed (Status
+// without the copy of the leader's progress).
+func (r *Replica) Commit() uint64 { return r.rn.BasicStatus().Commit }
 
 // StepRaft handles a message from another replica. Once the replica knows
 // its group, a message from a replica outside it is dropped (ErrNotMember):
@@ -605,7 +610,14 @@ func (r *Replica) Advance(now time.Time, rd Ready) error {
 	r.leaseVisible(now)
 	r.release()
 	r.feed.Changed(now)
-	if r.applied-r.snapshot >= r.cfg.Core.SnapshotEntries {
+	// A snapshot is also taken when a change of the members is applied
+	// after the log was compacted: a replica just added is sent the
+	// snapshot, not the log, and Raft throws away a snapshot whose
+	// configuration does not name the replica that receives it — one
+	// taken before the change would keep the learner from ever catching up.
+	confSnap := r.confApplied && r.snapshot > 0 && r.applied > r.snapshot
+	r.confApplied = false
+	if r.applied-r.snapshot >= r.cfg.Core.SnapshotEntries || confSnap {
 		snap, err := r.ms.CreateSnapshot(r.applied, &r.conf, r.st.Encode())
 		if err != nil {
 			return err
@@ -665,6 +677,7 @@ func (r *Replica) apply(now time.Time, e raftpb.Entry) error {
 	}
 	if a.cc != nil {
 		r.conf = *r.rn.ApplyConfChange(*a.cc)
+		r.confApplied = true
 		r.confPending = false
 		r.rl.sinceEnd = now.Add(r.leaseBound()) // the voters changed: count every holder for a lease again
 	}
