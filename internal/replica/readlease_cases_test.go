@@ -203,7 +203,7 @@ func TestReadLeaseDeposedLeaderPromisesAsFollower(t *testing.T) {
 // TestReadLeaseCountsTheLeadersVoters: a holder takes a lease only if the
 // voters it counted its majority among are the leader's, which its promise
 // names; a holder whose configuration lags the leader's takes none (the
-// guard of docs/protocol.md, "Quorum read leases", case 4). Broken
+// guard of docs/protocol.md, "Quorum read leases", boundary 4). Broken
 // (ReadLeaseConfBlind), it counts against its own voters whatever the
 // leader's are.
 func TestReadLeaseCountsTheLeadersVoters(t *testing.T) {
