@@ -164,7 +164,13 @@ func TestBrokenReadLeaseStaleGrantScenario(t *testing.T) {
 // TestBrokenReadLeaseFromNewest: a holder that times its lease from its
 // newest ask while the leader counts it only from the promise it
 // acknowledged serves past the count after a lost promise.
+//
+// It shows at seed 27 of the leased runs, 19 s on 2 cores and minutes
+// under the race detector, so a race run skips it.
 func TestBrokenReadLeaseFromNewest(t *testing.T) {
+	if raceEnabled {
+		t.Skip("27 leased runs before it shows, minutes under the race detector; run it without -race")
+	}
 	caught(t, 200, brokenLease(3, faults.Set{ReadLeaseFromNewest: true}), "linearizability")
 }
 
