@@ -572,11 +572,14 @@ func (s *Server) Run(ctx context.Context) error {
 	close(s.ready)
 	timer := time.NewTimer(0)
 	defer timer.Stop()
+	stopped := func(err error) error {
+		err = damagedLog(err)
+		s.cfg.Logger.Error("manager stopped: cannot persist or apply its log", "err", err)
+		return err
+	}
 	for {
 		if err := l.drive(); err != nil {
-			err = damagedLog(err)
-			s.cfg.Logger.Error("manager stopped: cannot persist or apply its log", "err", err)
-			return err
+			return stopped(err)
 		}
 		next := l.r.NextDeadline()
 		if l.stale && l.publishAt.Before(next) {
@@ -595,13 +598,28 @@ func (s *Server) Run(ctx context.Context) error {
 			drain(s.events, ev, l.handle)
 			l.changed()
 		case m := <-s.raftIn:
+			// The first message and what else is queued, up to
+			// replica.MaxStepBatch, then a drive: the stepping policy
+			// the simulation sweeps (replica.StepBatch).
 			now := time.Now()
-			drain(s.raftIn, m, func(m raftpb.Message) {
+			first := true
+			_, err := replica.StepBatch(l.r, l, replica.MaxStepBatch, func() (raftpb.Message, bool) {
+				if !first {
+					select {
+					case m = <-s.raftIn:
+					default:
+						return raftpb.Message{}, false
+					}
+				}
+				first = false
 				if m.Type == raftpb.MsgHeartbeatResp {
 					l.obs.heartbeatAnswered(s.metrics, m.From, now)
 				}
-				_ = l.r.StepRaft(now, m) // stale or foreign messages are Raft's to ignore
+				return m, true
 			})
+			if err != nil {
+				return stopped(err)
+			}
 			l.changed()
 		case <-s.pushWake:
 			l.pump(time.Now())
@@ -629,7 +647,8 @@ func damagedLog(err error) error {
 }
 
 // drain hands first and then up to 256 more values already queued on ch to
-// fn, so that a burst is one round: one Raft entry, one fsync.
+// fn, so that a burst is one round: one Raft entry, one fsync. (Raft
+// messages are stepped by replica.StepBatch, to the same limit.)
 func drain[T any](ch <-chan T, first T, fn func(T)) {
 	fn(first)
 	for range 256 {

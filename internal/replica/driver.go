@@ -108,3 +108,42 @@ func (r *Replica) record(rd *Ready) error {
 	}
 	return r.ms.Append(rd.Entries)
 }
+
+// MaxStepBatch is the most Raft messages a driver steps between two
+// drives: the first it takes and up to 256 more already queued, so that a
+// burst (a resumed replica's backlog, a leader's heartbeat answers) is one
+// Ready, one fsync.
+const MaxStepBatch = 257
+
+// StepBatch is how a driver steps Raft messages: it steps the messages
+// next yields, at most limit of them (MaxStepBatch if limit is out of
+// 1..MaxStepBatch), all at one reading of the driver's clock, then drives
+// the replica (Drive). next returns false when nothing more is queued;
+// what it has not yielded stays queued for the next batch. It returns how
+// many messages it stepped.
+//
+// Nothing is driven between the messages of a batch: the replica sees
+// them as the server's loop hands them over, so a batch may hold, say, a
+// heartbeat of a newer term and a read-lease ask queued behind it, stepped
+// by a replica whose Raft has just stepped down while its Manager has not
+// yet (its Advance has not run). manager.Server steps whole batches; the
+// simulation draws each batch's limit at random up to MaxStepBatch, so its
+// sweeps see every way the server can cut a backlog into batches.
+// Messages Raft refuses (a stale term, a replica outside the group) are
+// Raft's to ignore, and StepBatch does.
+func StepBatch(r *Replica, d Driver, limit int, next func() (raftpb.Message, bool)) (int, error) {
+	if limit < 1 || limit > MaxStepBatch {
+		limit = MaxStepBatch
+	}
+	now := d.Now()
+	n := 0
+	for n < limit {
+		m, ok := next()
+		if !ok {
+			break
+		}
+		_ = r.StepRaft(now, m)
+		n++
+	}
+	return n, Drive(r, d)
+}

@@ -212,3 +212,39 @@ func maxTime(a, b time.Time) time.Time {
 	}
 	return a
 }
+
+// TestLearnerAddedAfterCompaction: a replica added once the log has been
+// compacted is sent a snapshot, and Raft throws away a snapshot whose
+// configuration does not name the replica receiving it. The leader
+// snapshots when it applies the change, so the learner catches up and is
+// promoted (before, it was sent the snapshot taken before its addition
+// until the next one, SnapshotEntries later).
+func TestLearnerAddedAfterCompaction(t *testing.T) {
+	g := newGroup(t, 3, faults.Set{})
+	for _, r := range g.reps {
+		r.cfg.Core.SnapshotEntries = 1000 // compacted once, below
+	}
+	l := g.runUntilLeader()
+	g.addOwner("a")
+	g.run(groupTiming.Renew)
+	for _, r := range g.reps {
+		r.cfg.Core.SnapshotEntries = 1
+	}
+	g.run(groupTiming.Renew)
+	for _, r := range g.reps {
+		r.cfg.Core.SnapshotEntries = 1000 // no snapshot but the change's from here
+	}
+	if l.Stats().Snapshots == 0 {
+		t.Fatal("the log was not compacted")
+	}
+	j := g.joiner(4)
+	g.down[4] = false
+	if err := l.AddLearner(g.now, 4, "m4:7400"); err != nil {
+		t.Fatal(err)
+	}
+	g.run(2 * time.Second)
+	if member, voter := isVoter(g.leader(), 4); !member || !voter {
+		t.Fatalf("replica 4, added after compaction, is member %v voter %v (applied %d of %d); want a voter",
+			member, voter, j.Status().Applied, g.leader().Status().Commit)
+	}
+}

@@ -117,6 +117,7 @@ type Replica struct {
 	heard       map[uint64]time.Time
 	learners    map[uint64]time.Time
 	confPending bool
+	confApplied bool   // a change of the members was applied since the last Advance
 	foreign     uint64 // raft messages dropped: their sender is not a member
 
 	rl readLease // quorum read leases (readlease.go)
@@ -154,7 +155,8 @@ func NewReplica(cfg ReplicaConfig, now time.Time) (*Replica, error) {
 		pending: map[uint64]*heldRound{}, nextTick: now.Add(cfg.Core.RaftTick),
 		started: now, reads: map[string]time.Time{},
 		heard: map[uint64]time.Time{}, learners: map[uint64]time.Time{},
-		rl: readLease{asks: map[uint64]*leaseAsk{}, promised: map[uint64]time.Time{}}}
+		rl: readLease{asks: map[uint64]*leaseAsk{}, promised: map[uint64]time.Time{},
+			sent: map[uint64]map[uint64]time.Time{}, gone: map[uint64]time.Time{}}}
 	snap, err := r.ms.Snapshot()
 	if err != nil {
 		return nil, err
@@ -228,6 +230,10 @@ func (r *Replica) Leader() (uint64, string) { return r.lead, r.st.peers[r.lead] 
 // Status returns Raft's view of the group.
 func (r *Replica) Status() raft.Status { return r.rn.Status() }
 
+// Commit is the highest log index this replica knows committed (Status
+// without the copy of the leader's progress).
+func (r *Replica) Commit() uint64 { return r.rn.BasicStatus().Commit }
+
 // StepRaft handles a message from another replica. Once the replica knows
 // its group, a message from a replica outside it is dropped (ErrNotMember):
 // a removed replica, or a stranger, could otherwise depose the leader with
@@ -262,7 +268,7 @@ func (r *Replica) ReportUnreachable(id uint64) { r.rn.ReportUnreachable(id) }
 // StepLease handles an Owner's LeaseRequest. Only a leader that has taken
 // over answers; any other replica returns a *NotLeaderError.
 func (r *Replica) StepLease(now time.Time, req *protocol.LeaseRequest) error {
-	if r.core == nil {
+	if !r.leading() {
 		return r.notLeader()
 	}
 	return r.core.StepLease(now, req)
@@ -291,17 +297,10 @@ func (r *Replica) Serving(now time.Time) bool { return r.syncPath(now) != syncRe
 
 // vouches reports whether the Feed's pushes and heartbeats built at now may
 // vouch for a Lookup's freshness: a poll received now would be answered at
-// once. A leader must still lead in Raft's own state, which a Tick's
-// CheckQuorum may have changed before the Ready that takes the Core away.
-func (r *Replica) vouches(now time.Time) bool {
-	switch r.syncPath(now) {
-	case syncLeader:
-		return r.rn.BasicStatus().RaftState == raft.StateLeader
-	case syncRefused:
-		return false
-	}
-	return true
-}
+// once. A leader must still lead in Raft's own state (leading), which a
+// Tick's CheckQuorum may have changed before the Ready that takes the Core
+// away.
+func (r *Replica) vouches(now time.Time) bool { return r.syncPath(now) != syncRefused }
 
 // How a replica answers a Lookup's sync.
 const (
@@ -316,7 +315,7 @@ const (
 // ReadIndex proof.
 func (r *Replica) syncPath(now time.Time) int {
 	switch {
-	case r.core != nil:
+	case r.leading():
 		return syncLeader
 	case r.leaseReadable(now):
 		return syncLease
@@ -373,7 +372,7 @@ func (r *Replica) notLeader() error {
 // Drain starts draining Owner id of namespace ns (Core.Drain); only a
 // leader that has taken over accepts.
 func (r *Replica) Drain(now time.Time, ns, id string) error {
-	if r.core == nil {
+	if !r.leading() {
 		return r.notLeader()
 	}
 	return r.core.Drain(now, ns, id)
@@ -453,8 +452,11 @@ func (r *Replica) Tick(now time.Time) {
 // flush proposes the Core's latest changes as one entry and holds its Owner
 // messages until that entry commits (the first failover rule). Ready calls
 // it, so a round of steps is one entry; Tick and a takeover call it too.
+// A Core whose replica Raft has deposed since the last Advance proposes
+// nothing: a follower forwards proposals to its leader, whose own Core was
+// built without this round. Advance drops the Core and its round.
 func (r *Replica) flush(now time.Time) {
-	if r.core == nil {
+	if !r.leading() {
 		return
 	}
 	rd := r.core.Ready()
@@ -556,12 +558,14 @@ func (r *Replica) Advance(now time.Time, rd Ready) error {
 		if err != nil {
 			return err
 		}
+		before := r.st.peers
 		r.st = st
 		r.feed.Rebase(st)
 		r.applied, r.snapshot, r.conf = rd.Snapshot.Metadata.Index, rd.Snapshot.Metadata.Index, rd.Snapshot.Metadata.ConfState
 		for _, id := range slices.Sorted(maps.Keys(st.peers)) {
 			r.peerChanges = append(r.peerChanges, Peer{ID: id, Addr: st.peers[id]})
 		}
+		r.leaseMembersChanged(now, before)
 	}
 	if ss := rd.raft.SoftState; ss != nil {
 		r.lead, r.role = ss.Lead, ss.RaftState
@@ -605,7 +609,14 @@ func (r *Replica) Advance(now time.Time, rd Ready) error {
 	r.leaseVisible(now)
 	r.release()
 	r.feed.Changed(now)
-	if r.applied-r.snapshot >= r.cfg.Core.SnapshotEntries {
+	// A snapshot is also taken when a change of the members is applied
+	// after the log was compacted: a replica just added is sent the
+	// snapshot, not the log, and Raft throws away a snapshot whose
+	// configuration does not name the replica that receives it — one
+	// taken before the change would keep the learner from ever catching up.
+	confSnap := r.confApplied && r.snapshot > 0 && r.applied > r.snapshot
+	r.confApplied = false
+	if r.applied-r.snapshot >= r.cfg.Core.SnapshotEntries || confSnap {
 		snap, err := r.ms.CreateSnapshot(r.applied, &r.conf, r.st.Encode())
 		if err != nil {
 			return err
@@ -659,14 +670,19 @@ func (r *Replica) apply(now time.Time, e raftpb.Entry) error {
 	if e.Type == raftpb.EntryNormal && e.Term == r.coreTerm && r.role == raft.StateLeader {
 		r.termSeen = true
 	}
+	var before map[uint64]string
+	if e.Type == raftpb.EntryConfChange {
+		before = maps.Clone(r.st.peers)
+	}
 	a, err := applyEntry(r.st, now, e)
 	if err != nil {
 		return err
 	}
 	if a.cc != nil {
 		r.conf = *r.rn.ApplyConfChange(*a.cc)
+		r.confApplied = true
 		r.confPending = false
-		r.rl.sinceEnd = now.Add(r.leaseBound()) // the voters changed: count every holder for a lease again
+		r.leaseMembersChanged(now, before) // count every holder for a lease again, and those that left
 	}
 	if a.peer != nil {
 		r.peerChanges = append(r.peerChanges, *a.peer)

@@ -258,6 +258,9 @@ func (c *checker) managerCrashed() {
 // cannot have routed anything to it.
 func (c *checker) lost(r keyspace.Range, id leaseID) {
 	c.s.stats.LossEvents++
+	if rl := c.s.cfg.ReadLease; rl != nil && rl.NoLosses {
+		c.fail("owner liveness", "the Manager recorded the loss of lease %d (epoch %d) on %v: only replicas were faulty, with the leader and a quorum connected", id.lgn, id.epoch, r)
+	}
 	for _, l := range c.s.lookups {
 		if !l.up || l.look.Epoch() != id.epoch {
 			continue

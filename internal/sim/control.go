@@ -84,7 +84,8 @@ func (c *Control) startIfDown(n *node) {
 }
 
 // Managers is the number of Manager replicas; they are numbered from 0
-// (replica i has Raft ID i+1).
+// (replica i has Raft ID i+1 until a membership change replaces it with a
+// new one, as an operator replaces a removed replica: members.go).
 func (c *Control) Managers() int { return len(c.s.mgrs) }
 
 // Leader is the number of the replica that leads and has taken over (of

@@ -33,6 +33,18 @@ type ReadLeaseConfig struct {
 	// while: the partitions a group sees when one link's outgoing side
 	// fails. 0: none.
 	OneWayEvery time.Duration
+	// MembersEvery changes the group's voters, on average this often
+	// while faults last, through its leader as an operator would: it
+	// removes a voter (while three or more remain) or adds a replica that
+	// is out of the group back as a learner, which the leader promotes once
+	// it has caught up (members.go). Once faults stop, every replica is
+	// added back. 0: none.
+	MembersEvery time.Duration
+	// NoLosses makes any lease the Manager records lost a violation
+	// ("owner liveness"): for runs whose only faults are between replicas
+	// and leave the leader and a quorum connected, where an Owner losing a
+	// lease means a holder's fault stalled its renewals.
+	NoLosses bool
 }
 
 // LeaseStats counts a run's lease reads.
@@ -42,6 +54,18 @@ type LeaseStats struct {
 	Acks           int // times the highest acknowledged index grew
 	OneWayCuts     int
 	MaxAcked       uint64
+	// Membership changes made (MembersEvery): voters removed, replicas
+	// added as learners, learners promoted to voters.
+	Removals, Learners, Promotions int
+	// Stranded counts the members removed (and replaced) after the faults
+	// because they could not follow a leader added after they fell behind
+	// (members.go).
+	Stranded int
+	// Held counts the leader's commit advances whose answers it released
+	// later than it committed them (waiting for holders: rule 5), and
+	// LongestHold the longest such wait, in real time (liveness.go).
+	Held        int
+	LongestHold time.Duration
 }
 
 // leaseCheck is the linearizability checker of lease reads. The replicated
@@ -117,6 +141,13 @@ func (s *Sim) scheduleLeases(end time.Duration) {
 			s.at(s.now+1+s.exp(every), next)
 		}
 		s.at(s.exp(every), next)
+	}
+	s.scheduleMembers()
+	if s.replicated() {
+		s.every(s.tick, end, func() {
+			s.notePromotions()
+			s.checkLive()
+		})
 	}
 	if mean := s.cfg.ReadLease.OneWayEvery; mean > 0 && s.replicated() {
 		var next func()
@@ -208,21 +239,64 @@ func (s *Sim) leaseAcked(n *node) {
 }
 
 // cutOneWay stops the messages from one replica to another, not the other
-// way, for a while.
+// way, for a while: any ordered pair, so over a sweep every pair in both
+// directions, the leader's links to and from its followers among them. A
+// third of the time another replica, or one of the pair that does not
+// lead, stalls during the cut as well.
 func (s *Sim) cutOneWay() {
+	a := s.rng.IntN(len(s.mgrs))
+	b := (a + 1 + s.rng.IntN(len(s.mgrs)-1)) % len(s.mgrs)
+	t := s.cfg.Timing
+	d := s.uniform(t.ManagerLease/4, 2*t.ManagerLease)
+	if !s.cutFor(a, b, d) || s.rng.IntN(3) != 0 {
+		return
+	}
+	var others []*node
+	for _, m := range s.mgrs {
+		if m != s.leader() {
+			others = append(others, m)
+		}
+	}
+	if n := s.pickUp(others); n != nil {
+		s.stall(n, s.uniform(0, d))
+	}
+}
+
+// cutFor cuts the messages from replica a to replica b for d, unless they
+// are cut already.
+func (s *Sim) cutFor(a, b int, d time.Duration) bool {
 	if s.oneWay == nil {
 		s.oneWay = map[[2]int]bool{}
 	}
-	a := s.rng.IntN(len(s.mgrs))
-	b := (a + 1 + s.rng.IntN(len(s.mgrs)-1)) % len(s.mgrs)
 	k := [2]int{a, b}
 	if s.oneWay[k] {
-		return
+		return false
 	}
 	s.oneWay[k] = true
 	s.lc.stats.OneWayCuts++
-	t := s.cfg.Timing
-	s.at(s.now+s.uniform(t.ManagerLease/4, 2*t.ManagerLease), func() { delete(s.oneWay, k) })
+	s.checkLive()
+	s.at(s.now+d, func() { delete(s.oneWay, k) })
+	return true
+}
+
+// CutOneWay cuts the messages from replica a to replica b, not the other
+// way, for d.
+func (c *Control) CutOneWay(a, b int, d time.Duration) { c.s.cutFor(a, b, d) }
+
+// add adds o's counts to l's (the longest hold is the longer).
+func (l *LeaseStats) add(o LeaseStats) {
+	l.Reads += o.Reads
+	l.Refused += o.Refused
+	l.Syncs += o.Syncs
+	l.Acks += o.Acks
+	l.OneWayCuts += o.OneWayCuts
+	l.MaxAcked = max(l.MaxAcked, o.MaxAcked)
+	l.Removals += o.Removals
+	l.Learners += o.Learners
+	l.Promotions += o.Promotions
+	l.Stranded += o.Stranded
+	l.Held += o.Held
+	l.LongestHold = max(l.LongestHold, o.LongestHold)
 }
 
 // cut reports whether a message from one node to another is lost to a

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"flag"
 	"time"
 
 	"github.com/leasehold/leasehold/protocol"
@@ -16,7 +17,7 @@ import (
 func leased(managers int) func(uint64) Config {
 	return func(s uint64) Config {
 		c := replicated(managers)(s)
-		c.ReadLease = &ReadLeaseConfig{Lease: config.ReadLease{All: true}, OneWayEvery: c.Timing.OwnerLease}
+		c.ReadLease = &ReadLeaseConfig{Lease: config.ReadLease{All: true}, OneWayEvery: c.Timing.OwnerLease, MembersEvery: 2 * c.Timing.OwnerLease}
 		return c
 	}
 }
@@ -43,16 +44,15 @@ func testReadLease(t *testing.T, managers int) {
 	})
 	var ls LeaseStats
 	for _, r := range results {
-		ls.Reads += r.Leases.Reads
-		ls.Refused += r.Leases.Refused
-		ls.Syncs += r.Leases.Syncs
-		ls.Acks += r.Leases.Acks
-		ls.OneWayCuts += r.Leases.OneWayCuts
+		ls.add(r.Leases)
 	}
-	t.Logf("%d seeds, %d replicas with read leases: %d lease reads served, %d refused, %d Lookup syncs answered under a follower's lease, %d acknowledgement steps, %d one-way cuts; %d leader crashes, %d partitions (%d isolating the leader), %d losses, %d notifications",
-		len(results), managers, ls.Reads, ls.Refused, ls.Syncs, ls.Acks, ls.OneWayCuts, tot.LeaderCrashes, tot.Partitions, tot.LeaderIsolations, tot.LossEvents, tot.Notified)
-	if len(results) >= 4 && (ls.Reads == 0 || ls.Refused == 0 || ls.Syncs == 0 || ls.OneWayCuts == 0) {
-		t.Errorf("the sweep served %d lease reads, refused %d, answered %d syncs under a lease, cut %d links one way: it tests nothing", ls.Reads, ls.Refused, ls.Syncs, ls.OneWayCuts)
+	t.Logf("%d seeds, %d replicas with read leases: %d lease reads served, %d refused, %d Lookup syncs answered under a follower's lease, %d acknowledgement steps, %d one-way cuts; %d leader crashes, %d partitions (%d isolating the leader), %d stalls, %d losses, %d notifications",
+		len(results), managers, ls.Reads, ls.Refused, ls.Syncs, ls.Acks, ls.OneWayCuts, tot.LeaderCrashes, tot.Partitions, tot.LeaderIsolations, tot.Stalls, tot.LossEvents, tot.Notified)
+	t.Logf("  membership: %d voters removed, %d replicas added as learners, %d promoted, %d stranded (replaced after the faults); %d held answers, the longest held %s; %d batches of several Raft messages, the longest %d",
+		ls.Removals, ls.Learners, ls.Promotions, ls.Stranded, ls.Held, ls.LongestHold, tot.RaftBatches, tot.LongestBatch)
+	if len(results) >= 4 && (ls.Reads == 0 || ls.Refused == 0 || ls.Syncs == 0 || ls.OneWayCuts == 0 || ls.Removals == 0 || ls.Promotions == 0) {
+		t.Errorf("the sweep served %d lease reads, refused %d, answered %d syncs under a lease, cut %d links one way, removed %d voters, promoted %d learners: it tests nothing",
+			ls.Reads, ls.Refused, ls.Syncs, ls.OneWayCuts, ls.Removals, ls.Promotions)
 	}
 }
 
@@ -159,4 +159,73 @@ func TestReadLeaseStaleTermScenario(t *testing.T) {
 
 func TestBrokenReadLeaseStaleGrantScenario(t *testing.T) {
 	caught(t, 100, func(s uint64) Config { return staleTermScenario(s, true) }, "linearizability")
+}
+
+// TestBrokenReadLeaseFromNewest: a holder that times its lease from its
+// newest ask while the leader counts it only from the promise it
+// acknowledged serves past the count after a lost promise.
+//
+// It shows at seed 27 of the leased runs, 19 s on 2 cores and minutes
+// under the race detector, so a race run skips it.
+func TestBrokenReadLeaseFromNewest(t *testing.T) {
+	if raceEnabled {
+		t.Skip("27 leased runs before it shows, minutes under the race detector; run it without -race")
+	}
+	caught(t, 200, brokenLease(3, faults.Set{ReadLeaseFromNewest: true}), "linearizability")
+}
+
+// The broken twins of the read-lease rules kept at the boundaries of the
+// faults: a one-way cut the leader does not hear about (a write-liveness
+// symptom, not a safety one), a holder's removal, a deposed leader
+// stepping a batch of messages, a holder whose voters lag. The sweeps
+// catch them with the nemeses and the stepping that produce those cases:
+// membership changes under read leases (members.go), Raft messages
+// stepped in batches between drives as the server steps them (step.go),
+// and the checker of write liveness (liveness.go).
+
+// TestBrokenReadLeaseCountUnacked: a leader that counts a holder after
+// every promise, acknowledged or not, holds every answer past the log of
+// a holder it cannot reach for as long as the one-way cut lasts. Safe,
+// but Owners lose their leases with a quorum and its leader connected.
+func TestBrokenReadLeaseCountUnacked(t *testing.T) {
+	caught(t, 200, brokenLease(3, faults.Set{ReadLeaseCountUnacked: true}), "write liveness", "linearizability")
+}
+
+// TestBrokenReadLeaseForgetRemoved: a leader that stops counting a holder
+// when it applies the holder's removal acknowledges writes the removed
+// holder, which has not applied its removal, serves reads without.
+func TestBrokenReadLeaseForgetRemoved(t *testing.T) {
+	caught(t, 200, brokenLease(3, faults.Set{ReadLeaseForgetRemoved: true}), "linearizability")
+}
+
+// notYet skips a broken twin the sweeps do not catch within 200 seeds yet,
+// unless -sim.pending asks for the search; the replica tests catch it.
+var pendingFlag = flag.Bool("sim.pending", false, "also search for the broken read-lease twins the sweeps do not yet catch within 200 seeds (DeposedGrant, ConfBlind)")
+
+func notYet(t *testing.T, why string) {
+	t.Helper()
+	if !*pendingFlag {
+		t.Skipf("not caught by the sweeps within 200 seeds yet: %s (run with -sim.pending to search)", why)
+	}
+}
+
+// TestBrokenReadLeaseDeposedGrant: a replica whose Core outlives its
+// leadership within a batch of steps promises as the new term's leader.
+func TestBrokenReadLeaseDeposedGrant(t *testing.T) {
+	notYet(t, "the sweeps step a deposed leader's backlog in batches, but the promise it then breaks must also reach a holder behind the new leader's acknowledged writes")
+	caught(t, 200, brokenLease(3, faults.Set{ReadLeaseDeposedGrant: true}), "linearizability")
+}
+
+// TestBrokenReadLeaseConfBlind: a holder that counts its majority among
+// its own voters, whatever the leader's are.
+func TestBrokenReadLeaseConfBlind(t *testing.T) {
+	notYet(t, "a holder two changes of the voters behind the leader's, with promises from the voters it still counts")
+	caught(t, 200, brokenLease(5, faults.Set{ReadLeaseConfBlind: true}), "linearizability")
+}
+
+// TestBrokenReadLeaseCountUnackedCuts: the same broken rule through the
+// one-way cuts alone, on a network that loses nothing: the write liveness
+// checker, or the Owners' lost leases, must catch it.
+func TestBrokenReadLeaseCountUnackedCuts(t *testing.T) {
+	caught(t, 20, oneWayScenario(3, &faults.Set{ReadLeaseCountUnacked: true}), "write liveness", "owner liveness")
 }

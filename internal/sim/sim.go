@@ -49,8 +49,12 @@ type node struct {
 	// (a data directory), unless Config.ManagerLosesState.
 	rep     *replica.Replica
 	store   *raft.MemoryStorage
-	hadCore bool   // rep had taken over after its last step
-	plans   uint64 // rebalancing rounds its Core had planned after its last step
+	rid     uint64   // its Raft ID: idx+1, or a new one once replaced (members.go)
+	joining bool     // started empty to be added to the group, not founding it
+	inbox   []*event // Raft messages delivered, not yet stepped (step.go)
+	waking  bool     // a stepInbox is scheduled
+	hadCore bool     // rep had taken over after its last step
+	plans   uint64   // rebalancing rounds its Core had planned after its last step
 
 	// Owners and Lookups talk to one replica at a time, as their runtimes
 	// do: the target. A message from another replica finds no stream open.
@@ -199,8 +203,9 @@ type Sim struct {
 	nodes       []*node
 	mgrs        []*node // the Manager replicas, ID i+1 at index i
 	peers       []replica.Peer
-	byAddr      map[string]int // replica address → index in mgrs
-	tick        time.Duration  // the replicas' Raft tick
+	byAddr      map[string]int   // replica address → index in mgrs
+	byRID       map[uint64]*node // Raft ID → replica
+	tick        time.Duration    // the replicas' Raft tick
 	owners      []*node
 	ghosts      []*node // earlier runs of Owners still running (ghost.go)
 	lookups     []*node
@@ -221,6 +226,8 @@ type Sim struct {
 
 	// Quorum read leases (readlease.go).
 	lc     leaseCheck
+	live   liveCheck                  // write liveness (liveness.go)
+	mem    memberships                // membership changes (members.go)
 	oneWay map[[2]int]bool            // replica index pairs (from, to) cut one way
 	asked  map[ownerSeq]time.Duration // Owner requests in flight, for Config.OwnerLatency
 	// Config.WriteLatency: when the leader appended each entry not yet
@@ -259,9 +266,13 @@ type Stats struct {
 	FromCopyChanges      int
 	OwnerFromCopyChanges int
 	RaftMessages         int // between replicas
-	Snapshots            int // Raft snapshots taken (log compactions)
-	SnapshotsSent        int // MsgSnap: a replica too far behind was sent the State whole
-	Refusals             int // NotLeader answers to Owners and Lookups
+	// RaftBatches counts the batches of more than one Raft message a
+	// replica stepped between two drives (step.go), LongestBatch the
+	// longest.
+	RaftBatches, LongestBatch int
+	Snapshots                 int // Raft snapshots taken (log compactions)
+	SnapshotsSent             int // MsgSnap: a replica too far behind was sent the State whole
+	Refusals                  int // NotLeader answers to Owners and Lookups
 	// Planned moves (Config.Migration): handovers the Owners were asked
 	// for, those whose state arrived and was acknowledged, those the
 	// application gave up, the migrated grants taken up (each checked to
@@ -338,6 +349,7 @@ func Run(cfg Config) Result {
 		byOwner: map[string]*node{},
 		bySess:  map[uint64]*node{},
 		byAddr:  map[string]int{},
+		byRID:   map[uint64]*node{},
 		tick:    raftTick(cfg.Timing),
 		epoch:   1,
 		end:     cfg.FaultTime + cfg.SettleTime,
@@ -353,6 +365,8 @@ func Run(cfg Config) Result {
 		n := s.addNode(managerNode, i, fmt.Sprintf("manager-%d", i+1))
 		s.mgrs = append(s.mgrs, n)
 		s.peers = append(s.peers, replica.Peer{ID: uint64(i + 1), Addr: n.name})
+		n.rid = uint64(i + 1)
+		s.byRID[n.rid] = n
 		s.byAddr[n.name] = i
 	}
 	for i := range cfg.Owners {
@@ -728,12 +742,20 @@ func (s *Sim) deliver(n *node, e *event) {
 		if s.cfg.Probe != nil && s.leads(n) {
 			s.cfg.Probe.ManagerTraffic(s.now, s.sizes.of(e.msg), false)
 		}
+		if m, ok := e.msg.(raftpb.Message); ok {
+			if m.To != n.rid {
+				// To the process this one replaced (members.go): its
+				// connections closed with it.
+				s.stats.Dropped++
+				s.snapshotDone(e, false)
+				return
+			}
+			s.queueRaft(n, e) // stepped in batches, as the server does (step.go)
+			return
+		}
 		var err error
 		t0 := s.clock()
 		switch m := e.msg.(type) {
-		case raftpb.Message:
-			_ = n.rep.StepRaft(now, m) // Raft's own errors (a stale peer's message) change nothing
-			defer s.snapshotDone(e, true)
 		case *protocol.LeaseRequest:
 			s.trace(n, "recv req from %s seq=%d", m.Owner, m.Seq)
 			err = n.rep.StepLease(now, m)
@@ -900,6 +922,7 @@ func (s *Sim) afterReplica(n *node) time.Time {
 	}
 	s.chk.managerStepped(n)
 	s.leaseAcked(n)
+	s.observeLive(n)
 	if s.onTable != nil {
 		if t := r.State().Table(namespace); t != nil && t.LSN() > s.tableLSN {
 			s.tableLSN = t.LSN()
@@ -935,8 +958,8 @@ func (d replicaDriver) Send(rd *replica.Ready) {
 		if m.Type == raftpb.MsgSnap {
 			s.stats.SnapshotsSent++
 		}
-		if to := int(m.To) - 1; to >= 0 && to < len(s.mgrs) && to != n.idx {
-			s.send(n, s.mgrs[to], m)
+		if to := s.byRID[m.To]; to != nil && to != n {
+			s.send(n, to, m)
 		}
 	}
 	s.sendManaged(n, rd.Owners, rd.Lookups)
@@ -1088,14 +1111,14 @@ func (s *Sim) start(n *node) {
 		}
 		var err error
 		n.rep, err = replica.NewReplica(replica.ReplicaConfig{
-			ID: uint64(n.idx + 1),
+			ID: n.rid,
 			Core: replica.CoreConfig{
 				Timing: s.cfg.Timing, Policy: s.cfg.Policy, Epoch: s.epoch, Seed: seed,
 				Rebalance: s.cfg.Rebalance, RebalanceEvery: s.cfg.RebalanceEvery, DrainGate: s.cfg.DrainGate,
 				RaftTick: s.tick, ElectionTicks: electionTicks, SnapshotEntries: cmp.Or(s.cfg.SnapshotEntries, snapshotEntries),
 				ReadLease: s.readLease(),
 			},
-			Storage: n.store, Bootstrap: s.peers, Break: s.broken(),
+			Storage: n.store, Bootstrap: s.bootstrap(n), Break: s.broken(),
 		}, now)
 		if err != nil {
 			panic(fmt.Sprintf("%s: %v", n.name, err))
@@ -1156,7 +1179,13 @@ func (s *Sim) crash(n *node) {
 	}
 	n.up = false
 	n.gen++
+	defer s.checkLive()
 	n.stalled, n.stallQ = false, nil
+	inbox := n.inbox
+	n.inbox, n.waking = nil, false
+	for _, e := range inbox {
+		s.snapshotDone(e, false) // its stream broke before the replica read it
+	}
 }
 
 func (s *Sim) exp(mean time.Duration) time.Duration {
@@ -1244,6 +1273,7 @@ func (s *Sim) scheduleFaults() {
 			}
 		} else {
 			s.cutReplicas(p)
+			s.checkLive()
 		}
 		for _, n := range append(append([]*node{}, s.owners...), s.lookups...) {
 			if s.rng.IntN(4) == 0 {
@@ -1336,6 +1366,7 @@ func (s *Sim) pickUp(ns []*node) *node {
 func (s *Sim) stopFaults() {
 	s.faulting = false
 	s.endStallsAndGhosts()
+	defer s.restoreMembers()
 	for _, n := range s.nodes {
 		if n.ghost {
 			continue

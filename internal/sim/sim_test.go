@@ -144,6 +144,8 @@ func total(results []Result) Stats {
 		tot.Dropped += s.Dropped
 		tot.Duplicated += s.Duplicated
 		tot.RaftMessages += s.RaftMessages
+		tot.RaftBatches += s.RaftBatches
+		tot.LongestBatch = max(tot.LongestBatch, s.LongestBatch)
 		tot.Snapshots += s.Snapshots
 		tot.SnapshotsSent += s.SnapshotsSent
 		tot.Refusals += s.Refusals
@@ -227,7 +229,7 @@ func testReplicated(t *testing.T, managers int) {
 			"partitions isolating the leader": s.LeaderIsolations, "takeovers after the first": s.Takeovers - len(results),
 			"owner crashes": s.OwnerCrashes, "lookup crashes": s.LookupCrashes, "partitions": s.Partitions,
 			"dropped messages": s.Dropped, "duplicated messages": s.Duplicated, "refusals": s.Refusals,
-			"Raft snapshots sent": s.SnapshotsSent, "losses": s.LossEvents, "notifications": s.Notified,
+			"Raft snapshots sent": s.SnapshotsSent, "batches of Raft messages": s.RaftBatches, "losses": s.LossEvents, "notifications": s.Notified,
 			"leader stalls": s.LeaderStalls, "other stalls": s.Stalls - s.LeaderStalls, "duplicate owner processes": s.Duplicates,
 			"compact pushes": s.CompactPushes, "ranges read from a Lookup's copy": s.FromCopyChanges, "owners read from a Lookup's copy": s.OwnerFromCopyChanges,
 		}
@@ -235,8 +237,8 @@ func testReplicated(t *testing.T, managers int) {
 	t.Logf("%d seeds, %d replicas: %d events, %d leader crashes, %d follower crashes, %d partitions (%d isolating the leader), %d takeovers, %d owner crashes, %d lookup crashes, %d stalls (%d of the leader), %d duplicate owner processes",
 		len(results), managers, tot.Events, tot.LeaderCrashes, tot.ManagerRestarts-tot.LeaderCrashes, tot.Partitions, tot.LeaderIsolations,
 		tot.Takeovers, tot.OwnerCrashes, tot.LookupCrashes, tot.Stalls, tot.LeaderStalls, tot.Duplicates)
-	t.Logf("  %d messages (%d Raft, %d refusals), %d dropped, %d duplicated, %d Raft snapshots taken, %d sent; %d losses, %d notifications, worst delay %s (bound %s)",
-		tot.Messages, tot.RaftMessages, tot.Refusals, tot.Dropped, tot.Duplicated, tot.Snapshots, tot.SnapshotsSent,
+	t.Logf("  %d messages (%d Raft, stepped in %d batches of several, the longest %d; %d refusals), %d dropped, %d duplicated, %d Raft snapshots taken, %d sent; %d losses, %d notifications, worst delay %s (bound %s)",
+		tot.Messages, tot.RaftMessages, tot.RaftBatches, tot.LongestBatch, tot.Refusals, tot.Dropped, tot.Duplicated, tot.Snapshots, tot.SnapshotsSent,
 		tot.LossEvents, tot.Notified, tot.WorstDelay, tot.Bound)
 }
 

@@ -26,6 +26,7 @@ func (s *Sim) stall(n *node, d time.Duration) {
 	}
 	s.trace(n, "stalled for %s", d)
 	n.stalled = true
+	s.checkLive()
 	inc := n.inc
 	s.at(s.now+d, func() {
 		if n.inc == inc {
