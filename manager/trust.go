@@ -40,6 +40,7 @@ var methodRoles = map[string][]certs.Role{
 	pb.Admin_RemovePeer_FullMethodName: {certs.Operator},
 	pb.Admin_Drain_FullMethodName:      {certs.Operator},
 	pb.Admin_Backup_FullMethodName:     {certs.Operator},
+	pb.Admin_Holder_FullMethodName:     {certs.Operator}, // lookup --read-lease
 	pb.Raft_Send_FullMethodName:        {certs.Replica},
 }
 
