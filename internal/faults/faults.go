@@ -83,6 +83,32 @@ type Set struct {
 	// asking holder names though it has since moved on to a later term: it
 	// voted there, and so promised not to support the older term's leader.
 	ReadLeaseStaleGrant bool
+	// ReadLeaseCountUnacked makes the leader count a read-lease holder for
+	// a lease after every promise it makes, whether or not the holder
+	// acknowledged an earlier one: a holder the leader's messages do not
+	// reach (a one-way cut) keeps asking, is counted for ever, and every
+	// answer resting on an entry past its log waits as long.
+	ReadLeaseCountUnacked bool
+	// ReadLeaseFromNewest makes a holder time its lease from its newest
+	// ask instead of from the ask of the round it acknowledged, while the
+	// leader counts it only from the promise it acknowledged: after a lost
+	// promise the holder serves past the leader's count.
+	ReadLeaseFromNewest bool
+	// ReadLeaseForgetRemoved makes the leader stop counting a holder the
+	// moment it applies the holder's removal, and a new leader not count a
+	// holder removed just before it took over: a removed holder that has
+	// not applied its removal serves under a lease the leader no longer
+	// waits for.
+	ReadLeaseForgetRemoved bool
+	// ReadLeaseDeposedGrant makes a replica promise as the leader while it
+	// has a Core, though Raft has made it a follower in the steps since its
+	// last Advance (a later term's heartbeat): it stamps the promise with
+	// the new term and its stale commit index.
+	ReadLeaseDeposedGrant bool
+	// ReadLeaseConfBlind makes a holder take a lease from a majority of its
+	// own voters whatever voters the leader's promise names: a holder whose
+	// configuration lags counts a majority of voters the group has left.
+	ReadLeaseConfBlind bool
 	// FreshAtReceipt makes a Lookup count its copy as fresh as the time a
 	// push or heartbeat that vouches for freshness arrives, instead of the
 	// send time of the request it names plus the replica's elapsed time

@@ -15,18 +15,25 @@ import (
 // Raft; docs/protocol.md, "Quorum read leases", gives the argument.
 //
 //   - A holder asks every voter for a promise, and starts its lease timer
-//     when it asks (like an Owner's, C§2.3.1). A voter promises in its
-//     current Raft term; the leader (taken over) also sends its commit
-//     index and its visible bound. The holder's lease lasts Duration from
-//     the ask once promises of one term from a majority of the voters,
-//     the term's leader among them, have come back.
+//     when it asks (like an Owner's, C§2.3.1). Each ask names the newest
+//     round whose promise from the leader came back (its acknowledgement).
+//     A voter promises in its current Raft term; the leader (Raft's
+//     current leader, taken over) also sends its commit index, its visible
+//     bound and its voters. The holder's lease lasts Duration from the ask
+//     its acknowledgement names, once promises of one term from a majority
+//     of the voters, the term's leader among them, have come back, and
+//     only if its voters are the leader's.
 //   - The leader counts a holder as possibly serving for Duration ×
-//     (1 + MaxDrift) after it promised it, and every holder for as long
-//     after it took over (promises made in earlier terms). The visible
-//     bound is the highest committed index every possibly-serving holder
-//     has appended; the leader sends it to the holders, and holds the
-//     answers of every round whose entry, or whose ReadIndex proof, lies
-//     beyond it.
+//     (1 + MaxDrift) after the promise the holder acknowledged, never
+//     after one it has not heard arrived: a holder it cannot reach stops
+//     counting one lease after the last promise that reached it. It counts
+//     every holder for as long after it took over (promises made in
+//     earlier terms) and after the voters change, and a holder that left
+//     the configuration until its last promise ended (readlease_count.go).
+//     The visible bound is the highest committed index every
+//     possibly-serving holder has appended; the leader sends it to the
+//     holders, and holds the answers of every round whose entry, or whose
+//     ReadIndex proof, lies beyond it.
 //   - A holder serves a read from its copy only while its lease lasts,
 //     with nothing pending (its log holds no entry it has not applied),
 //     with everything it shows visible (applied ≤ the bound it heard) and
@@ -37,8 +44,8 @@ import (
 // so they share the replicas' transport, its partitions and its losses;
 // StepRaft takes them before Raft sees them.
 const (
-	msgLeaseAsk     = raftpb.MessageType(wire.ReadLeaseAsk)     // Index: the round; Term: the holder's term
-	msgLeasePromise = raftpb.MessageType(wire.ReadLeasePromise) // Index: the round; Term: the promise's; Reject: from the leader; Commit, LogTerm: the leader's commit and visible bound
+	msgLeaseAsk     = raftpb.MessageType(wire.ReadLeaseAsk)     // Index: the round; Term: the holder's term; Commit, LogTerm: the round and term of the leader promise it acknowledges
+	msgLeasePromise = raftpb.MessageType(wire.ReadLeasePromise) // Index: the round; Term: the promise's; Reject: from the leader; Commit, LogTerm, RejectHint: the leader's commit, visible bound and voters (votersKey)
 	msgLeaseVisible = raftpb.MessageType(wire.ReadLeaseVisible) // Commit: the visible bound
 )
 
@@ -50,12 +57,22 @@ type promise struct {
 	leader  bool
 	commit  uint64
 	visible uint64
+	voters  uint64 // the leader's voters (votersKey)
 }
 
-// leaseAsk is a round of asks: when the holder sent it, and the promises
-// that came back.
+// leaseAck names the newest round whose promise from the leader came back
+// to a holder: the round, when the holder asked it, and the promise's term.
+type leaseAck struct {
+	round uint64
+	at    time.Time
+	term  uint64
+}
+
+// leaseAsk is a round of asks: when the holder sent it, the leader promise
+// it acknowledged, and the promises that came back.
 type leaseAsk struct {
 	at  time.Time
+	ack leaseAck
 	got map[uint64]promise
 }
 
@@ -65,6 +82,7 @@ type readLease struct {
 	// Holder.
 	round   uint64
 	asks    map[uint64]*leaseAsk
+	ack     leaseAck // the newest leader promise that came back
 	nextAsk time.Time
 	until   time.Time // the lease ends (zero: never held)
 	term    uint64    // the term of the promises that made it
@@ -72,10 +90,14 @@ type readLease struct {
 	visible uint64    // the highest visible bound heard (or, on the leader, set)
 
 	// Leader.
-	sinceEnd time.Time            // took over (or the voters changed): every holder counts until then
-	promised map[uint64]time.Time // holder → until when the leader counts it
-	nextSend time.Time            // resend the visible bound
-	acked    uint64               // the highest index whose round's answers were released
+	promised map[uint64]time.Time            // holder → until when the leader counts it
+	sent     map[uint64]map[uint64]time.Time // holder → round → when this leader promised it, in its term
+	nextSend time.Time                       // resend the visible bound
+	acked    uint64                          // the highest index whose round's answers were released
+
+	// Every replica: holders that left the configuration, until when a
+	// promise made before they left may last (a new leader counts them).
+	gone map[uint64]time.Time
 
 	out   []raftpb.Message
 	stats ReadLeaseStats
@@ -165,12 +187,10 @@ func (r *Replica) leaseTick(now time.Time) {
 	if r.leaseHolder() && !now.Before(r.rl.nextAsk) {
 		r.askLease(now)
 	}
-	if r.core != nil {
+	maps.DeleteFunc(r.rl.gone, func(_ uint64, t time.Time) bool { return !now.Before(t) })
+	if r.leading() {
 		// Forget what has ended, so that leaseDeadline names only what
 		// is to come.
-		if !r.rl.sinceEnd.IsZero() && !now.Before(r.rl.sinceEnd) {
-			r.rl.sinceEnd = time.Time{}
-		}
 		maps.DeleteFunc(r.rl.promised, func(_ uint64, t time.Time) bool { return !now.Before(t) })
 		r.leaseVisible(now)
 		if !now.Before(r.rl.nextSend) {
@@ -194,10 +214,9 @@ func (r *Replica) leaseDeadline() time.Time {
 	if r.leaseHolder() {
 		earlier(r.rl.nextAsk)
 	}
-	if r.core != nil {
+	if r.leading() {
 		earlier(r.rl.nextSend)
 		// A holder stops counting: the bound may move on.
-		earlier(r.rl.sinceEnd)
 		for _, t := range r.rl.promised {
 			earlier(t)
 		}
@@ -218,10 +237,11 @@ func (r *Replica) askLease(now time.Time) {
 	}
 	r.rl.round++
 	r.rl.stats.Asks++
-	r.rl.asks[r.rl.round] = &leaseAsk{at: now, got: map[uint64]promise{}}
+	r.rl.asks[r.rl.round] = &leaseAsk{at: now, ack: r.rl.ack, got: map[uint64]promise{}}
 	term := r.rn.BasicStatus().Term
 	for _, v := range slices.Sorted(maps.Keys(voters)) {
-		m := raftpb.Message{Type: msgLeaseAsk, From: r.cfg.ID, To: v, Index: r.rl.round, Term: term}
+		m := raftpb.Message{Type: msgLeaseAsk, From: r.cfg.ID, To: v, Index: r.rl.round, Term: term,
+			Commit: r.rl.ack.round, LogTerm: r.rl.ack.term}
 		if v == r.cfg.ID {
 			r.stepLease(now, m)
 			continue
@@ -251,30 +271,33 @@ func (r *Replica) stepLease(now time.Time, m raftpb.Message) {
 // current term: by moving to a later term (voting there) it gives up the
 // earlier term for good, which is what lets a new leader bound the
 // promises made before it (docs/protocol.md). Only a replica that knows
-// the term's leader promises, and the leader only once it has taken over.
+// the term's leader promises; the leader's promise is marked as such only
+// while Raft still names this replica its current leader (leading), and a
+// replica Raft made leader promises nothing until it has taken over.
 func (r *Replica) grant(now time.Time, m raftpb.Message) {
 	if !r.cfg.Core.ReadLease.Holds(m.From) {
 		return
 	}
 	bs := r.rn.BasicStatus()
 	term := bs.Term
+	leader := r.leading()
+	if r.cfg.Break.ReadLeaseDeposedGrant {
+		leader = r.core != nil // the Core, which only the next Advance clears
+	}
 	switch {
 	case r.cfg.Break.ReadLeaseStaleGrant && m.Term != 0 && m.Term < bs.Term:
 		term = m.Term // a term this replica has left
 	case bs.Lead == 0:
 		return
-	case r.role == raft.StateLeader && r.core == nil:
-		return
+	case bs.RaftState == raft.StateLeader && !leader:
+		return // not taken over yet
 	}
 	p := raftpb.Message{Type: msgLeasePromise, From: r.cfg.ID, To: m.From, Index: m.Index, Term: term}
-	if r.core != nil && term == bs.Term {
+	if leader && term == bs.Term {
 		p.Reject = true // from the leader
 		r.leaseVisible(now)
-		p.Commit, p.LogTerm = bs.Commit, r.rl.visible
-		until := now.Add(r.leaseBound())
-		if until.After(r.rl.promised[m.From]) {
-			r.rl.promised[m.From] = until
-		}
+		p.Commit, p.LogTerm, p.RejectHint = bs.Commit, r.rl.visible, votersKey(r.conf)
+		r.countHolder(now, m, term)
 	}
 	r.rl.stats.Promises++
 	if m.From == r.cfg.ID {
@@ -284,13 +307,17 @@ func (r *Replica) grant(now time.Time, m raftpb.Message) {
 	r.rl.out = append(r.rl.out, p)
 }
 
-// promised records a promise and takes the lease its round now makes.
+// promised records a promise and takes the lease its round now makes. A
+// promise from the leader is acknowledged in the asks that follow.
 func (r *Replica) promised(now time.Time, m raftpb.Message) {
 	a := r.rl.asks[m.Index]
 	if a == nil || !r.leaseHolder() {
 		return
 	}
-	a.got[m.From] = promise{term: m.Term, leader: m.Reject, commit: m.Commit, visible: m.LogTerm}
+	a.got[m.From] = promise{term: m.Term, leader: m.Reject, commit: m.Commit, visible: m.LogTerm, voters: m.RejectHint}
+	if m.Reject && m.Index > r.rl.ack.round {
+		r.rl.ack = leaseAck{round: m.Index, at: a.at, term: m.Term}
+	}
 	voters, need := r.majority()
 	if voters == nil {
 		return
@@ -308,7 +335,22 @@ func (r *Replica) promised(now time.Time, m raftpb.Message) {
 	if n < need || !lead.leader {
 		return
 	}
-	until := a.at.Add(r.cfg.Core.ReadLease.Duration)
+	// The majority is one of the leader's voters, not only of this
+	// holder's, which may lag the group's (docs/protocol.md, "Quorum read
+	// leases", case 4).
+	if lead.voters != votersKey(r.conf) && !r.cfg.Break.ReadLeaseConfBlind {
+		return
+	}
+	// The leader counts this lease only from the promise this round
+	// acknowledged: the lease runs from that round's ask.
+	start := a.ack.at
+	switch {
+	case r.cfg.Break.ReadLeaseFromNewest:
+		start = a.at
+	case a.ack.round == 0 || a.ack.term != m.Term:
+		return // no promise of this term acknowledged: the next round will be
+	}
+	until := start.Add(r.cfg.Core.ReadLease.Duration)
 	if !until.After(r.rl.until) {
 		return
 	}
@@ -319,31 +361,18 @@ func (r *Replica) promised(now time.Time, m raftpb.Message) {
 	r.rl.visible = max(r.rl.visible, lead.visible)
 }
 
-// leaseTakeover starts the leader's count: every holder may hold promises
-// made in earlier terms, which end within a bound of now.
-func (r *Replica) leaseTakeover(now time.Time) {
-	r.rl.sinceEnd = now.Add(r.leaseBound())
-	clear(r.rl.promised)
-	r.rl.nextSend = now
-}
-
-// possiblyServing reports whether the leader must count holder h.
-func (r *Replica) possiblyServing(h uint64, now time.Time) bool {
-	return now.Before(r.rl.sinceEnd) || now.Before(r.rl.promised[h])
-}
-
 // leaseVisible recomputes the leader's visible bound: the highest
 // committed index every holder that may be serving has appended. It only
 // grows. The answers it releases go out with the next Ready.
 func (r *Replica) leaseVisible(now time.Time) {
-	if !r.leaseOn() || r.core == nil {
+	if !r.leaseOn() || !r.leading() {
 		return
 	}
 	st := r.rn.Status()
 	v := st.Commit
 	if !r.cfg.Break.ReadLeaseAckEarly {
-		for _, h := range r.leaseHolders() {
-			if h == r.cfg.ID || !r.possiblyServing(h, now) {
+		for h, until := range r.rl.promised {
+			if h == r.cfg.ID || !now.Before(until) {
 				continue
 			}
 			pr, ok := st.Progress[h]
@@ -360,17 +389,6 @@ func (r *Replica) leaseVisible(now time.Time) {
 	r.rl.visible = v
 	r.sendVisible()
 	r.release()
-}
-
-// leaseHolders lists the configured holders among the group's members.
-func (r *Replica) leaseHolders() []uint64 {
-	var hs []uint64
-	if r.cfg.Core.ReadLease.All {
-		hs = slices.Sorted(maps.Keys(r.st.peers))
-	} else {
-		hs = r.cfg.Core.ReadLease.Holders
-	}
-	return hs
 }
 
 func (r *Replica) sendVisible() {

@@ -154,7 +154,8 @@ func NewReplica(cfg ReplicaConfig, now time.Time) (*Replica, error) {
 		pending: map[uint64]*heldRound{}, nextTick: now.Add(cfg.Core.RaftTick),
 		started: now, reads: map[string]time.Time{},
 		heard: map[uint64]time.Time{}, learners: map[uint64]time.Time{},
-		rl: readLease{asks: map[uint64]*leaseAsk{}, promised: map[uint64]time.Time{}}}
+		rl: readLease{asks: map[uint64]*leaseAsk{}, promised: map[uint64]time.Time{},
+			sent: map[uint64]map[uint64]time.Time{}, gone: map[uint64]time.Time{}}}
 	snap, err := r.ms.Snapshot()
 	if err != nil {
 		return nil, err
@@ -262,7 +263,7 @@ func (r *Replica) ReportUnreachable(id uint64) { r.rn.ReportUnreachable(id) }
 // StepLease handles an Owner's LeaseRequest. Only a leader that has taken
 // over answers; any other replica returns a *NotLeaderError.
 func (r *Replica) StepLease(now time.Time, req *protocol.LeaseRequest) error {
-	if r.core == nil {
+	if !r.leading() {
 		return r.notLeader()
 	}
 	return r.core.StepLease(now, req)
@@ -291,17 +292,10 @@ func (r *Replica) Serving(now time.Time) bool { return r.syncPath(now) != syncRe
 
 // vouches reports whether the Feed's pushes and heartbeats built at now may
 // vouch for a Lookup's freshness: a poll received now would be answered at
-// once. A leader must still lead in Raft's own state, which a Tick's
-// CheckQuorum may have changed before the Ready that takes the Core away.
-func (r *Replica) vouches(now time.Time) bool {
-	switch r.syncPath(now) {
-	case syncLeader:
-		return r.rn.BasicStatus().RaftState == raft.StateLeader
-	case syncRefused:
-		return false
-	}
-	return true
-}
+// once. A leader must still lead in Raft's own state (leading), which a
+// Tick's CheckQuorum may have changed before the Ready that takes the Core
+// away.
+func (r *Replica) vouches(now time.Time) bool { return r.syncPath(now) != syncRefused }
 
 // How a replica answers a Lookup's sync.
 const (
@@ -316,7 +310,7 @@ const (
 // ReadIndex proof.
 func (r *Replica) syncPath(now time.Time) int {
 	switch {
-	case r.core != nil:
+	case r.leading():
 		return syncLeader
 	case r.leaseReadable(now):
 		return syncLease
@@ -373,7 +367,7 @@ func (r *Replica) notLeader() error {
 // Drain starts draining Owner id of namespace ns (Core.Drain); only a
 // leader that has taken over accepts.
 func (r *Replica) Drain(now time.Time, ns, id string) error {
-	if r.core == nil {
+	if !r.leading() {
 		return r.notLeader()
 	}
 	return r.core.Drain(now, ns, id)
@@ -556,12 +550,14 @@ func (r *Replica) Advance(now time.Time, rd Ready) error {
 		if err != nil {
 			return err
 		}
+		before := r.st.peers
 		r.st = st
 		r.feed.Rebase(st)
 		r.applied, r.snapshot, r.conf = rd.Snapshot.Metadata.Index, rd.Snapshot.Metadata.Index, rd.Snapshot.Metadata.ConfState
 		for _, id := range slices.Sorted(maps.Keys(st.peers)) {
 			r.peerChanges = append(r.peerChanges, Peer{ID: id, Addr: st.peers[id]})
 		}
+		r.leaseMembersChanged(now, before)
 	}
 	if ss := rd.raft.SoftState; ss != nil {
 		r.lead, r.role = ss.Lead, ss.RaftState
@@ -659,6 +655,10 @@ func (r *Replica) apply(now time.Time, e raftpb.Entry) error {
 	if e.Type == raftpb.EntryNormal && e.Term == r.coreTerm && r.role == raft.StateLeader {
 		r.termSeen = true
 	}
+	var before map[uint64]string
+	if e.Type == raftpb.EntryConfChange {
+		before = maps.Clone(r.st.peers)
+	}
 	a, err := applyEntry(r.st, now, e)
 	if err != nil {
 		return err
@@ -666,7 +666,7 @@ func (r *Replica) apply(now time.Time, e raftpb.Entry) error {
 	if a.cc != nil {
 		r.conf = *r.rn.ApplyConfChange(*a.cc)
 		r.confPending = false
-		r.rl.sinceEnd = now.Add(r.leaseBound()) // the voters changed: count every holder for a lease again
+		r.leaseMembersChanged(now, before) // count every holder for a lease again, and those that left
 	}
 	if a.peer != nil {
 		r.peerChanges = append(r.peerChanges, *a.peer)

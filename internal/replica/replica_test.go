@@ -21,11 +21,14 @@ import (
 // group is a Raft group of Replicas on a perfect in-memory network with
 // one virtual clock, for testing the failover rules step by step.
 type group struct {
-	t     *testing.T
-	now   time.Time
-	reps  map[uint64]*Replica
-	down  map[uint64]bool
-	cut   map[uint64]bool // cut off from the other replicas
+	t    *testing.T
+	now  time.Time
+	reps map[uint64]*Replica
+	down map[uint64]bool
+	cut  map[uint64]bool // cut off from the other replicas
+	// drop, if set, loses the replica messages it returns true for: a
+	// one-way cut, a lost append.
+	drop  func(raftpb.Message) bool
 	sent  map[string][]*protocol.LeaseResponse
 	inbox []raftpb.Message
 	// owners exchange messages with the replica that has taken over (or
@@ -100,7 +103,7 @@ func (g *group) settle() {
 		msgs := g.inbox
 		g.inbox = nil
 		for _, m := range msgs {
-			if g.down[m.To] || g.cut[m.To] || g.cut[m.From] {
+			if g.down[m.To] || g.cut[m.To] || g.cut[m.From] || (g.drop != nil && g.drop(m)) {
 				continue
 			}
 			busy = true
