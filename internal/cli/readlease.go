@@ -99,7 +99,7 @@ func (o *clientOptions) atFirst(ctx context.Context, fn func(context.Context, pb
 	if len(addrs) == 0 {
 		return usagef("--manager must not be empty")
 	}
-	conn, err := runtime.Dial(addrs[0], nil)
+	conn, err := o.dial(addrs[0])
 	if err != nil {
 		return fmt.Errorf("invalid --manager address %q: %w", addrs[0], err)
 	}
