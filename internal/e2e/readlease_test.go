@@ -4,7 +4,10 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,6 +19,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/leasehold/leasehold/certs"
+	"github.com/leasehold/leasehold/internal/browser"
 	pb "github.com/leasehold/leasehold/proto/leasehold/v1"
 	"github.com/leasehold/leasehold/protocol"
 )
@@ -31,11 +35,13 @@ import (
 const readLease = 400 * time.Millisecond
 
 // readLeaseTiming is the fast profile with 4-s Owner leases renewed every
-// second: a lease outlasts the load of a shared two-core machine, and is
-// still far shorter than each fault.
+// second, and Lookups that raise a loss after 4 s without an answer: a
+// lease outlasts the load of a shared two-core machine, and is still far
+// shorter than each fault.
 var readLeaseTiming = func() protocol.Timing {
 	t := protocol.Fast()
 	t.OwnerLease, t.Renew, t.ManagerLease = 4*time.Second, time.Second, 4400*time.Millisecond
+	t.SyncTimeout = 4 * time.Second
 	return t
 }()
 
@@ -298,6 +304,9 @@ func TestReadLeaseFaults(t *testing.T) {
 	wait, lost := om.scrape()
 	t.Logf("summary: %d lease reads checked, %d stale; longest Owner answer wait %s; Owner leases lost %d\n  %s",
 		n, len(bad), wait.Round(time.Millisecond), lost, strings.Join(summary, "\n  "))
+	if t.Failed() {
+		saveLogs(t, append(slices.Collect(maps.Values(g.procs)), kvs...))
+	}
 	for _, p := range kvs {
 		var warns []string
 		for _, l := range strings.Split(p.stderr.String(), "\n") {
@@ -307,6 +316,27 @@ func TestReadLeaseFaults(t *testing.T) {
 		}
 		t.Logf("%s logged %d warnings; the last:\n%s", p.name, len(warns), strings.Join(warns[max(0, len(warns)-8):], "\n"))
 	}
+}
+
+// saveLogs writes the whole stderr of each process to
+// $LEASEHOLD_ARTIFACTS/<test>/<name>.log, when that is set (CI sets it):
+// a failure's cause is often further back than the tails the test prints.
+func saveLogs(t *testing.T, ps []*proc) {
+	root := os.Getenv(browser.ArtifactsEnv)
+	if root == "" {
+		return
+	}
+	dir := filepath.Join(root, t.Name())
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Logf("saving the logs: %v", err)
+		return
+	}
+	for _, p := range ps {
+		if err := os.WriteFile(filepath.Join(dir, p.name+".log"), []byte(p.stderr.String()), 0o644); err != nil {
+			t.Logf("saving the logs: %v", err)
+		}
+	}
+	t.Logf("the processes' logs are in %s", dir)
 }
 
 func firstLine(s string) string {
