@@ -337,7 +337,7 @@ func (r *Replica) promised(now time.Time, m raftpb.Message) {
 	}
 	// The majority is one of the leader's voters, not only of this
 	// holder's, which may lag the group's (docs/protocol.md, "Quorum read
-	// leases", case 4).
+	// leases", boundary 4).
 	if lead.voters != votersKey(r.conf) && !r.cfg.Break.ReadLeaseConfBlind {
 		return
 	}

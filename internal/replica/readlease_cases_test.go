@@ -9,6 +9,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/leasehold/leasehold/internal/faults"
+	"github.com/leasehold/leasehold/protocol"
 )
 
 // The read-lease rules of docs/protocol.md ("Quorum read leases") at the
@@ -202,7 +203,7 @@ func TestReadLeaseDeposedLeaderPromisesAsFollower(t *testing.T) {
 // TestReadLeaseCountsTheLeadersVoters: a holder takes a lease only if the
 // voters it counted its majority among are the leader's, which its promise
 // names; a holder whose configuration lags the leader's takes none (the
-// guard of docs/protocol.md, "Quorum read leases", case 4). Broken
+// guard of docs/protocol.md, "Quorum read leases", boundary 4). Broken
 // (ReadLeaseConfBlind), it counts against its own voters whatever the
 // leader's are.
 func TestReadLeaseCountsTheLeadersVoters(t *testing.T) {
@@ -251,5 +252,36 @@ func TestReadLeaseCountsTheLeadersVoters(t *testing.T) {
 				t.Fatal("the leader's promise naming the holder's own voters made no lease")
 			}
 		})
+	}
+}
+
+// TestDeposedLeaderProposesNothing: leader o is paused and n elected in a
+// later term; o resumes and steps, in one batch, an Owner's first request
+// (which its Core answers with a change) and then n's heartbeat. Raft
+// makes o a follower, which would forward a proposal to n: the round of a
+// Core whose replica no longer leads must not reach the log, where n's
+// Core, built from the applied State, does not expect it.
+func TestDeposedLeaderProposesNothing(t *testing.T) {
+	g := newGroup(t, 3, faults.Set{})
+	o := g.runUntilLeader()
+	g.run(time.Second)
+	g.down[o.ID()] = true
+	n := g.runUntilLeader()
+	g.run(time.Second)
+	g.down[o.ID()] = false
+	req := &protocol.LeaseRequest{Namespace: DefaultNamespace, Owner: "z", Addr: "z:7000", Incarnation: 1, Seq: 1}
+	if err := o.StepLease(g.now, req); err != nil {
+		t.Fatalf("o, still the leader in Raft, refused: %v", err)
+	}
+	_ = o.StepRaft(g.now, raftpb.Message{Type: raftpb.MsgHeartbeat, From: n.ID(), To: o.ID(), Term: n.Status().Term})
+	if err := o.StepLease(g.now, req); err == nil {
+		t.Fatal("a replica Raft has deposed took an Owner's request")
+	}
+	g.settle()
+	g.run(time.Second)
+	for id, r := range g.reps {
+		if _, ok := r.State().Owners(DefaultNamespace)["z"]; ok {
+			t.Fatalf("replica %d applied the deposed leader's round: Owner z is a member", id)
+		}
 	}
 }

@@ -447,8 +447,11 @@ func (r *Replica) Tick(now time.Time) {
 // flush proposes the Core's latest changes as one entry and holds its Owner
 // messages until that entry commits (the first failover rule). Ready calls
 // it, so a round of steps is one entry; Tick and a takeover call it too.
+// A Core whose replica Raft has deposed since the last Advance proposes
+// nothing: a follower forwards proposals to its leader, whose own Core was
+// built without this round. Advance drops the Core and its round.
 func (r *Replica) flush(now time.Time) {
-	if r.core == nil {
+	if !r.leading() {
 		return
 	}
 	rd := r.core.Ready()
