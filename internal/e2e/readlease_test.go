@@ -62,8 +62,8 @@ const faultLength = 10 * time.Second
 //	(c) its removal from the group (Admin/RemovePeer, leasehold cluster
 //	    remove's call) with the leader's messages to it cut just before,
 //	    so that the others commit and apply the removal before it has it;
-//
-// then 3 s more with the group of two.
+//	(d) leasehold cluster remove of the other follower: the leader goes
+//	    on alone.
 //
 // Through all of it no Owner loses a lease (the kv servers'
 // leasehold_owner_leases_lost_total, and watch prints no loss), every
@@ -287,9 +287,20 @@ func TestReadLeaseFaults(t *testing.T) {
 		return f, ld
 	}, 2*time.Second)
 
-	// A last look, with the group of two and the removed replica still
-	// named in every client's list.
-	phase("(after) the group of two for 3 s", func() (uint64, uint64) { return 0, g.leader(t, 0) }, 3*time.Second)
+	// (d) leasehold cluster remove of the other follower, under the load:
+	// the leader goes on alone, with the removed replicas still named in
+	// every client's list.
+	phase("(d) leasehold cluster remove of the last follower", func() (uint64, uint64) {
+		f, ld := follower()
+		at := time.Now()
+		out, err := command(t, leasehold, "cluster", "remove", fmt.Sprint(f), "--manager", c.manager, "--timeout", "10s").CombinedOutput()
+		if err != nil {
+			t.Errorf("leasehold cluster remove %d: %v: %s", f, err, out)
+		}
+		removed[f] = true
+		t.Logf("%s: leasehold cluster remove %d took %s: %s", since(started), f, time.Since(at).Round(time.Millisecond), firstLine(string(out)))
+		return f, ld
+	}, 3*time.Second)
 	cancel()
 	bg.Wait()
 	ld.stop()
