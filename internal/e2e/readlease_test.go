@@ -74,9 +74,9 @@ const faultLength = 10 * time.Second
 // asked (readlease_check_test.go).
 //
 // On a5b4102 (a) stalled every Owner answer for the whole cut and the kv
-// servers lost all 192 leases, and in (c) the removed replica served
-// lease reads at a log index below one the leader had already answered
-// at.
+// servers lost all 192 leases, in (c) the removed replica served lease
+// reads at a log index below one another replica had already answered
+// at, and after (d) the kv servers lost 128 leases more.
 func TestReadLeaseFaults(t *testing.T) {
 	onlyWithAll(t)
 	if testing.Short() {
