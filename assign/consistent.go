@@ -54,6 +54,17 @@ func (c ConsistentHash) vnodes(capacity float64) int {
 	return int(n)
 }
 
+// Points returns how many virtual nodes a member of the given capacity gets
+// (a capacity that is not positive counts as 1): the most segments it adds
+// to an assignment, since each point starts at most one. The Manager counts
+// a join's ranges with it before admitting the join (--max-ranges).
+func (c ConsistentHash) Points(capacity float64) int {
+	if !(capacity > 0) {
+		capacity = 1
+	}
+	return c.vnodes(capacity)
+}
+
 // point is one virtual node on the ring.
 type point struct {
 	key    keyspace.Key

@@ -26,20 +26,41 @@ func (AuthInfo) AuthType() string { return "leasehold-tls" }
 
 type serverCreds struct {
 	credentials.TransportCredentials
-	src *Source
+	src     *Source
+	refused func(why error)
 }
 
-// ServerCredentials are a gRPC server's mutual TLS credentials. A client
-// whose certificate is missing or not valid still completes the handshake,
-// so that the server can refuse its calls with Unauthenticated and a
-// message that says why (PeerIdentity): it can make no call.
-func ServerCredentials(src *Source) credentials.TransportCredentials {
-	return serverCreds{credentials.NewTLS(src.ServerTLS()), src}
+// ServerCredentials are a gRPC server's mutual TLS credentials
+// (ServerTLS): a client whose certificate is missing or not valid is
+// refused at the handshake, and its connection closed, so it holds no
+// slot and makes no call; refused, if not nil, is told why (for the
+// server's log and metrics). The identity of every other client is in
+// each call's context (PeerIdentity).
+func ServerCredentials(src *Source, refused func(why error)) credentials.TransportCredentials {
+	return serverCreds{credentials.NewTLS(src.ServerTLS()), src, refused}
+}
+
+// Handshaken is a connection whose TLS handshake a listener already made
+// with ServerTLS: ServerCredentials take it as it is, and read the
+// client's identity from its state.
+type Handshaken interface {
+	net.Conn
+	ConnectionState() tls.ConnectionState
 }
 
 func (c serverCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	if h, ok := raw.(Handshaken); ok {
+		if st := h.ConnectionState(); st.HandshakeComplete {
+			id, verr := c.src.Verify(st.PeerCertificates)
+			return raw, AuthInfo{TLSInfo: credentials.TLSInfo{State: st,
+				CommonAuthInfo: credentials.CommonAuthInfo{SecurityLevel: credentials.PrivacyAndIntegrity}}, Identity: id, Err: verr}, nil
+		}
+	}
 	conn, ai, err := c.TransportCredentials.ServerHandshake(raw)
 	if err != nil {
+		if why, ok := RefusedAtHandshake(err); ok && c.refused != nil {
+			c.refused(why)
+		}
 		return nil, nil, err
 	}
 	info, ok := ai.(credentials.TLSInfo)
@@ -52,7 +73,7 @@ func (c serverCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthIn
 }
 
 func (c serverCreds) Clone() credentials.TransportCredentials {
-	return serverCreds{c.TransportCredentials.Clone(), c.src}
+	return serverCreds{c.TransportCredentials.Clone(), c.src, c.refused}
 }
 
 // ClientCredentials are a gRPC client's mutual TLS credentials: each

@@ -9,13 +9,14 @@ import (
 )
 
 // ServeHTTP serves srv on lis until it is closed: with src, over TLS with
-// src's certificate (ServerTLS) and only to clients with a certificate of
-// the group (RequireHTTP); with a nil src, in plain HTTP, for a
-// configuration that asked for plaintext. It returns srv.Serve's error.
+// src's certificate (ServerTLSOpen) and only to clients with a certificate
+// of the group (RequireHTTP, each request refused with 401 saying what is
+// wrong with the client's certificate); with a nil src, in plain HTTP, for
+// a configuration that asked for plaintext. It returns srv.Serve's error.
 func ServeHTTP(srv *http.Server, lis net.Listener, src *Source) error {
 	if src != nil {
 		srv.Handler = RequireHTTP(src, nil, srv.Handler)
-		lis = tls.NewListener(lis, src.ServerTLS())
+		lis = tls.NewListener(lis, src.ServerTLSOpen())
 	}
 	return srv.Serve(lis)
 }

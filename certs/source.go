@@ -207,12 +207,32 @@ func describe(c *x509.Certificate, err error) error {
 	return fmt.Errorf("%s: %w", who, err)
 }
 
-// ServerTLS is the configuration of a listener: it presents the current
-// certificate and asks every client for one. It does not refuse a client
-// at the handshake: the server verifies the client's certificate with
-// Verify (ServerCredentials and RequireHTTP do), so that the refusal can
-// say what was wrong.
+// ServerTLS is the configuration of a listener that serves only the
+// group's certificate holders: it presents the current certificate and
+// refuses, at the handshake, a client that presents none ("certificate
+// required") or one that Verify does not accept ("bad certificate"), so
+// that a stranger's connection ends there and holds nothing of the server
+// (a connection slot, a stream). The handshake's error on the server says
+// what was wrong (RefusedAtHandshake), for the server's log; the client
+// sees only the TLS alert.
 func (s *Source) ServerTLS() *tls.Config {
+	c := s.ServerTLSOpen()
+	c.ClientAuth = tls.RequireAnyClientCert
+	c.VerifyConnection = func(cs tls.ConnectionState) error {
+		if _, err := s.Verify(cs.PeerCertificates); err != nil {
+			return &handshakeRefusal{err}
+		}
+		return nil
+	}
+	return c
+}
+
+// ServerTLSOpen is the configuration of a listener that also serves
+// callers without a certificate, such as the health endpoints a load
+// balancer probes: it asks every client for a certificate but does not
+// refuse one at the handshake. Each request is then checked (RequireHTTP),
+// and refused with a message that says what was wrong.
+func (s *Source) ServerTLSOpen() *tls.Config {
 	return &tls.Config{
 		MinVersion: tls.VersionTLS13,
 		ClientAuth: tls.RequestClientCert,
@@ -220,6 +240,33 @@ func (s *Source) ServerTLS() *tls.Config {
 			return &s.fresh().cert, nil
 		},
 	}
+}
+
+// handshakeRefusal is ServerTLS's refusal of a client's certificate.
+type handshakeRefusal struct{ err error }
+
+func (r *handshakeRefusal) Error() string { return r.err.Error() }
+func (r *handshakeRefusal) Unwrap() error { return r.err }
+
+// RefusedAtHandshake says whether err, a server's handshake error with
+// ServerTLS, is the refusal of the client's certificate (missing or not
+// valid), and if so returns why, naming the certificate: an error that
+// wraps ErrNoCertificate, ErrUnknownCA, ErrExpired or ErrNoIdentity, or
+// another of Verify's. Any other handshake error (a timeout, a client that
+// went away, a scanner) is not.
+func RefusedAtHandshake(err error) (error, bool) {
+	if err == nil {
+		return nil, false
+	}
+	var r *handshakeRefusal
+	if errors.As(err, &r) {
+		return r.err, true
+	}
+	// crypto/tls's own check of tls.RequireAnyClientCert.
+	if strings.Contains(err.Error(), "didn't provide a certificate") {
+		return fmt.Errorf("certs: %w", ErrNoCertificate), true
+	}
+	return nil, false
 }
 
 // ClientTLS is the configuration of a client: it presents the current

@@ -29,7 +29,7 @@ func tlsOwner(t *testing.T, src *certs.Source, calls *atomic.Int32, caller *atom
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := grpc.NewServer(grpc.Creds(certs.ServerCredentials(src)),
+	s := grpc.NewServer(grpc.Creds(certs.ServerCredentials(src, nil)),
 		grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 			calls.Add(1)
 			if id, err := certs.PeerIdentity(ctx); err == nil {

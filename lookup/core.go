@@ -31,6 +31,9 @@ type Loss struct {
 type Core struct {
 	cfg  CoreConfig
 	view *leasetable.View
+	// ownDrift is the configured MaxDrift; cfg.Timing.MaxDrift is the one
+	// in force, the larger of it and the Manager's (protocol.JudgingDrift).
+	ownDrift float64
 	// broken holds the rules the simulation breaks on purpose
 	// (core_broken.go); the zero value, always outside it, breaks none.
 	broken faults.Set
@@ -66,8 +69,8 @@ type Core struct {
 
 // NewCore returns a Core started at now; it asks for a sync at the first Tick.
 func NewCore(cfg CoreConfig, now time.Time) *Core {
-	return &Core{cfg: cfg, view: leasetable.NewView(), pending: map[uint64]time.Time{}, sent: map[uint64]time.Time{},
-		started: now, nextSync: now}
+	return &Core{cfg: cfg, ownDrift: cfg.Timing.MaxDrift, view: leasetable.NewView(), pending: map[uint64]time.Time{},
+		sent: map[uint64]time.Time{}, started: now, nextSync: now}
 }
 
 // Applied returns the last update applied to the copy, as applied: a delta
@@ -112,7 +115,8 @@ func (c *Core) staleAt() time.Time {
 func (c *Core) Fresh() time.Time { return c.fresh }
 
 // Timing returns the timings in force: the configured ones, with Sync and
-// SyncTimeout as the Manager's answers set them.
+// SyncTimeout as the Manager's answers set them, and MaxDrift the larger of
+// the configured one and the Manager's.
 func (c *Core) Timing() protocol.Timing { return c.cfg.Timing }
 
 // Polls returns the number of SyncRequests the Core has made.
@@ -165,6 +169,7 @@ func (c *Core) requestSync(now time.Time) {
 	c.schedule()
 	c.out = append(c.out, &protocol.SyncRequest{
 		Namespace: c.cfg.Namespace, ID: c.nextID, Epoch: c.epoch, LSN: c.view.LSN(), Heartbeats: true,
+		MaxDrift: c.cfg.Timing.MaxDrift,
 	})
 }
 
@@ -200,6 +205,12 @@ func (c *Core) Step(now time.Time, m *protocol.SyncResponse) {
 			c.cfg.Timing.Sync, c.cfg.Timing.SyncTimeout = m.Sync, m.SyncTimeout
 			c.schedule()
 		}
+		// And its clock-rate bound, before this message's vouching is
+		// judged: a Lookup on the default must not take a heartbeat from a
+		// Manager that allows more drift for fresher than it is. Requests
+		// say the MaxDrift in force, and a replica vouches only to those
+		// that say at least its own (Timing.VouchesFor).
+		c.cfg.Timing.MaxDrift = protocol.JudgingDrift(c.ownDrift, m.MaxDrift)
 	}
 	sent, answered := c.pending[m.ID]
 	if m.ID != 0 {

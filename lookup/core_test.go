@@ -120,7 +120,7 @@ func TestFirstTick(t *testing.T) {
 	if len(r.losses) != 0 {
 		t.Fatalf("losses %v at start", r.losses)
 	}
-	want := protocol.SyncRequest{Namespace: ns, ID: 1, Epoch: 0, LSN: 0, Heartbeats: true}
+	want := protocol.SyncRequest{Namespace: ns, ID: 1, Epoch: 0, LSN: 0, Heartbeats: true, MaxDrift: tm.MaxDrift}
 	if got := oneReq(t, r.reqs); *got != want {
 		t.Fatalf("first request %+v, want %+v", *got, want)
 	}
@@ -172,7 +172,7 @@ func TestApplyUpdates(t *testing.T) {
 	if len(r.losses) != 0 {
 		t.Fatalf("losses %v on a gap", r.losses)
 	}
-	want := protocol.SyncRequest{Namespace: ns, ID: 2, Epoch: epoch, LSN: l4, Heartbeats: true}
+	want := protocol.SyncRequest{Namespace: ns, ID: 2, Epoch: epoch, LSN: l4, Heartbeats: true, MaxDrift: tm.MaxDrift}
 	if got := oneReq(t, r.reqs); *got != want {
 		t.Fatalf("request after the gap %+v, want %+v", *got, want)
 	}

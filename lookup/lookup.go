@@ -41,7 +41,9 @@ type Config struct {
 	// Namespace is the key space to follow; empty means "default".
 	Namespace string
 	// Timing is used until the Manager's timings arrive with its first
-	// answer; the zero value means protocol.Production().
+	// answer; the zero value means protocol.Production(). Of its MaxDrift
+	// the Lookup then keeps the larger of this one and the Manager's, with
+	// which it judges heartbeats (docs/protocol.md, "Heartbeats").
 	Timing protocol.Timing
 	// OnLoss, if set, receives every loss notification (P§2.1): the soft
 	// state of those keys may be gone, so clients that stored state there

@@ -3,25 +3,25 @@ package manager
 import (
 	"context"
 	"fmt"
-	"net"
+	"log/slog"
 	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"golang.org/x/net/http2"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/leasehold/leasehold/internal/peers"
+	"github.com/leasehold/leasehold/internal/runtime"
 	"github.com/leasehold/leasehold/manager/config"
 	pb "github.com/leasehold/leasehold/proto/leasehold/v1"
 )
@@ -33,6 +33,7 @@ const (
 	limitMessage     = "max-message-bytes"
 	limitConnections = "max-connections"
 	limitRate        = "max-request-rate"
+	limitCallRate    = "max-call-rate"
 	limitOwners      = "max-owners"
 	limitRanges      = "max-ranges"
 )
@@ -42,6 +43,7 @@ const (
 	DefaultMaxConnections    = 50000
 	DefaultMaxStreamsPerConn = 10000
 	DefaultIdleTimeout       = 5 * time.Minute
+	DefaultMaxCallRate       = 20
 )
 
 // newLimitRefusals counts the refusals of each limit.
@@ -50,7 +52,7 @@ func newLimitRefusals() *prometheus.CounterVec {
 		Name: "leasehold_limit_refusals_total",
 		Help: "Requests, messages and connections refused for a limit, by the flag that sets it.",
 	}, []string{"limit"})
-	for _, l := range []string{limitMessage, limitConnections, limitRate, limitOwners, limitRanges} {
+	for _, l := range []string{limitMessage, limitConnections, limitRate, limitCallRate, limitOwners, limitRanges} {
 		c.WithLabelValues(l)
 	}
 	return c
@@ -62,8 +64,10 @@ func (s *Server) limitRefused(limit string) { s.metrics.limits.WithLabelValues(l
 // limitOptions are the listener's limits as gRPC server options: the codec
 // that checks each message's size for its service before decoding it and
 // turns a message that does not decode into InvalidArgument, the
-// interceptors that report both, streams per connection, and the idle
-// timeout. GRPCOptions includes them.
+// interceptors that report both, the unary calls per second on one
+// connection (callRate), streams per connection, and the idle timeout.
+// GRPCOptions includes them. callRate is gRPC's tap handle, of which a
+// server has one: a server built with GRPCOptions cannot set its own.
 func (s *Server) limitOptions() []grpc.ServerOption {
 	opts := []grpc.ServerOption{
 		grpc.ForceServerCodecV2(limitCodecV2{limitCodec{s}}),
@@ -71,11 +75,16 @@ func (s *Server) limitOptions() []grpc.ServerOption {
 		grpc.ChainStreamInterceptor(s.decodeStream),
 		grpc.MaxConcurrentStreams(uint32(s.cfg.MaxStreamsPerConn)),
 		// A connection whose handshake does not finish in time is closed.
-		grpc.ConnectionTimeout(10 * time.Second),
-		grpc.StatsHandler(unreadRefusals{s}),
+		grpc.ConnectionTimeout(handshakeTimeout),
+		grpc.StatsHandler(limitStats{s}),
+		grpc.InTapHandle(s.callRate),
 	}
 	if s.cfg.IdleTimeout > 0 {
-		opts = append(opts, grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: s.cfg.IdleTimeout}))
+		// gRPC keeps one set of keepalive parameters: these replace
+		// KeepaliveServerOptions', so they start from them.
+		kp := runtime.KeepaliveServerParameters()
+		kp.MaxConnectionIdle = s.cfg.IdleTimeout
+		opts = append(opts, grpc.KeepaliveParams(kp))
 	}
 	return opts
 }
@@ -85,9 +94,15 @@ func (s *Server) limitOptions() []grpc.ServerOption {
 // a part of a Raft message may be as large as peers.PartBytes, every other
 // message as large as MaxMessageBytes. And a message that does not decode
 // (bad UTF-8 in a string, a truncated field) is the sender's fault. gRPC
-// turns any codec error into Internal, so the codec records what went wrong
-// for the message instead (decodeErrs) and the interceptors answer it:
-// ResourceExhausted naming the limit, or InvalidArgument naming the field.
+// turns any codec error into Internal, so the codec leaves its verdict in
+// the message itself instead (refuseMessage) and the interceptors answer
+// it: ResourceExhausted naming the limit, or InvalidArgument naming the
+// field. The verdict lives and dies with the message, whatever refuses the
+// call first: an interceptor before the decoding one (the role check), or
+// gRPC itself (a second request on a server-streaming call). A side table
+// kept the partly decoded message of every call refused before the
+// decoding interceptor took its verdict, and a stranger could fill the
+// heap with them.
 //
 // gRPC itself refuses a message over the server's MaxRecvMsgSize (the
 // larger of the two limits) from its length prefix, before reading its
@@ -117,7 +132,7 @@ func (c limitCodec) Unmarshal(data []byte, v any) error {
 	}
 	if len(data) > limit {
 		c.s.limitRefused(limitMessage)
-		decodeErrs.Store(m, status.Errorf(codes.ResourceExhausted,
+		refuseMessage(m, codes.ResourceExhausted, fmt.Sprintf(
 			"leasehold: a %s of %d bytes is larger than the %d allowed (%s)", m.ProtoReflect().Descriptor().Name(), len(data), limit, name))
 		return nil
 	}
@@ -126,23 +141,76 @@ func (c limitCodec) Unmarshal(data []byte, v any) error {
 		if f := badUTF8Field(m.ProtoReflect().Descriptor(), data); f != "" {
 			what = "field " + f + " is not valid UTF-8"
 		}
-		decodeErrs.Store(m, status.Errorf(codes.InvalidArgument, "leasehold: a %s does not decode: %s", m.ProtoReflect().Descriptor().Name(), what))
+		refuseMessage(m, codes.InvalidArgument, fmt.Sprintf("leasehold: a %s does not decode: %s", m.ProtoReflect().Descriptor().Name(), what))
+		return nil
+	}
+	if verdictOf(m) != nil {
+		// A sender's own "verdict" would choose the status of its call.
+		refuseMessage(m, codes.InvalidArgument, fmt.Sprintf("leasehold: a %s carries field number %d, which is reserved", m.ProtoReflect().Descriptor().Name(), verdictField))
 	}
 	return nil
 }
 
-// unreadRefusals counts, under max-message-bytes, the messages gRPC refuses
-// from their length prefix (larger than every service's limit): they never
-// reach limitCodec, and for a unary call not even the interceptors.
-type unreadRefusals struct{ s *Server }
+// verdictField is the field number under which the codec leaves its
+// verdict on a message it refused, as an unknown field: the status code in
+// one byte, then the message. No leasehold message uses it (it is the
+// largest field number protobuf allows), and one that arrives with it is
+// refused.
+const verdictField = protowire.MaxValidNumber
 
-func (unreadRefusals) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
-func (unreadRefusals) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
-	return ctx
+// refuseMessage empties m, so that nothing of what was partly decoded is
+// kept, and leaves in it the status its call is to be answered with.
+func refuseMessage(m proto.Message, code codes.Code, msg string) {
+	proto.Reset(m)
+	b := protowire.AppendTag(nil, verdictField, protowire.BytesType)
+	b = protowire.AppendBytes(b, append([]byte{byte(code)}, msg...))
+	m.ProtoReflect().SetUnknown(b)
 }
-func (unreadRefusals) HandleConn(context.Context, stats.ConnStats) {}
 
-func (h unreadRefusals) HandleRPC(_ context.Context, st stats.RPCStats) {
+// verdictOf returns the status refuseMessage left in m, or nil.
+func verdictOf(m any) error {
+	pm, ok := m.(proto.Message)
+	if !ok {
+		return nil
+	}
+	u := pm.ProtoReflect().GetUnknown()
+	for len(u) > 0 {
+		num, typ, n := protowire.ConsumeTag(u)
+		if n < 0 {
+			return nil
+		}
+		u = u[n:]
+		if num == verdictField && typ == protowire.BytesType {
+			v, n := protowire.ConsumeBytes(u)
+			if n < 0 || len(v) == 0 || codes.Code(v[0]) == codes.OK {
+				return status.Error(codes.InvalidArgument, "leasehold: a message carries a malformed reserved field")
+			}
+			return status.Error(codes.Code(v[0]), string(v[1:]))
+		}
+		if n = protowire.ConsumeFieldValue(num, typ, u); n < 0 {
+			return nil
+		}
+		u = u[n:]
+	}
+	return nil
+}
+
+// limitStats counts, under max-message-bytes, the messages gRPC refuses
+// from their length prefix (larger than every service's limit): they never
+// reach limitCodec, and for a unary call not even the interceptors. It
+// also gives each connection its own budget of unary calls (callRate).
+type limitStats struct{ s *Server }
+
+func (limitStats) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
+
+// TagConn's context is the parent of the context of every call on the
+// connection, the tap's included.
+func (h limitStats) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
+	return context.WithValue(ctx, callBudgetKey{}, newLimiter(h.s.cfg.MaxCallRate))
+}
+func (limitStats) HandleConn(context.Context, stats.ConnStats) {}
+
+func (h limitStats) HandleRPC(_ context.Context, st stats.RPCStats) {
 	end, ok := st.(*stats.End)
 	if !ok || end.Error == nil {
 		return
@@ -150,6 +218,41 @@ func (h unreadRefusals) HandleRPC(_ context.Context, st stats.RPCStats) {
 	if s, _ := status.FromError(end.Error); s.Code() == codes.ResourceExhausted && strings.HasPrefix(s.Message(), "grpc: received message larger than max") {
 		h.s.limitRefused(limitMessage)
 	}
+}
+
+// callBudgetKey keys a connection's *limiter of unary calls.
+type callBudgetKey struct{}
+
+// unaryMethods are the Manager's unary methods, which callRate limits.
+// Streams are not counted: a follower opens one on its leader for each
+// Owner it relays, all at once after a leader change, over one connection;
+// each stream's messages have their own limit (MaxRequestRate).
+var unaryMethods = func() map[string]bool {
+	m := map[string]bool{}
+	for _, d := range []*grpc.ServiceDesc{&pb.Leases_ServiceDesc, &pb.Lookups_ServiceDesc, &pb.Admin_ServiceDesc, &pb.Raft_ServiceDesc} {
+		for _, md := range d.Methods {
+			m["/"+d.ServiceName+"/"+md.MethodName] = true
+		}
+	}
+	return m
+}()
+
+// callRate refuses a unary call past MaxCallRate calls per second on its
+// connection (bursts of twice that), with ResourceExhausted naming the
+// limit. It runs when the call's headers arrive, before its request is
+// read, let alone decoded: a caller past the limit costs the Manager no
+// decoding and no memory. gRPC calls it from the connection's one reader
+// goroutine, so the connection's limiter needs no lock.
+func (s *Server) callRate(ctx context.Context, info *tap.Info) (context.Context, error) {
+	if !unaryMethods[info.FullMethodName] {
+		return ctx, nil
+	}
+	if lim, ok := ctx.Value(callBudgetKey{}).(*limiter); !ok || lim.allow() {
+		return ctx, nil
+	}
+	s.limitRefused(limitCallRate)
+	return ctx, status.Errorf(codes.ResourceExhausted, "leasehold: more than %g calls per second on one connection (MaxCallRate, leasehold manager --%s)",
+		s.cfg.MaxCallRate, limitCallRate)
 }
 
 // limitCodecV2 is limitCodec as gRPC's CodecV2, which lets a message be
@@ -214,20 +317,8 @@ func badUTF8Field(d protoreflect.MessageDescriptor, b []byte) string {
 	return ""
 }
 
-// decodeErrs holds the codec's verdict on each message it refused, until
-// the interceptor that received it takes it.
-var decodeErrs sync.Map // proto.Message → error
-
-// decodeErr takes the codec's verdict on m.
-func decodeErr(m any) error {
-	if err, ok := decodeErrs.LoadAndDelete(m); ok {
-		return err.(error)
-	}
-	return nil
-}
-
 func (s *Server) decodeUnary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-	if err := decodeErr(req); err != nil {
+	if err := verdictOf(req); err != nil {
 		return nil, err
 	}
 	return h(ctx, req)
@@ -244,110 +335,7 @@ func (d decodeCheck) RecvMsg(m any) error {
 	if err := d.ServerStream.RecvMsg(m); err != nil {
 		return err
 	}
-	return decodeErr(m)
-}
-
-// limitListener caps the connections open at once at MaxConnections. A
-// connection past it is answered, in HTTP/2, with a GOAWAY whose debug data
-// names the limit (a gRPC client reports it in its error), and closed.
-//
-// It also closes every connection it accepted when told to (closeAll): gRPC's
-// Stop waits for connections still in their handshake, up to the handshake
-// timeout, so a few connections that never speak would hold a stopping
-// replica back.
-func (s *Server) limitListener(lis net.Listener) *connLimit {
-	return &connLimit{Listener: lis, s: s, slots: make(chan struct{}, s.cfg.MaxConnections), open: map[*slotConn]bool{}}
-}
-
-type connLimit struct {
-	net.Listener
-	s     *Server
-	slots chan struct{}
-
-	mu     sync.Mutex
-	open   map[*slotConn]bool
-	closed bool
-}
-
-// closeAll closes every connection accepted and not yet closed, and any
-// accepted from now on.
-func (l *connLimit) closeAll() {
-	l.mu.Lock()
-	l.closed = true
-	conns := make([]*slotConn, 0, len(l.open))
-	for c := range l.open {
-		conns = append(conns, c)
-	}
-	l.mu.Unlock()
-	for _, c := range conns {
-		_ = c.Close()
-	}
-}
-
-func (l *connLimit) Accept() (net.Conn, error) {
-	for {
-		c, err := l.Listener.Accept()
-		if err != nil {
-			return nil, err
-		}
-		select {
-		case l.slots <- struct{}{}:
-			sc := &slotConn{Conn: c}
-			sc.free = func() {
-				<-l.slots
-				l.mu.Lock()
-				delete(l.open, sc)
-				l.mu.Unlock()
-			}
-			l.mu.Lock()
-			closed := l.closed
-			if !closed {
-				l.open[sc] = true
-			}
-			l.mu.Unlock()
-			if closed {
-				_ = sc.Close()
-				continue
-			}
-			return sc, nil
-		default:
-		}
-		l.s.limitRefused(limitConnections)
-		go refuseConn(c, fmt.Sprintf("leasehold: this replica has %d connections open, the most allowed (MaxConnections, leasehold manager --%s)",
-			cap(l.slots), limitConnections))
-	}
-}
-
-// refuseConn answers a connection it will not serve with the server's
-// HTTP/2 preface and a GOAWAY saying why, then closes it.
-func refuseConn(c net.Conn, why string) {
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(time.Second))
-	f := http2.NewFramer(c, c)
-	if f.WriteSettings() != nil || f.WriteGoAway(0, http2.ErrCodeEnhanceYourCalm, []byte(why)) != nil {
-		return
-	}
-	// Let the client read it: a close with its preface unread would send a
-	// reset that may overtake the GOAWAY.
-	buf := make([]byte, 4096)
-	for {
-		if _, err := c.Read(buf); err != nil {
-			return
-		}
-	}
-}
-
-// slotConn frees its slot when closed, once.
-type slotConn struct {
-	net.Conn
-	once sync.Once
-	free func()
-}
-
-func (c *slotConn) Close() error {
-	err := c.Conn.Close()
-	c.once.Do(c.free)
-	return err
+	return verdictOf(m)
 }
 
 // rateError refuses a stream past MaxRequestRate.
@@ -386,8 +374,45 @@ func (c *ServerConfig) setLimitDefaults() error {
 	if c.MaxRequestRate < 0 {
 		return &config.FieldError{Field: "MaxRequestRate", Err: fmt.Errorf("%g is negative", c.MaxRequestRate)}
 	}
+	if c.MaxCallRate < 0 {
+		return &config.FieldError{Field: "MaxCallRate", Err: fmt.Errorf("%g is negative", c.MaxCallRate)}
+	}
+	if c.MaxCallRate == 0 {
+		c.MaxCallRate = DefaultMaxCallRate
+	}
 	if c.IdleTimeout == 0 {
 		c.IdleTimeout = DefaultIdleTimeout
 	}
 	return nil
+}
+
+// quietLog logs refusals at the boundary at most once a second for each
+// kind, with the number not logged since: a stranger's flood of refused
+// connections must not become a flood of log lines.
+type quietLog struct {
+	mu      sync.Mutex
+	last    map[string]time.Time
+	skipped map[string]int
+}
+
+// warn logs msg at warning level, unless one of the same kind was logged
+// less than a second ago.
+func (q *quietLog) warn(log *slog.Logger, kind, msg string, args ...any) {
+	q.mu.Lock()
+	if q.last == nil {
+		q.last, q.skipped = map[string]time.Time{}, map[string]int{}
+	}
+	now := time.Now()
+	if now.Sub(q.last[kind]) < time.Second {
+		q.skipped[kind]++
+		q.mu.Unlock()
+		return
+	}
+	skipped := q.skipped[kind]
+	q.last[kind], q.skipped[kind] = now, 0
+	q.mu.Unlock()
+	if skipped > 0 {
+		args = append(args, "more_not_logged", skipped)
+	}
+	log.Warn(msg, args...)
 }

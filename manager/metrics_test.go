@@ -44,8 +44,8 @@ func TestCollectorBeforeRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := srv.Collector()
-	if n := testutil.CollectAndCount(c); n != 10+11+2+5 {
-		t.Errorf("collected %d metrics before Run, want 28 (epoch, 9 counters, 11 Raft series, 2 histograms, 5 limit refusals)", n)
+	if n := testutil.CollectAndCount(c); n != 10+11+2+6 {
+		t.Errorf("collected %d metrics before Run, want 29 (epoch, 9 counters, 11 Raft series, 2 histograms, 6 limit refusals)", n)
 	}
 	if err := testutil.CollectAndCompare(c, strings.NewReader(`
 # HELP leasehold_epoch The epoch naming this Manager's state; it changes when the Manager loses its state.

@@ -87,6 +87,9 @@ func (s adminService) Holder(ctx context.Context, req *pb.HolderRequest) (*pb.Ho
 	if ns == "" {
 		ns = replica.DefaultNamespace
 	}
+	if err := s.checkSync(ctx, ns); err != nil {
+		return nil, err
+	}
 	var out *pb.HolderResponse
 	known := true
 	err := s.readUnderLease(ctx, func(_ time.Time, st *replica.State, index uint64) {

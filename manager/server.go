@@ -94,6 +94,11 @@ type ServerConfig struct {
 	// bursts of twice that; a stream over it is closed with
 	// ResourceExhausted. 0 means 50.
 	MaxRequestRate float64
+	// MaxCallRate caps the unary calls (status, drain, cluster changes,
+	// holder reads) per second on one connection, with bursts of twice
+	// that; a call past it is refused with ResourceExhausted before its
+	// request is read. 0 means DefaultMaxCallRate.
+	MaxCallRate float64
 	// MaxMessageBytes caps the size of a message a client may send; 0 means
 	// 4 MiB.
 	MaxMessageBytes int
@@ -184,6 +189,7 @@ type Server struct {
 	metrics *serverMetrics
 	grpcm   *grpcMetrics
 	refused *prometheus.CounterVec // trust.go
+	quiet   quietLog               // limits.go
 }
 
 // NewServer validates cfg, opens the data directory and returns a Server.
@@ -273,7 +279,9 @@ type (
 // refuses it from its length prefix. The codec then holds each service to
 // its own limit (limitOptions). Clients and the other replicas ping every
 // runtime.KeepaliveTime to notice a replica that stopped answering, which
-// the server must allow (runtime.KeepaliveServerOptions).
+// the server must allow, and the server pings a connection it has heard
+// nothing on for runtime.KeepaliveServerTime, so a dead client's streams
+// end (runtime.KeepaliveServerOptions).
 //
 // A gRPC server that serves the Manager's services must be built with these
 // options, or with none of them: they include the codec that sends an
@@ -781,29 +789,39 @@ var errSessionBound = errors.New("leasehold: the owner's session is bound to ano
 // from within Timing.OwnerQuiet, the wait after which an Owner itself gives
 // up a silent replica. Another stream may renew for it (an Owner that
 // reconnected before the Manager saw its old stream break), which moves the
-// session there, but may not change it — leave, drain, report handovers, or
-// bring a new incarnation — since a stranger could otherwise free an
-// Owner's ranges or take its session over.
+// session there, but while the bound stream is live it may not change it:
+// leave, drain, report handovers, or bring a new incarnation. A second
+// process started with a live Owner's ID is refused loudly, and while the
+// Owner speaks on its stream the requests that change its course come from
+// there alone (who may speak for an Owner at all is the certificate's
+// business: leaseSpeaker, checkLease).
 //
-// A new incarnation is refused only while the bound stream is live: a
-// second process started with a live Owner's ID is refused loudly, but an
-// Owner restarted on another host, whose old stream lingers half-open (its
-// host died, no reset came), or whose old run is cut off from the Manager,
-// is accepted once that stream has gone quiet. Accepting it is safe: the
-// old run's ranges stay orphans, reserved until its leases would have run
-// out (docs/protocol.md), so an old run that still serves loses nothing
-// without a loss notification after it.
+// Once the bound stream has been quiet for OwnerQuiet it blocks nothing:
+// any request of the Owner's newest incarnation, or of a newer one, is
+// accepted from another stream and moves the session there, a leave, a
+// drain and handovers included. A quiet stream is one the Owner itself has
+// given up by then: its host died and left the stream half-open, or a
+// proxy stopped forwarding it (the Manager closes it only once keepalive
+// finds it dead, up to runtime.KeepaliveServerTime and
+// KeepaliveServerTimeout later). The Owner library repeats Draining,
+// Handed (until its deadline) and Leaving in every request, so an Owner
+// that lost its stream in the middle of a drain or a handover, and reaches
+// the Manager again only by another stream (a follower's relay), has no
+// other request to move the session with. Refusing it would let its leases
+// run out and turn its planned moves into losses.
 //
-// A leave, a drain and handovers stay refused from another stream even
-// once the bound one is quiet. A leave and a handover release ranges at
-// once, which is safe only on the word of the process that holds them,
-// and a quiet stream says nothing about whether that process still serves;
-// a drain is the Owner's own request about its own ranges. None of this
-// delays an honest Owner: one that lost its stream renews first on its new
-// stream, which binds the session there, and then asks. A request of an
-// older incarnation than the newest known (the bound stream's, or the
-// replicated record's) is from a replaced run and is always refused, so it
-// never moves the session back to that run.
+// Accepting it is safe because a request says nothing more for coming on
+// another stream. Of the same incarnation, it is the word of the run that
+// holds the ranges, by another path: the protocol already takes messages
+// delayed, lost, duplicated and reordered by the network (a follower's relay
+// is such a path), and the race filter still decides whether it releases
+// anything, against the session's latest message, whichever stream that
+// went to. Of a newer incarnation, the old run's ranges stay orphans,
+// reserved until its leases would have run out (docs/protocol.md), so an
+// old run that still serves loses nothing without a loss notification
+// after it. A request of an older incarnation than the newest known (the
+// bound stream's, or the replicated record's) is from a replaced run and is
+// always refused, so it never moves the session back to that run.
 func (l *loop) bound(now time.Time, key routeKey, st *ownerStream, req *protocol.LeaseRequest) error {
 	if limit := uint64(max(now.UnixNano(), 0)) + uint64(MaxIncarnationAhead); req.Incarnation > limit {
 		return fmt.Errorf("%w: incarnation %d is more than %s ahead of the Manager's clock (in Unix nanoseconds); "+
@@ -825,25 +843,29 @@ func (l *loop) bound(now time.Time, key routeKey, st *ownerStream, req *protocol
 	if cur == nil || cur == st {
 		return nil
 	}
-	live := now.Sub(cur.heard) < l.s.cfg.Timing.OwnerQuiet()
-	var what string
+	quiet := l.s.cfg.Timing.OwnerQuiet()
+	heard := now.Sub(cur.heard)
+	if heard >= quiet {
+		return nil // the Owner has left that stream: the session moves here
+	}
+	what, is := "", "is"
 	switch {
+	case req.Incarnation != cur.inc:
+		return fmt.Errorf("%w: a new incarnation for owner %q is refused while its session's stream is live "+
+			"(heard from %s ago): another process is running with this ID; a restarted owner is accepted once "+
+			"the old stream has been quiet for %s", errSessionBound, key.owner, heard.Round(time.Millisecond), quiet)
 	case req.Leaving:
 		what = "a leave"
 	case req.Draining:
 		what = "a drain"
 	case len(req.Handed) > 0:
-		what = "handovers"
-	case req.Incarnation != cur.inc && live:
-		return fmt.Errorf("%w: a new incarnation for owner %q is refused while its session's stream is live "+
-			"(heard from %s ago): another process is running with this ID; a restarted owner is accepted once "+
-			"the old stream has been quiet for %s", errSessionBound, key.owner, now.Sub(cur.heard).Round(time.Millisecond),
-			l.s.cfg.Timing.OwnerQuiet())
+		what, is = "handovers", "are"
 	default:
 		return nil
 	}
-	return fmt.Errorf("%w: %s for owner %q is accepted only from that stream (or once it has closed)",
-		errSessionBound, what, key.owner)
+	return fmt.Errorf("%w: %s for owner %q %s accepted only from the stream its session is bound to while that stream "+
+		"is live (heard from %s ago), and from any once it has closed or been quiet for %s",
+		errSessionBound, what, key.owner, is, heard.Round(time.Millisecond), quiet)
 }
 
 // send hands the replica's messages to their streams without ever

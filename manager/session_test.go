@@ -2,6 +2,7 @@ package manager_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -26,7 +27,9 @@ import (
 // speak for another; an incarnation far ahead of the Manager's clock is
 // refused. A new incarnation from another stream is refused while the
 // stream the session is bound to is live and accepted once it has been
-// quiet for Timing.OwnerQuiet; the replaced run is refused after that.
+// quiet for Timing.OwnerQuiet; the replaced run is refused after that. A
+// leave, a drain and handovers from another stream are refused the same
+// way while the bound stream is live, and accepted once it is quiet.
 func TestControlFromAnotherStreamIsRefused(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		tm := protocol.Fast()
@@ -103,7 +106,7 @@ func TestControlFromAnotherStreamIsRefused(t *testing.T) {
 		// old run is refused from then on.
 		qctx, qcancel := context.WithCancel(ctx)
 		defer qcancel()
-		session := func(req *pb.LeaseRequest) (pb.Leases_SessionClient, error) {
+		session := func(qctx context.Context, req *pb.LeaseRequest) (pb.Leases_SessionClient, error) {
 			st, err := pb.NewLeasesClient(conn).Session(qctx)
 			if err != nil {
 				t.Fatal(err)
@@ -114,7 +117,7 @@ func TestControlFromAnotherStreamIsRefused(t *testing.T) {
 			_, err = st.Recv()
 			return st, err
 		}
-		old, err := session(&pb.LeaseRequest{Namespace: "default", Owner: "q", Addr: "q:1", Incarnation: 1, Seq: 1})
+		old, err := session(qctx, &pb.LeaseRequest{Namespace: "default", Owner: "q", Addr: "q:1", Incarnation: 1, Seq: 1})
 		if err != nil {
 			t.Fatalf("q's first request: %v", err)
 		}
@@ -123,14 +126,14 @@ func TestControlFromAnotherStreamIsRefused(t *testing.T) {
 			if err := old.Send(&pb.LeaseRequest{Namespace: "default", Owner: "q", Addr: "q:1", Incarnation: 1, Seq: uint64(2 + i)}); err != nil {
 				t.Fatal(err)
 			}
-			_, err := session(&pb.LeaseRequest{Namespace: "default", Owner: "q", Addr: "q:2", Incarnation: 2, Seq: 1})
+			_, err := session(qctx, &pb.LeaseRequest{Namespace: "default", Owner: "q", Addr: "q:2", Incarnation: 2, Seq: 1})
 			if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "a new incarnation for owner \"q\"") {
 				t.Fatalf("a new incarnation of q while its stream is live: %v, want FailedPrecondition", err)
 			}
 		}
 		time.Sleep(tm.OwnerQuiet()) // the original's stream stays open, silent
 		synctest.Wait()
-		if _, err := session(&pb.LeaseRequest{Namespace: "default", Owner: "q", Addr: "q:2", Incarnation: 2, Seq: 1}); err != nil {
+		if _, err := session(qctx, &pb.LeaseRequest{Namespace: "default", Owner: "q", Addr: "q:2", Incarnation: 2, Seq: 1}); err != nil {
 			t.Fatalf("a new incarnation of q once its old stream has been quiet for %s: %v, want it accepted", tm.OwnerQuiet(), err)
 		}
 		if err := old.Send(&pb.LeaseRequest{Namespace: "default", Owner: "q", Addr: "q:1", Incarnation: 1, Seq: 10}); err != nil {
@@ -147,6 +150,39 @@ func TestControlFromAnotherStreamIsRefused(t *testing.T) {
 			break
 		}
 		qcancel()
+
+		// A leave, a drain and handovers from another stream: refused
+		// while the stream the session is bound to is live, accepted once
+		// it has been quiet for OwnerQuiet (the Owner has given it up, and
+		// these are its requests by another path).
+		for i, tc := range []struct {
+			name string
+			set  func(*pb.LeaseRequest)
+		}{
+			{"a leave", func(r *pb.LeaseRequest) { r.Leaving = true }},
+			{"a drain", func(r *pb.LeaseRequest) { r.Draining = true }},
+			{"handovers", func(r *pb.LeaseRequest) {
+				r.Handed = []*pb.Handed{{Range: &pb.Range{Start: 1, End: 2}, Lgn: 1, To: "b", Incarnation: 1}}
+			}},
+		} {
+			id := fmt.Sprintf("m%d", i)
+			qctx, qcancel := context.WithCancel(ctx)
+			if _, err := session(qctx, &pb.LeaseRequest{Namespace: "default", Owner: id, Addr: id + ":1", Incarnation: 1, Seq: 1}); err != nil {
+				t.Fatalf("%s's first request: %v", id, err)
+			}
+			req := &pb.LeaseRequest{Namespace: "default", Owner: id, Addr: id + ":1", Incarnation: 1, Seq: 2}
+			tc.set(req)
+			if _, err := session(qctx, req); status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), tc.name+" for owner") {
+				t.Fatalf("%s from another stream while the bound one is live: %v, want FailedPrecondition", tc.name, err)
+			}
+			time.Sleep(tm.OwnerQuiet()) // the first stream stays open, silent
+			synctest.Wait()
+			req.Seq = 3
+			if _, err := session(qctx, req); err != nil {
+				t.Errorf("%s from another stream once the bound one has been quiet for %s: %v, want it accepted", tc.name, tm.OwnerQuiet(), err)
+			}
+			qcancel()
+		}
 
 		// One stream, two Owners.
 		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)

@@ -40,9 +40,14 @@ var methodRoles = map[string][]certs.Role{
 	pb.Admin_RemovePeer_FullMethodName: {certs.Operator},
 	pb.Admin_Drain_FullMethodName:      {certs.Operator},
 	pb.Admin_Backup_FullMethodName:     {certs.Operator},
-	pb.Admin_Holder_FullMethodName:     {certs.Operator}, // lookup --read-lease
+	pb.Admin_Holder_FullMethodName:     {certs.Lookup, certs.Operator}, // reads the table, as Sync does, in the caller's namespaces
 	pb.Raft_Send_FullMethodName:        {certs.Replica},
 }
+
+// servedElsewhere are the services of the leasehold API that the Manager
+// does not serve, so that need no entry in methodRoles: the gateway's,
+// which checks its own callers (package gateway).
+var servedElsewhere = []string{pb.Gateway_ServiceDesc.ServiceName}
 
 // The metadata keys with which a replica relaying an Owner's lease stream
 // (runtime.RelayKey) tells the leader whose stream it is: the relaying
@@ -69,6 +74,15 @@ func (s *Server) refuse(code codes.Code, role, reason, format string, args ...an
 	msg := fmt.Sprintf(format, args...)
 	s.cfg.Logger.Warn("refused at the trust boundary", "role", role, "reason", reason, "why", msg)
 	return status.Error(code, "leasehold: "+msg)
+}
+
+// refusedAtHandshake counts and logs a client refused at the TLS
+// handshake for its certificate (none, another CA's, expired): its
+// connection is closed there, and it learns only the TLS alert
+// ("certificate required", "bad certificate").
+func (s *Server) refusedAtHandshake(why error) {
+	s.refused.WithLabelValues("none", "certificate").Inc()
+	s.quiet.warn(s.cfg.Logger, "handshake", "refused at the trust boundary: closed at the TLS handshake", "role", "none", "reason", "certificate", "why", why.Error())
 }
 
 // caller returns the identity of a call's client, or the refusal of a
@@ -117,7 +131,7 @@ func (s *Server) trustOptions() []grpc.ServerOption {
 		return nil
 	}
 	return []grpc.ServerOption{
-		grpc.Creds(certs.ServerCredentials(s.cfg.Certs)),
+		grpc.Creds(certs.ServerCredentials(s.cfg.Certs, s.refusedAtHandshake)),
 		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 			if err := s.admit(ctx, info.FullMethod); err != nil {
 				return nil, err

@@ -220,12 +220,18 @@ func TestTrustAttacks(t *testing.T) {
 	}
 	now := time.Now()
 
+	// A caller without a valid certificate is refused at the TLS
+	// handshake: its connection ends there (Unavailable, the TLS alert in
+	// the message when the client reads it before its write fails), and
+	// the Manager counts it under role none, reason certificate.
 	t.Run("no certificate", func(t *testing.T) {
 		before := g.table()
+		n := handshakeRefusals(t, g.srv)
 		conn := dialAs(t, g.addr, nil)
-		refused(t, "register", leaseAttempt(conn, register("a", "default")), codes.Unauthenticated, "no certificate")
+		refused(t, "register", leaseAttempt(conn, register("a", "default")), codes.Unavailable)
 		_, err := pb.NewAdminClient(conn).Status(context.Background(), &pb.StatusRequest{})
-		refused(t, "status", err, codes.Unauthenticated, "no certificate")
+		refused(t, "status", err, codes.Unavailable)
+		waitRefusedAtHandshake(t, g.srv, n)
 		g.unchanged(t, before)
 	})
 
@@ -236,7 +242,9 @@ func TestTrustAttacks(t *testing.T) {
 			t.Fatal(err)
 		}
 		c := issue(t, other, owner("a", "default"), now, time.Hour)
-		refused(t, "register", leaseAttempt(dialAs(t, g.addr, &c), register("a", "default")), codes.Unauthenticated, "unknown authority", "another CA")
+		n := handshakeRefusals(t, g.srv)
+		refused(t, "register", leaseAttempt(dialAs(t, g.addr, &c), register("a", "default")), codes.Unavailable)
+		waitRefusedAtHandshake(t, g.srv, n)
 		g.unchanged(t, before)
 	})
 
@@ -298,7 +306,9 @@ func TestTrustAttacks(t *testing.T) {
 	t.Run("expired certificate", func(t *testing.T) {
 		before := g.table()
 		c := issue(t, g.ca, owner("a", "default"), now.Add(-48*time.Hour), time.Hour)
-		refused(t, "register", leaseAttempt(dialAs(t, g.addr, &c), register("a", "default")), codes.Unauthenticated, "expired")
+		n := handshakeRefusals(t, g.srv)
+		refused(t, "register", leaseAttempt(dialAs(t, g.addr, &c), register("a", "default")), codes.Unavailable)
+		waitRefusedAtHandshake(t, g.srv, n)
 		g.unchanged(t, before)
 	})
 
@@ -325,6 +335,43 @@ func TestTrustAttacks(t *testing.T) {
 			t.Errorf("leasehold_refused_total is %v after every attack above", n)
 		}
 	})
+}
+
+// waitRefusedAtHandshake waits until more than n refusals at the handshake
+// are counted: the client may read the TLS alert before the server counts.
+func waitRefusedAtHandshake(t *testing.T, srv *manager.Server, n float64) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); handshakeRefusals(t, srv) <= n; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no refusal at the handshake counted in leasehold_refused_total{role=none,reason=certificate} (%v)", n)
+		}
+	}
+}
+
+// handshakeRefusals reads leasehold_refused_total{role="none",reason="certificate"}.
+func handshakeRefusals(t *testing.T, srv *manager.Server) float64 {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(srv.Collector())
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "leasehold_refused_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["role"] == "none" && labels["reason"] == "certificate" {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
 }
 
 func refusedCount(t *testing.T, srv *manager.Server) float64 {

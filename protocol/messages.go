@@ -165,6 +165,11 @@ type SyncRequest struct {
 	// Heartbeats says the Lookup reads Request and SinceRequest: the
 	// Manager may then send it heartbeats (docs/protocol.md, "Heartbeats").
 	Heartbeats bool
+	// MaxDrift is the MaxDrift with which the Lookup judges the freshness a
+	// push or heartbeat vouches for: the larger of its own and the
+	// Manager's (SyncResponse.MaxDrift). A replica vouches only on a stream
+	// whose newest request says at least its own (Timing.VouchesFor).
+	MaxDrift float64
 }
 
 // SyncResponse carries a delta or a snapshot of the lease table. Push
@@ -175,9 +180,12 @@ type SyncResponse struct {
 	Epoch     uint64
 	Update    leasetable.Update
 	// Sync and SyncTimeout are the Manager's timings, which the Lookup
-	// adopts. Zero means "keep your own".
+	// adopts. Zero means "keep your own". MaxDrift, sent with them, is the
+	// Manager's: the Lookup judges the freshness Request and SinceRequest
+	// vouch for with it, or with its own if that is larger.
 	Sync        time.Duration
 	SyncTimeout time.Duration
+	MaxDrift    float64
 	// Request and SinceRequest let a push or a heartbeat vouch for the
 	// copy's freshness without a poll: the replica that built this message
 	// had received the Lookup's request Request on this stream

@@ -224,3 +224,22 @@ func (t Timing) NextPoll(lastPoll, fresh time.Time) time.Time {
 func (t Timing) Vouched(sentAt time.Time, since time.Duration) time.Time {
 	return sentAt.Add(time.Duration(float64(since) / (1 + t.MaxDrift)))
 }
+
+// JudgingDrift is the MaxDrift with which a Lookup configured with own
+// judges what a push or heartbeat vouches for once the Manager has said
+// its own is manager (SyncResponse.MaxDrift): the larger of the two. The
+// Manager's bound is the deployment's, so a Lookup left on the default
+// never overstates a heartbeat's freshness against a Manager run with a
+// larger one; a Lookup told to allow more keeps its own.
+func JudgingDrift(own, manager float64) float64 { return max(own, manager) }
+
+// VouchesFor reports whether a Manager replica with timings t may vouch
+// for freshness to a Lookup that judges it with MaxDrift lookup
+// (SyncRequest.MaxDrift): only if lookup is at least t.MaxDrift. A Lookup
+// that allows its clock less drift against the replica's than the
+// replica's own bound would take a heartbeat for fresher than it is; it
+// gets no heartbeats, and its pushes vouch for nothing, until a request
+// says enough. Its polls are answered as ever: an answer's freshness is
+// its request's send time, which no drift enters (docs/protocol.md,
+// "Heartbeats").
+func (t Timing) VouchesFor(lookup float64) bool { return lookup >= t.MaxDrift }

@@ -190,9 +190,11 @@ func (o *gatewayOptions) run(ctx context.Context, e *env) error {
 // HTTP/2 (and so gRPC) negotiated with ALPN. With clientCerts only a
 // frontend presenting a certificate of the group's CA is served (401 says
 // what is wrong with the others'; gRPC maps it to Unauthenticated), except
-// for /healthz and /readyz, which a load balancer's probe asks without one.
+// for /healthz and /readyz, which a load balancer's probe asks without one:
+// so the listener does not refuse a client at the handshake
+// (certs.ServerTLSOpen), each request is checked.
 func frontendTLS(lis net.Listener, src *certs.Source, clientCerts bool, h http.Handler) (net.Listener, http.Handler) {
-	cfg := src.ServerTLS()
+	cfg := src.ServerTLSOpen()
 	cfg.NextProtos = []string{"h2", "http/1.1"}
 	if !clientCerts {
 		cfg.ClientAuth = tls.NoClientCert

@@ -169,9 +169,10 @@ Logs go to stderr. SIGINT or SIGTERM stops it cleanly (exit code 0).`,
 	f.DurationVar(&o.settings.LearnerTimeout, "learner-timeout", 0, "how long a replica added by cluster add may take to catch up before it is removed again (0: 30s)")
 	f.Uint64Var(&o.settings.SnapshotEntries, "snapshot-entries", 0, "applied Raft entries between two snapshots of the state, which compact the log (0: 10000)")
 	f.Float64Var(&o.settings.MaxRequestRate, "max-request-rate", 0, "requests per second one Owner or Lookup stream may send, with bursts of twice that (0: 50)")
+	f.Float64Var(&o.settings.MaxCallRate, "max-call-rate", 0, "unary calls (status, drain, cluster, lookup --read-lease) per second one connection may make, with bursts of twice that (0: 20)")
 	f.IntVar(&o.settings.MaxMessageBytes, "max-message-bytes", 0, "the largest message an Owner or Lookup may send, in bytes (0: 4 MiB)")
 	f.IntVar(&o.settings.MaxOwners, "max-owners", 0, "the most Owners one namespace records; a new Owner past it is refused (0: 10000)")
-	f.IntVar(&o.settings.MaxRanges, "max-ranges", 0, "the most lease-table ranges one namespace has; at it, a new Owner or a higher capacity is refused (0: 1048576)")
+	f.IntVar(&o.settings.MaxRanges, "max-ranges", 0, "the most lease-table ranges one namespace has: a new or returning Owner, or a higher capacity, whose ring points could take the table past it, with the joins not yet planned, is refused (0: 1048576)")
 	f.IntVar(&o.settings.MaxConnections, "max-connections", 0, "the most connections open to this replica at once (0: 50000)")
 	f.IntVar(&o.settings.MaxStreamsPerConn, "max-streams-per-conn", 0, "the most streams open at once on one connection; a follower relays Owners' streams over one (0: 10000)")
 	f.DurationVar(&o.settings.IdleTimeout, "idle-timeout", 0, "close a connection with no stream open for this long (0: 5m; negative: never)")
@@ -209,7 +210,7 @@ var fieldFlags = map[string]string{
 	"Handover": "handover", "DrainGate": "drain-gate", "RebalanceEvery": "rebalance-every",
 	"MembershipEvery": "membership-every", "PushEvery": "push-every", "RaftTick": "raft-tick",
 	"ElectionTicks": "election-ticks", "SnapshotEntries": "snapshot-entries", "LearnerTimeout": "learner-timeout",
-	"MaxRequestRate": "max-request-rate", "MaxMessageBytes": "max-message-bytes",
+	"MaxRequestRate": "max-request-rate", "MaxCallRate": "max-call-rate", "MaxMessageBytes": "max-message-bytes",
 	"MaxOwners": "max-owners", "MaxRanges": "max-ranges", "MaxConnections": "max-connections",
 	"MaxStreamsPerConn": "max-streams-per-conn", "IdleTimeout": "idle-timeout",
 	"ReadLease": "read-lease-holders", "ReadLease.Duration": "read-lease", "ReadLease.Renew": "read-lease-renew",
@@ -490,7 +491,7 @@ func serveMetrics(srv *manager.Server, lis net.Listener, withPprof bool, log *sl
 	}
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	if src != nil {
-		lis = tls.NewListener(lis, src.ServerTLS())
+		lis = tls.NewListener(lis, src.ServerTLSOpen()) // /healthz and /readyz answer anyone
 	}
 	done := make(chan struct{})
 	go func() {

@@ -1,9 +1,14 @@
 package e2e
 
 import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -116,4 +121,117 @@ func usedPages(t *testing.T, path string) []int {
 		t.Fatal("no page in use besides the meta pages")
 	}
 	return out
+}
+
+// TestEditedDataDirFailsLoudly: damage that keeps raft.db whole and every
+// value decodable — one entry's JSON with a digit of an LGN changed, or an
+// Owner renamed — passes bbolt's checks; each value's checksum finds it.
+// The Manager started on the edited copy must exit non-zero within 10 s
+// naming the entry (index and term) and the way to recover, and never
+// start a group.
+func TestEditedDataDirFailsLoudly(t *testing.T) {
+	if testing.Short() {
+		t.Skip("e2e: builds binaries and runs real processes; skipped with -short")
+	}
+	leasehold, kvBin := build(t)
+	dir := t.TempDir()
+	mgr := start(t, "manager", leasehold, "manager", "--listen", "127.0.0.1:0", "--timings", "fast", "--data-dir", dir)
+	line := mgr.waitLine(t, "leasehold manager listening on ", 10*time.Second)
+	addr, _, _ := strings.Cut(strings.TrimPrefix(line, "leasehold manager listening on "), " ")
+	c := &cli{t: t, leasehold: leasehold, kv: kvBin, manager: addr}
+	kv := c.serve("kv-1")
+	c.settle("one owner", func(s status) bool { return s.sumRanges() == 64 })
+	kv.stop()
+	mgr.stop()
+	good, err := os.ReadFile(filepath.Join(dir, "raft.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	lgn := regexp.MustCompile(`"LGN":[1-9]`)
+	for _, tc := range []struct {
+		name string
+		edit func(v []byte) []byte // nil: not this entry
+	}{
+		{"an LGN digit", func(v []byte) []byte {
+			loc := lgn.FindIndex(v)
+			if loc == nil {
+				return nil
+			}
+			w := append([]byte(nil), v...)
+			if d := &w[loc[1]-1]; *d == '9' {
+				*d = '1'
+			} else {
+				*d++
+			}
+			return w
+		}},
+		{"an owner renamed", func(v []byte) []byte {
+			if !bytes.Contains(v, []byte(`"kv-1"`)) {
+				return nil
+			}
+			return bytes.Replace(v, []byte(`"kv-1"`), []byte(`"kv-9"`), 1)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := t.TempDir()
+			path := filepath.Join(d, "raft.db")
+			if err := os.WriteFile(path, good, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			index := editLastEntry(t, path, tc.edit)
+			started := time.Now()
+			p := start(t, "manager on an edited raft.db", leasehold, "manager", "--listen", "127.0.0.1:0",
+				"--timings", "fast", "--data-dir", d)
+			select {
+			case <-p.done:
+			case <-time.After(10 * time.Second):
+				t.Fatalf("the manager still runs %s after starting on a raft.db with entry %d edited", time.Since(started), index)
+			}
+			took := time.Since(started)
+			if p.cmd.ProcessState.Success() {
+				t.Fatalf("the manager exited 0 on a raft.db with entry %d edited", index)
+			}
+			stderr := p.stderr.String()
+			if strings.Contains(stderr, "restored=") || strings.Contains(stderr, "leader changed") {
+				t.Fatalf("the manager started on a raft.db with entry %d edited:\n%s", index, stderr)
+			}
+			want := fmt.Sprintf("entry %d (term ", index)
+			if !strings.Contains(stderr, "raft.db is damaged") || !strings.Contains(stderr, want) ||
+				!strings.Contains(stderr, "fails its checksum") || !strings.Contains(stderr, "leasehold restore") {
+				t.Fatalf("the manager's error does not name the damaged entry (%q), its checksum and the way to recover:\n%s", want, stderr)
+			}
+			_, msg, _ := strings.Cut(stderr, "raft.db is damaged")
+			msg, _, _ = strings.Cut(msg, "\n")
+			t.Logf("entry %d edited: %v after %v: raft.db is damaged%s", index, p.cmd.ProcessState, took.Round(time.Millisecond), msg)
+		})
+	}
+}
+
+// editLastEntry applies edit to the last Raft entry in the bbolt file at
+// path that it changes, keeping the rest of the stored value (its checksum
+// included) as it was, and returns the entry's index.
+func editLastEntry(t *testing.T, path string, edit func([]byte) []byte) uint64 {
+	t.Helper()
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var index uint64
+	err = db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket([]byte("entries"))
+		c := b.Cursor()
+		for k, v := c.Last(); k != nil; k, v = c.Prev() {
+			if w := edit(v); w != nil {
+				index = binary.BigEndian.Uint64(k)
+				return b.Put(append([]byte(nil), k...), w)
+			}
+		}
+		return errors.New("no entry to edit")
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return index
 }

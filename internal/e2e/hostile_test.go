@@ -1,16 +1,16 @@
 package e2e
 
 import (
-	"bytes"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -34,23 +34,36 @@ const soakPhase = 8 * time.Second
 // TestHostileSoak: a Manager with tight limits and two real kv Owners under
 // a closed-loop read/write load, first alone, then with hostile clients on
 // loopback — oversized messages, bogus Owners past --max-owners, requests
-// past --max-request-rate, idle connections past --max-connections, and a
-// forged leave for a real Owner from another stream. Each hostile client
-// must be refused with an error naming the limit (or, for the forged
-// leave, the identity or the session rule; for a message past every
+// past --max-request-rate, unary calls past --max-call-rate, idle
+// connections past --max-connections, a forged leave for a real Owner from
+// another stream, four Owners of capacity 100 joining a namespace at once
+// past --max-ranges, and undecodable calls of about 1 MB each, unary and
+// streaming, from callers with and without a certificate. Each hostile
+// client must be refused with an error naming the limit (or, for the
+// forged leave, the identity or the session rule; for a message past every
 // service's limit, which gRPC refuses unread, gRPC's own "larger than
-// max"), and so must clients without a certificate or with another CA's.
+// max"; for a second request on a call that takes one, gRPC's own
+// cardinality error), and so must clients without a certificate or with
+// another CA's: at the TLS handshake, however many of them keep
+// connecting, while an operator's leasehold status is answered throughout.
 // Everything legitimate speaks mutual TLS (startHostile says which
-// certificates the attackers hold); no kv request may
-// fail and no kv value may be lost. The real Owners' request p99 under
+// certificates the attackers hold); no kv request may fail and no kv value
+// may be lost; the range-limited namespace never has more than
+// --max-ranges ranges. The Manager's heap in use after a collection, read
+// from its metrics listener, is reported before and after the attack and
+// may grow by heapSlack at most: a Manager that kept what the undecodable
+// calls sent grew by about 80 MB. The real Owners' request p99 under
 // attack against the same load alone (the goal is within 1.5×) and the
 // Manager's peak RSS are reported, not asserted: a shared machine's noise
 // is no verdict on the code. It runs with LEASEHOLD_E2E=all.
 func TestHostileSoak(t *testing.T) {
 	onlyWithAll(t)
 	leasehold, kvBin := build(t)
+	metrics := freeAddr(t)
 	mgr := start(t, "manager", leasehold, "manager", "--listen", "127.0.0.1:0", "--timings", "fast",
-		"--max-owners", "2", "--max-message-bytes", "65536", "--max-request-rate", "50",
+		"--namespace", soakRangeNamespace, "--metrics-listen", metrics, "--pprof",
+		"--max-owners", "2", "--max-message-bytes", strconv.Itoa(soakMessageBytes), "--max-request-rate", "50",
+		"--max-call-rate", "20", "--max-ranges", strconv.Itoa(soakMaxRanges),
 		"--max-connections", "64", "--idle-timeout", "2s")
 	line := mgr.waitLine(t, "leasehold manager listening on ", 10*time.Second)
 	addr, _, _ := strings.Cut(strings.TrimPrefix(line, "leasehold manager listening on "), " ")
@@ -75,9 +88,18 @@ func TestHostileSoak(t *testing.T) {
 	}
 
 	alone := soakLoad(f, soakPhase)
-	hostile := startHostile(t, addr)
+	mc := newMetricsClient(t, metrics)
+	heapBefore, err := mc.heapInUse()
+	if err != nil {
+		t.Fatalf("the manager's heap before the attack: %v", err)
+	}
+	hostile := startHostile(t, c, mc)
 	attacked := soakLoad(f, soakPhase)
 	refusals := hostile.stop()
+	heapAfter, err := mc.heapInUse()
+	if err != nil {
+		t.Fatalf("the manager's heap after the attack: %v", err)
+	}
 
 	p99a, p99b := quantile(alone, 0.99), quantile(attacked, 0.99)
 	t.Logf("alone: %d requests, p50 %v, p99 %v; under attack: %d requests, p50 %v, p99 %v (%.2f×)",
@@ -97,12 +119,39 @@ func TestHostileSoak(t *testing.T) {
 	t.Logf("lost kv values: %d of %d", lost, len(f.keys))
 	for kind, r := range refusals {
 		t.Logf("%s: %d refused, e.g. %q", kind, r.n, r.example)
-		if r.n == 0 {
+		if r.closed > 0 {
+			t.Logf("%s: %d more closed before the client read why, e.g. %q", kind, r.closed, r.closedExample)
+		}
+		if r.n+r.closed == 0 {
 			t.Errorf("no %s client was refused", kind)
 		}
 		if r.wrong != "" {
-			t.Errorf("a %s client was refused without the limit named: %s", kind, r.wrong)
+			t.Errorf("%d %s clients were refused without the limit named, e.g. %s", r.nwrong, kind, r.wrong)
 		}
+	}
+	op := &hostile.operator
+	t.Logf("operator's status during the attack: %d calls, %d failed; namespace %s had at most %d ranges (--max-ranges %d)",
+		op.calls, op.failed, soakRangeNamespace, op.maxRanges, soakMaxRanges)
+	switch {
+	case op.calls == 0:
+		t.Errorf("the operator's status was not called during the attack")
+	case op.failed > 0:
+		t.Errorf("%d of the operator's %d status calls failed while strangers connected; the first: %s", op.failed, op.calls, op.firstErr)
+	}
+	t.Logf("leasehold_ranges{namespace=%q} during the attack: at most %d in %d reads", soakRangeNamespace, op.metricMax, op.metricReads)
+	if op.metricReads == 0 {
+		t.Errorf("leasehold_ranges of namespace %s was not read during the attack", soakRangeNamespace)
+	}
+	if n := max(op.maxRanges, op.metricMax); n > soakMaxRanges {
+		t.Errorf("namespace %s had %d ranges, past --max-ranges %d", soakRangeNamespace, n, soakMaxRanges)
+	}
+	if s, err := c.statusOf(soakRangeNamespace); err != nil || s.Ranges > soakMaxRanges {
+		t.Errorf("namespace %s after the attack: %d ranges (--max-ranges %d), %v", soakRangeNamespace, s.Ranges, soakMaxRanges, err)
+	}
+	t.Logf("manager heap in use after a collection: %.1f MiB before the attack, %.1f MiB after (%+.1f MiB; at most %+d MiB allowed)",
+		mibOf(heapBefore), mibOf(heapAfter), mibOf(heapAfter)-mibOf(heapBefore), heapSlack>>20)
+	if heapAfter > heapBefore+heapSlack {
+		t.Errorf("the manager's heap in use grew by %.1f MiB over the attack: something of the refused calls was kept", mibOf(heapAfter)-mibOf(heapBefore))
 	}
 	if hwm := peakRSS(t, mgr.cmd.Process.Pid); hwm != "" {
 		t.Logf("manager peak RSS (VmHWM): %s", hwm)
@@ -168,14 +217,21 @@ type refusal struct {
 	n       int
 	example string
 	wrong   string // a refusal that did not name the limit
+	nwrong  int
+
+	// closed counts the clients refused at the TLS handshake whose
+	// connection was closed before they read the alert (noteHandshake).
+	closed        int
+	closedExample string
 }
 
 type hostile struct {
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	mu     sync.Mutex
-	got    map[string]*refusal
-	conns  []net.Conn
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	mu       sync.Mutex
+	got      map[string]*refusal
+	conns    []net.Conn
+	operator operatorWatch
 }
 
 func (h *hostile) note(kind string, err error, want string) {
@@ -194,37 +250,53 @@ func (h *hostile) note(kind string, err error, want string) {
 		if r.wrong == "" {
 			r.wrong = msg
 		}
+		r.nwrong++
 		return
 	}
 	r.n++
 	r.example = msg
 }
 
-// startHostile starts the hostile clients against the Manager at addr.
+// expect records that kind must be refused at least once.
+func (h *hostile) expect(kind string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.got[kind] = &refusal{}
+}
+
+// startHostile starts the hostile clients against the Manager c talks to.
 // Those that test a limit hold certificates of the group (as a member
 // whose key was stolen would), since the Manager reads nothing from a
 // client without one: owners "big" and "huge" for the oversized messages,
-// "bogus-0" to "bogus-19" past --max-owners, a lookup flooding its sync
-// stream, "mallory" forging kv-2's leave and a thief with kv-2's own key
-// forging it from another stream. Those that test the trust boundary hold
-// none, or another CA's. The idle connections speak TLS with the lookup
-// certificate; those past --max-connections are refused before TLS, in
-// plaintext HTTP/2.
-func startHostile(t *testing.T, addr string) *hostile {
+// "bogus-0" to "bogus-19" past --max-owners, "wide-0" to "wide-3" (of
+// namespace wide) past --max-ranges, a lookup flooding its sync stream and
+// another its unary calls, "mallory" forging kv-2's leave and a thief with
+// kv-2's own key forging it from another stream, and owner "big" and the
+// operator for the undecodable calls. Those that test the trust boundary
+// hold none, or another CA's, and are refused at the handshake. The idle
+// connections speak TLS with the lookup certificate; those past
+// --max-connections complete the handshake and are answered with a
+// GOAWAY naming the limit. Once the idle connections are gone, strangers
+// without a certificate keep connecting while the operator's status runs.
+func startHostile(t *testing.T, c *cli, metrics *metricsClient) *hostile {
 	t.Helper()
+	addr := c.manager
 	ctx, cancel := context.WithCancel(context.Background())
 	h := &hostile{cancel: cancel, got: map[string]*refusal{}}
 	// The gRPC clients' connections are made before the idle connections
 	// below fill --max-connections: a connection refused for that limit is
-	// the idle clients' refusal to report, not theirs (gRPC would show them
-	// only "the connection is draining").
-	dial := func(creds credentials.TransportCredentials) *grpc.ClientConn {
+	// the idle clients' refusal to report, not theirs.
+	connect := func(creds credentials.TransportCredentials) *grpc.ClientConn {
 		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { conn.Close() })
 		conn.Connect()
+		return conn
+	}
+	dial := func(creds credentials.TransportCredentials) *grpc.ClientConn {
+		conn := connect(creds)
 		rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
 		defer rcancel()
 		for st := conn.GetState(); st != connectivity.Ready; st = conn.GetState() {
@@ -245,11 +317,22 @@ func startHostile(t *testing.T, addr string) *hostile {
 	for i := range nbogus {
 		bogus = append(bogus, pb.NewLeasesClient(as(certs.Owner, fmt.Sprintf("bogus-%d", i))))
 	}
+	var wide []pb.LeasesClient
+	for i := range 4 {
+		id := fmt.Sprintf("wide-%d", i)
+		trustFor(t).create(t, certs.Identity{Role: certs.Owner, Name: id, Namespaces: []string{soakRangeNamespace}}, false)
+		wide = append(wide, pb.NewLeasesClient(dial(certs.ClientCredentials(sourceFor(t, certs.Owner, id), certs.Replica))))
+	}
 	big, huge := pb.NewLeasesClient(as(certs.Owner, "big")), pb.NewLeasesClient(as(certs.Owner, "huge"))
 	mallory, thief := pb.NewLeasesClient(as(certs.Owner, "mallory")), pb.NewLeasesClient(as(certs.Owner, "kv-2"))
 	flooder := pb.NewLookupsClient(as(certs.Lookup, "e2e"))
-	anonymous := pb.NewLookupsClient(dial(credentials.NewTLS(&tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS13})))
-	stranger := pb.NewLookupsClient(dial(credentials.NewTLS(otherCA(t))))
+	caller := pb.NewAdminClient(as(certs.Lookup, "e2e"))
+	wrongRole, operator, backup := as(certs.Owner, "big"), as(certs.Operator, "e2e"), as(certs.Operator, "e2e")
+	// Refused at the handshake, these never become ready: each call fails
+	// with the TLS alert.
+	anonymousConn := connect(credentials.NewTLS(&tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS13}))
+	anonymous := pb.NewLookupsClient(anonymousConn)
+	stranger := pb.NewLookupsClient(connect(credentials.NewTLS(otherCA(t))))
 
 	// send sends m on a fresh stream and waits for the stream to end.
 	send := func(leases pb.LeasesClient, msgs ...*pb.LeaseRequest) error {
@@ -293,12 +376,12 @@ func startHostile(t *testing.T, addr string) *hostile {
 		}
 	}
 	inc := uint64(time.Now().UnixNano())
-	loop := func(kind, want string, every time.Duration, do func(i int) error) {
-		h.got[kind] = &refusal{} // each kind must be refused at least once
+	repeat := func(kind, want string, every time.Duration, do func(i int) error, note func(string, error, string)) {
+		h.expect(kind) // each kind must be refused at least once
 		h.wg.Go(func() {
 			for i := 0; ctx.Err() == nil; i++ {
 				if err := do(i); err != nil && ctx.Err() == nil {
-					h.note(kind, err, want)
+					note(kind, err, want)
 				}
 				select {
 				case <-ctx.Done():
@@ -307,24 +390,67 @@ func startHostile(t *testing.T, addr string) *hostile {
 			}
 		})
 	}
-	loop("oversized message", "--max-message-bytes", 50*time.Millisecond, func(i int) error {
-		return send(big, &pb.LeaseRequest{Namespace: "default", Owner: "big", Addr: strings.Repeat("x", 512<<10), Incarnation: inc, Seq: 1})
+	loop := func(kind, want string, every time.Duration, do func(i int) error) {
+		repeat(kind, want, every, do, h.note)
+	}
+	// A client refused at the handshake may find its connection closed
+	// before it reads the alert (noteHandshake).
+	handshakeLoop := func(kind, want string, every time.Duration, do func(i int) error) {
+		repeat(kind, want, every, do, h.noteHandshake)
+	}
+	oversized := &pb.LeaseRequest{Namespace: "default", Owner: "big", Addr: strings.Repeat("x", soakMessageBytes+30_000), Incarnation: inc, Seq: 1}
+	loop("oversized message", "--max-message-bytes", 100*time.Millisecond, func(i int) error {
+		return send(big, oversized)
 	})
 	// Past every service's limit (a Raft message part, 1 MiB): gRPC refuses
 	// it from its length prefix without reading it, with its own words.
-	// (Every 250 ms: building 8 MiB costs this process, which also runs
-	// the load, more than it costs the Manager.)
+	// (Every 250 ms: sending 8 MiB costs this process, which also runs the
+	// load, more than it costs the Manager.)
+	past := &pb.LeaseRequest{Namespace: "default", Owner: "huge", Addr: strings.Repeat("x", 8<<20), Incarnation: inc, Seq: 1}
 	loop("message past every limit", "larger than max", 250*time.Millisecond, func(i int) error {
-		return send(huge, &pb.LeaseRequest{Namespace: "default", Owner: "huge", Addr: strings.Repeat("x", 8<<20), Incarnation: inc, Seq: 1})
+		return send(huge, past)
 	})
-	loop("bogus owner", "--max-owners", 20*time.Millisecond, func(i int) error {
-		id := fmt.Sprintf("bogus-%d", i%nbogus)
-		return send(bogus[i%nbogus], &pb.LeaseRequest{Namespace: "default", Owner: id, Addr: "127.0.0.1:1", Incarnation: inc, Seq: 1})
+	loop("bogus owner", "--max-owners", 400*time.Millisecond, func(int) error {
+		// All at once, so that no bogus Owner's connection is idle for
+		// --idle-timeout (2 s), closed, and refused at --max-connections as
+		// it connects again.
+		var wg sync.WaitGroup
+		for i, b := range bogus {
+			wg.Go(func() {
+				err := send(b, &pb.LeaseRequest{Namespace: "default", Owner: fmt.Sprintf("bogus-%d", i), Addr: "127.0.0.1:1", Incarnation: inc, Seq: 1})
+				if err != nil && ctx.Err() == nil {
+					h.note("bogus owner", err, "--max-owners")
+				}
+			})
+		}
+		wg.Wait()
+		return nil
 	})
+	h.rangeOwners(ctx, wide, send)
+	h.watchRanges(ctx, metrics)
 	loop("request flood", "--max-request-rate", 200*time.Millisecond, func(i int) error {
 		// A Lookup's sync stream asking again and again: each request is
 		// valid, so only the rate limit ends the stream.
 		return syncStream(flooder, 300, uint64(i+1))
+	})
+	loop("unary calls past the rate", "--max-call-rate", time.Second, func(int) error {
+		// Fifty status calls at once on one connection, each second, where
+		// --max-call-rate allows twenty a second in bursts of forty: at
+		// least ten are refused however slowly this process sends them.
+		var mu sync.Mutex
+		var first error
+		var wg sync.WaitGroup
+		for range 50 {
+			wg.Go(func() {
+				if _, err := caller.Status(ctx, &pb.StatusRequest{Namespace: "default"}); err != nil {
+					mu.Lock()
+					first = cmp.Or(first, err)
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		return first
 	})
 	loop("forged leave (another Owner's certificate)", "may not speak for Owner", 100*time.Millisecond, func(i int) error {
 		return send(mallory, &pb.LeaseRequest{Namespace: "default", Owner: "kv-2", Addr: "127.0.0.1:1", Incarnation: uint64(time.Now().UnixNano()), Seq: 1, Leaving: true})
@@ -334,44 +460,67 @@ func startHostile(t *testing.T, addr string) *hostile {
 		// plausible one, so it is not refused as a replaced run.
 		return send(thief, &pb.LeaseRequest{Namespace: "default", Owner: "kv-2", Addr: "127.0.0.1:1", Incarnation: uint64(time.Now().UnixNano()), Seq: 1, Leaving: true})
 	})
-	loop("no certificate", "no certificate was presented", 100*time.Millisecond, func(i int) error {
-		return syncStream(anonymous, 1, uint64(i+1))
+	// Undecodable calls of about 1 MB, within --max-message-bytes, so that
+	// each is read and decoded (one past it is refused unread). gRPC decodes
+	// a unary call's request, and a server-streaming call's second one,
+	// before any interceptor runs; a Manager that kept the verdict on such
+	// a message beside it, until the decoding interceptor took it, kept the
+	// message of every call refused before that (no certificate, the wrong
+	// role, a second request): some 80 MB over the attack, most of it the
+	// stranger's. Sent a few times a second: each costs both processes a
+	// megabyte of TLS, and this machine runs the load and the Manager too.
+	drainBody, backupBody := undecodableDrain(soakMessageBytes-1024), undecodableBackup(soakMessageBytes-1024)
+	handshakeLoop("no certificate", "certificate required", 150*time.Millisecond, func(i int) error {
+		switch i % 3 {
+		case 0:
+			return syncStream(anonymous, 1, uint64(i+1))
+		case 1:
+			return rawUnary(ctx, anonymousConn, pb.Admin_Drain_FullMethodName, drainBody)
+		}
+		return rawTwice(ctx, anonymousConn, pb.Admin_Backup_FullMethodName, nil, backupBody)
 	})
-	loop("another CA's certificate", "unknown authority", 100*time.Millisecond, func(i int) error {
+	handshakeLoop("another CA's certificate", "bad certificate", 100*time.Millisecond, func(i int) error {
 		return syncStream(stranger, 1, uint64(i+1))
 	})
+	loop("undecodable drain (an Owner's certificate)", "may not call", 400*time.Millisecond, func(i int) error {
+		return rawUnary(ctx, wrongRole, pb.Admin_Drain_FullMethodName, drainBody)
+	})
+	loop("undecodable drain (the operator's certificate)", "field namespace is not valid UTF-8", time.Second, func(i int) error {
+		return rawUnary(ctx, operator, pb.Admin_Drain_FullMethodName, drainBody)
+	})
+	loop("undecodable second request of a backup", "multiple request messages", 400*time.Millisecond, func(i int) error {
+		return rawTwice(ctx, backup, pb.Admin_Backup_FullMethodName, nil, backupBody)
+	})
 	// Idle connections: more than --max-connections, opened at once and
-	// kept; those past the limit get, before any TLS, a GOAWAY that names
-	// it; the others complete TLS and HTTP/2's preface, say nothing more,
-	// and are closed idle.
-	h.got["connection past the limit"], h.got["idle connection"] = &refusal{}, &refusal{}
+	// kept; those past the limit complete the handshake and are answered
+	// with a GOAWAY that names it (or, past the refusals the Manager
+	// answers at once, closed); the others complete TLS and HTTP/2's
+	// preface, say nothing more, and are closed idle.
+	h.expect("connection past the limit")
+	h.expect("idle connection")
 	lookupTLS := sourceFor(t, certs.Lookup, "e2e").ClientTLS(certs.Replica)
 	lookupTLS.NextProtos = []string{"h2"}
+	var idle sync.WaitGroup
 	for range 80 {
 		nc, err := net.Dial("tcp", addr)
 		if err != nil {
 			t.Fatal(err)
 		}
 		h.conns = append(h.conns, nc)
-		h.wg.Go(func() {
-			rc := &recordingConn{Conn: nc}
-			tc := tls.Client(rc, lookupTLS)
+		idle.Go(func() {
+			defer nc.Close() // when told to go, or refused
+			tc := tls.Client(nc, lookupTLS)
 			_ = nc.SetDeadline(time.Now().Add(10 * time.Second))
-			var fr *http2.Framer
-			if err := tc.Handshake(); err != nil {
-				// Refused before TLS: what TLS read was the server's
-				// HTTP/2 preface and GOAWAY, in plaintext.
-				_ = nc.SetDeadline(time.Now().Add(5 * time.Second))
-				fr = http2.NewFramer(io.Discard, io.MultiReader(bytes.NewReader(rc.read()), nc))
-			} else {
-				_ = nc.SetDeadline(time.Time{})
-				if _, err := tc.Write([]byte(http2.ClientPreface)); err != nil {
-					return
-				}
-				fr = http2.NewFramer(tc, tc)
-				if fr.WriteSettings() != nil {
-					return
-				}
+			if tc.Handshake() != nil {
+				return // closed unanswered
+			}
+			_ = nc.SetDeadline(time.Time{})
+			if _, err := tc.Write([]byte(http2.ClientPreface)); err != nil {
+				return
+			}
+			fr := http2.NewFramer(tc, tc)
+			if fr.WriteSettings() != nil {
+				return
 			}
 			for {
 				m, err := fr.ReadFrame()
@@ -389,28 +538,18 @@ func startHostile(t *testing.T, addr string) *hostile {
 			}
 		})
 	}
+	// Once the idle connections are closed (--idle-timeout 2s), as many
+	// strangers as --max-connections keep connecting without a
+	// certificate, and the operator's status must be answered all the
+	// while.
+	h.wg.Go(func() {
+		idle.Wait()
+		if ctx.Err() == nil {
+			h.slotStrangers(ctx, addr, 64)
+			h.watchStatus(ctx, c)
+		}
+	})
 	return h
-}
-
-// recordingConn keeps what is read from it.
-type recordingConn struct {
-	net.Conn
-	mu  sync.Mutex
-	buf []byte
-}
-
-func (c *recordingConn) Read(b []byte) (int, error) {
-	n, err := c.Conn.Read(b)
-	c.mu.Lock()
-	c.buf = append(c.buf, b[:n]...)
-	c.mu.Unlock()
-	return n, err
-}
-
-func (c *recordingConn) read() []byte {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return slices.Clone(c.buf)
 }
 
 // otherCA returns the TLS configuration of a client presenting a lookup
@@ -443,6 +582,8 @@ func (h *hostile) stop() map[string]*refusal {
 	h.wg.Wait()
 	return h.got
 }
+
+func mibOf(n uint64) float64 { return float64(n) / (1 << 20) }
 
 // peakRSS returns the process's VmHWM from /proc, or "" where there is none.
 func peakRSS(t *testing.T, pid int) string {

@@ -18,7 +18,8 @@ import (
 // while the other replicas' connections (Raft, and the streams they relay)
 // go on; cutFrom, the connections one replica opened, which carry its
 // Raft messages to this one (a stream carries messages one way), so this
-// one's still reach it on its own connection. It tells them apart by the
+// one's still reach it on its own connection; cutFor, the connections of
+// the clients it names. It tells them apart by the
 // certificate each presents: it ends the client's TLS with the certificate
 // of the replica it stands for, and dials the replica with the
 // certificate of the same identity as the client's, from the test's
@@ -32,6 +33,7 @@ type proxy struct {
 
 	mu     sync.Mutex
 	cut    func(certs.Identity) bool // the connections held; nil: none
+	only   map[string]bool           // the clients cut besides, by name (cutFor)
 	healed chan struct{}             // closed and replaced at each change
 	conns  map[net.Conn]bool
 	closed bool
@@ -69,6 +71,19 @@ func (p *proxy) setCut(on bool) {
 func (p *proxy) cutFrom(replica uint64) {
 	name := fmt.Sprint(replica)
 	p.setCutFunc(func(id certs.Identity) bool { return id.Role == certs.Replica && id.Name == name })
+}
+
+// cutFor cuts the connections of the client called name (the name in
+// its certificate), or forwards them again.
+func (p *proxy) cutFor(name string, on bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.only == nil {
+		p.only = map[string]bool{}
+	}
+	p.only[name] = on
+	close(p.healed)
+	p.healed = make(chan struct{})
 }
 
 func (p *proxy) setCutFunc(cut func(certs.Identity) bool) {
@@ -185,12 +200,13 @@ func (p *proxy) pipe(dst, src net.Conn, id certs.Identity) {
 func (p *proxy) hold(id certs.Identity) bool {
 	for {
 		p.mu.Lock()
-		cut, closed, healed := p.cut, p.closed, p.healed
+		cut := p.cut != nil && p.cut(id) || id.Role != certs.Replica && p.only[id.Name]
+		closed, healed := p.closed, p.healed
 		p.mu.Unlock()
 		if closed {
 			return false
 		}
-		if cut == nil || !cut(id) {
+		if !cut {
 			return true
 		}
 		p.held.Add(1)

@@ -1,11 +1,14 @@
 package raftstore
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -168,4 +171,162 @@ func TestFaultWhileOpenIsAnError(t *testing.T) {
 		t.Fatalf("Load after the file was cut: %v, want ErrDamaged", err)
 	}
 	_ = s.Close() // returns, with or without an error
+}
+
+// TestEditedValueIsRefused: edits of raft.db that keep every value
+// decodable — a digit of an LGN changed or an Owner renamed in an entry's
+// JSON, the same in the snapshot, the commit index of the hard state —
+// pass bbolt's checks and would be applied as if the group had agreed on
+// them. Each fails its checksum: Load refuses the log with ErrDamaged,
+// naming the entry by index and term, and says how to recover.
+func TestEditedValueIsRefused(t *testing.T) {
+	const (
+		entry = `{"Op":"set","NS":"default","Range":"[0x0,0x4000000000000000)","Entry":{"Owner":"kv-1","LGN":1234}}`
+		state = `{"Owners":{"kv-1":{"Incarnation":7}},"LGN":1234}`
+	)
+	write := func(t *testing.T) string {
+		dir := t.TempDir()
+		s := mustOpen(t, dir)
+		var es []raftpb.Entry
+		for i := uint64(11); i <= 20; i++ {
+			es = append(es, ent(i, 3, entry))
+		}
+		mustSave(t, s, hardState(3, 1, 20), es, snapshot(10, 2, state, 1))
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		return dir
+	}
+	edit := func(bucket, key []byte, from, to string) func(*bolt.Tx) error {
+		return func(tx *bolt.Tx) error {
+			b := tx.Bucket(bucket)
+			v := b.Get(key)
+			if !bytes.Contains(v, []byte(from)) {
+				return fmt.Errorf("%q not in the value of %q", from, key)
+			}
+			return b.Put(key, bytes.Replace(v, []byte(from), []byte(to), 1))
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		edit func(*bolt.Tx) error
+		want string
+	}{
+		{"an LGN digit", edit(bucketEntries, u64key(15), `"LGN":1234`, `"LGN":1235`), "entry 15 (term 3"},
+		{"an owner renamed", edit(bucketEntries, u64key(20), `"Owner":"kv-1"`, `"Owner":"kv-2"`), "entry 20 (term 3"},
+		{"the snapshot", edit(bucketMeta, keySnapshot, `"LGN":1234`, `"LGN":9234`), "snapshot (index 10, term 2"},
+		{"the hard state", func(tx *bolt.Tx) error {
+			m := tx.Bucket(bucketMeta)
+			v := append([]byte(nil), m.Get(keyHardState)...)
+			v[len(v)-1] = 19 // the commit index, the last field: 20 → 19
+			return m.Put(keyHardState, v)
+		}, "hard state fails its checksum"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := write(t)
+			db, err := bolt.Open(filepath.Join(dir, FileName), 0o600, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := db.Update(tc.edit); err != nil {
+				t.Fatal(err)
+			}
+			db.Close()
+			err = openAndLoad(t, dir)
+			if !errors.Is(err, ErrDamaged) || !strings.Contains(err.Error(), tc.want) ||
+				!strings.Contains(err.Error(), "fails its checksum") || !strings.Contains(err.Error(), "leasehold restore") {
+				t.Fatalf("an edit of %s: %v, want ErrDamaged naming %q, the checksum and the way to recover", tc.name, err, tc.want)
+			}
+		})
+	}
+}
+
+// writeVersion1 creates a raft.db of format version 1, whose values carry
+// no checksum, holding hs, es and snap, as an earlier leasehold wrote it.
+func writeVersion1(t *testing.T, hs raftpb.HardState, es []raftpb.Entry, snap raftpb.Snapshot) string {
+	t.Helper()
+	dir := t.TempDir()
+	db, err := bolt.Open(filepath.Join(dir, FileName), 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	err = db.Update(func(tx *bolt.Tx) error {
+		meta, _ := tx.CreateBucket(bucketMeta)
+		entries, _ := tx.CreateBucket(bucketEntries)
+		meta.Put(keyVersion, u64key(1))
+		meta.Put(keyHardState, encoded(t, &hs))
+		meta.Put(keySnapshot, encoded(t, &snap))
+		for i := range es {
+			entries.Put(u64key(es[i].Index), encoded(t, &es[i]))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// TestVersion1IsUpgraded: a data directory of format version 1 (no
+// checksums) loads as it was, and Open rewrites it with a checksum on
+// every value, at the current version, so later damage is found; one whose
+// damage shows already is refused, not sealed in, and left as it was.
+func TestVersion1IsUpgraded(t *testing.T) {
+	hs, es, snap := hardState(3, 1, 20), ents(11, 20, 3), snapshot(10, 2, "state", 1)
+	dir := writeVersion1(t, hs, es, snap)
+	s := mustOpen(t, dir)
+	ms, fresh := mustLoad(t, s)
+	if fresh {
+		t.Fatal("a version 1 log loaded as fresh")
+	}
+	if last, _ := ms.LastIndex(); last != 20 {
+		t.Fatalf("last index %d after the upgrade, want 20", last)
+	}
+	got, err := ms.Entries(11, 21, math.MaxUint64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range got {
+		if !bytes.Equal(encoded(t, &got[i]), encoded(t, &es[i])) {
+			t.Fatalf("entry %d is %v after the upgrade, want %v", es[i].Index, got[i], es[i])
+		}
+	}
+	err = s.db.View(func(tx *bolt.Tx) error {
+		if v, err := checkFormat(tx); v != FormatVersion {
+			return fmt.Errorf("format version %d after the upgrade (%v), want %d", v, err, FormatVersion)
+		}
+		_, err := readState(tx)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Damage after the upgrade is found.
+	poke(t, s, func(_, e *bolt.Bucket) error {
+		v := append([]byte(nil), e.Get(u64key(12))...)
+		v[len(v)-1] ^= 1
+		return e.Put(u64key(12), v)
+	})
+	if _, _, err := s.Load(); !errors.Is(err, ErrDamaged) || !strings.Contains(err.Error(), "entry 12 (term 3") {
+		t.Fatalf("Load after an entry of the upgraded log changed: %v, want ErrDamaged naming entry 12", err)
+	}
+	s.Close()
+
+	// A version 1 log with a gap is refused, and stays version 1.
+	dir = writeVersion1(t, hs, append(slices.Clone(es[:3]), es[4:]...), snap)
+	if _, err := Open(dir); !errors.Is(err, ErrDamaged) || !strings.Contains(err.Error(), "entry 14 missing") {
+		t.Fatalf("Open of a version 1 log with a gap: %v, want ErrDamaged naming the missing entry", err)
+	}
+	db, err := bolt.Open(filepath.Join(dir, FileName), 0o600, &bolt.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	db.View(func(tx *bolt.Tx) error {
+		if v, _ := checkFormat(tx); v != 1 {
+			t.Errorf("a refused version 1 log was rewritten as version %d", v)
+		}
+		return nil
+	})
 }

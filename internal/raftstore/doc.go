@@ -71,8 +71,17 @@
 // # Format
 //
 // raft.db has two buckets. "entries" maps the big-endian uint64 index to the
-// protobuf encoding of the raftpb.Entry. "meta" holds "version" (big-endian
-// uint64, currently 1; other versions are refused), "hardstate" and
-// "snapshot" (protobuf encodings). Entries at or below the snapshot index are
+// stored form of the raftpb.Entry. "meta" holds "version" (big-endian
+// uint64, currently 2; other versions but 1 are refused), "hardstate" and
+// "snapshot" (stored forms). Entries at or below the snapshot index are
 // deleted when the snapshot is stored.
+//
+// A value's stored form is the CRC-32C (Castagnoli) of its key and its
+// protobuf encoding, 4 bytes big-endian, then the encoding: every read
+// checks it, and a mismatch is ErrDamaged naming the value (an entry by
+// index and term). bbolt checks the structure of its pages, not the bytes
+// of the values in them, so an edit that leaves a value decodable (a digit
+// of an LGN in an entry's JSON) would otherwise be applied (sum.go).
+// Version 1 stored the encoding alone; Open rewrites such a file as
+// version 2 in one transaction, after reading all of it as Load does.
 package raftstore

@@ -21,8 +21,10 @@ import (
 // FileName is the name of the database file inside a data directory.
 const FileName = "raft.db"
 
-// FormatVersion is the on-disk format this package reads and writes.
-const FormatVersion uint64 = 1
+// FormatVersion is the on-disk format this package writes: 2, each value
+// with its checksum (sum.go). It reads version 1, whose values have none,
+// and Open upgrades it.
+const FormatVersion uint64 = sealedVersion
 
 // ErrLocked is returned (wrapped) by Open when another process, or another
 // Store in this process, has the data directory open.
@@ -30,7 +32,9 @@ var ErrLocked = errors.New("data directory is in use by another manager")
 
 // ErrDamaged is returned (wrapped) by Open, and by any other method, when
 // raft.db is not a whole, consistent database: empty (0 bytes), shorter than
-// its own pages say, failing bbolt's integrity check, or making bbolt panic.
+// its own pages say, failing bbolt's integrity check, making bbolt panic,
+// or holding a value (an entry, the hard state, the snapshot) that fails its
+// checksum, which the error names.
 // A damaged raft log is never taken for a new one: starting afresh would
 // found a new group and forget every lease. Recovery is the operator's:
 // restore a backup, or re-add the replica to its group (docs/operations.md).
@@ -148,6 +152,12 @@ func open(dir string, o options) (*Store, error) {
 		s.Close()
 		return nil, err
 	}
+	if !created {
+		if err := guard("upgrade", s.upgrade); err != nil {
+			s.Close()
+			return nil, fmt.Errorf("raftstore: open %s: upgrade to format version %d: %w", path, FormatVersion, err)
+		}
+	}
 	if created {
 		// Make the new file's directory entry durable too.
 		if err := syncDir(dir); err != nil {
@@ -199,7 +209,8 @@ func (s *Store) init() error {
 			empty = true
 			return nil
 		}
-		return checkFormat(tx)
+		_, err := checkFormat(tx)
+		return err
 	})
 	if err != nil {
 		return fmt.Errorf("raftstore: open %s: %w", s.path, err)
@@ -223,27 +234,29 @@ func (s *Store) init() error {
 	return nil
 }
 
-// checkFormat verifies the version key and the buckets of a raft.db.
-func checkFormat(tx *bolt.Tx) error {
+// checkFormat verifies the version key and the buckets of a raft.db, and
+// returns the version: FormatVersion, or 1 (no checksums).
+func checkFormat(tx *bolt.Tx) (uint64, error) {
 	meta := tx.Bucket(bucketMeta)
 	if meta == nil {
-		return errors.New("not a leasehold raft log (no meta bucket)")
+		return 0, errors.New("not a leasehold raft log (no meta bucket)")
 	}
 	v := meta.Get(keyVersion)
 	if v == nil {
-		return errors.New("not a leasehold raft log (no format version)")
+		return 0, errors.New("not a leasehold raft log (no format version)")
 	}
 	if len(v) != 8 {
-		return fmt.Errorf("corrupt format version (%d bytes, want 8)", len(v))
+		return 0, fmt.Errorf("corrupt format version (%d bytes, want 8)", len(v))
 	}
-	if got := binary.BigEndian.Uint64(v); got != FormatVersion {
-		return fmt.Errorf("unsupported format version %d (this build reads version %d; was it written by a newer leasehold?)",
+	got := binary.BigEndian.Uint64(v)
+	if got != 1 && got != FormatVersion {
+		return 0, fmt.Errorf("unsupported format version %d (this build reads versions 1 and %d; was it written by a newer leasehold?)",
 			got, FormatVersion)
 	}
 	if tx.Bucket(bucketEntries) == nil {
-		return errors.New("corrupt raft log: no entries bucket")
+		return 0, errors.New("corrupt raft log: no entries bucket")
 	}
-	return nil
+	return got, nil
 }
 
 // Path returns the path of the database file.
@@ -284,9 +297,11 @@ func (st *state) fresh() bool {
 // when nothing was ever saved (a new data directory); the caller then
 // bootstraps the node.
 //
-// Load checks what it reads: an undecodable value, an entry stored under the
-// wrong index, a gap in the log or a commit index outside the log gives an
-// error naming what is wrong, rather than a panic inside raft later.
+// Load checks what it reads: a value that fails its checksum, an
+// undecodable value, an entry stored under the wrong index, a gap in the
+// log or a commit index outside the log gives an error wrapping ErrDamaged
+// naming what is wrong (the entry by index and term), rather than a
+// panic inside raft later or a state the group never agreed on.
 func (s *Store) Load() (ms *raft.MemoryStorage, fresh bool, err error) {
 	var st *state
 	err = guard("load", func() error {
@@ -322,25 +337,21 @@ func (s *Store) Load() (ms *raft.MemoryStorage, fresh bool, err error) {
 
 // readState decodes and checks the whole content of a raft.db.
 func readState(tx *bolt.Tx) (*state, error) {
-	if err := checkFormat(tx); err != nil {
+	version, err := checkFormat(tx)
+	if err != nil {
 		return nil, err
 	}
+	sealed := version >= sealedVersion
 	meta := tx.Bucket(bucketMeta)
 	st := &state{}
-	if v := meta.Get(keySnapshot); v != nil {
-		if err := st.snap.Unmarshal(v); err != nil {
-			return nil, fmt.Errorf("corrupt snapshot: %w", err)
-		}
-		if raft.IsEmptySnap(st.snap) {
-			return nil, errors.New("corrupt snapshot: stored snapshot has index 0")
-		}
-		st.hasSnap = true
+	if st.snap, st.hasSnap, err = getSnapshot(sealed, meta); err != nil {
+		return nil, err
 	}
-	if v := meta.Get(keyHardState); v != nil {
-		if err := st.hs.Unmarshal(v); err != nil {
-			return nil, fmt.Errorf("corrupt hard state: %w", err)
-		}
-		st.hasHS = true
+	if st.hasSnap && raft.IsEmptySnap(st.snap) {
+		return nil, errors.New("corrupt snapshot: stored snapshot has index 0")
+	}
+	if st.hs, st.hasHS, err = getHardState(sealed, meta); err != nil {
+		return nil, err
 	}
 
 	snapIndex := st.snap.Metadata.Index
@@ -354,9 +365,9 @@ func readState(tx *bolt.Tx) (*state, error) {
 		if index != next {
 			return nil, fmt.Errorf("corrupt log: entry %d missing (next stored entry is %d)", next, index)
 		}
-		var e raftpb.Entry
-		if err := e.Unmarshal(v); err != nil {
-			return nil, fmt.Errorf("corrupt entry at index %d: %w", index, err)
+		e, err := getEntry(sealed, index, v)
+		if err != nil {
+			return nil, err
 		}
 		if e.Index != index {
 			return nil, fmt.Errorf("corrupt entry at index %d: it says it is entry %d", index, e.Index)
@@ -412,7 +423,7 @@ func (s *Store) Save(hs raftpb.HardState, ents []raftpb.Entry, snap raftpb.Snaps
 					return fmt.Errorf("snapshot at index %d: %w (stored snapshot is at %d)",
 						idx, raft.ErrSnapOutOfDate, snapIndex)
 				}
-				if err := putProto(meta, keySnapshot, &snap); err != nil {
+				if err := putSealed(meta, keySnapshot, &snap); err != nil {
 					return fmt.Errorf("snapshot at index %d: %w", idx, err)
 				}
 				if err := deleteFrom(entries, 0); err != nil {
@@ -424,7 +435,7 @@ func (s *Store) Save(hs raftpb.HardState, ents []raftpb.Entry, snap raftpb.Snaps
 				return err
 			}
 			if hasHS {
-				if err := putProto(meta, keyHardState, &hs); err != nil {
+				if err := putSealed(meta, keyHardState, &hs); err != nil {
 					return fmt.Errorf("hard state: %w", err)
 				}
 			}
@@ -469,7 +480,7 @@ func putEntries(b *bolt.Bucket, snapIndex uint64, ents []raftpb.Entry) error {
 		if err != nil {
 			return fmt.Errorf("encode entry %d: %w", e.Index, err)
 		}
-		if err := b.Put(u64key(e.Index), data); err != nil {
+		if err := b.Put(u64key(e.Index), seal(u64key(e.Index), data)); err != nil {
 			return fmt.Errorf("store entry %d: %w", e.Index, err)
 		}
 	}
@@ -501,14 +512,14 @@ func (s *Store) Compact(snap raftpb.Snapshot) error {
 			if v == nil {
 				return fmt.Errorf("entry %d is not in the stored log", idx)
 			}
-			var e raftpb.Entry
-			if err := e.Unmarshal(v); err != nil {
-				return fmt.Errorf("corrupt entry at index %d: %w", idx, err)
+			e, err := getEntry(true, idx, v)
+			if err != nil {
+				return damaged("%v", err)
 			}
 			if e.Term != term {
 				return fmt.Errorf("snapshot term %d does not match the stored entry %d (term %d)", term, idx, e.Term)
 			}
-			if err := putProto(meta, keySnapshot, &snap); err != nil {
+			if err := putSealed(meta, keySnapshot, &snap); err != nil {
 				return err
 			}
 			return deleteThrough(entries, idx)
@@ -612,28 +623,18 @@ func checkBackup(path string, size int64) error {
 	})
 }
 
+// storedSnapIndex returns the index of the stored snapshot (0: none). An
+// open Store's file is of the current version: Open upgraded it.
 func storedSnapIndex(meta *bolt.Bucket) (uint64, error) {
-	v := meta.Get(keySnapshot)
-	if v == nil {
-		return 0, nil
-	}
-	var snap raftpb.Snapshot
-	if err := snap.Unmarshal(v); err != nil {
-		return 0, fmt.Errorf("corrupt snapshot: %w", err)
+	snap, _, err := getSnapshot(true, meta)
+	if err != nil {
+		return 0, damaged("%v", err)
 	}
 	return snap.Metadata.Index, nil
 }
 
 // marshaler is what the gogo-generated raftpb types implement.
 type marshaler interface{ Marshal() ([]byte, error) }
-
-func putProto(b *bolt.Bucket, key []byte, m marshaler) error {
-	data, err := m.Marshal()
-	if err != nil {
-		return fmt.Errorf("encode %s: %w", key, err)
-	}
-	return b.Put(key, data)
-}
 
 // deleteFrom deletes the entries with index >= from. Keys are copied before
 // deleting: a bbolt cursor must not be advanced across deletes.

@@ -522,24 +522,42 @@ func TestCorruptEntry(t *testing.T) {
 		f    func(meta, entries *bolt.Bucket) error
 		want string
 	}{
-		{"undecodable", func(_, e *bolt.Bucket) error { return e.Put(u64key(3), []byte{0xff, 0xff, 0xff}) },
+		// Damage that keeps the checksum right (the value stored again
+		// with its sum, as a writer's bug would), found by decoding.
+		{"undecodable", func(_, e *bolt.Bucket) error { return e.Put(u64key(3), seal(u64key(3), []byte{0xff, 0xff, 0xff})) },
 			"corrupt entry at index 3"},
 		{"wrong index", func(_, e *bolt.Bucket) error {
 			wrong := ent(7, 1, "x")
 			data, _ := wrong.Marshal()
-			return e.Put(u64key(3), data)
+			return e.Put(u64key(3), seal(u64key(3), data))
 		}, "corrupt entry at index 3: it says it is entry 7"},
 		{"missing", func(_, e *bolt.Bucket) error { return e.Delete(u64key(3)) },
 			"entry 3 missing"},
-		{"hard state", func(m, _ *bolt.Bucket) error { return m.Put(keyHardState, []byte{0x08}) },
+		{"hard state", func(m, _ *bolt.Bucket) error { return m.Put(keyHardState, seal(keyHardState, []byte{0x08})) },
 			"corrupt hard state"},
 		{"commit past the log", func(m, _ *bolt.Bucket) error {
 			hs := hardState(1, 1, 9)
 			data, _ := hs.Marshal()
-			return m.Put(keyHardState, data)
+			return m.Put(keyHardState, seal(keyHardState, data))
 		}, "commit index 9 is outside the stored log [0, 5]"},
-		{"snapshot", func(m, _ *bolt.Bucket) error { return m.Put(keySnapshot, []byte{0x12, 0x05}) },
+		{"snapshot", func(m, _ *bolt.Bucket) error { return m.Put(keySnapshot, seal(keySnapshot, []byte{0x12, 0x05})) },
 			"corrupt snapshot"},
+		// Damage that still decodes, found by the checksum.
+		{"entry edited", func(_, e *bolt.Bucket) error {
+			v := append([]byte(nil), e.Get(u64key(3))...)
+			v[len(v)-1] = 'x' // its data, "ed", becomes "ex"
+			return e.Put(u64key(3), v)
+		}, "entry 3 (term 1, as its damaged bytes say) fails its checksum"},
+		{"entry under another key", func(_, e *bolt.Bucket) error {
+			return e.Put(u64key(3), append([]byte(nil), e.Get(u64key(4))...))
+		}, "entry 3 (its term unreadable) fails its checksum"},
+		{"unsealed", func(_, e *bolt.Bucket) error { return e.Put(u64key(3), []byte{0xff}) },
+			"entry 3 (its term unreadable) too short to hold its checksum"},
+		{"hard state edited", func(m, _ *bolt.Bucket) error {
+			v := append([]byte(nil), m.Get(keyHardState)...)
+			v[len(v)-1]++ // the commit index, 5 → 6
+			return m.Put(keyHardState, v)
+		}, "hard state fails its checksum"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := mustOpen(t, t.TempDir())

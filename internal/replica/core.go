@@ -193,6 +193,8 @@ type namespace struct {
 	planAt   time.Time // next rebalancing round (Rebalance only)
 	lastPlan time.Time
 	rates    []rate // the load map (Rebalance only; leader-local)
+
+	starts startsCount // the MaxRanges check's last count (core_limits.go)
 }
 
 // ownerSession is the Manager's side of one Owner incarnation's session.
@@ -503,30 +505,6 @@ func (c *Core) StepLease(now time.Time, req *protocol.LeaseRequest) error {
 	}
 	n.push(o) // answer every accepted request
 	c.flush(now)
-	return nil
-}
-
-// checkLimits refuses, before anything is recorded or planned, a request
-// that would take namespace n past MaxOwners (a new Owner) or grow a table
-// already at MaxRanges (a new Owner, or a higher capacity: both split the
-// table further). o is the Owner's session, nil for a new Owner. Requests
-// of recorded Owners are never refused for a limit otherwise: a table at a
-// limit keeps serving the Owners it has.
-func (c *Core) checkLimits(n *namespace, o *ownerSession, req *protocol.LeaseRequest) error {
-	grows := o == nil || (req.Incarnation >= o.inc && req.Capacity > o.capacity && !req.Leaving)
-	if !grows {
-		return nil
-	}
-	if o == nil {
-		if _, known := n.s.owners[req.Owner]; !known && len(n.owners) >= c.cfg.OwnerLimit() {
-			return fmt.Errorf("%w: namespace %q has %d owners, the most allowed (MaxOwners, leasehold manager --max-owners); "+
-				"owner %q is refused", ErrLimit, n.name, len(n.owners), req.Owner)
-		}
-	}
-	if segs := n.s.table.Len(); segs >= c.cfg.RangeLimit() {
-		return fmt.Errorf("%w: namespace %q has %d ranges, the most allowed (MaxRanges, leasehold manager --max-ranges); "+
-			"a new owner or a higher capacity (owner %q) is refused", ErrLimit, n.name, segs, req.Owner)
-	}
 	return nil
 }
 

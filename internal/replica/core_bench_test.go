@@ -65,7 +65,7 @@ func (f *benchOwners) renew(b *testing.B, c *Core, now time.Time, id string) {
 func BenchmarkCoreJoin(b *testing.B) {
 	for _, owners := range benchOwnerCounts {
 		b.Run(fmt.Sprintf("owners=%d", owners), func(b *testing.B) {
-			c, now, fleet := benchCore(b, owners, CoreConfig{Handover: -1, MembershipEvery: -1})
+			c, now, fleet := benchCore(b, owners, CoreConfig{Handover: -1, MembershipEvery: -1, MaxOwners: 1 << 30, MaxRanges: 1 << 30})
 			i, sent := 0, 0
 			for b.Loop() {
 				now = now.Add(time.Millisecond)
@@ -91,7 +91,7 @@ func BenchmarkCoreJoinBurst(b *testing.B) {
 	for _, owners := range benchOwnerCounts {
 		for _, every := range []time.Duration{0, -1} {
 			b.Run(fmt.Sprintf("owners=%d/every=%v", owners, every), func(b *testing.B) {
-				c, now, fleet := benchCore(b, owners, CoreConfig{Handover: -1, MembershipEvery: every})
+				c, now, fleet := benchCore(b, owners, CoreConfig{Handover: -1, MembershipEvery: every, MaxOwners: 1 << 30, MaxRanges: 1 << 30})
 				i := 0
 				for b.Loop() {
 					now = now.Add(10 * time.Millisecond)
@@ -124,6 +124,25 @@ func BenchmarkCoreRenew(b *testing.B) {
 				now = now.Add(every)
 				fleet.renew(b, c, now, fmt.Sprintf("owner-%d", i%owners))
 				i++
+			}
+		})
+	}
+}
+
+// BenchmarkRangeLimitCheck: the MaxRanges check of one join, which a
+// Manager makes before admitting it: by a sum while the table is well
+// below the limit, by a walk of the table when near it (10,000 Owners,
+// 640,000 ranges of the default 1,048,576).
+func BenchmarkRangeLimitCheck(b *testing.B) {
+	for _, owners := range benchOwnerCounts {
+		b.Run(fmt.Sprintf("owners=%d", owners), func(b *testing.B) {
+			c, _, _ := benchCore(b, owners, CoreConfig{Handover: -1, MaxOwners: 2 * owners})
+			n := c.ns[DefaultNamespace]
+			req := &protocol.LeaseRequest{Namespace: DefaultNamespace, Owner: "join", Addr: "join:7000", Incarnation: 1, Seq: 1}
+			for b.Loop() {
+				if err := c.checkLimits(n, nil, req); err != nil {
+					b.Fatal(err)
+				}
 			}
 		})
 	}

@@ -46,6 +46,7 @@ type peer struct {
 	// sentHeld is the Held of each request, to expand a response that
 	// says RenewHeld.
 	sentHeld map[uint64][]protocol.Lease
+	capacity float64 // in every request
 }
 
 func newPeer(id string) *peer { return &peer{id: id, inc: 1} }
@@ -61,7 +62,7 @@ func (p *peer) request() *protocol.LeaseRequest {
 	p.sentHeld[p.seq] = slices.Clone(p.held)
 	return &protocol.LeaseRequest{
 		Namespace: DefaultNamespace, Owner: p.id, Addr: p.addr(), Incarnation: p.inc,
-		Seq: p.seq, AckEpoch: epoch, AckSeq: p.ack, Held: slices.Clone(p.held),
+		Seq: p.seq, AckEpoch: epoch, AckSeq: p.ack, Held: slices.Clone(p.held), Capacity: p.capacity,
 	}
 }
 

@@ -104,7 +104,8 @@ type lookupSub struct {
 	pushed   keyspace.LSN // the LSN the session's copy will have
 	// req is the newest request received on the session, at lastSeen
 	// (0: none with an ID); sentAt is when a message was last sent on it;
-	// beats says its requests take heartbeats.
+	// beats says its newest request takes heartbeats (Heartbeats, and a
+	// MaxDrift at least the replica's).
 	req    uint64
 	sentAt time.Time
 	beats  bool
@@ -171,8 +172,12 @@ func (f *Feed) StepSync(now time.Time, id uint64, req *protocol.SyncRequest) err
 		subs[id] = sub
 	}
 	sub.lastSeen, sub.req = now, req.ID
-	if req.Heartbeats != sub.beats {
-		sub.beats = req.Heartbeats
+	// A Lookup that would judge what a heartbeat vouches for with a smaller
+	// MaxDrift than this replica's is refused them, and its pushes vouch
+	// for nothing, until a request says enough: its polls are answered as
+	// ever, and each answer tells it the replica's (response).
+	if beats := req.Heartbeats && f.timing.VouchesFor(req.MaxDrift); beats != sub.beats {
+		sub.beats = beats
 		if sub.beats {
 			if f.beats[req.Namespace] == nil {
 				f.beats[req.Namespace] = map[uint64]*lookupSub{}
@@ -453,6 +458,6 @@ func (f *Feed) Ready() []LookupMessage {
 func (f *Feed) response(ns string, id uint64, u leasetable.Update) *protocol.SyncResponse {
 	return &protocol.SyncResponse{
 		Namespace: ns, ID: id, Epoch: f.st.epoch, Update: u,
-		Sync: f.timing.Sync, SyncTimeout: f.timing.SyncTimeout,
+		Sync: f.timing.Sync, SyncTimeout: f.timing.SyncTimeout, MaxDrift: f.timing.MaxDrift,
 	}
 }

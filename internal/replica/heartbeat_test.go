@@ -32,7 +32,7 @@ func TestFeedHeartbeats(t *testing.T) {
 	f.SetServes(func(time.Time) bool { return serving })
 	at := func(d time.Duration) time.Time { return base.Add(d) }
 	for id, beats := range map[uint64]bool{7: true, 8: false} {
-		if err := f.StepSync(base, id, &protocol.SyncRequest{Namespace: DefaultNamespace, ID: 3, Heartbeats: beats}); err != nil {
+		if err := f.StepSync(base, id, &protocol.SyncRequest{Namespace: DefaultNamespace, ID: 3, Heartbeats: beats, MaxDrift: tm.MaxDrift}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -105,7 +105,7 @@ func TestFeedKeepsHeartbeatSessions(t *testing.T) {
 	}
 	f := NewFeed(st, tm)
 	for id, beats := range map[uint64]bool{7: true, 8: false} {
-		if err := f.StepSync(base, id, &protocol.SyncRequest{Namespace: DefaultNamespace, ID: 1, Heartbeats: beats}); err != nil {
+		if err := f.StepSync(base, id, &protocol.SyncRequest{Namespace: DefaultNamespace, ID: 1, Heartbeats: beats, MaxDrift: tm.MaxDrift}); err != nil {
 			t.Fatal(err)
 		}
 	}

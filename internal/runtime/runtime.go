@@ -158,16 +158,44 @@ const (
 )
 
 // KeepaliveServerOptions are the server options a Manager replica needs
-// for its clients' keepalive: it lets them ping every KeepaliveTime, with
-// or without a stream open (gRPC's default, one ping in 5 minutes, would
-// end their connections with GOAWAY "too_many_pings"). The server does not
-// ping its clients itself: the protocol's own timers notice a silent Owner
-// or Lookup, and at 100,000 Lookups the pings would cost more than they
-// tell.
+// for keepalive. It lets its clients ping every KeepaliveTime, with or
+// without a stream open (gRPC's default, one ping in 5 minutes, would end
+// their connections with GOAWAY "too_many_pings"), and pings them itself
+// (KeepaliveServerParameters).
 func KeepaliveServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: KeepaliveTime / 2, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(KeepaliveServerParameters()),
 	}
+}
+
+// The server's keepalive: a Manager replica pings a connection on which it
+// has read nothing for KeepaliveServerTime and closes it, ending its
+// streams, when no answer comes within KeepaliveServerTimeout. So a client
+// connection that went dead without a reset (its host died, a proxy
+// stopped forwarding, a cable was cut) ends within KeepaliveServerTime +
+// KeepaliveServerTimeout (25 s) of the last thing heard on it, not gRPC's
+// default 2 hours; an Owner's session bound to a stream on it stops
+// waiting for it sooner, once it has been quiet for Timing.OwnerQuiet
+// (docs/protocol.md).
+//
+// KeepaliveServerTime is twice KeepaliveTime, so the server pings no live
+// client that dials with Dial: such a client pings itself whenever it has
+// read nothing for KeepaliveTime, and the server hears from it (a ping, an
+// acknowledgement, a request) at least every KeepaliveTime and a round trip.
+// The server's pings fall on connections whose clients are gone, stuck,
+// or do not ping (other gRPC clients; a Lookup that only reads pushes),
+// one ping each KeepaliveServerTime.
+const (
+	KeepaliveServerTime    = 2 * KeepaliveTime
+	KeepaliveServerTimeout = KeepaliveTimeout
+)
+
+// KeepaliveServerParameters are the server's keepalive parameters (see
+// KeepaliveServerTime). gRPC keeps one set per server: a caller that sets
+// other fields (MaxConnectionIdle) starts from these.
+func KeepaliveServerParameters() keepalive.ServerParameters {
+	return keepalive.ServerParameters{Time: KeepaliveServerTime, Timeout: KeepaliveServerTimeout}
 }
 
 // Common holds the configuration every client runtime shares, with the

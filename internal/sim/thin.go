@@ -56,7 +56,8 @@ func (l *thinLookup) request(now time.Time) {
 	}
 	l.lastPoll = now
 	l.schedule()
-	l.out = append(l.out, &protocol.SyncRequest{Namespace: namespace, ID: l.nextID, Epoch: l.epoch, LSN: l.lsn, Heartbeats: true})
+	l.out = append(l.out, &protocol.SyncRequest{Namespace: namespace, ID: l.nextID, Epoch: l.epoch, LSN: l.lsn, Heartbeats: true,
+		MaxDrift: l.timing.MaxDrift})
 }
 
 // thinMaxSent is lookup.Core's bound on the requests it remembers.

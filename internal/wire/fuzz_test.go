@@ -2,6 +2,7 @@ package wire
 
 import (
 	"errors"
+	"math"
 	"math/rand/v2"
 	"reflect"
 	"testing"
@@ -108,7 +109,9 @@ func FuzzLeaseResponse(f *testing.F) {
 }
 
 func FuzzSyncRequest(f *testing.F) {
-	addSeeds(f, randSyncRequest, SyncRequestToPB, &leaseholdv1.SyncRequest{Namespace: "default", Id: 1, Lsn: 9})
+	addSeeds(f, randSyncRequest, SyncRequestToPB, &leaseholdv1.SyncRequest{Namespace: "default", Id: 1, Lsn: 9},
+		&leaseholdv1.SyncRequest{Namespace: "default", Id: 2, NamesOnce: true, MaxDrift: 0.2},
+		&leaseholdv1.SyncRequest{Namespace: "default", Id: 3, MaxDrift: 1})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		checkDecoded(t, data, new(leaseholdv1.SyncRequest), SyncRequestFromPB, SyncRequestToPB)
 	})
@@ -117,7 +120,10 @@ func FuzzSyncRequest(f *testing.F) {
 func FuzzSyncResponse(f *testing.F) {
 	bad := pbSnapshot()
 	bad.Update.Segments[1].Entry.Lgn = 4 // free with an LGN
-	addSeeds(f, randSyncResponse, SyncResponseToPB, pbDelta(), pbSnapshot(), bad, SyncResponseToPB(snapshotResponse(16)))
+	drift, nanDrift := pbDelta(), pbDelta()
+	drift.MaxDrift, nanDrift.MaxDrift = 0.2, math.NaN()
+	addSeeds(f, randSyncResponse, SyncResponseToPB, pbDelta(), pbSnapshot(), bad, SyncResponseToPB(snapshotResponse(16)),
+		drift, nanDrift)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		checkDecoded(t, data, new(leaseholdv1.SyncResponse), SyncResponseFromPB, SyncResponseToPB)
 	})

@@ -199,7 +199,19 @@ func randSyncRequest(rng *rand.Rand) *protocol.SyncRequest {
 		ID:        randUint(rng),
 		Epoch:     randUint(rng),
 		LSN:       keyspace.LSN(randUint(rng)),
+		MaxDrift:  randDrift(rng),
 	}
+}
+
+// randDrift is a MaxDrift the wire accepts: 0, 0.05 or any in [0, 1).
+func randDrift(rng *rand.Rand) float64 {
+	switch rng.IntN(3) {
+	case 0:
+		return 0
+	case 1:
+		return 0.05
+	}
+	return rng.Float64()
 }
 
 func randUpdate(rng *rand.Rand) leasetable.Update {
@@ -233,6 +245,7 @@ func randSyncResponse(rng *rand.Rand) *protocol.SyncResponse {
 		Update:      randUpdate(rng),
 		Sync:        randDuration(rng),
 		SyncTimeout: randDuration(rng),
+		MaxDrift:    randDrift(rng),
 	}
 }
 

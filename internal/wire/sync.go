@@ -23,6 +23,7 @@ func SyncRequestToPB(r *protocol.SyncRequest) *leaseholdv1.SyncRequest {
 		Epoch:     r.Epoch,
 		Lsn:       uint64(r.LSN),
 		NamesOnce: r.Heartbeats,
+		MaxDrift:  r.MaxDrift,
 	}
 }
 
@@ -35,6 +36,9 @@ func SyncRequestFromPB(m *leaseholdv1.SyncRequest) (*protocol.SyncRequest, error
 	if err := checkString(m.GetNamespace(), true); err != nil {
 		return nil, invalid("SyncRequest.namespace", err)
 	}
+	if err := checkDrift(m.GetMaxDrift()); err != nil {
+		return nil, invalid("SyncRequest.max_drift", err)
+	}
 	return &protocol.SyncRequest{
 		Namespace: m.GetNamespace(),
 		ID:        m.GetId(),
@@ -43,6 +47,7 @@ func SyncRequestFromPB(m *leaseholdv1.SyncRequest) (*protocol.SyncRequest, error
 		// A Lookup that says names_once reads heartbeats too: both came
 		// with the same release of the sync stream.
 		Heartbeats: m.GetNamesOnce(),
+		MaxDrift:   m.GetMaxDrift(),
 	}, nil
 }
 
@@ -59,6 +64,7 @@ func SyncResponseToPB(r *protocol.SyncResponse) *leaseholdv1.SyncResponse {
 		Update:            UpdateToPB(&r.Update),
 		SyncNanos:         int64(r.Sync),
 		SyncTimeoutNanos:  int64(r.SyncTimeout),
+		MaxDrift:          r.MaxDrift,
 		Request:           r.Request,
 		SinceRequestNanos: int64(r.SinceRequest),
 	}
@@ -80,6 +86,9 @@ func SyncResponseFromPB(m *leaseholdv1.SyncResponse) (*protocol.SyncResponse, er
 	if err := checkDuration(m.GetSyncTimeoutNanos()); err != nil {
 		return nil, invalid(msg+".sync_timeout_nanos", err)
 	}
+	if err := checkDrift(m.GetMaxDrift()); err != nil {
+		return nil, invalid(msg+".max_drift", err)
+	}
 	if err := checkDuration(m.GetSinceRequestNanos()); err != nil {
 		return nil, invalid(msg+".since_request_nanos", err)
 	}
@@ -97,6 +106,7 @@ func SyncResponseFromPB(m *leaseholdv1.SyncResponse) (*protocol.SyncResponse, er
 		Update:       u,
 		Sync:         time.Duration(m.GetSyncNanos()),
 		SyncTimeout:  time.Duration(m.GetSyncTimeoutNanos()),
+		MaxDrift:     m.GetMaxDrift(),
 		Request:      m.GetRequest(),
 		SinceRequest: time.Duration(m.GetSinceRequestNanos()),
 	}, nil

@@ -48,6 +48,7 @@ type LookupNames struct {
 	heard          bool
 	rns            string
 	rsync, rtimout int64
+	rdrift         float64
 	refs           []ownerAddr // refs[n-1] is owner_ref n
 }
 
@@ -64,7 +65,8 @@ func (c *LookupNames) Send(m *leaseholdv1.SyncRequest) *leaseholdv1.SyncRequest 
 		c.sent, c.ns = true, m.GetNamespace()
 		return m
 	}
-	return &leaseholdv1.SyncRequest{Id: m.Id, Epoch: m.Epoch, Lsn: m.Lsn, NamesOnce: true, CompactChanges: m.CompactChanges}
+	return &leaseholdv1.SyncRequest{Id: m.Id, Epoch: m.Epoch, Lsn: m.Lsn, NamesOnce: true, CompactChanges: m.CompactChanges,
+		MaxDrift: m.MaxDrift}
 }
 
 // Recv puts back into m, received on the stream, the names and owners it
@@ -76,8 +78,9 @@ func (c *LookupNames) Recv(m *leaseholdv1.SyncResponse) error {
 	}
 	if m.GetNamespace() != "" {
 		c.heard, c.rns, c.rsync, c.rtimout = true, m.GetNamespace(), m.GetSyncNanos(), m.GetSyncTimeoutNanos()
+		c.rdrift = m.GetMaxDrift()
 	} else if c.heard {
-		m.Namespace, m.SyncNanos, m.SyncTimeoutNanos = c.rns, c.rsync, c.rtimout
+		m.Namespace, m.SyncNanos, m.SyncTimeoutNanos, m.MaxDrift = c.rns, c.rsync, c.rtimout, c.rdrift
 	}
 	u := m.GetUpdate()
 	if cc := u.GetCompact(); cc.GetStreamRefs() {
@@ -167,6 +170,7 @@ type ManagerSyncNames struct {
 	sent           bool
 	rns            string
 	rsync, rtimout int64
+	rdrift         float64
 	refs           map[ownerAddr]uint32
 }
 
@@ -206,10 +210,11 @@ func (c *ManagerSyncNames) Send(m *leaseholdv1.SyncResponse) *leaseholdv1.SyncRe
 		return m
 	}
 	m.NamesOnce = true
-	if !c.sent || m.GetNamespace() != c.rns || m.GetSyncNanos() != c.rsync || m.GetSyncTimeoutNanos() != c.rtimout || c.rns == "" {
-		c.sent, c.rns, c.rsync, c.rtimout = true, m.GetNamespace(), m.GetSyncNanos(), m.GetSyncTimeoutNanos()
+	if !c.sent || m.GetNamespace() != c.rns || m.GetSyncNanos() != c.rsync || m.GetSyncTimeoutNanos() != c.rtimout ||
+		m.GetMaxDrift() != c.rdrift || c.rns == "" {
+		c.sent, c.rns, c.rsync, c.rtimout, c.rdrift = true, m.GetNamespace(), m.GetSyncNanos(), m.GetSyncTimeoutNanos(), m.GetMaxDrift()
 	} else {
-		m.Namespace, m.SyncNanos, m.SyncTimeoutNanos = "", 0, 0
+		m.Namespace, m.SyncNanos, m.SyncTimeoutNanos, m.MaxDrift = "", 0, 0, 0
 	}
 	u := m.GetUpdate()
 	if cc := u.GetCompact(); cc != nil {

@@ -64,6 +64,15 @@ func checkString(s string, required bool) error {
 	return nil
 }
 
+// checkDrift reports why d cannot be a MaxDrift: NaN, or outside [0, 1),
+// the range protocol.Timing.Validate allows.
+func checkDrift(d float64) error {
+	if !(d >= 0 && d < 1) { // also rejects NaN, which compares false to everything
+		return fmt.Errorf("%v; want a number in [0, 1), as Timing.MaxDrift", d)
+	}
+	return nil
+}
+
 // checkDuration reports why nanos cannot be a timing: negative (zero means
 // "keep your own").
 func checkDuration(nanos int64) error {

@@ -84,9 +84,10 @@ type Replica struct {
 	// refused before anything is recorded or planned.
 	MaxOwners int
 	// MaxRanges caps the lease-table segments of a namespace (--max-ranges);
-	// 0 means DefaultMaxRanges. While a namespace has that many, a new Owner
-	// and a higher capacity, which would split the table further, are
-	// refused.
+	// 0 means DefaultMaxRanges. A new or returning Owner, or a higher
+	// capacity, is refused if the ranges it adds (its ring points), with
+	// those of the joins already admitted and not yet planned, could take
+	// the table past it.
 	MaxRanges int
 
 	// ReadLease turns on quorum read leases (docs/protocol.md, "Quorum

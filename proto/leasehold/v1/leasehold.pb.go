@@ -1214,8 +1214,14 @@ type SyncRequest struct {
 	// deltas in it for the rest of the stream (docs/protocol.md, "Compact
 	// deltas"). Said with names_once, in the stream's first request.
 	CompactChanges bool `protobuf:"varint,16,opt,name=compact_changes,json=compactChanges,proto3" json:"compact_changes,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// max_drift is the MaxDrift with which the Lookup judges the freshness a
+	// push or heartbeat vouches for: the larger of its own and the last
+	// SyncResponse.max_drift it was sent. A replica vouches (request,
+	// since_request) only on a stream whose newest request says at least its
+	// own MaxDrift (docs/protocol.md, "Heartbeats"). Sent in every request.
+	MaxDrift      float64 `protobuf:"fixed64,6,opt,name=max_drift,json=maxDrift,proto3" json:"max_drift,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SyncRequest) Reset() {
@@ -1290,6 +1296,13 @@ func (x *SyncRequest) GetCompactChanges() bool {
 	return false
 }
 
+func (x *SyncRequest) GetMaxDrift() float64 {
+	if x != nil {
+		return x.MaxDrift
+	}
+	return 0
+}
+
 // SyncResponse answers a SyncRequest (id echoed) or pushes changes (id 0).
 type SyncResponse struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
@@ -1299,13 +1312,15 @@ type SyncResponse struct {
 	Update    *Update                `protobuf:"bytes,4,opt,name=update,proto3" json:"update,omitempty"`
 	// The Manager's timings, which the Lookup adopts: it polls every
 	// sync_nanos and raises loss on all ranges when its copy is
-	// sync_timeout_nanos old.
-	SyncNanos        int64 `protobuf:"varint,5,opt,name=sync_nanos,json=syncNanos,proto3" json:"sync_nanos,omitempty"`
-	SyncTimeoutNanos int64 `protobuf:"varint,6,opt,name=sync_timeout_nanos,json=syncTimeoutNanos,proto3" json:"sync_timeout_nanos,omitempty"`
+	// sync_timeout_nanos old, and judges the freshness request and
+	// since_request vouch for with max_drift, or its own MaxDrift if larger.
+	SyncNanos        int64   `protobuf:"varint,5,opt,name=sync_nanos,json=syncNanos,proto3" json:"sync_nanos,omitempty"`
+	SyncTimeoutNanos int64   `protobuf:"varint,6,opt,name=sync_timeout_nanos,json=syncTimeoutNanos,proto3" json:"sync_timeout_nanos,omitempty"`
+	MaxDrift         float64 `protobuf:"fixed64,10,opt,name=max_drift,json=maxDrift,proto3" json:"max_drift,omitempty"`
 	// names_once answers a request that said names_once: later responses on
-	// the stream may leave namespace, sync_nanos and sync_timeout_nanos
-	// empty (the values of the last response that carried them), and name
-	// owners by owner_ref.
+	// the stream may leave namespace, sync_nanos, sync_timeout_nanos and
+	// max_drift empty (the values of the last response that carried them),
+	// and name owners by owner_ref.
 	NamesOnce bool `protobuf:"varint,7,opt,name=names_once,json=namesOnce,proto3" json:"names_once,omitempty"`
 	// request and since_request_nanos let a push or a heartbeat (a push
 	// with an empty delta) vouch for the copy's freshness without a poll:
@@ -1387,6 +1402,13 @@ func (x *SyncResponse) GetSyncNanos() int64 {
 func (x *SyncResponse) GetSyncTimeoutNanos() int64 {
 	if x != nil {
 		return x.SyncTimeoutNanos
+	}
+	return 0
+}
+
+func (x *SyncResponse) GetMaxDrift() float64 {
+	if x != nil {
+		return x.MaxDrift
 	}
 	return 0
 }
@@ -3054,7 +3076,7 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\rmigrated_from\x18\a \x03(\x04R\fmigratedFrom\x12)\n" +
 	"\x05names\x18\b \x03(\v2\x13.leasehold.v1.EntryR\x05names\x12\x1f\n" +
 	"\vstream_refs\x18\t \x01(\bR\n" +
-	"streamRefs\"\xab\x01\n" +
+	"streamRefs\"\xc8\x01\n" +
 	"\vSyncRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\x04R\x02id\x12\x14\n" +
@@ -3062,7 +3084,8 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x03lsn\x18\x04 \x01(\x04R\x03lsn\x12\x1d\n" +
 	"\n" +
 	"names_once\x18\x05 \x01(\bR\tnamesOnce\x12'\n" +
-	"\x0fcompact_changes\x18\x10 \x01(\bR\x0ecompactChanges\"\xb6\x02\n" +
+	"\x0fcompact_changes\x18\x10 \x01(\bR\x0ecompactChanges\x12\x1b\n" +
+	"\tmax_drift\x18\x06 \x01(\x01R\bmaxDrift\"\xd3\x02\n" +
 	"\fSyncResponse\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\x04R\x02id\x12\x14\n" +
@@ -3070,7 +3093,9 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x06update\x18\x04 \x01(\v2\x14.leasehold.v1.UpdateR\x06update\x12\x1d\n" +
 	"\n" +
 	"sync_nanos\x18\x05 \x01(\x03R\tsyncNanos\x12,\n" +
-	"\x12sync_timeout_nanos\x18\x06 \x01(\x03R\x10syncTimeoutNanos\x12\x1d\n" +
+	"\x12sync_timeout_nanos\x18\x06 \x01(\x03R\x10syncTimeoutNanos\x12\x1b\n" +
+	"\tmax_drift\x18\n" +
+	" \x01(\x01R\bmaxDrift\x12\x1d\n" +
 	"\n" +
 	"names_once\x18\a \x01(\bR\tnamesOnce\x12\x18\n" +
 	"\arequest\x18\b \x01(\x04R\arequest\x12.\n" +
