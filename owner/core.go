@@ -105,6 +105,7 @@ type Core struct {
 	epoch    uint64 // the epoch of the held leases
 
 	held       []Lease // sorted by Range.Start, disjoint
+	expired    uint64  // leases that ran out before a renewal reached the Owner
 	nextRenew  time.Time
 	resendAt   time.Time // zero: no resend pending
 	leaving    bool
@@ -240,6 +241,11 @@ func (c *Core) Timing() protocol.Timing { return c.cfg.Timing }
 // Left reports whether the Manager has acknowledged Leave.
 func (c *Core) Left() bool { return c.left }
 
+// Expired counts the leases this Core lost by letting them run out: no
+// renewal reached it in time. Recalls, refusals, handovers and Leave are
+// not counted; a lost lease is.
+func (c *Core) Expired() uint64 { return c.expired }
+
 // Held returns the leases held at now.
 func (c *Core) Held(now time.Time) []Lease {
 	var out []Lease
@@ -296,6 +302,7 @@ func (c *Core) expire(now time.Time) {
 		}
 	}
 	if len(revoked) > 0 {
+		c.expired += uint64(len(revoked))
 		for _, l := range c.held {
 			if !now.Before(l.Expiry) {
 				c.gave(l.Num, l.Range)

@@ -589,6 +589,9 @@ func TestExpiryOnTick(t *testing.T) {
 	}
 	// Revoked once only.
 	tick(c, at(tm.OwnerLease+100*ms)).none(t)
+	if got := c.Expired(); got != 2 {
+		t.Fatalf("Expired() = %d after a and b ran out, want 2", got)
+	}
 }
 
 // TestNextDeadline: the earliest of the next renewal, a pending resend and
@@ -642,6 +645,9 @@ func TestLeave(t *testing.T) {
 	reqs, chs := c.Ready()
 	if len(chs) != 1 || !equalChange(chs[0], OwnershipChange{Revoked: []keyspace.Range{a, b}}) {
 		t.Fatalf("Leave: changes %+v, want a and b revoked", chs)
+	}
+	if c.Expired() != 0 {
+		t.Fatalf("Expired() = %d after Leave, want 0: a goodbye loses nothing", c.Expired())
 	}
 	r := one(t, reqs)
 	if !r.Leaving || len(r.Held) != 0 || r.Seq != 2 || r.AckSeq != 1 {

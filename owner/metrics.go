@@ -1,6 +1,7 @@
 package owner
 
 import (
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -16,6 +17,14 @@ import (
 //     missed;
 //   - leasehold_owner_renewal_seconds: histogram of the lease requests'
 //     round trips, sent to the Manager's answer acknowledging them;
+//   - leasehold_owner_answer_wait_longest_seconds: the longest any lease
+//     request waited, since the Owner started, from being sent to the
+//     first answer acknowledging it or a later request — what the
+//     Manager's bounds on a held answer promise (an answer lost or held
+//     shows here even when a later request's round trip is short);
+//   - leasehold_owner_leases_lost_total: leases that ran out on this
+//     Owner's clock because no renewal was answered in time (recalls and
+//     handovers are not losses);
 //   - leasehold_owner_check_refusals_total: CheckLeaseNow calls that found
 //     no lease;
 //   - leasehold_owner_ranges: leased ranges held.
@@ -26,6 +35,7 @@ import (
 type metrics struct {
 	renewal prometheus.Histogram
 	sent    map[uint64]time.Time // unanswered requests, by Seq (the loop's)
+	longest atomic.Int64         // the longest answer wait, in nanoseconds
 }
 
 // registerMetrics registers the Owner's metrics with reg.
@@ -46,6 +56,14 @@ func (o *Owner) registerMetrics(reg prometheus.Registerer) error {
 			Name: "leasehold_owner_check_refusals_total", ConstLabels: labels,
 			Help: "CheckLeaseNow calls that found no lease on the key.",
 		}, func() float64 { return float64(o.refusals.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "leasehold_owner_answer_wait_longest_seconds", ConstLabels: labels,
+			Help: "The longest a lease request waited for the Manager's answer (sent to the first answer acknowledging it or a later one), since the Owner started.",
+		}, func() float64 { return time.Duration(o.metrics.longest.Load()).Seconds() }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "leasehold_owner_leases_lost_total", ConstLabels: labels,
+			Help: "Leases that ran out on the Owner's clock because no renewal was answered in time.",
+		}, func() float64 { return float64(o.lost.Load()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "leasehold_owner_ranges", ConstLabels: labels,
 			Help: "Leased ranges the Owner holds.",
@@ -102,8 +120,11 @@ func (m *metrics) requestSent(seq uint64, now time.Time) {
 	if m == nil {
 		return
 	}
-	if len(m.sent) >= 64 { // answers lost: forget the oldest
-		clear(m.sent)
+	if len(m.sent) >= 64 {
+		// No answer for 64 requests: keep the oldest, from which the
+		// longest wait is measured, and time no more until one comes (an
+		// answer acknowledges every earlier request and empties the map).
+		return
 	}
 	m.sent[seq] = now
 }
@@ -117,8 +138,11 @@ func (m *metrics) answered(ack uint64, now time.Time) {
 	if at, ok := m.sent[ack]; ok {
 		m.renewal.Observe(now.Sub(at).Seconds())
 	}
-	for seq := range m.sent {
+	for seq, at := range m.sent {
 		if seq <= ack {
+			if w := int64(now.Sub(at)); w > m.longest.Load() {
+				m.longest.Store(w)
+			}
 			delete(m.sent, seq)
 		}
 	}

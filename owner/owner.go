@@ -135,6 +135,7 @@ type Owner struct {
 
 	metrics  *metrics      // nil without Config.Registerer; the loop's
 	refusals atomic.Uint64 // CheckLeaseNow calls that found no lease
+	lost     atomic.Uint64 // leases that ran out unrenewed (Core.Expired)
 	renew    atomic.Int64  // the current renewal interval, for the metrics
 }
 
@@ -349,6 +350,7 @@ func (o *Owner) run(ctx context.Context, core *Core) {
 	var leaveBy time.Time // give up waiting for the goodbye's acknowledgement
 	for {
 		reqs, changes := core.Ready()
+		o.lost.Store(core.Expired())
 		o.answerWait.Store(int64(core.Timing().OwnerAnswerWait()))
 		o.renew.Store(int64(core.Timing().Renew))
 		// Publish first: an upcall reporting a grant must find it held.

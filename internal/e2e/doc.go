@@ -2,7 +2,7 @@
 // binaries and run them as real processes on 127.0.0.1, as a user would.
 //
 //	go test ./internal/e2e -v                     # the product's scenarios (about a minute)
-//	LEASEHOLD_E2E=all go test ./internal/e2e -v   # all: also the cut-off leader, a duplicated ID, the examples, the dashboard, the gateways' rolling restart, the hostile soak
+//	LEASEHOLD_E2E=all go test ./internal/e2e -v   # all: also the cut-off leader, a duplicated ID, the examples, the dashboard, the gateways' rolling restart, the hostile soak, the read leases under faults
 //	go test -short ./...                          # skips them
 //
 // Every scenario runs with mutual TLS: each test makes a throwaway CA and

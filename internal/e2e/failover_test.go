@@ -157,6 +157,7 @@ type group struct {
 	procs     map[uint64]*proc
 	timing    *protocol.Timing  // nil: failoverTiming
 	listen    map[uint64]string // where each listens, when not at its address (a proxy's)
+	extra     []string          // more flags for every replica
 }
 
 func newGroup(t *testing.T, leasehold string, n int) *group {
@@ -202,7 +203,7 @@ func (g *group) restart(t *testing.T, id uint64) {
 	p := start(t, fmt.Sprintf("manager-%d", id), g.leasehold, append([]string{"manager", "--timings", "fast",
 		"--owner-lease", tm.OwnerLease.String(), "--renew", tm.Renew.String(), "--manager-lease", tm.ManagerLease.String(),
 		"--sync", tm.Sync.String(), "--sync-timeout", tm.SyncTimeout.String(), "--log-retention", tm.LogRetention.String(),
-		"--id", fmt.Sprint(id), "--data-dir", g.dirs[id], "--peers", g.peers()}, listen...)...)
+		"--id", fmt.Sprint(id), "--data-dir", g.dirs[id], "--peers", g.peers()}, append(listen, g.extra...)...)...)
 	p.waitLine(t, "leasehold manager listening on ", 10*time.Second)
 	g.procs[id] = p
 }

@@ -2,11 +2,9 @@ package e2e
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
-	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -15,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold/certs"
 	"github.com/leasehold/leasehold/examples/kv/kv"
 	"github.com/leasehold/leasehold/protocol"
 )
@@ -391,191 +388,5 @@ func (ld *load) checkLatest(t *testing.T) {
 		if err != nil || string(got) != want && string(got) != ld.tried[k] {
 			t.Errorf("get %q = %q, %v; want its latest value %q", k, got, err, want)
 		}
-	}
-}
-
-// proxy forwards connections to a Manager replica. Cut, it stops
-// forwarding the clients' connections (Owners, Lookups, the CLI) in both
-// directions while keeping them open; the other replicas' connections
-// (Raft, and the streams they relay) go on. cutFor cuts only the
-// connections of the clients it names. It tells them apart by the
-// certificate each presents: it ends the client's TLS with the certificate
-// of the replica it stands for, and dials the replica with the
-// certificate of the same identity as the client's, from the test's
-// directory, so the replica admits each connection as it would the
-// client's own.
-type proxy struct {
-	t       *testing.T
-	lis     net.Listener
-	target  string
-	replica *certs.Source // the identity it presents to the clients
-
-	mu     sync.Mutex
-	cut    bool
-	only   map[string]bool // the clients cut while cut is false
-	healed chan struct{}   // closed and replaced at each change
-	conns  map[net.Conn]bool
-	closed bool
-	wg     sync.WaitGroup
-
-	held atomic.Int64 // chunks of clients' connections held
-}
-
-// startProxy listens on addr for the replica with Raft ID replica, which
-// listens on target.
-func startProxy(t *testing.T, addr, target, replica string) *proxy {
-	t.Helper()
-	lis, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &proxy{t: t, lis: lis, target: target, replica: sourceFor(t, certs.Replica, replica),
-		healed: make(chan struct{}), conns: map[net.Conn]bool{}}
-	p.wg.Go(p.accept)
-	t.Cleanup(p.close)
-	return p
-}
-
-func (p *proxy) setCut(on bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.cut = on
-	close(p.healed)
-	p.healed = make(chan struct{})
-}
-
-// cutFor cuts the connections of the client called name (the name in
-// its certificate), or forwards them again.
-func (p *proxy) cutFor(name string, on bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.only == nil {
-		p.only = map[string]bool{}
-	}
-	p.only[name] = on
-	close(p.healed)
-	p.healed = make(chan struct{})
-}
-
-func (p *proxy) close() {
-	p.mu.Lock()
-	p.closed = true
-	for c := range p.conns {
-		c.Close()
-	}
-	close(p.healed)
-	p.healed = make(chan struct{})
-	p.mu.Unlock()
-	p.lis.Close()
-	p.wg.Wait()
-}
-
-func (p *proxy) track(c net.Conn) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		c.Close()
-		return false
-	}
-	p.conns[c] = true
-	return true
-}
-
-func (p *proxy) accept() {
-	for {
-		c, err := p.lis.Accept()
-		if err != nil {
-			return
-		}
-		if !p.track(c) {
-			continue
-		}
-		p.wg.Go(func() { p.serve(c) })
-	}
-}
-
-// serve ends the client's TLS, learns who it is, and forwards its
-// connection to the replica under the same identity.
-func (p *proxy) serve(raw net.Conn) {
-	cfg := p.replica.ServerTLS()
-	cfg.NextProtos = []string{"h2"}
-	c := tls.Server(raw, cfg)
-	_ = raw.SetDeadline(time.Now().Add(10 * time.Second))
-	if err := c.Handshake(); err != nil {
-		raw.Close()
-		return
-	}
-	_ = raw.SetDeadline(time.Time{})
-	peer := c.ConnectionState().PeerCertificates
-	if len(peer) == 0 {
-		raw.Close()
-		return
-	}
-	id, err := certs.IdentityOf(peer[0])
-	if err != nil {
-		raw.Close()
-		return
-	}
-	src, err := certs.Open(p.replica.Dir(), id.Role, id.Name)
-	if err != nil {
-		raw.Close()
-		return
-	}
-	ucfg := src.ClientTLS(certs.Replica)
-	ucfg.NextProtos = []string{"h2"}
-	u, err := tls.Dial("tcp", p.target, ucfg)
-	if err != nil {
-		raw.Close()
-		return
-	}
-	if !p.track(u) {
-		raw.Close()
-		return
-	}
-	client := ""
-	if id.Role != certs.Replica {
-		client = id.Name
-	}
-	p.wg.Go(func() { p.pipe(u, c, client) })
-	p.pipe(c, u, client)
-}
-
-// pipe copies from src to dst, holding each chunk while the proxy is cut
-// for the connection's client ("" for a replica).
-func (p *proxy) pipe(dst, src net.Conn, client string) {
-	defer dst.Close()
-	defer src.Close()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 {
-			if !p.hold(client) {
-				return
-			}
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			return // io.EOF or a closed connection: close both sides
-		}
-	}
-}
-
-// hold waits while the proxy is cut for the connection's client ("" for a
-// replica, never cut); it reports false once the proxy is closed.
-func (p *proxy) hold(client string) bool {
-	for {
-		p.mu.Lock()
-		cut, closed, healed := client != "" && (p.cut || p.only[client]), p.closed, p.healed
-		p.mu.Unlock()
-		if closed {
-			return false
-		}
-		if !cut {
-			return true
-		}
-		p.held.Add(1)
-		<-healed
 	}
 }
