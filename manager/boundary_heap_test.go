@@ -32,7 +32,7 @@ var boundaryCalls = flag.Int("boundary.calls", 0, "TestStrangerHeap: the calls o
 // within --max-call-rate's burst, so that every call is read and decoded
 // (one connection would be refused unread past its budget). Run it with
 //
-//	go test ./manager -count=1 -run TestStrangerHeap -v -boundary.calls=10000
+//	go test ./manager -count=1 -timeout 60m -run TestStrangerHeap -v -boundary.calls=10000
 func TestStrangerHeap(t *testing.T) {
 	n := *boundaryCalls
 	if n == 0 {
