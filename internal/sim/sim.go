@@ -296,6 +296,9 @@ type Stats struct {
 	// with a live Owner's ID (Config.DuplicateEvery); LateHandovers the
 	// handovers an Owner reported done at or after its deadline.
 	Stalls, LeaderStalls, Duplicates, LateHandovers int
+	// Deposals counts the leaders stalled past an election with a holder
+	// cut off from their successor (ReadLeaseConfig.DeposeEvery).
+	Deposals int
 	LookupNotices                                   int // loss notifications the Lookups raised
 	// LookupPolls counts the SyncRequests the Lookups sent; Heartbeats the
 	// pushes with an empty delta that vouch for freshness, and Vouching
