@@ -298,8 +298,8 @@ type Stats struct {
 	Stalls, LeaderStalls, Duplicates, LateHandovers int
 	// Deposals counts the leaders stalled past an election with a holder
 	// cut off from their successor (ReadLeaseConfig.DeposeEvery).
-	Deposals int
-	LookupNotices                                   int // loss notifications the Lookups raised
+	Deposals      int
+	LookupNotices int // loss notifications the Lookups raised
 	// LookupPolls counts the SyncRequests the Lookups sent; Heartbeats the
 	// pushes with an empty delta that vouch for freshness, and Vouching
 	// the other pushes that do (docs/protocol.md, "Heartbeats").
