@@ -14,8 +14,10 @@ import (
 // forwarding: it is up, its connections stay open, and it answers nothing.
 // What reaches it waits, in order, and what it would do on a timer does
 // not happen. When it resumes it handles everything that waited, with its
-// clock as far on as the real time that passed, and then its timers. Its
-// clients see only silence: an open stream that brings no answer.
+// clock as far on as the real time that passed, and then its timers — a
+// Manager replica's Raft messages join its loop's queue, of which it may
+// step a batch before its timer or after (resume). Its clients see only
+// silence: an open stream that brings no answer.
 
 // stall stalls node n for d.
 func (s *Sim) stall(n *node, d time.Duration) {
