@@ -22,7 +22,7 @@ import (
 type liveCheck struct {
 	lead    *node
 	inc     uint64
-	term    uint64 // the term it leads in: re-elected, it takes over again
+	term    uint64      // the term it leads in: re-elected, it takes over again
 	commit  uint64      // the highest commit index seen on lead
 	pending []committed // commit advances not yet released, in index order
 	// healthy is since when the leader and a quorum have been connected
