@@ -22,6 +22,7 @@ import (
 type liveCheck struct {
 	lead    *node
 	inc     uint64
+	term    uint64      // the term it leads in: re-elected, it takes over again
 	commit  uint64      // the highest commit index seen on lead
 	pending []committed // commit advances not yet released, in index order
 	// healthy is since when the leader and a quorum have been connected
@@ -61,11 +62,12 @@ func (s *Sim) observeLive(n *node) {
 		return
 	}
 	c := &s.live
-	if n != c.lead || n.inc != c.inc {
+	term := n.rep.Status().Term
+	if n != c.lead || n.inc != c.inc || term != c.term {
 		if s.leader() != n {
 			return
 		}
-		*c = liveCheck{lead: n, inc: n.inc, commit: n.rep.Commit(), healthy: -1}
+		*c = liveCheck{lead: n, inc: n.inc, term: term, commit: n.rep.Commit(), healthy: -1}
 		s.checkLive()
 	}
 	if commit := n.rep.Commit(); commit > c.commit {
@@ -96,7 +98,7 @@ func (s *Sim) checkLive() {
 	}
 	c := &s.live
 	l := s.leader()
-	if l == nil || l != c.lead || l.inc != c.inc || !s.quorumConnected(l) {
+	if l == nil || l != c.lead || l.inc != c.inc || l.rep.Status().Term != c.term || !s.quorumConnected(l) {
 		c.healthy = -1
 		return
 	}

@@ -33,6 +33,10 @@ type ReadLeaseConfig struct {
 	// while: the partitions a group sees when one link's outgoing side
 	// fails. 0: none.
 	OneWayEvery time.Duration
+	// DeposeEvery stalls the leader, on average this often while faults
+	// last, long enough for a new election, and cuts a holder off from the
+	// new leader shortly before the stall ends (deposed.go). 0: never.
+	DeposeEvery time.Duration
 	// MembersEvery changes the group's voters, on average this often
 	// while faults last, through its leader as an operator would: it
 	// removes a voter (while three or more remain) or adds a replica that
@@ -148,6 +152,17 @@ func (s *Sim) scheduleLeases(end time.Duration) {
 			s.notePromotions()
 			s.checkLive()
 		})
+	}
+	if mean := s.cfg.ReadLease.DeposeEvery; mean > 0 && s.replicated() {
+		var next func()
+		next = func() {
+			if !s.faulting {
+				return
+			}
+			s.depose()
+			s.at(s.now+s.exp(mean), next)
+		}
+		s.at(s.exp(mean), next)
 	}
 	if mean := s.cfg.ReadLease.OneWayEvery; mean > 0 && s.replicated() {
 		var next func()

@@ -296,7 +296,10 @@ type Stats struct {
 	// with a live Owner's ID (Config.DuplicateEvery); LateHandovers the
 	// handovers an Owner reported done at or after its deadline.
 	Stalls, LeaderStalls, Duplicates, LateHandovers int
-	LookupNotices                                   int // loss notifications the Lookups raised
+	// Deposals counts the leaders stalled past an election with a holder
+	// cut off from their successor (ReadLeaseConfig.DeposeEvery).
+	Deposals      int
+	LookupNotices int // loss notifications the Lookups raised
 	// LookupPolls counts the SyncRequests the Lookups sent; Heartbeats the
 	// pushes with an empty delta that vouch for freshness, and Vouching
 	// the other pushes that do (docs/protocol.md, "Heartbeats").

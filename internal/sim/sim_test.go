@@ -162,6 +162,7 @@ func total(results []Result) Stats {
 		tot.Drains += s.Drains
 		tot.Plans += s.Plans
 		tot.Stalls += s.Stalls
+		tot.Deposals += s.Deposals
 		tot.LeaderStalls += s.LeaderStalls
 		tot.Duplicates += s.Duplicates
 		tot.LateHandovers += s.LateHandovers

@@ -3,6 +3,8 @@ package sim
 import (
 	"slices"
 	"time"
+
+	"github.com/leasehold/leasehold/internal/replica"
 )
 
 // Stalled nodes (Config.StallEvery).
@@ -12,8 +14,10 @@ import (
 // forwarding: it is up, its connections stay open, and it answers nothing.
 // What reaches it waits, in order, and what it would do on a timer does
 // not happen. When it resumes it handles everything that waited, with its
-// clock as far on as the real time that passed, and then its timers. Its
-// clients see only silence: an open stream that brings no answer.
+// clock as far on as the real time that passed, and then its timers — a
+// Manager replica's Raft messages join its loop's queue, of which it may
+// step a batch before its timer or after (resume). Its clients see only
+// silence: an open stream that brings no answer.
 
 // stall stalls node n for d.
 func (s *Sim) stall(n *node, d time.Duration) {
@@ -49,6 +53,22 @@ func (s *Sim) resume(n *node) {
 			return
 		}
 		f()
+	}
+	// A Manager replica's loop finds its timer due and its Raft messages
+	// queued at once, and the server's select takes either first: half
+	// the time it steps a batch of the backlog before its timer (whose
+	// ticks, a pause's worth at once, would let CheckQuorum depose it
+	// before it reads what the others said meanwhile). That batch is the
+	// whole backlog (up to replica.MaxStepBatch) half the time — the
+	// transport has read the sockets' buffers into the loop's queue while
+	// the loop took its first message — and otherwise cut anywhere.
+	if n.up && !n.stalled && n.kind == managerNode && len(n.inbox) > 0 && s.rng.IntN(2) == 0 {
+		limit := min(len(n.inbox), replica.MaxStepBatch)
+		if s.rng.IntN(2) == 0 {
+			limit = 1 + s.rng.IntN(limit)
+		}
+		n.waking = false
+		s.stepBatch(n, limit)
 	}
 	if n.up && !n.stalled {
 		s.tickNode(n)

@@ -58,7 +58,12 @@ func (s *Sim) stepInbox(n *node) {
 		n.stallQ = append(n.stallQ, func() { s.wake(n) })
 		return
 	}
-	limit := 1 + s.rng.IntN(min(len(n.inbox), replica.MaxStepBatch))
+	s.stepBatch(n, 1+s.rng.IntN(min(len(n.inbox), replica.MaxStepBatch)))
+}
+
+// stepBatch steps up to limit messages of n's queue and drives n, then
+// wakes n again if more is queued.
+func (s *Sim) stepBatch(n *node, limit int) {
 	var stepped []*event
 	t0 := s.clock()
 	_, err := replica.StepBatch(n.rep, replicaDriver{s, n, n.local(s.now)}, limit, func() (raftpb.Message, bool) {
