@@ -174,9 +174,11 @@ func (o *dashboardOptions) start(ctx context.Context, log *slog.Logger) (*runnin
 		}
 	} else {
 		// HTTPS with the dashboard's own certificate, to viewers with a
-		// certificate of the group's CA; only an operator's may drain.
+		// certificate of the group's CA; only an operator's may drain. A
+		// viewer without one is refused per request, not at the handshake:
+		// a person in a browser gets a page that says what is missing.
 		handler = certs.RequireHTTP(o.src, nil, operatorDrains(o.src.Identity(), handler))
-		lis, scheme = tls.NewListener(lis, o.src.ServerTLS()), "https"
+		lis, scheme = tls.NewListener(lis, o.src.ServerTLSOpen()), "https"
 	}
 	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
