@@ -58,8 +58,8 @@ const handshakeTimeout = 10 * time.Second
 // and a few clients stalling theirs must not keep the others out.
 const minHandshakes = 4096
 
-// maxRefusing caps the connections past MaxConnections being answered at
-// once.
+// maxRefusing caps the connections being answered at once: past
+// MaxConnections (refuse), or refused at the handshake (linger).
 const maxRefusing = 32
 
 type connLimit struct {
@@ -211,17 +211,16 @@ func (l *connLimit) handshake(raw net.Conn) {
 	tc := tls.Server(raw, l.tls)
 	_ = raw.SetDeadline(time.Now().Add(handshakeTimeout))
 	err := tc.Handshake()
+	<-l.handshaking
 	if err != nil {
 		if why, ok := certs.RefusedAtHandshake(err); ok {
 			l.s.refusedAtHandshake(why)
-			linger(raw)
+			l.linger(raw)
 		}
-		<-l.handshaking
 		l.untrack(raw)
 		_ = raw.Close()
 		return
 	}
-	<-l.handshaking
 	l.untrack(raw)
 	_ = raw.SetDeadline(time.Time{})
 	sc, full := l.slot(tc)
@@ -244,13 +243,25 @@ func (l *connLimit) handshake(raw net.Conn) {
 // client before the alert, which it then never reads ("broken pipe"). So
 // the write side is shut (the alert is sent; the client reads it, then an
 // end), and what the client writes is read and dropped for up to
-// lingerTime or lingerBytes, within the handshake's own slot.
+// lingerTime or lingerBytes. connLimit.linger caps how many linger at once.
 func linger(c net.Conn) {
 	if tc, ok := c.(interface{ CloseWrite() error }); ok {
 		_ = tc.CloseWrite()
 	}
 	_ = c.SetReadDeadline(time.Now().Add(lingerTime))
 	_, _ = io.CopyN(io.Discard, c, lingerBytes)
+}
+
+// linger lingers on c (above) if fewer than maxRefusing connections are
+// being refused or lingered on, and otherwise leaves it to be closed at
+// once: a flood of strangers takes no handshake slot from the others.
+func (l *connLimit) linger(c net.Conn) {
+	select {
+	case l.refusing <- struct{}{}:
+		linger(c)
+		<-l.refusing
+	default:
+	}
 }
 
 // lingerTime and lingerBytes bound what linger reads of a refused client.
