@@ -182,4 +182,3 @@ func post(t *testing.T, c *http.Client, path, body string, want int) string {
 }
 
 func itoa(v uint64) string { return strconv.FormatUint(v, 10) }
-
