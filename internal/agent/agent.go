@@ -174,3 +174,6 @@ wait:
 	s.end("the agent is shutting down")
 	<-s.stopped
 }
+
+// DrainTimeout is how long a drain may take.
+func (a *Agent) DrainTimeout() time.Duration { return a.cfg.DrainTimeout }

@@ -26,6 +26,9 @@ func ListenUnix(path string) (net.Listener, error) {
 	if err != nil {
 		return nil, fmt.Errorf("agent: the socket's directory: %w", err)
 	}
+	if uid, ok := fileUID(fi); ok && uid != os.Getuid() && dir != "." {
+		return nil, fmt.Errorf("agent: the socket's directory %s belongs to another user (uid %d): use a directory of your own", dir, uid)
+	}
 	if fi.Mode().Perm()&0o022 != 0 && fi.Mode()&os.ModeSticky == 0 {
 		return nil, fmt.Errorf("agent: the socket's directory %s is writable by others (%v): another user could replace the socket; use a directory only you can write to", dir, fi.Mode().Perm())
 	}

@@ -1,9 +1,19 @@
 package agent
 
 import (
+	"io/fs"
 	"net"
 	"syscall"
 )
+
+// fileUID is the owner of a file.
+func fileUID(fi fs.FileInfo) (int, bool) {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return 0, false
+	}
+	return int(st.Uid), true
+}
 
 // listenPrivate listens on a Unix socket created 0600 (the umask is set
 // around the bind).
