@@ -1,0 +1,304 @@
+#!/usr/bin/env python3
+"""kv.py: examples/kv's key-value server rebuilt in Python on leasehold agent.
+
+    python3 kv.py --listen 127.0.0.1:8001 --socket /tmp/kv-1/agent.sock [--id kv-1]
+                  [--serve-log FILE] [--ignore-deadline]
+
+It keeps examples/kv's promise with the agent holding its leases: a key is
+served by at most one server at any instant (the local deadline check,
+before and after each operation); values move with a range on a planned
+move (the handover); what is lost is reported lost (a fresh lease number
+without the migrated mark, which the agent's Manager announces to Lookups).
+
+HTTP, as examples/kv (so the gateway and its clients need no change):
+    PUT /kv/{key}   body: the value (at most MAX_VALUE bytes) -> 204
+    GET /kv/{key}   -> 200 with the value, or 404 "not found"
+    GET /healthz    -> 200 "ok"
+    POST /internal/migrate   values handed over by another server -> 204
+A key this server does not hold is refused 421 with Leasehold-Refused:
+not-owner; a key whose range is moving, 503 with Leasehold-Refused: moving.
+
+--serve-log appends one JSON line per request served, with the two
+CLOCK_MONOTONIC readings between which the server believed it held the key
+(the scenario's single-copy checker, internal/e2e, compares them across
+servers). --ignore-deadline breaks the lease check on purpose.
+"""
+
+import argparse
+import base64
+import json
+import os
+import sys
+import threading
+import time
+import http.client
+import urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from leasehold_agent import LeaseTable, Session, key_of
+
+MAX_VALUE = 1 << 20  # bytes in one value
+MAX_MIGRATE = 64 << 20  # bytes in one /internal/migrate body
+MAX_KEY = 4096  # bytes in one key
+
+
+class Store:
+    """Values with the lease they were stored under; values handed to this
+    server wait in pending until the range is granted to it migrated."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.items = {}  # name -> (value bytes, (epoch, lgn))
+        self.pending = []  # (start, end, expires_mono_ns, {name: value})
+        self.moving = {}  # (start, end, epoch, lgn) -> "copying" | "handed"
+
+    def drop_outside(self, leases):
+        """Drops values no held lease covers under their own number: soft
+        state that is lost when its lease is (C§3.2 step 2, done eagerly)."""
+        with self.lock:
+            keep = {}
+            for name, (v, num) in self.items.items():
+                k = key_of(name)
+                if any(l.contains(k) and l.num() == num for l in leases):
+                    keep[name] = (v, num)
+            self.items = keep
+            live = {(l.start, l.end, l.epoch, l.lgn) for l in leases}
+            self.moving = {m: s for m, s in self.moving.items() if m in live}
+
+    def take_up(self, lease):
+        """A grant marked migrated: the values handed over for its range
+        become this server's, under the new lease."""
+        now = time.monotonic_ns()
+        taken = 0
+        with self.lock:
+            rest = []
+            for start, end, expires, values in self.pending:
+                if expires < now:
+                    continue
+                if start >= lease.start and end <= lease.end:
+                    for name, v in values.items():
+                        if lease.contains(key_of(name)):
+                            self.items[name] = (v, lease.num())
+                            taken += 1
+                else:
+                    rest.append((start, end, expires, values))
+            self.pending = rest
+        return taken
+
+    def moving_state(self, lease):
+        with self.lock:
+            return self.moving.get((lease.start, lease.end, lease.epoch, lease.lgn))
+
+
+class KV:
+    def __init__(self, args):
+        self.args = args
+        self.table = LeaseTable(ignore_deadline=args.ignore_deadline)
+        self.store = Store()
+        self.session = Session(args.socket, self.table, on_event=self.on_event)
+        self.log_lock = threading.Lock()
+        self.log = open(args.serve_log, "a", buffering=1) if args.serve_log else None
+        self.id = args.id
+        self.handover_timeout = 5.0
+
+    # The agent's events. Runs before the event is acknowledged.
+    def on_event(self, ev, session):
+        if ev.get("owner"):
+            self.id = ev["owner"]
+        leases = self.table.leases()
+        for g in ev.get("granted", []):
+            if g.get("migrated"):
+                for l in leases:
+                    if l.start == int(g["range"].get("start", 0)) and l.num() == (int(g.get("epoch", 0)), int(g.get("lgn", 0))):
+                        n = self.store.take_up(l)
+                        print("kv: took up %d values handed over for [%x, %x)" % (n, l.start, l.end), flush=True)
+        self.store.drop_outside(leases)
+        for h in ev.get("handovers", []):
+            threading.Thread(target=self.hand_over, args=(h,), daemon=True).start()
+        if ev.get("drained"):
+            print("kv: drained", flush=True)
+
+    def hand_over(self, h):
+        """Copies a range's values to the next holder, refusing writes on it
+        meanwhile, then tells the agent; it serves the range no more once
+        the copy is accepted."""
+        r = h.get("range", {})
+        start, end = int(r.get("start", 0)), int(r.get("end", 0)) or (1 << 64)
+        key = (start, end, int(h.get("epoch", 0)), int(h.get("lgn", 0)))
+        with self.store.lock:
+            self.store.moving[key] = "copying"
+            entries = [{"key": n, "value": base64.b64encode(v).decode()}
+                       for n, (v, num) in self.store.items.items()
+                       if start <= key_of(n) < end and num == key[2:]]
+        left = (int(h.get("deadline_ns", 0)) - time.monotonic_ns()) / 1e9
+        body = json.dumps({"from": self.id, "to": h.get("to", ""), "within_ms": max(int(left * 1000), 0),
+                           "ranges": [{"start": start, "end": end % (1 << 64), "epoch": key[2], "lgn": key[3],
+                                       "entries": entries}]}).encode()
+        ok = False
+        try:
+            host, port = h.get("addr", "").rsplit(":", 1)
+            c = http.client.HTTPConnection(host, int(port), timeout=max(min(left, self.handover_timeout), 0.1))
+            c.request("POST", "/internal/migrate", body, {"Content-Type": "application/json"})
+            ok = c.getresponse().status == 204
+            c.close()
+        except (OSError, ValueError, http.client.HTTPException):
+            ok = False
+        with self.store.lock:
+            if ok and time.monotonic_ns() < int(h.get("deadline_ns", 0)):
+                self.store.moving[key] = "handed"  # served no more, from now
+            else:
+                ok = False
+                self.store.moving.pop(key, None)
+        self.session.handover_done(h.get("id", "0"), ok)
+        print("kv: handover of [%x, %x) to %s: %s" % (start, end, h.get("to"), "done" if ok else "failed"), flush=True)
+
+    def served(self, op, name, lease, t0, t1, value):
+        if self.log is None:
+            return
+        line = json.dumps({"op": op, "k": name, "s": self.id, "t0": t0, "t1": t1,
+                           "e": lease.epoch, "l": lease.lgn, "v": value})
+        with self.log_lock:
+            self.log.write(line + "\n")
+
+
+def make_handler(kv):
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *a):
+            pass
+
+        def reply(self, code, body=b"", headers=None):
+            if isinstance(body, str):
+                body = body.encode()
+            self.send_response(code)
+            for k, v in (headers or {}).items():
+                self.send_header(k, v)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def refuse(self, why, msg):
+            if why == "moving":
+                self.reply(503, msg + "\n", {"Leasehold-Refused": "moving", "Retry-After": "1"})
+            else:
+                self.reply(421, msg + "\n", {"Leasehold-Refused": "not-owner"})
+
+        def body(self, limit):
+            n = int(self.headers.get("Content-Length", "0") or "0")
+            if n < 0 or n > limit:
+                self.reply(413, "body over %d bytes\n" % limit)
+                self.close_connection = True
+                return None
+            return self.rfile.read(n)
+
+        def name(self):
+            if not self.path.startswith("/kv/"):
+                return None
+            name = urllib.parse.unquote(self.path[len("/kv/"):].split("?", 1)[0])
+            if not name or "/" in name or len(name) > MAX_KEY:
+                return None
+            return name
+
+        def do_GET(self):
+            if self.path == "/healthz":
+                return self.reply(200, "ok\n")
+            name = self.name()
+            if name is None:
+                return self.reply(404, "no such path\n")
+            k = key_of(name)
+            t0 = time.monotonic_ns()
+            lease = kv.table.check(k)  # (1)
+            if lease is None:
+                return self.refuse("not-owner", "not the owner")
+            if kv.store.moving_state(lease) == "handed":
+                return self.refuse("moving", "moving")
+            with kv.store.lock:  # (2) a value stored under another lease is stale
+                v, num = kv.store.items.get(name, (None, None))
+            if num != lease.num():
+                v = None
+            if not kv.table.continuous(k, lease):  # (4)
+                return self.refuse("not-owner", "lease lost")
+            t1 = time.monotonic_ns()
+            kv.session.count(k)
+            kv.served("get", name, lease, t0, t1, None if v is None else v.decode(errors="replace"))
+            if v is None:
+                return self.reply(404, "not found\n")
+            self.reply(200, v)
+
+        def do_PUT(self):
+            name = self.name()
+            if name is None:
+                return self.reply(404, "no such path\n")
+            value = self.body(MAX_VALUE)
+            if value is None:
+                return
+            k = key_of(name)
+            t0 = time.monotonic_ns()
+            lease = kv.table.check(k)
+            if lease is None:
+                return self.refuse("not-owner", "not the owner")
+            if kv.store.moving_state(lease) is not None:
+                return self.refuse("moving", "moving")
+            with kv.store.lock:  # (3) operate, with the lease number
+                kv.store.items[name] = (value, lease.num())
+            if not kv.table.continuous(k, lease) or kv.store.moving_state(lease) == "handed":
+                return self.refuse("not-owner", "lease lost")
+            t1 = time.monotonic_ns()
+            kv.session.count(k)
+            kv.served("put", name, lease, t0, t1, value.decode(errors="replace"))
+            self.reply(204)  # (5)
+
+        def do_POST(self):
+            if self.path != "/internal/migrate":
+                return self.reply(404, "no such path\n")
+            raw = self.body(MAX_MIGRATE)
+            if raw is None:
+                return
+            try:
+                m = json.loads(raw)
+                if m.get("to") != kv.id:
+                    return self.reply(409, "migrate: this server is %r\n" % kv.id)
+                within = int(m.get("within_ms", 0))
+                if within < 0 or within > 3600 * 1000:
+                    return self.reply(400, "migrate: within_ms out of range\n")
+                got = []
+                for r in m["ranges"]:
+                    start, end = int(r["start"]), int(r["end"]) or (1 << 64)
+                    values = {}
+                    for e in r.get("entries", []):
+                        if not start <= key_of(e["key"]) < end:
+                            return self.reply(400, "migrate: a key outside its range\n")
+                        values[e["key"]] = base64.b64decode(e["value"], validate=True)
+                    got.append((start, end, time.monotonic_ns() + (within + 60000) * 1000000, values))
+            except (ValueError, KeyError, TypeError) as e:
+                return self.reply(400, "migrate: malformed body: %s\n" % e)
+            with kv.store.lock:
+                kv.store.pending.extend(got)
+            self.reply(204)
+
+    return Handler
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--listen", required=True, help="host:port to serve HTTP on (port 0: any)")
+    p.add_argument("--socket", required=True, help="the agent's Unix socket")
+    p.add_argument("--id", default="", help="the Owner ID (the agent's; for the logs)")
+    p.add_argument("--serve-log", default="", help="append a line per request served to this file")
+    p.add_argument("--ignore-deadline", action="store_true", help="break the lease check (tests only)")
+    args = p.parse_args()
+    kv = KV(args)
+    host, port = args.listen.rsplit(":", 1)
+    srv = ThreadingHTTPServer((host, int(port)), make_handler(kv))
+    srv.daemon_threads = True
+    print("kv serving on %s:%d" % srv.server_address[:2], flush=True)
+    threading.Thread(target=kv.session.run_forever, daemon=True).start()
+    try:
+        srv.serve_forever()
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    sys.exit(main())
