@@ -155,7 +155,7 @@ class KV:
     def served(self, op, name, lease, t0, t1, value):
         if self.log is None:
             return
-        line = json.dumps({"op": op, "k": name, "s": self.id, "t0": t0, "t1": t1,
+        line = json.dumps({"op": op, "k": name, "s": self.id, "p": os.getpid(), "t0": t0, "t1": t1,
                            "e": lease.epoch, "l": lease.lgn, "v": value})
         with self.log_lock:
             self.log.write(line + "\n")
