@@ -2,7 +2,7 @@
 """kv.py: examples/kv's key-value server rebuilt in Python on leasehold agent.
 
     python3 kv.py --listen 127.0.0.1:8001 --socket /tmp/kv-1/agent.sock [--id kv-1]
-                  [--serve-log FILE] [--ignore-deadline]
+                  [--certs-dir DIR] [--serve-log FILE] [--ignore-deadline]
 
 It keeps examples/kv's promise with the agent holding its leases: a key is
 served by at most one server at any instant (the local deadline check,
@@ -18,6 +18,12 @@ HTTP, as examples/kv (so the gateway and its clients need no change):
 A key this server does not hold is refused 421 with Leasehold-Refused:
 not-owner; a key whose range is moving, 503 with Leasehold-Refused: moving.
 
+--certs-dir DIR serves HTTPS with the Owner certificate of --id
+(DIR/owner.ID.crt and .key, as leasehold cert makes them) and takes only
+clients with a certificate of the group's CA (DIR/ca.crt), the gateway's
+and the other servers'; handovers are sent the same way. Without it the
+server speaks plaintext HTTP, for a gateway run with --insecure.
+
 --serve-log appends one JSON line per request served, with the two
 CLOCK_MONOTONIC readings between which the server believed it held the key
 (the scenario's single-copy checker, internal/e2e, compares them across
@@ -28,6 +34,7 @@ import argparse
 import base64
 import json
 import os
+import ssl
 import sys
 import threading
 import time
@@ -100,6 +107,18 @@ class KV:
         self.log = open(args.serve_log, "a", buffering=1) if args.serve_log else None
         self.id = args.id
         self.handover_timeout = 5.0
+        self.server_tls = self.client_tls = None
+        if args.certs_dir:
+            crt = os.path.join(args.certs_dir, "owner.%s.crt" % args.id)
+            key = os.path.join(args.certs_dir, "owner.%s.key" % args.id)
+            ca = os.path.join(args.certs_dir, "ca.crt")
+            self.server_tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            self.server_tls.minimum_version = ssl.TLSVersion.TLSv1_2
+            self.server_tls.load_cert_chain(crt, key)
+            self.server_tls.load_verify_locations(ca)
+            self.server_tls.verify_mode = ssl.CERT_REQUIRED
+            self.client_tls = ssl.create_default_context(cafile=ca)
+            self.client_tls.load_cert_chain(crt, key)
 
     # The agent's events. Runs before the event is acknowledged.
     def on_event(self, ev, session):
@@ -137,7 +156,11 @@ class KV:
         ok = False
         try:
             host, port = h.get("addr", "").rsplit(":", 1)
-            c = http.client.HTTPConnection(host, int(port), timeout=max(min(left, self.handover_timeout), 0.1))
+            timeout = max(min(left, self.handover_timeout), 0.1)
+            if self.client_tls is not None:
+                c = http.client.HTTPSConnection(host, int(port), timeout=timeout, context=self.client_tls)
+            else:
+                c = http.client.HTTPConnection(host, int(port), timeout=timeout)
             c.request("POST", "/internal/migrate", body, {"Content-Type": "application/json"})
             ok = c.getresponse().status == 204
             c.close()
@@ -161,9 +184,29 @@ class KV:
             self.log.write(line + "\n")
 
 
+class TLSServer(ThreadingHTTPServer):
+    """Accepts at once and shakes hands in the request's own thread, so a
+    slow client does not hold the others up."""
+
+    tls = None
+
+    def get_request(self):
+        sock, addr = self.socket.accept()
+        if self.tls is not None:
+            sock = self.tls.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+        return sock, addr
+
+
 def make_handler(kv):
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        timeout = 30
+
+        def setup(self):
+            if isinstance(self.request, ssl.SSLSocket):
+                self.request.settimeout(10)
+                self.request.do_handshake()
+            super().setup()
 
         def log_message(self, *a):
             pass
@@ -285,14 +328,19 @@ def main():
     p.add_argument("--listen", required=True, help="host:port to serve HTTP on (port 0: any)")
     p.add_argument("--socket", required=True, help="the agent's Unix socket")
     p.add_argument("--id", default="", help="the Owner ID (the agent's; for the logs)")
+    p.add_argument("--certs-dir", default="", help="serve HTTPS with the Owner certificate of --id from DIR")
     p.add_argument("--serve-log", default="", help="append a line per request served to this file")
     p.add_argument("--ignore-deadline", action="store_true", help="break the lease check (tests only)")
     args = p.parse_args()
+    if args.certs_dir and not args.id:
+        p.error("--certs-dir needs --id: the certificate is the Owner's")
     kv = KV(args)
     host, port = args.listen.rsplit(":", 1)
-    srv = ThreadingHTTPServer((host, int(port)), make_handler(kv))
+    srv = TLSServer((host, int(port)), make_handler(kv))
+    srv.tls = kv.server_tls
     srv.daemon_threads = True
-    print("kv serving on %s:%d" % srv.server_address[:2], flush=True)
+    print("kv serving on %s:%d (%s)" % (srv.server_address[0], srv.server_address[1],
+                                       "HTTPS, mutual TLS" if kv.server_tls else "plaintext HTTP"), flush=True)
     threading.Thread(target=kv.session.run_forever, daemon=True).start()
     try:
         srv.serve_forever()
