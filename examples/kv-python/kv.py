@@ -42,7 +42,7 @@ import http.client
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from leasehold_agent import LeaseTable, Session, key_of
+from leasehold_agent import Lease, LeaseTable, Session, key_of
 
 MAX_VALUE = 1 << 20  # bytes in one value
 MAX_MIGRATE = 64 << 20  # bytes in one /internal/migrate body
@@ -57,7 +57,10 @@ class Store:
         self.lock = threading.Lock()
         self.items = {}  # name -> (value bytes, (epoch, lgn))
         self.pending = []  # (start, end, expires_mono_ns, {name: value})
-        self.moving = {}  # (start, end, epoch, lgn) -> "copying" | "handed"
+        # Ranges being handed over: (start, end, epoch, lgn) -> "copying"
+        # (writes refused) or "handed" (nothing served). A handover may be
+        # of a piece of a held lease.
+        self.moving = {}
 
     def drop_outside(self, leases):
         """Drops values no held lease covers under their own number: soft
@@ -69,12 +72,13 @@ class Store:
                 if any(l.contains(k) and l.num() == num for l in leases):
                     keep[name] = (v, num)
             self.items = keep
-            live = {(l.start, l.end, l.epoch, l.lgn) for l in leases}
-            self.moving = {m: s for m, s in self.moving.items() if m in live}
+            self.moving = {m: st for m, st in self.moving.items()
+                           if any(l.num() == m[2:] and l.start <= m[0] and m[1] <= l.end for l in leases)}
 
     def take_up(self, lease):
         """A grant marked migrated: the values handed over for its range
-        become this server's, under the new lease."""
+        become this server's, under the new lease. The grant may be a piece
+        of the range handed over; the rest waits for its own grant."""
         now = time.monotonic_ns()
         taken = 0
         with self.lock:
@@ -82,19 +86,25 @@ class Store:
             for start, end, expires, values in self.pending:
                 if expires < now:
                     continue
-                if start >= lease.start and end <= lease.end:
-                    for name, v in values.items():
-                        if lease.contains(key_of(name)):
-                            self.items[name] = (v, lease.num())
-                            taken += 1
-                else:
+                if start < lease.end and lease.start < end:
+                    for name in [n for n in values if lease.contains(key_of(n))]:
+                        self.items[name] = (values.pop(name), lease.num())
+                        taken += 1
+                if values:
                     rest.append((start, end, expires, values))
             self.pending = rest
         return taken
 
-    def moving_state(self, lease):
+    def moving_locked(self, k, lease):
+        """The handover state of key k under lease, or None; with lock held."""
+        for (start, end, epoch, lgn), st in self.moving.items():
+            if start <= k < end and (epoch, lgn) == lease.num():
+                return st
+        return None
+
+    def moving_state(self, k, lease):
         with self.lock:
-            return self.moving.get((lease.start, lease.end, lease.epoch, lease.lgn))
+            return self.moving_locked(k, lease)
 
 
 class KV:
@@ -107,6 +117,7 @@ class KV:
         self.log = open(args.serve_log, "a", buffering=1) if args.serve_log else None
         self.id = args.id
         self.handover_timeout = 5.0
+        self.handovers = threading.BoundedSemaphore(4)  # copies in flight at once
         self.server_tls = self.client_tls = None
         if args.certs_dir:
             crt = os.path.join(args.certs_dir, "owner.%s.crt" % args.id)
@@ -124,14 +135,12 @@ class KV:
     def on_event(self, ev, session):
         if ev.get("owner"):
             self.id = ev["owner"]
-        leases = self.table.leases()
         for g in ev.get("granted", []):
             if g.get("migrated"):
-                for l in leases:
-                    if l.start == int(g["range"].get("start", 0)) and l.num() == (int(g.get("epoch", 0)), int(g.get("lgn", 0))):
-                        n = self.store.take_up(l)
-                        print("kv: took up %d values handed over for [%x, %x)" % (n, l.start, l.end), flush=True)
-        self.store.drop_outside(leases)
+                piece = Lease(g)
+                n = self.store.take_up(piece)
+                print("kv: took up %d values handed over for [%x, %x)" % (n, piece.start, piece.end), flush=True)
+        self.store.drop_outside(self.table.leases())
         for h in ev.get("handovers", []):
             threading.Thread(target=self.hand_over, args=(h,), daemon=True).start()
         if ev.get("drained"):
@@ -141,6 +150,10 @@ class KV:
         """Copies a range's values to the next holder, refusing writes on it
         meanwhile, then tells the agent; it serves the range no more once
         the copy is accepted."""
+        with self.handovers:
+            self._hand_over(h)
+
+    def _hand_over(self, h):
         r = h.get("range", {})
         start, end = int(r.get("start", 0)), int(r.get("end", 0)) or (1 << 64)
         key = (start, end, int(h.get("epoch", 0)), int(h.get("lgn", 0)))
@@ -153,7 +166,7 @@ class KV:
         body = json.dumps({"from": self.id, "to": h.get("to", ""), "within_ms": max(int(left * 1000), 0),
                            "ranges": [{"start": start, "end": end % (1 << 64), "epoch": key[2], "lgn": key[3],
                                        "entries": entries}]}).encode()
-        ok = False
+        ok, why = False, ""
         try:
             host, port = h.get("addr", "").rsplit(":", 1)
             timeout = max(min(left, self.handover_timeout), 0.1)
@@ -162,18 +175,25 @@ class KV:
             else:
                 c = http.client.HTTPConnection(host, int(port), timeout=timeout)
             c.request("POST", "/internal/migrate", body, {"Content-Type": "application/json"})
-            ok = c.getresponse().status == 204
+            resp = c.getresponse()
+            ok = resp.status == 204
+            why = "" if ok else "%d %s" % (resp.status, resp.read(512).decode(errors="replace").strip())
             c.close()
-        except (OSError, ValueError, http.client.HTTPException):
-            ok = False
+        except (OSError, ValueError, http.client.HTTPException) as e:
+            ok, why = False, str(e)
         with self.store.lock:
             if ok and time.monotonic_ns() < int(h.get("deadline_ns", 0)):
                 self.store.moving[key] = "handed"  # served no more, from now
             else:
+                why = why or "past the deadline"
                 ok = False
                 self.store.moving.pop(key, None)
-        self.session.handover_done(h.get("id", "0"), ok)
-        print("kv: handover of [%x, %x) to %s: %s" % (start, end, h.get("to"), "done" if ok else "failed"), flush=True)
+        try:
+            self.session.handover_done(h.get("id", "0"), ok)
+        except (OSError, http.client.HTTPException, RuntimeError) as e:
+            ok = False  # the session ended: the agent hands nothing over for it
+            print("kv: reporting the handover: %s" % e, file=sys.stderr, flush=True)
+        print("kv: handover of [%x, %x) to %s: %s" % (start, end, h.get("to"), "done" if ok else "failed: " + why), flush=True)
 
     def served(self, op, name, lease, t0, t1, value):
         if self.log is None:
@@ -189,6 +209,7 @@ class TLSServer(ThreadingHTTPServer):
     slow client does not hold the others up."""
 
     tls = None
+    request_queue_size = 128  # the listen backlog: handovers arrive in bursts
 
     def get_request(self):
         sock, addr = self.socket.accept()
@@ -254,13 +275,13 @@ def make_handler(kv):
             lease = kv.table.check(k)  # (1)
             if lease is None:
                 return self.refuse("not-owner", "not the owner")
-            if kv.store.moving_state(lease) == "handed":
+            if kv.store.moving_state(k, lease) == "handed":
                 return self.refuse("moving", "moving")
             with kv.store.lock:  # (2) a value stored under another lease is stale
                 v, num = kv.store.items.get(name, (None, None))
             if num != lease.num():
                 v = None
-            if not kv.table.continuous(k, lease):  # (4)
+            if not kv.table.continuous(k, lease) or kv.store.moving_state(k, lease) == "handed":  # (4)
                 return self.refuse("not-owner", "lease lost")
             t1 = time.monotonic_ns()
             kv.session.count(k)
@@ -281,11 +302,17 @@ def make_handler(kv):
             lease = kv.table.check(k)
             if lease is None:
                 return self.refuse("not-owner", "not the owner")
-            if kv.store.moving_state(lease) is not None:
-                return self.refuse("moving", "moving")
             with kv.store.lock:  # (3) operate, with the lease number
-                kv.store.items[name] = (value, lease.num())
-            if not kv.table.continuous(k, lease) or kv.store.moving_state(lease) == "handed":
+                # Under the lock a handover copies the range under: a
+                # write either is in the copy or is refused.
+                if kv.store.moving_locked(k, lease) is not None:
+                    moving = True
+                else:
+                    moving = False
+                    kv.store.items[name] = (value, lease.num())
+            if moving:
+                return self.refuse("moving", "moving")
+            if not kv.table.continuous(k, lease) or kv.store.moving_state(k, lease) == "handed":
                 return self.refuse("not-owner", "lease lost")
             t1 = time.monotonic_ns()
             kv.session.count(k)

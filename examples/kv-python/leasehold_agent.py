@@ -22,6 +22,7 @@ import bisect
 import http.client
 import json
 import socket
+import sys
 import threading
 import time
 
@@ -317,10 +318,15 @@ class Session:
     def run_forever(self, stop=None, retry=0.2):
         """Runs sessions one after another until stop is set: a new session
         is a new start (its grants carry new lease numbers)."""
+        said = ""
         while stop is None or not stop.is_set():
             try:
                 self.run()
-            except (OSError, http.client.HTTPException, RuntimeError, ValueError):
-                pass
+                why = "the session's stream ended"
+            except (OSError, http.client.HTTPException, RuntimeError, ValueError) as e:
+                why = "session: %s" % e
+            if why != said:  # once, not at every retry
+                print("leasehold_agent: " + why, file=sys.stderr, flush=True)
+                said = why
             self.session = ""
             time.sleep(retry)

@@ -78,6 +78,12 @@ func TestAgentFaults(t *testing.T) {
 	t.Logf("planned moves: %d acknowledged writes lost", lostPlanned)
 }
 
+// appTimeout is the agents' --app-timeout: a Python application on a
+// loaded test machine may go a second without a word to its agent, which
+// would then end its session and lose its ranges; a stop past the lease
+// (3 s) is longer still.
+const appTimeout = 1500 * time.Millisecond
+
 // agentServer is one Python kv server and its agent.
 type agentServer struct {
 	s                     *agentScenario
@@ -217,7 +223,7 @@ func (s *agentScenario) finish() {
 func (v *agentServer) startAgent() {
 	s := v.s
 	v.agent = start(s.t, v.id+" agent", s.leasehold, "agent", "--manager", s.manager, "--timings", "fast",
-		"--id", v.id, "--addr", v.listen, "--socket", v.sock)
+		"--id", v.id, "--addr", v.listen, "--socket", v.sock, "--app-timeout", appTimeout.String())
 	v.agent.waitLine(s.t, "leasehold agent listening on ", 10*time.Second)
 }
 
