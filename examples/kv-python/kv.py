@@ -117,7 +117,6 @@ class KV:
         self.log = open(args.serve_log, "a", buffering=1) if args.serve_log else None
         self.id = args.id
         self.handover_timeout = 5.0
-        self.handovers = threading.BoundedSemaphore(4)  # copies in flight at once
         self.server_tls = self.client_tls = None
         if args.certs_dir:
             crt = os.path.join(args.certs_dir, "owner.%s.crt" % args.id)
@@ -141,34 +140,37 @@ class KV:
                 n = self.store.take_up(piece)
                 print("kv: took up %d values handed over for [%x, %x)" % (n, piece.start, piece.end), flush=True)
         self.store.drop_outside(self.table.leases())
+        by_target = {}
         for h in ev.get("handovers", []):
-            threading.Thread(target=self.hand_over, args=(h,), daemon=True).start()
+            by_target.setdefault((h.get("to", ""), h.get("addr", "")), []).append(h)
+        for (to, addr), hs in by_target.items():
+            threading.Thread(target=self.hand_over, args=(to, addr, hs), daemon=True).start()
         if ev.get("drained"):
             print("kv: drained", flush=True)
 
-    def hand_over(self, h):
-        """Copies a range's values to the next holder, refusing writes on it
-        meanwhile, then tells the agent; it serves the range no more once
-        the copy is accepted."""
-        with self.handovers:
-            self._hand_over(h)
-
-    def _hand_over(self, h):
-        r = h.get("range", {})
-        start, end = int(r.get("start", 0)), int(r.get("end", 0)) or (1 << 64)
-        key = (start, end, int(h.get("epoch", 0)), int(h.get("lgn", 0)))
+    def hand_over(self, to, addr, hs):
+        """Hands ranges over to one next holder: refuses writes on them, copies
+        their values in one request, then tells the agent; it serves them no
+        more once the copy is accepted before their deadline."""
+        moves = []
+        for h in hs:
+            r = h.get("range", {})
+            start, end = int(r.get("start", 0)), int(r.get("end", 0)) or (1 << 64)
+            moves.append((start, end, int(h.get("epoch", 0)), int(h.get("lgn", 0))))
+        deadline = min(int(h.get("deadline_ns", 0)) for h in hs)
+        ranges = []
         with self.store.lock:
-            self.store.moving[key] = "copying"
-            entries = [{"key": n, "value": base64.b64encode(v).decode()}
-                       for n, (v, num) in self.store.items.items()
-                       if start <= key_of(n) < end and num == key[2:]]
-        left = (int(h.get("deadline_ns", 0)) - time.monotonic_ns()) / 1e9
-        body = json.dumps({"from": self.id, "to": h.get("to", ""), "within_ms": max(int(left * 1000), 0),
-                           "ranges": [{"start": start, "end": end % (1 << 64), "epoch": key[2], "lgn": key[3],
-                                       "entries": entries}]}).encode()
+            for m in moves:
+                self.store.moving[m] = "copying"
+                ranges.append({"start": m[0], "end": m[1] % (1 << 64), "epoch": m[2], "lgn": m[3],
+                               "entries": [{"key": n, "value": base64.b64encode(v).decode()}
+                                           for n, (v, num) in self.store.items.items()
+                                           if m[0] <= key_of(n) < m[1] and num == m[2:]]})
+        left = (deadline - time.monotonic_ns()) / 1e9
+        body = json.dumps({"from": self.id, "to": to, "within_ms": max(int(left * 1000), 0), "ranges": ranges}).encode()
         ok, why = False, ""
         try:
-            host, port = h.get("addr", "").rsplit(":", 1)
+            host, port = addr.rsplit(":", 1)
             timeout = max(min(left, self.handover_timeout), 0.1)
             if self.client_tls is not None:
                 c = http.client.HTTPSConnection(host, int(port), timeout=timeout, context=self.client_tls)
@@ -182,18 +184,20 @@ class KV:
         except (OSError, ValueError, http.client.HTTPException) as e:
             ok, why = False, str(e)
         with self.store.lock:
-            if ok and time.monotonic_ns() < int(h.get("deadline_ns", 0)):
-                self.store.moving[key] = "handed"  # served no more, from now
+            if ok and time.monotonic_ns() < deadline:
+                for m in moves:
+                    self.store.moving[m] = "handed"  # served no more, from now
             else:
                 why = why or "past the deadline"
                 ok = False
-                self.store.moving.pop(key, None)
+                for m in moves:
+                    self.store.moving.pop(m, None)
         try:
-            self.session.handover_done(h.get("id", "0"), ok)
+            self.session.handovers_done([(h.get("id", "0"), ok) for h in hs])
         except (OSError, http.client.HTTPException, RuntimeError) as e:
             ok = False  # the session ended: the agent hands nothing over for it
             print("kv: reporting the handover: %s" % e, file=sys.stderr, flush=True)
-        print("kv: handover of [%x, %x) to %s: %s" % (start, end, h.get("to"), "done" if ok else "failed: " + why), flush=True)
+        print("kv: handover of %d ranges to %s: %s" % (len(hs), to, "done" if ok else "failed: " + why), flush=True)
 
     def served(self, op, name, lease, t0, t1, value):
         if self.log is None:

@@ -256,8 +256,13 @@ class Session:
         return l
 
     def handover_done(self, hid, ok):
+        """Ends a handover: ok says the state reached the next holder and
+        this process serves the range no more."""
+        self.handovers_done([(hid, ok)])
+
+    def handovers_done(self, results):
         with self._out_lock:
-            self._results.append({"id": str(hid), "ok": bool(ok)})
+            self._results.extend({"id": str(hid), "ok": bool(ok)} for hid, ok in results)
         self._flush()
 
     def count(self, key, n=1):
