@@ -66,6 +66,14 @@ func TestAgentFaults(t *testing.T) {
 		}
 	})
 	s.finish()
+	for i, o := range s.overlaps {
+		if i < 10 {
+			t.Errorf("single copy: %s", o)
+		}
+	}
+	if s.unnotified > 0 {
+		t.Errorf("%d acknowledged writes disappeared without a loss notification", s.unnotified)
+	}
 
 	lostPlanned := 0
 	for _, d := range s.load.gone {
@@ -103,7 +111,8 @@ type agentScenario struct {
 	load             *agentLoad
 	began            time.Time
 
-	violations, unnotified int // found by finish
+	overlaps   []overlap // found by finish
+	unnotified int       // found by finish
 }
 
 func newAgentScenario(t *testing.T, ignoreDeadline bool) *agentScenario {
@@ -196,9 +205,10 @@ func (s *agentScenario) finish() {
 	unnotified := 0
 	for _, d := range s.load.gone {
 		if _, ok := s.w.coveredAt(d.key, d.last.at, 0, false); !ok {
-			unnotified++
-			t.Errorf("%q: %q, acknowledged at %s, was gone at %s, with no loss notification printed after the write",
-				d.key, d.last.value, d.last.at.Sub(s.began), d.seen.Sub(s.began))
+			if unnotified++; unnotified <= 10 {
+				t.Logf("%q: %q, acknowledged at %s, was gone at %s, with no loss notification printed after the write",
+					d.key, d.last.value, d.last.at.Sub(s.began), d.seen.Sub(s.began))
+			}
 		}
 	}
 	var logs []string
@@ -210,14 +220,30 @@ func (s *agentScenario) finish() {
 		t.Fatal(err)
 	}
 	v := singleCopyViolations(recs)
-	for i, o := range v {
-		if i < 10 {
-			t.Errorf("single copy: %s", o)
-		}
-	}
 	t.Logf("%s: done. load: %s; %d requests served by the applications in all; %d single-copy violations; %d acknowledged writes gone, %d without a loss notification",
 		since(s.began), s.load.summary(), len(recs), len(v), len(s.load.gone), unnotified)
-	s.violations, s.unnotified = len(v), unnotified
+	s.overlaps, s.unnotified = v, unnotified
+}
+
+// TestAgentFaultsCatchIgnoredDeadline: the scenario's checker can fail on
+// real processes. py-1 runs kv.py --ignore-deadline, which checks its
+// held set but not the deadlines, and its agent is stopped past the lease:
+// py-1 goes on serving the stale reads sent straight to it while the
+// Manager gives its ranges to the others, and the checker must report it.
+func TestAgentFaultsCatchIgnoredDeadline(t *testing.T) {
+	if testing.Short() {
+		t.Skip("e2e: builds binaries and runs real processes; skipped with -short")
+	}
+	onlyWithAll(t)
+	s := newAgentScenario(t, true)
+	s.phase("SIGSTOP of the agent of an application that ignores its deadlines", func() {
+		s.stopFor(s.servers[0].agent, protocol.Fast().OwnerLease+time.Second)
+	})
+	s.finish()
+	if len(s.overlaps) == 0 {
+		t.Fatal("the checker found no two applications serving one key at one instant, though py-1 ignored its deadlines while its agent was stopped")
+	}
+	t.Logf("the checker caught %d overlaps; the first: %s", len(s.overlaps), s.overlaps[0])
 }
 
 func (v *agentServer) startAgent() {
