@@ -2,7 +2,7 @@
 """kv.py: examples/kv's key-value server rebuilt in Python on leasehold agent.
 
     python3 kv.py --listen 127.0.0.1:8001 --socket /tmp/kv-1/agent.sock [--id kv-1]
-                  [--certs-dir DIR] [--serve-log FILE] [--ignore-deadline]
+                  [--certs-dir DIR] [--serve-log FILE] [--drain-timeout S] [--ignore-deadline]
 
 It keeps examples/kv's promise with the agent holding its leases: a key is
 served by at most one server at any instant (the local deadline check,
@@ -17,6 +17,9 @@ HTTP, as examples/kv (so the gateway and its clients need no change):
     POST /internal/migrate   values handed over by another server -> 204
 A key this server does not hold is refused 421 with Leasehold-Refused:
 not-owner; a key whose range is moving, 503 with Leasehold-Refused: moving.
+
+On SIGTERM the server asks its agent to drain: every range moves to the
+other servers with its values; then it exits.
 
 --certs-dir DIR serves HTTPS with the Owner certificate of --id
 (DIR/owner.ID.crt and .key, as leasehold cert makes them) and takes only
@@ -34,6 +37,7 @@ import argparse
 import base64
 import json
 import os
+import signal
 import ssl
 import sys
 import threading
@@ -361,6 +365,7 @@ def main():
     p.add_argument("--id", default="", help="the Owner ID (the agent's; for the logs)")
     p.add_argument("--certs-dir", default="", help="serve HTTPS with the Owner certificate of --id from DIR")
     p.add_argument("--serve-log", default="", help="append a line per request served to this file")
+    p.add_argument("--drain-timeout", type=float, default=30.0, help="on SIGTERM, how long to wait for the drain (seconds)")
     p.add_argument("--ignore-deadline", action="store_true", help="break the lease check (tests only)")
     args = p.parse_args()
     if args.certs_dir and not args.id:
@@ -373,6 +378,19 @@ def main():
     print("kv serving on %s:%d (%s)" % (srv.server_address[0], srv.server_address[1],
                                        "HTTPS, mutual TLS" if kv.server_tls else "plaintext HTTP"), flush=True)
     threading.Thread(target=kv.session.run_forever, daemon=True).start()
+
+    def drain_and_exit():
+        # A planned stop: the agent moves every range away and this server
+        # hands each over with its values; then it exits.
+        try:
+            kv.session.drain()
+            kv.session.drained.wait(args.drain_timeout)
+        except (OSError, http.client.HTTPException, RuntimeError) as e:
+            print("kv: drain: %s" % e, file=sys.stderr, flush=True)
+        print("kv: stopped", flush=True)
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=drain_and_exit, daemon=True).start())
     try:
         srv.serve_forever()
     except KeyboardInterrupt:

@@ -212,6 +212,9 @@ class Session:
         self._load = {}
         self._out_lock = threading.Lock()
         self.closed = threading.Event()
+        # drained is set once an event saying drained is acknowledged: the
+        # agent then leaves, and the process may exit.
+        self.drained = threading.Event()
 
     def _conn(self, timeout):
         if self.tcp:
@@ -316,6 +319,8 @@ class Session:
                 if self.on_event:
                     self.on_event(ev, self)
                 self._flush(applied=version)
+                if ev.get("drained"):
+                    self.drained.set()
         finally:
             conn.close()
             self.closed.set()
