@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -182,3 +183,43 @@ func post(t *testing.T, c *http.Client, path, body string, want int) string {
 }
 
 func itoa(v uint64) string { return strconv.FormatUint(v, 10) }
+
+// TestListenersKeepOthersOut: a socket directory others may write to is
+// refused (another user could replace the socket), a non-loopback TCP
+// address is refused, and on TCP a request without the token gets 401.
+func TestListenersKeepOthersOut(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := ListenUnix(filepath.Join(dir, "sock")); err == nil {
+		l.Close()
+		t.Fatal("ListenUnix in a world-writable directory succeeded")
+	} else if !strings.Contains(err.Error(), "writable by others") {
+		t.Fatalf("ListenUnix: %v, want it to say the directory is writable by others", err)
+	}
+	if l, err := ListenLoopback("0.0.0.0:0"); err == nil {
+		l.Close()
+		t.Fatal("ListenLoopback on 0.0.0.0 succeeded")
+	}
+	a, err := New(Config{Owner: owner.Config{Insecure: true, Manager: "127.0.0.1:1", ID: "app-1", Addr: "127.0.0.1:9001", Timing: protocol.Fast()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := a.Handler("s3cret")
+	for _, tc := range []struct {
+		auth string
+		want int
+	}{{"", 401}, {"Bearer wrong", 401}, {"Bearer s3cret", 200}} {
+		req, _ := http.NewRequest("GET", "http://agent/healthz", nil)
+		if tc.auth != "" {
+			req.Header.Set("Authorization", tc.auth)
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		if w.Code != tc.want {
+			t.Errorf("Authorization %q: %d, want %d", tc.auth, w.Code, tc.want)
+		}
+	}
+}
+

@@ -11,8 +11,8 @@ import (
 )
 
 // ListenUnix listens on a Unix socket at path that only this user can
-// reach: its directory is created 0700 if missing, and refused if others
-// may write to it; the socket is made 0600 before any connection is
+// reach: its directory is created 0700 if missing, and refused if another
+// user owns it or others may write to it; the socket is made 0600 before any connection is
 // accepted (the umask covers the moment in between), and a connection
 // from another user (SO_PEERCRED, where the platform has it) is closed at
 // once. A stale socket file at path, left by an agent that died, is
@@ -26,10 +26,10 @@ func ListenUnix(path string) (net.Listener, error) {
 	if err != nil {
 		return nil, fmt.Errorf("agent: the socket's directory: %w", err)
 	}
-	if uid, ok := fileUID(fi); ok && uid != os.Getuid() && dir != "." {
+	if uid, ok := fileUID(fi); ok && uid != os.Getuid() {
 		return nil, fmt.Errorf("agent: the socket's directory %s belongs to another user (uid %d): use a directory of your own", dir, uid)
 	}
-	if fi.Mode().Perm()&0o022 != 0 && fi.Mode()&os.ModeSticky == 0 {
+	if fi.Mode().Perm()&0o022 != 0 {
 		return nil, fmt.Errorf("agent: the socket's directory %s is writable by others (%v): another user could replace the socket; use a directory only you can write to", dir, fi.Mode().Perm())
 	}
 	if fi, err := os.Lstat(path); err == nil {
