@@ -222,4 +222,3 @@ func TestListenersKeepOthersOut(t *testing.T) {
 		}
 	}
 }
-
