@@ -141,9 +141,9 @@ func (s *session) handle(m *pb.AppMessage) error {
 		return fmt.Errorf("agent: %d handover results in one message; at most %d (MaxHandoverResults)", n, MaxHandoverResults)
 	}
 	s.mu.Lock()
-	if m.GetApplied() > s.version {
+	if v := s.version; m.GetApplied() > v {
 		s.mu.Unlock()
-		return fmt.Errorf("agent: applied %d, but the latest event sent is %d", m.GetApplied(), s.version)
+		return fmt.Errorf("agent: applied %d, but the latest event sent is %d", m.GetApplied(), v)
 	}
 	s.heard = time.Now()
 	var released []keyspace.Range
