@@ -37,6 +37,23 @@ type session struct {
 	drainOver bool   // the Owner's drain finished: nothing held
 	drainedAt uint64 // the version of the event that said drained; 0: not drained
 	reason    string
+	sent      time.Time   // when the latest event was queued
+	expiries  []time.Time // the Owner's expiries in it
+}
+
+// renewed reports whether the Owner's expiries moved since the latest
+// event. It is called with mu held.
+func (s *session) renewed() bool {
+	held := s.owner.Held()
+	if len(held) != len(s.expiries) {
+		return true
+	}
+	for i, l := range held {
+		if !l.Expiry.Equal(s.expiries[i]) {
+			return true
+		}
+	}
+	return false
 }
 
 // release is a revocation the application has not yet acknowledged: the
@@ -65,9 +82,15 @@ func (s *session) start(o *owner.Owner) {
 	go s.run()
 }
 
-// run sends heartbeats and ends a session whose application went quiet.
+// renewPoll is how often the agent looks for renewals to pass on: the
+// deadlines follow each renewal within it, whatever the Manager's timings.
+const renewPoll = 50 * time.Millisecond
+
+// run sends an event when a renewal moved the deadlines, and a heartbeat
+// at least every Heartbeat; it ends a session whose application went
+// quiet.
 func (s *session) run() {
-	t := time.NewTicker(s.a.cfg.Heartbeat)
+	t := time.NewTicker(min(renewPoll, s.a.cfg.Heartbeat))
 	defer t.Stop()
 	for {
 		select {
@@ -77,7 +100,7 @@ func (s *session) run() {
 		}
 		s.mu.Lock()
 		quiet := time.Since(s.heard)
-		if quiet <= s.a.cfg.AppTimeout {
+		if quiet <= s.a.cfg.AppTimeout && (time.Since(s.sent) >= s.a.cfg.Heartbeat || s.renewed()) {
 			s.emit(nil)
 		}
 		s.mu.Unlock()
@@ -99,7 +122,13 @@ func (s *session) onChange(c owner.OwnershipChange) {
 // changes. It is called with mu held.
 func (s *session) emit(c *owner.OwnershipChange) {
 	s.version++
-	ev := &pb.AgentEvent{Version: s.version, Held: leasesOf(s.owner.Held())}
+	held := s.owner.Held()
+	s.expiries = s.expiries[:0]
+	for _, l := range held {
+		s.expiries = append(s.expiries, l.Expiry)
+	}
+	s.sent = time.Now()
+	ev := &pb.AgentEvent{Version: s.version, Held: leasesOf(held)}
 	if s.version == 1 {
 		ev.Session, ev.Owner, ev.Addr = s.id, s.a.cfg.Owner.ID, s.a.cfg.Owner.Addr
 	}
