@@ -58,7 +58,9 @@ class Store:
     server wait in pending until the range is granted to it migrated."""
 
     def __init__(self):
-        self.lock = threading.Lock()
+        # Reentrant: the session holds it while an event is applied (the
+        # table replaced, migrated values taken up), and the hooks take it.
+        self.lock = threading.RLock()
         self.items = {}  # name -> (value bytes, (epoch, lgn))
         self.pending = []  # (start, end, expires_mono_ns, {name: value})
         # Ranges being handed over: (start, end, epoch, lgn) -> "copying"
@@ -116,7 +118,7 @@ class KV:
         self.args = args
         self.table = LeaseTable(ignore_deadline=args.ignore_deadline)
         self.store = Store()
-        self.session = Session(args.socket, self.table, on_event=self.on_event)
+        self.session = Session(args.socket, self.table, on_event=self.on_event, apply_lock=self.store.lock)
         self.log_lock = threading.Lock()
         self.log = open(args.serve_log, "a", buffering=1) if args.serve_log else None
         self.id = args.id

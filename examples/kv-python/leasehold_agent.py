@@ -193,9 +193,14 @@ class Session:
     only then is the event acknowledged: the agent frees a revoked range at
     the Manager once an event built after the revocation is acknowledged.
 
-    socket_path, or tcp=("127.0.0.1", port) with token for loopback TCP."""
+    socket_path, or tcp=("127.0.0.1", port) with token for loopback TCP.
+    apply_lock, if given, is held while the table is replaced and on_event
+    runs: an application whose requests take it before touching their state
+    then never sees a new lease before on_event has set its state up (the
+    values a migrated grant brings)."""
 
-    def __init__(self, socket_path=None, table=None, on_event=None, tcp=None, token=None, timeout=10.0):
+    def __init__(self, socket_path=None, table=None, on_event=None, tcp=None, token=None, timeout=10.0,
+                 apply_lock=None):
         if time.get_clock_info("monotonic").implementation != "clock_gettime(CLOCK_MONOTONIC)":
             raise RuntimeError("time.monotonic is not CLOCK_MONOTONIC here: the agent's deadlines do not apply")
         self.socket_path = socket_path
@@ -203,6 +208,7 @@ class Session:
         self.token = token
         self.table = table if table is not None else LeaseTable()
         self.on_event = on_event
+        self.apply_lock = apply_lock if apply_lock is not None else threading.RLock()
         self.timeout = timeout
         self.session = ""
         self.owner = ""
@@ -315,9 +321,11 @@ class Session:
                 if len(held) > MAX_RANGES:
                     raise RuntimeError("agent: an event with %d ranges" % len(held))
                 version = int(ev.get("version", 0))
-                self.table.replace([Lease(d) for d in held], version)
-                if self.on_event:
-                    self.on_event(ev, self)
+                leases = [Lease(d) for d in held]
+                with self.apply_lock:
+                    self.table.replace(leases, version)
+                    if self.on_event:
+                        self.on_event(ev, self)
                 self._flush(applied=version)
                 if ev.get("drained"):
                     self.drained.set()

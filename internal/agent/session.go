@@ -39,6 +39,25 @@ type session struct {
 	reason    string
 	sent      time.Time   // when the latest event was queued
 	expiries  []time.Time // the Owner's expiries in it
+	// known is what the upcalls have reported held, by lease: the Owner
+	// publishes a grant before its upcall, and an event must not show the
+	// application a lease before the event that grants it (and says
+	// whether it comes with the previous holder's state).
+	known map[owner.LeaseNum]keyspace.RangeSet
+}
+
+// reported returns the parts of held that the upcalls have reported
+// granted. It is called with mu held.
+func (s *session) reported(held []owner.Lease) []owner.Lease {
+	var out []owner.Lease
+	for _, l := range held {
+		for _, r := range s.known[l.Num].Intersect(keyspace.NewRangeSet(l.Range)).Ranges() {
+			p := l
+			p.Range = r
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // renewed reports whether the Owner's expiries moved since the latest
@@ -67,7 +86,8 @@ type release struct {
 
 func newSession(a *Agent, id string) *session {
 	s := &session{a: a, id: id, ready: make(chan struct{}), events: make(chan *pb.AgentEvent, eventQueue),
-		endc: make(chan struct{}), stopped: make(chan struct{}), handovers: map[uint64]owner.Handover{}, heard: time.Now()}
+		endc: make(chan struct{}), stopped: make(chan struct{}), handovers: map[uint64]owner.Handover{}, heard: time.Now(),
+		known: map[owner.LeaseNum]keyspace.RangeSet{}}
 	return s
 }
 
@@ -122,13 +142,27 @@ func (s *session) onChange(c owner.OwnershipChange) {
 // changes. It is called with mu held.
 func (s *session) emit(c *owner.OwnershipChange) {
 	s.version++
+	if c != nil {
+		for _, r := range c.Revoked {
+			for n, rs := range s.known {
+				if rs = rs.Subtract(keyspace.NewRangeSet(r)); rs.Empty() {
+					delete(s.known, n)
+				} else {
+					s.known[n] = rs
+				}
+			}
+		}
+		for _, g := range c.Granted {
+			s.known[g.Num] = s.known[g.Num].Add(g.Range)
+		}
+	}
 	held := s.owner.Held()
 	s.expiries = s.expiries[:0]
 	for _, l := range held {
 		s.expiries = append(s.expiries, l.Expiry)
 	}
 	s.sent = time.Now()
-	ev := &pb.AgentEvent{Version: s.version, Held: leasesOf(held)}
+	ev := &pb.AgentEvent{Version: s.version, Held: leasesOf(s.reported(held))}
 	if s.version == 1 {
 		ev.Session, ev.Owner, ev.Addr = s.id, s.a.cfg.Owner.ID, s.a.cfg.Owner.Addr
 	}
