@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold/internal/runtime/runtimetest"
+	"github.com/leasehold/leasehold/internal/client/clienttest"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/lookup"
 	"github.com/leasehold/leasehold/protocol"
@@ -47,7 +47,7 @@ func closedAddr(t *testing.T) string {
 // leader crashes, another is elected, and the crashed one comes back to
 // lead again.
 func TestLookupFollowsTheLeader(t *testing.T) {
-	g := runtimetest.Start(t, 3)
+	g := clienttest.Start(t, 3)
 	m0, m1, m2 := g.Member(0), g.Member(1), g.Member(2)
 	g.Lead(1)
 	g.SetRoute("kv-1", "127.0.0.1:8001")
@@ -132,7 +132,7 @@ func TestLookupConfigManagerList(t *testing.T) {
 // answers, grows past it (Stale) while the Manager is stalled, and falls
 // back at the first answer after.
 func TestLookupAge(t *testing.T) {
-	g := runtimetest.Start(t, 1)
+	g := clienttest.Start(t, 1)
 	g.Lead(0)
 	g.SetRoute("kv-1", "127.0.0.1:8001")
 	m := g.Member(0)

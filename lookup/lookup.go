@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/leasehold/leasehold/certs"
-	"github.com/leasehold/leasehold/internal/runtime"
+	"github.com/leasehold/leasehold/internal/client"
 	"github.com/leasehold/leasehold/internal/wire"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/leasetable"
@@ -109,13 +109,13 @@ type Lookup struct {
 	view  atomic.Pointer[published]
 	ready chan struct{} // closed at the first applied sync
 
-	managers *runtime.Managers
+	managers *client.Managers
 	recv     chan *protocol.SyncResponse
 	sendq    chan *pb.SyncRequest
 	reopened chan struct{} // a new stream to a Manager replica was opened
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
-	up       *runtime.Upcalls[any]
+	up       *client.Upcalls[any]
 	closed   atomic.Bool
 	// answerWait is the current timings' LookupAnswerWait, for the
 	// stream's answer deadline; the loop updates it as the Manager's
@@ -136,15 +136,15 @@ type published struct {
 // New starts a Lookup. It returns at once; use WaitSynced to wait for the
 // first copy of the table.
 func New(ctx context.Context, cfg Config) (*Lookup, error) {
-	if err := (runtime.Common{Manager: &cfg.Manager, Managers: &cfg.Managers, Namespace: &cfg.Namespace, Timing: &cfg.Timing, Logger: &cfg.Logger}).Normalize("lookup"); err != nil {
+	if err := (client.Common{Manager: &cfg.Manager, Managers: &cfg.Managers, Namespace: &cfg.Namespace, Timing: &cfg.Timing, Logger: &cfg.Logger}).Normalize("lookup"); err != nil {
 		return nil, err
 	}
-	opts, src, err := runtime.Trust{DialOptions: cfg.DialOptions, TLS: cfg.TLS, CertsDir: cfg.CertsDir,
+	opts, src, err := client.Trust{DialOptions: cfg.DialOptions, TLS: cfg.TLS, CertsDir: cfg.CertsDir,
 		Role: certs.Lookup, Name: cfg.CertName, Insecure: cfg.Insecure}.Options("lookup", cfg.Managers)
 	if err != nil {
 		return nil, err
 	}
-	managers, err := runtime.NewManagers(cfg.Managers, opts)
+	managers, err := client.NewManagers(cfg.Managers, opts)
 	if err != nil {
 		return nil, fmt.Errorf("lookup: %w", err)
 	}
@@ -160,7 +160,7 @@ func New(ctx context.Context, cfg Config) (*Lookup, error) {
 	}
 	l.sync.Store(int64(cfg.Timing.Sync))
 	l.syncTimeout.Store(int64(cfg.Timing.SyncTimeout))
-	l.up = runtime.NewUpcalls(func(v any) {
+	l.up = client.NewUpcalls(func(v any) {
 		switch v := v.(type) {
 		case Loss:
 			if cfg.OnLoss != nil {
@@ -361,8 +361,8 @@ func (l *Lookup) run(ctx context.Context, core *Core) {
 func (l *Lookup) connect(ctx context.Context) {
 	defer l.wg.Done()
 	opened := 0
-	runtime.Keep(ctx, l.cfg.Logger, "sync", l.managers,
-		func(ctx context.Context, cc grpc.ClientConnInterface) (runtime.Stream[pb.SyncRequest, pb.SyncResponse], error) {
+	client.Keep(ctx, l.cfg.Logger, "sync", l.managers,
+		func(ctx context.Context, cc grpc.ClientConnInterface) (client.Stream[pb.SyncRequest, pb.SyncResponse], error) {
 			st, err := pb.NewLookupsClient(cc).Sync(ctx)
 			if err != nil {
 				return nil, err

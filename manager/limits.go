@@ -20,8 +20,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	"github.com/leasehold/leasehold/internal/client"
 	"github.com/leasehold/leasehold/internal/peers"
-	"github.com/leasehold/leasehold/internal/runtime"
 	"github.com/leasehold/leasehold/manager/config"
 	pb "github.com/leasehold/leasehold/proto/leasehold/v1"
 )
@@ -82,7 +82,7 @@ func (s *Server) limitOptions() []grpc.ServerOption {
 	if s.cfg.IdleTimeout > 0 {
 		// gRPC keeps one set of keepalive parameters: these replace
 		// KeepaliveServerOptions', so they start from them.
-		kp := runtime.KeepaliveServerParameters()
+		kp := client.KeepaliveServerParameters()
 		kp.MaxConnectionIdle = s.cfg.IdleTimeout
 		opts = append(opts, grpc.KeepaliveParams(kp))
 	}

@@ -26,10 +26,10 @@ import (
 
 	"github.com/leasehold/leasehold/certs"
 
+	"github.com/leasehold/leasehold/internal/client"
 	"github.com/leasehold/leasehold/internal/peers"
 	"github.com/leasehold/leasehold/internal/raftstore"
 	"github.com/leasehold/leasehold/internal/replica"
-	"github.com/leasehold/leasehold/internal/runtime"
 	"github.com/leasehold/leasehold/internal/wire"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/leasetable"
@@ -278,10 +278,10 @@ type (
 // message (peers.PartBytes; a snapshot travels in parts), is read: gRPC
 // refuses it from its length prefix. The codec then holds each service to
 // its own limit (limitOptions). Clients and the other replicas ping every
-// runtime.KeepaliveTime to notice a replica that stopped answering, which
+// client.KeepaliveTime to notice a replica that stopped answering, which
 // the server must allow, and the server pings a connection it has heard
-// nothing on for runtime.KeepaliveServerTime, so a dead client's streams
-// end (runtime.KeepaliveServerOptions).
+// nothing on for client.KeepaliveServerTime, so a dead client's streams
+// end (client.KeepaliveServerOptions).
 //
 // A gRPC server that serves the Manager's services must be built with these
 // options, or with none of them: they include the codec that sends an
@@ -291,7 +291,7 @@ func (s *Server) GRPCOptions() []grpc.ServerOption {
 	s.sharedCodec.Store(true)
 	return append([]grpc.ServerOption{grpc.MaxRecvMsgSize(max(s.cfg.MaxMessageBytes, peers.PartBytes+peers.PartFraming)),
 		grpc.ChainUnaryInterceptor(s.grpcm.unary()), grpc.ChainStreamInterceptor(s.grpcm.stream())},
-		append(append(append(runtime.KeepaliveServerOptions(), runtime.WindowServerOptions()...), s.trustOptions()...), s.limitOptions()...)...)
+		append(append(append(client.KeepaliveServerOptions(), client.WindowServerOptions()...), s.trustOptions()...), s.limitOptions()...)...)
 }
 
 // checkSize refuses a client message over MaxMessageBytes.
@@ -821,7 +821,7 @@ var errSessionBound = errors.New("leasehold: the owner's session is bound to ano
 // drain and handovers included. A quiet stream is one the Owner itself has
 // given up by then: its host died and left the stream half-open, or a
 // proxy stopped forwarding it (the Manager closes it only once keepalive
-// finds it dead, up to runtime.KeepaliveServerTime and
+// finds it dead, up to client.KeepaliveServerTime and
 // KeepaliveServerTimeout later). The Owner library repeats Draining,
 // Handed (until its deadline) and Leaving in every request, so an Owner
 // that lost its stream in the middle of a drain or a handover, and reaches
@@ -1219,7 +1219,7 @@ func grpcError(ctx context.Context, err error) error {
 	case err == nil:
 		return nil
 	case errors.As(err, &nl):
-		return runtime.NotLeader(ctx, nl.Leader)
+		return client.NotLeader(ctx, nl.Leader)
 	case errors.Is(err, replica.ErrNoEpoch):
 		return status.Error(codes.Unavailable, err.Error())
 	case errors.Is(err, replica.ErrGateFull), errors.Is(err, replica.ErrQuorum), errors.Is(err, errSessionBound),
@@ -1257,7 +1257,7 @@ func (l *limiter) allow() bool {
 }
 
 // Session serves one Owner's lease stream, or relays it to the leader when
-// the Owner asks (runtime.RelayKey) and this replica follows a known leader.
+// the Owner asks (client.RelayKey) and this replica follows a known leader.
 func (s leasesService) Session(stream pb.Leases_SessionServer) error {
 	if leader := s.relayTo(stream.Context()); leader != "" {
 		return s.relay(stream, leader)
@@ -1304,7 +1304,7 @@ func (s leasesService) Session(stream pb.Leases_SessionServer) error {
 // costs a refusal naming the new leader, passed back to the Owner.
 func (s *Server) relayTo(ctx context.Context) string {
 	md, _ := metadata.FromIncomingContext(ctx)
-	if len(md.Get(runtime.RelayKey)) == 0 || len(md.Get(runtime.RelayedKey)) > 0 {
+	if len(md.Get(client.RelayKey)) == 0 || len(md.Get(client.RelayedKey)) > 0 {
 		return ""
 	}
 	ci := s.stats.Load().Cluster
@@ -1316,7 +1316,7 @@ func (s *Server) relayTo(ctx context.Context) string {
 
 // relay carries an Owner's lease stream to the leader at leader: it opens
 // the same stream there over this replica's connection to it, marked as a
-// relay (runtime.RelayedKey), and passes messages both ways unchanged,
+// relay (client.RelayedKey), and passes messages both ways unchanged,
 // each checked for size on the way in as a direct stream's would be. The
 // leader's status and trailer (a refusal naming another leader) come back
 // as this stream's. The relay holds no state: it is a hop of the network,
@@ -1329,7 +1329,7 @@ func (s *Server) relay(stream pb.Leases_SessionServer, leader string) error {
 	if err != nil {
 		return status.Errorf(codes.Unavailable, "leasehold: cannot relay to the leader at %s: %v", leader, err)
 	}
-	up, err := pb.NewLeasesClient(cc).Session(metadata.AppendToOutgoingContext(s.relayIdentity(ctx, stream.Context()), runtime.RelayedKey, s.cfg.Advertise))
+	up, err := pb.NewLeasesClient(cc).Session(metadata.AppendToOutgoingContext(s.relayIdentity(ctx, stream.Context()), client.RelayedKey, s.cfg.Advertise))
 	if err != nil {
 		return status.Errorf(codes.Unavailable, "leasehold: cannot relay to the leader at %s: %v", leader, err)
 	}
@@ -1393,7 +1393,7 @@ func (s *Server) relayConn(addr string) (*grpc.ClientConn, error) {
 	if cc := s.relayConns[addr]; cc != nil {
 		return cc, nil
 	}
-	cc, err := runtime.Dial(addr, s.cfg.PeerDialOptions)
+	cc, err := client.Dial(addr, s.cfg.PeerDialOptions)
 	if err != nil {
 		return nil, err
 	}

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold/internal/runtime/runtimetest"
+	"github.com/leasehold/leasehold/internal/client/clienttest"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/owner"
 	"github.com/leasehold/leasehold/protocol"
@@ -49,7 +49,7 @@ func closedAddr(t *testing.T) string {
 // follows, and its lease is renewed throughout: the same LeaseNum, never
 // revoked.
 func TestOwnerFollowsTheLeader(t *testing.T) {
-	g := runtimetest.Start(t, 3)
+	g := clienttest.Start(t, 3)
 	m0, m1, m2 := g.Member(0), g.Member(1), g.Member(2)
 	g.Lead(1)
 	var mu sync.Mutex
@@ -102,7 +102,7 @@ func TestOwnerFollowsTheLeader(t *testing.T) {
 	if err := o.Close(cctx); err != nil {
 		t.Fatal(err)
 	}
-	if d := time.Since(start); d > runtimetest.OwnerLease/2 {
+	if d := time.Since(start); d > clienttest.OwnerLease/2 {
 		t.Errorf("Close took %s: the goodbye was not acknowledged", d)
 	}
 }
@@ -110,7 +110,7 @@ func TestOwnerFollowsTheLeader(t *testing.T) {
 // TestOwnerConfigManagerList: Manager takes a comma-separated list and
 // Managers more entries; a bad entry fails New, named.
 func TestOwnerConfigManagerList(t *testing.T) {
-	g := runtimetest.Start(t, 2)
+	g := clienttest.Start(t, 2)
 	g.Lead(1)
 	ctx := context.Background()
 	o, err := owner.New(ctx, owner.Config{Insecure: true, Manager: closedAddr(t) + ", " + closedAddr(t), Managers: []string{g.Member(0).Addr},

@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/leasehold/leasehold/certs"
-	"github.com/leasehold/leasehold/internal/runtime"
+	"github.com/leasehold/leasehold/internal/client"
 	"github.com/leasehold/leasehold/internal/wire"
 	"github.com/leasehold/leasehold/keyspace"
 	pb "github.com/leasehold/leasehold/proto/leasehold/v1"
@@ -91,7 +91,7 @@ type Config struct {
 }
 
 func (c *Config) validate() error {
-	if err := (runtime.Common{Manager: &c.Manager, Managers: &c.Managers, Namespace: &c.Namespace, Timing: &c.Timing, Logger: &c.Logger}).Normalize("owner"); err != nil {
+	if err := (client.Common{Manager: &c.Manager, Managers: &c.Managers, Namespace: &c.Namespace, Timing: &c.Timing, Logger: &c.Logger}).Normalize("owner"); err != nil {
 		return err
 	}
 	switch {
@@ -100,13 +100,13 @@ func (c *Config) validate() error {
 	case c.Addr == "":
 		return errors.New("owner: Config.Addr (where frontends reach this owner) is required")
 	}
-	if err := runtime.CheckName("owner", "ID", c.ID); err != nil {
+	if err := client.CheckName("owner", "ID", c.ID); err != nil {
 		return err
 	}
 	if c.Capacity < 0 || c.Capacity > wire.MaxCapacity || c.Capacity != c.Capacity {
 		return fmt.Errorf("owner: Config.Capacity %v: want a number in [0, %d] (0 means 1)", c.Capacity, wire.MaxCapacity)
 	}
-	return runtime.CheckName("owner", "Addr", c.Addr)
+	return client.CheckName("owner", "Addr", c.Addr)
 }
 
 // Owner is the Owner library: it keeps this server's leases with the
@@ -116,7 +116,7 @@ type Owner struct {
 	held atomic.Pointer[published] // published by the loop
 	base time.Time                 // deadlines are offsets from here, on the monotonic clock
 
-	managers *runtime.Managers
+	managers *client.Managers
 	recv     chan *protocol.LeaseResponse
 	sendq    chan *pb.LeaseRequest
 	reopened chan struct{} // a new stream to a Manager replica was opened
@@ -127,7 +127,7 @@ type Owner struct {
 	cancel   context.CancelFunc
 	stopped  <-chan struct{} // closed when the Owner stops
 	wg       sync.WaitGroup
-	up       *runtime.Upcalls[OwnershipChange]
+	up       *client.Upcalls[OwnershipChange]
 	closed   atomic.Bool
 	// answerWait is the current timings' OwnerAnswerWait, for the stream's
 	// answer deadline; the loop updates it as the Manager's timings arrive.
@@ -145,12 +145,12 @@ func New(ctx context.Context, cfg Config) (*Owner, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	opts, src, err := runtime.Trust{DialOptions: cfg.DialOptions, TLS: cfg.TLS, CertsDir: cfg.CertsDir,
+	opts, src, err := client.Trust{DialOptions: cfg.DialOptions, TLS: cfg.TLS, CertsDir: cfg.CertsDir,
 		Role: certs.Owner, Name: cfg.ID, Insecure: cfg.Insecure}.Options("owner", cfg.Managers)
 	if err != nil {
 		return nil, err
 	}
-	managers, err := runtime.NewManagers(cfg.Managers, opts)
+	managers, err := client.NewManagers(cfg.Managers, opts)
 	if err != nil {
 		return nil, fmt.Errorf("owner: %w", err)
 	}
@@ -164,7 +164,7 @@ func New(ctx context.Context, cfg Config) (*Owner, error) {
 		leave:    make(chan chan struct{}),
 		drain:    make(chan chan struct{}),
 		done:     make(chan doneMsg, 16),
-		up:       runtime.NewUpcalls(cfg.OnChange),
+		up:       client.NewUpcalls(cfg.OnChange),
 	}
 	o.base = time.Now()
 	o.held.Store(&published{})
@@ -416,8 +416,8 @@ func (o *Owner) run(ctx context.Context, core *Core) {
 func (o *Owner) connect(ctx context.Context) {
 	defer o.wg.Done()
 	opened := 0
-	runtime.Keep(ctx, o.cfg.Logger, "lease", o.managers,
-		func(ctx context.Context, cc grpc.ClientConnInterface) (runtime.Stream[pb.LeaseRequest, pb.LeaseResponse], error) {
+	client.Keep(ctx, o.cfg.Logger, "lease", o.managers,
+		func(ctx context.Context, cc grpc.ClientConnInterface) (client.Stream[pb.LeaseRequest, pb.LeaseResponse], error) {
 			st, err := pb.NewLeasesClient(cc).Session(ctx)
 			if err != nil {
 				return nil, err

@@ -6,7 +6,7 @@
 //
 // It sits in the module's internal/ rather than under manager/, where Go's
 // internal rule would let only manager import it: the simulation
-// (internal/sim), the operator tools (internal/cli: backup and restore
+// (internal/sim), the operator tools (cmd/internal/cli: backup and restore
 // replay its log) and the lookup tests reach it too. Embedders see only
 // the manager package.
 package replica
