@@ -2,6 +2,7 @@ package lookup
 
 import (
 	"context"
+	"github.com/leasehold/leasehold"
 	"strings"
 	"testing"
 )
@@ -15,8 +16,8 @@ func TestNewRefusesWhatTheManagerWould(t *testing.T) {
 		want string
 	}{
 		{Config{}, "Config.Manager"},
-		{Config{Manager: "127.0.0.1:7400", Namespace: strings.Repeat("n", 2000)}, "Config.Namespace"},
-		{Config{Manager: "127.0.0.1:7400", Namespace: "\xff"}, "Config.Namespace"},
+		{Config{Connection: leasehold.Connection{Manager: "127.0.0.1:7400", Namespace: strings.Repeat("n", 2000)}}, "Config.Namespace"},
+		{Config{Connection: leasehold.Connection{Manager: "127.0.0.1:7400", Namespace: "\xff"}}, "Config.Namespace"},
 	} {
 		l, err := New(context.Background(), tc.cfg)
 		if err == nil {

@@ -5,8 +5,10 @@
 // # Usage
 //
 //	l, err := lookup.New(ctx, lookup.Config{
-//		Manager:  "127.0.0.1:7400",
-//		CertsDir: "/etc/leasehold/certs", // a lookup certificate and ca.crt
+//		Connection: leasehold.Connection{
+//			Manager:  "127.0.0.1:7400",
+//			CertsDir: "/etc/leasehold/certs", // a lookup certificate and ca.crt
+//		},
 //		OnLoss: func(loss lookup.Loss) {
 //			// Tell the clients whose state lay in loss.Ranges to republish.
 //		},

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/lookup"
 	"github.com/leasehold/leasehold/manager"
@@ -34,8 +35,8 @@ func Example() {
 	defer stop()
 	ctx := context.Background()
 
-	l, err := lookup.New(ctx, lookup.Config{Insecure: true,
-		Manager: addr,
+	l, err := lookup.New(ctx, lookup.Config{
+		Connection: leasehold.Connection{Insecure: true, Manager: addr},
 		OnLoss: func(loss lookup.Loss) {
 			// Ask the clients whose state lay in loss.Ranges to republish it.
 		},

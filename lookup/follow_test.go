@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/internal/client/clienttest"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/lookup"
@@ -52,7 +53,7 @@ func TestLookupFollowsTheLeader(t *testing.T) {
 	g.Lead(1)
 	g.SetRoute("kv-1", "127.0.0.1:8001")
 	ctx := context.Background()
-	l, err := lookup.New(ctx, lookup.Config{Insecure: true, Manager: closedAddr(t), Managers: []string{m0.Addr}, Timing: protocol.Fast()})
+	l, err := lookup.New(ctx, lookup.Config{Connection: leasehold.Connection{Insecure: true, Manager: closedAddr(t), Managers: []string{m0.Addr}, Timing: protocol.Fast()}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,11 +99,11 @@ func TestLookupConfigManagerList(t *testing.T) {
 		cfg  lookup.Config
 		want string
 	}{
-		{lookup.Config{Insecure: true, Manager: "10.0.0.1:7400, 10.0.0.2"}, `lookup: Config.Manager: address "10.0.0.2" is not host:port`},
-		{lookup.Config{Insecure: true, Manager: ",", Managers: []string{"10.0.0.1:7400"}}, `lookup: Config.Manager: an empty address in ","`},
-		{lookup.Config{Insecure: true, Managers: []string{" "}}, `lookup: Config.Managers[0]: an empty address`},
+		{lookup.Config{Connection: leasehold.Connection{Insecure: true, Manager: "10.0.0.1:7400, 10.0.0.2"}}, `lookup: Config.Manager: address "10.0.0.2" is not host:port`},
+		{lookup.Config{Connection: leasehold.Connection{Insecure: true, Manager: ",", Managers: []string{"10.0.0.1:7400"}}}, `lookup: Config.Manager: an empty address in ","`},
+		{lookup.Config{Connection: leasehold.Connection{Insecure: true, Managers: []string{" "}}}, `lookup: Config.Managers[0]: an empty address`},
 		// Plaintext only when asked for, even to this machine.
-		{lookup.Config{Manager: "127.0.0.1:7400"}, `set Config.TLS or Config.CertsDir for mutual TLS, or Config.Insecure: true`},
+		{lookup.Config{Connection: leasehold.Connection{Manager: "127.0.0.1:7400"}}, `set Config.TLS or Config.CertsDir for mutual TLS, or Config.Insecure: true`},
 	} {
 		l, err := lookup.New(ctx, tc.cfg)
 		if err == nil {
@@ -114,7 +115,7 @@ func TestLookupConfigManagerList(t *testing.T) {
 	}
 
 	a, b := closedAddr(t), closedAddr(t)
-	l, err := lookup.New(ctx, lookup.Config{Insecure: true, Manager: a + "," + b + "," + a})
+	l, err := lookup.New(ctx, lookup.Config{Connection: leasehold.Connection{Insecure: true, Manager: a + "," + b + "," + a}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +139,7 @@ func TestLookupAge(t *testing.T) {
 	m := g.Member(0)
 	m.Mute(true)
 	tm := protocol.Fast()
-	l, err := lookup.New(context.Background(), lookup.Config{Insecure: true, Manager: m.Addr, Timing: tm})
+	l, err := lookup.New(context.Background(), lookup.Config{Connection: leasehold.Connection{Insecure: true, Manager: m.Addr, Timing: tm}})
 	if err != nil {
 		t.Fatal(err)
 	}

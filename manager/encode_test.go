@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/test/bufconn"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/internal/wire"
 	"github.com/leasehold/leasehold/leasetable"
 	"github.com/leasehold/leasehold/manager/config"
@@ -43,8 +44,15 @@ func TestSharedUpdatesEncodedOnceOverGRPC(t *testing.T) {
 		}
 		var owners []*owner.Owner
 		for i := range 3 {
-			o, err := owner.New(ctx, owner.Config{Manager: "passthrough:///bufnet", DialOptions: dial,
-				ID: fmt.Sprintf("o%d", i), Addr: fmt.Sprintf("o%d:1", i), Timing: tm})
+			o, err := owner.New(ctx, owner.Config{
+				Connection: leasehold.Connection{
+					Manager:     "passthrough:///bufnet",
+					DialOptions: dial,
+					Timing:      tm,
+				},
+				ID:   fmt.Sprintf("o%d", i),
+				Addr: fmt.Sprintf("o%d:1", i),
+			})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/test/bufconn"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/lookup"
 	"github.com/leasehold/leasehold/manager"
@@ -117,13 +118,15 @@ func TestFailoverKeepsLeases(t *testing.T) {
 		managers := "passthrough:///m1,passthrough:///m2,passthrough:///m3"
 		var mu sync.Mutex
 		var losses []lookup.Loss
-		l, err := lookup.New(ctx, lookup.Config{Manager: managers, DialOptions: n.dial(), Timing: tm,
-			OnLoss: func(loss lookup.Loss) { mu.Lock(); losses = append(losses, loss); mu.Unlock() }})
+		l, err := lookup.New(ctx, lookup.Config{
+			Connection: leasehold.Connection{Manager: managers, DialOptions: n.dial(), Timing: tm},
+			OnLoss:     func(loss lookup.Loss) { mu.Lock(); losses = append(losses, loss); mu.Unlock() },
+		})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer l.Close()
-		o, err := owner.New(ctx, owner.Config{Manager: managers, DialOptions: n.dial(), ID: "a", Addr: "a:1", Timing: tm})
+		o, err := owner.New(ctx, owner.Config{Connection: leasehold.Connection{Manager: managers, DialOptions: n.dial(), Timing: tm}, ID: "a", Addr: "a:1"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -213,13 +216,23 @@ func TestRestartKeepsLeases(t *testing.T) {
 		ctx := context.Background()
 		var mu sync.Mutex
 		var losses []lookup.Loss
-		l, err := lookup.New(ctx, lookup.Config{Manager: "passthrough:///bufnet", DialOptions: dial, Timing: tm,
-			OnLoss: func(loss lookup.Loss) { mu.Lock(); losses = append(losses, loss); mu.Unlock() }})
+		l, err := lookup.New(ctx, lookup.Config{
+			Connection: leasehold.Connection{
+				Manager:     "passthrough:///bufnet",
+				DialOptions: dial,
+				Timing:      tm,
+			},
+			OnLoss: func(loss lookup.Loss) { mu.Lock(); losses = append(losses, loss); mu.Unlock() },
+		})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer l.Close()
-		o, err := owner.New(ctx, owner.Config{Manager: "passthrough:///bufnet", DialOptions: dial, ID: "a", Addr: "a:1", Timing: tm})
+		o, err := owner.New(ctx, owner.Config{Connection: leasehold.Connection{
+			Manager:     "passthrough:///bufnet",
+			DialOptions: dial,
+			Timing:      tm,
+		}, ID: "a", Addr: "a:1"})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/test/bufconn"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/lookup"
 	"github.com/leasehold/leasehold/manager"
@@ -207,13 +208,15 @@ func TestLeaderCutOffKeepsLeases(t *testing.T) {
 				managers := addrOf(1) + "," + addrOf(2) + "," + addrOf(3)
 				var mu sync.Mutex
 				var losses []lookup.Loss
-				l, err := lookup.New(ctx, lookup.Config{Manager: managers, DialOptions: n.dial("client"), Timing: tm,
-					OnLoss: func(loss lookup.Loss) { mu.Lock(); losses = append(losses, loss); mu.Unlock() }})
+				l, err := lookup.New(ctx, lookup.Config{
+					Connection: leasehold.Connection{Manager: managers, DialOptions: n.dial("client"), Timing: tm},
+					OnLoss:     func(loss lookup.Loss) { mu.Lock(); losses = append(losses, loss); mu.Unlock() },
+				})
 				if err != nil {
 					t.Fatal(err)
 				}
 				defer l.Close()
-				o, err := owner.New(ctx, owner.Config{Manager: managers, DialOptions: n.dial("client"), ID: "a", Addr: "a:1", Timing: tm})
+				o, err := owner.New(ctx, owner.Config{Connection: leasehold.Connection{Manager: managers, DialOptions: n.dial("client"), Timing: tm}, ID: "a", Addr: "a:1"})
 				if err != nil {
 					t.Fatal(err)
 				}

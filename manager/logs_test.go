@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/test/bufconn"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/manager"
 	"github.com/leasehold/leasehold/manager/config"
 	"github.com/leasehold/leasehold/owner"
@@ -74,7 +75,11 @@ func TestLogs(t *testing.T) {
 				ctx, cancel := context.WithCancel(context.Background())
 				served := make(chan error, 1)
 				go func() { served <- srv.Serve(ctx, lis) }()
-				o, err := owner.New(ctx, owner.Config{Manager: "passthrough:///bufnet", DialOptions: dial, ID: "a", Addr: "a:1", Timing: tm})
+				o, err := owner.New(ctx, owner.Config{Connection: leasehold.Connection{
+					Manager:     "passthrough:///bufnet",
+					DialOptions: dial,
+					Timing:      tm,
+				}, ID: "a", Addr: "a:1"})
 				if err != nil {
 					t.Fatal(err)
 				}

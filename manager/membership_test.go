@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/manager"
 	"github.com/leasehold/leasehold/manager/config"
@@ -33,7 +34,7 @@ import (
 // owner leases after, so the group kept a leader that grants and renews.
 func addUnreachable(t *testing.T, tm protocol.Timing, target string, dial []grpc.DialOption, managers string, leader func() uint64) {
 	ctx := context.Background()
-	o, err := owner.New(ctx, owner.Config{Manager: managers, DialOptions: dial, ID: "a", Addr: "a:1", Timing: tm})
+	o, err := owner.New(ctx, owner.Config{Connection: leasehold.Connection{Manager: managers, DialOptions: dial, Timing: tm}, ID: "a", Addr: "a:1"})
 	if err != nil {
 		t.Fatal(err)
 	}

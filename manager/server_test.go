@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/manager"
 	"github.com/leasehold/leasehold/manager/config"
@@ -29,7 +30,11 @@ func TestBadInputEndsOnlyThatStream(t *testing.T) {
 		c := startManager(t, manager.ServerConfig{Insecure: true, Replica: config.Replica{Timing: tm}, MaxRequestRate: 5, MaxMessageBytes: 64 << 10})
 		defer c.stop(t)
 		ctx := context.Background()
-		good, err := owner.New(ctx, owner.Config{Manager: "passthrough:///bufnet", DialOptions: c.dial(), ID: "good", Addr: "good:1", Timing: tm})
+		good, err := owner.New(ctx, owner.Config{Connection: leasehold.Connection{
+			Manager:     "passthrough:///bufnet",
+			DialOptions: c.dial(),
+			Timing:      tm,
+		}, ID: "good", Addr: "good:1"})
 		if err != nil {
 			t.Fatal(err)
 		}

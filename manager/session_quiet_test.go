@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/test/bufconn"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/internal/client"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/lookup"
@@ -47,8 +48,14 @@ func TestDrainMovesFromAQuietStream(t *testing.T) {
 
 		var mu sync.Mutex
 		var losses []lookup.Loss
-		l, err := lookup.New(ctx, lookup.Config{Manager: "passthrough:///direct", DialOptions: dial, Timing: tm,
-			OnLoss: func(loss lookup.Loss) { mu.Lock(); losses = append(losses, loss); mu.Unlock() }})
+		l, err := lookup.New(ctx, lookup.Config{
+			Connection: leasehold.Connection{
+				Manager:     "passthrough:///direct",
+				DialOptions: dial,
+				Timing:      tm,
+			},
+			OnLoss: func(loss lookup.Loss) { mu.Lock(); losses = append(losses, loss); mu.Unlock() },
+		})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -60,7 +67,11 @@ func TestDrainMovesFromAQuietStream(t *testing.T) {
 		// follower's relay: to the leader, either is a stream like any other.
 		for id, managers := range map[string]string{"a": "passthrough:///cut,passthrough:///direct", "b": "passthrough:///direct"} {
 			var o *owner.Owner
-			cfg := owner.Config{Manager: managers, DialOptions: dial, ID: id, Addr: id + ":1", Timing: tm, Handovers: true,
+			cfg := owner.Config{
+				Connection: leasehold.Connection{Manager: managers, DialOptions: dial, Timing: tm},
+				ID:         id,
+				Addr:       id + ":1",
+				Handovers:  true,
 				OnChange: func(ch owner.OwnershipChange) {
 					for _, h := range ch.Handovers {
 						o.HandoverDone(h, true)
@@ -70,7 +81,8 @@ func TestDrainMovesFromAQuietStream(t *testing.T) {
 							migrated.Add(1)
 						}
 					}
-				}}
+				},
+			}
 			if o, err = owner.New(ctx, cfg); err != nil {
 				t.Fatal(err)
 			}

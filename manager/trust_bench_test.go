@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/certs"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/lookup"
@@ -57,12 +58,12 @@ func BenchmarkLiveReads(b *testing.B) {
 			go func() { done <- srv.Serve(ctx, lis) }()
 			defer func() { cancel(); <-done }()
 			addr := lis.Addr().String()
-			o, err := owner.New(ctx, owner.Config{Manager: addr, ID: "a", Addr: "127.0.0.1:1", Timing: tm, CertsDir: dir})
+			o, err := owner.New(ctx, owner.Config{Connection: leasehold.Connection{Manager: addr, Timing: tm, CertsDir: dir}, ID: "a", Addr: "127.0.0.1:1"})
 			if err != nil {
 				b.Fatal(err)
 			}
 			defer o.Close(context.Background())
-			l, err := lookup.New(ctx, lookup.Config{Manager: addr, Timing: tm, CertsDir: dir})
+			l, err := lookup.New(ctx, lookup.Config{Connection: leasehold.Connection{Manager: addr, Timing: tm, CertsDir: dir}})
 			if err != nil {
 				b.Fatal(err)
 			}

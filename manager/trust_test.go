@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/certs"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/manager"
@@ -83,7 +84,7 @@ func startTrustGroup(t *testing.T) *trustGroup {
 			t.Errorf("manager: %v", err)
 		}
 	})
-	g.owner, err = owner.New(context.Background(), owner.Config{Manager: g.addr, ID: "a", Addr: "127.0.0.1:1", Timing: tm, CertsDir: g.dir})
+	g.owner, err = owner.New(context.Background(), owner.Config{Connection: leasehold.Connection{Manager: g.addr, Timing: tm, CertsDir: g.dir}, ID: "a", Addr: "127.0.0.1:1"})
 	if err != nil {
 		t.Fatal(err)
 	}

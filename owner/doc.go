@@ -6,10 +6,12 @@
 // # Usage
 //
 //	o, err := owner.New(ctx, owner.Config{
-//		Manager: "127.0.0.1:7400", // the Manager
-//		ID:      "kv-1",           // unique, stable across restarts
-//		Addr:    "10.0.0.7:8080",  // where frontends reach this server
-//		CertsDir: "/etc/leasehold/certs", // owner.kv-1.crt and ca.crt
+//		Connection: leasehold.Connection{
+//			Manager:  "127.0.0.1:7400",       // the Manager
+//			CertsDir: "/etc/leasehold/certs", // owner.kv-1.crt and ca.crt
+//		},
+//		ID:   "kv-1",          // unique, stable across restarts
+//		Addr: "10.0.0.7:8080", // where frontends reach this server
 //	})
 //	if err != nil { ... }
 //	defer o.Close(ctx) // hands the ranges back at once

@@ -17,6 +17,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/certs"
 	"github.com/leasehold/leasehold/cmd/internal/cli"
 	"github.com/leasehold/leasehold/examples/kv/kv"
@@ -178,7 +179,7 @@ func (d *demo) run(ctx context.Context) error {
 	d.say("   a key's server is a local read. It writes 30 keys through the KV client:")
 	d.values = map[string]string{}
 	d.losses = make(chan struct{}, 1)
-	l, err := lookup.New(ctx, lookup.Config{Manager: d.addr, Timing: t, OnLoss: d.onLoss, CertsDir: d.certsDir, Insecure: d.insecure})
+	l, err := lookup.New(ctx, lookup.Config{Connection: leasehold.Connection{Manager: d.addr, Timing: t, CertsDir: d.certsDir, Insecure: d.insecure}, OnLoss: d.onLoss})
 	if err != nil {
 		return err
 	}

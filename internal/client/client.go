@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -23,6 +24,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/internal/wire"
 	"github.com/leasehold/leasehold/protocol"
 )
@@ -202,53 +204,60 @@ func KeepaliveServerParameters() keepalive.ServerParameters {
 	return keepalive.ServerParameters{Time: KeepaliveServerTime, Timeout: KeepaliveServerTimeout}
 }
 
-// Common holds the configuration every client runtime shares, with the
-// defaults applied by Normalize.
-type Common struct {
-	Manager   *string   // a comma-separated list of addresses
-	Managers  *[]string // more addresses, one per entry; may be nil
-	Namespace *string
-	Timing    *protocol.Timing
-	Logger    **slog.Logger
-}
-
-// Normalize fills in defaults ("default" namespace, production timings, a
-// discarding logger), merges the Manager addresses and reports a
-// configuration the Manager would refuse, naming the package (owner, lookup)
-// and the bad field or address in the error. On success *Manager is the
-// merged list, comma-separated, and *Managers (if given) the same list.
-func (c Common) Normalize(pkg string) error {
-	if *c.Namespace == "" {
-		*c.Namespace = "default"
+// Normalize fills in the defaults of c ("default" namespace, production
+// timings, a discarding logger), merges its Manager addresses and reports a
+// setting the Manager would refuse, as a *leasehold.ConfigError naming the
+// package (owner, lookup) and the field, or the *protocol.TimingError of
+// its Timing. On success c.Manager is the merged list, comma-separated,
+// and c.Managers the same list.
+func Normalize(pkg string, c *leasehold.Connection) error {
+	if c.Namespace == "" {
+		c.Namespace = "default"
 	}
-	if *c.Timing == (protocol.Timing{}) {
-		*c.Timing = protocol.Production()
+	if c.Timing == (protocol.Timing{}) {
+		c.Timing = protocol.Production()
 	}
-	if *c.Logger == nil {
-		*c.Logger = slog.New(slog.DiscardHandler)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	var more []string
-	if c.Managers != nil {
-		more = *c.Managers
-	}
-	addrs, err := managerList(pkg, *c.Manager, more)
+	addrs, err := managerList(pkg, c.Manager, c.Managers)
 	if err != nil {
 		return err
 	}
-	*c.Manager = strings.Join(addrs, ",")
-	if c.Managers != nil {
-		*c.Managers = addrs
-	}
-	if err := CheckName(pkg, "Namespace", *c.Namespace); err != nil {
+	c.Manager, c.Managers = strings.Join(addrs, ","), addrs
+	if err := CheckName(pkg, "Namespace", c.Namespace); err != nil {
 		return err
 	}
 	return c.Timing.Validate()
 }
 
+// managerList merges Config.Manager (a comma-separated list) and
+// Config.Managers (one address per entry), naming the bad field and entry
+// in a *leasehold.ConfigError.
+func managerList(pkg, list string, more []string) ([]string, error) {
+	addrs, err := SplitManagers(list)
+	if err != nil {
+		return nil, &leasehold.ConfigError{Package: pkg, Field: "Manager", Err: err}
+	}
+	for i, a := range more {
+		a = strings.TrimSpace(a)
+		if err := CheckAddr(a); err != nil {
+			return nil, &leasehold.ConfigError{Package: pkg, Field: fmt.Sprintf("Managers[%d]", i), Err: err}
+		}
+		if !slices.Contains(addrs, a) {
+			addrs = append(addrs, a)
+		}
+	}
+	if len(addrs) == 0 {
+		return nil, &leasehold.ConfigError{Package: pkg, Field: "Manager", Why: "(the Manager's address, or a comma-separated list of its replicas' addresses) is required"}
+	}
+	return addrs, nil
+}
+
 // CheckName reports a name the wire protocol would refuse.
 func CheckName(pkg, field, s string) error {
 	if len(s) > wire.MaxStringLen || !utf8.ValidString(s) {
-		return fmt.Errorf("%s: Config.%s must be valid UTF-8 of at most %d bytes", pkg, field, wire.MaxStringLen)
+		return &leasehold.ConfigError{Package: pkg, Field: field, Why: fmt.Sprintf("must be valid UTF-8 of at most %d bytes", wire.MaxStringLen)}
 	}
 	return nil
 }

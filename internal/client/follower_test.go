@@ -1,12 +1,13 @@
 package client
 
 import (
-	"log/slog"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/protocol"
 )
 
@@ -209,13 +210,13 @@ func TestSplitManagers(t *testing.T) {
 }
 
 // TestNormalizeMergesManagers: Manager and Managers merge in order without
-// repeats, and an error names the package, the field and the bad entry.
+// repeats, and an error names the package, the field and the bad entry,
+// in a *leasehold.ConfigError.
 func TestNormalizeMergesManagers(t *testing.T) {
 	normalize := func(manager string, managers []string) (string, []string, error) {
-		ns, tm := "", protocol.Timing{}
-		var log *slog.Logger
-		err := Common{Manager: &manager, Managers: &managers, Namespace: &ns, Timing: &tm, Logger: &log}.Normalize("owner")
-		return manager, managers, err
+		c := leasehold.Connection{Manager: manager, Managers: managers}
+		err := Normalize("owner", &c)
+		return c.Manager, c.Managers, err
 	}
 	m, ms, err := normalize(" a:1, b:2,a:1", []string{"c:3", "b:2 "})
 	if err != nil || m != "a:1,b:2,c:3" || !slices.Equal(ms, []string{"a:1", "b:2", "c:3"}) {
@@ -227,23 +228,25 @@ func TestNormalizeMergesManagers(t *testing.T) {
 	for _, tc := range []struct {
 		manager  string
 		managers []string
+		field    string
 		want     string
 	}{
-		{"", nil, "owner: Config.Manager (the Manager's address, or a comma-separated list of its replicas' addresses) is required"},
-		{" ", []string{}, "owner: Config.Manager (the Manager's address"},
-		{"a:1,,b:2", nil, `owner: Config.Manager: an empty address in "a:1,,b:2"`},
-		{"a:1,manager", nil, `owner: Config.Manager: address "manager" is not host:port`},
-		{"a:1", []string{"b:2", ""}, "owner: Config.Managers[1]: an empty address"},
-		{"a:1", []string{"b:2,c:3"}, `owner: Config.Managers[0]: address "b:2,c:3" is not host:port`},
+		{"", nil, "Manager", "owner: Config.Manager (the Manager's address, or a comma-separated list of its replicas' addresses) is required"},
+		{" ", []string{}, "Manager", "owner: Config.Manager (the Manager's address"},
+		{"a:1,,b:2", nil, "Manager", `owner: Config.Manager: an empty address in "a:1,,b:2"`},
+		{"a:1,manager", nil, "Manager", `owner: Config.Manager: address "manager" is not host:port`},
+		{"a:1", []string{"b:2", ""}, "Managers[1]", "owner: Config.Managers[1]: an empty address"},
+		{"a:1", []string{"b:2,c:3"}, "Managers[0]", `owner: Config.Managers[0]: address "b:2,c:3" is not host:port`},
 	} {
-		if _, _, err := normalize(tc.manager, tc.managers); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("Normalize(%q, %q): %v; want %q", tc.manager, tc.managers, err, tc.want)
+		_, _, err := normalize(tc.manager, tc.managers)
+		var ce *leasehold.ConfigError
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !errors.As(err, &ce) || ce.Package != "owner" || ce.Field != tc.field {
+			t.Errorf("Normalize(%q, %q): %v (%#v); want %q on field %s", tc.manager, tc.managers, err, ce, tc.want, tc.field)
 		}
 	}
-	// Common without Managers, as before the field existed.
-	manager, ns, tm := "a:1,a:1", "", protocol.Timing{}
-	var log *slog.Logger
-	if err := (Common{Manager: &manager, Namespace: &ns, Timing: &tm, Logger: &log}).Normalize("lookup"); err != nil || manager != "a:1" {
-		t.Errorf("Normalize without Managers: %q, %v", manager, err)
+	// The defaults.
+	c := leasehold.Connection{Manager: "a:1,a:1"}
+	if err := Normalize("lookup", &c); err != nil || c.Manager != "a:1" || c.Namespace != "default" || c.Timing != protocol.Production() || c.Logger == nil {
+		t.Errorf("Normalize: %+v, %v; want one address and the defaults", c, err)
 	}
 }

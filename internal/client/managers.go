@@ -140,28 +140,6 @@ func SplitManagers(list string) ([]string, error) {
 	return out, nil
 }
 
-// managerList merges Config.Manager (a comma-separated list) and
-// Config.Managers (one address per entry), naming the bad field and entry.
-func managerList(pkg, list string, more []string) ([]string, error) {
-	addrs, err := SplitManagers(list)
-	if err != nil {
-		return nil, fmt.Errorf("%s: Config.Manager: %w", pkg, err)
-	}
-	for i, a := range more {
-		a = strings.TrimSpace(a)
-		if err := CheckAddr(a); err != nil {
-			return nil, fmt.Errorf("%s: Config.Managers[%d]: %w", pkg, i, err)
-		}
-		if !slices.Contains(addrs, a) {
-			addrs = append(addrs, a)
-		}
-	}
-	if len(addrs) == 0 {
-		return nil, fmt.Errorf("%s: Config.Manager (the Manager's address, or a comma-separated list of its replicas' addresses) is required", pkg)
-	}
-	return addrs, nil
-}
-
 // Managers is the list of Manager replicas a client runtime follows, with
 // one gRPC connection per address, dialled on first use (a leader's address
 // learnt from a hint gets one too), replaced when Keep tries it again after

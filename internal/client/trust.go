@@ -48,7 +48,17 @@ func (t Trust) Options(pkg string, addrs []string) ([]grpc.DialOption, *certs.So
 	case t.Insecure:
 		return []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, nil, nil
 	}
-	return nil, nil, fmt.Errorf("%s: no TLS setting for the Manager at %s: set Config.TLS or Config.CertsDir for mutual TLS, or Config.Insecure: true to dial it in plaintext", pkg, strings.Join(addrs, ","))
+	return nil, nil, t.Check(pkg, addrs)
+}
+
+// Check reports a Trust that chooses nothing, the error Options returns for
+// it: with none of DialOptions, TLS, CertsDir and Insecure a client has no
+// way to dial.
+func (t Trust) Check(pkg string, addrs []string) error {
+	if len(t.DialOptions) > 0 || t.TLS != nil || t.CertsDir != "" || t.Insecure {
+		return nil
+	}
+	return fmt.Errorf("%s: no TLS setting for the Manager at %s: set Config.TLS or Config.CertsDir for mutual TLS, or Config.Insecure: true to dial it in plaintext", pkg, strings.Join(addrs, ","))
 }
 
 // Loopback reports whether addr (host:port) names this machine's loopback

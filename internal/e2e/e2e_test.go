@@ -21,6 +21,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/lookup"
 	"github.com/leasehold/leasehold/protocol"
@@ -678,7 +679,7 @@ type router struct{ l *lookup.Lookup }
 
 func newRouter(t *testing.T, manager string) *router {
 	t.Helper()
-	l, err := lookup.New(context.Background(), lookup.Config{Manager: manager, Timing: protocol.Fast(), CertsDir: certsDirFor(t)})
+	l, err := lookup.New(context.Background(), lookup.Config{Connection: leasehold.Connection{Manager: manager, Timing: protocol.Fast(), CertsDir: certsDirFor(t)}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/manager"
 	"github.com/leasehold/leasehold/manager/config"
@@ -126,7 +127,7 @@ func startManager(t *testing.T, namespaces ...string) string {
 // returned function (also called at cleanup).
 func startOwner(t *testing.T, addr, id, ownerAddr string) (stop func()) {
 	t.Helper()
-	o, err := owner.New(context.Background(), owner.Config{Insecure: true, Manager: addr, ID: id, Addr: ownerAddr, Timing: protocol.Fast()})
+	o, err := owner.New(context.Background(), owner.Config{Connection: leasehold.Connection{Insecure: true, Manager: addr, Timing: protocol.Fast()}, ID: id, Addr: ownerAddr})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/certs"
 	"github.com/leasehold/leasehold/cmd/internal/dashboard"
 	"github.com/leasehold/leasehold/internal/client"
@@ -149,7 +150,12 @@ func (o *dashboardOptions) start(ctx context.Context, log *slog.Logger) (*runnin
 	}
 	for _, ns := range src.names {
 		l, err := lookup.New(ctx, lookup.Config{
-			Manager: o.manager, Namespace: ns, Logger: log, DialOptions: opts,
+			Connection: leasehold.Connection{
+				Manager:     o.manager,
+				Namespace:   ns,
+				Logger:      log,
+				DialOptions: opts,
+			},
 			OnUpdate: func(u lookup.Update) { hub.Changed(ns, u) },
 			OnLoss:   func(l lookup.Loss) { hub.Lost(ns, l) },
 		})

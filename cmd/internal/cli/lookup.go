@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/lookup"
 )
@@ -99,7 +100,7 @@ func (o *lookupOptions) run(ctx context.Context, e *env, arg string) error {
 	if err != nil {
 		return err
 	}
-	l, err := lookup.New(ctx, lookup.Config{Manager: o.manager, Namespace: o.namespace, DialOptions: opts})
+	l, err := lookup.New(ctx, lookup.Config{Connection: leasehold.Connection{Manager: o.manager, Namespace: o.namespace, DialOptions: opts}})
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/certs"
 	"github.com/leasehold/leasehold/owner"
 	"github.com/leasehold/leasehold/protocol"
@@ -32,7 +33,7 @@ func TestReadLeaseOverTLS(t *testing.T) {
 	addr := closedAddr(t)
 	m := startCLI(t, "manager", "--timings", "fast", "--listen", addr, "--certs-dir", dir, "--read-lease-holders", "all")
 	waitFor(t, "the manager to listen", 10*time.Second, func() bool { return strings.Contains(m.stdout.String(), "listening on") })
-	o, err := owner.New(context.Background(), owner.Config{Manager: addr, ID: "kv-1", Addr: "127.0.0.1:8001", Timing: protocol.Fast(), CertsDir: dir})
+	o, err := owner.New(context.Background(), owner.Config{Connection: leasehold.Connection{Manager: addr, Timing: protocol.Fast(), CertsDir: dir}, ID: "kv-1", Addr: "127.0.0.1:8001"})
 	if err != nil {
 		t.Fatal(err)
 	}

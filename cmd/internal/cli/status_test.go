@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/owner"
 	"github.com/leasehold/leasehold/protocol"
 )
@@ -19,8 +20,12 @@ import (
 func TestStatusShowsLoad(t *testing.T) {
 	t.Parallel()
 	addr := startManager(t)
-	o, err := owner.New(context.Background(), owner.Config{Insecure: true, Manager: addr, ID: "kv-1", Addr: "127.0.0.1:8001",
-		Timing: protocol.Fast(), Capacity: 2})
+	o, err := owner.New(context.Background(), owner.Config{
+		Connection: leasehold.Connection{Insecure: true, Manager: addr, Timing: protocol.Fast()},
+		ID:         "kv-1",
+		Addr:       "127.0.0.1:8001",
+		Capacity:   2,
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

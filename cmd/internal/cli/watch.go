@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/leasetable"
 	"github.com/leasehold/leasehold/lookup"
@@ -66,12 +67,14 @@ func watch(ctx context.Context, e *env, o *clientOptions, lo *logOptions) error 
 		return err
 	}
 	l, err := lookup.New(ctx, lookup.Config{
-		DialOptions: opts,
-		Manager:     o.manager,
-		Namespace:   o.namespace,
-		OnUpdate:    p.update,
-		OnLoss:      p.loss,
-		Logger:      lo.logger(e.stderr),
+		Connection: leasehold.Connection{
+			DialOptions: opts,
+			Manager:     o.manager,
+			Namespace:   o.namespace,
+			Logger:      lo.logger(e.stderr),
+		},
+		OnUpdate: p.update,
+		OnLoss:   p.loss,
 	})
 	if err != nil {
 		return err

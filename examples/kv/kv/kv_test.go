@@ -18,6 +18,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/examples/kv/kv"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/lookup"
@@ -168,8 +169,8 @@ type timedLoss struct {
 func newRouter(t *testing.T, c *cluster) *router {
 	t.Helper()
 	r := &router{}
-	l, err := lookup.New(context.Background(), lookup.Config{Insecure: true,
-		Manager: c.addr, Timing: protocol.Fast(),
+	l, err := lookup.New(context.Background(), lookup.Config{
+		Connection: leasehold.Connection{Insecure: true, Manager: c.addr, Timing: protocol.Fast()},
 		OnLoss: func(loss lookup.Loss) {
 			r.mu.Lock()
 			r.losses = append(r.losses, timedLoss{time.Now(), loss})

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/lookup"
 	"github.com/leasehold/leasehold/manager"
@@ -183,14 +184,14 @@ func failoverRuns(ctx context.Context, tm protocol.Timing, p failoverPlan, progr
 	}
 	list := strings.Join([]string{rs.addrs[1], rs.addrs[2], rs.addrs[3]}, ",")
 	var losses atomic.Int64
-	l, err := lookup.New(ctx, lookup.Config{Insecure: true, Manager: list, Timing: tm, OnLoss: func(lookup.Loss) { losses.Add(1) }})
+	l, err := lookup.New(ctx, lookup.Config{Connection: leasehold.Connection{Insecure: true, Manager: list, Timing: tm}, OnLoss: func(lookup.Loss) { losses.Add(1) }})
 	if err != nil {
 		return nil, 0, err
 	}
 	defer l.Close()
 	var owners []*owner.Owner
 	for i := range p.owners {
-		ow, err := owner.New(ctx, owner.Config{Insecure: true, Manager: list, ID: fmt.Sprintf("owner-%02d", i), Addr: fmt.Sprintf("127.0.0.1:%d", 9000+i), Timing: tm})
+		ow, err := owner.New(ctx, owner.Config{Connection: leasehold.Connection{Insecure: true, Manager: list, Timing: tm}, ID: fmt.Sprintf("owner-%02d", i), Addr: fmt.Sprintf("127.0.0.1:%d", 9000+i)})
 		if err != nil {
 			return nil, 0, err
 		}

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/internal/client"
 	"github.com/leasehold/leasehold/internal/wire"
 	"github.com/leasehold/leasehold/keyspace"
@@ -275,7 +276,13 @@ func startLookup(ctx context.Context, addr string, full bool, timing protocol.Ti
 	c := &lookupClient{link: &clientLink{m: m, creds: creds}, arr: &arrivals{log: m.logger()}}
 	if full {
 		l, err := lookup.New(ctx, lookup.Config{
-			Manager: addr, Insecure: true, Timing: timing, DialOptions: c.link.dialOptions(), Logger: m.logger(),
+			Connection: leasehold.Connection{
+				Manager:     addr,
+				Insecure:    true,
+				Timing:      timing,
+				DialOptions: c.link.dialOptions(),
+				Logger:      m.logger(),
+			},
 			OnUpdate: func(u lookup.Update) { c.arr.note(time.Now(), u.Update.To) },
 		})
 		if err != nil {
@@ -462,8 +469,15 @@ type ownerClient struct {
 func startOwner(ctx context.Context, addr, id string, port int, timing protocol.Timing, m *wireMeter, creds credentials.TransportCredentials) (*ownerClient, error) {
 	link := &clientLink{m: m, creds: creds}
 	o, err := owner.New(ctx, owner.Config{
-		Manager: addr, Insecure: true, ID: id, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Timing: timing,
-		DialOptions: link.dialOptions(), Logger: m.logger(),
+		Connection: leasehold.Connection{
+			Manager:     addr,
+			Insecure:    true,
+			Timing:      timing,
+			DialOptions: link.dialOptions(),
+			Logger:      m.logger(),
+		},
+		ID:   id,
+		Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
 	})
 	if err != nil {
 		return nil, err
