@@ -124,11 +124,11 @@ func Dial(addr string, opts []grpc.DialOption) (*grpc.ClientConn, error) {
 		Time: KeepaliveTime, Timeout: KeepaliveTimeout, PermitWithoutStream: true,
 	})}, opts...)
 	opts = append(opts, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(256<<20)),
-		grpc.WithStaticStreamWindowSize(StreamWindow), grpc.WithStaticConnWindowSize(ConnWindow))
+		grpc.WithStaticStreamWindowSize(streamWindow), grpc.WithStaticConnWindowSize(connWindow))
 	return grpc.NewClient(addr, opts...)
 }
 
-// StreamWindow and ConnWindow are the HTTP/2 flow-control windows of every
+// streamWindow and connWindow are the HTTP/2 flow-control windows of every
 // Manager connection, client and server side. Setting them turns off
 // gRPC's bandwidth-delay estimation, which otherwise answers nearly every
 // message received with an HTTP/2 ping and its acknowledgement (17 bytes
@@ -136,16 +136,16 @@ func Dial(addr string, opts []grpc.DialOption) (*grpc.ClientConn, error) {
 // frames again as the message itself. The windows are large enough that
 // no Owner or Lookup message (at most MaxMessageBytes, 4 MiB by default)
 // waits for one, and a Raft snapshot between replicas crosses in 64 MiB /
-// ConnWindow round trips.
+// connWindow round trips.
 const (
-	StreamWindow = 4 << 20
-	ConnWindow   = 16 << 20
+	streamWindow = 4 << 20
+	connWindow   = 16 << 20
 )
 
-// WindowServerOptions are the server options that set StreamWindow and
-// ConnWindow (see there).
+// WindowServerOptions are the server options that set streamWindow and
+// connWindow (see there).
 func WindowServerOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{grpc.StaticStreamWindowSize(StreamWindow), grpc.StaticConnWindowSize(ConnWindow)}
+	return []grpc.ServerOption{grpc.StaticStreamWindowSize(streamWindow), grpc.StaticConnWindowSize(connWindow)}
 }
 
 // Keepalive: a connection that has heard nothing from its server for
