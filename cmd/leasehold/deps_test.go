@@ -10,11 +10,13 @@ import (
 
 // heavy names the packages the leasehold binary must not link: the
 // simulation (which swaps crypto/rand.Reader while it runs) and the
-// experiments with their plotting stack. They belong to leasehold-bench.
+// experiments with their plotting stack, which belong to leasehold-bench,
+// and the example services, whose tours belong to leasehold-demo.
 var heavy = []string{
 	"github.com/leasehold/leasehold/internal/sim",
-	"github.com/leasehold/leasehold/cmd/leasehold-bench/internal/bench",
-	"github.com/leasehold/leasehold/cmd/leasehold-bench/internal/benchcli",
+	"github.com/leasehold/leasehold/cmd/leasehold-bench/",
+	"github.com/leasehold/leasehold/cmd/leasehold-demo",
+	"github.com/leasehold/leasehold/examples/",
 	"gonum.org/",
 	"codeberg.org/go-latex/",
 	"codeberg.org/go-fonts/",
