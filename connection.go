@@ -2,8 +2,8 @@
 // their configuration: Connection, how a client reaches the Manager (its
 // replicas' addresses, the namespace, the timings, the credentials, the
 // logger and the metrics registry), embedded in owner.Config and
-// lookup.Config; and ConfigError, the error every public package's
-// Config.Validate returns for a field it refuses.
+// lookup.Config; and ConfigError, the error Config.Validate of owner,
+// lookup and gateway returns for a field it refuses.
 //
 // The libraries themselves are the packages below: owner (the servers
 // that hold leases), lookup (the frontends that route by them), gateway
