@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold/internal/replica"
+	"github.com/leasehold/leasehold/internal/lease"
 	"github.com/leasehold/leasehold/manager/config"
 	"github.com/leasehold/leasehold/protocol"
 )
@@ -55,8 +55,8 @@ func TestPublicTypesNameNoInternalType(t *testing.T) {
 }
 
 func TestDefaultNamespaceIsTheReplicas(t *testing.T) {
-	if DefaultNamespace != replica.DefaultNamespace {
-		t.Fatalf("DefaultNamespace %q, the replica serves %q", DefaultNamespace, replica.DefaultNamespace)
+	if DefaultNamespace != lease.DefaultNamespace {
+		t.Fatalf("DefaultNamespace %q, the replica serves %q", DefaultNamespace, lease.DefaultNamespace)
 	}
 }
 

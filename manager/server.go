@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/lease"
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
@@ -201,7 +202,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	}
 	s := &Server{
 		cfg:        cfg,
-		namespaces: map[string]bool{replica.DefaultNamespace: true},
+		namespaces: map[string]bool{lease.DefaultNamespace: true},
 		events:     make(chan event, 1024),
 		raftIn:     make(chan raftpb.Message, 4096),
 		pushWake:   make(chan struct{}, 1),
@@ -563,7 +564,7 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 	}
 	s.cfg.Logger.Info("manager started", "id", s.cfg.ID, "data_dir", s.cfg.DataDir, "restored", !fresh,
-		"namespaces", append([]string{replica.DefaultNamespace}, s.cfg.Namespaces...),
+		"namespaces", append([]string{lease.DefaultNamespace}, s.cfg.Namespaces...),
 		"owner_lease", s.cfg.Timing.OwnerLease, "manager_lease", s.cfg.Timing.ManagerLease)
 	if err := l.drive(); err != nil {
 		return damagedLog(err)
@@ -640,7 +641,7 @@ func (s *Server) Run(ctx context.Context) error {
 // to recover: bbolt checks its pages' structure, not the bytes of the
 // values in them.
 func damagedLog(err error) error {
-	if errors.Is(err, replica.ErrCorrupt) && !errors.Is(err, raftstore.ErrDamaged) {
+	if errors.Is(err, lease.ErrCorrupt) && !errors.Is(err, raftstore.ErrDamaged) {
 		return fmt.Errorf("%w: %w; %s", raftstore.ErrDamaged, err, raftstore.Recovery)
 	}
 	return err
@@ -733,7 +734,7 @@ func (l *loop) handle(ev event) {
 		ev.st.heard = now
 		if err == nil {
 			err = l.r.StepLease(now, ev.req)
-			if errors.Is(err, replica.ErrLimit) {
+			if errors.Is(err, lease.ErrLimit) {
 				l.s.countLimit(err)
 			}
 		}
@@ -751,7 +752,7 @@ func (l *loop) handle(ev event) {
 		var err error
 		if ev.req.Namespace != ev.st.ns {
 			err = fmt.Errorf("%w: a lookup stream serves one namespace (%q), got a request for %q",
-				replica.ErrBadMessage, ev.st.ns, ev.req.Namespace)
+				lease.ErrBadMessage, ev.st.ns, ev.req.Namespace)
 		} else if err = l.r.StepSync(now, ev.st.id, ev.req); err == nil {
 			l.lookups[ev.st.id] = ev.st
 		}
@@ -844,11 +845,11 @@ var errSessionBound = errors.New("leasehold: the owner's session is bound to ano
 func (l *loop) bound(now time.Time, key routeKey, st *ownerStream, req *protocol.LeaseRequest) error {
 	if limit := uint64(max(now.UnixNano(), 0)) + uint64(MaxIncarnationAhead); req.Incarnation > limit {
 		return fmt.Errorf("%w: incarnation %d is more than %s ahead of the Manager's clock (in Unix nanoseconds); "+
-			"it would outrank every later run of owner %q", replica.ErrBadMessage, req.Incarnation, MaxIncarnationAhead, key.owner)
+			"it would outrank every later run of owner %q", lease.ErrBadMessage, req.Incarnation, MaxIncarnationAhead, key.owner)
 	}
 	if st.key != nil && *st.key != key {
 		return fmt.Errorf("%w: a lease stream speaks for one owner (%q in namespace %q), got a request for %q in %q",
-			replica.ErrBadMessage, st.key.owner, st.key.ns, key.owner, key.ns)
+			lease.ErrBadMessage, st.key.owner, st.key.ns, key.owner, key.ns)
 	}
 	cur := l.routes[key]
 	newest := l.r.State().Owners(key.ns)[key.owner].Incarnation
@@ -891,7 +892,7 @@ func (l *loop) bound(now time.Time, key routeKey, st *ownerStream, req *protocol
 // blocking: a stream whose queue is full loses the message, which the
 // protocol tolerates like any other lost message. Owners' answers go at
 // once; Lookups' messages join the paced fan-out (fanout.go).
-func (l *loop) send(owners []replica.OwnerMessage, lookups []replica.LookupMessage) {
+func (l *loop) send(owners []lease.OwnerMessage, lookups []replica.LookupMessage) {
 	now := time.Now()
 	debug := len(owners) > 0 && l.s.cfg.Logger.Enabled(context.Background(), slog.LevelDebug)
 	for _, m := range owners {
@@ -1159,7 +1160,7 @@ func roleName(s raft.StateType) string {
 
 // ownerInfos describes a namespace's owners from the replicated records
 // alone (a follower has no sessions).
-func ownerInfos(st *replica.State, ns string) []OwnerInfo {
+func ownerInfos(st *lease.State, ns string) []OwnerInfo {
 	by := map[string]*OwnerInfo{}
 	for id, r := range st.Owners(ns) {
 		by[id] = &OwnerInfo{ID: id, Addr: r.Addr, Incarnation: r.Incarnation, Member: r.Member}
@@ -1222,14 +1223,14 @@ func grpcError(ctx context.Context, err error) error {
 		return runtime.NotLeader(ctx, nl.Leader)
 	case errors.Is(err, replica.ErrNoEpoch):
 		return status.Error(codes.Unavailable, err.Error())
-	case errors.Is(err, replica.ErrGateFull), errors.Is(err, replica.ErrQuorum), errors.Is(err, errSessionBound),
+	case errors.Is(err, lease.ErrGateFull), errors.Is(err, replica.ErrQuorum), errors.Is(err, errSessionBound),
 		errors.Is(err, replica.ErrConfPending), errors.Is(err, replica.ErrMember):
 		return status.Error(codes.FailedPrecondition, err.Error())
-	case errors.Is(err, replica.ErrUnknownNamespace), errors.Is(err, replica.ErrUnknownOwner):
+	case errors.Is(err, lease.ErrUnknownNamespace), errors.Is(err, lease.ErrUnknownOwner):
 		return status.Error(codes.NotFound, err.Error())
-	case errors.Is(err, replica.ErrLimit):
+	case errors.Is(err, lease.ErrLimit):
 		return status.Error(codes.ResourceExhausted, err.Error())
-	case errors.Is(err, replica.ErrBadMessage), errors.Is(err, wire.ErrInvalid):
+	case errors.Is(err, lease.ErrBadMessage), errors.Is(err, wire.ErrInvalid):
 		return status.Error(codes.InvalidArgument, err.Error())
 	}
 	return status.Error(codes.Internal, err.Error())
@@ -1649,7 +1650,7 @@ func (s *Server) changePeers(ctx context.Context, ev confEvent, wait time.Durati
 func (s adminService) Drain(ctx context.Context, req *pb.DrainRequest) (*pb.DrainResponse, error) {
 	ns := req.GetNamespace()
 	if ns == "" {
-		ns = replica.DefaultNamespace
+		ns = lease.DefaultNamespace
 	}
 	if req.GetOwner() == "" {
 		return nil, status.Error(codes.InvalidArgument, "leasehold: drain needs an owner ID")

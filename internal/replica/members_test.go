@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/lease"
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 
@@ -41,7 +42,7 @@ func TestStrangerCannotDeposeLeader(t *testing.T) {
 func (g *group) joiner(id uint64) *Replica {
 	g.t.Helper()
 	r, err := NewReplica(ReplicaConfig{ID: id,
-		Core: CoreConfig{Timing: groupTiming, Epoch: epoch, Seed: id, RaftTick: 25 * ms}}, g.now)
+		Core: lease.CoreConfig{Timing: groupTiming, Epoch: epoch, Seed: id, RaftTick: 25 * ms}}, g.now)
 	if err != nil {
 		g.t.Fatal(err)
 	}
@@ -146,14 +147,14 @@ func TestLoneLeaderKeepsItsTimers(t *testing.T) {
 	starts := map[string]time.Time{}
 	for i := range 8 {
 		id := fmt.Sprintf("o%d", i)
-		owners[id] = owner.NewCore(owner.CoreConfig{Namespace: DefaultNamespace, ID: id, Addr: id + ":7000",
+		owners[id] = owner.NewCore(owner.CoreConfig{Namespace: lease.DefaultNamespace, ID: id, Addr: id + ":7000",
 			Incarnation: 1, Timing: groupTiming, Seed: uint64(i + 1)})
 		starts[id] = cur.Add(time.Duration(i) * groupTiming.Renew / 8)
 	}
-	if err := l.StepSync(cur, 7, &protocol.SyncRequest{Namespace: DefaultNamespace, ID: 1}); err != nil {
+	if err := l.StepSync(cur, 7, &protocol.SyncRequest{Namespace: lease.DefaultNamespace, ID: 1}); err != nil {
 		t.Fatal(err)
 	}
-	if n := l.Feed().Lookups(DefaultNamespace); n != 1 {
+	if n := l.Feed().Lookups(lease.DefaultNamespace); n != 1 {
 		t.Fatalf("%d Lookup sessions after a sync, want 1", n)
 	}
 	end := cur.Add(2*groupTiming.SyncTimeout + time.Second + 100*ms)
@@ -200,7 +201,7 @@ func TestLoneLeaderKeepsItsTimers(t *testing.T) {
 	if n := len(owners["o0"].Held(cur)); n == 0 {
 		t.Fatal("owner o0 holds nothing: the Owners did not run")
 	}
-	if n := l.Feed().Lookups(DefaultNamespace); n != 0 {
+	if n := l.Feed().Lookups(lease.DefaultNamespace); n != 0 {
 		t.Fatalf("%d Lookup sessions %v after the only sync, want none (forgotten after two SyncTimeouts, %v)",
 			n, end.Sub(g.now), 2*groupTiming.SyncTimeout)
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/lease"
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 
@@ -269,7 +270,7 @@ func TestDeposedLeaderProposesNothing(t *testing.T) {
 	n := g.runUntilLeader()
 	g.run(time.Second)
 	g.down[o.ID()] = false
-	req := &protocol.LeaseRequest{Namespace: DefaultNamespace, Owner: "z", Addr: "z:7000", Incarnation: 1, Seq: 1}
+	req := &protocol.LeaseRequest{Namespace: lease.DefaultNamespace, Owner: "z", Addr: "z:7000", Incarnation: 1, Seq: 1}
 	if err := o.StepLease(g.now, req); err != nil {
 		t.Fatalf("o, still the leader in Raft, refused: %v", err)
 	}
@@ -280,7 +281,7 @@ func TestDeposedLeaderProposesNothing(t *testing.T) {
 	g.settle()
 	g.run(time.Second)
 	for id, r := range g.reps {
-		if _, ok := r.State().Owners(DefaultNamespace)["z"]; ok {
+		if _, ok := r.State().Owners(lease.DefaultNamespace)["z"]; ok {
 			t.Fatalf("replica %d applied the deposed leader's round: Owner z is a member", id)
 		}
 	}

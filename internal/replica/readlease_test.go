@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/lease"
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/leasehold/leasehold/assign"
@@ -30,7 +31,7 @@ func newLeaseGroupWith(t *testing.T, n int, fs faults.Set, rl config.ReadLease) 
 	}
 	for _, p := range boot {
 		r, err := NewReplica(ReplicaConfig{ID: p.ID, Bootstrap: boot, Break: fs,
-			Core: CoreConfig{Timing: groupTiming, Policy: assign.Fixed{Pieces: 4}, Epoch: epoch, Seed: p.ID, RaftTick: 25 * ms,
+			Core: lease.CoreConfig{Timing: groupTiming, Policy: assign.Fixed{Pieces: 4}, Epoch: epoch, Seed: p.ID, RaftTick: 25 * ms,
 				ReadLease: rl}}, g.now)
 		if err != nil {
 			t.Fatal(err)
@@ -229,12 +230,12 @@ func TestReadLeaseHolderAnswersSyncsCutOff(t *testing.T) {
 		if !proofEnds.Before(until) {
 			t.Fatalf("the ReadIndex proof (ends %s) outlasts the lease (ends %s)", proofEnds.Sub(base), until.Sub(base))
 		}
-		lsn := f.State().Table(DefaultNamespace).LSN()
+		lsn := f.State().Table(lease.DefaultNamespace).LSN()
 		onLease, refused := 0, 0
 		for session := uint64(1); g.now.Before(until.Add(time.Second)); session++ {
 			g.run(10 * ms)
 			f.feed.Ready() // pushes
-			err := f.StepSync(g.now, session, &protocol.SyncRequest{Namespace: DefaultNamespace, ID: session})
+			err := f.StepSync(g.now, session, &protocol.SyncRequest{Namespace: lease.DefaultNamespace, ID: session})
 			var nl *NotLeaderError
 			switch {
 			case err == nil && !g.now.Before(until) && !broken:

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/lease"
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 
@@ -41,7 +42,7 @@ type ReplicaConfig struct {
 	// node's (manager.ServerConfig embeds the same struct). NewReplica
 	// fills in their defaults but does not validate them, so that the
 	// simulation can run timings that break the protocol's rules.
-	Core CoreConfig
+	Core lease.CoreConfig
 	// Storage holds the Raft log the replica restarts from; the driver
 	// loads it from the data directory (or starts it empty).
 	Storage *raft.MemoryStorage
@@ -77,9 +78,9 @@ type Replica struct {
 	cfg      ReplicaConfig
 	rn       *raft.RawNode
 	ms       *raft.MemoryStorage
-	st       *State // applied
+	st       *lease.State // applied
 	feed     *Feed
-	core     *Core // leader only, after takeover
+	core     *lease.Core // leader only, after takeover
 	coreTerm uint64
 	resumes  uint64 // takeovers within coreTerm
 	lead     uint64
@@ -97,9 +98,9 @@ type Replica struct {
 
 	nextTick     time.Time
 	nextFeedTick time.Time
-	owners       []OwnerMessage  // released, for the next Ready
-	peerChanges  []Peer          // for the next Ready
-	compacted    raftpb.Snapshot // taken by Advance, for the next Ready
+	owners       []lease.OwnerMessage // released, for the next Ready
+	peerChanges  []Peer               // for the next Ready
+	compacted    raftpb.Snapshot      // taken by Advance, for the next Ready
 	stats        ReplicaStats
 
 	// A follower serves Lookups on the proof of a ReadIndex round: the
@@ -129,7 +130,7 @@ type Replica struct {
 // round (ctx) and the application of everything committed when it was
 // asked (index).
 type heldRound struct {
-	msgs  []OwnerMessage
+	msgs  []lease.OwnerMessage
 	ctx   string // the ReadIndex context; "" for a round with an entry
 	index uint64
 	ok    bool // committed, or the ReadIndex round answered
@@ -151,7 +152,7 @@ func NewReplica(cfg ReplicaConfig, now time.Time) (*Replica, error) {
 	if cfg.Storage == nil {
 		cfg.Storage = raft.NewMemoryStorage()
 	}
-	r := &Replica{cfg: cfg, ms: cfg.Storage, st: NewState(cfg.Core.Timing.LogRetention),
+	r := &Replica{cfg: cfg, ms: cfg.Storage, st: lease.NewState(cfg.Core.Timing.LogRetention),
 		pending: map[uint64]*heldRound{}, nextTick: now.Add(cfg.Core.RaftTick),
 		started: now, reads: map[string]time.Time{},
 		heard: map[uint64]time.Time{}, learners: map[uint64]time.Time{},
@@ -162,7 +163,7 @@ func NewReplica(cfg ReplicaConfig, now time.Time) (*Replica, error) {
 		return nil, err
 	}
 	if !raft.IsEmptySnap(snap) {
-		if r.st, err = DecodeState(snap.Data, cfg.Core.Timing.LogRetention); err != nil {
+		if r.st, err = lease.DecodeState(snap.Data, cfg.Core.Timing.LogRetention); err != nil {
 			return nil, err
 		}
 		r.applied, r.snapshot, r.conf = snap.Metadata.Index, snap.Metadata.Index, snap.Metadata.ConfState
@@ -208,11 +209,11 @@ func NewReplica(cfg ReplicaConfig, now time.Time) (*Replica, error) {
 func (r *Replica) ID() uint64 { return r.cfg.ID }
 
 // State returns the applied state, for reading only.
-func (r *Replica) State() *State { return r.st }
+func (r *Replica) State() *lease.State { return r.st }
 
 // Core returns the leader's core, nil unless this replica leads and has
 // taken over.
-func (r *Replica) Core() *Core { return r.core }
+func (r *Replica) Core() *lease.Core { return r.core }
 
 // Feed returns the Lookup feed.
 func (r *Replica) Feed() *Feed { return r.feed }
@@ -225,7 +226,7 @@ func (r *Replica) Foreign() uint64 { return r.foreign }
 func (r *Replica) Stats() ReplicaStats { return r.stats }
 
 // Leader returns the leader's ID and address as this replica knows them.
-func (r *Replica) Leader() (uint64, string) { return r.lead, r.st.peers[r.lead] }
+func (r *Replica) Leader() (uint64, string) { return r.lead, r.st.Peers()[r.lead] }
 
 // Status returns Raft's view of the group.
 func (r *Replica) Status() raft.Status { return r.rn.Status() }
@@ -240,8 +241,8 @@ func (r *Replica) Commit() uint64 { return r.rn.BasicStatus().Commit }
 // a higher term. A replica that knows no group yet (one started to join)
 // takes messages from anyone, so the leader that adds it can reach it.
 func (r *Replica) StepRaft(now time.Time, m raftpb.Message) error {
-	if len(r.st.peers) > 0 {
-		if _, ok := r.st.peers[m.From]; !ok {
+	if len(r.st.Peers()) > 0 {
+		if _, ok := r.st.Peers()[m.From]; !ok {
 			r.foreign++
 			return fmt.Errorf("%w: replica %d", ErrNotMember, m.From)
 		}
@@ -319,7 +320,7 @@ func (r *Replica) syncPath(now time.Time) int {
 		return syncLeader
 	case r.leaseReadable(now):
 		return syncLease
-	case r.role == raft.StateFollower && r.lead != 0 && r.st.epoch != 0 &&
+	case r.role == raft.StateFollower && r.lead != 0 && r.st.Epoch() != 0 &&
 		!r.readAt.IsZero() && now.Sub(r.readAt) < r.electionTimeout() && r.applied >= r.readIndex:
 		return syncReadIndex
 	}
@@ -494,7 +495,7 @@ func (r *Replica) flush(now time.Time) {
 // leaves a replica that a new leader may already have replaced. Rounds are
 // sent in the order they were made, so the messages also wait for every
 // earlier round's commit (one may repeat an earlier round's grant).
-func (r *Replica) confirm(msgs []OwnerMessage) {
+func (r *Replica) confirm(msgs []lease.OwnerMessage) {
 	r.readSeq++
 	ctx := fmt.Sprintf("o/%d/%d/%d", r.cfg.ID, r.started.UnixNano(), r.readSeq) // unique at this replica
 	r.held = append(r.held, &heldRound{msgs: msgs, ctx: ctx})
@@ -554,16 +555,16 @@ func (r *Replica) Advance(now time.Time, rd Ready) error {
 		return nil
 	}
 	if !raft.IsEmptySnap(rd.Snapshot) {
-		st, err := DecodeState(rd.Snapshot.Data, r.cfg.Core.Timing.LogRetention)
+		st, err := lease.DecodeState(rd.Snapshot.Data, r.cfg.Core.Timing.LogRetention)
 		if err != nil {
 			return err
 		}
-		before := r.st.peers
+		before := r.st.Peers()
 		r.st = st
 		r.feed.Rebase(st)
 		r.applied, r.snapshot, r.conf = rd.Snapshot.Metadata.Index, rd.Snapshot.Metadata.Index, rd.Snapshot.Metadata.ConfState
-		for _, id := range slices.Sorted(maps.Keys(st.peers)) {
-			r.peerChanges = append(r.peerChanges, Peer{ID: id, Addr: st.peers[id]})
+		for _, id := range slices.Sorted(maps.Keys(st.Peers())) {
+			r.peerChanges = append(r.peerChanges, Peer{ID: id, Addr: st.Peers()[id]})
 		}
 		r.leaseMembersChanged(now, before)
 	}
@@ -601,7 +602,7 @@ func (r *Replica) Advance(now time.Time, rd Ready) error {
 		// The second failover rule: take over only with every committed
 		// entry applied, and reserve everything (Resume).
 		r.resumes++
-		r.core = resume(r.cfg.Core, r.cfg.Break, r.st, r.coreTerm<<32|r.resumes<<24, now)
+		r.core = lease.ResumeBroken(r.cfg.Core, r.cfg.Break, r.st, r.coreTerm<<32|r.resumes<<24, now)
 		r.stats.Takeovers++
 		r.leaseTakeover(now)
 		r.flush(now)
@@ -672,7 +673,7 @@ func (r *Replica) apply(now time.Time, e raftpb.Entry) error {
 	}
 	var before map[uint64]string
 	if e.Type == raftpb.EntryConfChange {
-		before = maps.Clone(r.st.peers)
+		before = maps.Clone(r.st.Peers())
 	}
 	a, err := applyEntry(r.st, now, e)
 	if err != nil {
@@ -708,7 +709,7 @@ type entryEffect struct {
 // change adds or removes; other conf changes leave st as it is. A running
 // replica and a restore (ReplayLog) both apply entries through it, so they
 // reach the same State.
-func applyEntry(st *State, now time.Time, e raftpb.Entry) (entryEffect, error) {
+func applyEntry(st *lease.State, now time.Time, e raftpb.Entry) (entryEffect, error) {
 	var out entryEffect
 	switch e.Type {
 	case raftpb.EntryNormal:
@@ -726,7 +727,7 @@ func applyEntry(st *State, now time.Time, e raftpb.Entry) (entryEffect, error) {
 	case raftpb.EntryConfChange:
 		var cc raftpb.ConfChange
 		if err := cc.Unmarshal(e.Data); err != nil {
-			return out, fmt.Errorf("%w: entry %d: conf change: %v", ErrCorrupt, e.Index, err)
+			return out, fmt.Errorf("%w: entry %d: conf change: %v", lease.ErrCorrupt, e.Index, err)
 		}
 		out.cc = &cc
 		p := Peer{ID: cc.NodeID}
@@ -737,7 +738,7 @@ func applyEntry(st *State, now time.Time, e raftpb.Entry) (entryEffect, error) {
 		default:
 			return out, nil
 		}
-		if err := st.Apply(now, []Change{{Op: OpPeer, Peer: p.ID, Addr: p.Addr}}); err != nil {
+		if err := st.Apply(now, []lease.Change{{Op: lease.OpPeer, Peer: p.ID, Addr: p.Addr}}); err != nil {
 			return out, fmt.Errorf("entry %d: %w", e.Index, err)
 		}
 		out.peer = &p
@@ -768,14 +769,14 @@ func (quietLogger) Panicf(format string, v ...any) { panic(fmt.Sprintf(format, v
 // ReplayLog rebuilds the State a replica with storage ms would reach: the
 // snapshot's, then every committed entry after it. It returns the State and
 // the index and term of the last entry applied. leasehold restore uses it.
-func ReplayLog(ms *raft.MemoryStorage, retention time.Duration, now time.Time) (st *State, index, term uint64, err error) {
+func ReplayLog(ms *raft.MemoryStorage, retention time.Duration, now time.Time) (st *lease.State, index, term uint64, err error) {
 	snap, err := ms.Snapshot()
 	if err != nil {
 		return nil, 0, 0, err
 	}
-	st = NewState(retention)
+	st = lease.NewState(retention)
 	if !raft.IsEmptySnap(snap) {
-		if st, err = DecodeState(snap.Data, retention); err != nil {
+		if st, err = lease.DecodeState(snap.Data, retention); err != nil {
 			return nil, 0, 0, err
 		}
 		index, term = snap.Metadata.Index, snap.Metadata.Term
@@ -798,16 +799,4 @@ func ReplayLog(ms *raft.MemoryStorage, retention time.Duration, now time.Time) (
 		index, term = e.Index, e.Term
 	}
 	return st, index, term, nil
-}
-
-// Refound turns st into the State of a new group of one, replica id at
-// addr, under a new epoch (larger than st's and at least epoch): leases
-// granted after st was saved are unknown, so its LGNs must never be
-// confused with theirs.
-func Refound(st *State, id uint64, addr string, epoch uint64) {
-	for p := range st.peers {
-		delete(st.peers, p)
-	}
-	st.peers[id] = addr
-	st.epoch = max(epoch, st.epoch+1)
 }

@@ -1,13 +1,13 @@
-package replica
+package lease
 
 // The golden interaction tests: scripts under testdata/golden of messages and
 // clock readings in, and the Manager core's messages and replicated changes
 // out, in the style of etcd raft's interaction tests. Each file is a story a
 // reader can learn the protocol from; its comments say what each step shows.
 //
-//	go test ./manager -run TestGolden             # check every script
-//	go test ./manager -run TestGolden/race -v     # one script, echoing it
-//	go test ./manager -run TestGolden -rewrite    # rewrite the expected output
+//	go test ./internal/lease -run TestGolden             # check every script
+//	go test ./internal/lease -run TestGolden/race -v     # one script, echoing it
+//	go test ./internal/lease -run TestGolden -rewrite    # rewrite the expected output
 //
 // After -rewrite, read the diff of testdata/golden before committing it: the
 // expected output is the assertion. The scripts' comments cite the protocol

@@ -1,4 +1,4 @@
-package replica
+package lease
 
 import (
 	"slices"
@@ -32,7 +32,6 @@ func TestOrphansSurviveFailover(t *testing.T) {
 
 	takeover := last.Add(time.Second)
 	h.c = Resume(CoreConfig{Timing: tm, Policy: assign.Fixed{Pieces: 2}, Handover: -1, Epoch: epoch, Seed: 1}, h.c.State(), 5<<32, takeover)
-	h.f = NewFeed(h.c.State(), tm)
 	h.c.Ready()
 	end := takeover.Add(tm.ManagerLease)
 	for now := takeover.Add(100 * ms); now.Before(end); now = now.Add(tm.Renew) {

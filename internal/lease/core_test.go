@@ -1,8 +1,7 @@
-package replica
+package lease
 
 import (
 	"errors"
-	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -109,14 +108,16 @@ func (p *peer) restart() {
 type harness struct {
 	t     *testing.T
 	c     *Core
-	f     *Feed // Lookups served from the core's own state
 	peers map[string]*peer
+	seen  keyspace.LSN // the table's LSN at the end of the last round
 }
 
-// round is what one step made the Manager send.
+// round is what one step made the Manager send to its Owners, and the
+// changes of the default namespace's table it made: what the Lookups
+// would be pushed (internal/replica's Feed serves them).
 type round struct {
 	Owners  []OwnerMessage
-	Lookups []LookupMessage
+	Changes []leasetable.Change
 }
 
 // newHarness starts a Manager core whose planned moves are off: ranges move
@@ -131,7 +132,6 @@ func newHarnessCfg(t *testing.T, cfg CoreConfig, peers ...*peer) *harness {
 	t.Helper()
 	cfg.Timing, cfg.Epoch, cfg.Seed = tm, epoch, 1
 	h := &harness{t: t, c: NewCore(cfg, base), peers: map[string]*peer{}}
-	h.f = NewFeed(h.c.State(), tm)
 	for _, p := range peers {
 		h.peers[p.id] = p
 	}
@@ -148,14 +148,24 @@ func (h *harness) deliver(r Round) round {
 			p.take(m.Msg)
 		}
 	}
-	h.f.Push()
-	return round{Owners: r.Owners, Lookups: h.f.Ready()}
+	return round{Owners: r.Owners, Changes: h.changes()}
+}
+
+// changes returns the changes of the default namespace's table since the
+// last round.
+func (h *harness) changes() []leasetable.Change {
+	t := h.table()
+	if t.LSN() == h.seen {
+		return nil
+	}
+	u := t.Since(h.seen)
+	h.seen = t.LSN()
+	return u.Changes
 }
 
 // ready returns what the Manager has to send.
 func (h *harness) ready() round {
-	h.f.Push()
-	return round{Owners: h.c.Ready().Owners, Lookups: h.f.Ready()}
+	return round{Owners: h.c.Ready().Owners, Changes: h.changes()}
 }
 
 // send has p send its next request at now and delivers the answers.
@@ -691,7 +701,7 @@ func TestRaceFilter(t *testing.T) {
 			req := a.request()
 			req.Held = req.Held[:1]
 			tc.mutate(req, mySeq)
-			if r := h.stepLease(now, req); len(r.Owners) != 0 || len(r.Lookups) != 0 {
+			if r := h.stepLease(now, req); len(r.Owners) != 0 || len(r.Changes) != 0 {
 				t.Fatalf("answered %+v", r)
 			}
 			if h.table().LSN() != lsn || !slices.Equal(h.table().Segments(), segs) {
@@ -769,7 +779,7 @@ func TestStepLeaseErrors(t *testing.T) {
 			if !strings.Contains(err.Error(), tc.mention) {
 				t.Errorf("error %q does not mention %s", err, tc.mention)
 			}
-			if r := h.ready(); len(r.Owners) != 0 || len(r.Lookups) != 0 {
+			if r := h.ready(); len(r.Owners) != 0 || len(r.Changes) != 0 {
 				t.Fatalf("answered %+v", r)
 			}
 			if h.table().LSN() != lsn || !slices.Equal(h.c.Members(DefaultNamespace), members) {
@@ -810,161 +820,6 @@ func TestLeaving(t *testing.T) {
 	h.checkGranted(grants, "b")
 	if got, want := h.lostSince(lsn), coalesced(piece(0, 4), piece(2, 4)); !slices.Equal(got, want) {
 		t.Fatalf("a Lookup reports %v lost, want %v", got, want)
-	}
-}
-
-// lookupMsgs returns r's messages to lookup sessions, by session.
-func lookupMsgs(r round) map[uint64][]*protocol.SyncResponse {
-	out := map[uint64][]*protocol.SyncResponse{}
-	for _, m := range r.Lookups {
-		out[m.To] = append(out[m.To], m.Msg)
-	}
-	return out
-}
-
-func TestStepSync(t *testing.T) {
-	a := newPeer("a")
-	h := joined(t, 4, a)
-	tab := h.table()
-	lsn := tab.LSN()
-	if lsn < 4 {
-		t.Fatalf("LSN %d after four grants", lsn)
-	}
-	now := restartEnd.Add(100 * ms)
-
-	tests := []struct {
-		name     string
-		req      protocol.SyncRequest
-		snapshot bool
-		from     keyspace.LSN
-	}{
-		{"new lookup", protocol.SyncRequest{ID: 1}, true, 0},
-		{"copy of another epoch", protocol.SyncRequest{ID: 2, Epoch: epoch - 1, LSN: lsn}, true, lsn},
-		{"copy of a later epoch", protocol.SyncRequest{ID: 3, Epoch: epoch + 1, LSN: lsn}, true, lsn},
-		{"two changes behind", protocol.SyncRequest{ID: 4, Epoch: epoch, LSN: lsn - 2}, false, lsn - 2},
-		{"up to date", protocol.SyncRequest{ID: 5, Epoch: epoch, LSN: lsn}, false, lsn},
-	}
-	for i, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			req := tc.req
-			req.Namespace = DefaultNamespace
-			session := uint64(100 + i)
-			if err := h.f.StepSync(now, session, &req); err != nil {
-				t.Fatal(err)
-			}
-			msgs := lookupMsgs(h.ready())[session]
-			if len(msgs) != 1 {
-				t.Fatalf("%d answers, want 1", len(msgs))
-			}
-			m := msgs[0]
-			if m.ID != req.ID || m.Epoch != epoch || m.Namespace != DefaultNamespace {
-				t.Fatalf("answer ID %d epoch %d namespace %q, want %d %d %q", m.ID, m.Epoch, m.Namespace, req.ID, epoch, DefaultNamespace)
-			}
-			u := m.Update
-			if u.Snapshot != tc.snapshot || u.To != lsn {
-				t.Fatalf("update snapshot=%v To=%d, want snapshot=%v To=%d", u.Snapshot, u.To, tc.snapshot, lsn)
-			}
-			if tc.snapshot {
-				if !slices.Equal(u.Segments, tab.Segments()) {
-					t.Fatalf("snapshot %v, want %v", u.Segments, tab.Segments())
-				}
-				return
-			}
-			if u.From != tc.from || !slices.Equal(u.Changes, tab.Since(tc.from).Changes) || len(u.Changes) != int(lsn-tc.from) {
-				t.Fatalf("delta %+v, want the %d changes after %d", u, lsn-tc.from, tc.from)
-			}
-		})
-	}
-
-	t.Run("unknown namespace", func(t *testing.T) {
-		err := h.f.StepSync(now, 9, &protocol.SyncRequest{Namespace: "nope", ID: 1})
-		if !errors.Is(err, ErrUnknownNamespace) || !strings.Contains(err.Error(), `"nope"`) {
-			t.Fatalf("StepSync = %v, want ErrUnknownNamespace naming \"nope\"", err)
-		}
-		if r := h.ready(); len(r.Lookups) != 0 {
-			t.Fatalf("answered %+v", r.Lookups)
-		}
-	})
-}
-
-// TestPushes: after a table change, every subscribed Lookup gets a push
-// (ID 0) of the changes since what it was last sent.
-func TestPushes(t *testing.T) {
-	a, b, c := newPeer("a"), newPeer("b"), newPeer("c")
-	h := joined(t, 4, a)
-	now := restartEnd.Add(100 * ms)
-	sync := func(session uint64, lsn keyspace.LSN) {
-		t.Helper()
-		if err := h.f.StepSync(now, session, &protocol.SyncRequest{Namespace: DefaultNamespace, ID: 1, Epoch: epoch, LSN: lsn}); err != nil {
-			t.Fatal(err)
-		}
-		h.ready()
-	}
-	l1 := h.table().LSN()
-	sync(7, l1)
-
-	// A change the Lookup has not seen: b joins and a acknowledges.
-	h.peers["b"], h.peers["c"] = b, c
-	if r := h.send(now.Add(100*ms), b); len(r.Lookups) != 0 {
-		t.Fatalf("b's join changed no entry but pushed %+v", r.Lookups)
-	}
-	if r := h.send(now.Add(200*ms), a); len(r.Lookups) != 1 {
-		t.Fatalf("pushes %+v, want one to session 7", r.Lookups)
-	} else {
-		checkPush(t, r.Lookups[0], 7, h.table().Since(l1))
-	}
-	l2 := h.table().LSN()
-	if l2 == l1 {
-		t.Fatalf("the recall changed nothing")
-	}
-
-	// A second Lookup subscribes now; the next change goes to both, from l2.
-	sync(8, l2)
-	h.send(now.Add(300*ms), c)
-	r := h.send(now.Add(400*ms), a)
-	r2 := h.send(now.Add(400*ms), b) // b's acknowledgement frees one more piece
-	all := append(r.Lookups, r2.Lookups...)
-	if len(all) < 2 {
-		t.Fatalf("pushes %+v, want at least one to each of 7 and 8", all)
-	}
-	got := map[uint64]keyspace.LSN{7: l2, 8: l2}
-	for _, m := range all {
-		from, ok := got[m.To]
-		if !ok {
-			t.Fatalf("push to unknown session %d", m.To)
-		}
-		if m.Msg.ID != 0 || m.Msg.Update.From != from || m.Msg.Update.Snapshot {
-			t.Fatalf("push to %d: ID %d From %d, want ID 0 From %d", m.To, m.Msg.ID, m.Msg.Update.From, from)
-		}
-		got[m.To] = m.Msg.Update.To
-	}
-	for s, to := range got {
-		if to != h.table().LSN() {
-			t.Fatalf("session %d pushed up to %d, want %d", s, to, h.table().LSN())
-		}
-	}
-
-	// A closed session gets no more pushes.
-	h.f.Close(DefaultNamespace, 8)
-	lsn := h.table().LSN()
-	c.held = nil // c gives its ranges up: the release frees them, a change
-	r = h.send(now.Add(500*ms), c)
-	if h.table().LSN() == lsn {
-		t.Fatalf("the release changed nothing")
-	}
-	if len(r.Lookups) != 1 || r.Lookups[0].To != 7 {
-		t.Fatalf("pushes %+v, want one to session 7 only", r.Lookups)
-	}
-	checkPush(t, r.Lookups[0], 7, h.table().Since(lsn))
-}
-
-func checkPush(t *testing.T, m LookupMessage, to uint64, want leasetable.Update) {
-	t.Helper()
-	if m.To != to || m.Msg.ID != 0 || m.Msg.Epoch != epoch || m.Msg.Namespace != DefaultNamespace {
-		t.Fatalf("push %+v to %d, want ID 0 epoch %d to %d", *m.Msg, m.To, epoch, to)
-	}
-	if fmt.Sprint(m.Msg.Update) != fmt.Sprint(want) {
-		t.Fatalf("push update %+v, want %+v", m.Msg.Update, want)
 	}
 }
 

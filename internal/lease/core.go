@@ -1,4 +1,4 @@
-package replica
+package lease
 
 import (
 	"cmp"
@@ -21,8 +21,8 @@ import (
 // Errors returned for messages the Manager will not act on. Other clients
 // are unaffected by them.
 var (
-	ErrUnknownNamespace = errors.New("manager: unknown namespace")
-	ErrBadMessage       = errors.New("manager: malformed message")
+	ErrUnknownNamespace = errors.New("lease: unknown namespace")
+	ErrBadMessage       = errors.New("lease: malformed message")
 )
 
 // DefaultNamespace is the namespace every Manager serves.
@@ -34,15 +34,15 @@ const DefaultNamespace = "default"
 type CoreConfig = config.Replica
 
 // ErrUnknownOwner refuses to drain an Owner that is not a live member.
-var ErrUnknownOwner = errors.New("manager: no live owner")
+var ErrUnknownOwner = errors.New("lease: no live owner")
 
 // ErrLimit refuses a request that would take a namespace past one of the
 // Manager's limits (MaxOwners, MaxRanges); its message names the limit
 // and the flag that sets it.
-var ErrLimit = errors.New("manager: limit reached")
+var ErrLimit = errors.New("lease: limit reached")
 
 // ErrGateFull refuses a drain while DrainGate Owners are draining.
-var ErrGateFull = errors.New("manager: the maintenance gate is full")
+var ErrGateFull = errors.New("lease: the maintenance gate is full")
 
 // OwnerMessage is a LeaseResponse to deliver to the Owner named To.
 type OwnerMessage struct {
@@ -273,7 +273,13 @@ func Resume(cfg CoreConfig, st *State, base uint64, now time.Time) *Core {
 	return resume(cfg, faults.Set{}, st, base, now)
 }
 
-// resume is Resume with the rules broken (core_broken.go) set.
+// ResumeBroken is Resume with the rules broken (broken.go) set, for the
+// simulation's broken twins: the Replica hands its Core the faults.Set it
+// was given.
+func ResumeBroken(cfg CoreConfig, broken faults.Set, st *State, base uint64, now time.Time) *Core {
+	return resume(cfg, broken, st, base, now)
+}
+
 func resume(cfg CoreConfig, broken faults.Set, st *State, base uint64, now time.Time) *Core {
 	if cfg.Policy == nil {
 		cfg.Policy = assign.ConsistentHash{}
@@ -323,7 +329,7 @@ func (c *Core) Epoch() uint64 { return c.st.epoch }
 // apply records a change in the working state and in the Round.
 func (c *Core) apply(now time.Time, ch Change) {
 	if err := c.st.apply(now, ch); err != nil {
-		panic(fmt.Sprintf("manager: core made an invalid change %+v: %v", ch, err))
+		panic(fmt.Sprintf("lease: core made an invalid change %+v: %v", ch, err))
 	}
 	c.out.Changes = append(c.out.Changes, ch)
 }

@@ -1,4 +1,4 @@
-package replica
+package lease
 
 import (
 	"errors"
@@ -300,7 +300,6 @@ func TestFreshSessionHandedActs(t *testing.T) {
 	}
 	// The old leader dies before it hears a's report; a new one takes over.
 	h.c = Resume(CoreConfig{Timing: tm, Policy: assign.Fixed{Pieces: 4}, Epoch: epoch, Seed: 1}, h.c.State(), 5<<32, now.Add(time.Second))
-	h.f = NewFeed(h.c.State(), tm)
 	if r := h.ready(); slices.ContainsFunc(r.Owners, func(m OwnerMessage) bool { return m.To == "a" }) {
 		t.Fatalf("the takeover sent the draining owner %+v; the test needs its first request to be fresh", r.Owners)
 	}

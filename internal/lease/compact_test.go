@@ -1,4 +1,4 @@
-package replica
+package lease
 
 import (
 	"reflect"
@@ -175,9 +175,9 @@ func TestCompactReleasesAsFull(t *testing.T) {
 	if !slices.Equal(compactOwned, fullOwned) {
 		t.Fatalf("not a's after the compact acknowledgement: %v; after the full one: %v", compactOwned, fullOwned)
 	}
-	if !reflect.DeepEqual(compactRound.Lookups, fullRound.Lookups) {
-		t.Fatalf("Lookups are told %+v after the compact acknowledgement, %+v after the full one",
-			compactRound.Lookups, fullRound.Lookups)
+	if !reflect.DeepEqual(compactRound.Changes, fullRound.Changes) {
+		t.Fatalf("the table changes %+v after the compact acknowledgement, %+v after the full one",
+			compactRound.Changes, fullRound.Changes)
 	}
 }
 

@@ -1,4 +1,4 @@
-package replica
+package lease
 
 import (
 	"cmp"
@@ -63,7 +63,7 @@ const (
 )
 
 // Change is one mutation of the State. The leader's Core emits Changes; the
-// Raft log carries them to every replica.
+// replicated log carries them to every replica.
 type Change struct {
 	Op     Op               `json:"op"`
 	NS     string           `json:"ns,omitempty"`
@@ -80,7 +80,7 @@ type Change struct {
 
 // ErrCorrupt is wrapped by the errors of Apply and DecodeState: a committed
 // change that cannot be applied means the replicated log is damaged.
-var ErrCorrupt = errors.New("manager: corrupt replicated state")
+var ErrCorrupt = errors.New("lease: corrupt replicated state")
 
 // NewState returns an empty State whose tables keep their change logs for
 // retention.
@@ -191,7 +191,7 @@ func (s *State) apply(now time.Time, c Change) error {
 	return nil
 }
 
-// stateImage is the encoded form of a State: a Raft snapshot's data.
+// stateImage is the encoded form of a State: a snapshot's data.
 type stateImage struct {
 	Epoch      uint64            `json:"epoch"`
 	Namespaces []nsImage         `json:"namespaces"`
@@ -207,7 +207,7 @@ type nsImage struct {
 	Desired  assign.Assignment      `json:"desired,omitempty"`
 }
 
-// Encode returns the State as a Raft snapshot's data. The change logs are
+// Encode returns the State as a snapshot's data. The change logs are
 // not included: a Lookup further behind than the snapshot gets a snapshot
 // of the table, as it would after LogRetention.
 func (s *State) Encode() []byte {
@@ -219,7 +219,7 @@ func (s *State) Encode() []byte {
 	}
 	b, err := json.Marshal(img)
 	if err != nil {
-		panic(fmt.Sprintf("manager: encoding state: %v", err)) // plain data: cannot fail
+		panic(fmt.Sprintf("lease: encoding state: %v", err)) // plain data: cannot fail
 	}
 	return b
 }
@@ -254,35 +254,9 @@ func DecodeState(data []byte, retention time.Duration) (*State, error) {
 func (s *State) Clone() *State {
 	c, err := DecodeState(s.Encode(), s.retention)
 	if err != nil {
-		panic(fmt.Sprintf("manager: cloning state: %v", err)) // our own encoding
+		panic(fmt.Sprintf("lease: cloning state: %v", err)) // our own encoding
 	}
 	return c
-}
-
-// batch is one Raft entry: the Changes of one round of the leader's Core.
-// Node, Term and Seq name the proposal, so the leader that made it can
-// release the messages it held until the entry committed.
-type batch struct {
-	Node    uint64   `json:"n"`
-	Term    uint64   `json:"t"`
-	Seq     uint64   `json:"s"`
-	Changes []Change `json:"c,omitempty"`
-}
-
-func encodeBatch(b batch) []byte {
-	data, err := json.Marshal(b)
-	if err != nil {
-		panic(fmt.Sprintf("manager: encoding batch: %v", err))
-	}
-	return data
-}
-
-func decodeBatch(data []byte) (batch, error) {
-	var b batch
-	if err := json.Unmarshal(data, &b); err != nil {
-		return b, fmt.Errorf("%w: entry: %v", ErrCorrupt, err)
-	}
-	return b, nil
 }
 
 func sortedOwnerIDs(m map[string]OwnerRecord) []string {
@@ -292,4 +266,16 @@ func sortedOwnerIDs(m map[string]OwnerRecord) []string {
 	}
 	slices.SortFunc(ids, cmp.Compare)
 	return ids
+}
+
+// Refound turns s into the State of a new group of one, replica id at
+// addr, under a new epoch (larger than s's and at least epoch): leases
+// granted after s was saved are unknown, so its LGNs must never be
+// confused with theirs.
+func (s *State) Refound(id uint64, addr string, epoch uint64) {
+	for p := range s.peers {
+		delete(s.peers, p)
+	}
+	s.peers[id] = addr
+	s.epoch = max(epoch, s.epoch+1)
 }
