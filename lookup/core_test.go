@@ -576,7 +576,7 @@ func TestAdoptManagerTimings(t *testing.T) {
 // Otherwise a Manager built with the zero-value config would never be heard
 // by any Lookup.
 func TestEpochZeroManagerIsHeard(t *testing.T) {
-	m := lease.NewCore(lease.CoreConfig{Timing: tm}, base)
+	m := lease.NewCore(lease.Settings{Timing: tm}, base)
 	f := replica.NewFeed(m.State(), tm)
 	c := newCore()
 	req := oneReq(t, tick(c, base).reqs)

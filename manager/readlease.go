@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/internal/lease"
+	"github.com/leasehold/leasehold/protocol"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -86,7 +87,7 @@ func (s *Server) readUnderLease(ctx context.Context, fn func(now time.Time, st *
 func (s adminService) Holder(ctx context.Context, req *pb.HolderRequest) (*pb.HolderResponse, error) {
 	ns := req.GetNamespace()
 	if ns == "" {
-		ns = lease.DefaultNamespace
+		ns = protocol.DefaultNamespace
 	}
 	if err := s.checkSync(ctx, ns); err != nil {
 		return nil, err

@@ -34,13 +34,9 @@ import (
 	"github.com/leasehold/leasehold/internal/wire"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/leasetable"
-	"github.com/leasehold/leasehold/manager/config"
 	pb "github.com/leasehold/leasehold/proto/leasehold/v1"
 	"github.com/leasehold/leasehold/protocol"
 )
-
-// DefaultNamespace is the namespace every Manager serves.
-const DefaultNamespace = "default"
 
 // Peer names one Manager replica: its Raft ID and the address where it
 // serves Owners, Lookups, other replicas and operators.
@@ -49,123 +45,12 @@ type Peer struct {
 	Addr string
 }
 
-// ServerConfig configures a Server. The zero value is a one-replica
-// Manager that keeps its state in memory, serving the default namespace
-// with production timings.
-type ServerConfig struct {
-	// Replica is the lease logic, the Lookup feed and the Raft pacing,
-	// handed to the replica as they are. Its Epoch, when 0, is the start
-	// time in Unix nanoseconds, which grows across restarts as the
-	// protocol requires; a group that restarts from its data directory
-	// keeps its epoch.
-	config.Replica
-	// ID is this replica's Raft ID, 1 if zero.
-	ID uint64
-	// Advertise is the address other replicas and clients reach this one
-	// at; empty means the listener's address.
-	Advertise string
-	// Peers are the founding replicas of a new group, this one included,
-	// with their addresses; every founder gets the same list. Empty means a
-	// group of this replica alone. Ignored when DataDir holds state.
-	Peers []Peer
-	// Join starts a replica with no state that waits to be added to a
-	// running group (leasehold cluster add) instead of founding one; Peers
-	// then lists the running group's replicas, so it can answer them.
-	Join bool
-	// DataDir keeps the Raft log and snapshots; empty keeps them in memory,
-	// so a restart starts a new epoch and every Owner loses its leases.
-	DataDir string
-	// PeerDialOptions are used to dial the other replicas (credentials, for
-	// one); nil means plaintext TCP. The server's own listener options are
-	// the embedder's: see Server.GRPCOptions and Register.
-	PeerDialOptions []grpc.DialOption
-	// Certs, if set, puts the trust boundary around the server
-	// (docs/security.md): Serve and GRPCOptions serve mutual TLS with this
-	// replica's certificate, every call is admitted by its caller's role
-	// and identity, and the other replicas are dialled with it (unless
-	// PeerDialOptions say otherwise). Nil needs Insecure.
-	Certs *certs.Source
-	// Insecure, with Certs nil, serves plaintext and admits anyone: only
-	// for tests and a Manager on a loopback address. Plaintext is only ever
-	// chosen explicitly: with neither Certs nor Insecure, Validate fails.
-	Insecure bool
-	// Logger receives the server's logs; nil discards them.
-	Logger *slog.Logger
-	// MaxRequestRate caps the requests per second one stream may send, with
-	// bursts of twice that; a stream over it is closed with
-	// ResourceExhausted. 0 means 50.
-	MaxRequestRate float64
-	// MaxCallRate caps the unary calls (status, drain, cluster changes,
-	// holder reads) per second on one connection, with bursts of twice
-	// that; a call past it is refused with ResourceExhausted before its
-	// request is read. 0 means DefaultMaxCallRate.
-	MaxCallRate float64
-	// MaxMessageBytes caps the size of a message a client may send; 0 means
-	// 4 MiB.
-	MaxMessageBytes int
-	// MaxConnections caps the connections open to this replica at once;
-	// one past it is refused with a GOAWAY naming the limit. 0 means
-	// DefaultMaxConnections.
-	MaxConnections int
-	// MaxStreamsPerConn caps the streams open at once on one connection
-	// (HTTP/2's SETTINGS_MAX_CONCURRENT_STREAMS). A follower relays Owners'
-	// streams to the leader over one connection, so it must exceed the
-	// Owners one replica may relay. 0 means DefaultMaxStreamsPerConn.
-	MaxStreamsPerConn int
-	// IdleTimeout closes a connection with no stream open for that long;
-	// 0 means DefaultIdleTimeout, negative never.
-	IdleTimeout time.Duration
-}
-
-// Validate fills in c's defaults and checks it, the replica's settings
-// included (config.Replica.Validate). Its error is a *config.FieldError
-// that names the field at fault. NewServer calls it.
-func (c *ServerConfig) Validate() error {
-	if err := c.Replica.Validate(); err != nil {
-		return err
-	}
-	if c.Certs == nil && !c.Insecure {
-		return &config.FieldError{Field: "Certs", Err: errors.New("no certificate: set Certs to serve mutual TLS, or Insecure: true to serve plaintext and admit anyone")}
-	}
-	if c.Epoch == 0 {
-		c.Epoch = uint64(time.Now().UnixNano())
-	}
-	if c.ID == 0 {
-		c.ID = 1
-	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
-	if c.MaxRequestRate == 0 {
-		c.MaxRequestRate = 50
-	}
-	if c.MaxMessageBytes == 0 {
-		c.MaxMessageBytes = 4 << 20
-	}
-	if err := c.setLimitDefaults(); err != nil {
-		return err
-	}
-	if len(c.Peers) > 0 {
-		seen := map[uint64]bool{}
-		for _, p := range c.Peers {
-			if p.ID == 0 || p.Addr == "" || seen[p.ID] {
-				return &config.FieldError{Field: "Peers", Err: fmt.Errorf("each peer needs a distinct non-zero ID and an address (got %d=%q)", p.ID, p.Addr)}
-			}
-			seen[p.ID] = true
-		}
-		if !seen[c.ID] && !c.Join {
-			return &config.FieldError{Field: "Peers", Err: fmt.Errorf("the list does not include this replica's ID %d", c.ID)}
-		}
-	}
-	return nil
-}
-
 // Server is the Manager's runtime: it runs a Replica on one goroutine,
 // persists its Raft log in the data directory, exchanges Raft messages with
 // the other replicas, and serves the Leases, Lookups, Admin and Raft gRPC
 // services around it.
 type Server struct {
-	cfg        ServerConfig
+	cfg        Config
 	namespaces map[string]bool
 	events     chan event
 	raftIn     chan raftpb.Message
@@ -196,13 +81,13 @@ type Server struct {
 // NewServer validates cfg, opens the data directory and returns a Server.
 // Call Serve, or Register and Run, to start it; Run closes the data
 // directory when it ends.
-func NewServer(cfg ServerConfig) (*Server, error) {
+func NewServer(cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	s := &Server{
 		cfg:        cfg,
-		namespaces: map[string]bool{lease.DefaultNamespace: true},
+		namespaces: map[string]bool{protocol.DefaultNamespace: true},
 		events:     make(chan event, 1024),
 		raftIn:     make(chan raftpb.Message, 4096),
 		pushWake:   make(chan struct{}, 1),
@@ -345,7 +230,7 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 // metrics and status.
 type Snapshot struct {
 	Epoch      uint64
-	Stats      Stats
+	Stats      protocol.Stats
 	Replica    ReplicaStats
 	Cluster    ClusterInfo
 	Namespaces []NamespaceSnapshot
@@ -385,25 +270,7 @@ type NamespaceSnapshot struct {
 	Segments     int
 	FreeSegments int
 	Lookups      int
-	Owners       []OwnerInfo
-}
-
-// Stats counts the leader's lease work since it took over (zero on a
-// follower), and the Lookup syncs this replica served.
-type Stats struct {
-	LeaseRequests uint64 // accepted or not
-	SyncRequests  uint64
-	Grants        uint64 // ranges granted with a fresh LGN
-	Recalls       uint64 // ranges omitted from a holder's message to move them
-	Releases      uint64 // ranges freed by acknowledgement (recall or refusal)
-	Expiries      uint64 // ranges freed because their reservation ran out
-	OwnerRestarts uint64 // new incarnations seen
-	Migrations    uint64 // ranges granted with the previous holder's state (planned moves)
-	Plans         uint64 // rebalancing rounds planned
-	PlannedMoves  uint64 // ranges the rounds moved
-	PlanErrors    uint64 // rounds the policy refused
-	RacesDropped  uint64 // requests dropped by the race filter (C§2.3.2)
-	StaleDropped  uint64 // duplicates and messages of dead incarnations
+	Owners       []protocol.OwnerInfo
 }
 
 // ReplicaStats counts the replica's Raft activity.
@@ -411,20 +278,6 @@ type ReplicaStats struct {
 	Proposals, Applied, Takeovers, Snapshots uint64
 	Confirmations                            uint64 // rounds answered on a ReadIndex proof, with no entry
 	Dropped                                  uint64 // Owner messages never sent: their round was not proven in time
-}
-
-// OwnerInfo describes one Owner. A follower knows only what is replicated:
-// ID, address, incarnation, membership and what the Owner holds.
-type OwnerInfo struct {
-	ID, Addr    string
-	Incarnation uint64
-	Member      bool
-	Ranges      int     // lease-table segments held
-	Share       float64 // fraction of the key space held
-	Load        float64 // requests per second over the last report
-	Capacity    float64 // 0 means 1
-	Draining    bool
-	HotKeys     []protocol.KeyLoad // requests per second, estimated
 }
 
 // Snapshot returns the state published after the loop's last step.
@@ -553,7 +406,7 @@ func (s *Server) Run(ctx context.Context) error {
 			s.transport.SetPeer(p.ID, p.Addr)
 		}
 	}
-	r, err := replica.NewReplica(replica.ReplicaConfig{ID: s.cfg.ID, Core: s.cfg.Replica, Storage: ms, Bootstrap: boot}, time.Now())
+	r, err := replica.NewReplica(replica.ReplicaConfig{ID: s.cfg.ID, Settings: s.cfg.settings(), Storage: ms, Bootstrap: boot}, time.Now())
 	if err != nil {
 		return damagedLog(err)
 	}
@@ -564,7 +417,7 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 	}
 	s.cfg.Logger.Info("manager started", "id", s.cfg.ID, "data_dir", s.cfg.DataDir, "restored", !fresh,
-		"namespaces", append([]string{lease.DefaultNamespace}, s.cfg.Namespaces...),
+		"namespaces", append([]string{protocol.DefaultNamespace}, s.cfg.Namespaces...),
 		"owner_lease", s.cfg.Timing.OwnerLease, "manager_lease", s.cfg.Timing.ManagerLease)
 	if err := l.drive(); err != nil {
 		return damagedLog(err)
@@ -1042,7 +895,7 @@ func (l *loop) publish() {
 	snap := &Snapshot{Epoch: st.Epoch(), Replica: ReplicaStats(l.r.Stats()), Cluster: l.clusterInfo()}
 	core := l.r.Core()
 	if core != nil {
-		snap.Stats = Stats(core.Stats())
+		snap.Stats = core.Stats()
 	}
 	snap.Stats.SyncRequests = l.r.Feed().Syncs()
 	fs := l.r.Feed().Stats()
@@ -1055,7 +908,7 @@ func (l *loop) publish() {
 			for _, o := range core.Sessions(name) {
 				c := tc.owners[o.ID]
 				o.Ranges, o.Share = c.ranges, c.share
-				ns.Owners = append(ns.Owners, OwnerInfo(o))
+				ns.Owners = append(ns.Owners, o)
 			}
 		} else {
 			ns.Owners = ownerInfos(st, name)
@@ -1160,10 +1013,10 @@ func roleName(s raft.StateType) string {
 
 // ownerInfos describes a namespace's owners from the replicated records
 // alone (a follower has no sessions).
-func ownerInfos(st *lease.State, ns string) []OwnerInfo {
-	by := map[string]*OwnerInfo{}
+func ownerInfos(st *lease.State, ns string) []protocol.OwnerInfo {
+	by := map[string]*protocol.OwnerInfo{}
 	for id, r := range st.Owners(ns) {
-		by[id] = &OwnerInfo{ID: id, Addr: r.Addr, Incarnation: r.Incarnation, Member: r.Member}
+		by[id] = &protocol.OwnerInfo{ID: id, Addr: r.Addr, Incarnation: r.Incarnation, Member: r.Member}
 	}
 	st.Table(ns).Each(func(s leasetable.Segment) bool {
 		if i := by[s.Entry.Owner]; i != nil {
@@ -1172,11 +1025,11 @@ func ownerInfos(st *lease.State, ns string) []OwnerInfo {
 		}
 		return true
 	})
-	out := make([]OwnerInfo, 0, len(by))
+	out := make([]protocol.OwnerInfo, 0, len(by))
 	for _, i := range by {
 		out = append(out, *i)
 	}
-	slices.SortFunc(out, func(a, b OwnerInfo) int { return cmp.Compare(a.ID, b.ID) })
+	slices.SortFunc(out, func(a, b protocol.OwnerInfo) int { return cmp.Compare(a.ID, b.ID) })
 	return out
 }
 
@@ -1560,7 +1413,7 @@ func (s adminService) AddPeer(ctx context.Context, req *pb.AddPeerRequest) (*pb.
 	}
 	id, addr := req.GetId(), req.GetAddr()
 	var seen, match uint64 // learner seen in the published group; the last Match seen
-	return s.changePeers(ctx, confEvent{id: id, addr: addr}, s.cfg.Replica.LearnerTimeout, func(ci ClusterInfo) (bool, error) {
+	return s.changePeers(ctx, confEvent{id: id, addr: addr}, s.cfg.LearnerTimeout, func(ci ClusterInfo) (bool, error) {
 		for _, p := range ci.Peers {
 			if p.ID == id {
 				seen++
@@ -1650,7 +1503,7 @@ func (s *Server) changePeers(ctx context.Context, ev confEvent, wait time.Durati
 func (s adminService) Drain(ctx context.Context, req *pb.DrainRequest) (*pb.DrainResponse, error) {
 	ns := req.GetNamespace()
 	if ns == "" {
-		ns = lease.DefaultNamespace
+		ns = protocol.DefaultNamespace
 	}
 	if req.GetOwner() == "" {
 		return nil, status.Error(codes.InvalidArgument, "leasehold: drain needs an owner ID")

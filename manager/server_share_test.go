@@ -30,13 +30,13 @@ const epoch = 3
 // segments pieces, each granted, and sessions Lookups synced at its LSN.
 func feedWith(tb testing.TB, segments, sessions int) (*lease.State, *replica.Feed) {
 	st := lease.NewState(tm.LogRetention)
-	if err := st.Apply(base, []lease.Change{{Op: lease.OpEpoch, Epoch: epoch}, {Op: lease.OpNamespace, NS: lease.DefaultNamespace}}); err != nil {
+	if err := st.Apply(base, []lease.Change{{Op: lease.OpEpoch, Epoch: epoch}, {Op: lease.OpNamespace, NS: protocol.DefaultNamespace}}); err != nil {
 		tb.Fatal(err)
 	}
 	grantAll(tb, st, segments, 1)
 	f := replica.NewFeed(st, tm)
 	for id := range uint64(sessions) {
-		req := &protocol.SyncRequest{Namespace: lease.DefaultNamespace, ID: 1, Epoch: epoch, LSN: st.Table(lease.DefaultNamespace).LSN()}
+		req := &protocol.SyncRequest{Namespace: protocol.DefaultNamespace, ID: 1, Epoch: epoch, LSN: st.Table(protocol.DefaultNamespace).LSN()}
 		if err := f.StepSync(base, id+1, req); err != nil {
 			tb.Fatal(err)
 		}
@@ -55,7 +55,7 @@ func grantAll(tb testing.TB, st *lease.State, n int, lgn keyspace.LGN) {
 		if i == n-1 {
 			r.End = 0
 		}
-		chs = append(chs, lease.Change{Op: lease.OpSet, NS: lease.DefaultNamespace, Range: r,
+		chs = append(chs, lease.Change{Op: lease.OpSet, NS: protocol.DefaultNamespace, Range: r,
 			Entry: leasetable.Entry{Owner: fmt.Sprintf("owner-%d", i%100), Addr: "10.0.0.1:7000", LGN: lgn + keyspace.LGN(i)}})
 	}
 	if err := st.Apply(base, chs); err != nil {
@@ -75,7 +75,7 @@ func TestSyncResponsesShareTheirWireUpdate(t *testing.T) {
 	grantAll(t, st, 500, 10000) // a push of 500 changes to every session
 	f.Push()
 	// And one session asking from further back: a different update.
-	if err := f.StepSync(base, 7, &protocol.SyncRequest{Namespace: lease.DefaultNamespace, ID: 42, Epoch: epoch, LSN: 3}); err != nil {
+	if err := f.StepSync(base, 7, &protocol.SyncRequest{Namespace: protocol.DefaultNamespace, ID: 42, Epoch: epoch, LSN: 3}); err != nil {
 		t.Fatal(err)
 	}
 	out := f.Ready()

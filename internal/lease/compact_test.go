@@ -56,7 +56,7 @@ func renewsHeldOf(t *testing.T, m *protocol.LeaseResponse, ack uint64) {
 // the table does not change and the leases stay reserved.
 func TestCompactSteadyState(t *testing.T) {
 	a := newPeer("a")
-	h := granted(t, CoreConfig{Policy: fixed4, Handover: -1}, a)
+	h := granted(t, Settings{Policy: fixed4, Handover: -1}, a)
 	lsn, held := h.table().LSN(), slices.Clone(a.held)
 
 	// The answer to the grants' acknowledgement renews exactly what the
@@ -92,7 +92,7 @@ var fixed4 = assign.Fixed{Pieces: 4}
 // Manager does not know.
 func TestCompactFallsBackToFull(t *testing.T) {
 	a, b := newPeer("a"), newPeer("b")
-	h := newHarnessCfg(t, CoreConfig{Policy: fixed4, Handover: -1}, a)
+	h := newHarnessCfg(t, Settings{Policy: fixed4, Handover: -1}, a)
 	h.renewals(base, restartEnd.Add(-1), a)
 	grants := raw(t, h.tick(restartEnd), "a")
 	fullList(t, grants, "grants")
@@ -203,7 +203,7 @@ func TestCompactUnknownReleasesNothing(t *testing.T) {
 			// which no real run has, so that a wrong expansion would
 			// release a's ranges — and a's next request is the first of
 			// a fresh session: heard, whatever it acknowledges.
-			delete(h.c.ns[DefaultNamespace].owners, "a")
+			delete(h.c.ns[protocol.DefaultNamespace].owners, "a")
 			req := compactRequest(a)
 			req.AckSeq = tc.ack(a)
 			r := h.stepLease(now.Add(100*ms), req)

@@ -14,7 +14,6 @@ import (
 	"github.com/leasehold/leasehold/internal/wire"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/leasetable"
-	"github.com/leasehold/leasehold/manager/config"
 	"github.com/leasehold/leasehold/protocol"
 )
 
@@ -24,14 +23,6 @@ var (
 	ErrUnknownNamespace = errors.New("lease: unknown namespace")
 	ErrBadMessage       = errors.New("lease: malformed message")
 )
-
-// DefaultNamespace is the namespace every Manager serves.
-const DefaultNamespace = "default"
-
-// CoreConfig configures a Core: the replica's settings, of which the Core
-// reads the lease logic's (Timing to MembershipEvery). It is the struct
-// manager.ServerConfig embeds, so a setting reaches the Core uncopied.
-type CoreConfig = config.Replica
 
 // ErrUnknownOwner refuses to drain an Owner that is not a live member.
 var ErrUnknownOwner = errors.New("lease: no live owner")
@@ -66,7 +57,7 @@ type Round struct {
 // starts no goroutines, opens no sockets, never reads a clock, and is not
 // safe for concurrent use.
 type Core struct {
-	cfg     CoreConfig
+	cfg     Settings
 	broken  faults.Set // rules broken on purpose (core_broken.go); none outside the simulation
 	rng     *rand.Rand
 	st      *State // the working copy: the replicated state plus this Core's Changes
@@ -78,49 +69,19 @@ type Core struct {
 	// the Manager, Lookup syncs included, and visits every Owner session.
 	wake  time.Time
 	out   Round
-	stats Stats
-}
-
-// Stats counts what a Core has done since it started.
-type Stats struct {
-	LeaseRequests uint64 // accepted or not
-	SyncRequests  uint64 // counted by the Feed
-	Grants        uint64 // ranges granted with a fresh LGN
-	Recalls       uint64 // ranges omitted from a holder's message to move them
-	Releases      uint64 // ranges freed by acknowledgement (recall or refusal)
-	Expiries      uint64 // ranges freed because their reservation ran out
-	OwnerRestarts uint64 // new incarnations seen
-	Migrations    uint64 // ranges granted with the previous holder's state (planned moves)
-	Plans         uint64 // rebalancing rounds planned
-	PlannedMoves  uint64 // ranges the rounds moved
-	PlanErrors    uint64 // rounds the policy refused
-	RacesDropped  uint64 // requests dropped by the race filter (C§2.3.2)
-	StaleDropped  uint64 // duplicates and messages of dead incarnations
+	stats protocol.Stats
 }
 
 // Stats returns the counters.
-func (c *Core) Stats() Stats { return c.stats }
-
-// OwnerInfo describes one owner session for status displays.
-type OwnerInfo struct {
-	ID, Addr    string
-	Incarnation uint64
-	Member      bool
-	Ranges      int     // lease-table segments held
-	Share       float64 // fraction of the key space held
-	Load        float64 // requests per second over the last report
-	Capacity    float64 // 0 means 1
-	Draining    bool
-	HotKeys     []protocol.KeyLoad // requests per second, estimated
-}
+func (c *Core) Stats() protocol.Stats { return c.stats }
 
 // Owners describes a namespace's owner sessions, sorted by ID.
-func (c *Core) Owners(ns string) []OwnerInfo {
+func (c *Core) Owners(ns string) []protocol.OwnerInfo {
 	out := c.Sessions(ns)
 	if len(out) == 0 {
 		return out
 	}
-	by := make(map[string]*OwnerInfo, len(out))
+	by := make(map[string]*protocol.OwnerInfo, len(out))
 	for i := range out {
 		by[out[i].ID] = &out[i]
 	}
@@ -137,17 +98,17 @@ func (c *Core) Owners(ns string) []OwnerInfo {
 // Sessions describes the owner sessions of a namespace as Owners does, by
 // ID, without what the table gives them (Ranges and Share are zero): it
 // does not walk the table.
-func (c *Core) Sessions(ns string) []OwnerInfo {
+func (c *Core) Sessions(ns string) []protocol.OwnerInfo {
 	n := c.ns[ns]
 	if n == nil {
 		return nil
 	}
-	out := make([]OwnerInfo, 0, len(n.owners))
+	out := make([]protocol.OwnerInfo, 0, len(n.owners))
 	for id, o := range n.owners {
-		out = append(out, OwnerInfo{ID: id, Addr: o.addr, Incarnation: o.inc, Member: o.member,
+		out = append(out, protocol.OwnerInfo{ID: id, Addr: o.addr, Incarnation: o.inc, Member: o.member,
 			Load: o.rate, Capacity: o.capacity, Draining: o.draining, HotKeys: o.hot})
 	}
-	slices.SortFunc(out, func(a, b OwnerInfo) int { return cmp.Compare(a.ID, b.ID) })
+	slices.SortFunc(out, func(a, b protocol.OwnerInfo) int { return cmp.Compare(a.ID, b.ID) })
 	return out
 }
 
@@ -254,7 +215,7 @@ type handing struct {
 // It knows nothing of leases a previous incarnation granted, so it reserves
 // the whole key space for one ManagerLease before granting anything
 // (C§2.3.1).
-func NewCore(cfg CoreConfig, now time.Time) *Core {
+func NewCore(cfg Settings, now time.Time) *Core {
 	return Resume(cfg, NewState(cfg.Timing.LogRetention), 0, now)
 }
 
@@ -269,18 +230,18 @@ func NewCore(cfg CoreConfig, now time.Time) *Core {
 // heard the old leader's last grant. A Replica passes term << 32 (plus a
 // count of takeovers within the term), so an Owner orders a new leader's
 // messages after an old one's.
-func Resume(cfg CoreConfig, st *State, base uint64, now time.Time) *Core {
+func Resume(cfg Settings, st *State, base uint64, now time.Time) *Core {
 	return resume(cfg, faults.Set{}, st, base, now)
 }
 
 // ResumeBroken is Resume with the rules broken (broken.go) set, for the
 // simulation's broken twins: the Replica hands its Core the faults.Set it
 // was given.
-func ResumeBroken(cfg CoreConfig, broken faults.Set, st *State, base uint64, now time.Time) *Core {
+func ResumeBroken(cfg Settings, broken faults.Set, st *State, base uint64, now time.Time) *Core {
 	return resume(cfg, broken, st, base, now)
 }
 
-func resume(cfg CoreConfig, broken faults.Set, st *State, base uint64, now time.Time) *Core {
+func resume(cfg Settings, broken faults.Set, st *State, base uint64, now time.Time) *Core {
 	if cfg.Policy == nil {
 		cfg.Policy = assign.ConsistentHash{}
 	}
@@ -290,7 +251,7 @@ func resume(cfg CoreConfig, broken faults.Set, st *State, base uint64, now time.
 		c.apply(now, Change{Op: OpEpoch, Epoch: cfg.Epoch})
 	}
 	c.rng = rand.New(rand.NewPCG(cfg.Seed, c.st.epoch^base))
-	for _, name := range append([]string{DefaultNamespace}, cfg.Namespaces...) {
+	for _, name := range append([]string{protocol.DefaultNamespace}, cfg.Namespaces...) {
 		if c.st.ns[name] == nil {
 			c.apply(now, Change{Op: OpNamespace, NS: name})
 		}
@@ -715,7 +676,7 @@ func (c *Core) flush(now time.Time) {
 	}
 }
 
-// membershipEvery is CoreConfig.MembershipEvery with its default.
+// membershipEvery is Settings.MembershipEvery with its default.
 func (c *Core) membershipEvery() time.Duration {
 	if e := c.cfg.MembershipEvery; e != 0 {
 		return e

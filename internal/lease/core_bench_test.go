@@ -17,7 +17,7 @@ var benchOwnerCounts = []int{1000, 10000}
 // holding what consistent hashing gives it — with production timings, and
 // has every Owner renew once, over one Renew. It returns the Core and the
 // time of the last renewal.
-func benchCore(b *testing.B, owners int, cfg CoreConfig) (*Core, time.Time, *benchOwners) {
+func benchCore(b *testing.B, owners int, cfg Settings) (*Core, time.Time, *benchOwners) {
 	b.Helper()
 	cfg.Timing, cfg.Epoch, cfg.Policy = protocol.Production(), epoch, assign.ConsistentHash{}
 	c := Resume(cfg, stateOf(b, owners), 1<<32, base)
@@ -48,9 +48,9 @@ func (f *benchOwners) take(r Round) {
 // renew sends id's renewal of what the table says it holds.
 func (f *benchOwners) renew(b *testing.B, c *Core, now time.Time, id string) {
 	f.seq[id]++
-	req := &protocol.LeaseRequest{Namespace: DefaultNamespace, Owner: id, Addr: id + ":7000", Incarnation: 1,
+	req := &protocol.LeaseRequest{Namespace: protocol.DefaultNamespace, Owner: id, Addr: id + ":7000", Incarnation: 1,
 		Seq: f.seq[id], AckEpoch: epoch, AckSeq: f.ack[id]}
-	for _, s := range c.Table(DefaultNamespace).Owned(id) {
+	for _, s := range c.Table(protocol.DefaultNamespace).Owned(id) {
 		req.Held = append(req.Held, protocol.Lease{Range: s.Range, LGN: s.Entry.LGN})
 	}
 	if err := c.StepLease(now, req); err != nil {
@@ -65,12 +65,12 @@ func (f *benchOwners) renew(b *testing.B, c *Core, now time.Time, id string) {
 func BenchmarkCoreJoin(b *testing.B) {
 	for _, owners := range benchOwnerCounts {
 		b.Run(fmt.Sprintf("owners=%d", owners), func(b *testing.B) {
-			c, now, fleet := benchCore(b, owners, CoreConfig{Handover: -1, MembershipEvery: -1, MaxOwners: 1 << 30, MaxRanges: 1 << 30})
+			c, now, fleet := benchCore(b, owners, Settings{Handover: -1, MembershipEvery: -1, MaxOwners: 1 << 30, MaxRanges: 1 << 30})
 			i, sent := 0, 0
 			for b.Loop() {
 				now = now.Add(time.Millisecond)
 				id := fmt.Sprintf("join-%d", i)
-				if err := c.StepLease(now, &protocol.LeaseRequest{Namespace: DefaultNamespace, Owner: id, Addr: id + ":7000",
+				if err := c.StepLease(now, &protocol.LeaseRequest{Namespace: protocol.DefaultNamespace, Owner: id, Addr: id + ":7000",
 					Incarnation: 1, Seq: 1}); err != nil {
 					b.Fatal(err)
 				}
@@ -91,12 +91,12 @@ func BenchmarkCoreJoinBurst(b *testing.B) {
 	for _, owners := range benchOwnerCounts {
 		for _, every := range []time.Duration{0, -1} {
 			b.Run(fmt.Sprintf("owners=%d/every=%v", owners, every), func(b *testing.B) {
-				c, now, fleet := benchCore(b, owners, CoreConfig{Handover: -1, MembershipEvery: every, MaxOwners: 1 << 30, MaxRanges: 1 << 30})
+				c, now, fleet := benchCore(b, owners, Settings{Handover: -1, MembershipEvery: every, MaxOwners: 1 << 30, MaxRanges: 1 << 30})
 				i := 0
 				for b.Loop() {
 					now = now.Add(10 * time.Millisecond)
 					id := fmt.Sprintf("join-%d", i)
-					if err := c.StepLease(now, &protocol.LeaseRequest{Namespace: DefaultNamespace, Owner: id, Addr: id + ":7000",
+					if err := c.StepLease(now, &protocol.LeaseRequest{Namespace: protocol.DefaultNamespace, Owner: id, Addr: id + ":7000",
 						Incarnation: 1, Seq: 1}); err != nil {
 						b.Fatal(err)
 					}
@@ -117,7 +117,7 @@ func BenchmarkCoreJoinBurst(b *testing.B) {
 func BenchmarkCoreRenew(b *testing.B) {
 	for _, owners := range append([]int{50}, benchOwnerCounts...) {
 		b.Run(fmt.Sprintf("owners=%d", owners), func(b *testing.B) {
-			c, now, fleet := benchCore(b, owners, CoreConfig{Handover: -1})
+			c, now, fleet := benchCore(b, owners, Settings{Handover: -1})
 			every := protocol.Production().Renew / time.Duration(owners)
 			i := 0
 			for b.Loop() {
@@ -136,9 +136,9 @@ func BenchmarkCoreRenew(b *testing.B) {
 func BenchmarkRangeLimitCheck(b *testing.B) {
 	for _, owners := range benchOwnerCounts {
 		b.Run(fmt.Sprintf("owners=%d", owners), func(b *testing.B) {
-			c, _, _ := benchCore(b, owners, CoreConfig{Handover: -1, MaxOwners: 2 * owners})
-			n := c.ns[DefaultNamespace]
-			req := &protocol.LeaseRequest{Namespace: DefaultNamespace, Owner: "join", Addr: "join:7000", Incarnation: 1, Seq: 1}
+			c, _, _ := benchCore(b, owners, Settings{Handover: -1, MaxOwners: 2 * owners})
+			n := c.ns[protocol.DefaultNamespace]
+			req := &protocol.LeaseRequest{Namespace: protocol.DefaultNamespace, Owner: "join", Addr: "join:7000", Incarnation: 1, Seq: 1}
 			for b.Loop() {
 				if err := c.checkLimits(n, nil, req); err != nil {
 					b.Fatal(err)

@@ -10,7 +10,7 @@ import (
 	"github.com/leasehold/leasehold/rebalance"
 )
 
-// The load-aware desired assignment (CoreConfig.Rebalance). Every
+// The load-aware desired assignment (Settings.Rebalance). Every
 // RebalanceEvery the leader measures the load on each range of the desired
 // assignment from the Owners' reports and lets the policy plan a round of
 // moves under its churn budget; membership changes plan a round at once

@@ -60,7 +60,7 @@ func (p *peer) request() *protocol.LeaseRequest {
 	}
 	p.sentHeld[p.seq] = slices.Clone(p.held)
 	return &protocol.LeaseRequest{
-		Namespace: DefaultNamespace, Owner: p.id, Addr: p.addr(), Incarnation: p.inc,
+		Namespace: protocol.DefaultNamespace, Owner: p.id, Addr: p.addr(), Incarnation: p.inc,
 		Seq: p.seq, AckEpoch: epoch, AckSeq: p.ack, Held: slices.Clone(p.held), Capacity: p.capacity,
 	}
 }
@@ -125,10 +125,10 @@ type round struct {
 // handovers).
 func newHarness(t *testing.T, policy assign.Policy, peers ...*peer) *harness {
 	t.Helper()
-	return newHarnessCfg(t, CoreConfig{Policy: policy, Handover: -1}, peers...)
+	return newHarnessCfg(t, Settings{Policy: policy, Handover: -1}, peers...)
 }
 
-func newHarnessCfg(t *testing.T, cfg CoreConfig, peers ...*peer) *harness {
+func newHarnessCfg(t *testing.T, cfg Settings, peers ...*peer) *harness {
 	t.Helper()
 	cfg.Timing, cfg.Epoch, cfg.Seed = tm, epoch, 1
 	h := &harness{t: t, c: NewCore(cfg, base), peers: map[string]*peer{}}
@@ -230,7 +230,7 @@ func (h *harness) to(r round, id string) *protocol.LeaseResponse {
 	return out[0]
 }
 
-func (h *harness) table() *leasetable.Table { return h.c.Table(DefaultNamespace) }
+func (h *harness) table() *leasetable.Table { return h.c.Table(protocol.DefaultNamespace) }
 
 // entry returns the table's entry on r, failing unless r is one segment.
 func (h *harness) entry(r keyspace.Range) leasetable.Entry {
@@ -271,10 +271,10 @@ func checkGrants(t *testing.T, ls []protocol.Lease, want []keyspace.Range, after
 // restart reservation ends and are then granted their desired ranges.
 func joined(t *testing.T, pieces int, ps ...*peer) *harness {
 	t.Helper()
-	return joinedCfg(t, CoreConfig{Policy: assign.Fixed{Pieces: pieces}, Handover: -1}, ps...)
+	return joinedCfg(t, Settings{Policy: assign.Fixed{Pieces: pieces}, Handover: -1}, ps...)
 }
 
-func joinedCfg(t *testing.T, cfg CoreConfig, ps ...*peer) *harness {
+func joinedCfg(t *testing.T, cfg Settings, ps ...*peer) *harness {
 	t.Helper()
 	h := granted(t, cfg, ps...)
 	for _, p := range ps {
@@ -286,7 +286,7 @@ func joinedCfg(t *testing.T, cfg CoreConfig, ps ...*peer) *harness {
 
 // granted is joinedCfg up to the first grants, which the peers have taken
 // but not yet acknowledged.
-func granted(t *testing.T, cfg CoreConfig, ps ...*peer) *harness {
+func granted(t *testing.T, cfg Settings, ps ...*peer) *harness {
 	t.Helper()
 	h := newHarnessCfg(t, cfg, ps...)
 	h.renewals(base, restartEnd.Add(-1), ps...)
@@ -310,7 +310,7 @@ func TestRestartReservation(t *testing.T) {
 	if m := h.to(r, "a"); len(m.Leases) != 0 || m.Seq != 1 || m.AckSeq != 1 || m.Epoch != epoch || m.Incarnation != 1 {
 		t.Fatalf("answer to the first request %+v, want Seq 1 AckSeq 1 epoch %d and no lease", *m, epoch)
 	}
-	if got := h.c.Members(DefaultNamespace); !slices.Equal(got, []string{"a"}) {
+	if got := h.c.Members(protocol.DefaultNamespace); !slices.Equal(got, []string{"a"}) {
 		t.Fatalf("Members = %v, want [a]", got)
 	}
 	for now := at(tm.Renew); now.Before(restartEnd); now = now.Add(tm.Renew) {
@@ -380,7 +380,7 @@ func TestFirstGrant(t *testing.T) {
 				return
 			}
 			var want []keyspace.Range
-			for _, s := range h.c.Desired(DefaultNamespace) {
+			for _, s := range h.c.Desired(protocol.DefaultNamespace) {
 				if s.Owner != "a" {
 					t.Fatalf("desired %v for a single owner a", s)
 				}
@@ -554,7 +554,7 @@ func TestRecallNotAcknowledged(t *testing.T) {
 // freed (a loss) and granted to the others.
 func TestSilentOwnerExpires(t *testing.T) {
 	a, b := newPeer("a"), newPeer("b")
-	h := granted(t, CoreConfig{Policy: assign.Fixed{Pieces: 4}, Handover: -1}, a, b)
+	h := granted(t, Settings{Policy: assign.Fixed{Pieces: 4}, Handover: -1}, a, b)
 	// a's last request was at 2.0 s; the grant pushed at 2.2 s was the
 	// Manager's last message to it, and reserves pieces 0 and 2 until 4.4 s.
 	lastReq := restartEnd.Add(-tm.ManagerLease % tm.Renew)
@@ -586,7 +586,7 @@ func TestSilentOwnerExpires(t *testing.T) {
 		if !now.Before(lastReq.Add(tm.ManagerLease)) {
 			wantMembers = []string{"b"}
 		}
-		if got := h.c.Members(DefaultNamespace); !slices.Equal(got, wantMembers) {
+		if got := h.c.Members(protocol.DefaultNamespace); !slices.Equal(got, wantMembers) {
 			t.Fatalf("at %v Members = %v, want %v", now, got, wantMembers)
 		}
 	}
@@ -766,7 +766,7 @@ func TestStepLeaseErrors(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			a := newPeer("a")
 			h := joined(t, 2, a)
-			lsn, members := h.table().LSN(), h.c.Members(DefaultNamespace)
+			lsn, members := h.table().LSN(), h.c.Members(protocol.DefaultNamespace)
 			now := restartEnd.Add(100 * ms)
 			req := a.request()
 			req.Held = req.Held[:1] // would free piece 1 if accepted
@@ -782,8 +782,8 @@ func TestStepLeaseErrors(t *testing.T) {
 			if r := h.ready(); len(r.Owners) != 0 || len(r.Changes) != 0 {
 				t.Fatalf("answered %+v", r)
 			}
-			if h.table().LSN() != lsn || !slices.Equal(h.c.Members(DefaultNamespace), members) {
-				t.Fatalf("table LSN %d→%d, members %v→%v", lsn, h.table().LSN(), members, h.c.Members(DefaultNamespace))
+			if h.table().LSN() != lsn || !slices.Equal(h.c.Members(protocol.DefaultNamespace), members) {
+				t.Fatalf("table LSN %d→%d, members %v→%v", lsn, h.table().LSN(), members, h.c.Members(protocol.DefaultNamespace))
 			}
 			// The session did not take the Seq: the well-formed request is
 			// still new.
@@ -804,7 +804,7 @@ func TestLeaving(t *testing.T) {
 	req.Leaving, req.Held = true, nil
 	now := restartEnd.Add(100 * ms)
 	r := h.stepLease(now, req)
-	if got := h.c.Members(DefaultNamespace); !slices.Equal(got, []string{"b"}) {
+	if got := h.c.Members(protocol.DefaultNamespace); !slices.Equal(got, []string{"b"}) {
 		t.Fatalf("Members = %v, want [b]", got)
 	}
 	if m := h.to(r, "a"); len(m.Leases) != 0 {
@@ -849,7 +849,7 @@ func TestFirstRequestNeedsNoAck(t *testing.T) {
 // whose AckSeq reaches the first message that listed it ends that.
 func TestGrantRepeatedUntilAcknowledged(t *testing.T) {
 	a, b := newPeer("a"), newPeer("b")
-	h := granted(t, CoreConfig{Policy: assign.Fixed{Pieces: 4}, Handover: -1}, a, b)
+	h := granted(t, Settings{Policy: assign.Fixed{Pieces: 4}, Handover: -1}, a, b)
 	grants := func(m *protocol.LeaseResponse) (n int) {
 		for _, l := range m.Leases {
 			if l.Grant {

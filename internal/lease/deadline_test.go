@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/assign"
+	"github.com/leasehold/leasehold/protocol"
 )
 
 // TestNextDeadlineCached: NextDeadline, cached between steps, is what a
@@ -14,7 +15,7 @@ import (
 // — however often it is asked.
 func TestNextDeadlineCached(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	c := NewCore(CoreConfig{Timing: tm, Epoch: epoch, Seed: 1, Policy: assign.ConsistentHash{}}, base)
+	c := NewCore(Settings{Timing: tm, Epoch: epoch, Seed: 1, Policy: assign.ConsistentHash{}}, base)
 	peers := []*peer{newPeer("a"), newPeer("b"), newPeer("c"), newPeer("d")}
 	var inflight []OwnerMessage
 	now := base
@@ -55,7 +56,7 @@ func TestNextDeadlineCached(t *testing.T) {
 			}
 		default:
 			what = "drain"
-			_ = c.Drain(now, DefaultNamespace, peers[rng.IntN(len(peers))].id)
+			_ = c.Drain(now, protocol.DefaultNamespace, peers[rng.IntN(len(peers))].id)
 		}
 		inflight = append(inflight, c.Ready().Owners...)
 		// Deliver some of what is in flight, in order.

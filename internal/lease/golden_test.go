@@ -104,7 +104,7 @@ var goldenStart = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 // changes are applied to (as a replica applies committed entries), and the
 // Owners with the messages in flight to them.
 type golden struct {
-	cfg      CoreConfig
+	cfg      Settings
 	c        *Core
 	applied  *State // the replicated State: every change the core made, applied
 	now      time.Duration
@@ -175,7 +175,7 @@ func (g *golden) arg(t *testing.T, d *datadriven.TestData, key string) string {
 
 func (g *golden) core(t *testing.T, d *datadriven.TestData) {
 	t.Helper()
-	cfg := CoreConfig{Timing: protocol.Fast(), Epoch: 1, Seed: 1, MembershipEvery: -1}
+	cfg := Settings{Timing: protocol.Fast(), Epoch: 1, Seed: 1, MembershipEvery: -1}
 	pieces := 4
 	for _, a := range d.CmdArgs {
 		v := a.SingleVal(t)
@@ -265,7 +265,7 @@ func (g *golden) request(t *testing.T, d *datadriven.TestData) {
 	t.Helper()
 	o := g.owner(g.arg(t, d, "owner"))
 	req := &protocol.LeaseRequest{
-		Namespace: DefaultNamespace, Owner: o.id, Addr: o.id + ":7000", Incarnation: o.inc,
+		Namespace: protocol.DefaultNamespace, Owner: o.id, Addr: o.id + ":7000", Incarnation: o.inc,
 		Seq: o.seq + 1, AckEpoch: o.epoch, AckSeq: o.heard, Held: slices.Clone(o.held),
 	}
 	for _, a := range d.CmdArgs {
@@ -536,7 +536,7 @@ func (g *golden) resume(t *testing.T, d *datadriven.TestData) {
 	}
 	g.bases[term] = term<<32 | 1<<24
 	g.printf("leader of term %d takes over the replicated state at LSN %d; its sessions number from B%d\n",
-		term, g.applied.Table(DefaultNamespace).LSN(), term)
+		term, g.applied.Table(protocol.DefaultNamespace).LSN(), term)
 	g.c = Resume(g.cfg, g.applied, g.bases[term], g.at())
 }
 
@@ -573,7 +573,7 @@ func (g *golden) ready(t *testing.T, d *datadriven.TestData) {
 
 func (g *golden) describeChange(ch Change, before keyspace.LSN) string {
 	ns := ""
-	if ch.NS != DefaultNamespace {
+	if ch.NS != protocol.DefaultNamespace {
 		ns = " in " + ch.NS
 	}
 	switch ch.Op {
@@ -614,10 +614,10 @@ func (g *golden) describeChange(ch Change, before keyspace.LSN) string {
 }
 
 func (g *golden) printTable() {
-	for _, s := range g.c.Table(DefaultNamespace).Segments() {
+	for _, s := range g.c.Table(protocol.DefaultNamespace).Segments() {
 		g.printf("%s %s\n", rangeString(s.Range), entryString(s.Entry))
 	}
-	g.printf("LSN %d\n", g.c.Table(DefaultNamespace).LSN())
+	g.printf("LSN %d\n", g.c.Table(protocol.DefaultNamespace).LSN())
 }
 
 func entryString(e leasetable.Entry) string {

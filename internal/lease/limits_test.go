@@ -12,6 +12,7 @@ import (
 	"github.com/leasehold/leasehold/assign"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/leasetable"
+	"github.com/leasehold/leasehold/protocol"
 )
 
 // TestOwnerLimit: a namespace records at most MaxOwners Owners. One more is
@@ -19,14 +20,14 @@ import (
 // recorded; the Owners recorded go on, a restart of one included.
 func TestOwnerLimit(t *testing.T) {
 	a, b, c := newPeer("a"), newPeer("b"), newPeer("c")
-	h := joinedCfg(t, CoreConfig{Policy: assign.Fixed{Pieces: 4}, MaxOwners: 2}, a, b)
+	h := joinedCfg(t, Settings{Policy: assign.Fixed{Pieces: 4}, MaxOwners: 2}, a, b)
 	now := restartEnd.Add(100 * ms)
-	owners := len(h.c.State().Owners(DefaultNamespace))
+	owners := len(h.c.State().Owners(protocol.DefaultNamespace))
 	err := h.c.StepLease(now, c.request())
 	if !errors.Is(err, ErrLimit) || !strings.Contains(err.Error(), "--max-owners") {
 		t.Fatalf("a third owner past MaxOwners 2: %v, want ErrLimit naming --max-owners", err)
 	}
-	if n := len(h.c.State().Owners(DefaultNamespace)); n != owners {
+	if n := len(h.c.State().Owners(protocol.DefaultNamespace)); n != owners {
 		t.Fatalf("the refused owner was recorded: %d owners, want %d", n, owners)
 	}
 	h.send(now, a)
@@ -46,7 +47,7 @@ func TestOwnerLimit(t *testing.T) {
 func TestRangeLimit(t *testing.T) {
 	const limit = 1000
 	a := newPeer("a")
-	h := joinedCfg(t, CoreConfig{Policy: assign.ConsistentHash{}, MaxRanges: limit, Handover: -1}, a)
+	h := joinedCfg(t, Settings{Policy: assign.ConsistentHash{}, MaxRanges: limit, Handover: -1}, a)
 	now := restartEnd.Add(100 * ms)
 	segs := h.table().Len()
 	if segs != assign.DefaultVNodes {
@@ -58,7 +59,7 @@ func TestRangeLimit(t *testing.T) {
 			!strings.Contains(err.Error(), fmt.Sprintf("most allowed, %d", limit)) {
 			t.Fatalf("owner %s of capacity %g: %v, want ErrLimit naming --max-ranges and %d", p.id, capacity, err, limit)
 		}
-		if _, ok := h.c.State().Owners(DefaultNamespace)[p.id]; ok {
+		if _, ok := h.c.State().Owners(protocol.DefaultNamespace)[p.id]; ok {
 			t.Fatalf("the refused owner %s was recorded", p.id)
 		}
 	}
@@ -128,7 +129,7 @@ func TestRangeLimit(t *testing.T) {
 // work adds, not the Owners.
 func TestRangeLimitCountsThePolicy(t *testing.T) {
 	a, b := newPeer("a"), newPeer("b")
-	h := joinedCfg(t, CoreConfig{Policy: assign.Fixed{Pieces: 4}, MaxRanges: 4, Handover: -1}, a)
+	h := joinedCfg(t, Settings{Policy: assign.Fixed{Pieces: 4}, MaxRanges: 4, Handover: -1}, a)
 	if n := h.table().Len(); n != 4 {
 		t.Fatalf("the table has %d segments, want 4", n)
 	}
@@ -143,7 +144,7 @@ func TestGrantsFitAMessage(t *testing.T) {
 	defer func(m int) { maxOwnerLeases = m }(maxOwnerLeases)
 	maxOwnerLeases = 5
 	a := newPeer("a")
-	h := joinedCfg(t, CoreConfig{Policy: assign.Fixed{Pieces: 16}}, a)
+	h := joinedCfg(t, Settings{Policy: assign.Fixed{Pieces: 16}}, a)
 	h.renewals(restartEnd, restartEnd.Add(5*tm.Renew), a)
 	if n := len(a.held); n != 5 {
 		t.Fatalf("a holds %d leases, want maxOwnerLeases (5)", n)
@@ -192,14 +193,14 @@ func TestRangeLimitReturningOwner(t *testing.T) {
 	slices.SortFunc(ids, func(x, y string) int { return cmp.Compare(assign.VNodeKey(x, 0), assign.VNodeKey(y, 0)) })
 	ps := []*peer{newPeer(ids[0]), newPeer(ids[1]), newPeer(ids[2])}
 	back := ps[2] // the last point on the ring: its range goes to ps[1]
-	h := joinedCfg(t, CoreConfig{Policy: assign.ConsistentHash{VNodes: 1}, MaxRanges: 3, Handover: -1}, ps...)
+	h := joinedCfg(t, Settings{Policy: assign.ConsistentHash{VNodes: 1}, MaxRanges: 3, Handover: -1}, ps...)
 	if n := h.table().Len(); n != 3 {
 		t.Fatalf("the table has %d segments, want 3", n)
 	}
 	now := restartEnd.Add(100 * ms)
 	h.renewals(now, now.Add(3*tm.ManagerLease), ps[0], ps[1]) // back falls silent, and its range moves
 	now = now.Add(3*tm.ManagerLease + tm.Renew)
-	if got := h.c.Members(DefaultNamespace); slices.Contains(got, back.id) {
+	if got := h.c.Members(protocol.DefaultNamespace); slices.Contains(got, back.id) {
 		t.Fatalf("members %v: %s still a member after falling silent", got, back.id)
 	}
 	if n := h.table().Len(); n != 3 {

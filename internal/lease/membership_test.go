@@ -13,7 +13,7 @@ import (
 // desiredOwners lists the owners the desired assignment names, sorted.
 func desiredOwners(c *Core) []string {
 	var out []string
-	for _, s := range c.Desired(DefaultNamespace) {
+	for _, s := range c.Desired(protocol.DefaultNamespace) {
 		if !slices.Contains(out, s.Owner) {
 			out = append(out, s.Owner)
 		}
@@ -30,7 +30,7 @@ func desiredOwners(c *Core) []string {
 func TestMembershipPacing(t *testing.T) {
 	every := 500 * ms // all of it well within a ManagerLease: no Owner falls silent
 	ps := []*peer{newPeer("a"), newPeer("b"), newPeer("c"), newPeer("d")}
-	h := newHarnessCfg(t, CoreConfig{Policy: assign.Fixed{Pieces: 4}, Handover: -1, MembershipEvery: every}, ps...)
+	h := newHarnessCfg(t, Settings{Policy: assign.Fixed{Pieces: 4}, Handover: -1, MembershipEvery: every}, ps...)
 	a, b, c, d := ps[0], ps[1], ps[2], ps[3]
 	check := func(when string, want ...string) {
 		t.Helper()
@@ -92,7 +92,7 @@ func TestMembershipPacing(t *testing.T) {
 func TestMembershipPacingGrants(t *testing.T) {
 	for _, every := range []time.Duration{time.Second, -1} {
 		a, b := newPeer("a"), newPeer("b")
-		h := newHarnessCfg(t, CoreConfig{Policy: assign.Fixed{Pieces: 4}, Handover: -1, MembershipEvery: every}, a, b)
+		h := newHarnessCfg(t, Settings{Policy: assign.Fixed{Pieces: 4}, Handover: -1, MembershipEvery: every}, a, b)
 		join := restartEnd.Add(300 * ms)
 		h.tick(join)
 		r := h.send(join, a)
@@ -147,7 +147,7 @@ func TestMembershipEveryDefault(t *testing.T) {
 		{protocol.Fast(), 3 * time.Second, 3 * time.Second},
 		{protocol.Fast(), -1, -1},
 	} {
-		c := NewCore(CoreConfig{Timing: tc.timing, MembershipEvery: tc.every}, base)
+		c := NewCore(Settings{Timing: tc.timing, MembershipEvery: tc.every}, base)
 		if got := c.membershipEvery(); got != tc.want {
 			t.Errorf("MembershipEvery %v with Renew %v: %v, want %v", tc.every, tc.timing.Renew, got, tc.want)
 		}
@@ -160,7 +160,7 @@ func TestMembershipEveryDefault(t *testing.T) {
 // to it; at the end of the interval it goes to the others.
 func TestDrainingGetsNothingNew(t *testing.T) {
 	a, b := newPeer("a"), newPeer("b")
-	h := joinedCfg(t, CoreConfig{Policy: assign.Fixed{Pieces: 4}, Handover: -1, MembershipEvery: time.Second}, a, b)
+	h := joinedCfg(t, Settings{Policy: assign.Fixed{Pieces: 4}, Handover: -1, MembershipEvery: time.Second}, a, b)
 	// A membership change that moves nothing (Fixed ignores capacities),
 	// planned at once: the next one waits until change + 1 s.
 	change := restartEnd.Add(50 * ms)

@@ -17,7 +17,7 @@ import (
 // default) and four fixed pieces, joined by the peers.
 func planned(t *testing.T, ps ...*peer) *harness {
 	t.Helper()
-	return joinedCfg(t, CoreConfig{Policy: assign.Fixed{Pieces: 4}}, ps...)
+	return joinedCfg(t, Settings{Policy: assign.Fixed{Pieces: 4}}, ps...)
 }
 
 // handed is the report of a handover of lease l (as held) to p.
@@ -148,7 +148,7 @@ func TestHandedToAnotherRunIsLost(t *testing.T) {
 // naming the draining Owners.
 func TestDrainGate(t *testing.T) {
 	a, b, c := newPeer("a"), newPeer("b"), newPeer("c")
-	h := joinedCfg(t, CoreConfig{Policy: assign.Fixed{Pieces: 6}, DrainGate: 1}, a, b, c)
+	h := joinedCfg(t, Settings{Policy: assign.Fixed{Pieces: 6}, DrainGate: 1}, a, b, c)
 	now := restartEnd.Add(100 * ms)
 	req := a.request()
 	req.Draining = true
@@ -165,7 +165,7 @@ func TestDrainGate(t *testing.T) {
 			t.Fatalf("handover %+v to a non-draining owner expected", ho)
 		}
 	}
-	if got := h.c.Members(DefaultNamespace); !slices.Equal(got, []string{"a", "b", "c"}) {
+	if got := h.c.Members(protocol.DefaultNamespace); !slices.Equal(got, []string{"a", "b", "c"}) {
 		t.Fatalf("members %v: a draining Owner is still a member (it is alive)", got)
 	}
 
@@ -174,11 +174,11 @@ func TestDrainGate(t *testing.T) {
 	if mb := h.to(h.stepLease(now.Add(10*ms), req), "b"); mb.Drain != protocol.DrainWaiting || len(mb.Leases) == 0 {
 		t.Fatalf("b's drain with the gate full answered %v, leases %v; want waiting, b keeps a share", mb.Drain, mb.Leases)
 	}
-	err := h.c.Drain(now.Add(20*ms), DefaultNamespace, "c")
+	err := h.c.Drain(now.Add(20*ms), protocol.DefaultNamespace, "c")
 	if !errors.Is(err, ErrGateFull) || !strings.Contains(err.Error(), "(a)") || !strings.Contains(err.Error(), "at most 1") {
 		t.Fatalf("Drain(c) = %v, want ErrGateFull naming a and the gate of 1", err)
 	}
-	if err := h.c.Drain(now, DefaultNamespace, "nobody"); err == nil || errors.Is(err, ErrGateFull) {
+	if err := h.c.Drain(now, protocol.DefaultNamespace, "nobody"); err == nil || errors.Is(err, ErrGateFull) {
 		t.Fatalf("Drain(nobody) = %v, want an unknown-owner error", err)
 	}
 
@@ -299,7 +299,7 @@ func TestFreshSessionHandedActs(t *testing.T) {
 		t.Fatal("a draining owner was asked to hand nothing over")
 	}
 	// The old leader dies before it hears a's report; a new one takes over.
-	h.c = Resume(CoreConfig{Timing: tm, Policy: assign.Fixed{Pieces: 4}, Epoch: epoch, Seed: 1}, h.c.State(), 5<<32, now.Add(time.Second))
+	h.c = Resume(Settings{Timing: tm, Policy: assign.Fixed{Pieces: 4}, Epoch: epoch, Seed: 1}, h.c.State(), 5<<32, now.Add(time.Second))
 	if r := h.ready(); slices.ContainsFunc(r.Owners, func(m OwnerMessage) bool { return m.To == "a" }) {
 		t.Fatalf("the takeover sent the draining owner %+v; the test needs its first request to be fresh", r.Owners)
 	}

@@ -26,12 +26,12 @@ func TestOrphansSurviveFailover(t *testing.T) {
 	lsn := h.mark()
 	a.restart()
 	h.send(last.Add(100*ms), a)
-	if rec := h.c.State().Owners(DefaultNamespace)["a"]; rec.Incarnation != 2 || rec.Since < old[len(old)-1].LGN {
+	if rec := h.c.State().Owners(protocol.DefaultNamespace)["a"]; rec.Incarnation != 2 || rec.Since < old[len(old)-1].LGN {
 		t.Fatalf("a's record %+v: want incarnation 2 and Since at least %d", rec, old[len(old)-1].LGN)
 	}
 
 	takeover := last.Add(time.Second)
-	h.c = Resume(CoreConfig{Timing: tm, Policy: assign.Fixed{Pieces: 2}, Handover: -1, Epoch: epoch, Seed: 1}, h.c.State(), 5<<32, takeover)
+	h.c = Resume(Settings{Timing: tm, Policy: assign.Fixed{Pieces: 2}, Handover: -1, Epoch: epoch, Seed: 1}, h.c.State(), 5<<32, takeover)
 	h.c.Ready()
 	end := takeover.Add(tm.ManagerLease)
 	for now := takeover.Add(100 * ms); now.Before(end); now = now.Add(tm.Renew) {
@@ -60,7 +60,7 @@ func TestOrphansSurviveFailover(t *testing.T) {
 // the old run may still hold them; TestNewIncarnation fails with it.
 func TestFreeAtRestartBroken(t *testing.T) {
 	a := newPeer("a")
-	h := joinedCfg(t, CoreConfig{Policy: assign.Fixed{Pieces: 2}, Handover: -1}, a)
+	h := joinedCfg(t, Settings{Policy: assign.Fixed{Pieces: 2}, Handover: -1}, a)
 	h.c.broken.FreeAtRestart = true
 	last := restartEnd.Add(300 * ms)
 	h.send(last, a)
@@ -93,7 +93,7 @@ func TestHandedAfterDeadline(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a, b := newPeer("a"), newPeer("b")
-			h := joinedCfg(t, CoreConfig{Policy: assign.Fixed{Pieces: 4}}, a)
+			h := joinedCfg(t, Settings{Policy: assign.Fixed{Pieces: 4}}, a)
 			if tc.faults != nil {
 				h.c.broken = *tc.faults
 			}

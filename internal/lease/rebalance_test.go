@@ -19,12 +19,12 @@ func TestLoadAwareDesired(t *testing.T) {
 		t.Fatal(err)
 	}
 	a, b, c := newPeer("a"), newPeer("b"), newPeer("c")
-	h := joinedCfg(t, CoreConfig{Rebalance: pol, RebalanceEvery: time.Second, Handover: -1}, a, b, c)
-	d0 := h.c.Desired(DefaultNamespace)
+	h := joinedCfg(t, Settings{Rebalance: pol, RebalanceEvery: time.Second, Handover: -1}, a, b, c)
+	d0 := h.c.Desired(protocol.DefaultNamespace)
 	if len(d0) == 0 {
 		t.Fatal("no desired assignment")
 	}
-	if got := h.c.State().ns[DefaultNamespace].desired; !slices.Equal(got, d0) {
+	if got := h.c.State().ns[protocol.DefaultNamespace].desired; !slices.Equal(got, d0) {
 		t.Fatalf("the desired assignment is not in the replicated state")
 	}
 	share := func(d []keyspace.Range) float64 {
@@ -36,7 +36,7 @@ func TestLoadAwareDesired(t *testing.T) {
 	}
 	wantA := func() []keyspace.Range {
 		var out []keyspace.Range
-		for _, s := range h.c.Desired(DefaultNamespace) {
+		for _, s := range h.c.Desired(protocol.DefaultNamespace) {
 			if s.Owner == "a" {
 				out = append(out, s.Range)
 			}
@@ -66,14 +66,14 @@ func TestLoadAwareDesired(t *testing.T) {
 	if after := share(wantA()); after >= before {
 		t.Fatalf("a's desired share went from %g to %g of the key space; want it smaller", before, after)
 	}
-	if got := h.c.State().ns[DefaultNamespace].desired; !slices.Equal(got, h.c.Desired(DefaultNamespace)) {
+	if got := h.c.State().ns[protocol.DefaultNamespace].desired; !slices.Equal(got, h.c.Desired(protocol.DefaultNamespace)) {
 		t.Fatalf("the new desired assignment is not in the replicated state")
 	}
 
 	// A new leader resumes from the replicated assignment.
-	r := Resume(CoreConfig{Timing: tm, Rebalance: pol, RebalanceEvery: time.Second}, h.c.State(), 7<<32, now.Add(2*time.Second))
-	if !slices.Equal(r.Desired(DefaultNamespace), h.c.Desired(DefaultNamespace)) {
-		t.Fatalf("after takeover the desired assignment is %v, want the replicated one", r.Desired(DefaultNamespace))
+	r := Resume(Settings{Timing: tm, Rebalance: pol, RebalanceEvery: time.Second}, h.c.State(), 7<<32, now.Add(2*time.Second))
+	if !slices.Equal(r.Desired(protocol.DefaultNamespace), h.c.Desired(protocol.DefaultNamespace)) {
+		t.Fatalf("after takeover the desired assignment is %v, want the replicated one", r.Desired(protocol.DefaultNamespace))
 	}
 }
 
@@ -87,7 +87,7 @@ func TestJoinsWhileNothingHeld(t *testing.T) {
 		t.Fatal(err)
 	}
 	ps := []*peer{newPeer("a"), newPeer("b"), newPeer("c"), newPeer("d")}
-	h := newHarnessCfg(t, CoreConfig{Rebalance: pol, Handover: -1}, ps...)
+	h := newHarnessCfg(t, Settings{Rebalance: pol, Handover: -1}, ps...)
 	for i, p := range ps {
 		h.send(base.Add(time.Duration(i)*100*ms), p) // a round per join, or per MembershipEvery
 	}
@@ -96,7 +96,7 @@ func TestJoinsWhileNothingHeld(t *testing.T) {
 	// with most of the key space; consistent hashing gives each about a
 	// quarter, and the round after it moves at most a tenth.
 	shares := map[string]float64{}
-	for _, s := range h.c.Desired(DefaultNamespace) {
+	for _, s := range h.c.Desired(protocol.DefaultNamespace) {
 		shares[s.Owner] += s.Range.Size() / (1 << 64)
 	}
 	for _, p := range ps {
@@ -116,7 +116,7 @@ func TestLoadRoundWaitsForEveryReport(t *testing.T) {
 	}
 	a, b := newPeer("a"), newPeer("b")
 	every := 200 * ms // well inside a ManagerLease, so both stay members throughout
-	h := joinedCfg(t, CoreConfig{Rebalance: pol, RebalanceEvery: every, Handover: -1}, a, b)
+	h := joinedCfg(t, Settings{Rebalance: pol, RebalanceEvery: every, Handover: -1}, a, b)
 	report := func(now time.Time, p *peer) {
 		req := p.request()
 		req.Window = time.Second

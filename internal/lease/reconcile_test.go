@@ -114,12 +114,12 @@ func TestReconcileIncremental(t *testing.T) {
 			pacing = -1
 		}
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
-			reconcileRun(t, seed, CoreConfig{Policy: assign.ConsistentHash{VNodes: 4}, Handover: handover, MembershipEvery: pacing}, 1500)
+			reconcileRun(t, seed, Settings{Policy: assign.ConsistentHash{VNodes: 4}, Handover: handover, MembershipEvery: pacing}, 1500)
 		})
 	}
 }
 
-func reconcileRun(t *testing.T, seed uint64, cfg CoreConfig, steps int) {
+func reconcileRun(t *testing.T, seed uint64, cfg Settings, steps int) {
 	rng := rand.New(rand.NewPCG(seed, 0x5ec0))
 	cfg.Timing, cfg.Epoch, cfg.Seed = tm, epoch, seed
 	c := NewCore(cfg, base)
@@ -183,7 +183,7 @@ func reconcileRun(t *testing.T, seed uint64, cfg CoreConfig, steps int) {
 			}
 		case x < 12:
 			what = fmt.Sprintf("step %d: drain of %s", step, p.id)
-			if err := c.Drain(now, DefaultNamespace, p.id); err != nil {
+			if err := c.Drain(now, protocol.DefaultNamespace, p.id); err != nil {
 				flushed = false // refused: nothing done
 			}
 		default:
@@ -231,8 +231,8 @@ func TestSetDesiredDiff(t *testing.T) {
 	for seed := range uint64(20) {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 0xd1ff))
-			c := NewCore(CoreConfig{Timing: tm, Epoch: epoch}, base)
-			n := c.ns[DefaultNamespace]
+			c := NewCore(Settings{Timing: tm, Epoch: epoch}, base)
+			n := c.ns[protocol.DefaultNamespace]
 			n.dirty = nil
 			var policy assign.Policy = assign.ConsistentHash{VNodes: 8}
 			if seed%4 == 3 {

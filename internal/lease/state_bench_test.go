@@ -7,6 +7,7 @@ import (
 	"github.com/leasehold/leasehold/assign"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/leasetable"
+	"github.com/leasehold/leasehold/protocol"
 )
 
 // stateOf returns the State of a Manager whose owners Owners hold the key
@@ -14,7 +15,7 @@ import (
 // its own grant: the steady state of the scale benchmark.
 func stateOf(tb testing.TB, owners int) *State {
 	st := NewState(0)
-	if err := st.Apply(base, []Change{{Op: OpEpoch, Epoch: epoch}, {Op: OpNamespace, NS: DefaultNamespace}}); err != nil {
+	if err := st.Apply(base, []Change{{Op: OpEpoch, Epoch: epoch}, {Op: OpNamespace, NS: protocol.DefaultNamespace}}); err != nil {
 		tb.Fatal(err)
 	}
 	members := make([]assign.Member, owners)
@@ -22,13 +23,13 @@ func stateOf(tb testing.TB, owners int) *State {
 	for i := range members {
 		id := fmt.Sprintf("owner-%d", i)
 		members[i] = assign.Member{ID: id}
-		chs = append(chs, Change{Op: OpOwner, NS: DefaultNamespace, Owner: id,
+		chs = append(chs, Change{Op: OpOwner, NS: protocol.DefaultNamespace, Owner: id,
 			Record: OwnerRecord{Addr: fmt.Sprintf("10.0.%d.%d:7000", i/256, i%256), Incarnation: 1, Member: true}})
 	}
 	if err := st.Apply(base, chs); err != nil {
 		tb.Fatal(err)
 	}
-	n := st.ns[DefaultNamespace]
+	n := st.ns[protocol.DefaultNamespace]
 	var segs []leasetable.Segment
 	for i, s := range (assign.ConsistentHash{}).Assign(members) {
 		segs = append(segs, leasetable.Segment{Range: s.Range,
@@ -54,7 +55,7 @@ func BenchmarkStateEncode(b *testing.B) {
 				size = len(st.Encode())
 			}
 			b.ReportMetric(float64(size), "bytes")
-			b.ReportMetric(float64(st.Table(DefaultNamespace).Len()), "segments")
+			b.ReportMetric(float64(st.Table(protocol.DefaultNamespace).Len()), "segments")
 		})
 	}
 }

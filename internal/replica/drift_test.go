@@ -21,12 +21,12 @@ func TestFeedVouchesOnlyToLookupsWithItsDrift(t *testing.T) {
 	ftm := tm
 	ftm.MaxDrift = 0.2
 	st := lease.NewState(ftm.LogRetention)
-	if err := st.Apply(base, []lease.Change{{Op: lease.OpEpoch, Epoch: epoch}, {Op: lease.OpNamespace, NS: lease.DefaultNamespace}}); err != nil {
+	if err := st.Apply(base, []lease.Change{{Op: lease.OpEpoch, Epoch: epoch}, {Op: lease.OpNamespace, NS: protocol.DefaultNamespace}}); err != nil {
 		t.Fatal(err)
 	}
 	set := func(lgn keyspace.LGN) {
 		t.Helper()
-		if err := st.Apply(base, []lease.Change{{Op: lease.OpSet, NS: lease.DefaultNamespace, Range: keyspace.Full,
+		if err := st.Apply(base, []lease.Change{{Op: lease.OpSet, NS: protocol.DefaultNamespace, Range: keyspace.Full,
 			Entry: leasetable.Entry{Owner: "a", Addr: "a:1", LGN: lgn}}}); err != nil {
 			t.Fatal(err)
 		}
@@ -37,7 +37,7 @@ func TestFeedVouchesOnlyToLookupsWithItsDrift(t *testing.T) {
 	at := func(d time.Duration) time.Time { return base.Add(d) }
 	poll := func(now time.Time, id uint64, drift float64) {
 		t.Helper()
-		if err := f.StepSync(now, id, &protocol.SyncRequest{Namespace: lease.DefaultNamespace, ID: 1, Heartbeats: true, MaxDrift: drift}); err != nil {
+		if err := f.StepSync(now, id, &protocol.SyncRequest{Namespace: protocol.DefaultNamespace, ID: 1, Heartbeats: true, MaxDrift: drift}); err != nil {
 			t.Fatal(err)
 		}
 		for _, lm := range f.Ready() {

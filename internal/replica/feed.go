@@ -80,7 +80,7 @@ type FeedStats struct {
 }
 
 // DefaultPushEvery is the least time between two push rounds of a
-// namespace when config.Replica.PushEvery is 0. A change applied within
+// namespace when Settings.PushEvery is 0. A change applied within
 // PushEvery of the last round waits at most this long for the next one: a
 // tenth of the 1 s goal for a change to reach every Lookup, and one period
 // of the default Raft tick. A sustained burst then costs at most 10 rounds

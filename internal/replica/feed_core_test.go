@@ -66,7 +66,7 @@ func (p *peer) request() *protocol.LeaseRequest {
 	}
 	p.sentHeld[p.seq] = slices.Clone(p.held)
 	return &protocol.LeaseRequest{
-		Namespace: lease.DefaultNamespace, Owner: p.id, Addr: p.addr(), Incarnation: p.inc,
+		Namespace: protocol.DefaultNamespace, Owner: p.id, Addr: p.addr(), Incarnation: p.inc,
 		Seq: p.seq, AckEpoch: epoch, AckSeq: p.ack, Held: slices.Clone(p.held), Capacity: p.capacity,
 	}
 }
@@ -129,10 +129,10 @@ type round struct {
 // handovers).
 func newHarness(t *testing.T, policy assign.Policy, peers ...*peer) *harness {
 	t.Helper()
-	return newHarnessCfg(t, lease.CoreConfig{Policy: policy, Handover: -1}, peers...)
+	return newHarnessCfg(t, lease.Settings{Policy: policy, Handover: -1}, peers...)
 }
 
-func newHarnessCfg(t *testing.T, cfg lease.CoreConfig, peers ...*peer) *harness {
+func newHarnessCfg(t *testing.T, cfg lease.Settings, peers ...*peer) *harness {
 	t.Helper()
 	cfg.Timing, cfg.Epoch, cfg.Seed = tm, epoch, 1
 	h := &harness{t: t, c: lease.NewCore(cfg, base), peers: map[string]*peer{}}
@@ -225,7 +225,7 @@ func (h *harness) to(r round, id string) *protocol.LeaseResponse {
 	return out[0]
 }
 
-func (h *harness) table() *leasetable.Table { return h.c.Table(lease.DefaultNamespace) }
+func (h *harness) table() *leasetable.Table { return h.c.Table(protocol.DefaultNamespace) }
 
 // entry returns the table's entry on r, failing unless r is one segment.
 func (h *harness) entry(r keyspace.Range) leasetable.Entry {
@@ -266,10 +266,10 @@ func checkGrants(t *testing.T, ls []protocol.Lease, want []keyspace.Range, after
 // restart reservation ends and are then granted their desired ranges.
 func joined(t *testing.T, pieces int, ps ...*peer) *harness {
 	t.Helper()
-	return joinedCfg(t, lease.CoreConfig{Policy: assign.Fixed{Pieces: pieces}, Handover: -1}, ps...)
+	return joinedCfg(t, lease.Settings{Policy: assign.Fixed{Pieces: pieces}, Handover: -1}, ps...)
 }
 
-func joinedCfg(t *testing.T, cfg lease.CoreConfig, ps ...*peer) *harness {
+func joinedCfg(t *testing.T, cfg lease.Settings, ps ...*peer) *harness {
 	t.Helper()
 	h := granted(t, cfg, ps...)
 	for _, p := range ps {
@@ -281,7 +281,7 @@ func joinedCfg(t *testing.T, cfg lease.CoreConfig, ps ...*peer) *harness {
 
 // granted is joinedCfg up to the first grants, which the peers have taken
 // but not yet acknowledged.
-func granted(t *testing.T, cfg lease.CoreConfig, ps ...*peer) *harness {
+func granted(t *testing.T, cfg lease.Settings, ps ...*peer) *harness {
 	t.Helper()
 	h := newHarnessCfg(t, cfg, ps...)
 	h.renewals(base, restartEnd.Add(-1), ps...)
@@ -328,7 +328,7 @@ func TestStepSync(t *testing.T) {
 	for i, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			req := tc.req
-			req.Namespace = lease.DefaultNamespace
+			req.Namespace = protocol.DefaultNamespace
 			session := uint64(100 + i)
 			if err := h.f.StepSync(now, session, &req); err != nil {
 				t.Fatal(err)
@@ -338,8 +338,8 @@ func TestStepSync(t *testing.T) {
 				t.Fatalf("%d answers, want 1", len(msgs))
 			}
 			m := msgs[0]
-			if m.ID != req.ID || m.Epoch != epoch || m.Namespace != lease.DefaultNamespace {
-				t.Fatalf("answer ID %d epoch %d namespace %q, want %d %d %q", m.ID, m.Epoch, m.Namespace, req.ID, epoch, lease.DefaultNamespace)
+			if m.ID != req.ID || m.Epoch != epoch || m.Namespace != protocol.DefaultNamespace {
+				t.Fatalf("answer ID %d epoch %d namespace %q, want %d %d %q", m.ID, m.Epoch, m.Namespace, req.ID, epoch, protocol.DefaultNamespace)
 			}
 			u := m.Update
 			if u.Snapshot != tc.snapshot || u.To != lsn {
@@ -376,7 +376,7 @@ func TestPushes(t *testing.T) {
 	now := restartEnd.Add(100 * ms)
 	sync := func(session uint64, lsn keyspace.LSN) {
 		t.Helper()
-		if err := h.f.StepSync(now, session, &protocol.SyncRequest{Namespace: lease.DefaultNamespace, ID: 1, Epoch: epoch, LSN: lsn}); err != nil {
+		if err := h.f.StepSync(now, session, &protocol.SyncRequest{Namespace: protocol.DefaultNamespace, ID: 1, Epoch: epoch, LSN: lsn}); err != nil {
 			t.Fatal(err)
 		}
 		h.ready()
@@ -426,7 +426,7 @@ func TestPushes(t *testing.T) {
 	}
 
 	// A closed session gets no more pushes.
-	h.f.Close(lease.DefaultNamespace, 8)
+	h.f.Close(protocol.DefaultNamespace, 8)
 	lsn := h.table().LSN()
 	c.held = nil // c gives its ranges up: the release frees them, a change
 	r = h.send(now.Add(500*ms), c)
@@ -441,7 +441,7 @@ func TestPushes(t *testing.T) {
 
 func checkPush(t *testing.T, m LookupMessage, to uint64, want leasetable.Update) {
 	t.Helper()
-	if m.To != to || m.Msg.ID != 0 || m.Msg.Epoch != epoch || m.Msg.Namespace != lease.DefaultNamespace {
+	if m.To != to || m.Msg.ID != 0 || m.Msg.Epoch != epoch || m.Msg.Namespace != protocol.DefaultNamespace {
 		t.Fatalf("push %+v to %d, want ID 0 epoch %d to %d", *m.Msg, m.To, epoch, to)
 	}
 	if fmt.Sprint(m.Msg.Update) != fmt.Sprint(want) {

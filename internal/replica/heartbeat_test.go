@@ -17,12 +17,12 @@ import (
 // session that takes none.
 func TestFeedHeartbeats(t *testing.T) {
 	st := lease.NewState(tm.LogRetention)
-	if err := st.Apply(base, []lease.Change{{Op: lease.OpEpoch, Epoch: epoch}, {Op: lease.OpNamespace, NS: lease.DefaultNamespace}}); err != nil {
+	if err := st.Apply(base, []lease.Change{{Op: lease.OpEpoch, Epoch: epoch}, {Op: lease.OpNamespace, NS: protocol.DefaultNamespace}}); err != nil {
 		t.Fatal(err)
 	}
 	set := func(lgn keyspace.LGN) {
 		t.Helper()
-		if err := st.Apply(base, []lease.Change{{Op: lease.OpSet, NS: lease.DefaultNamespace, Range: keyspace.Full,
+		if err := st.Apply(base, []lease.Change{{Op: lease.OpSet, NS: protocol.DefaultNamespace, Range: keyspace.Full,
 			Entry: leasetable.Entry{Owner: "a", Addr: "a:1", LGN: lgn}}}); err != nil {
 			t.Fatal(err)
 		}
@@ -33,7 +33,7 @@ func TestFeedHeartbeats(t *testing.T) {
 	f.SetServes(func(time.Time) bool { return serving })
 	at := func(d time.Duration) time.Time { return base.Add(d) }
 	for id, beats := range map[uint64]bool{7: true, 8: false} {
-		if err := f.StepSync(base, id, &protocol.SyncRequest{Namespace: lease.DefaultNamespace, ID: 3, Heartbeats: beats, MaxDrift: tm.MaxDrift}); err != nil {
+		if err := f.StepSync(base, id, &protocol.SyncRequest{Namespace: protocol.DefaultNamespace, ID: 3, Heartbeats: beats, MaxDrift: tm.MaxDrift}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -101,21 +101,21 @@ func TestFeedHeartbeats(t *testing.T) {
 // every Sync; both go in the end.
 func TestFeedKeepsHeartbeatSessions(t *testing.T) {
 	st := lease.NewState(tm.LogRetention)
-	if err := st.Apply(base, []lease.Change{{Op: lease.OpEpoch, Epoch: epoch}, {Op: lease.OpNamespace, NS: lease.DefaultNamespace}}); err != nil {
+	if err := st.Apply(base, []lease.Change{{Op: lease.OpEpoch, Epoch: epoch}, {Op: lease.OpNamespace, NS: protocol.DefaultNamespace}}); err != nil {
 		t.Fatal(err)
 	}
 	f := NewFeed(st, tm)
 	for id, beats := range map[uint64]bool{7: true, 8: false} {
-		if err := f.StepSync(base, id, &protocol.SyncRequest{Namespace: lease.DefaultNamespace, ID: 1, Heartbeats: beats, MaxDrift: tm.MaxDrift}); err != nil {
+		if err := f.StepSync(base, id, &protocol.SyncRequest{Namespace: protocol.DefaultNamespace, ID: 1, Heartbeats: beats, MaxDrift: tm.MaxDrift}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	f.Tick(base.Add(2*tm.SyncTimeout + time.Millisecond))
-	if n := f.Lookups(lease.DefaultNamespace); n != 1 {
+	if n := f.Lookups(protocol.DefaultNamespace); n != 1 {
 		t.Fatalf("%d sessions after two SyncTimeouts of silence, want the one that takes heartbeats", n)
 	}
 	f.Tick(base.Add(2*tm.SyncTimeout + tm.LookupPollMax() + time.Millisecond))
-	if n := f.Lookups(lease.DefaultNamespace); n != 0 || len(f.beats[lease.DefaultNamespace]) != 0 {
+	if n := f.Lookups(protocol.DefaultNamespace); n != 0 || len(f.beats[protocol.DefaultNamespace]) != 0 {
 		t.Fatalf("%d sessions after LookupPollMax more, want none", n)
 	}
 }

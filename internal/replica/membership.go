@@ -40,7 +40,7 @@ var (
 )
 
 // DefaultLearnerTimeout is how long a learner may take to catch up when
-// CoreConfig.LearnerTimeout is 0.
+// Settings.LearnerTimeout is 0.
 const DefaultLearnerTimeout = 30 * time.Second
 
 // caughtUp reports whether a learner whose log matches the leader's up to
@@ -49,7 +49,7 @@ const DefaultLearnerTimeout = 30 * time.Second
 func caughtUp(match, last uint64) bool { return match > 0 && match >= last-last/10 }
 
 func (r *Replica) learnerTimeout() time.Duration {
-	if d := r.cfg.Core.LearnerTimeout; d > 0 {
+	if d := r.cfg.Settings.LearnerTimeout; d > 0 {
 		return d
 	}
 	return DefaultLearnerTimeout

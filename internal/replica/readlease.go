@@ -122,11 +122,11 @@ type ReadLeaseStatus struct {
 	Stats   ReadLeaseStats
 }
 
-func (r *Replica) leaseOn() bool { return r.cfg.Core.ReadLease.On() }
+func (r *Replica) leaseOn() bool { return r.cfg.Settings.ReadLease.On() }
 
-func (r *Replica) leaseHolder() bool { return r.cfg.Core.ReadLease.Holds(r.cfg.ID) }
+func (r *Replica) leaseHolder() bool { return r.cfg.Settings.ReadLease.Holds(r.cfg.ID) }
 
-func (r *Replica) leaseBound() time.Duration { return r.cfg.Core.ReadLeaseBound() }
+func (r *Replica) leaseBound() time.Duration { return r.cfg.Settings.ReadLeaseBound() }
 
 // ReadLease reports the replica's read lease at now.
 func (r *Replica) ReadLease(now time.Time) ReadLeaseStatus {
@@ -195,7 +195,7 @@ func (r *Replica) leaseTick(now time.Time) {
 		r.leaseVisible(now)
 		if !now.Before(r.rl.nextSend) {
 			r.sendVisible()
-			r.rl.nextSend = now.Add(r.cfg.Core.ReadLease.Renew)
+			r.rl.nextSend = now.Add(r.cfg.Settings.ReadLease.Renew)
 		}
 	}
 }
@@ -225,13 +225,13 @@ func (r *Replica) leaseDeadline() time.Time {
 }
 
 func (r *Replica) askLease(now time.Time) {
-	r.rl.nextAsk = now.Add(r.cfg.Core.ReadLease.Renew)
+	r.rl.nextAsk = now.Add(r.cfg.Settings.ReadLease.Renew)
 	voters, _ := r.majority()
 	if voters == nil {
 		return
 	}
 	for rd, a := range r.rl.asks {
-		if now.Sub(a.at) >= r.cfg.Core.ReadLease.Duration {
+		if now.Sub(a.at) >= r.cfg.Settings.ReadLease.Duration {
 			delete(r.rl.asks, rd) // its promises could no longer extend the lease
 		}
 	}
@@ -275,7 +275,7 @@ func (r *Replica) stepLease(now time.Time, m raftpb.Message) {
 // while Raft still names this replica its current leader (leading), and a
 // replica Raft made leader promises nothing until it has taken over.
 func (r *Replica) grant(now time.Time, m raftpb.Message) {
-	if !r.cfg.Core.ReadLease.Holds(m.From) {
+	if !r.cfg.Settings.ReadLease.Holds(m.From) {
 		return
 	}
 	bs := r.rn.BasicStatus()
@@ -350,7 +350,7 @@ func (r *Replica) promised(now time.Time, m raftpb.Message) {
 	case a.ack.round == 0 || a.ack.term != m.Term:
 		return // no promise of this term acknowledged: the next round will be
 	}
-	until := start.Add(r.cfg.Core.ReadLease.Duration)
+	until := start.Add(r.cfg.Settings.ReadLease.Duration)
 	if !until.After(r.rl.until) {
 		return
 	}

@@ -38,11 +38,11 @@ type Peer struct {
 // ReplicaConfig configures a Replica.
 type ReplicaConfig struct {
 	ID uint64
-	// Core is the replica's settings: its Core's, its Feed's and its Raft
-	// node's (manager.ServerConfig embeds the same struct). NewReplica
-	// fills in their defaults but does not validate them, so that the
-	// simulation can run timings that break the protocol's rules.
-	Core lease.CoreConfig
+	// Settings are the replica's: its Core's, its Feed's and its Raft
+	// node's (manager.Config holds the same). NewReplica fills in their
+	// defaults but does not validate them, so that the simulation can run
+	// timings that break the protocol's rules.
+	Settings Settings
 	// Storage holds the Raft log the replica restarts from; the driver
 	// loads it from the data directory (or starts it empty).
 	Storage *raft.MemoryStorage
@@ -148,12 +148,12 @@ func NewReplica(cfg ReplicaConfig, now time.Time) (*Replica, error) {
 	if cfg.ID == 0 {
 		return nil, errors.New("manager: replica ID 0")
 	}
-	cfg.Core.SetDefaults()
+	cfg.Settings.SetDefaults()
 	if cfg.Storage == nil {
 		cfg.Storage = raft.NewMemoryStorage()
 	}
-	r := &Replica{cfg: cfg, ms: cfg.Storage, st: lease.NewState(cfg.Core.Timing.LogRetention),
-		pending: map[uint64]*heldRound{}, nextTick: now.Add(cfg.Core.RaftTick),
+	r := &Replica{cfg: cfg, ms: cfg.Storage, st: lease.NewState(cfg.Settings.Lease.Timing.LogRetention),
+		pending: map[uint64]*heldRound{}, nextTick: now.Add(cfg.Settings.RaftTick),
 		started: now, reads: map[string]time.Time{},
 		heard: map[uint64]time.Time{}, learners: map[uint64]time.Time{},
 		rl: readLease{asks: map[uint64]*leaseAsk{}, promised: map[uint64]time.Time{},
@@ -163,18 +163,18 @@ func NewReplica(cfg ReplicaConfig, now time.Time) (*Replica, error) {
 		return nil, err
 	}
 	if !raft.IsEmptySnap(snap) {
-		if r.st, err = lease.DecodeState(snap.Data, cfg.Core.Timing.LogRetention); err != nil {
+		if r.st, err = lease.DecodeState(snap.Data, cfg.Settings.Lease.Timing.LogRetention); err != nil {
 			return nil, err
 		}
 		r.applied, r.snapshot, r.conf = snap.Metadata.Index, snap.Metadata.Index, snap.Metadata.ConfState
 	}
-	r.feed = NewFeed(r.st, cfg.Core.Timing)
-	r.feed.SetPushEvery(cfg.Core.PushEvery)
+	r.feed = NewFeed(r.st, cfg.Settings.Lease.Timing)
+	r.feed.SetPushEvery(cfg.Settings.PushEvery)
 	r.feed.SetServes(r.vouches)
 	r.feed.unserved = cfg.Break.HeartbeatUnserved
 	rc := &raft.Config{
 		ID:              cfg.ID,
-		ElectionTick:    cfg.Core.ElectionTicks,
+		ElectionTick:    cfg.Settings.ElectionTicks,
 		HeartbeatTick:   1,
 		Storage:         r.ms,
 		Applied:         r.applied,
@@ -346,7 +346,7 @@ func (r *Replica) askRead(now time.Time) {
 }
 
 func (r *Replica) electionTimeout() time.Duration {
-	return time.Duration(r.cfg.Core.ElectionTicks) * r.cfg.Core.RaftTick
+	return time.Duration(r.cfg.Settings.ElectionTicks) * r.cfg.Settings.RaftTick
 }
 
 // StaleBound is how far behind the newest committed table a serving
@@ -423,15 +423,15 @@ func (r *Replica) alone() bool {
 // Lookup messages of a push round it runs go out with the next Ready.
 func (r *Replica) Tick(now time.Time) {
 	if r.alone() {
-		r.nextTick = now.Add(r.cfg.Core.RaftTick) // where they resume from
+		r.nextTick = now.Add(r.cfg.Settings.RaftTick) // where they resume from
 	}
 	for ticks := 0; !now.Before(r.nextTick); ticks++ {
-		if ticks < 4*r.cfg.Core.ElectionTicks { // a long pause is not a storm of ticks
+		if ticks < 4*r.cfg.Settings.ElectionTicks { // a long pause is not a storm of ticks
 			r.rn.Tick()
 		}
-		r.nextTick = r.nextTick.Add(r.cfg.Core.RaftTick)
-		if !now.Before(r.nextTick) && ticks >= 4*r.cfg.Core.ElectionTicks {
-			r.nextTick = now.Add(r.cfg.Core.RaftTick)
+		r.nextTick = r.nextTick.Add(r.cfg.Settings.RaftTick)
+		if !now.Before(r.nextTick) && ticks >= 4*r.cfg.Settings.ElectionTicks {
+			r.nextTick = now.Add(r.cfg.Settings.RaftTick)
 		}
 	}
 	r.feed.PushDue(now)
@@ -555,7 +555,7 @@ func (r *Replica) Advance(now time.Time, rd Ready) error {
 		return nil
 	}
 	if !raft.IsEmptySnap(rd.Snapshot) {
-		st, err := lease.DecodeState(rd.Snapshot.Data, r.cfg.Core.Timing.LogRetention)
+		st, err := lease.DecodeState(rd.Snapshot.Data, r.cfg.Settings.Lease.Timing.LogRetention)
 		if err != nil {
 			return err
 		}
@@ -602,7 +602,7 @@ func (r *Replica) Advance(now time.Time, rd Ready) error {
 		// The second failover rule: take over only with every committed
 		// entry applied, and reserve everything (Resume).
 		r.resumes++
-		r.core = lease.ResumeBroken(r.cfg.Core, r.cfg.Break, r.st, r.coreTerm<<32|r.resumes<<24, now)
+		r.core = lease.ResumeBroken(r.cfg.Settings.Lease, r.cfg.Break, r.st, r.coreTerm<<32|r.resumes<<24, now)
 		r.stats.Takeovers++
 		r.leaseTakeover(now)
 		r.flush(now)
@@ -617,7 +617,7 @@ func (r *Replica) Advance(now time.Time, rd Ready) error {
 	// taken before the change would keep the learner from ever catching up.
 	confSnap := r.confApplied && r.snapshot > 0 && r.applied > r.snapshot
 	r.confApplied = false
-	if r.applied-r.snapshot >= r.cfg.Core.SnapshotEntries || confSnap {
+	if r.applied-r.snapshot >= r.cfg.Settings.SnapshotEntries || confSnap {
 		snap, err := r.ms.CreateSnapshot(r.applied, &r.conf, r.st.Encode())
 		if err != nil {
 			return err

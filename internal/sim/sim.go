@@ -21,7 +21,7 @@ import (
 	"github.com/leasehold/leasehold/rebalance"
 )
 
-const namespace = lease.DefaultNamespace
+const namespace = protocol.DefaultNamespace
 
 // base is the virtual wall time every local clock is offset from.
 var base = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -450,10 +450,10 @@ func raftTick(t protocol.Timing) time.Duration {
 	return min(t.Renew/10, 100*time.Millisecond)
 }
 
-// electionTicks is CoreConfig.ElectionTicks, the production default.
+// electionTicks is Settings.ElectionTicks, the production default.
 const electionTicks = 10
 
-// snapshotEntries is CoreConfig.SnapshotEntries unless
+// snapshotEntries is Settings.SnapshotEntries unless
 // Config.SnapshotEntries says otherwise.
 const snapshotEntries = 10
 
@@ -1115,14 +1115,9 @@ func (s *Sim) start(n *node) {
 		}
 		var err error
 		n.rep, err = replica.NewReplica(replica.ReplicaConfig{
-			ID: n.rid,
-			Core: lease.CoreConfig{
-				Timing: s.cfg.Timing, Policy: s.cfg.Policy, Epoch: s.epoch, Seed: seed,
-				Rebalance: s.cfg.Rebalance, RebalanceEvery: s.cfg.RebalanceEvery, DrainGate: s.cfg.DrainGate,
-				RaftTick: s.tick, ElectionTicks: electionTicks, SnapshotEntries: cmp.Or(s.cfg.SnapshotEntries, snapshotEntries),
-				ReadLease: s.readLease(),
-			},
-			Storage: n.store, Bootstrap: s.bootstrap(n), Break: s.broken(),
+			ID:       n.rid,
+			Settings: replica.Settings{Lease: lease.Settings{Timing: s.cfg.Timing, Policy: s.cfg.Policy, Epoch: s.epoch, Seed: seed, Rebalance: s.cfg.Rebalance, RebalanceEvery: s.cfg.RebalanceEvery, DrainGate: s.cfg.DrainGate}, RaftTick: s.tick, ElectionTicks: electionTicks, SnapshotEntries: cmp.Or(s.cfg.SnapshotEntries, snapshotEntries), ReadLease: s.readLease()},
+			Storage:  n.store, Bootstrap: s.bootstrap(n), Break: s.broken(),
 		}, now)
 		if err != nil {
 			panic(fmt.Sprintf("%s: %v", n.name, err))

@@ -1,24 +1,29 @@
-// Package config holds the settings of one Manager replica: the lease logic
-// its leader runs, the feed that keeps Lookups in sync, and the pace of its
-// Raft node. manager.ServerConfig embeds them; the replica that runs them
-// (internal to leasehold) reads the same struct, so every setting reaches
-// it without being copied field by field.
-package config
+package manager
 
 import (
+	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/leasehold/leasehold/assign"
+	"github.com/leasehold/leasehold/certs"
+	"github.com/leasehold/leasehold/internal/lease"
+	"github.com/leasehold/leasehold/internal/replica"
 	"github.com/leasehold/leasehold/internal/wire"
 	"github.com/leasehold/leasehold/protocol"
 	"github.com/leasehold/leasehold/rebalance"
+	"google.golang.org/grpc"
 )
 
-// Replica configures a Manager replica. The zero value serves the default
-// namespace with production timings. Every replica of a group should be
-// given the same settings.
-type Replica struct {
+// Config configures a Server: the lease rules its leader runs, the feed
+// that keeps Lookups in sync, the pace of its Raft node, its place in a
+// group of replicas, its trust boundary and its limits. The zero value is
+// a one-replica Manager that keeps its state in memory, serving the
+// default namespace with production timings, once Insecure or Certs is
+// set. Every replica of a group should be given the same lease, feed, Raft
+// and read-lease settings.
+type Config struct {
 	// Timing is the protocol's timers; the zero value means
 	// protocol.Production(). Owners and Lookups adopt the Manager's.
 	Timing protocol.Timing
@@ -29,9 +34,9 @@ type Replica struct {
 	Policy assign.Policy
 	// Epoch names the lease table. It must grow every time the Manager
 	// starts without its previous state, so Owners and Lookups can tell a
-	// restarted Manager from a delayed message of a dead one. A server
-	// takes 0 as its start time in Unix nanoseconds; a group that restarts
-	// from its data directory keeps the epoch it has.
+	// restarted Manager from a delayed message of a dead one. 0 means the
+	// start time in Unix nanoseconds, which grows across restarts; a group
+	// that restarts from its data directory keeps the epoch it has.
 	Epoch uint64
 	// Seed seeds the leader's race-backoff jitter; any value will do.
 	Seed uint64
@@ -96,31 +101,72 @@ type Replica struct {
 	// last, and every write waits for them. The zero value names no
 	// holder: reads go to the leader or take a ReadIndex round, as before.
 	ReadLease ReadLease
+
+	// ID is this replica's Raft ID, 1 if zero.
+	ID uint64
+	// Advertise is the address other replicas and clients reach this one
+	// at; empty means the listener's address.
+	Advertise string
+	// Peers are the founding replicas of a new group, this one included,
+	// with their addresses; every founder gets the same list. Empty means a
+	// group of this replica alone. Ignored when DataDir holds state.
+	Peers []Peer
+	// Join starts a replica with no state that waits to be added to a
+	// running group (leasehold cluster add) instead of founding one; Peers
+	// then lists the running group's replicas, so it can answer them.
+	Join bool
+	// DataDir keeps the Raft log and snapshots; empty keeps them in memory,
+	// so a restart starts a new epoch and every Owner loses its leases.
+	DataDir string
+	// PeerDialOptions are used to dial the other replicas (credentials, for
+	// one); nil means plaintext TCP. The server's own listener options are
+	// the embedder's: see Server.GRPCOptions and Register.
+	PeerDialOptions []grpc.DialOption
+	// Certs, if set, puts the trust boundary around the server
+	// (docs/security.md): Serve and GRPCOptions serve mutual TLS with this
+	// replica's certificate, every call is admitted by its caller's role
+	// and identity, and the other replicas are dialled with it (unless
+	// PeerDialOptions say otherwise). Nil needs Insecure.
+	Certs *certs.Source
+	// Insecure, with Certs nil, serves plaintext and admits anyone: only
+	// for tests and a Manager on a loopback address. Plaintext is only ever
+	// chosen explicitly: with neither Certs nor Insecure, Validate fails.
+	Insecure bool
+	// Logger receives the server's logs; nil discards them.
+	Logger *slog.Logger
+	// MaxRequestRate caps the requests per second one stream may send, with
+	// bursts of twice that; a stream over it is closed with
+	// ResourceExhausted. 0 means 50.
+	MaxRequestRate float64
+	// MaxCallRate caps the unary calls (status, drain, cluster changes,
+	// holder reads) per second on one connection, with bursts of twice
+	// that; a call past it is refused with ResourceExhausted before its
+	// request is read. 0 means DefaultMaxCallRate.
+	MaxCallRate float64
+	// MaxMessageBytes caps the size of a message a client may send; 0 means
+	// 4 MiB.
+	MaxMessageBytes int
+	// MaxConnections caps the connections open to this replica at once;
+	// one past it is refused with a GOAWAY naming the limit. 0 means
+	// DefaultMaxConnections.
+	MaxConnections int
+	// MaxStreamsPerConn caps the streams open at once on one connection
+	// (HTTP/2's SETTINGS_MAX_CONCURRENT_STREAMS). A follower relays Owners'
+	// streams to the leader over one connection, so it must exceed the
+	// Owners one replica may relay. 0 means DefaultMaxStreamsPerConn.
+	MaxStreamsPerConn int
+	// IdleTimeout closes a connection with no stream open for that long;
+	// 0 means DefaultIdleTimeout, negative never.
+	IdleTimeout time.Duration
 }
 
 // The defaults of MaxOwners and MaxRanges: 10,000 Owners of 64 ranges each
 // fit, with room; a Lookup's snapshot of the largest table still fits the
 // Lookup's message limit.
 const (
-	DefaultMaxOwners = 10000
-	DefaultMaxRanges = 1 << 20
+	DefaultMaxOwners = lease.DefaultMaxOwners
+	DefaultMaxRanges = lease.DefaultMaxRanges
 )
-
-// OwnerLimit returns MaxOwners, or its default.
-func (c *Replica) OwnerLimit() int {
-	if c.MaxOwners > 0 {
-		return c.MaxOwners
-	}
-	return DefaultMaxOwners
-}
-
-// RangeLimit returns MaxRanges, or its default.
-func (c *Replica) RangeLimit() int {
-	if c.MaxRanges > 0 {
-		return c.MaxRanges
-	}
-	return DefaultMaxRanges
-}
 
 // ReadLease configures quorum read leases. Every replica of a group must be
 // given the same holders and lengths: a replica that did not know another
@@ -142,63 +188,47 @@ type ReadLease struct {
 }
 
 // On reports whether any replica holds read leases.
-func (l ReadLease) On() bool { return l.All || len(l.Holders) > 0 }
+func (l ReadLease) On() bool { return replica.ReadLease(l).On() }
 
 // Holds reports whether replica id is a holder.
-func (l ReadLease) Holds(id uint64) bool {
-	if l.All {
-		return true
+func (l ReadLease) Holds(id uint64) bool { return replica.ReadLease(l).Holds(id) }
+
+// settings returns the replica's part of c, as the replica reads it.
+func (c *Config) settings() replica.Settings {
+	return replica.Settings{
+		Lease: lease.Settings{Timing: c.Timing, Namespaces: c.Namespaces, Policy: c.Policy, Epoch: c.Epoch, Seed: c.Seed,
+			Handover: c.Handover, DrainGate: c.DrainGate, Rebalance: c.Rebalance, RebalanceEvery: c.RebalanceEvery,
+			MembershipEvery: c.MembershipEvery, MaxOwners: c.MaxOwners, MaxRanges: c.MaxRanges},
+		PushEvery: c.PushEvery, RaftTick: c.RaftTick, ElectionTicks: c.ElectionTicks, SnapshotEntries: c.SnapshotEntries,
+		LearnerTimeout: c.LearnerTimeout,
+		ReadLease:      replica.ReadLease(c.ReadLease),
 	}
-	for _, h := range l.Holders {
-		if h == id {
-			return true
-		}
-	}
-	return false
+}
+
+// setDefaults fills in the zero fields that have a default the replica
+// needs as a value (replica.Settings.SetDefaults says which).
+func (c *Config) setDefaults() {
+	s := c.settings()
+	s.SetDefaults()
+	c.Timing, c.RaftTick, c.ElectionTicks, c.SnapshotEntries = s.Lease.Timing, s.RaftTick, s.ElectionTicks, s.SnapshotEntries
+	c.ReadLease = ReadLease(s.ReadLease)
 }
 
 // ReadLeaseBound is the longest a leader counts a holder as possibly
 // serving after it last promised it, on the leader's clock: Duration ×
 // (1 + MaxDrift), so that the holder's lease, timed on a clock that may run
 // slower, has ended by then.
-func (c *Replica) ReadLeaseBound() time.Duration {
-	return time.Duration(float64(c.ReadLease.Duration) * (1 + c.Timing.MaxDrift))
+func (c *Config) ReadLeaseBound() time.Duration {
+	s := c.settings()
+	return s.ReadLeaseBound()
 }
 
-// SetDefaults fills in the zero fields that have a default which the
-// replica needs as a value: Timing, RaftTick, ElectionTicks and
-// SnapshotEntries. (The others' zero values are read where they are used,
-// as their comments say.) The RaftTick default is the smaller of 100 ms and
-// Timing.Renew/20: heartbeats well within a renewal, 25 ms with the fast
-// timings, so a failover takes a fraction of a 2 s lease.
-func (c *Replica) SetDefaults() {
-	if c.Timing == (protocol.Timing{}) {
-		c.Timing = protocol.Production()
-	}
-	if c.RaftTick <= 0 {
-		c.RaftTick = min(100*time.Millisecond, c.Timing.Renew/20)
-	}
-	if c.ElectionTicks <= 0 {
-		c.ElectionTicks = 10
-	}
-	if c.SnapshotEntries == 0 {
-		c.SnapshotEntries = 10000
-	}
-	if c.ReadLease.On() {
-		if c.ReadLease.Duration == 0 {
-			c.ReadLease.Duration = time.Duration(c.ElectionTicks) * c.RaftTick
-		}
-		if c.ReadLease.Renew == 0 {
-			c.ReadLease.Renew = c.ReadLease.Duration / 4
-		}
-	}
-}
-
-// Validate fills in c's defaults (SetDefaults) and checks the result: the
-// timing must be safe and every namespace name valid. Its error is a
-// *FieldError naming the field at fault.
-func (c *Replica) Validate() error {
-	c.SetDefaults()
+// Validate fills in c's defaults and checks the result: the timing must
+// be safe, every namespace name valid, the limits not negative, the read
+// leases coherent and the peers distinct. Its error is a *FieldError that
+// names the field at fault. NewServer calls it.
+func (c *Config) Validate() error {
+	c.setDefaults()
 	if err := c.Timing.Validate(); err != nil {
 		return &FieldError{Field: "Timing", Err: err}
 	}
@@ -221,6 +251,39 @@ func (c *Replica) Validate() error {
 		// must still hear a renewal before their leases end.
 		return &FieldError{Field: "ReadLease.Duration", Err: fmt.Errorf("Duration × (1 + MaxDrift) (%s) must be shorter than OwnerLease − Renew (%s): a holder's crash stalls renewals that long",
 			b, c.Timing.OwnerLease-c.Timing.Renew)}
+	}
+	if c.Certs == nil && !c.Insecure {
+		return &FieldError{Field: "Certs", Err: errors.New("no certificate: set Certs to serve mutual TLS, or Insecure: true to serve plaintext and admit anyone")}
+	}
+	if c.Epoch == 0 {
+		c.Epoch = uint64(time.Now().UnixNano())
+	}
+	if c.ID == 0 {
+		c.ID = 1
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.MaxRequestRate == 0 {
+		c.MaxRequestRate = 50
+	}
+	if c.MaxMessageBytes == 0 {
+		c.MaxMessageBytes = 4 << 20
+	}
+	if err := c.setLimitDefaults(); err != nil {
+		return err
+	}
+	if len(c.Peers) > 0 {
+		seen := map[uint64]bool{}
+		for _, p := range c.Peers {
+			if p.ID == 0 || p.Addr == "" || seen[p.ID] {
+				return &FieldError{Field: "Peers", Err: fmt.Errorf("each peer needs a distinct non-zero ID and an address (got %d=%q)", p.ID, p.Addr)}
+			}
+			seen[p.ID] = true
+		}
+		if !seen[c.ID] && !c.Join {
+			return &FieldError{Field: "Peers", Err: fmt.Errorf("the list does not include this replica's ID %d", c.ID)}
+		}
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package config
+package manager
 
 import (
 	"strings"
@@ -9,10 +9,10 @@ import (
 )
 
 func TestReadLeaseValidate(t *testing.T) {
-	fast := func(l ReadLease) *Replica { return &Replica{Timing: protocol.Fast(), ReadLease: l} }
+	fast := func(l ReadLease) *Config { return &Config{Insecure: true, Timing: protocol.Fast(), ReadLease: l} }
 	for _, tc := range []struct {
 		name string
-		c    *Replica
+		c    *Config
 		want string // "" when valid
 	}{
 		{"off", fast(ReadLease{}), ""},
