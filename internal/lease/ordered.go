@@ -1,3 +1,5 @@
+// A sorted set for the Core's timers and reservations.
+
 package lease
 
 import (

@@ -1,3 +1,5 @@
+// The Core's settings.
+
 package lease
 
 import (

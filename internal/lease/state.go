@@ -1,3 +1,5 @@
+// The replicated State and its Changes (docs/design.md rule 8).
+
 package lease
 
 import (

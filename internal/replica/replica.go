@@ -53,7 +53,7 @@ type ReplicaConfig struct {
 	Bootstrap []Peer
 	Logger    raft.Logger
 	// Break selects protocol rules to break on purpose, for the
-	// simulation's broken twins (core_broken.go); the zero value breaks
+	// simulation's broken twins (broken.go); the zero value breaks
 	// none.
 	Break faults.Set
 }

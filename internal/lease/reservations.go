@@ -1,3 +1,6 @@
+// Reservations (docs/design.md rules 3, 9 and 10): no key is granted
+// before the Manager's reservation of it ends.
+
 package lease
 
 import (

@@ -1,3 +1,6 @@
+// The limits on a namespace's Owners and lease-table ranges (MaxOwners,
+// MaxRanges): a request past one is refused before anything is recorded.
+
 package lease
 
 import (

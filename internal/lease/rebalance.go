@@ -1,3 +1,7 @@
+// The desired assignment, load-aware when a rebalance policy is set:
+// membership and load rounds plan the moves that handover.go carries out
+// (docs/design.md rule 13).
+
 package lease
 
 import (

@@ -1,3 +1,6 @@
+// Orphans (docs/design.md rule 11): the ranges of an Owner's earlier
+// incarnation stay in the table until their reservations end.
+
 package lease
 
 import (

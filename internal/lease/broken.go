@@ -1,3 +1,5 @@
+// The broken twins of the rules, for the simulation's sweeps.
+
 package lease
 
 import (
