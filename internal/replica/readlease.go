@@ -185,7 +185,7 @@ func (r *Replica) leaseTick(now time.Time) {
 		return
 	}
 	if r.leaseHolder() && !now.Before(r.rl.nextAsk) {
-		r.askLease(now)
+		r.askReadLease(now)
 	}
 	maps.DeleteFunc(r.rl.gone, func(_ uint64, t time.Time) bool { return !now.Before(t) })
 	if r.leading() {
@@ -224,7 +224,7 @@ func (r *Replica) leaseDeadline() time.Time {
 	return d
 }
 
-func (r *Replica) askLease(now time.Time) {
+func (r *Replica) askReadLease(now time.Time) {
 	r.rl.nextAsk = now.Add(r.cfg.Settings.ReadLease.Renew)
 	voters, _ := r.majority()
 	if voters == nil {
@@ -243,21 +243,21 @@ func (r *Replica) askLease(now time.Time) {
 		m := raftpb.Message{Type: msgLeaseAsk, From: r.cfg.ID, To: v, Index: r.rl.round, Term: term,
 			Commit: r.rl.ack.round, LogTerm: r.rl.ack.term}
 		if v == r.cfg.ID {
-			r.stepLease(now, m)
+			r.stepReadLease(now, m)
 			continue
 		}
 		r.rl.out = append(r.rl.out, m)
 	}
 }
 
-// stepLease handles a read-lease message.
-func (r *Replica) stepLease(now time.Time, m raftpb.Message) {
+// stepReadLease handles a read-lease message.
+func (r *Replica) stepReadLease(now time.Time, m raftpb.Message) {
 	if !r.leaseOn() {
 		return
 	}
 	switch m.Type {
 	case msgLeaseAsk:
-		r.grant(now, m)
+		r.givePromise(now, m)
 	case msgLeasePromise:
 		r.promised(now, m)
 	case msgLeaseVisible:
@@ -267,14 +267,14 @@ func (r *Replica) stepLease(now time.Time, m raftpb.Message) {
 	}
 }
 
-// grant answers holder m.From's ask with a promise in this replica's
+// givePromise answers holder m.From's ask with a promise in this replica's
 // current term: by moving to a later term (voting there) it gives up the
 // earlier term for good, which is what lets a new leader bound the
 // promises made before it (docs/protocol.md). Only a replica that knows
 // the term's leader promises; the leader's promise is marked as such only
 // while Raft still names this replica its current leader (leading), and a
 // replica Raft made leader promises nothing until it has taken over.
-func (r *Replica) grant(now time.Time, m raftpb.Message) {
+func (r *Replica) givePromise(now time.Time, m raftpb.Message) {
 	if !r.cfg.Settings.ReadLease.Holds(m.From) {
 		return
 	}

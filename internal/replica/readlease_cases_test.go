@@ -157,7 +157,7 @@ func TestReadLeaseDeposedLeaderPromisesAsFollower(t *testing.T) {
 				t.Fatalf("o at term %d, n at %d, h acknowledges term %d", o.Status().Term, term, h.rl.ack.term)
 			}
 			floor := h.ReadLease(g.now).Floor
-			h.askLease(g.now)
+			h.askReadLease(g.now)
 			var ask raftpb.Message
 			for _, m := range h.takeLeaseMsgs() {
 				if m.Type == msgLeaseAsk && m.To == o.ID() {
@@ -213,7 +213,7 @@ func TestReadLeaseCountsTheLeadersVoters(t *testing.T) {
 			l, h := leaseFollower(t, g)
 			until := h.ReadLease(g.now).Until
 			g.now = g.now.Add(10 * ms) // a later ask makes a later lease
-			h.askLease(g.now)
+			h.askReadLease(g.now)
 			var ask raftpb.Message
 			for _, m := range h.takeLeaseMsgs() {
 				if m.Type == msgLeaseAsk && m.To == l.ID() {

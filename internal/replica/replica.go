@@ -248,7 +248,7 @@ func (r *Replica) StepRaft(now time.Time, m raftpb.Message) error {
 	}
 	r.heard[m.From] = now
 	if isLeaseMsg(m.Type) {
-		r.stepLease(now, m)
+		r.stepReadLease(now, m)
 		return nil
 	}
 	return r.rn.Step(m)
