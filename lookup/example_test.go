@@ -9,7 +9,6 @@ import (
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/lookup"
 	"github.com/leasehold/leasehold/manager"
-	"github.com/leasehold/leasehold/manager/config"
 	"github.com/leasehold/leasehold/protocol"
 )
 
@@ -20,7 +19,7 @@ func startManager() (string, func()) {
 	if err != nil {
 		panic(err)
 	}
-	srv, err := manager.NewServer(manager.ServerConfig{Insecure: true, Replica: config.Replica{Timing: protocol.Fast()}})
+	srv, err := manager.NewServer(manager.Config{Insecure: true, Timing: protocol.Fast()})
 	if err != nil {
 		panic(err)
 	}

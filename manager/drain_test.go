@@ -12,7 +12,6 @@ import (
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/lookup"
 	"github.com/leasehold/leasehold/manager"
-	"github.com/leasehold/leasehold/manager/config"
 	"github.com/leasehold/leasehold/owner"
 	"github.com/leasehold/leasehold/protocol"
 )
@@ -25,7 +24,7 @@ import (
 func TestCloseDrainsWithHandover(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		tm := protocol.Fast()
-		c := startManager(t, manager.ServerConfig{Insecure: true, Replica: config.Replica{Timing: tm}})
+		c := startManager(t, manager.Config{Insecure: true, Timing: tm})
 		defer c.stop(t)
 		ctx := context.Background()
 		var mu sync.Mutex

@@ -17,7 +17,6 @@ import (
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/internal/wire"
 	"github.com/leasehold/leasehold/leasetable"
-	"github.com/leasehold/leasehold/manager/config"
 	"github.com/leasehold/leasehold/owner"
 	pb "github.com/leasehold/leasehold/proto/leasehold/v1"
 	"github.com/leasehold/leasehold/protocol"
@@ -30,7 +29,7 @@ import (
 // deltas), and decode the same updates as each other.
 func TestSharedUpdatesEncodedOnceOverGRPC(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv, err := NewServer(ServerConfig{Insecure: true, Replica: config.Replica{Timing: tm}})
+		srv, err := NewServer(Config{Insecure: true, Timing: tm})
 		if err != nil {
 			t.Fatal(err)
 		}

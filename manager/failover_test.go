@@ -19,7 +19,6 @@ import (
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/lookup"
 	"github.com/leasehold/leasehold/manager"
-	"github.com/leasehold/leasehold/manager/config"
 	"github.com/leasehold/leasehold/owner"
 	"github.com/leasehold/leasehold/protocol"
 )
@@ -57,7 +56,7 @@ func (n *net3) start(t *testing.T, id uint64, tm protocol.Timing) {
 		peers = append(peers, manager.Peer{ID: i, Addr: fmt.Sprintf("passthrough:///m%d", i)})
 	}
 	addr := fmt.Sprintf("passthrough:///m%d", id)
-	srv, err := manager.NewServer(manager.ServerConfig{Insecure: true, Replica: config.Replica{Timing: tm, LearnerTimeout: n.learnerTimeout}, ID: id, Peers: peers, Advertise: addr,
+	srv, err := manager.NewServer(manager.Config{Insecure: true, Timing: tm, LearnerTimeout: n.learnerTimeout, ID: id, Peers: peers, Advertise: addr,
 		DataDir: n.dirs[id], PeerDialOptions: n.dial()})
 	if err != nil {
 		t.Fatal(err)
@@ -212,7 +211,7 @@ func TestRestartKeepsLeases(t *testing.T) {
 			grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return cur.Load().lis.DialContext(ctx) }),
 			grpc.WithTransportCredentials(insecure.NewCredentials()),
 		}
-		cur.Store(startManager(t, manager.ServerConfig{Insecure: true, Replica: config.Replica{Timing: tm}, DataDir: dir}))
+		cur.Store(startManager(t, manager.Config{Insecure: true, Timing: tm, DataDir: dir}))
 		ctx := context.Background()
 		var mu sync.Mutex
 		var losses []lookup.Loss
@@ -246,7 +245,7 @@ func TestRestartKeepsLeases(t *testing.T) {
 		}
 		cur.Load().stop(t)
 		time.Sleep(tm.Renew / 2)
-		cur.Store(startManager(t, manager.ServerConfig{Insecure: true, Replica: config.Replica{Timing: tm}, DataDir: dir}))
+		cur.Store(startManager(t, manager.Config{Insecure: true, Timing: tm, DataDir: dir}))
 		defer func() { cur.Load().stop(t) }()
 		time.Sleep(2 * tm.OwnerLease)
 		synctest.Wait()

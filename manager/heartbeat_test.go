@@ -14,7 +14,6 @@ import (
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/lookup"
 	"github.com/leasehold/leasehold/manager"
-	"github.com/leasehold/leasehold/manager/config"
 	"github.com/leasehold/leasehold/owner"
 	"github.com/leasehold/leasehold/protocol"
 )
@@ -26,7 +25,7 @@ import (
 func TestHeartbeatsSparePolls(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		tm := protocol.Fast()
-		srv, err := manager.NewServer(manager.ServerConfig{Insecure: true, Replica: config.Replica{Timing: tm, Epoch: 3}})
+		srv, err := manager.NewServer(manager.Config{Insecure: true, Timing: tm, Epoch: 3})
 		if err != nil {
 			t.Fatal(err)
 		}

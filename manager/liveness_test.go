@@ -18,7 +18,6 @@ import (
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/lookup"
 	"github.com/leasehold/leasehold/manager"
-	"github.com/leasehold/leasehold/manager/config"
 	"github.com/leasehold/leasehold/owner"
 	"github.com/leasehold/leasehold/protocol"
 )
@@ -129,7 +128,7 @@ func startCutNet(t *testing.T, tm protocol.Timing) *cutNet {
 		peers = append(peers, manager.Peer{ID: id, Addr: addrOf(id)})
 	}
 	for id := uint64(1); id <= 3; id++ {
-		srv, err := manager.NewServer(manager.ServerConfig{Insecure: true, Replica: config.Replica{Timing: tm}, ID: id, Peers: peers, Advertise: addrOf(id),
+		srv, err := manager.NewServer(manager.Config{Insecure: true, Timing: tm, ID: id, Peers: peers, Advertise: addrOf(id),
 			PeerDialOptions: n.dial(addrOf(id))})
 		if err != nil {
 			t.Fatal(err)

@@ -18,7 +18,6 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/manager"
-	"github.com/leasehold/leasehold/manager/config"
 	"github.com/leasehold/leasehold/owner"
 	"github.com/leasehold/leasehold/protocol"
 )
@@ -63,7 +62,7 @@ func TestLogs(t *testing.T) {
 				tm := protocol.Fast()
 				var buf syncBuffer
 				log := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: level}))
-				srv, err := manager.NewServer(manager.ServerConfig{Insecure: true, Replica: config.Replica{Timing: tm}, Logger: log})
+				srv, err := manager.NewServer(manager.Config{Insecure: true, Timing: tm, Logger: log})
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -17,7 +17,6 @@ import (
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/lookup"
 	"github.com/leasehold/leasehold/manager"
-	"github.com/leasehold/leasehold/manager/config"
 	"github.com/leasehold/leasehold/owner"
 	"github.com/leasehold/leasehold/protocol"
 )
@@ -40,7 +39,7 @@ var metricNames = []string{
 // the epoch, zero counters, the Raft series and the empty histograms, and
 // no namespaces and no gRPC series yet; it lints clean.
 func TestCollectorBeforeRun(t *testing.T) {
-	srv, err := manager.NewServer(manager.ServerConfig{Insecure: true, Replica: config.Replica{Timing: protocol.Fast(), Epoch: 42}})
+	srv, err := manager.NewServer(manager.Config{Insecure: true, Timing: protocol.Fast(), Epoch: 42})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +77,7 @@ leasehold_grants_total 0
 func TestCollectorFollowsServer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		tm := protocol.Fast()
-		srv, err := manager.NewServer(manager.ServerConfig{Insecure: true, Replica: config.Replica{Timing: tm, Epoch: 7, Namespaces: []string{"extra"}}})
+		srv, err := manager.NewServer(manager.Config{Insecure: true, Timing: tm, Epoch: 7, Namespaces: []string{"extra"}})
 		if err != nil {
 			t.Fatal(err)
 		}

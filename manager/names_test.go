@@ -12,7 +12,6 @@ import (
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/manager"
-	"github.com/leasehold/leasehold/manager/config"
 	"github.com/leasehold/leasehold/owner"
 	pb "github.com/leasehold/leasehold/proto/leasehold/v1"
 	"github.com/leasehold/leasehold/protocol"
@@ -58,7 +57,7 @@ func (s loggedStream) RecvMsg(m any) error {
 func TestNamesSaidOncePerStream(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		tm := protocol.Fast()
-		c := startManager(t, manager.ServerConfig{Replica: config.Replica{Timing: tm}, Insecure: true})
+		c := startManager(t, manager.Config{Timing: tm, Insecure: true})
 		defer c.stop(t)
 		ctx := context.Background()
 		log := &wireLog{}

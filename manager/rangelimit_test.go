@@ -11,7 +11,6 @@ import (
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/lookup"
 	"github.com/leasehold/leasehold/manager"
-	"github.com/leasehold/leasehold/manager/config"
 	"github.com/leasehold/leasehold/owner"
 	"github.com/leasehold/leasehold/protocol"
 )
@@ -33,7 +32,7 @@ func TestRangeLimitOverTheWire(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const limit = 1000
 		tm := protocol.Fast()
-		c := startManager(t, manager.ServerConfig{Insecure: true, Replica: config.Replica{Timing: tm, MaxRanges: limit}})
+		c := startManager(t, manager.Config{Insecure: true, Timing: tm, MaxRanges: limit})
 		defer c.stop(t)
 		ctx := context.Background()
 		l, err := lookup.New(ctx, lookup.Config{Connection: leasehold.Connection{

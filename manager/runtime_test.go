@@ -18,7 +18,6 @@ import (
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/lookup"
 	"github.com/leasehold/leasehold/manager"
-	"github.com/leasehold/leasehold/manager/config"
 	"github.com/leasehold/leasehold/owner"
 	"github.com/leasehold/leasehold/protocol"
 )
@@ -33,7 +32,7 @@ type cluster struct {
 	srv    *manager.Server
 }
 
-func startManager(t *testing.T, cfg manager.ServerConfig) *cluster {
+func startManager(t *testing.T, cfg manager.Config) *cluster {
 	t.Helper()
 	srv, err := manager.NewServer(cfg)
 	if err != nil {
@@ -67,7 +66,7 @@ func (c *cluster) dial() []grpc.DialOption {
 func TestRuntimesGrantRouteAndNotify(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		tm := protocol.Fast()
-		c := startManager(t, manager.ServerConfig{Insecure: true, Replica: config.Replica{Timing: tm}})
+		c := startManager(t, manager.Config{Insecure: true, Timing: tm})
 		defer c.stop(t)
 		ctx := context.Background()
 
@@ -168,7 +167,7 @@ func TestClientsReconnectToRestartedManager(t *testing.T) {
 			grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return cur.Load().lis.DialContext(ctx) }),
 			grpc.WithTransportCredentials(insecure.NewCredentials()),
 		}
-		cur.Store(startManager(t, manager.ServerConfig{Insecure: true, Replica: config.Replica{Timing: tm}}))
+		cur.Store(startManager(t, manager.Config{Insecure: true, Timing: tm}))
 		ctx := context.Background()
 		var mu sync.Mutex
 		var losses []lookup.Loss
@@ -202,7 +201,7 @@ func TestClientsReconnectToRestartedManager(t *testing.T) {
 		}
 
 		cur.Load().stop(t)
-		cur.Store(startManager(t, manager.ServerConfig{Insecure: true, Replica: config.Replica{Timing: tm}}))
+		cur.Store(startManager(t, manager.Config{Insecure: true, Timing: tm}))
 		defer func() { cur.Load().stop(t) }()
 		time.Sleep(2*tm.ManagerLease + 4*tm.Renew)
 		synctest.Wait()

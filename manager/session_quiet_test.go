@@ -18,7 +18,6 @@ import (
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/lookup"
 	"github.com/leasehold/leasehold/manager"
-	"github.com/leasehold/leasehold/manager/config"
 	"github.com/leasehold/leasehold/owner"
 	"github.com/leasehold/leasehold/protocol"
 )
@@ -40,7 +39,7 @@ import (
 func TestDrainMovesFromAQuietStream(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		tm := protocol.Fast()
-		c := startManager(t, manager.ServerConfig{Insecure: true, Replica: config.Replica{Timing: tm}})
+		c := startManager(t, manager.Config{Insecure: true, Timing: tm})
 		defer c.stop(t)
 		ctx := context.Background()
 		path := &cutPath{lis: c.lis, ended: make(chan struct{})}

@@ -15,7 +15,6 @@ import (
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/manager"
-	"github.com/leasehold/leasehold/manager/config"
 	"github.com/leasehold/leasehold/owner"
 	pb "github.com/leasehold/leasehold/proto/leasehold/v1"
 	"github.com/leasehold/leasehold/protocol"
@@ -34,7 +33,7 @@ import (
 func TestControlFromAnotherStreamIsRefused(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		tm := protocol.Fast()
-		c := startManager(t, manager.ServerConfig{Insecure: true, Replica: config.Replica{Timing: tm}})
+		c := startManager(t, manager.Config{Insecure: true, Timing: tm})
 		defer c.stop(t)
 		ctx := context.Background()
 		o, err := owner.New(ctx, owner.Config{Connection: leasehold.Connection{

@@ -20,7 +20,7 @@ import (
 	"github.com/leasehold/leasehold/protocol"
 )
 
-// The Manager's trust boundary (docs/security.md). With ServerConfig.Certs
+// The Manager's trust boundary (docs/security.md). With Config.Certs
 // set, every call arrives over mutual TLS and its caller is the identity
 // its certificate carries (package certs). Each gRPC method admits some
 // roles; the lease stream further admits only messages whose Owner ID is

@@ -11,7 +11,6 @@ import (
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/lookup"
 	"github.com/leasehold/leasehold/manager"
-	"github.com/leasehold/leasehold/manager/config"
 	"github.com/leasehold/leasehold/owner"
 	"github.com/leasehold/leasehold/protocol"
 )
@@ -45,7 +44,7 @@ func BenchmarkLiveReads(b *testing.B) {
 				}
 			}
 			tm := protocol.Fast()
-			srv, err := manager.NewServer(manager.ServerConfig{Replica: config.Replica{Timing: tm}, Certs: src})
+			srv, err := manager.NewServer(manager.Config{Timing: tm, Certs: src})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -24,7 +24,6 @@ import (
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/lookup"
 	"github.com/leasehold/leasehold/manager"
-	"github.com/leasehold/leasehold/manager/config"
 	"github.com/leasehold/leasehold/protocol"
 )
 
@@ -141,7 +140,7 @@ func (d *demo) run(ctx context.Context) error {
 		return err
 	}
 	d.addr = lis.Addr().String()
-	if d.srv, err = manager.NewServer(manager.ServerConfig{Replica: config.Replica{Timing: t}, Certs: src, Insecure: d.insecure}); err != nil {
+	if d.srv, err = manager.NewServer(manager.Config{Timing: t, Certs: src, Insecure: d.insecure}); err != nil {
 		return err
 	}
 	served := make(chan error, 1)
@@ -423,7 +422,7 @@ func (d *demo) waitAssigned(ctx context.Context, n int) error {
 
 func (d *demo) defaultNamespace() *manager.NamespaceSnapshot {
 	for _, ns := range d.srv.Snapshot().Namespaces {
-		if ns.Name == manager.DefaultNamespace {
+		if ns.Name == protocol.DefaultNamespace {
 			return &ns
 		}
 	}
@@ -464,7 +463,7 @@ func makeDemoCerts(dir string, owners []string) (*certs.Source, error) {
 		{Role: certs.Operator, Name: "demo"},
 	}
 	for _, id := range owners {
-		ids = append(ids, certs.Identity{Role: certs.Owner, Name: id, Namespaces: []string{manager.DefaultNamespace}})
+		ids = append(ids, certs.Identity{Role: certs.Owner, Name: id, Namespaces: []string{protocol.DefaultNamespace}})
 	}
 	for _, id := range ids {
 		if _, err := certs.Create(dir, ca, id, local, time.Hour); err != nil {

@@ -23,7 +23,6 @@ import (
 	"github.com/leasehold/leasehold/examples/presence/presence"
 	"github.com/leasehold/leasehold/examples/pubsub/pubsub"
 	"github.com/leasehold/leasehold/manager"
-	"github.com/leasehold/leasehold/manager/config"
 	"github.com/leasehold/leasehold/protocol"
 )
 
@@ -481,7 +480,7 @@ func startTourManager(ctx context.Context, owners ...string) (addr, dir string, 
 	src, err := makeDemoCerts(dir, owners)
 	if err == nil {
 		var mgr *manager.Server
-		if mgr, err = manager.NewServer(manager.ServerConfig{Certs: src, Replica: config.Replica{Timing: protocol.Fast()}}); err == nil {
+		if mgr, err = manager.NewServer(manager.Config{Certs: src, Timing: protocol.Fast()}); err == nil {
 			var lis net.Listener
 			if lis, err = net.Listen("tcp", "127.0.0.1:0"); err == nil {
 				go mgr.Serve(ctx, lis)

@@ -1,6 +1,7 @@
-// Package replica is one Manager replica: the replicated State, the
-// leader's Core, the Feed that serves Lookups, and the Raft node that
-// drives them. It is deterministic: it opens no sockets, starts no
+// Package replica is one Manager replica: the Raft node that replicates
+// internal/lease's State, runs the leader's lease.Core, serves Lookups from
+// the applied State (the Feed), changes the group's membership and keeps
+// its quorum read leases. It is deterministic: it opens no sockets, starts no
 // goroutines and reads no clock; manager.Server drives it with real time
 // and a network, internal/sim with virtual ones.
 //

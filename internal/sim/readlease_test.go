@@ -4,11 +4,11 @@ import (
 	"flag"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/replica"
 	"github.com/leasehold/leasehold/protocol"
 	"testing"
 
 	"github.com/leasehold/leasehold/internal/faults"
-	"github.com/leasehold/leasehold/manager/config"
 )
 
 // leased is the replicated faulty run with every replica holding read
@@ -17,7 +17,7 @@ import (
 func leased(managers int) func(uint64) Config {
 	return func(s uint64) Config {
 		c := replicated(managers)(s)
-		c.ReadLease = &ReadLeaseConfig{Lease: config.ReadLease{All: true}, OneWayEvery: c.Timing.OwnerLease, MembersEvery: 2 * c.Timing.OwnerLease, DeposeEvery: 3 * c.Timing.OwnerLease}
+		c.ReadLease = &ReadLeaseConfig{Lease: replica.ReadLease{All: true}, OneWayEvery: c.Timing.OwnerLease, MembersEvery: 2 * c.Timing.OwnerLease, DeposeEvery: 3 * c.Timing.OwnerLease}
 		return c
 	}
 }
@@ -99,7 +99,7 @@ func TestBrokenReadLeaseAckEarly(t *testing.T) {
 func staleTermScenario(seed uint64, broken bool) Config {
 	c := Config{Seed: seed, Managers: 5, Owners: 8, Lookups: 4, Timing: protocol.Fast(),
 		FaultTime: 20 * time.Second, MinDelay: 2 * time.Millisecond, ClockSkew: true,
-		ReadLease: &ReadLeaseConfig{Lease: config.ReadLease{All: true}}}
+		ReadLease: &ReadLeaseConfig{Lease: replica.ReadLease{All: true}}}
 	if broken {
 		c.Break = &faults.Set{ReadLeaseStaleGrant: true}
 	}

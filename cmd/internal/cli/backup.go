@@ -172,7 +172,7 @@ func restore(dir string, id uint64, addr string, r io.Reader) error {
 	if err != nil {
 		return fmt.Errorf("replaying the backup: %w", err)
 	}
-	replica.Refound(st, id, addr, uint64(time.Now().UnixNano()))
+	st.Refound(id, addr, uint64(time.Now().UnixNano()))
 	store, err := raftstore.Open(dir)
 	if err != nil {
 		return err

@@ -19,7 +19,6 @@ import (
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/manager"
-	"github.com/leasehold/leasehold/manager/config"
 	"github.com/leasehold/leasehold/owner"
 	"github.com/leasehold/leasehold/protocol"
 )
@@ -103,7 +102,7 @@ func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool)
 // startManager serves a Manager with fast timings on a free local port.
 func startManager(t *testing.T, namespaces ...string) string {
 	t.Helper()
-	srv, err := manager.NewServer(manager.ServerConfig{Insecure: true, Replica: config.Replica{Timing: protocol.Fast(), Namespaces: namespaces}})
+	srv, err := manager.NewServer(manager.Config{Insecure: true, Timing: protocol.Fast(), Namespaces: namespaces})
 	if err != nil {
 		t.Fatal(err)
 	}

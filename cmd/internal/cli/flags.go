@@ -7,12 +7,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/leasehold/leasehold/protocol"
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/leasehold/leasehold/internal/client"
-	"github.com/leasehold/leasehold/manager"
 	pb "github.com/leasehold/leasehold/proto/leasehold/v1"
 )
 
@@ -63,7 +63,7 @@ type clientOptions struct {
 func (o *clientOptions) addFlags(cmd *cobra.Command, e *env, namespaceUsage string) {
 	f := cmd.Flags()
 	f.StringVar(&o.manager, "manager", e.defaultManager(), managerUsage)
-	f.StringVar(&o.namespace, "namespace", manager.DefaultNamespace, namespaceUsage)
+	f.StringVar(&o.namespace, "namespace", protocol.DefaultNamespace, namespaceUsage)
 	f.BoolVar(&o.json, "json", false, "print JSON instead of text")
 	f.DurationVar(&o.timeout, "timeout", 5*time.Second, "how long to wait for the Manager")
 	o.addTrustFlags(f, e)

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"github.com/leasehold/leasehold"
 	"log/slog"
 	"net"
 	"net/http"
@@ -22,7 +23,6 @@ import (
 
 	"github.com/leasehold/leasehold/certs"
 	"github.com/leasehold/leasehold/manager"
-	"github.com/leasehold/leasehold/manager/config"
 	"github.com/leasehold/leasehold/protocol"
 	"github.com/leasehold/leasehold/rebalance"
 )
@@ -92,7 +92,7 @@ type managerOptions struct {
 	trustOptions
 
 	// The flags of the other settings, straight into the configuration.
-	settings manager.ServerConfig
+	settings manager.Config
 
 	overrides protocol.Timing // the override flags' values; used only where set
 	flags     *pflag.FlagSet  // to tell which overrides were set
@@ -204,7 +204,7 @@ func (o *managerOptions) timing() protocol.Timing {
 func (o *managerOptions) set(flag string) bool { return o.flags != nil && o.flags.Changed(flag) }
 
 // fieldFlags names the flag that sets each ServerConfig field an error can
-// name (config.FieldError); Timing's fields are timingFlags'.
+// name (leasehold.ConfigError); Timing's fields are timingFlags'.
 var fieldFlags = map[string]string{
 	"Namespaces": "namespace", "ID": "id", "Peers": "peers", "Advertise": "advertise", "DataDir": "data-dir",
 	"Handover": "handover", "DrainGate": "drain-gate", "RebalanceEvery": "rebalance-every",
@@ -218,11 +218,11 @@ var fieldFlags = map[string]string{
 
 // usage turns a configuration the server refuses into a usage error that
 // names the flags involved, with their values: the field of a
-// *config.FieldError, or for an unsafe timing every timing flag set among
+// *leasehold.ConfigError, or for an unsafe timing every timing flag set among
 // the fields its *protocol.TimingError names (the profile alone is always
 // safe, so at least one was set).
 func (o *managerOptions) usage(err error) error {
-	var fe *config.FieldError
+	var fe *leasehold.ConfigError
 	if !errors.As(err, &fe) {
 		return err
 	}
@@ -250,17 +250,17 @@ func (o *managerOptions) usage(err error) error {
 }
 
 // config validates the options and builds the server's configuration.
-func (o *managerOptions) config(logger *slog.Logger) (manager.ServerConfig, error) {
+func (o *managerOptions) config(logger *slog.Logger) (manager.Config, error) {
 	var err error
 	if o.listen == "" {
-		return manager.ServerConfig{}, usagef("--listen must not be empty")
+		return manager.Config{}, usagef("--listen must not be empty")
 	}
 	var extra []string
 	for _, ns := range o.namespaces {
 		switch {
 		case ns == "":
-			return manager.ServerConfig{}, usagef("--namespace must not be empty")
-		case ns == manager.DefaultNamespace || slices.Contains(extra, ns):
+			return manager.Config{}, usagef("--namespace must not be empty")
+		case ns == protocol.DefaultNamespace || slices.Contains(extra, ns):
 			continue // served anyway
 		}
 		extra = append(extra, ns)
@@ -393,7 +393,7 @@ func (o *managerOptions) run(ctx context.Context, e *env) error {
 	log.Info("manager listening", "addr", lis.Addr().String(), "timings", o.timings,
 		"owner_lease", cfg.Timing.OwnerLease, "renew", cfg.Timing.Renew, "manager_lease", cfg.Timing.ManagerLease,
 		"sync", cfg.Timing.Sync, "sync_timeout", cfg.Timing.SyncTimeout, "log_retention", cfg.Timing.LogRetention,
-		"max_drift", cfg.Timing.MaxDrift, "namespaces", append([]string{manager.DefaultNamespace}, cfg.Namespaces...),
+		"max_drift", cfg.Timing.MaxDrift, "namespaces", append([]string{protocol.DefaultNamespace}, cfg.Namespaces...),
 		"handover", handoverText(cfg), "drain_gate", cfg.DrainGate)
 	fmt.Fprintf(e.stdout, "leasehold manager listening on %s (timings %s, replica %d)\n",
 		lis.Addr(), o.timings, cfg.ID)
@@ -424,7 +424,7 @@ func (o *managerOptions) run(ctx context.Context, e *env) error {
 const stopBound = 10 * time.Second
 
 // handoverText describes the Handover setting for the log.
-func handoverText(cfg manager.ServerConfig) string {
+func handoverText(cfg manager.Config) string {
 	switch {
 	case cfg.Handover < 0:
 		return "off"

@@ -8,10 +8,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/leasehold/leasehold/manager"
 	"github.com/spf13/cobra"
 
 	"github.com/leasehold/leasehold/internal/client"
-	"github.com/leasehold/leasehold/manager/config"
 	pb "github.com/leasehold/leasehold/proto/leasehold/v1"
 )
 
@@ -21,7 +21,7 @@ import (
 
 // holdersFlag sets ReadLease.All or ReadLease.Holders from "all", "none"
 // or a comma-separated list of Raft IDs.
-type holdersFlag struct{ l *config.ReadLease }
+type holdersFlag struct{ l *manager.ReadLease }
 
 func (h holdersFlag) String() string {
 	if h.l == nil || !h.l.On() {
@@ -59,7 +59,7 @@ func (h holdersFlag) Set(v string) error {
 func (holdersFlag) Type() string { return "IDS" }
 
 // addReadLeaseFlags adds the Manager's read-lease flags.
-func addReadLeaseFlags(cmd *cobra.Command, l *config.ReadLease) {
+func addReadLeaseFlags(cmd *cobra.Command, l *manager.ReadLease) {
 	f := cmd.Flags()
 	f.Var(holdersFlag{l}, "read-lease-holders", "the replicas that hold quorum read leases and serve linearizable reads from their own copy: all, none, or `IDS` (comma-separated); every replica must be given the same")
 	f.DurationVar(&l.Duration, "read-lease", 0, "how long a read lease lasts from the holder's ask; a holder's crash stalls writes that long, plus drift (0: one election timeout)")

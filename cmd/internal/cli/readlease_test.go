@@ -4,7 +4,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/leasehold/leasehold/manager/config"
+	"github.com/leasehold/leasehold/manager"
 	pb "github.com/leasehold/leasehold/proto/leasehold/v1"
 )
 
@@ -21,7 +21,7 @@ func TestReadLeaseHoldersFlag(t *testing.T) {
 		{in: "0", bad: true},
 		{in: "1,x", bad: true},
 	} {
-		var l config.ReadLease
+		var l manager.ReadLease
 		err := holdersFlag{&l}.Set(tc.in)
 		if (err != nil) != tc.bad {
 			t.Errorf("%q: error %v, want error %v", tc.in, err, tc.bad)

@@ -121,7 +121,7 @@ func TestWatchPrinter(t *testing.T) {
 
 // TestManagerSettingFlags: the settings' flags reach the server's
 // configuration, and a setting the server refuses is bad usage naming its
-// flag (from config.FieldError, not from the error's text).
+// flag (from the leasehold.ConfigError, not from the error's text).
 func TestManagerSettingFlags(t *testing.T) {
 	o := &managerOptions{}
 	args := []string{"--membership-every", "2s", "--push-every", "-1ns", "--raft-tick", "10ms", "--election-ticks", "20",

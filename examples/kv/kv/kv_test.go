@@ -23,7 +23,6 @@ import (
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/lookup"
 	"github.com/leasehold/leasehold/manager"
-	"github.com/leasehold/leasehold/manager/config"
 	"github.com/leasehold/leasehold/protocol"
 )
 
@@ -73,7 +72,7 @@ type cluster struct {
 
 func startManager(t *testing.T) *cluster {
 	t.Helper()
-	srv, err := manager.NewServer(manager.ServerConfig{Insecure: true, Replica: config.Replica{Timing: protocol.Fast()}, Logger: debugLogger("manager")})
+	srv, err := manager.NewServer(manager.Config{Insecure: true, Timing: protocol.Fast(), Logger: debugLogger("manager")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +126,7 @@ func (c *cluster) settle(t *testing.T, ids ...string) keyspace.LSN {
 	var last string
 	for time.Now().Before(deadline) {
 		for _, n := range c.srv.Snapshot().Namespaces {
-			if n.Name != manager.DefaultNamespace {
+			if n.Name != protocol.DefaultNamespace {
 				continue
 			}
 			var holders []string

@@ -14,7 +14,6 @@ import (
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/lookup"
 	"github.com/leasehold/leasehold/manager"
-	"github.com/leasehold/leasehold/manager/config"
 	"github.com/leasehold/leasehold/owner"
 	"github.com/leasehold/leasehold/protocol"
 )
@@ -113,7 +112,7 @@ func (rs *replicaSet) start(id uint64) error {
 	for i := uint64(1); i <= 3; i++ {
 		peers = append(peers, manager.Peer{ID: i, Addr: rs.addrs[i]})
 	}
-	srv, err := manager.NewServer(manager.ServerConfig{Insecure: true, Replica: config.Replica{Timing: rs.tm}, ID: id, Peers: peers, DataDir: rs.dirs[id]})
+	srv, err := manager.NewServer(manager.Config{Insecure: true, Timing: rs.tm, ID: id, Peers: peers, DataDir: rs.dirs[id]})
 	if err != nil {
 		return err
 	}

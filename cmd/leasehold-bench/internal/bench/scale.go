@@ -260,7 +260,7 @@ func scaleReport(results []scaleResult, warm, measure time.Duration, fullUpTo in
 			"CPU is real time inside the leader replica's calls (replica.Replica: Core, Raft log and state machine) per virtual second on this machine; network is the simulation's wire-size estimate (protobuf-like, no TCP/TLS/gRPC framing).",
 			fmt.Sprintf("Lookups are full lookup.Cores with their own copy of the table up to %d Owners; beyond, thin: "+
 				"they send the same SyncRequests and receive the same deltas and snapshots, but keep only their LSN (no copy in memory).", fullUpTo),
-			"The Manager takes a Raft snapshot (State.Encode, the whole table in JSON) every 10,000 applied entries, as in production (config.Replica.SnapshotEntries); a round that changes the table or the membership is an entry, a renewal is not. The raft snapshots/s column counts them.",
+			"The Manager takes a Raft snapshot (State.Encode, the whole table in JSON) every 10,000 applied entries, as in production (manager.Config.SnapshotEntries); a round that changes the table or the membership is an entry, a renewal is not. The raft snapshots/s column counts them.",
 		},
 	}
 }
