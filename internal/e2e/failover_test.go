@@ -17,7 +17,7 @@ import (
 
 // TestManagerFailover is the replicated Manager's acceptance scenario, as
 // a user would run it: three Managers in a Raft group, three kv servers,
-// leasehold watch, and 200 keys. The leader is killed with SIGKILL, twice
+// leasehold watch, and 48 keys (200 with LEASEHOLD_E2E=all). The leader is killed with SIGKILL, twice
 // (each time the killed one is restarted and rejoins as a follower), then
 // all three at once and restarted from their data directories. Through all
 // of it no owner's range count changes, watch prints no loss, and every key
@@ -51,14 +51,14 @@ func TestManagerFailover(t *testing.T) {
 		return slices.Equal(s.holders(), []string{"kv-1", "kv-2", "kv-3"}) && s.sumRanges() == 192
 	})
 	counts := rangeCounts(st)
-	ks := make([]string, nkeys)
+	ks := make([]string, cliKeys())
 	latest := map[string]string{}
 	for i := range ks {
 		ks[i] = fmt.Sprintf("key-%03d", i)
 		latest[ks[i]] = "v1-" + ks[i]
 	}
 	c.putAll(ks, latest)
-	t.Logf("%s: three managers, three owners, 200 keys put", since(started))
+	t.Logf("%s: three managers, three owners, %d keys put", since(started), len(ks))
 
 	check := func(when string) {
 		t.Helper()
@@ -80,7 +80,7 @@ func TestManagerFailover(t *testing.T) {
 	}
 	check("before any failover")
 
-	// A frontend loop reads the 200 keys over and over while managers die.
+	// A frontend loop reads the keys over and over while managers die.
 	var reads, bad atomic.Int64
 	var firstBad atomic.Value
 	stopLoop := make(chan struct{})
