@@ -9,15 +9,17 @@ import (
 const allVar = "LEASEHOLD_E2E"
 
 // onlyWithAll skips t unless LEASEHOLD_E2E=all. go test ./... runs the
-// walkthrough, the demo, failover, the rolling restart, a stalled leader,
-// a damaged data directory and the gateway, and stays within a newcomer's
-// two minutes; the leader cut off by a proxy, Owners drained while cut off
-// from the leader, the duplicated Owner ID, the examples' scenarios and
-// tours, the dashboard's browser tests (three Owners, and 1,000), the
-// gateways' rolling restart, the gateway with its Manager stopped and the
-// read leases under a cut, a stop and a removal (about a minute) add about
-// six minutes more, and CI (.ci/run) runs them with
-// LEASEHOLD_E2E=all.
+// walkthrough (48 keys), the demo, failover (one leader killed, then all
+// three), the rolling restart, a stalled leader, a damaged and an edited
+// data directory, SIGTERM and the gateway, and stays within a newcomer's
+// two minutes (README.md, "Testing"); the walkthrough and failover at full
+// size (200 keys, two leaders killed), the leader cut off by a proxy,
+// Owners drained while cut off from the leader, the duplicated Owner ID,
+// the examples' scenarios and tours, the dashboard's browser tests (three
+// Owners, and 1,000), the gateways' rolling restart, the gateway with its
+// Manager stopped, the hostile soak and the read leases under a cut, a stop
+// and a removal (about a minute) add about six minutes more, and CI
+// (.ci/run) runs them with LEASEHOLD_E2E=all.
 func onlyWithAll(t *testing.T) {
 	t.Helper()
 	if os.Getenv(allVar) != "all" {
