@@ -164,11 +164,14 @@ func measureReadLease(t *testing.T, managers int, leases bool, holders []uint64,
 // from its lease, by a ReadIndex round, and by the leader for a client
 // near the follower; an Owner's request answered (the Manager's write
 // acknowledgement, renewals and grants); and the stall after a follower
-// holder crashes, against its bound. docs/results.md quotes its log.
+// holder crashes, against its bound. docs/results.md quotes its log. It
+// runs with -sim.long: figures, which the sweeps' write liveness and
+// linearizability checkers do not need.
 func TestReadLeaseMeasurements(t *testing.T) {
 	if raceEnabled {
 		t.Skip("figures, not races: the race detector would only slow the runs")
 	}
+	longOnly(t, "figures for docs/results.md")
 	t.Parallel()
 	const oneWay = 5 * time.Millisecond
 	groups := []int{3}
