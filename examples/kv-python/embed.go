@@ -1,5 +1,5 @@
 // Package kvpython carries examples/kv-python's Python files, so that the
-// tour (leasehold demo agent) can run them from any directory.
+// tour (leasehold-demo agent) can run them from any directory.
 package kvpython
 
 import "embed"

@@ -18,7 +18,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/leasehold/leasehold/internal/runtime/runtimetest"
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/client/clienttest"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/owner"
 	pb "github.com/leasehold/leasehold/proto/leasehold/v1"
@@ -29,10 +30,10 @@ import (
 // directory and returns the socket's path.
 func serve(t *testing.T, appTimeout time.Duration) (string, *Agent) {
 	t.Helper()
-	g := runtimetest.Start(t, 1)
+	g := clienttest.Start(t, 1)
 	g.Lead(0)
-	a, err := New(Config{Owner: owner.Config{Insecure: true, Manager: g.Member(0).Addr, ID: "app-1", Addr: "127.0.0.1:9001",
-		Timing: protocol.Fast()}, AppTimeout: appTimeout, Heartbeat: 50 * time.Millisecond})
+	a, err := New(Config{Owner: owner.Config{ID: "app-1", Addr: "127.0.0.1:9001",
+		Connection: leasehold.Connection{Insecure: true, Manager: g.Member(0).Addr, Timing: protocol.Fast()}}, AppTimeout: appTimeout, Heartbeat: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +98,7 @@ func TestSessionOverHTTP(t *testing.T) {
 		t.Fatalf("no grant within 5 s: %v", &ev)
 	}
 	now := monoNow()
-	if d := ev.GetHeld()[0].GetDeadlineNs() - now; d <= 0 || d > int64(runtimetest.OwnerLease) {
+	if d := ev.GetHeld()[0].GetDeadlineNs() - now; d <= 0 || d > int64(clienttest.OwnerLease) {
 		t.Fatalf("deadline %d ns from now, want within (0, OwnerLease]", d)
 	}
 	got := post(t, c, "/v1/check", `{"key":"`+itoa(uint64(keyspace.KeyOf("alice")))+`"}`, 200)
@@ -202,7 +203,8 @@ func TestListenersKeepOthersOut(t *testing.T) {
 		l.Close()
 		t.Fatal("ListenLoopback on 0.0.0.0 succeeded")
 	}
-	a, err := New(Config{Owner: owner.Config{Insecure: true, Manager: "127.0.0.1:1", ID: "app-1", Addr: "127.0.0.1:9001", Timing: protocol.Fast()}})
+	a, err := New(Config{Owner: owner.Config{ID: "app-1", Addr: "127.0.0.1:9001",
+		Connection: leasehold.Connection{Insecure: true, Manager: "127.0.0.1:1", Timing: protocol.Fast()}}})
 	if err != nil {
 		t.Fatal(err)
 	}
