@@ -55,7 +55,10 @@ func Open(dir string, role Role, name string) (*Source, error) {
 	if dir == "" {
 		return nil, fmt.Errorf("certs: no certificates directory (pass --certs-dir or set %s; see leasehold cert --help), or run with --insecure", DirEnv)
 	}
-	base := string(role) + "." + fileSafe(name)
+	base := FileBase(Identity{Role: role, Name: name})
+	if old := OldFileBase(Identity{Role: role, Name: name}); name != "" && old != base && !exists(filepath.Join(dir, base+".crt")) && exists(filepath.Join(dir, old+".crt")) {
+		base = old // written before names kept to a Secret's key
+	}
 	if name == "" {
 		found, _ := filepath.Glob(filepath.Join(dir, string(role)+".*.crt"))
 		switch len(found) {
@@ -81,6 +84,11 @@ func Open(dir string, role Role, name string) (*Source, error) {
 	s.cur.Store(m)
 	s.checked = s.now()
 	return s, nil
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }
 
 func (s *Source) files() [3]string {
