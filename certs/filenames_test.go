@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -80,5 +81,25 @@ func TestOpenReadsOldFileNames(t *testing.T) {
 	}
 	if left := time.Until(src.NotAfter()); left > 2*time.Hour {
 		t.Errorf("after a rotation under the new name, the certificate read has %v left: the old one (a year), not the new one (an hour)", left)
+	}
+}
+
+// TestOpenTheOneCertificateOfItsHolder: a directory whose one certificate
+// of the role is named otherwise (cert-manager's csi-driver writes
+// owner.pod.crt before it knows the pod's name) opens for the holder it
+// names, and for nobody else.
+func TestOpenTheOneCertificateOfItsHolder(t *testing.T) {
+	id := certs.Identity{Role: certs.Owner, Name: "kv-5d8f-x2", Namespaces: []string{"default"}}
+	dir, _ := group(t, id)
+	for _, ext := range []string{".crt", ".key"} {
+		if err := os.Rename(filepath.Join(dir, certs.FileBase(id)+ext), filepath.Join(dir, "owner.pod"+ext)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := certs.Open(dir, certs.Owner, id.Name); err != nil {
+		t.Errorf("its holder: %v", err)
+	}
+	if _, err := certs.Open(dir, certs.Owner, "kv-other"); err == nil || !strings.Contains(err.Error(), `owner "kv-5d8f-x2"`) {
+		t.Errorf("another Owner: %v, want a refusal naming whose it is", err)
 	}
 }
