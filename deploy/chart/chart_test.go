@@ -15,7 +15,6 @@ import (
 	"helm.sh/helm/v3/pkg/lint/support"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-
 )
 
 // The value sets the chart is checked with: its defaults, and each way
@@ -84,9 +83,9 @@ func TestRenderDecodesStrictly(t *testing.T) {
 // would leave a replica without a certificate, fail the render, saying so.
 func TestRefusesWhatCannotRun(t *testing.T) {
 	for set, want := range map[string]string{
-		"manager.foundingReplicas=5":                               "foundingReplicas must be at most manager.replicas",
-		"manager.replicas=7":                                       "certificates.maxReplicas",
-		"kvExample.enabled=true,certificates.source=leasehold":     "csi-driver",
+		"manager.foundingReplicas=5":                           "foundingReplicas must be at most manager.replicas",
+		"manager.replicas=7":                                   "certificates.maxReplicas",
+		"kvExample.enabled=true,certificates.source=leasehold": "csi-driver",
 	} {
 		if _, err := Render(set); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v, want an error saying %q", set, err, want)
@@ -305,4 +304,3 @@ func TestAlertRulesAreDeployMonitorings(t *testing.T) {
 	}
 	t.Error("the rules do not select job=\"leasehold-manager\"")
 }
-
