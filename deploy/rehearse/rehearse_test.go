@@ -18,10 +18,13 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"github.com/leasehold/leasehold/certs"
 	"github.com/leasehold/leasehold/deploy/chart"
 	"github.com/leasehold/leasehold/deploy/image"
 	"github.com/leasehold/leasehold/examples/kv/kv"
+	pb "github.com/leasehold/leasehold/proto/leasehold/v1"
 	"github.com/leasehold/leasehold/protocol"
 )
 
@@ -306,27 +309,33 @@ func TestRehearsal(t *testing.T) {
 		}
 	})
 
-	step("reschedule of pod 1 with its volume", func() {
-		if code := mgr[1].Stop(); code != 0 {
-			t.Fatalf("%s exited %d on SIGTERM", mgr[1].Name, code)
+	// The pod rescheduled is a follower whose log the leader tracks: the
+	// check of an empty volume sees what the leader has heard since it
+	// took over (docs/deploy.md, "A lost volume"), so a replica that led
+	// until it stopped would not be caught.
+	moved := tracked(t, src, list)
+	step(fmt.Sprintf("reschedule of pod %d with its volume", moved), func() {
+		p := mgr[moved]
+		if code := p.Stop(); code != 0 {
+			t.Fatalf("%s exited %d on SIGTERM", p.Name, code)
 		}
 		// First with its volume lost: refused, saying how to re-add it.
-		claim := filepath.Join(root, "pvc", "data-"+mgr[1].Name)
+		claim := filepath.Join(root, "pvc", "data-"+p.Name)
 		os.Rename(claim, claim+".kept")
-		if err := c.Start(mgr[1]); err != nil {
+		if err := c.Start(p); err != nil {
 			t.Fatal(err)
 		}
 		select {
-		case <-mgr[1].done:
+		case <-p.done:
 		case <-time.After(30 * time.Second):
-			t.Fatalf("%s started with an empty volume under the ID its group knows:\n%s", mgr[1].Name, tail(mgr[1].Log(), 20))
+			t.Fatalf("%s started with an empty volume under the ID its group knows:\n%s", p.Name, tail(p.Log(), 20))
 		}
-		if code, _ := mgr[1].Exited(); code != 2 || !strings.Contains(mgr[1].Log(), "starts with an empty data directory") {
-			t.Fatalf("%s with an empty volume: exit %d\n%s", mgr[1].Name, code, tail(mgr[1].Log(), 10))
+		if code, _ := p.Exited(); code != 2 || !strings.Contains(p.Log(), "starts with an empty data directory") {
+			t.Fatalf("%s with an empty volume: exit %d\n%s", p.Name, code, tail(p.Log(), 10))
 		}
 		os.RemoveAll(claim)
 		os.Rename(claim+".kept", claim)
-		start(mgr[1])
+		start(p)
 	})
 
 	step("scale-up 3 → 5 (--join, the add Jobs)", func() {
@@ -385,3 +394,32 @@ func TestRehearsal(t *testing.T) {
 }
 
 var ld *load
+
+// tracked returns the ordinal of a follower whose log the leader tracks,
+// asking the replicas' status with the client's certificate.
+func tracked(t *testing.T, src *certs.Source, addrs []string) int {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, addr := range addrs {
+			conn, err := grpc.NewClient(addr, certs.DialOption(src))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			resp, err := pb.NewAdminClient(conn).Status(ctx, &pb.StatusRequest{})
+			cancel()
+			conn.Close()
+			if c := resp.GetCluster(); err == nil && c.GetRole() == "leader" {
+				for _, p := range c.GetPeers() {
+					if p.GetId() != c.GetId() && p.GetMatch() > 0 {
+						return int(p.GetId()) - 1
+					}
+				}
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatal("no leader tracking a follower within 30 s")
+	return -1
+}
