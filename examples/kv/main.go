@@ -112,7 +112,7 @@ func newFlags(name string, stderr io.Writer) *flags {
 		"the Manager's address, host:port, or a comma-separated list of its replicas' addresses, whose leader is followed ($LEASEHOLD_MANAGER sets the default)")
 	f.fs.StringVar(&f.namespace, "namespace", "", `the namespace (empty: "default")`)
 	f.fs.DurationVar(&f.dialTimeout, "dial-timeout", 5*time.Second,
-		"how long to wait for the Manager before saying why it cannot be reached")
+		"how long to try to reach the Manager before failing (put, get) or warning (serve), with why it cannot be reached")
 	f.trust = certs.AddFlags(f.fs, &f.certsDir, &f.insecure, "mutual TLS to the Manager and between servers and clients")
 	return f
 }
@@ -232,6 +232,9 @@ func putGet(ctx context.Context, cmd string, args []string, stdout, stderr io.Wr
 	dctx, dcancel := context.WithTimeout(ctx, f.dialTimeout)
 	err = c.WaitSynced(dctx)
 	dcancel()
+	if err != nil && c.ManagerError() == nil && ctx.Err() == nil {
+		err = nil // connected, with no copy yet (a new group): retry for --timeout
+	}
 	if err != nil {
 		hint := ""
 		if f.insecure && strings.Contains(err.Error(), "server preface") {
