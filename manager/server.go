@@ -1502,6 +1502,7 @@ func serveStream[T any](s *Server, ctx context.Context, out chan T, send func(T)
 
 // Status answers leasehold status.
 func (s adminService) Status(ctx context.Context, req *pb.StatusRequest) (*pb.StatusResponse, error) {
+	sayVersion(ctx)
 	if req.GetReadLease() {
 		return s.leaseStatus(ctx, req)
 	}

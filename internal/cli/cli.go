@@ -36,6 +36,8 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/leasehold/leasehold/internal/version"
 )
 
 // Exit codes of Execute.
@@ -132,6 +134,8 @@ Exit codes: 0 success, 1 runtime failure, 2 bad usage.`,
 			HiddenDefaultCmd: true,
 		},
 	}
+	root.Version = version.Get().String()
+	root.SetVersionTemplate("{{.Version}}\n")
 	root.SetOut(e.stdout)
 	root.SetErr(e.stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {

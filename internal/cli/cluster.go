@@ -19,6 +19,7 @@ import (
 
 	"github.com/leasehold/leasehold/internal/replica"
 	"github.com/leasehold/leasehold/internal/runtime"
+	"github.com/leasehold/leasehold/manager"
 	pb "github.com/leasehold/leasehold/proto/leasehold/v1"
 )
 
@@ -26,9 +27,10 @@ func init() { register(newClusterCommand) }
 
 // replicaAnswer is one Manager replica's status, or why it gave none.
 type replicaAnswer struct {
-	addr string
-	resp *pb.StatusResponse
-	err  error
+	addr    string
+	resp    *pb.StatusResponse
+	err     error
+	version string // the replica's build (manager.VersionKey); "" from one built before it said
 }
 
 // askAll asks every Manager in o.manager (a comma-separated list), and every
@@ -51,8 +53,13 @@ func (o *clientOptions) askAll(ctx context.Context, namespace string) ([]replica
 				defer wg.Done()
 				oo := *o
 				oo.manager = addr
+				var md metadata.MD
+				oo.header = &md
 				resp, err := oo.status(ctx, namespace)
 				answers[i] = replicaAnswer{addr: addr, resp: resp, err: err}
+				if v := md.Get(manager.VersionKey); len(v) > 0 {
+					answers[i].version = v[0]
+				}
 			}()
 		}
 		wg.Wait()
@@ -108,6 +115,8 @@ type managerJSON struct {
 	Error   string `json:"error,omitempty"`
 	// ReadLease is the replica's quorum read lease, as text.
 	ReadLease string `json:"read_lease,omitempty"`
+	// Version is the replica's build, as it says (leasehold version).
+	Version string `json:"version,omitempty"`
 }
 
 type clusterJSON struct {
@@ -124,7 +133,7 @@ func clusterOf(answers []replicaAnswer) clusterJSON {
 	for _, a := range answers {
 		c := a.resp.GetCluster()
 		m := managerJSON{ID: c.GetId(), Addr: a.addr, Role: c.GetRole(), Term: c.GetTerm(),
-			Commit: c.GetCommit(), Applied: c.GetApplied(), ReadLease: readLeaseText(c.GetReadLease())}
+			Commit: c.GetCommit(), Applied: c.GetApplied(), ReadLease: readLeaseText(c.GetReadLease()), Version: a.version}
 		if a.err != nil {
 			m.Role, m.Error = "unreachable", a.err.Error()
 		}
@@ -141,13 +150,13 @@ func writeCluster(w io.Writer, c clusterJSON) {
 		fmt.Fprintln(w, "leader: none known")
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "  ID\tADDR\tROLE\tTERM\tCOMMIT\tAPPLIED\tREAD LEASE")
+	fmt.Fprintln(tw, "  ID\tADDR\tROLE\tTERM\tCOMMIT\tAPPLIED\tREAD LEASE\tVERSION")
 	for _, m := range c.Managers {
 		if m.Error != "" {
-			fmt.Fprintf(tw, "  -\t%s\tunreachable\t\t\t\n", m.Addr)
+			fmt.Fprintf(tw, "  -\t%s\tunreachable\t\t\t\t\t\n", m.Addr)
 			continue
 		}
-		fmt.Fprintf(tw, "  %d\t%s\t%s\t%d\t%d\t%d\t%s\n", m.ID, m.Addr, m.Role, m.Term, m.Commit, m.Applied, m.ReadLease)
+		fmt.Fprintf(tw, "  %d\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", m.ID, m.Addr, m.Role, m.Term, m.Commit, m.Applied, m.ReadLease, cmp.Or(m.Version, "-"))
 	}
 	_ = tw.Flush()
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/leasehold/leasehold/certs"
+	"github.com/leasehold/leasehold/internal/version"
 	"github.com/leasehold/leasehold/manager"
 	"github.com/leasehold/leasehold/manager/config"
 	"github.com/leasehold/leasehold/protocol"
@@ -457,7 +458,7 @@ func listen(addr, what string) (net.Listener, error) {
 // anyone, so that a load balancer's probe needs no certificate.
 func serveMetrics(srv *manager.Server, lis net.Listener, withPprof bool, log *slog.Logger, src *certs.Source) (stop func()) {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(srv.Collector(), collectors.NewGoCollector(),
+	reg.MustRegister(srv.Collector(), version.Get().Collector(), collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	var metrics http.Handler = promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})
 	if src != nil {
