@@ -211,6 +211,7 @@ answers.`,
 
 func newClusterAddCommand(e *env) *cobra.Command {
 	o := &clientOptions{}
+	checkAddr := true
 	cmd := &cobra.Command{
 		Use:   "add ID ADDR",
 		Short: "Add a replica to the Manager's group",
@@ -223,7 +224,10 @@ promotion is applied; the group then needs a majority of the new size. If
 the replica does not catch up within the Manager's --learner-timeout (30s)
 it is removed again and the command fails saying what the leader saw. An add
 that would leave the group without a quorum of reachable replicas (one is
-down) is refused: bring that replica back, or remove it first.`,
+down) is refused: bring that replica back, or remove it first. An ADDR whose
+host name does not resolve here is refused at once (--check-addr=false
+skips that). While it waits, it says on stderr every few seconds where the
+new replica stands.`,
 		Example: `  leasehold manager --id 4 --join --peers 1=127.0.0.1:7401,2=127.0.0.1:7402,3=127.0.0.1:7403 \
       --listen 127.0.0.1:7404 --data-dir /var/lib/leasehold/4 &
   leasehold cluster add 4 127.0.0.1:7404 --manager 127.0.0.1:7401`,
@@ -236,12 +240,22 @@ down) is refused: bring that replica back, or remove it first.`,
 			if err := runtime.CheckAddr(args[1]); err != nil {
 				return usagef("ADDR: %v", err)
 			}
+			if err := o.validate(); err != nil {
+				return err
+			}
+			if checkAddr {
+				if err := checkResolves(ctx, args[1]); err != nil {
+					return err
+				}
+			}
+			defer o.addProgress(ctx, e, id, args[1])()
 			return o.change(ctx, e, addWait, func(ctx context.Context, c pb.AdminClient, opts ...grpc.CallOption) (*pb.ClusterResponse, error) {
 				return c.AddPeer(ctx, &pb.AddPeerRequest{Id: id, Addr: args[1], ClientAddr: args[1]}, opts...)
 			})
 		}),
 	}
 	o.addFlags(cmd, e, "unused")
+	cmd.Flags().BoolVar(&checkAddr, "check-addr", true, "refuse at once an ADDR whose host name does not resolve here (turn off when only the replicas can resolve it)")
 	_ = cmd.Flags().MarkHidden("namespace")
 	return cmd
 }
