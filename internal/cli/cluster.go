@@ -177,12 +177,12 @@ func newClusterStatusCommand(e *env) *cobra.Command {
 	o := &clientOptions{}
 	cmd := &cobra.Command{
 		Use:   "status",
-		Short: "Show each Manager replica's role, term and log position",
+		Short: "Show each Manager replica's role, term, log position and version",
 		Long: `Ask every Manager in --manager, and every replica they name, for its Raft
 state. Prints the leader, then one line per replica (unreachable ones too).
 With --json: {"leader":N,"leader_addr":"…","managers":[{"id":N,"addr":"…",
-"role":"leader","term":N,"commit":N,"applied":N}]}. Exits 1 if no replica
-answers.`,
+"role":"leader","term":N,"commit":N,"applied":N,"version":"…"}]}. Exits 1 if
+no replica answers.`,
 		Example: `  leasehold cluster status --manager 127.0.0.1:7401,127.0.0.1:7402,127.0.0.1:7403`,
 		Args:    cobra.NoArgs,
 		RunE: run(func(ctx context.Context, _ []string) error {
