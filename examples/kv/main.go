@@ -240,7 +240,7 @@ func putGet(ctx context.Context, cmd string, args []string, stdout, stderr io.Wr
 		if f.insecure && strings.Contains(err.Error(), "server preface") {
 			hint = " (the manager may serve TLS only: pass --certs-dir instead of --insecure)"
 		}
-		fmt.Fprintf(stderr, "kv %s: %v%s\n", cmd, err, hint)
+		fmt.Fprintf(stderr, "kv %s: %s%s\n", cmd, strings.TrimPrefix(err.Error(), "kv: "), hint)
 		return exitFailure
 	}
 	key := pos[0]

@@ -38,7 +38,7 @@ func TestRunExitCodes(t *testing.T) {
 		// Port 1 on localhost: nothing listens. Flags follow the argument,
 		// and the dial error is named within the dial timeout.
 		{[]string{"get", "k", "--insecure", "--manager", "127.0.0.1:1", "--dial-timeout", "1s"}, exitFailure,
-			"kv get: kv: no copy of the lease table: manager at 127.0.0.1:1: dial tcp 127.0.0.1:1: connect: connection refused"},
+			"kv get: no copy of the lease table: manager at 127.0.0.1:1: dial tcp 127.0.0.1:1: connect: connection refused"},
 	} {
 		var stdout, stderr bytes.Buffer
 		code := run(context.Background(), tc.args, &stdout, &stderr)
