@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/owner"
 	"github.com/leasehold/leasehold/protocol"
 )
@@ -18,8 +19,9 @@ import (
 // acknowledgement. ManagerError names the dial error meanwhile.
 func TestIdleOwnerClosesAtOnce(t *testing.T) {
 	addr := closedAddr(t)
-	o, err := owner.New(context.Background(), owner.Config{Insecure: true, Manager: addr, ID: "kv-1",
-		Addr: "127.0.0.1:8080", Timing: protocol.Production()})
+	o, err := owner.New(context.Background(), owner.Config{
+		Connection: leasehold.Connection{Insecure: true, Manager: addr, Timing: protocol.Production()},
+		ID:         "kv-1", Addr: "127.0.0.1:8080"})
 	if err != nil {
 		t.Fatal(err)
 	}
