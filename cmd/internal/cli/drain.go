@@ -102,8 +102,11 @@ func (o *clientOptions) drainAt(ctx context.Context, addr, id string) (hint stri
 	if !ok {
 		return "", o.managerErrorAt(addr, err)
 	}
-	// The Manager's own words, without its package prefix.
-	msg := strings.TrimPrefix(strings.TrimPrefix(st.Message(), "leasehold: "), "manager: ")
+	// The Manager's own words, without its package prefixes.
+	msg := st.Message()
+	for _, pkg := range []string{"leasehold: ", "manager: ", "lease: "} {
+		msg = strings.TrimPrefix(msg, pkg)
+	}
 	switch st.Code() {
 	case codes.FailedPrecondition, codes.NotFound, codes.InvalidArgument:
 		return "", fmt.Errorf("cannot drain %s: %s", id, msg)
