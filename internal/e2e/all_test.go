@@ -17,8 +17,9 @@ const allVar = "LEASEHOLD_E2E"
 // Owners drained while cut off from the leader, the duplicated Owner ID,
 // the examples' scenarios and tours, the dashboard's browser tests (three
 // Owners, and 1,000), the gateways' rolling restart, the gateway with its
-// Manager stopped, the hostile soak and the read leases under a cut, a stop
-// and a removal (about a minute) add about six minutes more, and CI
+// Manager stopped, the hostile soak, the read leases under a cut, a stop
+// and a removal (about a minute), and the agent's Python servers under
+// faults (about two minutes) add about eight minutes more, and CI
 // (.ci/run) runs them with LEASEHOLD_E2E=all.
 func onlyWithAll(t *testing.T) {
 	t.Helper()
