@@ -105,7 +105,7 @@ type Gateway struct {
 	log       *slog.Logger
 
 	hooksCancel context.CancelFunc
-	hooks       sync.WaitGroup // the webhook deliveries
+	hooks       sync.WaitGroup // the webhook deliveries and the waits for the first copies
 
 	draining atomic.Bool
 	stop     chan struct{} // closed by Shutdown: ends the SSE streams
@@ -184,11 +184,11 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 		}
 		g.spaces[r.Namespace] = sp
 		g.metrics.addSpace(sp)
-		go func() {
-			if sp.router.WaitSynced(context.WithoutCancel(ctx)) == nil {
+		g.hooks.Go(func() { // ended by Close, if the copy never comes
+			if sp.router.WaitSynced(hctx) == nil {
 				sp.synced.Store(true)
 			}
-		}()
+		})
 	}
 	return g, nil
 }

@@ -18,6 +18,7 @@ import (
 
 // Status answers leasehold status.
 func (s adminService) Status(ctx context.Context, req *pb.StatusRequest) (*pb.StatusResponse, error) {
+	sayVersion(ctx)
 	if req.GetReadLease() {
 		return s.leaseStatus(ctx, req)
 	}

@@ -296,11 +296,17 @@ func (o *Owner) Held() []Lease {
 // ranges left then move without their state. The last OnChange upcall is
 // delivered before Close returns. A ctx that is already done skips the
 // drain.
+//
+// An Owner that holds no lease has nothing to hand over: it skips the
+// drain, and waits for the goodbye's acknowledgement at most idleLeaveWait,
+// not at all when no stream to the Manager works. So a server that holds
+// nothing (the Manager is unreachable, or refuses it) stops at once.
 func (o *Owner) Close(ctx context.Context) error {
 	if !o.closed.CompareAndSwap(false, true) {
 		return nil
 	}
-	if ctx.Err() == nil {
+	idle := len(o.Held()) == 0
+	if ctx.Err() == nil && !idle {
 		dctx, cancel := ctx, context.CancelFunc(func() {})
 		if _, ok := ctx.Deadline(); !ok {
 			dctx, cancel = context.WithTimeout(ctx, 3*o.cfg.Timing.OwnerLease)
@@ -313,8 +319,17 @@ func (o *Owner) Close(ctx context.Context) error {
 	done := make(chan struct{})
 	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*o.cfg.Timing.OwnerLease)
 	defer cancel()
-	if ctx.Err() != nil {
+	switch {
+	case ctx.Err() != nil:
 		lctx = ctx
+	case idle:
+		wait := idleLeaveWait
+		if o.managers.Current() == "" {
+			wait = 0 // no stream works: nobody to say goodbye to
+		}
+		var icancel context.CancelFunc
+		lctx, icancel = context.WithTimeout(lctx, wait)
+		defer icancel()
 	}
 	select {
 	case o.leave <- done:
@@ -329,6 +344,12 @@ func (o *Owner) Close(ctx context.Context) error {
 	o.up.Close()
 	return o.managers.Close()
 }
+
+// idleLeaveWait bounds how long Close waits for the acknowledgement of an
+// idle Owner's goodbye: on a working stream it comes in a round trip, and
+// without it the Manager forgets the Owner when its lease runs out, which
+// costs nothing, since it holds no lease.
+const idleLeaveWait = time.Second
 
 // run owns the core: every step happens here.
 func (o *Owner) run(ctx context.Context, core *Core) {

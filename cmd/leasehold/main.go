@@ -9,6 +9,7 @@ import (
 	"syscall"
 
 	"github.com/leasehold/leasehold/cmd/internal/cli"
+	buildinfo "github.com/leasehold/leasehold/internal/version"
 )
 
 // version is set by the build (-ldflags "-X main.version=…"); leasehold
@@ -16,9 +17,7 @@ import (
 var version string
 
 func main() {
-	if version != "" {
-		cli.Version = version
-	}
+	buildinfo.Stamp(version)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	context.AfterFunc(ctx, stop) // a second signal kills at once
 	code := cli.Execute(ctx, os.Args[1:], os.Stdout, os.Stderr)

@@ -2,51 +2,68 @@
 // program: an in-memory key-value store partitioned by a leasehold Manager.
 // See package github.com/leasehold/leasehold/examples/kv/kv.
 //
-//	kv serve --manager ADDR --listen ADDR [--namespace NS] [--id ID] [--advertise ADDR]
-//	         [--capacity W] [--drain-timeout D]
-//	kv put   --manager ADDR [--namespace NS] [--timeout D] KEY VALUE
-//	kv get   --manager ADDR [--namespace NS] [--timeout D] KEY
+//	kv serve --listen ADDR [--manager ADDR] [--namespace NS] [--id ID] [--advertise ADDR]
+//	         [--capacity W] [--drain-timeout D] [--dial-timeout D]
+//	kv put   KEY VALUE [--manager ADDR] [--namespace NS] [--timeout D] [--dial-timeout D]
+//	kv get   KEY [--manager ADDR] [--namespace NS] [--timeout D] [--dial-timeout D]
 //
-// --manager ADDR is host:port, or for a replicated Manager its replicas'
-// addresses, comma-separated: the Owner and the Lookup follow the leader.
+// Flags may come before or after the arguments, as with the leasehold
+// command. --manager ADDR is host:port, or for a replicated Manager its
+// replicas' addresses, comma-separated: the Owner and the Lookup follow the
+// leader.
 //
 // serve runs a server until SIGINT or SIGTERM, then leaves gracefully: it
 // drains, handing every range over to the other servers with its values
-// (for at most --drain-timeout; a second signal cuts it short), and exits.
-// put and get retry while ownership moves, for at most --timeout. put exits
-// 0 on success; get prints the value and exits 0, or prints "not found" and
-// exits 1. Other errors exit 2.
+// (for at most --drain-timeout; a second signal cuts it short at once), and
+// exits. A server that holds no range stops at once; one the Manager
+// refuses (its certificate or namespace) says so and exits 1. put and get
+// wait at most --dial-timeout for the first copy of the lease table, and
+// otherwise say why the Manager could not be reached (the dial or TLS
+// error); then they retry while ownership moves, for at most --timeout.
+//
+// Exit codes, as the leasehold command's: 0 success; 1 a runtime failure
+// (the Manager cannot be reached or refuses, no owner answered in time) or,
+// for get, a key with no value ("not found" on stderr); 2 bad usage.
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/leasehold/leasehold/certs"
+	"github.com/leasehold/leasehold/examples/internal/lifecycle"
 	"github.com/leasehold/leasehold/examples/kv/kv"
 )
 
 // Exit codes.
 const (
 	exitOK       = 0
-	exitNotFound = 1
-	exitError    = 2
+	exitFailure  = 1 // a runtime failure
+	exitNotFound = 1 // get: the key has no value
+	exitUsage    = 2 // bad flags or arguments
 )
 
 const usage = `usage:
-  kv serve --manager ADDR --listen ADDR [--namespace NS] [--id ID] [--advertise ADDR]
-           [--capacity 1] [--drain-timeout 1m]
-  kv put   --manager ADDR [--namespace NS] [--timeout 10s] KEY VALUE
-  kv get   --manager ADDR [--namespace NS] [--timeout 10s] KEY
---manager ADDR is host:port, or a replicated Manager's replicas, comma-separated.
+  kv serve --listen ADDR [--manager ADDR] [--namespace NS] [--id ID] [--advertise ADDR]
+           [--capacity 1] [--drain-timeout 1m] [--dial-timeout 5s]
+  kv put   KEY VALUE [--manager ADDR] [--namespace NS] [--timeout 10s] [--dial-timeout 5s]
+  kv get   KEY [--manager ADDR] [--namespace NS] [--timeout 10s] [--dial-timeout 5s]
+Every command takes --certs-dir DIR (or $LEASEHOLD_CERTS_DIR) or --insecure.
+--manager ADDR is host:port, or a replicated Manager's replicas, comma-separated
+(default $LEASEHOLD_MANAGER or 127.0.0.1:7400). Flags may follow the arguments.
+Exit codes: 0 success, 1 failure (get: or not found), 2 bad usage.
 `
 
 func main() {
@@ -60,7 +77,7 @@ func main() {
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
-		return exitError
+		return exitUsage
 	}
 	cmd, args := args[0], args[1:]
 	switch cmd {
@@ -73,92 +90,108 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	default:
 		fmt.Fprintf(stderr, "kv: unknown command %q\n%s", cmd, usage)
-		return exitError
+		return exitUsage
 	}
 }
 
-func newFlags(name string, stderr io.Writer) (*flag.FlagSet, *string, *string) {
-	fs := flag.NewFlagSet("kv "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	def := os.Getenv("LEASEHOLD_MANAGER")
-	if def == "" {
-		def = "127.0.0.1:7400"
-	}
-	manager := fs.String("manager", def, "the Manager's address, host:port, or a comma-separated list of its replicas' addresses, whose leader is followed ($LEASEHOLD_MANAGER sets the default)")
-	namespace := fs.String("namespace", "", `the namespace (empty: "default")`)
-	return fs, manager, namespace
+// flags are what every subcommand takes.
+type flags struct {
+	fs          *flag.FlagSet
+	manager     string
+	namespace   string
+	dialTimeout time.Duration
+	certsDir    string
+	insecure    bool
+	trust       *certs.Flags
 }
 
-// trustFlags adds --certs-dir and --insecure, as the leasehold command has
-// them, with the same environment variables.
-func trustFlags(fs *flag.FlagSet) (certsDir *string, insecure *bool, trust *certs.Flags) {
-	certsDir, insecure = new(string), new(bool)
-	return certsDir, insecure, certs.AddFlags(fs, certsDir, insecure, "mutual TLS to the Manager and between servers and clients")
+func newFlags(name string, stderr io.Writer) *flags {
+	f := &flags{fs: flag.NewFlagSet("kv "+name, flag.ContinueOnError)}
+	f.fs.SetOutput(stderr)
+	f.fs.StringVar(&f.manager, "manager", cmp.Or(os.Getenv("LEASEHOLD_MANAGER"), "127.0.0.1:7400"),
+		"the Manager's address, host:port, or a comma-separated list of its replicas' addresses, whose leader is followed ($LEASEHOLD_MANAGER sets the default)")
+	f.fs.StringVar(&f.namespace, "namespace", "", `the namespace (empty: "default")`)
+	f.fs.DurationVar(&f.dialTimeout, "dial-timeout", 5*time.Second,
+		"how long to try to reach the Manager before failing (put, get) or warning (serve), with why it cannot be reached")
+	f.trust = certs.AddFlags(f.fs, &f.certsDir, &f.insecure, "mutual TLS to the Manager and between servers and clients")
+	return f
 }
 
-// parseError is the exit code for a flag parsing error, already reported by
-// the FlagSet: -h asked for the usage, anything else is an error.
-func parseError(err error) int {
-	if errors.Is(err, flag.ErrHelp) {
-		return exitOK
+// parse parses args, flags and arguments in any order ("--" ends the
+// flags), and checks the flags every subcommand shares. It returns the
+// arguments, or the exit code when parsing failed (already reported).
+func (f *flags) parse(args []string, stderr io.Writer) ([]string, int, bool) {
+	var pos []string
+	for {
+		if err := f.fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, exitOK, false
+			}
+			return nil, exitUsage, false
+		}
+		rest := f.fs.Args()
+		if len(rest) == 0 {
+			break
+		}
+		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
+			pos = append(pos, rest...) // after "--", all arguments
+			break
+		}
+		pos, args = append(pos, rest[0]), rest[1:]
 	}
-	return exitError
+	switch err := checkManagers(f.manager); {
+	case err != nil:
+		fmt.Fprintf(stderr, "%s: --manager: %v\n", f.fs.Name(), err)
+		return nil, exitUsage, false
+	case f.dialTimeout <= 0:
+		fmt.Fprintf(stderr, "%s: --dial-timeout %s must be positive\n", f.fs.Name(), f.dialTimeout)
+		return nil, exitUsage, false
+	case !f.trust.Chosen():
+		fmt.Fprintf(stderr, "%s: no certificates: pass --certs-dir DIR or set $%s (leasehold cert create-ca makes them), or --insecure to speak plaintext\n",
+			f.fs.Name(), certs.DirEnv)
+		return nil, exitUsage, false
+	}
+	return pos, exitOK, true
 }
 
 func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs, manager, namespace := newFlags("serve", stderr)
-	listen := fs.String("listen", "", "the HTTP listen address, host:port (required)")
-	id := fs.String("id", "", "the Owner ID, the same across restarts (default: the listen address, which must then name a host; in Kubernetes, the pod's name)")
-	advertise := fs.String("advertise", "", "the address clients reach this server at (default: the listen address, which must then name a host; in Kubernetes, the pod's IP and port)")
-	capacity := fs.Float64("capacity", 0, "this server's capacity weight, at most 100: one of 2 gets twice the load of one of 1 (default 1)")
-	drainTimeout := fs.Duration("drain-timeout", time.Minute, "on SIGINT or SIGTERM, how long to wait for every range to move away with its values")
-	certsDir, insecure, trust := trustFlags(fs)
-	if err := fs.Parse(args); err != nil {
-		return parseError(err)
+	f := newFlags("serve", stderr)
+	listen := f.fs.String("listen", "", "the HTTP listen address, host:port (required)")
+	id := f.fs.String("id", "", "the Owner ID, the same across restarts (default: the listen address, which must then name a host; in Kubernetes, the pod's name)")
+	advertise := f.fs.String("advertise", "", "the address clients reach this server at (default: the listen address, which must then name a host; in Kubernetes, the pod's IP and port)")
+	capacity := f.fs.Float64("capacity", 0, "this server's capacity weight, at most 100: one of 2 gets twice the load of one of 1 (default 1)")
+	drainTimeout := f.fs.Duration("drain-timeout", time.Minute, "on SIGINT or SIGTERM, how long to wait for every range to move away with its values (a second signal stops at once)")
+	pos, code, ok := f.parse(args, stderr)
+	if !ok {
+		return code
 	}
-	if *listen == "" || fs.NArg() != 0 {
-		fmt.Fprint(stderr, "kv serve: --listen is required and takes no arguments\n")
-		return exitError
-	}
-	if *drainTimeout <= 0 {
+	switch {
+	case *listen == "" || len(pos) != 0:
+		fmt.Fprintf(stderr, "kv serve: --listen is required and takes no arguments (got %q)\n", pos)
+		return exitUsage
+	case *drainTimeout <= 0:
 		fmt.Fprintf(stderr, "kv serve: --drain-timeout %s must be positive\n", *drainTimeout)
-		return exitError
+		return exitUsage
 	}
-	trust.Chosen() // neither chosen: NewServer says which is required
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	srv, err := kv.NewServer(ctx, kv.ServerConfig{
-		Manager: *manager, Namespace: *namespace, ID: *id,
+		Manager: f.manager, Namespace: f.namespace, ID: *id,
 		Listen: *listen, Advertise: *advertise, Capacity: *capacity, Logger: logger,
-		CertsDir: *certsDir, Insecure: *insecure,
+		CertsDir: f.certsDir, Insecure: f.insecure,
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "kv serve: %v\n", err)
-		return exitError
+		return exitFailure
 	}
 	fmt.Fprintf(stdout, "kv serving on %s as %s\n", srv.Addr(), srv.ID())
-	<-ctx.Done()
-	// Drain: every range moves to the other servers with its values. A
-	// second signal gives up waiting; the ranges left move without them.
-	closeCtx, cancel := context.WithTimeout(context.Background(), *drainTimeout)
-	defer cancel()
-	again := make(chan os.Signal, 1)
-	signal.Notify(again, os.Interrupt, syscall.SIGTERM)
-	defer signal.Stop(again)
-	go func() {
-		select {
-		case <-again:
-			cancel()
-		case <-closeCtx.Done():
-		}
-	}()
-	started := time.Now()
-	err = srv.Close(closeCtx)
+	took, err := lifecycle.Wait(ctx, srv, lifecycle.Options{DrainTimeout: *drainTimeout,
+		DialTimeout: f.dialTimeout, Stderr: stderr, Name: "kv serve"})
 	st := srv.Stats()
 	fmt.Fprintf(stdout, "kv stopped after %s: %s handed over with %s, %d without\n",
-		time.Since(started).Round(time.Millisecond), plural(st.HandedOver, "range"), plural(st.ValuesSent, "value"), st.HandoverFailures)
+		took.Round(time.Millisecond), plural(st.HandedOver, "range"), plural(st.ValuesSent, "value"), st.HandoverFailures)
 	if err != nil {
 		fmt.Fprintf(stderr, "kv serve: %v\n", err)
-		return exitError
+		return exitFailure
 	}
 	return exitOK
 }
@@ -172,30 +205,47 @@ func plural(n int, noun string) string {
 }
 
 func putGet(ctx context.Context, cmd string, args []string, stdout, stderr io.Writer) int {
-	fs, manager, namespace := newFlags(cmd, stderr)
-	timeout := fs.Duration("timeout", 10*time.Second, "give up after this long")
-	certsDir, insecure, trust := trustFlags(fs)
-	if err := fs.Parse(args); err != nil {
-		return parseError(err)
+	f := newFlags(cmd, stderr)
+	timeout := f.fs.Duration("timeout", 10*time.Second, "give up after this long, retries included")
+	pos, code, ok := f.parse(args, stderr)
+	if !ok {
+		return code
 	}
 	want := map[string]int{"put": 2, "get": 1}[cmd]
-	if fs.NArg() != want {
-		fmt.Fprintf(stderr, "kv %s: want %d arguments, got %d\n%s", cmd, want, fs.NArg(), usage)
-		return exitError
+	switch {
+	case len(pos) != want:
+		fmt.Fprintf(stderr, "kv %s: want %d arguments, got %d\n%s", cmd, want, len(pos), usage)
+		return exitUsage
+	case *timeout <= 0:
+		fmt.Fprintf(stderr, "kv %s: --timeout %s must be positive\n", cmd, *timeout)
+		return exitUsage
 	}
-	trust.Chosen() // neither chosen: NewClient says which is required
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	c, err := kv.NewClient(ctx, kv.ClientConfig{Manager: *manager, Namespace: *namespace,
-		CertsDir: *certsDir, Insecure: *insecure})
+	c, err := kv.NewClient(ctx, kv.ClientConfig{Manager: f.manager, Namespace: f.namespace,
+		CertsDir: f.certsDir, Insecure: f.insecure})
 	if err != nil {
 		fmt.Fprintf(stderr, "kv %s: %v\n", cmd, err)
-		return exitError
+		return exitFailure
 	}
 	defer c.Close()
-	key := fs.Arg(0)
+	dctx, dcancel := context.WithTimeout(ctx, f.dialTimeout)
+	err = c.WaitSynced(dctx)
+	dcancel()
+	if err != nil && c.ManagerError() == nil && ctx.Err() == nil {
+		err = nil // connected, with no copy yet (a new group): retry for --timeout
+	}
+	if err != nil {
+		hint := ""
+		if f.insecure && strings.Contains(err.Error(), "server preface") {
+			hint = " (the manager may serve TLS only: pass --certs-dir instead of --insecure)"
+		}
+		fmt.Fprintf(stderr, "kv %s: %s%s\n", cmd, strings.TrimPrefix(err.Error(), "kv: "), hint)
+		return exitFailure
+	}
+	key := pos[0]
 	if cmd == "put" {
-		err = c.Put(ctx, key, []byte(fs.Arg(1)))
+		err = c.Put(ctx, key, []byte(pos[1]))
 	} else {
 		var value []byte
 		if value, err = c.Get(ctx, key); err == nil {
@@ -210,6 +260,28 @@ func putGet(ctx context.Context, cmd string, args []string, stdout, stderr io.Wr
 		return exitNotFound
 	default:
 		fmt.Fprintln(stderr, err)
-		return exitError
+		return exitFailure
 	}
+}
+
+// checkManagers reports a --manager list the libraries would refuse, in
+// the flag's words: an empty entry, or one that is not host:port.
+func checkManagers(list string) error {
+	if strings.TrimSpace(list) == "" {
+		return errors.New("the Manager's address is required")
+	}
+	for _, a := range strings.Split(list, ",") {
+		a = strings.TrimSpace(a)
+		if a == "" {
+			return fmt.Errorf("an empty address in %q", list)
+		}
+		if strings.Contains(a, "://") {
+			continue // a gRPC target (dns:///host:port); the library checks it
+		}
+		_, port, err := net.SplitHostPort(a)
+		if n, perr := strconv.ParseUint(port, 10, 16); err != nil || perr != nil || n == 0 {
+			return fmt.Errorf("address %q is not host:port", a)
+		}
+	}
+	return nil
 }

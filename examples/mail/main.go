@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/certs"
+	"github.com/leasehold/leasehold/examples/internal/lifecycle"
 	"github.com/leasehold/leasehold/examples/mail/mail"
 )
 
@@ -30,7 +31,9 @@ func main() {
 	os.Exit(code)
 }
 
-// run serves and returns the exit code: 0, or 2 after a usage error or failure.
+// run serves and returns the exit code: 0, 1 after the Manager refused it
+// or a second signal cut its drain short, or 2 after a usage error or a
+// failure to start.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("mail", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -71,14 +74,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	fmt.Fprintf(stdout, "mail serving on %s as %s\n", srv.Addr(), *id)
-	<-ctx.Done()
-	held := len(srv.Rebuilds())
-	cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := srv.Close(cctx); err != nil {
+	// SIGINT or SIGTERM leaves, for at most 10 s; a second signal, or the
+	// Manager refusing this node, stops it at once.
+	if _, err := lifecycle.Wait(ctx, srv, lifecycle.Options{DrainTimeout: 10 * time.Second,
+		DialTimeout: 5 * time.Second, Stderr: stderr, Name: "mail"}); err != nil {
 		fmt.Fprintf(stderr, "mail: %v\n", err)
-		return 2
+		return 1
 	}
+	held := len(srv.Rebuilds())
 	fmt.Fprintf(stdout, "mail stopped; it held the mail maps of %d ranges\n", held)
 	return 0
 }

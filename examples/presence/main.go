@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/certs"
+	"github.com/leasehold/leasehold/examples/internal/lifecycle"
 	"github.com/leasehold/leasehold/examples/presence/presence"
 )
 
@@ -34,8 +35,9 @@ func main() {
 	os.Exit(code)
 }
 
-// run serves and returns the exit code: 0, or 2 after a usage error or a
-// failure.
+// run serves and returns the exit code: 0, 1 after the Manager refused it
+// or a second signal cut its drain short, or 2 after a usage error or a
+// failure to start.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("presence", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -67,12 +69,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	fmt.Fprintf(stdout, "presence serving on %s as %s\n", srv.Addr(), srv.ID())
-	<-ctx.Done()
-	cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := srv.Close(cctx); err != nil {
+	// SIGINT or SIGTERM hands the ranges back, for at most 10 s; a second
+	// signal, or the Manager refusing this server, stops it at once.
+	if _, err := lifecycle.Wait(ctx, srv, lifecycle.Options{DrainTimeout: 10 * time.Second,
+		DialTimeout: 5 * time.Second, Stderr: stderr, Name: "presence"}); err != nil {
 		fmt.Fprintf(stderr, "presence: %v\n", err)
-		return 2
+		return 1
 	}
 	fmt.Fprintln(stdout, "presence stopped")
 	return 0

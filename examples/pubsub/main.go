@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/certs"
+	"github.com/leasehold/leasehold/examples/internal/lifecycle"
 	"github.com/leasehold/leasehold/examples/pubsub/pubsub"
 )
 
@@ -25,7 +26,9 @@ func main() {
 	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
 }
 
-// run serves and returns the exit code: 0, or 2 after an error.
+// run serves and returns the exit code: 0, 1 after the Manager refused it
+// or a second signal cut its drain short, or 2 after a usage error or a
+// failure to start.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("pubsub", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -45,16 +48,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	srv, err := pubsub.NewServer(ctx, cfg)
-	if err == nil {
-		fmt.Fprintf(stdout, "pubsub serving on %s as %s\n", srv.Addr(), srv.ID())
-		<-ctx.Done()
-		cctx, cancel := context.WithTimeout(context.Background(), *drain)
-		defer cancel()
-		err = srv.Close(cctx)
-	}
 	if err != nil {
 		fmt.Fprintf(stderr, "pubsub: %v\n", err)
 		return 2
+	}
+	fmt.Fprintf(stdout, "pubsub serving on %s as %s\n", srv.Addr(), srv.ID())
+	// A second signal, or the Manager refusing this server, stops it at
+	// once.
+	if _, err := lifecycle.Wait(ctx, srv, lifecycle.Options{DrainTimeout: *drain,
+		DialTimeout: 5 * time.Second, Stderr: stderr, Name: "pubsub"}); err != nil {
+		fmt.Fprintf(stderr, "pubsub: %v\n", err)
+		return 1
 	}
 	return 0
 }

@@ -108,7 +108,15 @@ func (k *keeper[S, R, D]) run(ctx context.Context) {
 			hint = ""
 		}
 		next, wait, followed := k.f.ended(k.worked, IsNotLeader(err), hint)
+		if !k.worked && !IsNotLeader(err) {
+			k.m.setFailed(addr, err)
+		}
 		switch {
+		case Refused(err):
+			// Retrying cannot lift it: say so every time, and not often.
+			wait = max(wait, refusedWait)
+			k.log.Error(k.what+" stream refused by the manager; retrying in "+wait.Round(time.Millisecond).String(),
+				"manager", addr, "err", Describe(err))
 		case k.f.relay:
 			k.log.Info("the leader at "+hint+" does not answer; asking "+next+" to relay", "stream", k.what)
 		case followed:
@@ -150,6 +158,7 @@ const relayAge = 16
 func (k *keeper[S, R, D]) working(addr string) {
 	k.worked = true
 	k.m.setCurrent(addr)
+	k.m.setFailed("", nil)
 	if addr != k.lastWork && addr != k.announced && (k.lastWork != "" || len(k.m.addrs) > 1) {
 		k.log.Info("connected to the manager at "+addr, "stream", k.what)
 	}

@@ -148,6 +148,7 @@ type Managers struct {
 	addrs   []string
 	opts    []grpc.DialOption
 	current atomic.Pointer[string]
+	failed  atomic.Pointer[StreamError] // LastError
 
 	// pause waits between rounds of failed attempts; tests replace it.
 	pause func(context.Context, time.Duration) bool

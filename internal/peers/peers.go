@@ -124,6 +124,10 @@ type Config struct {
 	// Logger receives connection failures and refused messages; nil
 	// discards.
 	Logger *slog.Logger
+	// Protocol and MinProtocol, for tests of mixed versions, replace the
+	// peer protocol versions this replica speaks (version.go); 0 means
+	// the constants.
+	Protocol, MinProtocol int
 }
 
 // Stats are the transport's counters, for metrics.
@@ -408,7 +412,7 @@ func (p *peer) run() {
 // even though messages were written before the answer came.
 func refused(err error) bool {
 	switch status.Code(err) {
-	case codes.InvalidArgument, codes.Unimplemented:
+	case codes.InvalidArgument, codes.Unimplemented, codes.FailedPrecondition:
 		return true
 	}
 	return false
@@ -443,7 +447,7 @@ func (p *peer) stream(client pb.RaftClient, addr string, recovering bool) (healt
 	// address changes are seen while the connection is being made.
 	open := make(chan opened, 1)
 	go func() {
-		st, err := client.Send(ctx)
+		st, err := client.Send(withProtocol(ctx, p.t.protocol()))
 		open <- opened{st, err}
 	}()
 	timer := time.NewTimer(openTimeout)
@@ -642,6 +646,11 @@ var errClosed = status.Error(codes.Unavailable, "peers: the raft transport is cl
 // receive reads, checks and delivers messages until the stream ends: nil
 // when the sender closed it, an InvalidArgument status for a bad message.
 func (t *Transport) receive(stream grpc.ClientStreamingServer[pb.RaftMessage, pb.RaftAck]) error {
+	if err := checkProtocol(stream.Context(), t.minProtocol(), t.protocol()); err != nil {
+		t.refused.Add(1)
+		t.log.Error("refusing a raft stream: a peer protocol this replica cannot speak", "err", err)
+		return err
+	}
 	var sender uint64
 	if t.cfg.Sender != nil {
 		var err error

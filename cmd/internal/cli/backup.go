@@ -38,6 +38,9 @@ data directory. See docs/operations.md.`,
 			if err := o.validate(); err != nil {
 				return err
 			}
+			if addrs, _ := client.SplitManagers(o.manager); len(addrs) != 1 {
+				return usagef("--manager %q: give one replica's address: backup copies that replica's data directory, and follows no leader", o.manager)
+			}
 			conn, err := o.dial(o.manager)
 			if err != nil {
 				return usagef("--manager %q: %v", o.manager, err)
@@ -77,6 +80,7 @@ data directory. See docs/operations.md.`,
 	}
 	o.addFlags(cmd, e, "unused")
 	_ = cmd.Flags().MarkHidden("namespace")
+	cmd.Flags().Lookup("manager").Usage = "copy the data directory of the Manager replica at `ADDR`, host:port: one address, as backup follows no leader ($" + ManagerEnv + " sets the default)"
 	return cmd
 }
 

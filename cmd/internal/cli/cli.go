@@ -39,6 +39,8 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/leasehold/leasehold/internal/version"
 )
 
 // Exit codes of Execute.
@@ -112,7 +114,6 @@ func Execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 func newRoot(e *env) *cobra.Command {
 	root := &cobra.Command{
-		Version: Version,
 		Use:     "leasehold",
 		Short:   "leasehold: leases on ranges of a key space, and where each key lives",
 		Long: `leasehold hands out leases on ranges of a 64-bit key space to servers that keep
@@ -136,6 +137,8 @@ Exit codes: 0 success, 1 runtime failure, 2 bad usage.`,
 			HiddenDefaultCmd: true,
 		},
 	}
+	root.Version = version.Get().String()
+	root.SetVersionTemplate("{{.Version}}\n")
 	root.SetOut(e.stdout)
 	root.SetErr(e.stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/leasehold/leasehold/internal/client"
 	"github.com/leasehold/leasehold/internal/replica"
+	"github.com/leasehold/leasehold/manager"
 	pb "github.com/leasehold/leasehold/proto/leasehold/v1"
 )
 
@@ -26,9 +27,10 @@ func init() { register(newClusterCommand) }
 
 // replicaAnswer is one Manager replica's status, or why it gave none.
 type replicaAnswer struct {
-	addr string
-	resp *pb.StatusResponse
-	err  error
+	addr    string
+	resp    *pb.StatusResponse
+	err     error
+	version string // the replica's build (manager.VersionKey); "" from one built before it said
 }
 
 // askAll asks every Manager in o.manager (a comma-separated list), and every
@@ -51,8 +53,13 @@ func (o *clientOptions) askAll(ctx context.Context, namespace string) ([]replica
 				defer wg.Done()
 				oo := *o
 				oo.manager = addr
+				var md metadata.MD
+				oo.header = &md
 				resp, err := oo.status(ctx, namespace)
 				answers[i] = replicaAnswer{addr: addr, resp: resp, err: err}
+				if v := md.Get(manager.VersionKey); len(v) > 0 {
+					answers[i].version = v[0]
+				}
 			}()
 		}
 		wg.Wait()
@@ -108,6 +115,8 @@ type managerJSON struct {
 	Error   string `json:"error,omitempty"`
 	// ReadLease is the replica's quorum read lease, as text.
 	ReadLease string `json:"read_lease,omitempty"`
+	// Version is the replica's build, as it says (leasehold version).
+	Version string `json:"version,omitempty"`
 }
 
 type clusterJSON struct {
@@ -124,7 +133,7 @@ func clusterOf(answers []replicaAnswer) clusterJSON {
 	for _, a := range answers {
 		c := a.resp.GetCluster()
 		m := managerJSON{ID: c.GetId(), Addr: a.addr, Role: c.GetRole(), Term: c.GetTerm(),
-			Commit: c.GetCommit(), Applied: c.GetApplied(), ReadLease: readLeaseText(c.GetReadLease())}
+			Commit: c.GetCommit(), Applied: c.GetApplied(), ReadLease: readLeaseText(c.GetReadLease()), Version: a.version}
 		if a.err != nil {
 			m.Role, m.Error = "unreachable", a.err.Error()
 		}
@@ -141,13 +150,13 @@ func writeCluster(w io.Writer, c clusterJSON) {
 		fmt.Fprintln(w, "leader: none known")
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "  ID\tADDR\tROLE\tTERM\tCOMMIT\tAPPLIED\tREAD LEASE")
+	fmt.Fprintln(tw, "  ID\tADDR\tROLE\tTERM\tCOMMIT\tAPPLIED\tREAD LEASE\tVERSION")
 	for _, m := range c.Managers {
 		if m.Error != "" {
-			fmt.Fprintf(tw, "  -\t%s\tunreachable\t\t\t\n", m.Addr)
+			fmt.Fprintf(tw, "  -\t%s\tunreachable\t\t\t\t\t\n", m.Addr)
 			continue
 		}
-		fmt.Fprintf(tw, "  %d\t%s\t%s\t%d\t%d\t%d\t%s\n", m.ID, m.Addr, m.Role, m.Term, m.Commit, m.Applied, m.ReadLease)
+		fmt.Fprintf(tw, "  %d\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", m.ID, m.Addr, m.Role, m.Term, m.Commit, m.Applied, m.ReadLease, cmp.Or(m.Version, "-"))
 	}
 	_ = tw.Flush()
 }
@@ -168,12 +177,12 @@ func newClusterStatusCommand(e *env) *cobra.Command {
 	o := &clientOptions{}
 	cmd := &cobra.Command{
 		Use:   "status",
-		Short: "Show each Manager replica's role, term and log position",
+		Short: "Show each Manager replica's role, term, log position and version",
 		Long: `Ask every Manager in --manager, and every replica they name, for its Raft
 state. Prints the leader, then one line per replica (unreachable ones too).
 With --json: {"leader":N,"leader_addr":"…","managers":[{"id":N,"addr":"…",
-"role":"leader","term":N,"commit":N,"applied":N}]}. Exits 1 if no replica
-answers.`,
+"role":"leader","term":N,"commit":N,"applied":N,"version":"…"}]}. Exits 1 if
+no replica answers.`,
 		Example: `  leasehold cluster status --manager 127.0.0.1:7401,127.0.0.1:7402,127.0.0.1:7403`,
 		Args:    cobra.NoArgs,
 		RunE: run(func(ctx context.Context, _ []string) error {
@@ -202,6 +211,7 @@ answers.`,
 
 func newClusterAddCommand(e *env) *cobra.Command {
 	o := &clientOptions{}
+	checkAddr := true
 	cmd := &cobra.Command{
 		Use:   "add ID ADDR",
 		Short: "Add a replica to the Manager's group",
@@ -214,7 +224,10 @@ promotion is applied; the group then needs a majority of the new size. If
 the replica does not catch up within the Manager's --learner-timeout (30s)
 it is removed again and the command fails saying what the leader saw. An add
 that would leave the group without a quorum of reachable replicas (one is
-down) is refused: bring that replica back, or remove it first.`,
+down) is refused: bring that replica back, or remove it first. An ADDR whose
+host name does not resolve here is refused at once (--check-addr=false
+skips that). While it waits, it says on stderr every few seconds where the
+new replica stands.`,
 		Example: `  leasehold manager --id 4 --join --peers 1=127.0.0.1:7401,2=127.0.0.1:7402,3=127.0.0.1:7403 \
       --listen 127.0.0.1:7404 --data-dir /var/lib/leasehold/4 &
   leasehold cluster add 4 127.0.0.1:7404 --manager 127.0.0.1:7401`,
@@ -227,12 +240,22 @@ down) is refused: bring that replica back, or remove it first.`,
 			if err := client.CheckAddr(args[1]); err != nil {
 				return usagef("ADDR: %v", err)
 			}
+			if err := o.validate(); err != nil {
+				return err
+			}
+			if checkAddr {
+				if err := checkResolves(ctx, args[1]); err != nil {
+					return err
+				}
+			}
+			defer o.addProgress(ctx, e, id, args[1])()
 			return o.change(ctx, e, addWait, func(ctx context.Context, c pb.AdminClient, opts ...grpc.CallOption) (*pb.ClusterResponse, error) {
 				return c.AddPeer(ctx, &pb.AddPeerRequest{Id: id, Addr: args[1], ClientAddr: args[1]}, opts...)
 			})
 		}),
 	}
 	o.addFlags(cmd, e, "unused")
+	cmd.Flags().BoolVar(&checkAddr, "check-addr", true, "refuse at once an ADDR whose host name does not resolve here (turn off when only the replicas can resolve it)")
 	_ = cmd.Flags().MarkHidden("namespace")
 	return cmd
 }

@@ -215,7 +215,11 @@ func TestClusterAddUnreachable(t *testing.T) {
 			if code != ExitFailure || stdout != "" {
 				t.Fatalf("cluster add of an unreachable replica: exit %d, stdout %q, stderr %s", code, stdout, stderr)
 			}
-			oneErrorLine(t, stderr, "replica 7 at 127.0.0.1:")
+			progress, last := splitProgress(stderr)
+			if !strings.Contains(progress, "cluster add: asking the leader to add replica 7") {
+				t.Errorf("cluster add said no progress: %q", stderr)
+			}
+			oneErrorLine(t, last, "replica 7 at 127.0.0.1:")
 			for _, want := range []string{"did not catch up", "never answered", "The group is as it was"} {
 				if !strings.Contains(stderr, want) {
 					t.Errorf("cluster add's error %q does not say %q", stderr, want)
@@ -229,5 +233,35 @@ func TestClusterAddUnreachable(t *testing.T) {
 				return ok && c.Leader != 0 && len(c.Managers) == size
 			})
 		})
+	}
+}
+
+// splitProgress separates cluster add's progress lines ("cluster add: …")
+// from the rest of its stderr.
+func splitProgress(stderr string) (progress, rest string) {
+	for _, l := range strings.SplitAfter(stderr, "\n") {
+		if strings.HasPrefix(l, "cluster add: ") {
+			progress += l
+		} else {
+			rest += l
+		}
+	}
+	return progress, rest
+}
+
+// TestClusterAddUnresolvable checks cluster add refuses at once a replica
+// address whose host name does not resolve, before asking the leader
+// (which would say so only when its learner timeout ran out).
+func TestClusterAddUnresolvable(t *testing.T) {
+	t.Parallel()
+	addr := startManager(t)
+	start := time.Now()
+	code, stdout, stderr := cli(t, "cluster", "add", "4", "no-such-host.invalid:7404", "--manager", addr)
+	if code != ExitFailure || stdout != "" {
+		t.Fatalf("cluster add of an unresolvable name: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	oneErrorLine(t, stderr, `host "no-such-host.invalid" does not resolve here`)
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("cluster add took %s to refuse an unresolvable name; want at once", took)
 	}
 }

@@ -78,6 +78,7 @@ HTTP to anyone who reaches it: keep it on a loopback address.`,
 		RunE: run(func(ctx context.Context, _ []string) error { return o.run(ctx, e) }),
 	}
 	o.addFlags(cmd, e, "follow namespace `NS` only (default: every namespace)")
+	cmd.Flags().Lookup("namespace").DefValue = "" // every namespace, as the usage says; not "default"
 	_ = cmd.Flags().MarkHidden("json")
 	f := cmd.Flags()
 	f.StringVar(&o.listen, "listen", DefaultDashboard, "serve the page on `ADDR`, host:port (port 0 picks one)")

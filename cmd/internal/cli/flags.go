@@ -9,7 +9,9 @@ import (
 
 	"github.com/leasehold/leasehold/protocol"
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/leasehold/leasehold/internal/client"
@@ -58,6 +60,9 @@ type clientOptions struct {
 	json      bool          // machine-readable output
 	timeout   time.Duration // how long to wait for the Manager
 	trustOptions
+	// header, if set, receives the header metadata of a Status answer
+	// (the replica's version, manager.VersionKey).
+	header *metadata.MD
 }
 
 func (o *clientOptions) addFlags(cmd *cobra.Command, e *env, namespaceUsage string) {
@@ -134,7 +139,11 @@ func (o *clientOptions) statusAt(ctx context.Context, addr, namespace string) (*
 		return nil, fmt.Errorf("--manager %q: %w", addr, err)
 	}
 	defer conn.Close()
-	resp, err := pb.NewAdminClient(conn).Status(ctx, &pb.StatusRequest{Namespace: namespace})
+	var opts []grpc.CallOption
+	if o.header != nil {
+		opts = append(opts, grpc.Header(o.header))
+	}
+	resp, err := pb.NewAdminClient(conn).Status(ctx, &pb.StatusRequest{Namespace: namespace}, opts...)
 	if err != nil {
 		return nil, o.managerErrorAt(addr, err)
 	}

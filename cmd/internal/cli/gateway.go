@@ -168,10 +168,9 @@ func (o *gatewayOptions) run(ctx context.Context, e *env) error {
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(lis) }()
 	fmt.Fprintf(e.stdout, "leasehold gateway listening on %s (manager %s, %d routes)\n", lis.Addr(), o.manager, len(routes))
-	select {
-	case err := <-served:
+	if err := serveUntil(ctx, served, g.ManagerError); err != nil {
+		srv.Close()
 		return err
-	case <-ctx.Done():
 	}
 	// Stop being ready, end the loss streams, finish the requests in flight.
 	g.Shutdown()
@@ -208,4 +207,26 @@ func frontendTLS(lis net.Listener, src *certs.Source, clientCerts bool, h http.H
 		}
 		required.ServeHTTP(w, r)
 	})
+}
+
+// serveUntil waits until ctx ends (nil), the server fails, or the Manager
+// refuses the gateway's certificate (its role or a namespace): retrying
+// cannot lift that, so the gateway says so and stops rather than serve
+// nothing. A Manager that cannot be reached is not a reason to stop: the
+// gateway routes from its copy meanwhile.
+func serveUntil(ctx context.Context, served <-chan error, managerError func() error) error {
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-served:
+			return err
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+			if err := managerError(); client.Refused(err) {
+				return fmt.Errorf("the manager refuses the gateway: %w", err)
+			}
+		}
+	}
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/leasehold/leasehold/certs"
+	"github.com/leasehold/leasehold/internal/version"
 	"github.com/leasehold/leasehold/manager"
 	"github.com/leasehold/leasehold/protocol"
 	"github.com/leasehold/leasehold/rebalance"
@@ -178,7 +179,7 @@ Logs go to stderr. SIGINT or SIGTERM stops it cleanly (exit code 0).`,
 	f.IntVar(&o.settings.MaxConnections, "max-connections", 0, "the most connections open to this replica at once (0: 50000)")
 	f.IntVar(&o.settings.MaxStreamsPerConn, "max-streams-per-conn", 0, "the most streams open at once on one connection; a follower relays Owners' streams over one (0: 10000)")
 	f.DurationVar(&o.settings.IdleTimeout, "idle-timeout", 0, "close a connection with no stream open for this long (0: 5m; negative: never)")
-	f.StringVar(&o.metricsListen, "metrics-listen", "", "serve Prometheus metrics at http://`ADDR`/metrics, and /healthz and /readyz (default: none)")
+	f.StringVar(&o.metricsListen, "metrics-listen", "", "serve Prometheus metrics at `ADDR`/metrics, and /healthz and /readyz: HTTP with --insecure, else HTTPS that answers only a client certificate of the group's CA (docs/operations.md has a Prometheus scrape config) (default: none)")
 	addReadLeaseFlags(cmd, &o.settings.ReadLease)
 	f.BoolVar(&o.pprof, "pprof", false, "also serve Go's profiles at /debug/pprof/ on the --metrics-listen address (CPU, heap, allocations, goroutines)")
 	o.addLogFlags(f, "info")
@@ -484,7 +485,7 @@ func listen(addr, what string) (net.Listener, error) {
 // anyone, so that a load balancer's probe needs no certificate.
 func serveMetrics(srv *manager.Server, lis net.Listener, withPprof bool, log *slog.Logger, src *certs.Source) (stop func()) {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(srv.Collector(), collectors.NewGoCollector(),
+	reg.MustRegister(srv.Collector(), version.Get().Collector(), collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	var metrics http.Handler = promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})
 	if src != nil {

@@ -31,9 +31,10 @@ func newStatusCommand(e *env) *cobra.Command {
 		Use:   "status",
 		Short: "Show the Managers, their leader, and the Owners that hold each namespace's ranges",
 		Long: `Show what the Manager knows. First its replicas: the leader, and each
-replica's role (leader, follower, candidate, or unreachable), Raft term and
-log position; every Manager in --manager (a comma-separated list) is asked,
-and every replica they name. Then, from the leader, for each namespace the
+replica's role (leader, follower, candidate, or unreachable), Raft term, log
+position and version (as leasehold version prints it), and its readiness;
+every Manager in --manager (a comma-separated list) is asked, and every
+replica they name. Then, from the leader, for each namespace the
 LSN of its lease table, its ranges (segments of the table), the free ones,
 the Lookups connected, and a table of the Owners with the ranges and the
 share of the key space each holds, its load (requests per second, as its
@@ -48,7 +49,7 @@ prints one JSON object for one namespace ("default" unless --namespace says):
               "hot_keys":[{"key":"0x…","rate":40}]}],
    "leader":N,"leader_addr":"127.0.0.1:7401",
    "managers":[{"id":N,"addr":"127.0.0.1:7401","role":"leader","term":N,
-                "commit":N,"applied":N}],
+                "commit":N,"applied":N,"version":"v1.2.0"}],
    "ready":[{"addr":"127.0.0.1:7401","ready":true,"reason":"…"}]}
 
 A replica is ready when it knows a leader and has applied everything

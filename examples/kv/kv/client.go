@@ -137,8 +137,23 @@ func NewClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 }
 
 // WaitSynced waits until the Client's Lookup holds its first copy of the
-// lease table, or ctx ends.
-func (c *Client) WaitSynced(ctx context.Context) error { return c.lookup.WaitSynced(ctx) }
+// lease table, or ctx ends. Its error then says why no copy came: the
+// Manager could not be reached (the dial or TLS error), it refused, or it
+// did not answer.
+func (c *Client) WaitSynced(ctx context.Context) error {
+	err := c.lookup.WaitSynced(ctx)
+	if err == nil {
+		return nil
+	}
+	if merr := c.lookup.ManagerError(); merr != nil {
+		return fmt.Errorf("kv: no copy of the lease table: %w", merr)
+	}
+	return fmt.Errorf("kv: no copy of the lease table from the manager at %s: %w", c.cfg.Manager, err)
+}
+
+// ManagerError returns why the Client's Lookup last failed to reach the
+// Manager, or nil while it is connected (lookup.Lookup.ManagerError).
+func (c *Client) ManagerError() error { return c.lookup.ManagerError() }
 
 // Close stops the Lookup and closes the idle connections of the Client's own
 // HTTP client.
@@ -221,6 +236,9 @@ func (c *Client) attempt(ctx context.Context, method string, k keyspace.Key, pat
 	route, ok := c.lookup.Lookup(k)
 	if !ok {
 		if c.lookup.LSN() == 0 {
+			if merr := c.lookup.ManagerError(); merr != nil {
+				return nil, true, fmt.Errorf("no route: no copy of the lease table yet: %w", merr)
+			}
 			return nil, true, fmt.Errorf("no route: the copy of the lease table is empty (is the manager at %s up?)", c.cfg.Manager)
 		}
 		return nil, true, errors.New("no owner holds the key yet")

@@ -316,3 +316,9 @@ func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) {
 		w.Write(value)
 	}
 }
+
+// ManagerError returns why the server's Owner last failed to reach the
+// Manager, or nil while it is connected (owner.Owner.ManagerError): a
+// refusal of its certificate or namespace, which retrying does not lift,
+// has status.Code PermissionDenied or Unauthenticated.
+func (s *Server) ManagerError() error { return s.owner.ManagerError() }

@@ -208,3 +208,9 @@ func (s *Server) handleQuery(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(a)
 }
+
+// ManagerError returns why the server's Owner last failed to reach the
+// Manager, or nil while it is connected (owner.Owner.ManagerError): a
+// refusal of its certificate or namespace, which retrying does not lift,
+// has status.Code PermissionDenied or Unauthenticated.
+func (s *Server) ManagerError() error { return s.owner.ManagerError() }

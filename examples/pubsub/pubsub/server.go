@@ -300,3 +300,9 @@ func (s *Server) handleHandover(w http.ResponseWriter, r *http.Request) {
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
+
+// ManagerError returns why the server's Owner last failed to reach the
+// Manager, or nil while it is connected (owner.Owner.ManagerError): a
+// refusal of its certificate or namespace, which retrying does not lift,
+// has status.Code PermissionDenied or Unauthenticated.
+func (s *Server) ManagerError() error { return s.owner.ManagerError() }
