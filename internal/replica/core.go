@@ -195,6 +195,8 @@ type namespace struct {
 	rates    []rate // the load map (Rebalance only; leader-local)
 
 	starts startsCount // the MaxRanges check's last count (core_limits.go)
+
+	forgetAt time.Time // when the next Owner may be forgotten (core_admin.go); zero: none
 }
 
 // ownerSession is the Manager's side of one Owner incarnation's session.
@@ -301,6 +303,9 @@ func resume(cfg CoreConfig, broken faults.Set, st *State, base uint64, now time.
 			n.owners[id] = &ownerSession{id: id, addr: r.Addr, inc: r.Incarnation, member: r.Member,
 				capacity: r.Capacity, draining: r.Draining, since: r.Since, mySeq: c.seqBase, lastHeard: now}
 			c.heard(n, n.owners[id])
+			if !r.Member {
+				c.forgetTimer(n, n.owners[id])
+			}
 		}
 		if cfg.Rebalance != nil && len(s.desired) > 0 {
 			// Carry on from it. The next round waits for the Owners' load
@@ -338,6 +343,9 @@ func (c *Core) record(now time.Time, n *namespace, o *ownerSession) {
 	rec := OwnerRecord{Addr: o.addr, Incarnation: o.inc, Member: o.member, Capacity: o.capacity, Draining: o.draining, Since: o.since}
 	if n.s.owners[o.id] != rec {
 		c.apply(now, Change{Op: OpOwner, NS: n.name, Owner: o.id, Record: rec})
+	}
+	if !o.member {
+		c.forgetTimer(n, o)
 	}
 }
 
@@ -583,6 +591,7 @@ func (c *Core) nextDeadline() time.Time {
 		}
 		min(firstTimer(n.resends, c.resendCurrent(n)))
 		min(firstTimer(n.silences, c.silenceCurrent(n)))
+		min(n.forgetAt)
 	}
 	return d
 }
@@ -652,7 +661,7 @@ func (c *Core) Tick(now time.Time) {
 	c.step(now)
 	t := c.cfg.Timing
 	for _, n := range c.ns {
-		for id, o := range n.owners {
+		for _, o := range n.owners {
 			if o.member && !now.Before(o.lastHeard.Add(t.ManagerLease)) {
 				// Silent for a whole manager lease: its leases have run out
 				// too. Assign its share to the others.
@@ -660,14 +669,13 @@ func (c *Core) Tick(now time.Time) {
 				n.members = true
 				c.record(now, n, o)
 			}
-			if !o.member && now.Sub(o.lastHeard) > 10*t.ManagerLease && o.sent.Empty() {
-				delete(n.owners, id)
-				c.apply(now, Change{Op: OpForget, NS: n.name, Owner: id})
-			}
 		}
 		n.s.table.Truncate(now)
 	}
 	c.flush(now)
+	for _, name := range c.Namespaces() { // after the flush, which frees what expired
+		c.forgetDead(now, c.ns[name])
+	}
 }
 
 // flush recomputes what changed and queues the messages it calls for.
@@ -922,8 +930,8 @@ func (c *Core) drain(now time.Time, n *namespace, o *ownerSession) error {
 	}
 	if gate := max(c.cfg.DrainGate, 1); len(busy) >= gate {
 		slices.Sort(busy)
-		return fmt.Errorf("%w: %d owners of namespace %q are draining already (%s); at most %d may drain at once",
-			ErrGateFull, len(busy), n.name, strings.Join(busy, ", "), gate)
+		return fmt.Errorf("%w: %d owners of namespace %q are draining already (%s); at most %d may drain at once: %s",
+			ErrGateFull, len(busy), n.name, strings.Join(busy, ", "), gate, gateWayOut(busy))
 	}
 	o.draining = true
 	n.members = true
