@@ -451,6 +451,7 @@ type closeEvent struct {
 
 type drainEvent struct {
 	ns, owner string
+	op        ownerOp // admin_owners.go
 	errc      chan error
 }
 
@@ -777,7 +778,7 @@ func (l *loop) handle(ev event) {
 			ev.errc <- l.r.RemoveMember(now, ev.id)
 		}
 	case drainEvent:
-		ev.errc <- l.r.Drain(now, ev.ns, ev.owner)
+		ev.errc <- l.ownerAdmin(now, ev)
 	case leaseReadEvent:
 		l.leaseRead(now, ev)
 	case unreachableEvent:
@@ -1222,7 +1223,7 @@ func grpcError(ctx context.Context, err error) error {
 		return runtime.NotLeader(ctx, nl.Leader)
 	case errors.Is(err, replica.ErrNoEpoch):
 		return status.Error(codes.Unavailable, err.Error())
-	case errors.Is(err, replica.ErrGateFull), errors.Is(err, replica.ErrQuorum), errors.Is(err, errSessionBound),
+	case errors.Is(err, replica.ErrGateFull), errors.Is(err, replica.ErrOwnerOwed), errors.Is(err, replica.ErrQuorum), errors.Is(err, errSessionBound),
 		errors.Is(err, replica.ErrConfPending), errors.Is(err, replica.ErrMember):
 		return status.Error(codes.FailedPrecondition, err.Error())
 	case errors.Is(err, replica.ErrUnknownNamespace), errors.Is(err, replica.ErrUnknownOwner):

@@ -39,6 +39,8 @@ var methodRoles = map[string][]certs.Role{
 	pb.Admin_AddPeer_FullMethodName:    {certs.Operator},
 	pb.Admin_RemovePeer_FullMethodName: {certs.Operator},
 	pb.Admin_Drain_FullMethodName:      {certs.Operator},
+	pb.Admin_Undrain_FullMethodName:    {certs.Operator},
+	pb.Admin_Forget_FullMethodName:     {certs.Operator},
 	pb.Admin_Backup_FullMethodName:     {certs.Operator},
 	pb.Admin_Holder_FullMethodName:     {certs.Lookup, certs.Operator}, // reads the table, as Sync does, in the caller's namespaces
 	pb.Raft_Send_FullMethodName:        {certs.Replica},
