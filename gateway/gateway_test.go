@@ -358,7 +358,7 @@ func TestLossStream(t *testing.T) {
 	if k == keyspace.MaxKey {
 		other = keyspace.Range{Start: 0, End: k}
 	}
-	fr.onLoss(lookup.Loss{Ranges: []keyspace.Range{other}})                         // id 1: not alice's
+	fr.onLoss(lookup.Loss{Ranges: []keyspace.Range{other}})                        // id 1: not alice's
 	fr.onLoss(lookup.Loss{Ranges: []keyspace.Range{{Start: k, End: k + 1}, other}, // id 2, naming its Owner
 		Owners: []leasetable.OwnerRanges{{Owner: "kv-2", Addr: "127.0.0.1:8002", Ranges: []keyspace.Range{{Start: k, End: k + 1}, other}}}})
 	ev := readEvent(t, rd)
