@@ -177,7 +177,7 @@ func (o *dashboardOptions) start(ctx context.Context, log *slog.Logger) (*runnin
 		// certificate of the group's CA; only an operator's may drain. A
 		// viewer without one is refused per request, not at the handshake:
 		// a person in a browser gets a page that says what is missing.
-		handler = certs.RequireHTTP(o.src, nil, operatorDrains(o.src.Identity(), handler))
+		handler = viewerCerts(o.src, operatorDrains(o.src.Identity(), handler)) // dashboard_auth.go
 		lis, scheme = tls.NewListener(lis, o.src.ServerTLSOpen()), "https"
 	}
 	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second,
