@@ -259,7 +259,15 @@ func (s *managerSource) Status(ctx context.Context) (dashboard.Status, error) {
 	if resp == nil {
 		return dashboard.Status{}, answers[0].err
 	}
-	return statusOf(resp, clusterOf(answers)), nil
+	st := statusOf(resp, clusterOf(answers))
+	for _, r := range readiness(answers) { // as leasehold status judges it
+		for i := range st.Managers {
+			if st.Managers[i].Addr == r.Addr {
+				st.Managers[i].Ready, st.Managers[i].Reason = r.Ready, r.Reason
+			}
+		}
+	}
+	return st, nil
 }
 
 // statusOf converts the Manager's answer for the dashboard.
