@@ -13,10 +13,11 @@ const allVar = "LEASEHOLD_E2E"
 // a damaged data directory and the gateway, and stays within a newcomer's
 // two minutes; the leader cut off by a proxy, Owners drained while cut off
 // from the leader, the duplicated Owner ID, the examples' scenarios and
-// tours, the dashboard's browser tests (three Owners, and 1,000), the
+// tours, the dashboard's browser tests (three Owners, a loss among planned
+// moves, and 1,000), a drain cancelled and a killed Owner forgotten, the
 // gateways' rolling restart, the gateway with its Manager stopped and the
 // read leases under a cut, a stop and a removal (about a minute) add about
-// six minutes more, and CI (.ci/run) runs them with
+// seven minutes more, and CI (.ci/run) runs them with
 // LEASEHOLD_E2E=all.
 func onlyWithAll(t *testing.T) {
 	t.Helper()
