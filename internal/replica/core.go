@@ -96,6 +96,7 @@ type Stats struct {
 	PlanErrors    uint64 // rounds the policy refused
 	RacesDropped  uint64 // requests dropped by the race filter (C§2.3.2)
 	StaleDropped  uint64 // duplicates and messages of dead incarnations
+	Forgotten     uint64 // Owner records forgotten (core_admin.go)
 }
 
 // Stats returns the counters.

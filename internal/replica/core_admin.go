@@ -123,6 +123,7 @@ func (c *Core) forgetTimer(n *namespace, o *ownerSession) {
 
 func (c *Core) forget(now time.Time, n *namespace, id string) {
 	delete(n.owners, id)
+	c.stats.Forgotten++
 	c.apply(now, Change{Op: OpForget, NS: n.name, Owner: id})
 }
 
