@@ -4,11 +4,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/leasehold/leasehold"
 )
 
 // Limits and defaults (docs/gateway.md).
@@ -188,6 +192,80 @@ func (r *Route) normalize() error {
 		if strings.HasPrefix(r.Prefix, p) {
 			return fmt.Errorf("route %q: prefix %q is the gateway's own", r.Name, r.Prefix)
 		}
+	}
+	return nil
+}
+
+// Validate reports a Config that New would refuse, as a
+// *leasehold.ConfigError naming the field: no routes, a route that does not
+// parse (Routes[i], with the route's own error) or repeats another's host
+// and prefix, no Manager, a negative limit, a webhook that is not an
+// http(s) URL; or no TLS setting (neither Certs nor Insecure). It checks a
+// copy with the defaults New fills in, and changes nothing of c's.
+func (c Config) Validate() error {
+	return c.normalize()
+}
+
+// normalize fills in the defaults and checks c (Validate). Its routes are
+// a copy of the caller's, normalized.
+func (c *Config) normalize() error {
+	bad := func(field, why string, args ...any) error {
+		return &leasehold.ConfigError{Package: "gateway", Field: field, Why: fmt.Sprintf(why, args...)}
+	}
+	if len(c.Routes) == 0 {
+		return bad("Routes", "is empty: a gateway needs at least one route")
+	}
+	if c.Manager == "" && c.NewRouter == nil {
+		return bad("Manager", "is required")
+	}
+	if c.Certs == nil && !c.Insecure {
+		return errors.New("gateway: no TLS setting: set Config.Certs for mutual TLS to the Manager and the Owners, or Config.Insecure: true for plaintext")
+	}
+	for _, l := range []struct {
+		v     *int
+		def   int
+		field string
+	}{
+		{&c.MaxKeyBytes, DefaultMaxKeyBytes, "MaxKeyBytes"},
+		{&c.MaxInFlight, DefaultMaxInFlight, "MaxInFlight"},
+		{&c.MaxQueue, DefaultMaxQueue, "MaxQueue"},
+		{&c.OwnerInFlight, DefaultOwnerInFlight, "OwnerInFlight"},
+	} {
+		if *l.v < 0 {
+			return bad(l.field, "%d must not be negative", *l.v)
+		}
+		if *l.v == 0 {
+			*l.v = l.def
+		}
+	}
+	if c.MaxBodyBytes < 0 {
+		return bad("MaxBodyBytes", "%d must not be negative", c.MaxBodyBytes)
+	}
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if c.MaxCopyAge < 0 {
+		return bad("MaxCopyAge", "%s must not be negative", c.MaxCopyAge)
+	}
+	for i, u := range c.Webhooks {
+		if err := checkWebhook(u); err != nil {
+			return &leasehold.ConfigError{Package: "gateway", Field: fmt.Sprintf("Webhooks[%d]", i), Err: err}
+		}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	c.Routes = slices.Clone(c.Routes)
+	seen := map[string]bool{}
+	for i := range c.Routes {
+		r := &c.Routes[i]
+		if err := r.normalize(); err != nil {
+			return &leasehold.ConfigError{Package: "gateway", Field: fmt.Sprintf("Routes[%d]", i), Err: err}
+		}
+		if seen[r.Host+" "+r.Prefix] {
+			return bad(fmt.Sprintf("Routes[%d]", i), "repeats another route's host %q and prefix %q", r.Host, r.Prefix)
+		}
+		seen[r.Host+" "+r.Prefix] = true
 	}
 	return nil
 }

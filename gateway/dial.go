@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/certs"
 	"github.com/leasehold/leasehold/lookup"
 )
@@ -65,7 +66,7 @@ func h2TLS(src *certs.Source) *http.Transport {
 
 // lookupConfig returns the configuration of a namespace's Lookup.
 func (cfg *Config) lookupConfig(namespace string, onLoss func(lookup.Loss)) lookup.Config {
-	lc := lookup.Config{Manager: cfg.Manager, Namespace: namespace, Timing: cfg.Timing, Logger: cfg.Logger, OnLoss: onLoss, Insecure: cfg.Certs == nil}
+	lc := lookup.Config{Connection: leasehold.Connection{Manager: cfg.Manager, Namespace: namespace, Timing: cfg.Timing, Logger: cfg.Logger, Insecure: cfg.Certs == nil}, OnLoss: onLoss}
 	if cfg.Certs != nil {
 		lc.DialOptions = []grpc.DialOption{certs.DialOption(cfg.Certs)}
 	}

@@ -127,63 +127,16 @@ func (sp *space) stale() (time.Duration, bool) {
 }
 
 // New starts a Gateway: one Lookup per namespace its routes name. It
-// returns at once; /readyz says when every copy has synced.
+// returns at once; /readyz says when every copy has synced. It refuses a
+// Config that Validate refuses, with the same error.
 func New(ctx context.Context, cfg Config) (*Gateway, error) {
-	if len(cfg.Routes) == 0 {
-		return nil, errors.New("gateway: no routes")
-	}
-	if cfg.Manager == "" && cfg.NewRouter == nil {
-		return nil, errors.New("gateway: Manager is required")
-	}
-	if cfg.Certs == nil && !cfg.Insecure {
-		return nil, errors.New("gateway: no TLS setting: set Config.Certs for mutual TLS to the Manager and the Owners, or Config.Insecure: true for plaintext")
-	}
-	def := func(v *int, d int, name string) error {
-		if *v < 0 {
-			return fmt.Errorf("gateway: %s %d must not be negative", name, *v)
-		}
-		if *v == 0 {
-			*v = d
-		}
-		return nil
-	}
-	for _, e := range []error{
-		def(&cfg.MaxKeyBytes, DefaultMaxKeyBytes, "MaxKeyBytes"),
-		def(&cfg.MaxInFlight, DefaultMaxInFlight, "MaxInFlight"),
-		def(&cfg.MaxQueue, DefaultMaxQueue, "MaxQueue"),
-		def(&cfg.OwnerInFlight, DefaultOwnerInFlight, "OwnerInFlight"),
-	} {
-		if e != nil {
-			return nil, e
-		}
-	}
-	if cfg.MaxBodyBytes < 0 {
-		return nil, fmt.Errorf("gateway: MaxBodyBytes %d must not be negative", cfg.MaxBodyBytes)
-	}
-	if cfg.MaxBodyBytes == 0 {
-		cfg.MaxBodyBytes = DefaultMaxBodyBytes
-	}
-	for _, u := range cfg.Webhooks {
-		if err := checkWebhook(u); err != nil {
-			return nil, fmt.Errorf("gateway: %w", err)
-		}
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
+	if err := cfg.normalize(); err != nil {
+		return nil, err
 	}
 	g := &Gateway{cfg: cfg, spaces: map[string]*space{}, losses: newLossLog(1024), log: cfg.Logger, stop: make(chan struct{})}
 	g.owners.max = int64(cfg.OwnerInFlight)
-	seen := map[string]bool{}
 	for i := range cfg.Routes {
-		r := cfg.Routes[i]
-		if err := r.normalize(); err != nil {
-			return nil, fmt.Errorf("gateway: %w", err)
-		}
-		if seen[r.Host+" "+r.Prefix] {
-			return nil, fmt.Errorf("gateway: two routes for host %q prefix %q", r.Host, r.Prefix)
-		}
-		seen[r.Host+" "+r.Prefix] = true
-		g.routes = append(g.routes, &r)
+		g.routes = append(g.routes, &cfg.Routes[i])
 	}
 	// The longest prefix first; for one prefix, a route naming the host
 	// before one for any host.
@@ -200,9 +153,6 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 	}
 	g.metrics = newMetrics(g)
 	g.grpc = newGRPCServer(g)
-	if cfg.MaxCopyAge < 0 {
-		return nil, fmt.Errorf("gateway: MaxCopyAge %s must not be negative", cfg.MaxCopyAge)
-	}
 	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
 	g.hooksCancel = hcancel
 	hookClient := &http.Client{Transport: g.transport}

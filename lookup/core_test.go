@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/lease"
 	"github.com/leasehold/leasehold/internal/replica"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/leasetable"
@@ -571,11 +572,11 @@ func TestAdoptManagerTimings(t *testing.T) {
 }
 
 // TestEpochZeroManagerIsHeard: a Lookup reads Epoch 0 as "no copy yet" and
-// drops responses carrying it, so replica.NewCore takes a zero Epoch as 1.
+// drops responses carrying it, so lease.NewCore takes a zero Epoch as 1.
 // Otherwise a Manager built with the zero-value config would never be heard
 // by any Lookup.
 func TestEpochZeroManagerIsHeard(t *testing.T) {
-	m := replica.NewCore(replica.CoreConfig{Timing: tm}, base)
+	m := lease.NewCore(lease.Settings{Timing: tm}, base)
 	f := replica.NewFeed(m.State(), tm)
 	c := newCore()
 	req := oneReq(t, tick(c, base).reqs)

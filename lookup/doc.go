@@ -5,8 +5,10 @@
 // # Usage
 //
 //	l, err := lookup.New(ctx, lookup.Config{
-//		Manager:  "127.0.0.1:7400",
-//		CertsDir: "/etc/leasehold/certs", // a lookup certificate and ca.crt
+//		Connection: leasehold.Connection{
+//			Manager:  "127.0.0.1:7400",
+//			CertsDir: "/etc/leasehold/certs", // a lookup certificate and ca.crt
+//		},
 //		OnLoss: func(loss lookup.Loss) {
 //			// Tell the clients whose state lay in loss.Ranges to republish.
 //		},
@@ -58,7 +60,17 @@
 // typically within a few network delays, since changes are pushed
 // (docs/protocol.md).
 //
+// # The core
+//
 // Core is the library's deterministic state machine (no goroutines, sockets
-// or clock reads), exported for simulation and for embedding in other
-// runtimes.
+// or clock reads); New runs one inside its runtime. It is exported for the
+// callers outside this package that drive it without a runtime: the
+// simulation (internal/sim), which runs many Lookup cores under a virtual
+// clock, over a network that loses and reorders messages, and checks the
+// guarantees on them, so that what it checks is the code New runs; and tests
+// (internal/wire's drift test drives a Lookup core). Hiding it behind an
+// internal package would split the library in two for them. An application
+// uses New; Core (with CoreConfig) is for a runtime of one's own, another
+// transport or clock, which then owns the duties New carries out
+// (docs/design.md, "Cores and runtimes").
 package lookup

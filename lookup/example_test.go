@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"net"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/lookup"
 	"github.com/leasehold/leasehold/manager"
-	"github.com/leasehold/leasehold/manager/config"
 	"github.com/leasehold/leasehold/protocol"
 )
 
@@ -19,7 +19,7 @@ func startManager() (string, func()) {
 	if err != nil {
 		panic(err)
 	}
-	srv, err := manager.NewServer(manager.ServerConfig{Insecure: true, Replica: config.Replica{Timing: protocol.Fast()}})
+	srv, err := manager.NewServer(manager.Config{Insecure: true, Timing: protocol.Fast()})
 	if err != nil {
 		panic(err)
 	}
@@ -34,8 +34,8 @@ func Example() {
 	defer stop()
 	ctx := context.Background()
 
-	l, err := lookup.New(ctx, lookup.Config{Insecure: true,
-		Manager: addr,
+	l, err := lookup.New(ctx, lookup.Config{
+		Connection: leasehold.Connection{Insecure: true, Manager: addr},
 		OnLoss: func(loss lookup.Loss) {
 			// Ask the clients whose state lay in loss.Ranges to republish it.
 		},

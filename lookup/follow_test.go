@@ -8,7 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold/internal/runtime/runtimetest"
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/client/clienttest"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/lookup"
 	"github.com/leasehold/leasehold/protocol"
@@ -47,12 +48,12 @@ func closedAddr(t *testing.T) string {
 // leader crashes, another is elected, and the crashed one comes back to
 // lead again.
 func TestLookupFollowsTheLeader(t *testing.T) {
-	g := runtimetest.Start(t, 3)
+	g := clienttest.Start(t, 3)
 	m0, m1, m2 := g.Member(0), g.Member(1), g.Member(2)
 	g.Lead(1)
 	g.SetRoute("kv-1", "127.0.0.1:8001")
 	ctx := context.Background()
-	l, err := lookup.New(ctx, lookup.Config{Insecure: true, Manager: closedAddr(t), Managers: []string{m0.Addr}, Timing: protocol.Fast()})
+	l, err := lookup.New(ctx, lookup.Config{Connection: leasehold.Connection{Insecure: true, Manager: closedAddr(t), Managers: []string{m0.Addr}, Timing: protocol.Fast()}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,11 +99,11 @@ func TestLookupConfigManagerList(t *testing.T) {
 		cfg  lookup.Config
 		want string
 	}{
-		{lookup.Config{Insecure: true, Manager: "10.0.0.1:7400, 10.0.0.2"}, `lookup: Config.Manager: address "10.0.0.2" is not host:port`},
-		{lookup.Config{Insecure: true, Manager: ",", Managers: []string{"10.0.0.1:7400"}}, `lookup: Config.Manager: an empty address in ","`},
-		{lookup.Config{Insecure: true, Managers: []string{" "}}, `lookup: Config.Managers[0]: an empty address`},
+		{lookup.Config{Connection: leasehold.Connection{Insecure: true, Manager: "10.0.0.1:7400, 10.0.0.2"}}, `lookup: Config.Manager: address "10.0.0.2" is not host:port`},
+		{lookup.Config{Connection: leasehold.Connection{Insecure: true, Manager: ",", Managers: []string{"10.0.0.1:7400"}}}, `lookup: Config.Manager: an empty address in ","`},
+		{lookup.Config{Connection: leasehold.Connection{Insecure: true, Managers: []string{" "}}}, `lookup: Config.Managers[0]: an empty address`},
 		// Plaintext only when asked for, even to this machine.
-		{lookup.Config{Manager: "127.0.0.1:7400"}, `set Config.TLS or Config.CertsDir for mutual TLS, or Config.Insecure: true`},
+		{lookup.Config{Connection: leasehold.Connection{Manager: "127.0.0.1:7400"}}, `set Config.TLS or Config.CertsDir for mutual TLS, or Config.Insecure: true`},
 	} {
 		l, err := lookup.New(ctx, tc.cfg)
 		if err == nil {
@@ -114,7 +115,7 @@ func TestLookupConfigManagerList(t *testing.T) {
 	}
 
 	a, b := closedAddr(t), closedAddr(t)
-	l, err := lookup.New(ctx, lookup.Config{Insecure: true, Manager: a + "," + b + "," + a})
+	l, err := lookup.New(ctx, lookup.Config{Connection: leasehold.Connection{Insecure: true, Manager: a + "," + b + "," + a}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,13 +133,13 @@ func TestLookupConfigManagerList(t *testing.T) {
 // answers, grows past it (Stale) while the Manager is stalled, and falls
 // back at the first answer after.
 func TestLookupAge(t *testing.T) {
-	g := runtimetest.Start(t, 1)
+	g := clienttest.Start(t, 1)
 	g.Lead(0)
 	g.SetRoute("kv-1", "127.0.0.1:8001")
 	m := g.Member(0)
 	m.Mute(true)
 	tm := protocol.Fast()
-	l, err := lookup.New(context.Background(), lookup.Config{Insecure: true, Manager: m.Addr, Timing: tm})
+	l, err := lookup.New(context.Background(), lookup.Config{Connection: leasehold.Connection{Insecure: true, Manager: m.Addr, Timing: tm}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,19 +2,17 @@ package lookup
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
-	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/certs"
-	"github.com/leasehold/leasehold/internal/runtime"
+	"github.com/leasehold/leasehold/internal/client"
 	"github.com/leasehold/leasehold/internal/wire"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/leasetable"
@@ -22,29 +20,24 @@ import (
 	"github.com/leasehold/leasehold/protocol"
 )
 
-// Config configures a Lookup.
+// Config configures a Lookup. How it reaches the Manager is the embedded
+// leasehold.Connection, shared with owner.Config (cfg.Manager,
+// cfg.CertsDir, cfg.Insecure …). For a Lookup:
+//
+//   - it keeps one sync stream open, to any replica that serves it; a
+//     replica that leaves a poll unanswered for a quarter of Sync is left
+//     for the next (protocol.Timing.LookupAnswerWait);
+//   - Namespace is the key space to follow;
+//   - of Timing's MaxDrift it keeps the larger of this one and the
+//     Manager's, with which it judges heartbeats (docs/protocol.md,
+//     "Heartbeats");
+//   - CertsDir's certificate is its lookup certificate, the one named by
+//     CertName;
+//   - Registerer receives its copy's age, the losses it raised and its
+//     resyncs (metrics.go), labelled with the namespace; New fails if
+//     another Lookup of the namespace is on the same registry.
 type Config struct {
-	// Manager is the Manager's address, host:port, or the addresses of
-	// the replicas of a replicated Manager, comma-separated
-	// ("10.0.0.1:7400,10.0.0.2:7400,10.0.0.3:7400"). The Lookup keeps one
-	// sync stream open, to any replica that serves it: it starts with the
-	// first address, follows the leader a replica names when it refuses
-	// the stream (even one not listed), and otherwise tries the addresses
-	// in turn. A replica that leaves a poll unanswered for a quarter of
-	// Sync is left for the next (protocol.Timing.LookupAnswerWait).
-	// Manager or Managers is required.
-	Manager string
-	// Managers lists more addresses, one per entry, after those in Manager;
-	// repeats are dropped. Each must be host:port (or a gRPC target such
-	// as "dns:///manager.example:7400").
-	Managers []string
-	// Namespace is the key space to follow; empty means "default".
-	Namespace string
-	// Timing is used until the Manager's timings arrive with its first
-	// answer; the zero value means protocol.Production(). Of its MaxDrift
-	// the Lookup then keeps the larger of this one and the Manager's, with
-	// which it judges heartbeats (docs/protocol.md, "Heartbeats").
-	Timing protocol.Timing
+	leasehold.Connection
 	// OnLoss, if set, receives every loss notification (P§2.1): the soft
 	// state of those keys may be gone, so clients that stored state there
 	// should republish it. Called in order on one goroutine, never
@@ -58,32 +51,32 @@ type Config struct {
 	// with the ends and owners a compact delta leaves to the copy filled
 	// in.
 	OnUpdate func(Update)
-	// Logger receives the Lookup's logs; nil discards them.
-	Logger *slog.Logger
-	// DialOptions replace the default gRPC dial options, for every Manager
-	// replica; they must include credentials. They override the TLS fields.
-	DialOptions []grpc.DialOption
-	// TLS dials the Manager replicas with this configuration (mutual TLS
-	// with a certificate from the group's CA; docs/security.md).
-	TLS *tls.Config
-	// CertsDir, when TLS is nil, is the certificates directory to dial
-	// with: its lookup certificate and the CA's, re-read when they change so
-	// that certificates are rotated without a restart. The Manager's
-	// replicas must present replica certificates naming the host dialled.
-	CertsDir string
 	// CertName picks the lookup certificate in CertsDir
 	// (lookup.<CertName>.crt); empty when it holds one.
 	CertName string
-	// Insecure dials the Manager in plaintext, for a Manager run without
-	// certificates (tests, loopback demos). Plaintext is only ever chosen
-	// explicitly: with none of DialOptions, TLS, CertsDir and Insecure, New
-	// returns an error that names them.
-	Insecure bool
-	// Registerer, if set, receives the Lookup's Prometheus metrics
-	// (metrics.go): its copy's age, the losses it raised and its resyncs,
-	// labelled with the namespace. New fails if they cannot be registered
-	// (another Lookup of the namespace on the same registry).
-	Registerer prometheus.Registerer
+}
+
+// Validate reports a Config that New would refuse: a field out of its
+// limits as a *leasehold.ConfigError naming it, unsafe timings as the
+// *protocol.TimingError of Timing.Validate, and no way to dial (none of
+// DialOptions, TLS, CertsDir, Insecure). It checks a copy with the
+// defaults New fills in; it opens no file and dials nothing.
+func (c Config) Validate() error {
+	return c.normalize()
+}
+
+// normalize fills in the defaults and checks c (Validate).
+func (c *Config) normalize() error {
+	if err := client.Normalize("lookup", &c.Connection); err != nil {
+		return err
+	}
+	return c.trust().Check("lookup", c.Managers)
+}
+
+// trust is how the Lookup dials: with its lookup certificate.
+func (c *Config) trust() client.Trust {
+	return client.Trust{DialOptions: c.DialOptions, TLS: c.TLS, CertsDir: c.CertsDir,
+		Role: certs.Lookup, Name: c.CertName, Insecure: c.Insecure}
 }
 
 // Update is a change applied to the Lookup's copy of the table.
@@ -109,13 +102,13 @@ type Lookup struct {
 	view  atomic.Pointer[published]
 	ready chan struct{} // closed at the first applied sync
 
-	managers *runtime.Managers
+	managers *client.Managers
 	recv     chan *protocol.SyncResponse
 	sendq    chan *pb.SyncRequest
 	reopened chan struct{} // a new stream to a Manager replica was opened
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
-	up       *runtime.Upcalls[any]
+	up       *client.Upcalls[any]
 	closed   atomic.Bool
 	// answerWait is the current timings' LookupAnswerWait, for the
 	// stream's answer deadline; the loop updates it as the Manager's
@@ -136,15 +129,14 @@ type published struct {
 // New starts a Lookup. It returns at once; use WaitSynced to wait for the
 // first copy of the table.
 func New(ctx context.Context, cfg Config) (*Lookup, error) {
-	if err := (runtime.Common{Manager: &cfg.Manager, Managers: &cfg.Managers, Namespace: &cfg.Namespace, Timing: &cfg.Timing, Logger: &cfg.Logger}).Normalize("lookup"); err != nil {
+	if err := cfg.normalize(); err != nil {
 		return nil, err
 	}
-	opts, src, err := runtime.Trust{DialOptions: cfg.DialOptions, TLS: cfg.TLS, CertsDir: cfg.CertsDir,
-		Role: certs.Lookup, Name: cfg.CertName, Insecure: cfg.Insecure}.Options("lookup", cfg.Managers)
+	opts, src, err := cfg.trust().Options("lookup", cfg.Managers)
 	if err != nil {
 		return nil, err
 	}
-	managers, err := runtime.NewManagers(cfg.Managers, opts)
+	managers, err := client.NewManagers(cfg.Managers, opts)
 	if err != nil {
 		return nil, fmt.Errorf("lookup: %w", err)
 	}
@@ -160,7 +152,7 @@ func New(ctx context.Context, cfg Config) (*Lookup, error) {
 	}
 	l.sync.Store(int64(cfg.Timing.Sync))
 	l.syncTimeout.Store(int64(cfg.Timing.SyncTimeout))
-	l.up = runtime.NewUpcalls(func(v any) {
+	l.up = client.NewUpcalls(func(v any) {
 		switch v := v.(type) {
 		case Loss:
 			if cfg.OnLoss != nil {
@@ -361,8 +353,8 @@ func (l *Lookup) run(ctx context.Context, core *Core) {
 func (l *Lookup) connect(ctx context.Context) {
 	defer l.wg.Done()
 	opened := 0
-	runtime.Keep(ctx, l.cfg.Logger, "sync", l.managers,
-		func(ctx context.Context, cc grpc.ClientConnInterface) (runtime.Stream[pb.SyncRequest, pb.SyncResponse], error) {
+	client.Keep(ctx, l.cfg.Logger, "sync", l.managers,
+		func(ctx context.Context, cc grpc.ClientConnInterface) (client.Stream[pb.SyncRequest, pb.SyncResponse], error) {
 			st, err := pb.NewLookupsClient(cc).Sync(ctx)
 			if err != nil {
 				return nil, err

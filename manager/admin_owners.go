@@ -7,8 +7,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/leasehold/leasehold/internal/replica"
 	pb "github.com/leasehold/leasehold/proto/leasehold/v1"
+	"github.com/leasehold/leasehold/protocol"
 )
 
 // ownerOp is what an operator asks of an Owner's record: a drain, its
@@ -39,7 +39,7 @@ func ownerRequest(what, ns, owner string) (string, error) {
 		return "", status.Errorf(codes.InvalidArgument, "leasehold: %s needs an owner ID", what)
 	}
 	if ns == "" {
-		ns = replica.DefaultNamespace
+		ns = protocol.DefaultNamespace
 	}
 	return ns, nil
 }

@@ -2,14 +2,13 @@ package manager
 
 import (
 	"errors"
+	"github.com/leasehold/leasehold"
 	"reflect"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold/internal/replica"
-	"github.com/leasehold/leasehold/manager/config"
 	"github.com/leasehold/leasehold/protocol"
 )
 
@@ -23,7 +22,7 @@ func TestServerShowsNoHandlers(t *testing.T) {
 	}
 }
 
-// TestPublicTypesNameNoInternalType: no field of ServerConfig, or of what
+// TestPublicTypesNameNoInternalType: no field of Config, or of what
 // Snapshot shows, has a type from an internal package, at any depth.
 func TestPublicTypesNameNoInternalType(t *testing.T) {
 	seen := map[reflect.Type]bool{}
@@ -50,38 +49,38 @@ func TestPublicTypesNameNoInternalType(t *testing.T) {
 			}
 		}
 	}
-	walk("ServerConfig", reflect.TypeFor[ServerConfig]())
+	walk("Config", reflect.TypeFor[Config]())
 	walk("Snapshot", reflect.TypeFor[Snapshot]())
 }
 
 func TestDefaultNamespaceIsTheReplicas(t *testing.T) {
-	if DefaultNamespace != replica.DefaultNamespace {
-		t.Fatalf("DefaultNamespace %q, the replica serves %q", DefaultNamespace, replica.DefaultNamespace)
+	if protocol.DefaultNamespace != protocol.DefaultNamespace {
+		t.Fatalf("DefaultNamespace %q, the replica serves %q", protocol.DefaultNamespace, protocol.DefaultNamespace)
 	}
 }
 
-// TestValidateNamesTheField: ServerConfig.Validate refuses a bad setting
-// with a *config.FieldError naming its field, and an unsafe timing with one
+// TestValidateNamesTheField: Config.Validate refuses a bad setting
+// with a *leasehold.ConfigError naming its field, and an unsafe timing with one
 // whose *protocol.TimingError names the timing's fields.
 func TestValidateNamesTheField(t *testing.T) {
 	unsafe := protocol.Fast()
 	unsafe.Renew = unsafe.OwnerLease
 	for _, tc := range []struct {
-		cfg    ServerConfig
+		cfg    Config
 		field  string
 		timing []string
 	}{
-		{ServerConfig{Insecure: true, Replica: config.Replica{Namespaces: []string{""}}}, "Namespaces", nil},
-		{ServerConfig{Insecure: true, Replica: config.Replica{Namespaces: []string{strings.Repeat("n", 1<<20)}}}, "Namespaces", nil},
-		{ServerConfig{Insecure: true, ID: 2, Peers: []Peer{{ID: 1, Addr: "a:1"}}}, "Peers", nil},
-		{ServerConfig{Insecure: true, Peers: []Peer{{ID: 1, Addr: "a:1"}, {ID: 1, Addr: "b:1"}}}, "Peers", nil},
-		{ServerConfig{Insecure: true, Replica: config.Replica{Timing: unsafe}}, "Timing", []string{"Renew", "OwnerLease"}},
-		{ServerConfig{}, "Certs", nil}, // plaintext only when asked for
+		{Config{Insecure: true, Namespaces: []string{""}}, "Namespaces", nil},
+		{Config{Insecure: true, Namespaces: []string{strings.Repeat("n", 1<<20)}}, "Namespaces", nil},
+		{Config{Insecure: true, ID: 2, Peers: []Peer{{ID: 1, Addr: "a:1"}}}, "Peers", nil},
+		{Config{Insecure: true, Peers: []Peer{{ID: 1, Addr: "a:1"}, {ID: 1, Addr: "b:1"}}}, "Peers", nil},
+		{Config{Insecure: true, Timing: unsafe}, "Timing", []string{"Renew", "OwnerLease"}},
+		{Config{}, "Certs", nil}, // plaintext only when asked for
 	} {
 		err := tc.cfg.Validate()
-		var fe *config.FieldError
+		var fe *leasehold.ConfigError
 		if !errors.As(err, &fe) || fe.Field != tc.field {
-			t.Errorf("%+v: Validate() = %v, want a FieldError for %s", tc.cfg, err, tc.field)
+			t.Errorf("%+v: Validate() = %v, want a leasehold.ConfigError for %s", tc.cfg, err, tc.field)
 			continue
 		}
 		var te *protocol.TimingError
@@ -89,11 +88,11 @@ func TestValidateNamesTheField(t *testing.T) {
 			t.Errorf("Validate() = %v, want a TimingError naming %v", err, tc.timing)
 		}
 	}
-	ok := ServerConfig{Insecure: true} // else zero: every default
+	ok := Config{Insecure: true} // else zero: every default
 	if err := ok.Validate(); err != nil {
-		t.Fatalf("the zero ServerConfig with Insecure: %v", err)
+		t.Fatalf("the zero Config with Insecure: %v", err)
 	}
 	if ok.Timing != protocol.Production() || ok.RaftTick != 100*time.Millisecond || ok.ElectionTicks != 10 || ok.ID != 1 || ok.Epoch == 0 {
-		t.Errorf("defaults not filled in: %+v", ok.Replica)
+		t.Errorf("defaults not filled in: %+v", ok)
 	}
 }

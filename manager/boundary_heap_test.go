@@ -12,7 +12,6 @@ import (
 
 	"github.com/leasehold/leasehold/certs"
 	"github.com/leasehold/leasehold/manager"
-	"github.com/leasehold/leasehold/manager/config"
 	pb "github.com/leasehold/leasehold/proto/leasehold/v1"
 )
 
@@ -38,7 +37,7 @@ func TestStrangerHeap(t *testing.T) {
 	if n == 0 {
 		t.Skip("set -boundary.calls to run")
 	}
-	m := startTLSManager(t, manager.ServerConfig{Replica: config.Replica{Namespaces: []string{"default"}}, DataDir: t.TempDir()})
+	m := startTLSManager(t, manager.Config{Namespaces: []string{"default"}, DataDir: t.TempDir()})
 	const size = 3 << 20
 	body := undecodable((&pb.DrainRequest{}).ProtoReflect().Descriptor(), size)
 	ownerCert := m.cert(t, certs.Identity{Role: certs.Owner, Name: "o", Namespaces: []string{"default"}})

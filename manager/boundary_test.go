@@ -19,7 +19,6 @@ import (
 
 	"github.com/leasehold/leasehold/certs"
 	"github.com/leasehold/leasehold/manager"
-	"github.com/leasehold/leasehold/manager/config"
 	pb "github.com/leasehold/leasehold/proto/leasehold/v1"
 	"github.com/leasehold/leasehold/protocol"
 )
@@ -36,7 +35,7 @@ type tlsManager struct {
 	addr string
 }
 
-func startTLSManager(t testing.TB, cfg manager.ServerConfig) *tlsManager {
+func startTLSManager(t testing.TB, cfg manager.Config) *tlsManager {
 	t.Helper()
 	dir := t.TempDir()
 	m := &tlsManager{}
@@ -169,7 +168,7 @@ func heapInUse() uint64 {
 // (a second request message on Backup, which takes one). Each call's
 // partly decoded message used to stay in a process-wide table.
 func TestRefusedCallsKeepNothing(t *testing.T) {
-	m := startTLSManager(t, manager.ServerConfig{Replica: config.Replica{Namespaces: []string{"default"}}, DataDir: t.TempDir()})
+	m := startTLSManager(t, manager.Config{Namespaces: []string{"default"}, DataDir: t.TempDir()})
 	const calls, size = 20, 3 << 20
 	drain := undecodable((&pb.DrainRequest{}).ProtoReflect().Descriptor(), size)
 	backup := cutShort(size)
@@ -204,7 +203,7 @@ func mib(n uint64) float64 { return float64(n) / (1 << 20) }
 // The status a caller sees is the codec's, naming the limit, whether the
 // message was too large or did not decode: checked over TLS too.
 func TestUndecodableOverTLS(t *testing.T) {
-	m := startTLSManager(t, manager.ServerConfig{MaxMessageBytes: 64 << 10})
+	m := startTLSManager(t, manager.Config{MaxMessageBytes: 64 << 10})
 	op := dialAs(t, m.addr, m.cert(t, certs.Identity{Role: certs.Operator, Name: "alice"}))
 	d := (&pb.DrainRequest{}).ProtoReflect().Descriptor()
 	refused(t, "an oversized drain", rawUnary(op, pb.Admin_Drain_FullMethodName, undecodable(d, 128<<10)), codes.ResourceExhausted, "--max-message-bytes")
@@ -223,7 +222,7 @@ func TestUndecodableOverTLS(t *testing.T) {
 // connections used to complete the handshake and keep their slot until
 // the idle timeout, locking every certificate holder out.
 func TestStrangersHoldNoSlots(t *testing.T) {
-	m := startTLSManager(t, manager.ServerConfig{MaxConnections: 5})
+	m := startTLSManager(t, manager.Config{MaxConnections: 5})
 	for range 20 {
 		c := dialAs(t, m.addr, nil)
 		_, _ = pb.NewAdminClient(c).Status(context.Background(), &pb.StatusRequest{})
@@ -255,7 +254,7 @@ func TestStrangersHoldNoSlots(t *testing.T) {
 // logged.
 func TestConnectionLimitOverTLS(t *testing.T) {
 	var log syncBuf
-	m := startTLSManager(t, manager.ServerConfig{MaxConnections: 2, Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	m := startTLSManager(t, manager.Config{MaxConnections: 2, Logger: slog.New(slog.NewTextHandler(&log, nil))})
 	cert := m.cert(t, certs.Identity{Role: certs.Operator, Name: "alice"})
 	for range 2 {
 		if _, err := pb.NewAdminClient(dialAs(t, m.addr, cert)).Status(context.Background(), &pb.StatusRequest{}); err != nil {
@@ -283,7 +282,7 @@ func TestConnectionLimitOverTLS(t *testing.T) {
 // ResourceExhausted naming the limit and its flag, and counted; another
 // connection has its own budget.
 func TestCallRateLimit(t *testing.T) {
-	m := startTLSManager(t, manager.ServerConfig{MaxCallRate: 2})
+	m := startTLSManager(t, manager.Config{MaxCallRate: 2})
 	cert := m.cert(t, certs.Identity{Role: certs.Operator, Name: "alice"})
 	conn := dialAs(t, m.addr, cert)
 	var refusedErr error
@@ -328,7 +327,7 @@ func (s *syncBuf) String() string {
 // slot (one is taken only once the handshake is done), and an operator's
 // status is answered at once, not after the handshake timeout.
 func TestStalledHandshakesHoldNoSlots(t *testing.T) {
-	m := startTLSManager(t, manager.ServerConfig{MaxConnections: 3})
+	m := startTLSManager(t, manager.Config{MaxConnections: 3})
 	for range 10 {
 		c, err := net.Dial("tcp", m.addr)
 		if err != nil {
@@ -350,7 +349,7 @@ func TestStalledHandshakesHoldNoSlots(t *testing.T) {
 // preface and its call) after its side of the handshake: the Manager
 // reads and drops that before closing, so no reset overtakes the alert.
 func TestStrangerReadsWhy(t *testing.T) {
-	m := startTLSManager(t, manager.ServerConfig{})
+	m := startTLSManager(t, manager.Config{})
 	for i := range 30 {
 		c := dialAs(t, m.addr, nil)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -8,10 +8,10 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/lookup"
 	"github.com/leasehold/leasehold/manager"
-	"github.com/leasehold/leasehold/manager/config"
 	"github.com/leasehold/leasehold/owner"
 	"github.com/leasehold/leasehold/protocol"
 )
@@ -24,13 +24,19 @@ import (
 func TestCloseDrainsWithHandover(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		tm := protocol.Fast()
-		c := startManager(t, manager.ServerConfig{Insecure: true, Replica: config.Replica{Timing: tm}})
+		c := startManager(t, manager.Config{Insecure: true, Timing: tm})
 		defer c.stop(t)
 		ctx := context.Background()
 		var mu sync.Mutex
 		var losses []lookup.Loss
-		l, err := lookup.New(ctx, lookup.Config{Manager: "passthrough:///bufnet", DialOptions: c.dial(), Timing: tm,
-			OnLoss: func(loss lookup.Loss) { mu.Lock(); losses = append(losses, loss); mu.Unlock() }})
+		l, err := lookup.New(ctx, lookup.Config{
+			Connection: leasehold.Connection{
+				Manager:     "passthrough:///bufnet",
+				DialOptions: c.dial(),
+				Timing:      tm,
+			},
+			OnLoss: func(loss lookup.Loss) { mu.Lock(); losses = append(losses, loss); mu.Unlock() },
+		})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -40,8 +46,16 @@ func TestCloseDrainsWithHandover(t *testing.T) {
 		var handedOver atomic.Int64
 		for _, id := range []string{"a", "b"} {
 			var o *owner.Owner
-			cfg := owner.Config{Manager: "passthrough:///bufnet", DialOptions: c.dial(), ID: id, Addr: id + ":1", Timing: tm,
-				Handovers: true, OnChange: func(ch owner.OwnershipChange) {
+			cfg := owner.Config{
+				Connection: leasehold.Connection{
+					Manager:     "passthrough:///bufnet",
+					DialOptions: c.dial(),
+					Timing:      tm,
+				},
+				ID:        id,
+				Addr:      id + ":1",
+				Handovers: true,
+				OnChange: func(ch owner.OwnershipChange) {
 					for _, h := range ch.Handovers {
 						handedOver.Add(1)
 						o.HandoverDone(h, true) // the application copied the state to h.Addr
@@ -51,7 +65,8 @@ func TestCloseDrainsWithHandover(t *testing.T) {
 							migrated.Add(1)
 						}
 					}
-				}}
+				},
+			}
 			if o, err = owner.New(ctx, cfg); err != nil {
 				t.Fatal(err)
 			}

@@ -11,9 +11,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/test/bufconn"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/lookup"
 	"github.com/leasehold/leasehold/manager"
-	"github.com/leasehold/leasehold/manager/config"
 	leaseholdv1 "github.com/leasehold/leasehold/proto/leasehold/v1"
 	"github.com/leasehold/leasehold/protocol"
 )
@@ -29,7 +29,7 @@ func TestHeartbeatsNeedTheManagersDrift(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		tm := protocol.Fast()
 		tm.MaxDrift, tm.ManagerLease = 0.2, 2400*time.Millisecond // ≥ OwnerLease × 1.2
-		srv, err := manager.NewServer(manager.ServerConfig{Insecure: true, Replica: config.Replica{Timing: tm, Epoch: 3}})
+		srv, err := manager.NewServer(manager.Config{Insecure: true, Timing: tm, Epoch: 3})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -41,7 +41,11 @@ func TestHeartbeatsNeedTheManagersDrift(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		served := make(chan error, 1)
 		go func() { served <- srv.Serve(ctx, lis) }()
-		l, err := lookup.New(ctx, lookup.Config{Manager: "passthrough:///bufnet", DialOptions: dial, Timing: protocol.Fast()})
+		l, err := lookup.New(ctx, lookup.Config{Connection: leasehold.Connection{
+			Manager:     "passthrough:///bufnet",
+			DialOptions: dial,
+			Timing:      protocol.Fast(),
+		}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -14,9 +14,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/test/bufconn"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/internal/wire"
 	"github.com/leasehold/leasehold/leasetable"
-	"github.com/leasehold/leasehold/manager/config"
 	"github.com/leasehold/leasehold/owner"
 	pb "github.com/leasehold/leasehold/proto/leasehold/v1"
 	"github.com/leasehold/leasehold/protocol"
@@ -29,7 +29,7 @@ import (
 // deltas), and decode the same updates as each other.
 func TestSharedUpdatesEncodedOnceOverGRPC(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv, err := NewServer(ServerConfig{Insecure: true, Replica: config.Replica{Timing: tm}})
+		srv, err := NewServer(Config{Insecure: true, Timing: tm})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -43,8 +43,15 @@ func TestSharedUpdatesEncodedOnceOverGRPC(t *testing.T) {
 		}
 		var owners []*owner.Owner
 		for i := range 3 {
-			o, err := owner.New(ctx, owner.Config{Manager: "passthrough:///bufnet", DialOptions: dial,
-				ID: fmt.Sprintf("o%d", i), Addr: fmt.Sprintf("o%d:1", i), Timing: tm})
+			o, err := owner.New(ctx, owner.Config{
+				Connection: leasehold.Connection{
+					Manager:     "passthrough:///bufnet",
+					DialOptions: dial,
+					Timing:      tm,
+				},
+				ID:   fmt.Sprintf("o%d", i),
+				Addr: fmt.Sprintf("o%d:1", i),
+			})
 			if err != nil {
 				t.Fatal(err)
 			}

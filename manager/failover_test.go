@@ -15,10 +15,10 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/test/bufconn"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/lookup"
 	"github.com/leasehold/leasehold/manager"
-	"github.com/leasehold/leasehold/manager/config"
 	"github.com/leasehold/leasehold/owner"
 	"github.com/leasehold/leasehold/protocol"
 )
@@ -56,7 +56,7 @@ func (n *net3) start(t *testing.T, id uint64, tm protocol.Timing) {
 		peers = append(peers, manager.Peer{ID: i, Addr: fmt.Sprintf("passthrough:///m%d", i)})
 	}
 	addr := fmt.Sprintf("passthrough:///m%d", id)
-	srv, err := manager.NewServer(manager.ServerConfig{Insecure: true, Replica: config.Replica{Timing: tm, LearnerTimeout: n.learnerTimeout}, ID: id, Peers: peers, Advertise: addr,
+	srv, err := manager.NewServer(manager.Config{Insecure: true, Timing: tm, LearnerTimeout: n.learnerTimeout, ID: id, Peers: peers, Advertise: addr,
 		DataDir: n.dirs[id], PeerDialOptions: n.dial()})
 	if err != nil {
 		t.Fatal(err)
@@ -117,13 +117,15 @@ func TestFailoverKeepsLeases(t *testing.T) {
 		managers := "passthrough:///m1,passthrough:///m2,passthrough:///m3"
 		var mu sync.Mutex
 		var losses []lookup.Loss
-		l, err := lookup.New(ctx, lookup.Config{Manager: managers, DialOptions: n.dial(), Timing: tm,
-			OnLoss: func(loss lookup.Loss) { mu.Lock(); losses = append(losses, loss); mu.Unlock() }})
+		l, err := lookup.New(ctx, lookup.Config{
+			Connection: leasehold.Connection{Manager: managers, DialOptions: n.dial(), Timing: tm},
+			OnLoss:     func(loss lookup.Loss) { mu.Lock(); losses = append(losses, loss); mu.Unlock() },
+		})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer l.Close()
-		o, err := owner.New(ctx, owner.Config{Manager: managers, DialOptions: n.dial(), ID: "a", Addr: "a:1", Timing: tm})
+		o, err := owner.New(ctx, owner.Config{Connection: leasehold.Connection{Manager: managers, DialOptions: n.dial(), Timing: tm}, ID: "a", Addr: "a:1"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -209,17 +211,27 @@ func TestRestartKeepsLeases(t *testing.T) {
 			grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return cur.Load().lis.DialContext(ctx) }),
 			grpc.WithTransportCredentials(insecure.NewCredentials()),
 		}
-		cur.Store(startManager(t, manager.ServerConfig{Insecure: true, Replica: config.Replica{Timing: tm}, DataDir: dir}))
+		cur.Store(startManager(t, manager.Config{Insecure: true, Timing: tm, DataDir: dir}))
 		ctx := context.Background()
 		var mu sync.Mutex
 		var losses []lookup.Loss
-		l, err := lookup.New(ctx, lookup.Config{Manager: "passthrough:///bufnet", DialOptions: dial, Timing: tm,
-			OnLoss: func(loss lookup.Loss) { mu.Lock(); losses = append(losses, loss); mu.Unlock() }})
+		l, err := lookup.New(ctx, lookup.Config{
+			Connection: leasehold.Connection{
+				Manager:     "passthrough:///bufnet",
+				DialOptions: dial,
+				Timing:      tm,
+			},
+			OnLoss: func(loss lookup.Loss) { mu.Lock(); losses = append(losses, loss); mu.Unlock() },
+		})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer l.Close()
-		o, err := owner.New(ctx, owner.Config{Manager: "passthrough:///bufnet", DialOptions: dial, ID: "a", Addr: "a:1", Timing: tm})
+		o, err := owner.New(ctx, owner.Config{Connection: leasehold.Connection{
+			Manager:     "passthrough:///bufnet",
+			DialOptions: dial,
+			Timing:      tm,
+		}, ID: "a", Addr: "a:1"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -233,7 +245,7 @@ func TestRestartKeepsLeases(t *testing.T) {
 		}
 		cur.Load().stop(t)
 		time.Sleep(tm.Renew / 2)
-		cur.Store(startManager(t, manager.ServerConfig{Insecure: true, Replica: config.Replica{Timing: tm}, DataDir: dir}))
+		cur.Store(startManager(t, manager.Config{Insecure: true, Timing: tm, DataDir: dir}))
 		defer func() { cur.Load().stop(t) }()
 		time.Sleep(2 * tm.OwnerLease)
 		synctest.Wait()

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/lease"
 	"go.etcd.io/raft/v3"
 
 	"github.com/leasehold/leasehold/internal/replica"
@@ -17,13 +18,13 @@ import (
 // streams (IDs 1…n, nobody reading their queues) and one Owner's stream.
 func fanoutLoop(t *testing.T, n int) (*loop, []*lookupStream, *ownerStream) {
 	t.Helper()
-	cfg := ServerConfig{Insecure: true}
+	cfg := Config{Insecure: true}
 	cfg.Timing = tm
 	s, err := NewServer(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := replica.NewReplica(replica.ReplicaConfig{ID: 1, Core: s.cfg.Replica, Storage: raft.NewMemoryStorage(),
+	r, err := replica.NewReplica(replica.ReplicaConfig{ID: 1, Settings: s.cfg.settings(), Storage: raft.NewMemoryStorage(),
 		Bootstrap: []replica.Peer{{ID: 1, Addr: "127.0.0.1:1"}}}, base)
 	if err != nil {
 		t.Fatal(err)
@@ -31,12 +32,12 @@ func fanoutLoop(t *testing.T, n int) (*loop, []*lookupStream, *ownerStream) {
 	l := &loop{s: s, r: r, routes: map[routeKey]*ownerStream{}, lookups: map[uint64]*lookupStream{}}
 	var sts []*lookupStream
 	for id := range uint64(n) {
-		st := &lookupStream{id: id + 1, ns: replica.DefaultNamespace, out: make(chan syncOut, 64)}
+		st := &lookupStream{id: id + 1, ns: protocol.DefaultNamespace, out: make(chan syncOut, 64)}
 		l.lookups[st.id] = st
 		sts = append(sts, st)
 	}
 	own := &ownerStream{out: make(chan *pb.LeaseResponse, 64)}
-	l.routes[routeKey{replica.DefaultNamespace, "o1"}] = own
+	l.routes[routeKey{protocol.DefaultNamespace, "o1"}] = own
 	return l, sts, own
 }
 
@@ -44,7 +45,7 @@ func fanoutLoop(t *testing.T, n int) (*loop, []*lookupStream, *ownerStream) {
 func pushTo(sts []*lookupStream, lsn keyspace.LSN) []replica.LookupMessage {
 	var out []replica.LookupMessage
 	for _, st := range sts {
-		out = append(out, replica.LookupMessage{To: st.id, Msg: &protocol.SyncResponse{Namespace: replica.DefaultNamespace, Epoch: epoch,
+		out = append(out, replica.LookupMessage{To: st.id, Msg: &protocol.SyncResponse{Namespace: protocol.DefaultNamespace, Epoch: epoch,
 			Update: leasetable.Update{From: lsn - 1, To: lsn}}})
 	}
 	return out
@@ -82,7 +83,7 @@ func TestPushRoundsArePaced(t *testing.T) {
 		t.Fatalf("%d Lookup streams handed a message at once, want %d", got, maxPushWaking)
 	}
 	// An Owner's answer is not paced.
-	l.send([]replica.OwnerMessage{{To: "o1", Msg: &protocol.LeaseResponse{Namespace: replica.DefaultNamespace, Owner: "o1"}}}, nil)
+	l.send([]lease.OwnerMessage{{To: "o1", Msg: &protocol.LeaseResponse{Namespace: protocol.DefaultNamespace, Owner: "o1"}}}, nil)
 	if len(own.out) != 1 {
 		t.Fatalf("the Owner's answer waits behind %d Lookup messages", l.push.pending())
 	}
@@ -155,9 +156,9 @@ func TestPushToAFullStreamIsLost(t *testing.T) {
 func TestSnapshotConvertedOnceAcrossRounds(t *testing.T) {
 	l, sts, _ := fanoutLoop(t, 3)
 	st, _ := feedWith(t, 100, 0)
-	snap := st.Table(replica.DefaultNamespace).Snapshot()
+	snap := st.Table(protocol.DefaultNamespace).Snapshot()
 	msg := func(to uint64, u leasetable.Update) []replica.LookupMessage {
-		return []replica.LookupMessage{{To: to, Msg: &protocol.SyncResponse{Namespace: replica.DefaultNamespace, Epoch: epoch, Update: u}}}
+		return []replica.LookupMessage{{To: to, Msg: &protocol.SyncResponse{Namespace: protocol.DefaultNamespace, Epoch: epoch, Update: u}}}
 	}
 	l.send(nil, msg(1, snap))
 	l.send(nil, msg(2, snap))
@@ -166,7 +167,7 @@ func TestSnapshotConvertedOnceAcrossRounds(t *testing.T) {
 		t.Fatalf("the same snapshot sent in two rounds was converted twice")
 	}
 	grantAll(t, st, 100, 500)
-	newer := st.Table(replica.DefaultNamespace).Snapshot()
+	newer := st.Table(protocol.DefaultNamespace).Snapshot()
 	l.send(nil, msg(3, newer))
 	if c := <-sts[2].out; c.shared == a.shared || len(l.snapshots) != 1 {
 		t.Fatalf("a newer snapshot: shares the old one's conversion %v, %d kept (want 1)", c.shared == a.shared, len(l.snapshots))

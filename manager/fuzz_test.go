@@ -13,7 +13,6 @@ import (
 	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/leasehold/leasehold/manager"
-	"github.com/leasehold/leasehold/manager/config"
 	pb "github.com/leasehold/leasehold/proto/leasehold/v1"
 	"github.com/leasehold/leasehold/protocol"
 )
@@ -33,8 +32,7 @@ var fuzzed struct {
 // carries over, as a long-running Manager's would.
 func fuzzManager(t *testing.T) (*manager.Server, *grpc.ClientConn) {
 	fuzzed.once.Do(func() {
-		srv, err := manager.NewServer(manager.ServerConfig{Replica: config.Replica{Timing: protocol.Fast(), Namespaces: []string{"other"},
-			MaxOwners: fuzzMaxOwners}, MaxMessageBytes: 16 << 10, MaxRequestRate: 1000, Insecure: true})
+		srv, err := manager.NewServer(manager.Config{Timing: protocol.Fast(), Namespaces: []string{"other"}, MaxOwners: fuzzMaxOwners, MaxMessageBytes: 16 << 10, MaxRequestRate: 1000, Insecure: true})
 		if err != nil {
 			t.Fatal(err)
 		}

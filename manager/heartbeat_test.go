@@ -11,9 +11,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/test/bufconn"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/lookup"
 	"github.com/leasehold/leasehold/manager"
-	"github.com/leasehold/leasehold/manager/config"
 	"github.com/leasehold/leasehold/owner"
 	"github.com/leasehold/leasehold/protocol"
 )
@@ -25,7 +25,7 @@ import (
 func TestHeartbeatsSparePolls(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		tm := protocol.Fast()
-		srv, err := manager.NewServer(manager.ServerConfig{Insecure: true, Replica: config.Replica{Timing: tm, Epoch: 3}})
+		srv, err := manager.NewServer(manager.Config{Insecure: true, Timing: tm, Epoch: 3})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -37,11 +37,19 @@ func TestHeartbeatsSparePolls(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		served := make(chan error, 1)
 		go func() { served <- srv.Serve(ctx, lis) }()
-		l, err := lookup.New(ctx, lookup.Config{Manager: "passthrough:///bufnet", DialOptions: dial, Timing: tm})
+		l, err := lookup.New(ctx, lookup.Config{Connection: leasehold.Connection{
+			Manager:     "passthrough:///bufnet",
+			DialOptions: dial,
+			Timing:      tm,
+		}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		o, err := owner.New(ctx, owner.Config{Manager: "passthrough:///bufnet", DialOptions: dial, ID: "a", Addr: "a:1", Timing: tm})
+		o, err := owner.New(ctx, owner.Config{Connection: leasehold.Connection{
+			Manager:     "passthrough:///bufnet",
+			DialOptions: dial,
+			Timing:      tm,
+		}, ID: "a", Addr: "a:1"})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -3,6 +3,7 @@ package manager
 import (
 	"context"
 	"fmt"
+	"github.com/leasehold/leasehold"
 	"log/slog"
 	"strings"
 	"sync"
@@ -20,9 +21,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	"github.com/leasehold/leasehold/internal/client"
 	"github.com/leasehold/leasehold/internal/peers"
-	"github.com/leasehold/leasehold/internal/runtime"
-	"github.com/leasehold/leasehold/manager/config"
 	pb "github.com/leasehold/leasehold/proto/leasehold/v1"
 )
 
@@ -38,7 +38,7 @@ const (
 	limitRanges      = "max-ranges"
 )
 
-// Defaults of the listener's limits (ServerConfig).
+// Defaults of the listener's limits (Config).
 const (
 	DefaultMaxConnections    = 50000
 	DefaultMaxStreamsPerConn = 10000
@@ -82,7 +82,7 @@ func (s *Server) limitOptions() []grpc.ServerOption {
 	if s.cfg.IdleTimeout > 0 {
 		// gRPC keeps one set of keepalive parameters: these replace
 		// KeepaliveServerOptions', so they start from them.
-		kp := runtime.KeepaliveServerParameters()
+		kp := client.KeepaliveServerParameters()
 		kp.MaxConnectionIdle = s.cfg.IdleTimeout
 		opts = append(opts, grpc.KeepaliveParams(kp))
 	}
@@ -355,27 +355,27 @@ func (s *Server) countLimit(err error) {
 }
 
 // setLimitDefaults fills in and checks the listener's limits.
-func (c *ServerConfig) setLimitDefaults() error {
+func (c *Config) setLimitDefaults() error {
 	for _, f := range []struct {
 		name string
 		v    *int
 		def  int
 	}{{"MaxConnections", &c.MaxConnections, DefaultMaxConnections}, {"MaxStreamsPerConn", &c.MaxStreamsPerConn, DefaultMaxStreamsPerConn}} {
 		if *f.v < 0 {
-			return &config.FieldError{Field: f.name, Err: fmt.Errorf("%d is negative", *f.v)}
+			return &leasehold.ConfigError{Package: "manager", Field: f.name, Err: fmt.Errorf("%d is negative", *f.v)}
 		}
 		if *f.v == 0 {
 			*f.v = f.def
 		}
 	}
 	if c.MaxMessageBytes < 0 {
-		return &config.FieldError{Field: "MaxMessageBytes", Err: fmt.Errorf("%d is negative", c.MaxMessageBytes)}
+		return &leasehold.ConfigError{Package: "manager", Field: "MaxMessageBytes", Err: fmt.Errorf("%d is negative", c.MaxMessageBytes)}
 	}
 	if c.MaxRequestRate < 0 {
-		return &config.FieldError{Field: "MaxRequestRate", Err: fmt.Errorf("%g is negative", c.MaxRequestRate)}
+		return &leasehold.ConfigError{Package: "manager", Field: "MaxRequestRate", Err: fmt.Errorf("%g is negative", c.MaxRequestRate)}
 	}
 	if c.MaxCallRate < 0 {
-		return &config.FieldError{Field: "MaxCallRate", Err: fmt.Errorf("%g is negative", c.MaxCallRate)}
+		return &leasehold.ConfigError{Package: "manager", Field: "MaxCallRate", Err: fmt.Errorf("%g is negative", c.MaxCallRate)}
 	}
 	if c.MaxCallRate == 0 {
 		c.MaxCallRate = DefaultMaxCallRate

@@ -17,7 +17,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/leasehold/leasehold/manager"
-	"github.com/leasehold/leasehold/manager/config"
 	pb "github.com/leasehold/leasehold/proto/leasehold/v1"
 	"github.com/leasehold/leasehold/protocol"
 )
@@ -45,7 +44,7 @@ func firstErr(t *testing.T, conn *grpc.ClientConn, m *pb.LeaseRequest) error {
 // and one that does not decode — bad UTF-8 in a string — is InvalidArgument
 // naming the field, on the streams and on the unary calls alike.
 func TestClientLimitsBeforeDecoding(t *testing.T) {
-	c := startManager(t, manager.ServerConfig{Replica: config.Replica{Timing: protocol.Fast()}, MaxMessageBytes: 4 << 10, Insecure: true})
+	c := startManager(t, manager.Config{Timing: protocol.Fast(), MaxMessageBytes: 4 << 10, Insecure: true})
 	defer c.stop(t)
 	conn, err := grpc.NewClient("passthrough:///bufnet", append(c.dial(), grpc.WithDefaultCallOptions(grpc.ForceCodec(badUTF8Codec{})))...)
 	if err != nil {
@@ -117,7 +116,7 @@ func (badUTF8Codec) Unmarshal(b []byte, v any) error { return proto.Unmarshal(b,
 // answered with a GOAWAY that names the limit and its flag, and closed;
 // once one closes, a new one is served.
 func TestConnectionLimit(t *testing.T) {
-	c := startManager(t, manager.ServerConfig{Replica: config.Replica{Timing: protocol.Fast()}, MaxConnections: 2, Insecure: true})
+	c := startManager(t, manager.Config{Timing: protocol.Fast(), MaxConnections: 2, Insecure: true})
 	defer c.stop(t)
 	var open []net.Conn
 	for range 2 {
@@ -150,7 +149,7 @@ func TestConnectionLimit(t *testing.T) {
 // TestIdleTimeoutAndStreamLimit: a connection with no stream open is
 // closed after IdleTimeout, and the server advertises MaxStreamsPerConn.
 func TestIdleTimeoutAndStreamLimit(t *testing.T) {
-	c := startManager(t, manager.ServerConfig{Replica: config.Replica{Timing: protocol.Fast()}, IdleTimeout: 300 * time.Millisecond, MaxStreamsPerConn: 7, Insecure: true})
+	c := startManager(t, manager.Config{Timing: protocol.Fast(), IdleTimeout: 300 * time.Millisecond, MaxStreamsPerConn: 7, Insecure: true})
 	defer c.stop(t)
 	nc := handshake(t, c)
 	defer nc.Close()

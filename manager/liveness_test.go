@@ -14,10 +14,10 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/test/bufconn"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/lookup"
 	"github.com/leasehold/leasehold/manager"
-	"github.com/leasehold/leasehold/manager/config"
 	"github.com/leasehold/leasehold/owner"
 	"github.com/leasehold/leasehold/protocol"
 )
@@ -128,7 +128,7 @@ func startCutNet(t *testing.T, tm protocol.Timing) *cutNet {
 		peers = append(peers, manager.Peer{ID: id, Addr: addrOf(id)})
 	}
 	for id := uint64(1); id <= 3; id++ {
-		srv, err := manager.NewServer(manager.ServerConfig{Insecure: true, Replica: config.Replica{Timing: tm}, ID: id, Peers: peers, Advertise: addrOf(id),
+		srv, err := manager.NewServer(manager.Config{Insecure: true, Timing: tm, ID: id, Peers: peers, Advertise: addrOf(id),
 			PeerDialOptions: n.dial(addrOf(id))})
 		if err != nil {
 			t.Fatal(err)
@@ -207,13 +207,15 @@ func TestLeaderCutOffKeepsLeases(t *testing.T) {
 				managers := addrOf(1) + "," + addrOf(2) + "," + addrOf(3)
 				var mu sync.Mutex
 				var losses []lookup.Loss
-				l, err := lookup.New(ctx, lookup.Config{Manager: managers, DialOptions: n.dial("client"), Timing: tm,
-					OnLoss: func(loss lookup.Loss) { mu.Lock(); losses = append(losses, loss); mu.Unlock() }})
+				l, err := lookup.New(ctx, lookup.Config{
+					Connection: leasehold.Connection{Manager: managers, DialOptions: n.dial("client"), Timing: tm},
+					OnLoss:     func(loss lookup.Loss) { mu.Lock(); losses = append(losses, loss); mu.Unlock() },
+				})
 				if err != nil {
 					t.Fatal(err)
 				}
 				defer l.Close()
-				o, err := owner.New(ctx, owner.Config{Manager: managers, DialOptions: n.dial("client"), ID: "a", Addr: "a:1", Timing: tm})
+				o, err := owner.New(ctx, owner.Config{Connection: leasehold.Connection{Manager: managers, DialOptions: n.dial("client"), Timing: tm}, ID: "a", Addr: "a:1"})
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -16,8 +16,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/test/bufconn"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/manager"
-	"github.com/leasehold/leasehold/manager/config"
 	"github.com/leasehold/leasehold/owner"
 	"github.com/leasehold/leasehold/protocol"
 )
@@ -62,7 +62,7 @@ func TestLogs(t *testing.T) {
 				tm := protocol.Fast()
 				var buf syncBuffer
 				log := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: level}))
-				srv, err := manager.NewServer(manager.ServerConfig{Insecure: true, Replica: config.Replica{Timing: tm}, Logger: log})
+				srv, err := manager.NewServer(manager.Config{Insecure: true, Timing: tm, Logger: log})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -74,7 +74,11 @@ func TestLogs(t *testing.T) {
 				ctx, cancel := context.WithCancel(context.Background())
 				served := make(chan error, 1)
 				go func() { served <- srv.Serve(ctx, lis) }()
-				o, err := owner.New(ctx, owner.Config{Manager: "passthrough:///bufnet", DialOptions: dial, ID: "a", Addr: "a:1", Timing: tm})
+				o, err := owner.New(ctx, owner.Config{Connection: leasehold.Connection{
+					Manager:     "passthrough:///bufnet",
+					DialOptions: dial,
+					Timing:      tm,
+				}, ID: "a", Addr: "a:1"})
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -17,9 +17,9 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/manager"
-	"github.com/leasehold/leasehold/manager/config"
 	"github.com/leasehold/leasehold/owner"
 	pb "github.com/leasehold/leasehold/proto/leasehold/v1"
 	"github.com/leasehold/leasehold/protocol"
@@ -33,7 +33,7 @@ import (
 // owner leases after, so the group kept a leader that grants and renews.
 func addUnreachable(t *testing.T, tm protocol.Timing, target string, dial []grpc.DialOption, managers string, leader func() uint64) {
 	ctx := context.Background()
-	o, err := owner.New(ctx, owner.Config{Manager: managers, DialOptions: dial, ID: "a", Addr: "a:1", Timing: tm})
+	o, err := owner.New(ctx, owner.Config{Connection: leasehold.Connection{Manager: managers, DialOptions: dial, Timing: tm}, ID: "a", Addr: "a:1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +77,7 @@ func TestAddUnreachableKeepsOneReplicaServing(t *testing.T) {
 			grpc.WithContextDialer(func(context.Context, string) (net.Conn, error) { return nil, errors.New("connection refused") }),
 			grpc.WithTransportCredentials(insecure.NewCredentials()),
 		}
-		c := startManager(t, manager.ServerConfig{Insecure: true, Replica: config.Replica{Timing: tm, LearnerTimeout: 3 * time.Second},
+		c := startManager(t, manager.Config{Insecure: true, Timing: tm, LearnerTimeout: 3 * time.Second,
 			PeerDialOptions: nowhere})
 		defer c.stop(t)
 		addUnreachable(t, tm, "passthrough:///bufnet", c.dial(), "passthrough:///bufnet", func() uint64 {
@@ -189,7 +189,7 @@ func TestChangesThatCostQuorumAreRefused(t *testing.T) {
 func TestRaftMessageFromStrangerIsDropped(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		tm := protocol.Fast()
-		c := startManager(t, manager.ServerConfig{Insecure: true, Replica: config.Replica{Timing: tm}})
+		c := startManager(t, manager.Config{Insecure: true, Timing: tm})
 		defer c.stop(t)
 		time.Sleep(time.Second)
 		synctest.Wait()
@@ -231,7 +231,7 @@ func TestRaftMessageFromStrangerIsDropped(t *testing.T) {
 // keeps leading.
 func TestAddPeerChangesAVotersAddress(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := startManager(t, manager.ServerConfig{Insecure: true, Replica: config.Replica{Timing: protocol.Fast()}})
+		c := startManager(t, manager.Config{Insecure: true, Timing: protocol.Fast()})
 		defer c.stop(t)
 		time.Sleep(time.Second)
 		synctest.Wait()

@@ -3,6 +3,7 @@ package manager
 import (
 	"time"
 
+	"github.com/leasehold/leasehold/protocol"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -76,7 +77,7 @@ type nsMetric struct {
 
 type statMetric struct {
 	desc  *prometheus.Desc
-	value func(Stats) uint64
+	value func(protocol.Stats) uint64
 }
 
 var _ prometheus.Collector = (*collector)(nil)
@@ -85,7 +86,7 @@ func newCollector(snapshot func() *Snapshot) *collector {
 	ns := func(name, help string, value func(NamespaceSnapshot) float64) nsMetric {
 		return nsMetric{prometheus.NewDesc("leasehold_"+name, help, []string{"namespace"}, nil), value}
 	}
-	stat := func(name, help string, value func(Stats) uint64) statMetric {
+	stat := func(name, help string, value func(protocol.Stats) uint64) statMetric {
 		return statMetric{prometheus.NewDesc("leasehold_"+name+"_total", help, nil, nil), value}
 	}
 	gauge := func(name, help string, value func(*Snapshot) float64) raftMetric {
@@ -147,15 +148,15 @@ func newCollector(snapshot func() *Snapshot) *collector {
 			ns("lsn", "The LSN of the lease table's latest change.", func(n NamespaceSnapshot) float64 { return float64(n.LSN) }),
 		},
 		stats: []statMetric{
-			stat("lease_requests", "Lease requests from Owners, accepted or not.", func(s Stats) uint64 { return s.LeaseRequests }),
-			stat("sync_requests", "Sync requests from Lookups.", func(s Stats) uint64 { return s.SyncRequests }),
-			stat("grants", "Ranges granted with a fresh LGN.", func(s Stats) uint64 { return s.Grants }),
-			stat("recalls", "Ranges recalled from their holder to move them.", func(s Stats) uint64 { return s.Recalls }),
-			stat("releases", "Ranges freed because their holder acknowledged a recall or refused a renewal.", func(s Stats) uint64 { return s.Releases }),
-			stat("expiries", "Ranges freed because their reservation ran out.", func(s Stats) uint64 { return s.Expiries }),
-			stat("owner_restarts", "New incarnations of Owners seen.", func(s Stats) uint64 { return s.OwnerRestarts }),
-			stat("races_dropped", "Lease requests dropped by the race filter.", func(s Stats) uint64 { return s.RacesDropped }),
-			stat("stale_dropped", "Duplicate lease requests and requests of dead incarnations dropped.", func(s Stats) uint64 { return s.StaleDropped }),
+			stat("lease_requests", "Lease requests from Owners, accepted or not.", func(s protocol.Stats) uint64 { return s.LeaseRequests }),
+			stat("sync_requests", "Sync requests from Lookups.", func(s protocol.Stats) uint64 { return s.SyncRequests }),
+			stat("grants", "Ranges granted with a fresh LGN.", func(s protocol.Stats) uint64 { return s.Grants }),
+			stat("recalls", "Ranges recalled from their holder to move them.", func(s protocol.Stats) uint64 { return s.Recalls }),
+			stat("releases", "Ranges freed because their holder acknowledged a recall or refused a renewal.", func(s protocol.Stats) uint64 { return s.Releases }),
+			stat("expiries", "Ranges freed because their reservation ran out.", func(s protocol.Stats) uint64 { return s.Expiries }),
+			stat("owner_restarts", "New incarnations of Owners seen.", func(s protocol.Stats) uint64 { return s.OwnerRestarts }),
+			stat("races_dropped", "Lease requests dropped by the race filter.", func(s protocol.Stats) uint64 { return s.RacesDropped }),
+			stat("stale_dropped", "Duplicate lease requests and requests of dead incarnations dropped.", func(s protocol.Stats) uint64 { return s.StaleDropped }),
 		},
 	}
 }

@@ -14,9 +14,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/test/bufconn"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/lookup"
 	"github.com/leasehold/leasehold/manager"
-	"github.com/leasehold/leasehold/manager/config"
 	"github.com/leasehold/leasehold/owner"
 	"github.com/leasehold/leasehold/protocol"
 )
@@ -39,7 +39,7 @@ var metricNames = []string{
 // the epoch, zero counters, the Raft series and the empty histograms, and
 // no namespaces and no gRPC series yet; it lints clean.
 func TestCollectorBeforeRun(t *testing.T) {
-	srv, err := manager.NewServer(manager.ServerConfig{Insecure: true, Replica: config.Replica{Timing: protocol.Fast(), Epoch: 42}})
+	srv, err := manager.NewServer(manager.Config{Insecure: true, Timing: protocol.Fast(), Epoch: 42})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +77,7 @@ leasehold_grants_total 0
 func TestCollectorFollowsServer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		tm := protocol.Fast()
-		srv, err := manager.NewServer(manager.ServerConfig{Insecure: true, Replica: config.Replica{Timing: tm, Epoch: 7, Namespaces: []string{"extra"}}})
+		srv, err := manager.NewServer(manager.Config{Insecure: true, Timing: tm, Epoch: 7, Namespaces: []string{"extra"}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -120,11 +120,19 @@ leasehold_owners{namespace="extra"} 0
 			t.Errorf("collected %d leasehold_grpc_server_started_total series, want one per method (11)", n)
 		}
 
-		l, err := lookup.New(ctx, lookup.Config{Manager: "passthrough:///bufnet", DialOptions: dial, Timing: tm})
+		l, err := lookup.New(ctx, lookup.Config{Connection: leasehold.Connection{
+			Manager:     "passthrough:///bufnet",
+			DialOptions: dial,
+			Timing:      tm,
+		}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		o, err := owner.New(ctx, owner.Config{Manager: "passthrough:///bufnet", DialOptions: dial, ID: "a", Addr: "a:1", Timing: tm})
+		o, err := owner.New(ctx, owner.Config{Connection: leasehold.Connection{
+			Manager:     "passthrough:///bufnet",
+			DialOptions: dial,
+			Timing:      tm,
+		}, ID: "a", Addr: "a:1"})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -9,9 +9,9 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/manager"
-	"github.com/leasehold/leasehold/manager/config"
 	"github.com/leasehold/leasehold/owner"
 	pb "github.com/leasehold/leasehold/proto/leasehold/v1"
 	"github.com/leasehold/leasehold/protocol"
@@ -57,7 +57,7 @@ func (s loggedStream) RecvMsg(m any) error {
 func TestNamesSaidOncePerStream(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		tm := protocol.Fast()
-		c := startManager(t, manager.ServerConfig{Replica: config.Replica{Timing: tm}, Insecure: true})
+		c := startManager(t, manager.Config{Timing: tm, Insecure: true})
 		defer c.stop(t)
 		ctx := context.Background()
 		log := &wireLog{}
@@ -69,7 +69,11 @@ func TestNamesSaidOncePerStream(t *testing.T) {
 			}
 			return loggedStream{s, log}, nil
 		}))
-		o, err := owner.New(ctx, owner.Config{Manager: "passthrough:///bufnet", DialOptions: dial, ID: "a", Addr: "a:1", Timing: tm})
+		o, err := owner.New(ctx, owner.Config{Connection: leasehold.Connection{
+			Manager:     "passthrough:///bufnet",
+			DialOptions: dial,
+			Timing:      tm,
+		}, ID: "a", Addr: "a:1"})
 		if err != nil {
 			t.Fatal(err)
 		}

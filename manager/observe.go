@@ -8,9 +8,9 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/lease"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/leasehold/leasehold/internal/replica"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/leasetable"
 )
@@ -68,7 +68,7 @@ type observer struct {
 	ns map[string]*nsObserver
 	// members is each namespace's Owners as last published, to log
 	// membership changes.
-	members map[string]map[string]replica.OwnerRecord
+	members map[string]map[string]lease.OwnerRecord
 	// heartbeats is when the oldest unanswered heartbeat to each replica
 	// was sent.
 	heartbeats map[uint64]time.Time
@@ -131,7 +131,7 @@ func (o *observer) answered(m *serverMetrics, k routeKey, now time.Time) {
 //
 // It logs each change at debug level (owner, range, LGN) and each loss at
 // info.
-func (o *observer) noteCommits(m *serverMetrics, log *slog.Logger, st *replica.State, now time.Time) {
+func (o *observer) noteCommits(m *serverMetrics, log *slog.Logger, st *lease.State, now time.Time) {
 	if o.ns == nil {
 		o.ns = map[string]*nsObserver{}
 	}
@@ -200,9 +200,9 @@ func (o *observer) pushed(m *serverMetrics, lookups map[uint64]*lookupStream, no
 
 // noteMembers logs, at info, the Owners that joined, left, restarted or
 // started draining since the last call (publish calls it).
-func (o *observer) noteMembers(log *slog.Logger, st *replica.State) {
+func (o *observer) noteMembers(log *slog.Logger, st *lease.State) {
 	if o.members == nil {
-		o.members = map[string]map[string]replica.OwnerRecord{}
+		o.members = map[string]map[string]lease.OwnerRecord{}
 	}
 	for _, name := range st.Namespaces() {
 		now := st.Owners(name)

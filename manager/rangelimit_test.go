@@ -8,9 +8,9 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/lookup"
 	"github.com/leasehold/leasehold/manager"
-	"github.com/leasehold/leasehold/manager/config"
 	"github.com/leasehold/leasehold/owner"
 	"github.com/leasehold/leasehold/protocol"
 )
@@ -32,10 +32,14 @@ func TestRangeLimitOverTheWire(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const limit = 1000
 		tm := protocol.Fast()
-		c := startManager(t, manager.ServerConfig{Insecure: true, Replica: config.Replica{Timing: tm, MaxRanges: limit}})
+		c := startManager(t, manager.Config{Insecure: true, Timing: tm, MaxRanges: limit})
 		defer c.stop(t)
 		ctx := context.Background()
-		l, err := lookup.New(ctx, lookup.Config{Manager: "passthrough:///bufnet", DialOptions: c.dial(), Timing: tm})
+		l, err := lookup.New(ctx, lookup.Config{Connection: leasehold.Connection{
+			Manager:     "passthrough:///bufnet",
+			DialOptions: c.dial(),
+			Timing:      tm,
+		}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -52,8 +56,17 @@ func TestRangeLimitOverTheWire(t *testing.T) {
 		var owners []*owner.Owner
 		start := func(id string, capacity float64) {
 			logs[id] = &syncBuffer{}
-			o, err := owner.New(ctx, owner.Config{Manager: "passthrough:///bufnet", DialOptions: c.dial(),
-				ID: id, Addr: id + ":1", Timing: tm, Capacity: capacity, Logger: slog.New(slog.NewTextHandler(logs[id], nil))})
+			o, err := owner.New(ctx, owner.Config{
+				Connection: leasehold.Connection{
+					Manager:     "passthrough:///bufnet",
+					DialOptions: c.dial(),
+					Timing:      tm,
+					Logger:      slog.New(slog.NewTextHandler(logs[id], nil)),
+				},
+				ID:       id,
+				Addr:     id + ":1",
+				Capacity: capacity,
+			})
 			if err != nil {
 				t.Fatal(err)
 			}

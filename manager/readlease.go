@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/lease"
+	"github.com/leasehold/leasehold/protocol"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -46,7 +48,7 @@ var errNoReadLease = errors.New("leasehold: this replica holds no valid read lea
 // leaseReadEvent runs fn in the loop on the State a lease read vouches
 // for, at the log index it returns.
 type leaseReadEvent struct {
-	fn   func(now time.Time, st *replica.State, index uint64)
+	fn   func(now time.Time, st *lease.State, index uint64)
 	errc chan error
 }
 
@@ -63,7 +65,7 @@ func (l *loop) leaseRead(now time.Time, ev leaseReadEvent) {
 
 // readUnderLease runs fn under the replica's read lease, or returns
 // FAILED_PRECONDITION.
-func (s *Server) readUnderLease(ctx context.Context, fn func(now time.Time, st *replica.State, index uint64)) error {
+func (s *Server) readUnderLease(ctx context.Context, fn func(now time.Time, st *lease.State, index uint64)) error {
 	errc := make(chan error, 1)
 	if !s.post(ctx, leaseReadEvent{fn: fn, errc: errc}) {
 		return status.Error(codes.Unavailable, "leasehold: manager is shutting down")
@@ -85,14 +87,14 @@ func (s *Server) readUnderLease(ctx context.Context, fn func(now time.Time, st *
 func (s adminService) Holder(ctx context.Context, req *pb.HolderRequest) (*pb.HolderResponse, error) {
 	ns := req.GetNamespace()
 	if ns == "" {
-		ns = replica.DefaultNamespace
+		ns = protocol.DefaultNamespace
 	}
 	if err := s.checkSync(ctx, ns); err != nil {
 		return nil, err
 	}
 	var out *pb.HolderResponse
 	known := true
-	err := s.readUnderLease(ctx, func(_ time.Time, st *replica.State, index uint64) {
+	err := s.readUnderLease(ctx, func(_ time.Time, st *lease.State, index uint64) {
 		t := st.Table(ns)
 		if t == nil {
 			known = false
@@ -116,7 +118,7 @@ func (s adminService) Holder(ctx context.Context, req *pb.HolderRequest) (*pb.Ho
 func (s adminService) leaseStatus(ctx context.Context, req *pb.StatusRequest) (*pb.StatusResponse, error) {
 	out := &pb.StatusResponse{}
 	known := req.GetNamespace() == ""
-	err := s.readUnderLease(ctx, func(now time.Time, st *replica.State, _ uint64) {
+	err := s.readUnderLease(ctx, func(now time.Time, st *lease.State, _ uint64) {
 		out.Epoch = st.Epoch()
 		for _, name := range st.Namespaces() {
 			if req.GetNamespace() != "" && name != req.GetNamespace() {

@@ -13,7 +13,6 @@ import (
 	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/leasehold/leasehold/manager"
-	"github.com/leasehold/leasehold/manager/config"
 	pb "github.com/leasehold/leasehold/proto/leasehold/v1"
 	"github.com/leasehold/leasehold/protocol"
 )
@@ -21,11 +20,11 @@ import (
 // startLeaseCutNet is startCutNet with every replica holding read leases.
 func startLeaseCutNet(t *testing.T, tm protocol.Timing) *cutNet {
 	t.Helper()
-	return startLeaseCutNetWith(t, tm, config.ReadLease{All: true})
+	return startLeaseCutNetWith(t, tm, manager.ReadLease{All: true})
 }
 
 // startLeaseCutNetWith is startCutNet with the read leases rl.
-func startLeaseCutNetWith(t *testing.T, tm protocol.Timing, rl config.ReadLease) *cutNet {
+func startLeaseCutNetWith(t *testing.T, tm protocol.Timing, rl manager.ReadLease) *cutNet {
 	t.Helper()
 	n := &cutNet{lis: map[string]*bufconn.Listener{}, srv: map[uint64]*manager.Server{}, healed: make(chan struct{})}
 	var peers []manager.Peer
@@ -33,7 +32,7 @@ func startLeaseCutNetWith(t *testing.T, tm protocol.Timing, rl config.ReadLease)
 		peers = append(peers, manager.Peer{ID: id, Addr: addrOf(id)})
 	}
 	for id := uint64(1); id <= 3; id++ {
-		srv, err := manager.NewServer(manager.ServerConfig{Replica: config.Replica{Timing: tm, ReadLease: rl},
+		srv, err := manager.NewServer(manager.Config{Timing: tm, ReadLease: rl,
 			ID: id, Peers: peers, Advertise: addrOf(id), PeerDialOptions: n.dial(addrOf(id)), Insecure: true})
 		if err != nil {
 			t.Fatal(err)
@@ -160,7 +159,7 @@ func TestSyncFromFollowerReadLease(t *testing.T) {
 		tm := protocol.Fast()
 		elect := 10 * min(100*time.Millisecond, tm.Renew/20) // ElectionTicks × RaftTick
 		lease := 3 * elect
-		n := startLeaseCutNetWith(t, tm, config.ReadLease{All: true, Duration: lease})
+		n := startLeaseCutNetWith(t, tm, manager.ReadLease{All: true, Duration: lease})
 		defer func() {
 			n.setCut(nil)
 			for _, stop := range n.stopAll {

@@ -19,7 +19,7 @@ import (
 // methodRoles names no method that does not exist.
 func TestEveryMethodHasRoles(t *testing.T) {
 	_ = pb.File_leasehold_v1_leasehold_proto // registers the descriptors
-	s, err := NewServer(ServerConfig{Insecure: true})
+	s, err := NewServer(Config{Insecure: true})
 	if err != nil {
 		t.Fatal(err)
 	}

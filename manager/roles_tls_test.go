@@ -13,7 +13,6 @@ import (
 
 	"github.com/leasehold/leasehold/certs"
 	"github.com/leasehold/leasehold/manager"
-	"github.com/leasehold/leasehold/manager/config"
 	pb "github.com/leasehold/leasehold/proto/leasehold/v1"
 )
 
@@ -23,7 +22,7 @@ import (
 // refused with PermissionDenied naming the method. (An admitted call may
 // still fail for its own reasons: no such Owner, no read lease.)
 func TestRolesMayCall(t *testing.T) {
-	m := startTLSManager(t, manager.ServerConfig{Replica: config.Replica{Namespaces: []string{"default"}}, DataDir: t.TempDir()})
+	m := startTLSManager(t, manager.Config{Namespaces: []string{"default"}, DataDir: t.TempDir()})
 	may := map[certs.Role][]string{
 		certs.Replica:  {"Session", "Status", "Send"},
 		certs.Owner:    {"Session", "Status"},

@@ -14,10 +14,10 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/test/bufconn"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/lookup"
 	"github.com/leasehold/leasehold/manager"
-	"github.com/leasehold/leasehold/manager/config"
 	"github.com/leasehold/leasehold/owner"
 	"github.com/leasehold/leasehold/protocol"
 )
@@ -32,7 +32,7 @@ type cluster struct {
 	srv    *manager.Server
 }
 
-func startManager(t *testing.T, cfg manager.ServerConfig) *cluster {
+func startManager(t *testing.T, cfg manager.Config) *cluster {
 	t.Helper()
 	srv, err := manager.NewServer(cfg)
 	if err != nil {
@@ -66,22 +66,35 @@ func (c *cluster) dial() []grpc.DialOption {
 func TestRuntimesGrantRouteAndNotify(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		tm := protocol.Fast()
-		c := startManager(t, manager.ServerConfig{Insecure: true, Replica: config.Replica{Timing: tm}})
+		c := startManager(t, manager.Config{Insecure: true, Timing: tm})
 		defer c.stop(t)
 		ctx := context.Background()
 
 		var mu sync.Mutex
 		var losses []lookup.Loss
-		l, err := lookup.New(ctx, lookup.Config{Manager: "passthrough:///bufnet", DialOptions: c.dial(), Timing: tm,
-			OnLoss: func(loss lookup.Loss) { mu.Lock(); losses = append(losses, loss); mu.Unlock() }})
+		l, err := lookup.New(ctx, lookup.Config{
+			Connection: leasehold.Connection{
+				Manager:     "passthrough:///bufnet",
+				DialOptions: c.dial(),
+				Timing:      tm,
+			},
+			OnLoss: func(loss lookup.Loss) { mu.Lock(); losses = append(losses, loss); mu.Unlock() },
+		})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer l.Close()
 		owners := map[string]*owner.Owner{}
 		for _, id := range []string{"a", "b"} {
-			o, err := owner.New(ctx, owner.Config{Manager: "passthrough:///bufnet", DialOptions: c.dial(),
-				ID: id, Addr: id + ":1", Timing: tm})
+			o, err := owner.New(ctx, owner.Config{
+				Connection: leasehold.Connection{
+					Manager:     "passthrough:///bufnet",
+					DialOptions: c.dial(),
+					Timing:      tm,
+				},
+				ID:   id,
+				Addr: id + ":1",
+			})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -154,17 +167,27 @@ func TestClientsReconnectToRestartedManager(t *testing.T) {
 			grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return cur.Load().lis.DialContext(ctx) }),
 			grpc.WithTransportCredentials(insecure.NewCredentials()),
 		}
-		cur.Store(startManager(t, manager.ServerConfig{Insecure: true, Replica: config.Replica{Timing: tm}}))
+		cur.Store(startManager(t, manager.Config{Insecure: true, Timing: tm}))
 		ctx := context.Background()
 		var mu sync.Mutex
 		var losses []lookup.Loss
-		l, err := lookup.New(ctx, lookup.Config{Manager: "passthrough:///bufnet", DialOptions: dial, Timing: tm,
-			OnLoss: func(loss lookup.Loss) { mu.Lock(); losses = append(losses, loss); mu.Unlock() }})
+		l, err := lookup.New(ctx, lookup.Config{
+			Connection: leasehold.Connection{
+				Manager:     "passthrough:///bufnet",
+				DialOptions: dial,
+				Timing:      tm,
+			},
+			OnLoss: func(loss lookup.Loss) { mu.Lock(); losses = append(losses, loss); mu.Unlock() },
+		})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer l.Close()
-		o, err := owner.New(ctx, owner.Config{Manager: "passthrough:///bufnet", DialOptions: dial, ID: "a", Addr: "a:1", Timing: tm})
+		o, err := owner.New(ctx, owner.Config{Connection: leasehold.Connection{
+			Manager:     "passthrough:///bufnet",
+			DialOptions: dial,
+			Timing:      tm,
+		}, ID: "a", Addr: "a:1"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -178,7 +201,7 @@ func TestClientsReconnectToRestartedManager(t *testing.T) {
 		}
 
 		cur.Load().stop(t)
-		cur.Store(startManager(t, manager.ServerConfig{Insecure: true, Replica: config.Replica{Timing: tm}}))
+		cur.Store(startManager(t, manager.Config{Insecure: true, Timing: tm}))
 		defer func() { cur.Load().stop(t) }()
 		time.Sleep(2*tm.ManagerLease + 4*tm.Renew)
 		synctest.Wait()

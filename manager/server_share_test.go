@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/lease"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/leasehold/leasehold/internal/replica"
@@ -27,15 +28,15 @@ const epoch = 3
 
 // feedWith returns a Feed over a State whose table has been split into
 // segments pieces, each granted, and sessions Lookups synced at its LSN.
-func feedWith(tb testing.TB, segments, sessions int) (*replica.State, *replica.Feed) {
-	st := replica.NewState(tm.LogRetention)
-	if err := st.Apply(base, []replica.Change{{Op: replica.OpEpoch, Epoch: epoch}, {Op: replica.OpNamespace, NS: replica.DefaultNamespace}}); err != nil {
+func feedWith(tb testing.TB, segments, sessions int) (*lease.State, *replica.Feed) {
+	st := lease.NewState(tm.LogRetention)
+	if err := st.Apply(base, []lease.Change{{Op: lease.OpEpoch, Epoch: epoch}, {Op: lease.OpNamespace, NS: protocol.DefaultNamespace}}); err != nil {
 		tb.Fatal(err)
 	}
 	grantAll(tb, st, segments, 1)
 	f := replica.NewFeed(st, tm)
 	for id := range uint64(sessions) {
-		req := &protocol.SyncRequest{Namespace: replica.DefaultNamespace, ID: 1, Epoch: epoch, LSN: st.Table(replica.DefaultNamespace).LSN()}
+		req := &protocol.SyncRequest{Namespace: protocol.DefaultNamespace, ID: 1, Epoch: epoch, LSN: st.Table(protocol.DefaultNamespace).LSN()}
 		if err := f.StepSync(base, id+1, req); err != nil {
 			tb.Fatal(err)
 		}
@@ -46,15 +47,15 @@ func feedWith(tb testing.TB, segments, sessions int) (*replica.State, *replica.F
 
 // grantAll grants each of n equal pieces of the key space anew, in one
 // entry: n changes.
-func grantAll(tb testing.TB, st *replica.State, n int, lgn keyspace.LGN) {
+func grantAll(tb testing.TB, st *lease.State, n int, lgn keyspace.LGN) {
 	step := keyspace.Key(^uint64(0)/uint64(n) + 1)
-	var chs []replica.Change
+	var chs []lease.Change
 	for i := range n {
 		r := keyspace.Range{Start: keyspace.Key(i) * step, End: keyspace.Key(i+1) * step}
 		if i == n-1 {
 			r.End = 0
 		}
-		chs = append(chs, replica.Change{Op: replica.OpSet, NS: replica.DefaultNamespace, Range: r,
+		chs = append(chs, lease.Change{Op: lease.OpSet, NS: protocol.DefaultNamespace, Range: r,
 			Entry: leasetable.Entry{Owner: fmt.Sprintf("owner-%d", i%100), Addr: "10.0.0.1:7000", LGN: lgn + keyspace.LGN(i)}})
 	}
 	if err := st.Apply(base, chs); err != nil {
@@ -74,7 +75,7 @@ func TestSyncResponsesShareTheirWireUpdate(t *testing.T) {
 	grantAll(t, st, 500, 10000) // a push of 500 changes to every session
 	f.Push()
 	// And one session asking from further back: a different update.
-	if err := f.StepSync(base, 7, &protocol.SyncRequest{Namespace: replica.DefaultNamespace, ID: 42, Epoch: epoch, LSN: 3}); err != nil {
+	if err := f.StepSync(base, 7, &protocol.SyncRequest{Namespace: protocol.DefaultNamespace, ID: 42, Epoch: epoch, LSN: 3}); err != nil {
 		t.Fatal(err)
 	}
 	out := f.Ready()

@@ -11,9 +11,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/manager"
-	"github.com/leasehold/leasehold/manager/config"
 	"github.com/leasehold/leasehold/owner"
 	pb "github.com/leasehold/leasehold/proto/leasehold/v1"
 	"github.com/leasehold/leasehold/protocol"
@@ -26,10 +26,14 @@ import (
 func TestBadInputEndsOnlyThatStream(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		tm := protocol.Fast()
-		c := startManager(t, manager.ServerConfig{Insecure: true, Replica: config.Replica{Timing: tm}, MaxRequestRate: 5, MaxMessageBytes: 64 << 10})
+		c := startManager(t, manager.Config{Insecure: true, Timing: tm, MaxRequestRate: 5, MaxMessageBytes: 64 << 10})
 		defer c.stop(t)
 		ctx := context.Background()
-		good, err := owner.New(ctx, owner.Config{Manager: "passthrough:///bufnet", DialOptions: c.dial(), ID: "good", Addr: "good:1", Timing: tm})
+		good, err := owner.New(ctx, owner.Config{Connection: leasehold.Connection{
+			Manager:     "passthrough:///bufnet",
+			DialOptions: c.dial(),
+			Timing:      tm,
+		}, ID: "good", Addr: "good:1"})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -13,11 +13,11 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/test/bufconn"
 
-	"github.com/leasehold/leasehold/internal/runtime"
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/client"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/lookup"
 	"github.com/leasehold/leasehold/manager"
-	"github.com/leasehold/leasehold/manager/config"
 	"github.com/leasehold/leasehold/owner"
 	"github.com/leasehold/leasehold/protocol"
 )
@@ -30,7 +30,7 @@ import (
 // Timing.OwnerQuiet, so the drain completes on the new stream well within a
 // lease: every range moves to the other Owner with its state, and the
 // Lookup reports no loss. The Manager's keepalive then ends the half-open
-// connection within runtime.KeepaliveServerTime + KeepaliveServerTimeout.
+// connection within client.KeepaliveServerTime + KeepaliveServerTimeout.
 //
 // Before, a drain, a handover or a leave was accepted only from the bound
 // stream for as long as it stayed open, which with no pings of the
@@ -39,7 +39,7 @@ import (
 func TestDrainMovesFromAQuietStream(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		tm := protocol.Fast()
-		c := startManager(t, manager.ServerConfig{Insecure: true, Replica: config.Replica{Timing: tm}})
+		c := startManager(t, manager.Config{Insecure: true, Timing: tm})
 		defer c.stop(t)
 		ctx := context.Background()
 		path := &cutPath{lis: c.lis, ended: make(chan struct{})}
@@ -47,8 +47,14 @@ func TestDrainMovesFromAQuietStream(t *testing.T) {
 
 		var mu sync.Mutex
 		var losses []lookup.Loss
-		l, err := lookup.New(ctx, lookup.Config{Manager: "passthrough:///direct", DialOptions: dial, Timing: tm,
-			OnLoss: func(loss lookup.Loss) { mu.Lock(); losses = append(losses, loss); mu.Unlock() }})
+		l, err := lookup.New(ctx, lookup.Config{
+			Connection: leasehold.Connection{
+				Manager:     "passthrough:///direct",
+				DialOptions: dial,
+				Timing:      tm,
+			},
+			OnLoss: func(loss lookup.Loss) { mu.Lock(); losses = append(losses, loss); mu.Unlock() },
+		})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -60,7 +66,11 @@ func TestDrainMovesFromAQuietStream(t *testing.T) {
 		// follower's relay: to the leader, either is a stream like any other.
 		for id, managers := range map[string]string{"a": "passthrough:///cut,passthrough:///direct", "b": "passthrough:///direct"} {
 			var o *owner.Owner
-			cfg := owner.Config{Manager: managers, DialOptions: dial, ID: id, Addr: id + ":1", Timing: tm, Handovers: true,
+			cfg := owner.Config{
+				Connection: leasehold.Connection{Manager: managers, DialOptions: dial, Timing: tm},
+				ID:         id,
+				Addr:       id + ":1",
+				Handovers:  true,
 				OnChange: func(ch owner.OwnershipChange) {
 					for _, h := range ch.Handovers {
 						o.HandoverDone(h, true)
@@ -70,7 +80,8 @@ func TestDrainMovesFromAQuietStream(t *testing.T) {
 							migrated.Add(1)
 						}
 					}
-				}}
+				},
+			}
 			if o, err = owner.New(ctx, cfg); err != nil {
 				t.Fatal(err)
 			}
@@ -114,7 +125,7 @@ func TestDrainMovesFromAQuietStream(t *testing.T) {
 			t.Errorf("a drain around a half-open stream made the Lookup report %d losses, the first %+v", len(lost), lost[0])
 		}
 
-		bound := runtime.KeepaliveServerTime + runtime.KeepaliveServerTimeout + time.Second
+		bound := client.KeepaliveServerTime + client.KeepaliveServerTimeout + time.Second
 		select {
 		case <-path.ended:
 			t.Logf("the Manager closed the half-open connection %s after the cut", time.Since(cutAt))

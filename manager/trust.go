@@ -15,12 +15,12 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/leasehold/leasehold/certs"
-	"github.com/leasehold/leasehold/internal/runtime"
+	"github.com/leasehold/leasehold/internal/client"
 	pb "github.com/leasehold/leasehold/proto/leasehold/v1"
 	"github.com/leasehold/leasehold/protocol"
 )
 
-// The Manager's trust boundary (docs/security.md). With ServerConfig.Certs
+// The Manager's trust boundary (docs/security.md). With Config.Certs
 // set, every call arrives over mutual TLS and its caller is the identity
 // its certificate carries (package certs). Each gRPC method admits some
 // roles; the lease stream further admits only messages whose Owner ID is
@@ -52,7 +52,7 @@ var methodRoles = map[string][]certs.Role{
 var servedElsewhere = []string{pb.Gateway_ServiceDesc.ServiceName}
 
 // The metadata keys with which a replica relaying an Owner's lease stream
-// (runtime.RelayKey) tells the leader whose stream it is: the relaying
+// (client.RelayKey) tells the leader whose stream it is: the relaying
 // replica checked the Owner's certificate, the leader trusts the names
 // from a replica's certificate only.
 const (
@@ -159,7 +159,7 @@ func (s *Server) leaseSpeaker(ctx context.Context) (certs.Identity, error) {
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
 	owner := md.Get(relayedOwnerKey)
-	if len(md.Get(runtime.RelayedKey)) == 0 || len(owner) != 1 {
+	if len(md.Get(client.RelayedKey)) == 0 || len(owner) != 1 {
 		return id, s.refuse(codes.PermissionDenied, string(id.Role), "role", "%s may not hold leases: only relay an Owner's stream", id)
 	}
 	o := certs.Identity{Role: certs.Owner}

@@ -6,11 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/certs"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/lookup"
 	"github.com/leasehold/leasehold/manager"
-	"github.com/leasehold/leasehold/manager/config"
 	"github.com/leasehold/leasehold/owner"
 	"github.com/leasehold/leasehold/protocol"
 )
@@ -44,7 +44,7 @@ func BenchmarkLiveReads(b *testing.B) {
 				}
 			}
 			tm := protocol.Fast()
-			srv, err := manager.NewServer(manager.ServerConfig{Replica: config.Replica{Timing: tm}, Certs: src})
+			srv, err := manager.NewServer(manager.Config{Timing: tm, Certs: src})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -57,12 +57,12 @@ func BenchmarkLiveReads(b *testing.B) {
 			go func() { done <- srv.Serve(ctx, lis) }()
 			defer func() { cancel(); <-done }()
 			addr := lis.Addr().String()
-			o, err := owner.New(ctx, owner.Config{Manager: addr, ID: "a", Addr: "127.0.0.1:1", Timing: tm, CertsDir: dir})
+			o, err := owner.New(ctx, owner.Config{Connection: leasehold.Connection{Manager: addr, Timing: tm, CertsDir: dir}, ID: "a", Addr: "127.0.0.1:1"})
 			if err != nil {
 				b.Fatal(err)
 			}
 			defer o.Close(context.Background())
-			l, err := lookup.New(ctx, lookup.Config{Manager: addr, Timing: tm, CertsDir: dir})
+			l, err := lookup.New(ctx, lookup.Config{Connection: leasehold.Connection{Manager: addr, Timing: tm, CertsDir: dir}})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -20,10 +20,10 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/certs"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/manager"
-	"github.com/leasehold/leasehold/manager/config"
 	"github.com/leasehold/leasehold/owner"
 	pb "github.com/leasehold/leasehold/proto/leasehold/v1"
 	"github.com/leasehold/leasehold/protocol"
@@ -64,7 +64,7 @@ func startTrustGroup(t *testing.T) *trustGroup {
 		t.Fatal(err)
 	}
 	tm := protocol.Fast()
-	g.srv, err = manager.NewServer(manager.ServerConfig{Replica: config.Replica{Timing: tm, Namespaces: []string{"other"}},
+	g.srv, err = manager.NewServer(manager.Config{Timing: tm, Namespaces: []string{"other"},
 		Certs: src, DataDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
@@ -83,7 +83,7 @@ func startTrustGroup(t *testing.T) *trustGroup {
 			t.Errorf("manager: %v", err)
 		}
 	})
-	g.owner, err = owner.New(context.Background(), owner.Config{Manager: g.addr, ID: "a", Addr: "127.0.0.1:1", Timing: tm, CertsDir: g.dir})
+	g.owner, err = owner.New(context.Background(), owner.Config{Connection: leasehold.Connection{Manager: g.addr, Timing: tm, CertsDir: g.dir}, ID: "a", Addr: "127.0.0.1:1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -423,7 +423,7 @@ func TestTrustRaftTransport(t *testing.T) {
 	}
 	closedAddr := closed.Addr().String()
 	closed.Close()
-	srv, err := manager.NewServer(manager.ServerConfig{Replica: config.Replica{Timing: protocol.Fast()}, Certs: src,
+	srv, err := manager.NewServer(manager.Config{Timing: protocol.Fast(), Certs: src,
 		Peers: []manager.Peer{{ID: 1, Addr: lis.Addr().String()}, {ID: 2, Addr: closedAddr}}})
 	if err != nil {
 		t.Fatal(err)
@@ -517,7 +517,7 @@ func TestTrustRelayedStreams(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		srv, err := manager.NewServer(manager.ServerConfig{Replica: config.Replica{Timing: protocol.Fast()}, ID: p.ID, Peers: peers, Certs: src})
+		srv, err := manager.NewServer(manager.Config{Timing: protocol.Fast(), ID: p.ID, Peers: peers, Certs: src})
 		if err != nil {
 			t.Fatal(err)
 		}

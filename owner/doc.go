@@ -6,10 +6,12 @@
 // # Usage
 //
 //	o, err := owner.New(ctx, owner.Config{
-//		Manager: "127.0.0.1:7400", // the Manager
-//		ID:      "kv-1",           // unique, stable across restarts
-//		Addr:    "10.0.0.7:8080",  // where frontends reach this server
-//		CertsDir: "/etc/leasehold/certs", // owner.kv-1.crt and ca.crt
+//		Connection: leasehold.Connection{
+//			Manager:  "127.0.0.1:7400",       // the Manager
+//			CertsDir: "/etc/leasehold/certs", // owner.kv-1.crt and ca.crt
+//		},
+//		ID:   "kv-1",          // unique, stable across restarts
+//		Addr: "10.0.0.7:8080", // where frontends reach this server
 //	})
 //	if err != nil { ... }
 //	defer o.Close(ctx) // hands the ranges back at once
@@ -71,7 +73,17 @@
 // earned it, on the Owner's monotonic clock, for the Manager's OwnerLease;
 // Owners adopt the Manager's timings, so they cannot disagree unsafely.
 //
+// # The core
+//
 // Core is the library's deterministic state machine (no goroutines, sockets
-// or clock reads), exported for simulation and for embedding in other
-// runtimes.
+// or clock reads); New runs one inside its runtime. It is exported for the
+// callers outside this package that drive it without a runtime: the
+// simulation (internal/sim), which runs many Owner cores under a virtual
+// clock, over a network that loses and reorders messages, and checks the
+// guarantees on them, so that what it checks is the code New runs; and tests
+// (the Manager core's tests in internal/replica drive Owner cores against
+// it). Hiding it behind an internal package would split the library in two
+// for them. An application uses New; Core (with CoreConfig) is for a runtime
+// of one's own, another transport or clock, which then owns the duties New
+// carries out (docs/design.md, "Cores and runtimes").
 package owner

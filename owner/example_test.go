@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"net"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/manager"
-	"github.com/leasehold/leasehold/manager/config"
 	"github.com/leasehold/leasehold/owner"
 	"github.com/leasehold/leasehold/protocol"
 )
@@ -19,7 +19,7 @@ func startManager() (string, func()) {
 	if err != nil {
 		panic(err)
 	}
-	srv, err := manager.NewServer(manager.ServerConfig{Insecure: true, Replica: config.Replica{Timing: protocol.Fast()}})
+	srv, err := manager.NewServer(manager.Config{Insecure: true, Timing: protocol.Fast()})
 	if err != nil {
 		panic(err)
 	}
@@ -34,7 +34,7 @@ func Example() {
 	defer stop()
 	ctx := context.Background()
 
-	o, err := owner.New(ctx, owner.Config{Insecure: true, Manager: addr, ID: "kv-1", Addr: "127.0.0.1:8080"})
+	o, err := owner.New(ctx, owner.Config{Connection: leasehold.Connection{Insecure: true, Manager: addr}, ID: "kv-1", Addr: "127.0.0.1:8080"})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -51,7 +51,7 @@ func Example() {
 }
 
 func ExampleConfig_validation() {
-	_, err := owner.New(context.Background(), owner.Config{Insecure: true, Manager: "127.0.0.1:7400", ID: "kv-1"})
+	_, err := owner.New(context.Background(), owner.Config{Connection: leasehold.Connection{Insecure: true, Manager: "127.0.0.1:7400"}, ID: "kv-1"})
 	fmt.Println(err)
 	// Output: owner: Config.Addr (where frontends reach this owner) is required
 }

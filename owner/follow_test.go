@@ -8,7 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold/internal/runtime/runtimetest"
+	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/client/clienttest"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/owner"
 	"github.com/leasehold/leasehold/protocol"
@@ -49,14 +50,18 @@ func closedAddr(t *testing.T) string {
 // follows, and its lease is renewed throughout: the same LeaseNum, never
 // revoked.
 func TestOwnerFollowsTheLeader(t *testing.T) {
-	g := runtimetest.Start(t, 3)
+	g := clienttest.Start(t, 3)
 	m0, m1, m2 := g.Member(0), g.Member(1), g.Member(2)
 	g.Lead(1)
 	var mu sync.Mutex
 	var revoked []keyspace.Range
 	ctx := context.Background()
-	o, err := owner.New(ctx, owner.Config{Insecure: true, Manager: m0.Addr, ID: "kv-1", Addr: "127.0.0.1:8001", Timing: protocol.Fast(),
-		OnChange: func(c owner.OwnershipChange) { mu.Lock(); revoked = append(revoked, c.Revoked...); mu.Unlock() }})
+	o, err := owner.New(ctx, owner.Config{
+		Connection: leasehold.Connection{Insecure: true, Manager: m0.Addr, Timing: protocol.Fast()},
+		ID:         "kv-1",
+		Addr:       "127.0.0.1:8001",
+		OnChange:   func(c owner.OwnershipChange) { mu.Lock(); revoked = append(revoked, c.Revoked...); mu.Unlock() },
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +107,7 @@ func TestOwnerFollowsTheLeader(t *testing.T) {
 	if err := o.Close(cctx); err != nil {
 		t.Fatal(err)
 	}
-	if d := time.Since(start); d > runtimetest.OwnerLease/2 {
+	if d := time.Since(start); d > clienttest.OwnerLease/2 {
 		t.Errorf("Close took %s: the goodbye was not acknowledged", d)
 	}
 }
@@ -110,11 +115,19 @@ func TestOwnerFollowsTheLeader(t *testing.T) {
 // TestOwnerConfigManagerList: Manager takes a comma-separated list and
 // Managers more entries; a bad entry fails New, named.
 func TestOwnerConfigManagerList(t *testing.T) {
-	g := runtimetest.Start(t, 2)
+	g := clienttest.Start(t, 2)
 	g.Lead(1)
 	ctx := context.Background()
-	o, err := owner.New(ctx, owner.Config{Insecure: true, Manager: closedAddr(t) + ", " + closedAddr(t), Managers: []string{g.Member(0).Addr},
-		ID: "kv-1", Addr: "127.0.0.1:8001", Timing: protocol.Fast()})
+	o, err := owner.New(ctx, owner.Config{
+		Connection: leasehold.Connection{
+			Insecure: true,
+			Manager:  closedAddr(t) + ", " + closedAddr(t),
+			Managers: []string{g.Member(0).Addr},
+			Timing:   protocol.Fast(),
+		},
+		ID:   "kv-1",
+		Addr: "127.0.0.1:8001",
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,12 +142,12 @@ func TestOwnerConfigManagerList(t *testing.T) {
 		cfg  owner.Config
 		want string
 	}{
-		{owner.Config{Insecure: true, ID: "kv-1", Addr: "a:1"}, "owner: Config.Manager (the Manager's address, or a comma-separated list of its replicas' addresses) is required"},
-		{owner.Config{Insecure: true, Manager: "10.0.0.1:7400,manager-2", ID: "kv-1", Addr: "a:1"}, `owner: Config.Manager: address "manager-2" is not host:port`},
-		{owner.Config{Insecure: true, Manager: "10.0.0.1:7400,,10.0.0.2:7400", ID: "kv-1", Addr: "a:1"}, `owner: Config.Manager: an empty address in "10.0.0.1:7400,,10.0.0.2:7400"`},
-		{owner.Config{Insecure: true, Managers: []string{"10.0.0.1:7400", "10.0.0.2:http"}, ID: "kv-1", Addr: "a:1"}, `owner: Config.Managers[1]: address "10.0.0.2:http" is not host:port`},
+		{owner.Config{Connection: leasehold.Connection{Insecure: true}, ID: "kv-1", Addr: "a:1"}, "owner: Config.Manager (the Manager's address, or a comma-separated list of its replicas' addresses) is required"},
+		{owner.Config{Connection: leasehold.Connection{Insecure: true, Manager: "10.0.0.1:7400,manager-2"}, ID: "kv-1", Addr: "a:1"}, `owner: Config.Manager: address "manager-2" is not host:port`},
+		{owner.Config{Connection: leasehold.Connection{Insecure: true, Manager: "10.0.0.1:7400,,10.0.0.2:7400"}, ID: "kv-1", Addr: "a:1"}, `owner: Config.Manager: an empty address in "10.0.0.1:7400,,10.0.0.2:7400"`},
+		{owner.Config{Connection: leasehold.Connection{Insecure: true, Managers: []string{"10.0.0.1:7400", "10.0.0.2:http"}}, ID: "kv-1", Addr: "a:1"}, `owner: Config.Managers[1]: address "10.0.0.2:http" is not host:port`},
 		// Plaintext only when asked for, even to this machine.
-		{owner.Config{Manager: "127.0.0.1:7400", ID: "kv-1", Addr: "a:1"}, `owner: no TLS setting for the Manager at 127.0.0.1:7400: set Config.TLS or Config.CertsDir for mutual TLS, or Config.Insecure: true`},
+		{owner.Config{Connection: leasehold.Connection{Manager: "127.0.0.1:7400"}, ID: "kv-1", Addr: "a:1"}, `owner: no TLS setting for the Manager at 127.0.0.1:7400: set Config.TLS or Config.CertsDir for mutual TLS, or Config.Insecure: true`},
 	} {
 		o, err := owner.New(ctx, tc.cfg)
 		if err == nil {

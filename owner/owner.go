@@ -2,52 +2,45 @@ package owner
 
 import (
 	"context"
-	"crypto/tls"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/certs"
-	"github.com/leasehold/leasehold/internal/runtime"
+	"github.com/leasehold/leasehold/internal/client"
 	"github.com/leasehold/leasehold/internal/wire"
 	"github.com/leasehold/leasehold/keyspace"
 	pb "github.com/leasehold/leasehold/proto/leasehold/v1"
 	"github.com/leasehold/leasehold/protocol"
 )
 
-// Config configures an Owner.
+// Config configures an Owner. How it reaches the Manager is the embedded
+// leasehold.Connection, shared with lookup.Config (cfg.Manager,
+// cfg.CertsDir, cfg.Insecure …). For an Owner:
+//
+//   - it keeps one lease stream open, to the leader; a replica that leaves
+//     a request unanswered for half a renewal is left for the next
+//     (protocol.Timing.OwnerAnswerWait), and if the next names as leader
+//     the one that went silent, it is asked to relay the stream there
+//     (docs/protocol.md, "Liveness");
+//   - Namespace is the key space to join;
+//   - CertsDir's certificate is the one of this Owner's ID (owner.<ID>.crt);
+//   - Registerer receives the time left on its shortest lease, its
+//     renewals' round trips, CheckLeaseNow's refusals and the ranges it
+//     holds (metrics.go), labelled with the namespace and ID; New fails if
+//     another Owner with the same ID is on the same registry.
 type Config struct {
-	// Manager is the Manager's address, host:port, or the addresses of
-	// the replicas of a replicated Manager, comma-separated
-	// ("10.0.0.1:7400,10.0.0.2:7400,10.0.0.3:7400"). The Owner keeps one
-	// lease stream open, to the leader: it starts with the first address,
-	// follows the leader a replica names when it refuses the stream (even
-	// one not listed), and otherwise tries the addresses in turn. A replica
-	// that leaves a request unanswered for half a renewal is left for the
-	// next (protocol.Timing.OwnerAnswerWait); if the next names as leader
-	// the one that went silent, it is asked to relay the stream there
-	// (docs/protocol.md, "Liveness"). Manager or Managers is required.
-	Manager string
-	// Managers lists more addresses, one per entry, after those in Manager;
-	// repeats are dropped. Each must be host:port (or a gRPC target such
-	// as "dns:///manager.example:7400").
-	Managers []string
-	// Namespace is the key space to join; empty means "default".
-	Namespace string
+	leasehold.Connection
 	// ID names this server. It must be unique among live Owners and should
 	// stay the same across restarts. Required.
 	ID string
 	// Addr is where frontends reach this server; Lookups return it. Required.
 	Addr string
-	// Timing is used until the Manager's timings arrive with its first
-	// answer; the zero value means protocol.Production().
-	Timing protocol.Timing
 	// OnChange, if set, is called after every change of the held set, in
 	// order, on one goroutine, never concurrently. It may lag the change a
 	// little; correctness must rest on CheckLeaseNow and
@@ -64,49 +57,45 @@ type Config struct {
 	// (a server of capacity 2 is given twice the load of one of capacity
 	// 1); 0 means 1.
 	Capacity float64
-	// Logger receives the Owner's logs; nil discards them.
-	Logger *slog.Logger
-	// DialOptions replace the default gRPC dial options, for every Manager
-	// replica; they must include credentials. They override the TLS fields.
-	DialOptions []grpc.DialOption
-	// TLS dials the Manager replicas with this configuration (mutual TLS
-	// with a certificate from the group's CA; docs/security.md).
-	TLS *tls.Config
-	// CertsDir, when TLS is nil, is the certificates directory to dial
-	// with: the certificate of this Owner's ID (owner.<ID>.crt) and the CA's, re-read when they change so
-	// that certificates are rotated without a restart. The Manager's
-	// replicas must present replica certificates naming the host dialled.
-	CertsDir string
-	// Insecure dials the Manager in plaintext, for a Manager run without
-	// certificates (tests, loopback demos). Plaintext is only ever chosen
-	// explicitly: with none of DialOptions, TLS, CertsDir and Insecure, New
-	// returns an error that names them.
-	Insecure bool
-	// Registerer, if set, receives the Owner's Prometheus metrics
-	// (metrics.go): the time left on its shortest lease, its renewals'
-	// round trips, CheckLeaseNow's refusals and the ranges it holds,
-	// labelled with the namespace and ID. New fails if they cannot be
-	// registered (another Owner with the same ID on the same registry).
-	Registerer prometheus.Registerer
 }
 
-func (c *Config) validate() error {
-	if err := (runtime.Common{Manager: &c.Manager, Managers: &c.Managers, Namespace: &c.Namespace, Timing: &c.Timing, Logger: &c.Logger}).Normalize("owner"); err != nil {
+// Validate reports a Config that New would refuse: a field out of its
+// limits as a *leasehold.ConfigError naming it, unsafe timings as the
+// *protocol.TimingError of Timing.Validate, and no way to dial (none of
+// DialOptions, TLS, CertsDir, Insecure). It checks a copy with the
+// defaults New fills in; it opens no file and dials nothing.
+func (c Config) Validate() error {
+	return c.normalize()
+}
+
+// normalize fills in the defaults and checks c (Validate).
+func (c *Config) normalize() error {
+	if err := client.Normalize("owner", &c.Connection); err != nil {
 		return err
 	}
+	bad := func(field, why string) error { return &leasehold.ConfigError{Package: "owner", Field: field, Why: why} }
 	switch {
 	case c.ID == "":
-		return errors.New("owner: Config.ID is required")
+		return bad("ID", "is required")
 	case c.Addr == "":
-		return errors.New("owner: Config.Addr (where frontends reach this owner) is required")
+		return bad("Addr", "(where frontends reach this owner) is required")
 	}
-	if err := runtime.CheckName("owner", "ID", c.ID); err != nil {
+	if err := client.CheckName("owner", "ID", c.ID); err != nil {
 		return err
 	}
 	if c.Capacity < 0 || c.Capacity > wire.MaxCapacity || c.Capacity != c.Capacity {
-		return fmt.Errorf("owner: Config.Capacity %v: want a number in [0, %d] (0 means 1)", c.Capacity, wire.MaxCapacity)
+		return bad("Capacity", fmt.Sprintf("%v: want a number in [0, %d] (0 means 1)", c.Capacity, wire.MaxCapacity))
 	}
-	return runtime.CheckName("owner", "Addr", c.Addr)
+	if err := client.CheckName("owner", "Addr", c.Addr); err != nil {
+		return err
+	}
+	return c.trust().Check("owner", c.Managers)
+}
+
+// trust is how the Owner dials: with its own certificate, of its ID.
+func (c *Config) trust() client.Trust {
+	return client.Trust{DialOptions: c.DialOptions, TLS: c.TLS, CertsDir: c.CertsDir,
+		Role: certs.Owner, Name: c.ID, Insecure: c.Insecure}
 }
 
 // Owner is the Owner library: it keeps this server's leases with the
@@ -116,7 +105,7 @@ type Owner struct {
 	held atomic.Pointer[published] // published by the loop
 	base time.Time                 // deadlines are offsets from here, on the monotonic clock
 
-	managers *runtime.Managers
+	managers *client.Managers
 	recv     chan *protocol.LeaseResponse
 	sendq    chan *pb.LeaseRequest
 	reopened chan struct{} // a new stream to a Manager replica was opened
@@ -127,7 +116,7 @@ type Owner struct {
 	cancel   context.CancelFunc
 	stopped  <-chan struct{} // closed when the Owner stops
 	wg       sync.WaitGroup
-	up       *runtime.Upcalls[OwnershipChange]
+	up       *client.Upcalls[OwnershipChange]
 	closed   atomic.Bool
 	// answerWait is the current timings' OwnerAnswerWait, for the stream's
 	// answer deadline; the loop updates it as the Manager's timings arrive.
@@ -142,15 +131,14 @@ type Owner struct {
 // New starts an Owner: it joins the namespace and keeps its leases until
 // Close. It returns at once; leases arrive as the Manager grants them.
 func New(ctx context.Context, cfg Config) (*Owner, error) {
-	if err := cfg.validate(); err != nil {
+	if err := cfg.normalize(); err != nil {
 		return nil, err
 	}
-	opts, src, err := runtime.Trust{DialOptions: cfg.DialOptions, TLS: cfg.TLS, CertsDir: cfg.CertsDir,
-		Role: certs.Owner, Name: cfg.ID, Insecure: cfg.Insecure}.Options("owner", cfg.Managers)
+	opts, src, err := cfg.trust().Options("owner", cfg.Managers)
 	if err != nil {
 		return nil, err
 	}
-	managers, err := runtime.NewManagers(cfg.Managers, opts)
+	managers, err := client.NewManagers(cfg.Managers, opts)
 	if err != nil {
 		return nil, fmt.Errorf("owner: %w", err)
 	}
@@ -164,7 +152,7 @@ func New(ctx context.Context, cfg Config) (*Owner, error) {
 		leave:    make(chan chan struct{}),
 		drain:    make(chan chan struct{}),
 		done:     make(chan doneMsg, 16),
-		up:       runtime.NewUpcalls(cfg.OnChange),
+		up:       client.NewUpcalls(cfg.OnChange),
 	}
 	o.base = time.Now()
 	o.held.Store(&published{})
@@ -416,8 +404,8 @@ func (o *Owner) run(ctx context.Context, core *Core) {
 func (o *Owner) connect(ctx context.Context) {
 	defer o.wg.Done()
 	opened := 0
-	runtime.Keep(ctx, o.cfg.Logger, "lease", o.managers,
-		func(ctx context.Context, cc grpc.ClientConnInterface) (runtime.Stream[pb.LeaseRequest, pb.LeaseResponse], error) {
+	client.Keep(ctx, o.cfg.Logger, "lease", o.managers,
+		func(ctx context.Context, cc grpc.ClientConnInterface) (client.Stream[pb.LeaseRequest, pb.LeaseResponse], error) {
 			st, err := pb.NewLeasesClient(cc).Session(ctx)
 			if err != nil {
 				return nil, err

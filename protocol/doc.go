@@ -1,6 +1,6 @@
 // Package protocol defines the messages of the leasehold lease protocol and its
 // timing profiles. The messages are plain Go values exchanged by the
-// deterministic cores (replica.Core, owner.Core, lookup.Core); the runtimes
+// deterministic cores (lease.Core, owner.Core, lookup.Core); the runtimes
 // carry them over gRPC and the simulation carries them over a faulty virtual
 // network. docs/protocol.md explains every field and the safety argument.
 //

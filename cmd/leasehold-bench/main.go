@@ -14,7 +14,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/leasehold/leasehold/internal/benchcli"
+	"github.com/leasehold/leasehold/cmd/leasehold-bench/internal/benchcli"
 )
 
 func main() {

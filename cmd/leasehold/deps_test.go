@@ -10,11 +10,13 @@ import (
 
 // heavy names the packages the leasehold binary must not link: the
 // simulation (which swaps crypto/rand.Reader while it runs) and the
-// experiments with their plotting stack. They belong to leasehold-bench.
+// experiments with their plotting stack, which belong to leasehold-bench,
+// and the example services, whose tours belong to leasehold-demo.
 var heavy = []string{
 	"github.com/leasehold/leasehold/internal/sim",
-	"github.com/leasehold/leasehold/internal/bench",
-	"github.com/leasehold/leasehold/internal/benchcli",
+	"github.com/leasehold/leasehold/cmd/leasehold-bench/",
+	"github.com/leasehold/leasehold/cmd/leasehold-demo",
+	"github.com/leasehold/leasehold/examples/",
 	"gonum.org/",
 	"codeberg.org/go-latex/",
 	"codeberg.org/go-fonts/",
@@ -22,8 +24,8 @@ var heavy = []string{
 }
 
 // TestLeanBinary: the binary that runs the Manager in production carries
-// neither the simulation nor the plotting stack. It asks go list for the
-// package's dependencies, as a reader would.
+// neither the simulation, nor the plotting stack, nor the examples. It asks
+// go list for the package's dependencies, as a reader would.
 func TestLeanBinary(t *testing.T) {
 	goBin, err := exec.LookPath("go")
 	if err != nil {
@@ -40,7 +42,7 @@ func TestLeanBinary(t *testing.T) {
 	for _, d := range deps {
 		for _, h := range heavy {
 			if d == h || strings.HasPrefix(d, strings.TrimSuffix(h, "/")+"/") {
-				t.Errorf("cmd/leasehold links %s; the simulation and plotting belong to cmd/leasehold-bench", d)
+				t.Errorf("cmd/leasehold links %s; the simulation and plotting belong to cmd/leasehold-bench, the examples' tours to cmd/leasehold-demo", d)
 			}
 		}
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/internal/browser"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/lookup"
@@ -49,8 +50,8 @@ func TestDashboardAt1000Owners(t *testing.T) {
 	if browser.Path() == "" {
 		t.Skip("no Chromium installed (apt-get install chromium): the dashboard's browser test cannot run")
 	}
-	leasehold, _ := build(t)
-	mgr := start(t, "manager", leasehold, "manager", "--listen", "127.0.0.1:0")
+	lh, _ := build(t) // the leasehold binary
+	mgr := start(t, "manager", lh, "manager", "--listen", "127.0.0.1:0")
 	line := mgr.waitLine(t, "leasehold manager listening on ", 10*time.Second)
 	addr, _, _ := strings.Cut(strings.TrimPrefix(line, "leasehold manager listening on "), " ")
 
@@ -76,9 +77,12 @@ func TestDashboardAt1000Owners(t *testing.T) {
 		wg.Go(func() {
 			id := fmt.Sprintf("srv-%04d", i)
 			ownerCert(t, id)
-			o, err := owner.New(ctx, owner.Config{CertsDir: certsDirFor(t), Manager: addr, ID: id,
-				Addr:     fmt.Sprintf("10.%d.%d.%d:7000", 1+i/62500, i/250%250, 1+i%250),
-				Capacity: capacities[i%len(capacities)]})
+			o, err := owner.New(ctx, owner.Config{
+				Connection: leasehold.Connection{CertsDir: certsDirFor(t), Manager: addr},
+				ID:         id,
+				Addr:       fmt.Sprintf("10.%d.%d.%d:7000", 1+i/62500, i/250%250, 1+i%250),
+				Capacity:   capacities[i%len(capacities)],
+			})
 			if err != nil {
 				errs <- err
 				return
@@ -95,7 +99,7 @@ func TestDashboardAt1000Owners(t *testing.T) {
 	}
 
 	// The frontend: a Lookup routes each read to its Owner.
-	l, err := lookup.New(ctx, lookup.Config{CertsDir: certsDirFor(t), Manager: addr})
+	l, err := lookup.New(ctx, lookup.Config{Connection: leasehold.Connection{CertsDir: certsDirFor(t), Manager: addr}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +161,7 @@ func TestDashboardAt1000Owners(t *testing.T) {
 	defer reads.Wait()
 	defer cancel()
 
-	dash := start(t, "dashboard", leasehold, "dashboard", "--manager", addr, "--listen", "127.0.0.1:0")
+	dash := start(t, "dashboard", lh, "dashboard", "--manager", addr, "--listen", "127.0.0.1:0")
 	line = dash.waitLine(t, "leasehold dashboard on ", 10*time.Second)
 	url, _, _ := strings.Cut(strings.TrimPrefix(line, "leasehold dashboard on "), " ")
 	url = viewerProxy(t, url)
@@ -203,7 +207,7 @@ func TestDashboardAt1000Owners(t *testing.T) {
 	// state (these Owners hand nothing over), so the timeline shows their
 	// loss, naming it, and the ring is drawn without it.
 	drained := "srv-0007"
-	if out, err := command(t, leasehold, "drain", "--manager", addr, drained).CombinedOutput(); err != nil {
+	if out, err := command(t, lh, "drain", "--manager", addr, drained).CombinedOutput(); err != nil {
 		t.Fatalf("leasehold drain %s: %v: %s", drained, err, out)
 	}
 	gone := fmt.Sprintf(`document.querySelector('#timeline li.loss[data-owners~=%q]') !== null && ring().dataset.holderCount === "%d"`,

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold/internal/replica"
+	"github.com/leasehold/leasehold/internal/lease"
 	"github.com/leasehold/leasehold/protocol"
 )
 
@@ -73,7 +73,7 @@ func TestDrainCancelledAndDeadForgotten(t *testing.T) {
 
 	killedAt := time.Now()
 	servers["kv-3"].kill(t)
-	bound := replica.ForgetAfter(tm.ManagerLease) + tm.Renew/4
+	bound := lease.ForgetAfter(tm.ManagerLease) + tm.Renew/4
 	var member time.Time // when status first showed kv-3 no member
 	deadline := killedAt.Add(bound + slack)
 	gone := false

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	grpcstatus "google.golang.org/grpc/status"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/certs"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/owner"
@@ -214,8 +215,15 @@ func churn(ctx context.Context, t *testing.T, h *history, managers string, ns st
 		h.mu.Unlock()
 		granted := make(chan struct{})
 		var once sync.Once
-		o, err := owner.New(ctx, owner.Config{Manager: managers, Namespace: ns, ID: id, Addr: "127.0.0.1:9",
-			Timing: tm, CertsDir: tr.dir,
+		o, err := owner.New(ctx, owner.Config{
+			Connection: leasehold.Connection{
+				Manager:   managers,
+				Namespace: ns,
+				Timing:    tm,
+				CertsDir:  tr.dir,
+			},
+			ID:   id,
+			Addr: "127.0.0.1:9",
 			OnChange: func(ch owner.OwnershipChange) {
 				now := time.Now()
 				for _, l := range ch.Granted {
@@ -237,7 +245,8 @@ func churn(ctx context.Context, t *testing.T, h *history, managers string, ns st
 						})
 					}
 				}
-			}})
+			},
+		})
 		if err != nil {
 			t.Errorf("churn owner %s: %v", id, err)
 			return

@@ -9,14 +9,14 @@ import (
 )
 
 // TestExampleTours runs the example services' tours as their READMEs show
-// them (leasehold demo pubsub, presence, mail): each kills a server with
+// them (go run ./cmd/leasehold-demo pubsub, presence, mail): each kills a server with
 // SIGKILL and checks the service's promise, and must exit 0 and tell its
 // whole story. Each speaks mutual TLS with a throwaway CA of its own. They
 // run one after the other, each in about 5 s, with LEASEHOLD_E2E=all (CI).
 func TestExampleTours(t *testing.T) {
 	onlyWithAll(t)
 	t.Parallel()
-	leasehold, _ := build(t)
+	demo := buildDemo(t)
 	for _, tc := range []struct {
 		name string
 		want []string
@@ -28,9 +28,9 @@ func TestExampleTours(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			out, err := exec.CommandContext(ctx, leasehold, "demo", tc.name).CombinedOutput()
+			out, err := exec.CommandContext(ctx, demo, tc.name).CombinedOutput()
 			if err != nil {
-				t.Fatalf("leasehold demo %s: %v\n%s", tc.name, err, out)
+				t.Fatalf("leasehold-demo %s: %v\n%s", tc.name, err, out)
 			}
 			for _, want := range tc.want {
 				if !strings.Contains(string(out), want) {

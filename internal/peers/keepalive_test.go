@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/test/bufconn"
 
-	"github.com/leasehold/leasehold/internal/runtime"
+	"github.com/leasehold/leasehold/internal/client"
 )
 
 // stallConn is a connection that can be made to stall, as one to a stopped
@@ -88,7 +88,7 @@ func TestKeepaliveNoticesAStalledPeer(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				lis := bufconn.Listen(1 << 20)
 				b := New(Config{Self: 2})
-				srv := grpc.NewServer(runtime.KeepaliveServerOptions()...)
+				srv := grpc.NewServer(client.KeepaliveServerOptions()...)
 				b.Register(srv)
 				go srv.Serve(lis)
 				defer srv.Stop()
@@ -121,7 +121,7 @@ func TestKeepaliveNoticesAStalledPeer(t *testing.T) {
 				st.stalled = true
 				st.mu.Unlock()
 				stalledAt := time.Now()
-				bound := runtime.KeepaliveTime + runtime.KeepaliveTimeout + time.Second
+				bound := client.KeepaliveTime + client.KeepaliveTimeout + time.Second
 				for time.Since(stalledAt) < bound && len(unreachable) == 0 {
 					a.Send([]raftpb.Message{hb(1, 2, 2)}) // heartbeats go on, into the stalled connection
 					time.Sleep(100 * time.Millisecond)

@@ -42,7 +42,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/leasehold/leasehold/internal/runtime"
+	"github.com/leasehold/leasehold/internal/client"
 	"github.com/leasehold/leasehold/internal/wire"
 	pb "github.com/leasehold/leasehold/proto/leasehold/v1"
 )
@@ -202,7 +202,7 @@ func New(cfg Config) *Transport {
 	if cfg.Deliver == nil {
 		cfg.Deliver = func(raftpb.Message) {}
 	}
-	// runtime.Dial appends to the options; clipping makes every append copy,
+	// client.Dial appends to the options; clipping makes every append copy,
 	// so peers dialling at once never share a backing array.
 	cfg.DialOptions = slices.Clip(cfg.DialOptions)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -378,7 +378,7 @@ var errAddrChanged = errors.New("peer address changed")
 // transport closed, reconnecting with backoff.
 func (p *peer) run() {
 	defer p.t.wg.Done()
-	b := runtime.Backoff{Min: minBackoff, Max: maxBackoff}
+	b := client.Backoff{Min: minBackoff, Max: maxBackoff}
 	failing := false // the last attempt failed: log further failures quietly
 	for {
 		addr := p.address()
@@ -419,7 +419,7 @@ func refused(err error) bool {
 // It reports whether any message was written. recovering says the last
 // attempt failed, so an open stream is worth logging.
 func (p *peer) connect(addr string, recovering bool) (healthy bool, err error) {
-	conn, err := runtime.Dial(addr, p.t.cfg.DialOptions)
+	conn, err := client.Dial(addr, p.t.cfg.DialOptions)
 	if err != nil {
 		return false, err
 	}

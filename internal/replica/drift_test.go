@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/lease"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/leasetable"
 	"github.com/leasehold/leasehold/protocol"
@@ -19,13 +20,13 @@ import (
 func TestFeedVouchesOnlyToLookupsWithItsDrift(t *testing.T) {
 	ftm := tm
 	ftm.MaxDrift = 0.2
-	st := NewState(ftm.LogRetention)
-	if err := st.Apply(base, []Change{{Op: OpEpoch, Epoch: epoch}, {Op: OpNamespace, NS: DefaultNamespace}}); err != nil {
+	st := lease.NewState(ftm.LogRetention)
+	if err := st.Apply(base, []lease.Change{{Op: lease.OpEpoch, Epoch: epoch}, {Op: lease.OpNamespace, NS: protocol.DefaultNamespace}}); err != nil {
 		t.Fatal(err)
 	}
 	set := func(lgn keyspace.LGN) {
 		t.Helper()
-		if err := st.Apply(base, []Change{{Op: OpSet, NS: DefaultNamespace, Range: keyspace.Full,
+		if err := st.Apply(base, []lease.Change{{Op: lease.OpSet, NS: protocol.DefaultNamespace, Range: keyspace.Full,
 			Entry: leasetable.Entry{Owner: "a", Addr: "a:1", LGN: lgn}}}); err != nil {
 			t.Fatal(err)
 		}
@@ -36,7 +37,7 @@ func TestFeedVouchesOnlyToLookupsWithItsDrift(t *testing.T) {
 	at := func(d time.Duration) time.Time { return base.Add(d) }
 	poll := func(now time.Time, id uint64, drift float64) {
 		t.Helper()
-		if err := f.StepSync(now, id, &protocol.SyncRequest{Namespace: DefaultNamespace, ID: 1, Heartbeats: true, MaxDrift: drift}); err != nil {
+		if err := f.StepSync(now, id, &protocol.SyncRequest{Namespace: protocol.DefaultNamespace, ID: 1, Heartbeats: true, MaxDrift: drift}); err != nil {
 			t.Fatal(err)
 		}
 		for _, lm := range f.Ready() {

@@ -3,6 +3,7 @@ package replica
 import (
 	"time"
 
+	"github.com/leasehold/leasehold/internal/lease"
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 )
@@ -43,7 +44,7 @@ type Ready struct {
 	Messages []raftpb.Message
 
 	// 3. Answer.
-	Owners  []OwnerMessage
+	Owners  []lease.OwnerMessage
 	Lookups []LookupMessage
 
 	// 4. Applied by Advance.

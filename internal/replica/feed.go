@@ -2,10 +2,12 @@ package replica
 
 import (
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/lease"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/leasetable"
 	"github.com/leasehold/leasehold/protocol"
@@ -38,7 +40,7 @@ type LookupMessage struct {
 // A Feed is deterministic and not safe for concurrent use: what it sends is
 // a function of its calls and the times passed to them.
 type Feed struct {
-	st     *State
+	st     *lease.State
 	timing protocol.Timing
 	subs   map[string]map[uint64]*lookupSub
 	// upTo records, per namespace, the table and LSN of the last push
@@ -78,7 +80,7 @@ type FeedStats struct {
 }
 
 // DefaultPushEvery is the least time between two push rounds of a
-// namespace when config.Replica.PushEvery is 0. A change applied within
+// namespace when Settings.PushEvery is 0. A change applied within
 // PushEvery of the last round waits at most this long for the next one: a
 // tenth of the 1 s goal for a change to reach every Lookup, and one period
 // of the default Raft tick. A sustained burst then costs at most 10 rounds
@@ -113,7 +115,7 @@ type lookupSub struct {
 
 // NewFeed returns a Feed over st that coalesces push rounds by
 // DefaultPushEvery (SetPushEvery changes it).
-func NewFeed(st *State, timing protocol.Timing) *Feed {
+func NewFeed(st *lease.State, timing protocol.Timing) *Feed {
 	return &Feed{st: st, timing: timing, subs: map[string]map[uint64]*lookupSub{}, upTo: map[string]pushMark{}, snaps: map[string]sentSnapshot{},
 		every: DefaultPushEvery, rounds: map[string]*pushRounds{}, beats: map[string]map[uint64]*lookupSub{}}
 }
@@ -143,7 +145,7 @@ func (f *Feed) SetPushEvery(d time.Duration) {
 // Rebase points the Feed at a new State (a snapshot was installed). Each
 // session's next message is a snapshot, since LSNs before the new State's
 // are not in its log.
-func (f *Feed) Rebase(st *State) {
+func (f *Feed) Rebase(st *lease.State) {
 	f.st = st
 	clear(f.upTo)
 	clear(f.snaps)
@@ -152,14 +154,14 @@ func (f *Feed) Rebase(st *State) {
 // StepSync handles a Lookup's SyncRequest received at now on session id.
 func (f *Feed) StepSync(now time.Time, id uint64, req *protocol.SyncRequest) error {
 	f.syncs++
-	if f.st.epoch == 0 {
+	if f.st.Epoch() == 0 {
 		// Checked first: the first leader serves before its first entry,
 		// which creates the namespaces, has committed.
 		return ErrNoEpoch
 	}
 	t := f.st.Table(req.Namespace)
 	if t == nil {
-		return errUnknownNamespace(req.Namespace)
+		return fmt.Errorf("%w %q", lease.ErrUnknownNamespace, req.Namespace)
 	}
 	subs := f.subs[req.Namespace]
 	if subs == nil {
@@ -190,7 +192,7 @@ func (f *Feed) StepSync(now time.Time, id uint64, req *protocol.SyncRequest) err
 			delete(f.beats[req.Namespace], id)
 		}
 	}
-	if req.Epoch == f.st.epoch && req.LSN > t.LSN() {
+	if req.Epoch == f.st.Epoch() && req.LSN > t.LSN() {
 		// This replica is behind the Lookup's copy (it synced with one
 		// further ahead): answering now would move the copy back. Push
 		// from its LSN once this replica has caught up.
@@ -199,7 +201,7 @@ func (f *Feed) StepSync(now time.Time, id uint64, req *protocol.SyncRequest) err
 	}
 	var u leasetable.Update
 	switch {
-	case req.Epoch != f.st.epoch:
+	case req.Epoch != f.st.Epoch():
 		// The Lookup's copy is from another Manager incarnation: its LSNs
 		// mean nothing here.
 		u = f.snapshot(req.Namespace, t, 0)
@@ -457,7 +459,7 @@ func (f *Feed) Ready() []LookupMessage {
 
 func (f *Feed) response(ns string, id uint64, u leasetable.Update) *protocol.SyncResponse {
 	return &protocol.SyncResponse{
-		Namespace: ns, ID: id, Epoch: f.st.epoch, Update: u,
+		Namespace: ns, ID: id, Epoch: f.st.Epoch(), Update: u,
 		Sync: f.timing.Sync, SyncTimeout: f.timing.SyncTimeout, MaxDrift: f.timing.MaxDrift,
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/lease"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/leasetable"
 	"github.com/leasehold/leasehold/protocol"
@@ -16,20 +17,20 @@ import (
 // Lookup last synced with a replica further ahead) answers nothing until it
 // has caught up, then pushes from the Lookup's LSN: a copy never moves back.
 func TestFeedBehindWaits(t *testing.T) {
-	st := NewState(tm.LogRetention)
+	st := lease.NewState(tm.LogRetention)
 	set := func(lgn keyspace.LGN) {
 		t.Helper()
-		if err := st.Apply(base, []Change{{Op: OpSet, NS: DefaultNamespace, Range: keyspace.Full,
+		if err := st.Apply(base, []lease.Change{{Op: lease.OpSet, NS: protocol.DefaultNamespace, Range: keyspace.Full,
 			Entry: leasetable.Entry{Owner: "a", Addr: "a:1", LGN: lgn}}}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := st.Apply(base, []Change{{Op: OpEpoch, Epoch: epoch}, {Op: OpNamespace, NS: DefaultNamespace}}); err != nil {
+	if err := st.Apply(base, []lease.Change{{Op: lease.OpEpoch, Epoch: epoch}, {Op: lease.OpNamespace, NS: protocol.DefaultNamespace}}); err != nil {
 		t.Fatal(err)
 	}
 	set(1) // LSN 1
 	f := NewFeed(st, tm)
-	if err := f.StepSync(base, 7, &protocol.SyncRequest{Namespace: DefaultNamespace, ID: 1, Epoch: epoch, LSN: 3}); err != nil {
+	if err := f.StepSync(base, 7, &protocol.SyncRequest{Namespace: protocol.DefaultNamespace, ID: 1, Epoch: epoch, LSN: 3}); err != nil {
 		t.Fatal(err)
 	}
 	f.Push()
@@ -55,15 +56,15 @@ func TestFeedBehindWaits(t *testing.T) {
 
 // feedWith returns a Feed over a State whose table has been split into
 // segments pieces, each granted, and sessions Lookups synced at its LSN.
-func feedWith(tb testing.TB, segments, sessions int) (*State, *Feed) {
-	st := NewState(tm.LogRetention)
-	if err := st.Apply(base, []Change{{Op: OpEpoch, Epoch: epoch}, {Op: OpNamespace, NS: DefaultNamespace}}); err != nil {
+func feedWith(tb testing.TB, segments, sessions int) (*lease.State, *Feed) {
+	st := lease.NewState(tm.LogRetention)
+	if err := st.Apply(base, []lease.Change{{Op: lease.OpEpoch, Epoch: epoch}, {Op: lease.OpNamespace, NS: protocol.DefaultNamespace}}); err != nil {
 		tb.Fatal(err)
 	}
 	grantAll(tb, st, segments, 1)
 	f := NewFeed(st, tm)
 	for id := range uint64(sessions) {
-		req := &protocol.SyncRequest{Namespace: DefaultNamespace, ID: 1, Epoch: epoch, LSN: st.Table(DefaultNamespace).LSN()}
+		req := &protocol.SyncRequest{Namespace: protocol.DefaultNamespace, ID: 1, Epoch: epoch, LSN: st.Table(protocol.DefaultNamespace).LSN()}
 		if err := f.StepSync(base, id+1, req); err != nil {
 			tb.Fatal(err)
 		}
@@ -74,15 +75,15 @@ func feedWith(tb testing.TB, segments, sessions int) (*State, *Feed) {
 
 // grantAll grants each of n equal pieces of the key space anew, in one
 // entry: n changes.
-func grantAll(tb testing.TB, st *State, n int, lgn keyspace.LGN) {
+func grantAll(tb testing.TB, st *lease.State, n int, lgn keyspace.LGN) {
 	step := keyspace.Key(^uint64(0)/uint64(n) + 1)
-	var chs []Change
+	var chs []lease.Change
 	for i := range n {
 		r := keyspace.Range{Start: keyspace.Key(i) * step, End: keyspace.Key(i+1) * step}
 		if i == n-1 {
 			r.End = 0
 		}
-		chs = append(chs, Change{Op: OpSet, NS: DefaultNamespace, Range: r,
+		chs = append(chs, lease.Change{Op: lease.OpSet, NS: protocol.DefaultNamespace, Range: r,
 			Entry: leasetable.Entry{Owner: fmt.Sprintf("owner-%d", i%100), Addr: "10.0.0.1:7000", LGN: lgn + keyspace.LGN(i)}})
 	}
 	if err := st.Apply(base, chs); err != nil {
@@ -154,22 +155,22 @@ func BenchmarkFeedPush(b *testing.B) {
 // coalesceFeed returns a Feed coalescing by every over a table of 16
 // granted pieces, sessions 1..3 synced at its LSN, and a copy of the
 // table as a Lookup holds it (the View session 1 keeps).
-func coalesceFeed(t *testing.T, every time.Duration) (*State, *Feed, *leasetable.View) {
+func coalesceFeed(t *testing.T, every time.Duration) (*lease.State, *Feed, *leasetable.View) {
 	t.Helper()
 	st, f := feedWith(t, 16, 3)
 	f.SetPushEvery(every)
 	v := leasetable.NewView()
-	if _, err := v.Apply(st.Table(DefaultNamespace).Snapshot()); err != nil {
+	if _, err := v.Apply(st.Table(protocol.DefaultNamespace).Snapshot()); err != nil {
 		t.Fatal(err)
 	}
 	return st, f, v
 }
 
 // regrantFirst regrants one piece of the key space with a fresh LGN: one change.
-func regrantFirst(t *testing.T, st *State, lgn keyspace.LGN) {
+func regrantFirst(t *testing.T, st *lease.State, lgn keyspace.LGN) {
 	t.Helper()
 	r := keyspace.Range{Start: 0, End: keyspace.Key(1) << 60}
-	if err := st.Apply(base, []Change{{Op: OpSet, NS: DefaultNamespace, Range: r,
+	if err := st.Apply(base, []lease.Change{{Op: lease.OpSet, NS: protocol.DefaultNamespace, Range: r,
 		Entry: leasetable.Entry{Owner: "owner-x", Addr: "10.0.0.2:7000", LGN: lgn}}}); err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +203,7 @@ func pushRound(t *testing.T, msgs []LookupMessage, from, to keyspace.LSN, v *lea
 func TestFeedCoalescesPushes(t *testing.T) {
 	const every = 100 * ms
 	st, f, v := coalesceFeed(t, every)
-	tab := st.Table(DefaultNamespace)
+	tab := st.Table(protocol.DefaultNamespace)
 	t0 := base.Add(time.Minute)
 	lsn0 := tab.LSN()
 
@@ -226,7 +227,7 @@ func TestFeedCoalescesPushes(t *testing.T) {
 		}
 	}
 	// A sync meanwhile is answered at once, and the round skips it.
-	if err := f.StepSync(t0.Add(35*ms), 9, &protocol.SyncRequest{Namespace: DefaultNamespace, ID: 5, Epoch: epoch, LSN: lsn0}); err != nil {
+	if err := f.StepSync(t0.Add(35*ms), 9, &protocol.SyncRequest{Namespace: protocol.DefaultNamespace, ID: 5, Epoch: epoch, LSN: lsn0}); err != nil {
 		t.Fatal(err)
 	}
 	if got := f.Ready(); len(got) != 1 || got[0].To != 9 || got[0].Msg.ID != 5 || got[0].Msg.Update.To != lsn0+4 {
@@ -238,7 +239,7 @@ func TestFeedCoalescesPushes(t *testing.T) {
 	}
 	f.PushDue(t0.Add(every))
 	pushRound(t, f.Ready(), lsn0+1, lsn0+4, v) // the whole burst in one delta each
-	f.Close(DefaultNamespace, 9)
+	f.Close(protocol.DefaultNamespace, 9)
 	if d := f.NextDeadline(); !d.IsZero() {
 		t.Fatalf("NextDeadline %v after the trailing round; want none", d)
 	}
@@ -288,7 +289,7 @@ func TestFeedCoalescesPushes(t *testing.T) {
 // as it is applied.
 func TestFeedPushEveryOff(t *testing.T) {
 	st, f, v := coalesceFeed(t, -1)
-	lsn := st.Table(DefaultNamespace).LSN()
+	lsn := st.Table(protocol.DefaultNamespace).LSN()
 	for i := range 5 {
 		regrantFirst(t, st, keyspace.LGN(1000+i))
 		f.Changed(base.Add(time.Duration(i) * ms))
@@ -308,11 +309,11 @@ func TestFeedPushEveryOff(t *testing.T) {
 func TestFeedReusesRecentSnapshot(t *testing.T) {
 	const segments = 2000
 	st, f := feedWith(t, segments, 0)
-	tab := st.Table(DefaultNamespace)
+	tab := st.Table(protocol.DefaultNamespace)
 	sync := func(id uint64) []LookupMessage {
 		t.Helper()
 		// A new Lookup: no epoch, no LSN.
-		if err := f.StepSync(base, id, &protocol.SyncRequest{Namespace: DefaultNamespace, ID: id}); err != nil {
+		if err := f.StepSync(base, id, &protocol.SyncRequest{Namespace: protocol.DefaultNamespace, ID: id}); err != nil {
 			t.Fatal(err)
 		}
 		return f.Ready()

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/lease"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/leasetable"
 	"github.com/leasehold/leasehold/protocol"
@@ -15,13 +16,13 @@ import (
 // the same way. Only while the replica could answer a poll; never to a
 // session that takes none.
 func TestFeedHeartbeats(t *testing.T) {
-	st := NewState(tm.LogRetention)
-	if err := st.Apply(base, []Change{{Op: OpEpoch, Epoch: epoch}, {Op: OpNamespace, NS: DefaultNamespace}}); err != nil {
+	st := lease.NewState(tm.LogRetention)
+	if err := st.Apply(base, []lease.Change{{Op: lease.OpEpoch, Epoch: epoch}, {Op: lease.OpNamespace, NS: protocol.DefaultNamespace}}); err != nil {
 		t.Fatal(err)
 	}
 	set := func(lgn keyspace.LGN) {
 		t.Helper()
-		if err := st.Apply(base, []Change{{Op: OpSet, NS: DefaultNamespace, Range: keyspace.Full,
+		if err := st.Apply(base, []lease.Change{{Op: lease.OpSet, NS: protocol.DefaultNamespace, Range: keyspace.Full,
 			Entry: leasetable.Entry{Owner: "a", Addr: "a:1", LGN: lgn}}}); err != nil {
 			t.Fatal(err)
 		}
@@ -32,7 +33,7 @@ func TestFeedHeartbeats(t *testing.T) {
 	f.SetServes(func(time.Time) bool { return serving })
 	at := func(d time.Duration) time.Time { return base.Add(d) }
 	for id, beats := range map[uint64]bool{7: true, 8: false} {
-		if err := f.StepSync(base, id, &protocol.SyncRequest{Namespace: DefaultNamespace, ID: 3, Heartbeats: beats, MaxDrift: tm.MaxDrift}); err != nil {
+		if err := f.StepSync(base, id, &protocol.SyncRequest{Namespace: protocol.DefaultNamespace, ID: 3, Heartbeats: beats, MaxDrift: tm.MaxDrift}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -99,22 +100,22 @@ func TestFeedHeartbeats(t *testing.T) {
 // seldom, so the Feed keeps it LookupPollMax longer than one that polls
 // every Sync; both go in the end.
 func TestFeedKeepsHeartbeatSessions(t *testing.T) {
-	st := NewState(tm.LogRetention)
-	if err := st.Apply(base, []Change{{Op: OpEpoch, Epoch: epoch}, {Op: OpNamespace, NS: DefaultNamespace}}); err != nil {
+	st := lease.NewState(tm.LogRetention)
+	if err := st.Apply(base, []lease.Change{{Op: lease.OpEpoch, Epoch: epoch}, {Op: lease.OpNamespace, NS: protocol.DefaultNamespace}}); err != nil {
 		t.Fatal(err)
 	}
 	f := NewFeed(st, tm)
 	for id, beats := range map[uint64]bool{7: true, 8: false} {
-		if err := f.StepSync(base, id, &protocol.SyncRequest{Namespace: DefaultNamespace, ID: 1, Heartbeats: beats, MaxDrift: tm.MaxDrift}); err != nil {
+		if err := f.StepSync(base, id, &protocol.SyncRequest{Namespace: protocol.DefaultNamespace, ID: 1, Heartbeats: beats, MaxDrift: tm.MaxDrift}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	f.Tick(base.Add(2*tm.SyncTimeout + time.Millisecond))
-	if n := f.Lookups(DefaultNamespace); n != 1 {
+	if n := f.Lookups(protocol.DefaultNamespace); n != 1 {
 		t.Fatalf("%d sessions after two SyncTimeouts of silence, want the one that takes heartbeats", n)
 	}
 	f.Tick(base.Add(2*tm.SyncTimeout + tm.LookupPollMax() + time.Millisecond))
-	if n := f.Lookups(DefaultNamespace); n != 0 || len(f.beats[DefaultNamespace]) != 0 {
+	if n := f.Lookups(protocol.DefaultNamespace); n != 0 || len(f.beats[protocol.DefaultNamespace]) != 0 {
 		t.Fatalf("%d sessions after LookupPollMax more, want none", n)
 	}
 }

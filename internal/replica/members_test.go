@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/lease"
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 
@@ -41,7 +42,7 @@ func TestStrangerCannotDeposeLeader(t *testing.T) {
 func (g *group) joiner(id uint64) *Replica {
 	g.t.Helper()
 	r, err := NewReplica(ReplicaConfig{ID: id,
-		Core: CoreConfig{Timing: groupTiming, Epoch: epoch, Seed: id, RaftTick: 25 * ms}}, g.now)
+		Settings: Settings{Lease: lease.Settings{Timing: groupTiming, Epoch: epoch, Seed: id}, RaftTick: 25 * ms}}, g.now)
 	if err != nil {
 		g.t.Fatal(err)
 	}
@@ -85,7 +86,7 @@ func TestLearnerPromotedOnceCaughtUp(t *testing.T) {
 func TestLearnerRemovedAfterTimeout(t *testing.T) {
 	g := newGroup(t, 1, faults.Set{})
 	l := g.runUntilLeader()
-	l.cfg.Core.LearnerTimeout = time.Second
+	l.cfg.Settings.LearnerTimeout = time.Second
 	g.joiner(4)
 	if err := l.AddLearner(g.now, 4, "m4:7400"); err != nil {
 		t.Fatal(err)
@@ -110,7 +111,7 @@ func TestLoneLeaderSkipsRaftTicks(t *testing.T) {
 	g := newGroup(t, 1, faults.Set{})
 	l := g.runUntilLeader()
 	g.run(time.Second)
-	tick := l.cfg.Core.RaftTick
+	tick := l.cfg.Settings.RaftTick
 	if wait := l.NextDeadline().Sub(g.now); wait <= tick {
 		t.Fatalf("an idle lone leader's next deadline is %v away, want more than a Raft tick (%v)", wait, tick)
 	}
@@ -146,14 +147,14 @@ func TestLoneLeaderKeepsItsTimers(t *testing.T) {
 	starts := map[string]time.Time{}
 	for i := range 8 {
 		id := fmt.Sprintf("o%d", i)
-		owners[id] = owner.NewCore(owner.CoreConfig{Namespace: DefaultNamespace, ID: id, Addr: id + ":7000",
+		owners[id] = owner.NewCore(owner.CoreConfig{Namespace: protocol.DefaultNamespace, ID: id, Addr: id + ":7000",
 			Incarnation: 1, Timing: groupTiming, Seed: uint64(i + 1)})
 		starts[id] = cur.Add(time.Duration(i) * groupTiming.Renew / 8)
 	}
-	if err := l.StepSync(cur, 7, &protocol.SyncRequest{Namespace: DefaultNamespace, ID: 1}); err != nil {
+	if err := l.StepSync(cur, 7, &protocol.SyncRequest{Namespace: protocol.DefaultNamespace, ID: 1}); err != nil {
 		t.Fatal(err)
 	}
-	if n := l.Feed().Lookups(DefaultNamespace); n != 1 {
+	if n := l.Feed().Lookups(protocol.DefaultNamespace); n != 1 {
 		t.Fatalf("%d Lookup sessions after a sync, want 1", n)
 	}
 	end := cur.Add(2*groupTiming.SyncTimeout + time.Second + 100*ms)
@@ -200,7 +201,7 @@ func TestLoneLeaderKeepsItsTimers(t *testing.T) {
 	if n := len(owners["o0"].Held(cur)); n == 0 {
 		t.Fatal("owner o0 holds nothing: the Owners did not run")
 	}
-	if n := l.Feed().Lookups(DefaultNamespace); n != 0 {
+	if n := l.Feed().Lookups(protocol.DefaultNamespace); n != 0 {
 		t.Fatalf("%d Lookup sessions %v after the only sync, want none (forgotten after two SyncTimeouts, %v)",
 			n, end.Sub(g.now), 2*groupTiming.SyncTimeout)
 	}
@@ -222,17 +223,17 @@ func maxTime(a, b time.Time) time.Time {
 func TestLearnerAddedAfterCompaction(t *testing.T) {
 	g := newGroup(t, 3, faults.Set{})
 	for _, r := range g.reps {
-		r.cfg.Core.SnapshotEntries = 1000 // compacted once, below
+		r.cfg.Settings.SnapshotEntries = 1000 // compacted once, below
 	}
 	l := g.runUntilLeader()
 	g.addOwner("a")
 	g.run(groupTiming.Renew)
 	for _, r := range g.reps {
-		r.cfg.Core.SnapshotEntries = 1
+		r.cfg.Settings.SnapshotEntries = 1
 	}
 	g.run(groupTiming.Renew)
 	for _, r := range g.reps {
-		r.cfg.Core.SnapshotEntries = 1000 // no snapshot but the change's from here
+		r.cfg.Settings.SnapshotEntries = 1000 // no snapshot but the change's from here
 	}
 	if l.Stats().Snapshots == 0 {
 		t.Fatal("the log was not compacted")

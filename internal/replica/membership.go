@@ -40,7 +40,7 @@ var (
 )
 
 // DefaultLearnerTimeout is how long a learner may take to catch up when
-// CoreConfig.LearnerTimeout is 0.
+// Settings.LearnerTimeout is 0.
 const DefaultLearnerTimeout = 30 * time.Second
 
 // caughtUp reports whether a learner whose log matches the leader's up to
@@ -49,7 +49,7 @@ const DefaultLearnerTimeout = 30 * time.Second
 func caughtUp(match, last uint64) bool { return match > 0 && match >= last-last/10 }
 
 func (r *Replica) learnerTimeout() time.Duration {
-	if d := r.cfg.Core.LearnerTimeout; d > 0 {
+	if d := r.cfg.Settings.LearnerTimeout; d > 0 {
 		return d
 	}
 	return DefaultLearnerTimeout
@@ -112,7 +112,7 @@ func (r *Replica) AddLearner(now time.Time, id uint64, addr string) error {
 	if r.confPending || !r.termSeen {
 		return ErrConfPending
 	}
-	if a, ok := r.st.peers[id]; ok {
+	if a, ok := r.st.Peers()[id]; ok {
 		if _, voter := r.rn.Status().Config.Voters.IDs()[id]; !voter {
 			return fmt.Errorf("%w: replica %d, at %s, is already being added (a learner catching up)", ErrMember, id, a)
 		}
@@ -141,7 +141,7 @@ func (r *Replica) RemoveMember(now time.Time, id uint64) error {
 	if r.role != raft.StateLeader {
 		return r.notLeader()
 	}
-	if _, ok := r.st.peers[id]; !ok {
+	if _, ok := r.st.Peers()[id]; !ok {
 		return fmt.Errorf("%w: no replica %d in the group", ErrMember, id)
 	}
 	if r.confPending || !r.termSeen {
@@ -188,14 +188,14 @@ func (r *Replica) promote(now time.Time) {
 	for _, id := range slices.Sorted(maps.Keys(r.learners)) {
 		deadline := r.learners[id]
 		if _, ok := st.Config.Learners[id]; !ok {
-			if _, voter := st.Config.Voters.IDs()[id]; voter || r.st.peers[id] == "" {
+			if _, voter := st.Config.Voters.IDs()[id]; voter || r.st.Peers()[id] == "" {
 				delete(r.learners, id) // promoted or removed
 			}
 			continue // proposed, not yet applied
 		}
 		pr := st.Progress[id]
 		if caughtUp(pr.Match, last) && r.reachable(now, id) && r.quorumAfter(now, id, true, 0) == nil {
-			if r.proposeConf(raftpb.ConfChange{Type: raftpb.ConfChangeAddNode, NodeID: id, Context: PeerContext(r.st.peers[id])}) == nil {
+			if r.proposeConf(raftpb.ConfChange{Type: raftpb.ConfChangeAddNode, NodeID: id, Context: PeerContext(r.st.Peers()[id])}) == nil {
 				delete(r.learners, id)
 			}
 			return

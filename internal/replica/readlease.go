@@ -122,11 +122,11 @@ type ReadLeaseStatus struct {
 	Stats   ReadLeaseStats
 }
 
-func (r *Replica) leaseOn() bool { return r.cfg.Core.ReadLease.On() }
+func (r *Replica) leaseOn() bool { return r.cfg.Settings.ReadLease.On() }
 
-func (r *Replica) leaseHolder() bool { return r.cfg.Core.ReadLease.Holds(r.cfg.ID) }
+func (r *Replica) leaseHolder() bool { return r.cfg.Settings.ReadLease.Holds(r.cfg.ID) }
 
-func (r *Replica) leaseBound() time.Duration { return r.cfg.Core.ReadLeaseBound() }
+func (r *Replica) leaseBound() time.Duration { return r.cfg.Settings.ReadLeaseBound() }
 
 // ReadLease reports the replica's read lease at now.
 func (r *Replica) ReadLease(now time.Time) ReadLeaseStatus {
@@ -185,7 +185,7 @@ func (r *Replica) leaseTick(now time.Time) {
 		return
 	}
 	if r.leaseHolder() && !now.Before(r.rl.nextAsk) {
-		r.askLease(now)
+		r.askReadLease(now)
 	}
 	maps.DeleteFunc(r.rl.gone, func(_ uint64, t time.Time) bool { return !now.Before(t) })
 	if r.leading() {
@@ -195,7 +195,7 @@ func (r *Replica) leaseTick(now time.Time) {
 		r.leaseVisible(now)
 		if !now.Before(r.rl.nextSend) {
 			r.sendVisible()
-			r.rl.nextSend = now.Add(r.cfg.Core.ReadLease.Renew)
+			r.rl.nextSend = now.Add(r.cfg.Settings.ReadLease.Renew)
 		}
 	}
 }
@@ -224,14 +224,14 @@ func (r *Replica) leaseDeadline() time.Time {
 	return d
 }
 
-func (r *Replica) askLease(now time.Time) {
-	r.rl.nextAsk = now.Add(r.cfg.Core.ReadLease.Renew)
+func (r *Replica) askReadLease(now time.Time) {
+	r.rl.nextAsk = now.Add(r.cfg.Settings.ReadLease.Renew)
 	voters, _ := r.majority()
 	if voters == nil {
 		return
 	}
 	for rd, a := range r.rl.asks {
-		if now.Sub(a.at) >= r.cfg.Core.ReadLease.Duration {
+		if now.Sub(a.at) >= r.cfg.Settings.ReadLease.Duration {
 			delete(r.rl.asks, rd) // its promises could no longer extend the lease
 		}
 	}
@@ -243,21 +243,21 @@ func (r *Replica) askLease(now time.Time) {
 		m := raftpb.Message{Type: msgLeaseAsk, From: r.cfg.ID, To: v, Index: r.rl.round, Term: term,
 			Commit: r.rl.ack.round, LogTerm: r.rl.ack.term}
 		if v == r.cfg.ID {
-			r.stepLease(now, m)
+			r.stepReadLease(now, m)
 			continue
 		}
 		r.rl.out = append(r.rl.out, m)
 	}
 }
 
-// stepLease handles a read-lease message.
-func (r *Replica) stepLease(now time.Time, m raftpb.Message) {
+// stepReadLease handles a read-lease message.
+func (r *Replica) stepReadLease(now time.Time, m raftpb.Message) {
 	if !r.leaseOn() {
 		return
 	}
 	switch m.Type {
 	case msgLeaseAsk:
-		r.grant(now, m)
+		r.givePromise(now, m)
 	case msgLeasePromise:
 		r.promised(now, m)
 	case msgLeaseVisible:
@@ -267,15 +267,15 @@ func (r *Replica) stepLease(now time.Time, m raftpb.Message) {
 	}
 }
 
-// grant answers holder m.From's ask with a promise in this replica's
+// givePromise answers holder m.From's ask with a promise in this replica's
 // current term: by moving to a later term (voting there) it gives up the
 // earlier term for good, which is what lets a new leader bound the
 // promises made before it (docs/protocol.md). Only a replica that knows
 // the term's leader promises; the leader's promise is marked as such only
 // while Raft still names this replica its current leader (leading), and a
 // replica Raft made leader promises nothing until it has taken over.
-func (r *Replica) grant(now time.Time, m raftpb.Message) {
-	if !r.cfg.Core.ReadLease.Holds(m.From) {
+func (r *Replica) givePromise(now time.Time, m raftpb.Message) {
+	if !r.cfg.Settings.ReadLease.Holds(m.From) {
 		return
 	}
 	bs := r.rn.BasicStatus()
@@ -350,7 +350,7 @@ func (r *Replica) promised(now time.Time, m raftpb.Message) {
 	case a.ack.round == 0 || a.ack.term != m.Term:
 		return // no promise of this term acknowledged: the next round will be
 	}
-	until := start.Add(r.cfg.Core.ReadLease.Duration)
+	until := start.Add(r.cfg.Settings.ReadLease.Duration)
 	if !until.After(r.rl.until) {
 		return
 	}

@@ -58,7 +58,7 @@ func TestReadLeaseOneWayCutCostsOneLease(t *testing.T) {
 			if acked.IsZero() {
 				t.Fatalf("nothing past the cut-off holder's index %d acknowledged in 10 s", last)
 			}
-			if wait, bound := acked.Sub(cut), l.leaseBound()+4*l.cfg.Core.RaftTick; wait > bound {
+			if wait, bound := acked.Sub(cut), l.leaseBound()+4*l.cfg.Settings.RaftTick; wait > bound {
 				t.Fatalf("the first answer past the holder's log went out %s into the cut, more than B plus a round (%s)", wait, bound)
 			}
 			if lost {
@@ -145,7 +145,7 @@ func TestReadLeaseDeposedLeaderPromisesAsFollower(t *testing.T) {
 			o, _ := leaseFollower(t, g)
 			g.down[o.ID()] = true
 			n := g.runUntilLeader()
-			g.run(4 * n.cfg.Core.ReadLease.Renew) // h acknowledges n's promises
+			g.run(4 * n.cfg.Settings.ReadLease.Renew) // h acknowledges n's promises
 			var h *Replica
 			for id, r := range g.reps {
 				if r != o && r != n {
@@ -157,7 +157,7 @@ func TestReadLeaseDeposedLeaderPromisesAsFollower(t *testing.T) {
 				t.Fatalf("o at term %d, n at %d, h acknowledges term %d", o.Status().Term, term, h.rl.ack.term)
 			}
 			floor := h.ReadLease(g.now).Floor
-			h.askLease(g.now)
+			h.askReadLease(g.now)
 			var ask raftpb.Message
 			for _, m := range h.takeLeaseMsgs() {
 				if m.Type == msgLeaseAsk && m.To == o.ID() {
@@ -213,7 +213,7 @@ func TestReadLeaseCountsTheLeadersVoters(t *testing.T) {
 			l, h := leaseFollower(t, g)
 			until := h.ReadLease(g.now).Until
 			g.now = g.now.Add(10 * ms) // a later ask makes a later lease
-			h.askLease(g.now)
+			h.askReadLease(g.now)
 			var ask raftpb.Message
 			for _, m := range h.takeLeaseMsgs() {
 				if m.Type == msgLeaseAsk && m.To == l.ID() {
@@ -269,7 +269,7 @@ func TestDeposedLeaderProposesNothing(t *testing.T) {
 	n := g.runUntilLeader()
 	g.run(time.Second)
 	g.down[o.ID()] = false
-	req := &protocol.LeaseRequest{Namespace: DefaultNamespace, Owner: "z", Addr: "z:7000", Incarnation: 1, Seq: 1}
+	req := &protocol.LeaseRequest{Namespace: protocol.DefaultNamespace, Owner: "z", Addr: "z:7000", Incarnation: 1, Seq: 1}
 	if err := o.StepLease(g.now, req); err != nil {
 		t.Fatalf("o, still the leader in Raft, refused: %v", err)
 	}
@@ -280,7 +280,7 @@ func TestDeposedLeaderProposesNothing(t *testing.T) {
 	g.settle()
 	g.run(time.Second)
 	for id, r := range g.reps {
-		if _, ok := r.State().Owners(DefaultNamespace)["z"]; ok {
+		if _, ok := r.State().Owners(protocol.DefaultNamespace)["z"]; ok {
 			t.Fatalf("replica %d applied the deposed leader's round: Owner z is a member", id)
 		}
 	}

@@ -109,7 +109,7 @@ func (r *Replica) leaseMembersChanged(now time.Time, before map[uint64]string) {
 	}
 	until := now.Add(r.leaseBound())
 	for h := range before {
-		if _, ok := r.st.peers[h]; ok || !r.cfg.Core.ReadLease.Holds(h) {
+		if _, ok := r.st.Peers()[h]; ok || !r.cfg.Settings.ReadLease.Holds(h) {
 			continue
 		}
 		if r.cfg.Break.ReadLeaseForgetRemoved {
@@ -126,10 +126,10 @@ func (r *Replica) leaseMembersChanged(now time.Time, before map[uint64]string) {
 // leaseHolders lists the configured holders among the group's members.
 func (r *Replica) leaseHolders() []uint64 {
 	var hs []uint64
-	if r.cfg.Core.ReadLease.All {
-		hs = slices.Sorted(maps.Keys(r.st.peers))
+	if r.cfg.Settings.ReadLease.All {
+		hs = slices.Sorted(maps.Keys(r.st.Peers()))
 	} else {
-		hs = slices.Clone(r.cfg.Core.ReadLease.Holders)
+		hs = slices.Clone(r.cfg.Settings.ReadLease.Holders)
 	}
 	return hs
 }

@@ -6,22 +6,22 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/lease"
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/leasehold/leasehold/assign"
 	"github.com/leasehold/leasehold/internal/faults"
-	"github.com/leasehold/leasehold/manager/config"
 	"github.com/leasehold/leasehold/protocol"
 )
 
 // newLeaseGroup is newGroup with every replica holding read leases.
 func newLeaseGroup(t *testing.T, n int, fs faults.Set) *group {
 	t.Helper()
-	return newLeaseGroupWith(t, n, fs, config.ReadLease{All: true})
+	return newLeaseGroupWith(t, n, fs, ReadLease{All: true})
 }
 
 // newLeaseGroupWith is newGroup with the read leases rl.
-func newLeaseGroupWith(t *testing.T, n int, fs faults.Set, rl config.ReadLease) *group {
+func newLeaseGroupWith(t *testing.T, n int, fs faults.Set, rl ReadLease) *group {
 	t.Helper()
 	g := newGroup(t, n, fs)
 	var boot []Peer
@@ -30,8 +30,7 @@ func newLeaseGroupWith(t *testing.T, n int, fs faults.Set, rl config.ReadLease) 
 	}
 	for _, p := range boot {
 		r, err := NewReplica(ReplicaConfig{ID: p.ID, Bootstrap: boot, Break: fs,
-			Core: CoreConfig{Timing: groupTiming, Policy: assign.Fixed{Pieces: 4}, Epoch: epoch, Seed: p.ID, RaftTick: 25 * ms,
-				ReadLease: rl}}, g.now)
+			Settings: Settings{Lease: lease.Settings{Timing: groupTiming, Policy: assign.Fixed{Pieces: 4}, Epoch: epoch, Seed: p.ID}, RaftTick: 25 * ms, ReadLease: rl}}, g.now)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -70,7 +69,7 @@ func TestReadLeaseCutOffHolderServesUntilItsLeaseEnds(t *testing.T) {
 		cut := g.now
 		g.cut[f.ID()] = true
 		until := f.ReadLease(g.now).Until
-		if d := f.cfg.Core.ReadLease.Duration; until.Sub(cut) > d {
+		if d := f.cfg.Settings.ReadLease.Duration; until.Sub(cut) > d {
 			t.Fatalf("the lease ends %s after the cut, more than Duration %s", until.Sub(cut), d)
 		}
 		idx, _ := f.LeaseRead(g.now)
@@ -137,7 +136,7 @@ func TestReadLeaseWriteWaitsForHolder(t *testing.T) {
 		if moved.Before(promised) {
 			t.Fatalf("entry past %d visible at %s, before the leader stopped counting the holder (%s)", last, moved.Sub(base), promised.Sub(base))
 		}
-		if late := moved.Sub(promised); late > 3*l.cfg.Core.RaftTick {
+		if late := moved.Sub(promised); late > 3*l.cfg.Settings.RaftTick {
 			t.Fatalf("visible %s after the holder stopped counting: the write stalled too long", late)
 		}
 		if l.ReadLeaseAcked() <= last {
@@ -220,7 +219,7 @@ func TestReadLeaseHolderAnswersSyncsCutOff(t *testing.T) {
 		// A lease three election timeouts long, so that it outlasts the
 		// ReadIndex proof by far.
 		g := newLeaseGroupWith(t, 3, faults.Set{ReadLeaseServeExpired: broken},
-			config.ReadLease{All: true, Duration: 750 * ms})
+			ReadLease{All: true, Duration: 750 * ms})
 		_, f := leaseFollower(t, g)
 		g.cut[f.ID()] = true
 		until := f.ReadLease(g.now).Until
@@ -229,12 +228,12 @@ func TestReadLeaseHolderAnswersSyncsCutOff(t *testing.T) {
 		if !proofEnds.Before(until) {
 			t.Fatalf("the ReadIndex proof (ends %s) outlasts the lease (ends %s)", proofEnds.Sub(base), until.Sub(base))
 		}
-		lsn := f.State().Table(DefaultNamespace).LSN()
+		lsn := f.State().Table(protocol.DefaultNamespace).LSN()
 		onLease, refused := 0, 0
 		for session := uint64(1); g.now.Before(until.Add(time.Second)); session++ {
 			g.run(10 * ms)
 			f.feed.Ready() // pushes
-			err := f.StepSync(g.now, session, &protocol.SyncRequest{Namespace: DefaultNamespace, ID: session})
+			err := f.StepSync(g.now, session, &protocol.SyncRequest{Namespace: protocol.DefaultNamespace, ID: session})
 			var nl *NotLeaderError
 			switch {
 			case err == nil && !g.now.Before(until) && !broken:

@@ -3,6 +3,7 @@ package replica
 import (
 	"testing"
 
+	"github.com/leasehold/leasehold/internal/lease"
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 )
@@ -45,7 +46,7 @@ func TestReplayAppliesEntriesAsAReplicaDoes(t *testing.T) {
 	if index != uint64(len(ents)) || term != 1 {
 		t.Errorf("replayed to %d/%d, want %d/1", index, term, len(ents))
 	}
-	want := NewState(tm.LogRetention)
+	want := lease.NewState(tm.LogRetention)
 	for _, e := range ents {
 		if _, err := applyEntry(want, base, e); err != nil {
 			t.Fatal(err)

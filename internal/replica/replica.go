@@ -7,11 +7,11 @@ import (
 	"slices"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/faults"
+	"github.com/leasehold/leasehold/internal/lease"
+	"github.com/leasehold/leasehold/protocol"
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
-
-	"github.com/leasehold/leasehold/internal/faults"
-	"github.com/leasehold/leasehold/protocol"
 )
 
 // NotLeaderError refuses a request a replica cannot serve: an Owner's
@@ -37,11 +37,11 @@ type Peer struct {
 // ReplicaConfig configures a Replica.
 type ReplicaConfig struct {
 	ID uint64
-	// Core is the replica's settings: its Core's, its Feed's and its Raft
-	// node's (manager.ServerConfig embeds the same struct). NewReplica
-	// fills in their defaults but does not validate them, so that the
-	// simulation can run timings that break the protocol's rules.
-	Core CoreConfig
+	// Settings are the replica's: its Core's, its Feed's and its Raft
+	// node's (manager.Config holds the same). NewReplica fills in their
+	// defaults but does not validate them, so that the simulation can run
+	// timings that break the protocol's rules.
+	Settings Settings
 	// Storage holds the Raft log the replica restarts from; the driver
 	// loads it from the data directory (or starts it empty).
 	Storage *raft.MemoryStorage
@@ -52,7 +52,7 @@ type ReplicaConfig struct {
 	Bootstrap []Peer
 	Logger    raft.Logger
 	// Break selects protocol rules to break on purpose, for the
-	// simulation's broken twins (core_broken.go); the zero value breaks
+	// simulation's broken twins (broken.go); the zero value breaks
 	// none.
 	Break faults.Set
 }
@@ -77,9 +77,9 @@ type Replica struct {
 	cfg      ReplicaConfig
 	rn       *raft.RawNode
 	ms       *raft.MemoryStorage
-	st       *State // applied
+	st       *lease.State // applied
 	feed     *Feed
-	core     *Core // leader only, after takeover
+	core     *lease.Core // leader only, after takeover
 	coreTerm uint64
 	resumes  uint64 // takeovers within coreTerm
 	lead     uint64
@@ -97,9 +97,9 @@ type Replica struct {
 
 	nextTick     time.Time
 	nextFeedTick time.Time
-	owners       []OwnerMessage  // released, for the next Ready
-	peerChanges  []Peer          // for the next Ready
-	compacted    raftpb.Snapshot // taken by Advance, for the next Ready
+	owners       []lease.OwnerMessage // released, for the next Ready
+	peerChanges  []Peer               // for the next Ready
+	compacted    raftpb.Snapshot      // taken by Advance, for the next Ready
 	stats        ReplicaStats
 
 	// A follower serves Lookups on the proof of a ReadIndex round: the
@@ -129,7 +129,7 @@ type Replica struct {
 // round (ctx) and the application of everything committed when it was
 // asked (index).
 type heldRound struct {
-	msgs  []OwnerMessage
+	msgs  []lease.OwnerMessage
 	ctx   string // the ReadIndex context; "" for a round with an entry
 	index uint64
 	ok    bool // committed, or the ReadIndex round answered
@@ -147,12 +147,12 @@ func NewReplica(cfg ReplicaConfig, now time.Time) (*Replica, error) {
 	if cfg.ID == 0 {
 		return nil, errors.New("manager: replica ID 0")
 	}
-	cfg.Core.SetDefaults()
+	cfg.Settings.SetDefaults()
 	if cfg.Storage == nil {
 		cfg.Storage = raft.NewMemoryStorage()
 	}
-	r := &Replica{cfg: cfg, ms: cfg.Storage, st: NewState(cfg.Core.Timing.LogRetention),
-		pending: map[uint64]*heldRound{}, nextTick: now.Add(cfg.Core.RaftTick),
+	r := &Replica{cfg: cfg, ms: cfg.Storage, st: lease.NewState(cfg.Settings.Lease.Timing.LogRetention),
+		pending: map[uint64]*heldRound{}, nextTick: now.Add(cfg.Settings.RaftTick),
 		started: now, reads: map[string]time.Time{},
 		heard: map[uint64]time.Time{}, learners: map[uint64]time.Time{},
 		rl: readLease{asks: map[uint64]*leaseAsk{}, promised: map[uint64]time.Time{},
@@ -162,18 +162,18 @@ func NewReplica(cfg ReplicaConfig, now time.Time) (*Replica, error) {
 		return nil, err
 	}
 	if !raft.IsEmptySnap(snap) {
-		if r.st, err = DecodeState(snap.Data, cfg.Core.Timing.LogRetention); err != nil {
+		if r.st, err = lease.DecodeState(snap.Data, cfg.Settings.Lease.Timing.LogRetention); err != nil {
 			return nil, err
 		}
 		r.applied, r.snapshot, r.conf = snap.Metadata.Index, snap.Metadata.Index, snap.Metadata.ConfState
 	}
-	r.feed = NewFeed(r.st, cfg.Core.Timing)
-	r.feed.SetPushEvery(cfg.Core.PushEvery)
+	r.feed = NewFeed(r.st, cfg.Settings.Lease.Timing)
+	r.feed.SetPushEvery(cfg.Settings.PushEvery)
 	r.feed.SetServes(r.vouches)
 	r.feed.unserved = cfg.Break.HeartbeatUnserved
 	rc := &raft.Config{
 		ID:              cfg.ID,
-		ElectionTick:    cfg.Core.ElectionTicks,
+		ElectionTick:    cfg.Settings.ElectionTicks,
 		HeartbeatTick:   1,
 		Storage:         r.ms,
 		Applied:         r.applied,
@@ -208,11 +208,11 @@ func NewReplica(cfg ReplicaConfig, now time.Time) (*Replica, error) {
 func (r *Replica) ID() uint64 { return r.cfg.ID }
 
 // State returns the applied state, for reading only.
-func (r *Replica) State() *State { return r.st }
+func (r *Replica) State() *lease.State { return r.st }
 
 // Core returns the leader's core, nil unless this replica leads and has
 // taken over.
-func (r *Replica) Core() *Core { return r.core }
+func (r *Replica) Core() *lease.Core { return r.core }
 
 // Feed returns the Lookup feed.
 func (r *Replica) Feed() *Feed { return r.feed }
@@ -225,7 +225,7 @@ func (r *Replica) Foreign() uint64 { return r.foreign }
 func (r *Replica) Stats() ReplicaStats { return r.stats }
 
 // Leader returns the leader's ID and address as this replica knows them.
-func (r *Replica) Leader() (uint64, string) { return r.lead, r.st.peers[r.lead] }
+func (r *Replica) Leader() (uint64, string) { return r.lead, r.st.Peers()[r.lead] }
 
 // Status returns Raft's view of the group.
 func (r *Replica) Status() raft.Status { return r.rn.Status() }
@@ -240,15 +240,15 @@ func (r *Replica) Commit() uint64 { return r.rn.BasicStatus().Commit }
 // a higher term. A replica that knows no group yet (one started to join)
 // takes messages from anyone, so the leader that adds it can reach it.
 func (r *Replica) StepRaft(now time.Time, m raftpb.Message) error {
-	if len(r.st.peers) > 0 {
-		if _, ok := r.st.peers[m.From]; !ok {
+	if len(r.st.Peers()) > 0 {
+		if _, ok := r.st.Peers()[m.From]; !ok {
 			r.foreign++
 			return fmt.Errorf("%w: replica %d", ErrNotMember, m.From)
 		}
 	}
 	r.heard[m.From] = now
 	if isLeaseMsg(m.Type) {
-		r.stepLease(now, m)
+		r.stepReadLease(now, m)
 		return nil
 	}
 	return r.rn.Step(m)
@@ -319,7 +319,7 @@ func (r *Replica) syncPath(now time.Time) int {
 		return syncLeader
 	case r.leaseReadable(now):
 		return syncLease
-	case r.role == raft.StateFollower && r.lead != 0 && r.st.epoch != 0 &&
+	case r.role == raft.StateFollower && r.lead != 0 && r.st.Epoch() != 0 &&
 		!r.readAt.IsZero() && now.Sub(r.readAt) < r.electionTimeout() && r.applied >= r.readIndex:
 		return syncReadIndex
 	}
@@ -345,7 +345,7 @@ func (r *Replica) askRead(now time.Time) {
 }
 
 func (r *Replica) electionTimeout() time.Duration {
-	return time.Duration(r.cfg.Core.ElectionTicks) * r.cfg.Core.RaftTick
+	return time.Duration(r.cfg.Settings.ElectionTicks) * r.cfg.Settings.RaftTick
 }
 
 // StaleBound is how far behind the newest committed table a serving
@@ -422,15 +422,15 @@ func (r *Replica) alone() bool {
 // Lookup messages of a push round it runs go out with the next Ready.
 func (r *Replica) Tick(now time.Time) {
 	if r.alone() {
-		r.nextTick = now.Add(r.cfg.Core.RaftTick) // where they resume from
+		r.nextTick = now.Add(r.cfg.Settings.RaftTick) // where they resume from
 	}
 	for ticks := 0; !now.Before(r.nextTick); ticks++ {
-		if ticks < 4*r.cfg.Core.ElectionTicks { // a long pause is not a storm of ticks
+		if ticks < 4*r.cfg.Settings.ElectionTicks { // a long pause is not a storm of ticks
 			r.rn.Tick()
 		}
-		r.nextTick = r.nextTick.Add(r.cfg.Core.RaftTick)
-		if !now.Before(r.nextTick) && ticks >= 4*r.cfg.Core.ElectionTicks {
-			r.nextTick = now.Add(r.cfg.Core.RaftTick)
+		r.nextTick = r.nextTick.Add(r.cfg.Settings.RaftTick)
+		if !now.Before(r.nextTick) && ticks >= 4*r.cfg.Settings.ElectionTicks {
+			r.nextTick = now.Add(r.cfg.Settings.RaftTick)
 		}
 	}
 	r.feed.PushDue(now)
@@ -494,7 +494,7 @@ func (r *Replica) flush(now time.Time) {
 // leaves a replica that a new leader may already have replaced. Rounds are
 // sent in the order they were made, so the messages also wait for every
 // earlier round's commit (one may repeat an earlier round's grant).
-func (r *Replica) confirm(msgs []OwnerMessage) {
+func (r *Replica) confirm(msgs []lease.OwnerMessage) {
 	r.readSeq++
 	ctx := fmt.Sprintf("o/%d/%d/%d", r.cfg.ID, r.started.UnixNano(), r.readSeq) // unique at this replica
 	r.held = append(r.held, &heldRound{msgs: msgs, ctx: ctx})
@@ -554,16 +554,16 @@ func (r *Replica) Advance(now time.Time, rd Ready) error {
 		return nil
 	}
 	if !raft.IsEmptySnap(rd.Snapshot) {
-		st, err := DecodeState(rd.Snapshot.Data, r.cfg.Core.Timing.LogRetention)
+		st, err := lease.DecodeState(rd.Snapshot.Data, r.cfg.Settings.Lease.Timing.LogRetention)
 		if err != nil {
 			return err
 		}
-		before := r.st.peers
+		before := r.st.Peers()
 		r.st = st
 		r.feed.Rebase(st)
 		r.applied, r.snapshot, r.conf = rd.Snapshot.Metadata.Index, rd.Snapshot.Metadata.Index, rd.Snapshot.Metadata.ConfState
-		for _, id := range slices.Sorted(maps.Keys(st.peers)) {
-			r.peerChanges = append(r.peerChanges, Peer{ID: id, Addr: st.peers[id]})
+		for _, id := range slices.Sorted(maps.Keys(st.Peers())) {
+			r.peerChanges = append(r.peerChanges, Peer{ID: id, Addr: st.Peers()[id]})
 		}
 		r.leaseMembersChanged(now, before)
 	}
@@ -601,7 +601,7 @@ func (r *Replica) Advance(now time.Time, rd Ready) error {
 		// The second failover rule: take over only with every committed
 		// entry applied, and reserve everything (Resume).
 		r.resumes++
-		r.core = resume(r.cfg.Core, r.cfg.Break, r.st, r.coreTerm<<32|r.resumes<<24, now)
+		r.core = lease.ResumeBroken(r.cfg.Settings.Lease, r.cfg.Break, r.st, r.coreTerm<<32|r.resumes<<24, now)
 		r.stats.Takeovers++
 		r.leaseTakeover(now)
 		r.flush(now)
@@ -616,7 +616,7 @@ func (r *Replica) Advance(now time.Time, rd Ready) error {
 	// taken before the change would keep the learner from ever catching up.
 	confSnap := r.confApplied && r.snapshot > 0 && r.applied > r.snapshot
 	r.confApplied = false
-	if r.applied-r.snapshot >= r.cfg.Core.SnapshotEntries || confSnap {
+	if r.applied-r.snapshot >= r.cfg.Settings.SnapshotEntries || confSnap {
 		snap, err := r.ms.CreateSnapshot(r.applied, &r.conf, r.st.Encode())
 		if err != nil {
 			return err
@@ -672,7 +672,7 @@ func (r *Replica) apply(now time.Time, e raftpb.Entry) error {
 	}
 	var before map[uint64]string
 	if e.Type == raftpb.EntryConfChange {
-		before = maps.Clone(r.st.peers)
+		before = maps.Clone(r.st.Peers())
 	}
 	a, err := applyEntry(r.st, now, e)
 	if err != nil {
@@ -696,55 +696,6 @@ func (r *Replica) apply(now time.Time, e raftpb.Entry) error {
 	return nil
 }
 
-// entryEffect is what applying an entry did beyond the State.
-type entryEffect struct {
-	batch *batch             // a normal entry's batch of Changes
-	cc    *raftpb.ConfChange // a conf change, for Raft to apply
-	peer  *Peer              // the replica it adds (Addr set) or removes
-}
-
-// applyEntry applies committed entry e to st: a normal entry's batch of
-// Changes (none for a new leader's empty entry), or the replica a conf
-// change adds or removes; other conf changes leave st as it is. A running
-// replica and a restore (ReplayLog) both apply entries through it, so they
-// reach the same State.
-func applyEntry(st *State, now time.Time, e raftpb.Entry) (entryEffect, error) {
-	var out entryEffect
-	switch e.Type {
-	case raftpb.EntryNormal:
-		if len(e.Data) == 0 {
-			return out, nil
-		}
-		b, err := decodeBatch(e.Data)
-		if err != nil {
-			return out, fmt.Errorf("entry %d: %w", e.Index, err)
-		}
-		if err := st.Apply(now, b.Changes); err != nil {
-			return out, fmt.Errorf("entry %d: %w", e.Index, err)
-		}
-		out.batch = &b
-	case raftpb.EntryConfChange:
-		var cc raftpb.ConfChange
-		if err := cc.Unmarshal(e.Data); err != nil {
-			return out, fmt.Errorf("%w: entry %d: conf change: %v", ErrCorrupt, e.Index, err)
-		}
-		out.cc = &cc
-		p := Peer{ID: cc.NodeID}
-		switch cc.Type {
-		case raftpb.ConfChangeAddNode, raftpb.ConfChangeAddLearnerNode:
-			p.Addr = string(cc.Context)
-		case raftpb.ConfChangeRemoveNode:
-		default:
-			return out, nil
-		}
-		if err := st.Apply(now, []Change{{Op: OpPeer, Peer: p.ID, Addr: p.Addr}}); err != nil {
-			return out, fmt.Errorf("entry %d: %w", e.Index, err)
-		}
-		out.peer = &p
-	}
-	return out, nil
-}
-
 // PeerContext is the Context of an AddNode ConfChange: the new replica's
 // address.
 func PeerContext(addr string) []byte { return []byte(addr) }
@@ -764,50 +715,3 @@ func (quietLogger) Fatal(v ...any)                 { panic(fmt.Sprint(v...)) }
 func (quietLogger) Fatalf(format string, v ...any) { panic(fmt.Sprintf(format, v...)) }
 func (quietLogger) Panic(v ...any)                 { panic(fmt.Sprint(v...)) }
 func (quietLogger) Panicf(format string, v ...any) { panic(fmt.Sprintf(format, v...)) }
-
-// ReplayLog rebuilds the State a replica with storage ms would reach: the
-// snapshot's, then every committed entry after it. It returns the State and
-// the index and term of the last entry applied. leasehold restore uses it.
-func ReplayLog(ms *raft.MemoryStorage, retention time.Duration, now time.Time) (st *State, index, term uint64, err error) {
-	snap, err := ms.Snapshot()
-	if err != nil {
-		return nil, 0, 0, err
-	}
-	st = NewState(retention)
-	if !raft.IsEmptySnap(snap) {
-		if st, err = DecodeState(snap.Data, retention); err != nil {
-			return nil, 0, 0, err
-		}
-		index, term = snap.Metadata.Index, snap.Metadata.Term
-	}
-	hs, _, err := ms.InitialState()
-	if err != nil {
-		return nil, 0, 0, err
-	}
-	if hs.Commit <= index {
-		return st, index, term, nil
-	}
-	ents, err := ms.Entries(index+1, hs.Commit+1, 1<<62)
-	if err != nil {
-		return nil, 0, 0, err
-	}
-	for _, e := range ents {
-		if _, err := applyEntry(st, now, e); err != nil {
-			return nil, 0, 0, err
-		}
-		index, term = e.Index, e.Term
-	}
-	return st, index, term, nil
-}
-
-// Refound turns st into the State of a new group of one, replica id at
-// addr, under a new epoch (larger than st's and at least epoch): leases
-// granted after st was saved are unknown, so its LGNs must never be
-// confused with theirs.
-func Refound(st *State, id uint64, addr string, epoch uint64) {
-	for p := range st.peers {
-		delete(st.peers, p)
-	}
-	st.peers[id] = addr
-	st.epoch = max(epoch, st.epoch+1)
-}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/lease"
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/leasehold/leasehold/assign"
@@ -57,7 +58,7 @@ func newGroupTick(t *testing.T, n int, fs faults.Set, tick time.Duration) *group
 	}
 	for _, p := range boot {
 		r, err := NewReplica(ReplicaConfig{ID: p.ID, Bootstrap: boot, Break: fs,
-			Core: CoreConfig{Timing: groupTiming, Policy: assign.Fixed{Pieces: 4}, Epoch: epoch, Seed: p.ID, RaftTick: tick}}, g.now)
+			Settings: Settings{Lease: lease.Settings{Timing: groupTiming, Policy: assign.Fixed{Pieces: 4}, Epoch: epoch, Seed: p.ID}, RaftTick: tick}}, g.now)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -194,7 +195,7 @@ func (g *group) leader() *Replica {
 }
 
 func (g *group) addOwner(id string) *owner.Core {
-	o := owner.NewCore(owner.CoreConfig{Namespace: DefaultNamespace, ID: id, Addr: id + ":7000", Incarnation: 1, Timing: groupTiming, Seed: 1})
+	o := owner.NewCore(owner.CoreConfig{Namespace: protocol.DefaultNamespace, ID: id, Addr: id + ":7000", Incarnation: 1, Timing: groupTiming, Seed: 1})
 	g.owners[id] = o
 	return o
 }
@@ -218,11 +219,11 @@ func TestReplicaFailoverKeepsLeases(t *testing.T) {
 	}
 	// Every replica applied the same table.
 	for id, r := range g.reps {
-		if got, want := r.State().Table(DefaultNamespace).Segments(), l1.State().Table(DefaultNamespace).Segments(); !slices.Equal(got, want) {
+		if got, want := r.State().Table(protocol.DefaultNamespace).Segments(), l1.State().Table(protocol.DefaultNamespace).Segments(); !slices.Equal(got, want) {
 			t.Fatalf("replica %d's table %v differs from the leader's %v", id, got, want)
 		}
 	}
-	lsn := l1.State().Table(DefaultNamespace).LSN()
+	lsn := l1.State().Table(protocol.DefaultNamespace).LSN()
 
 	for round := range 2 { // the new leader, then the one after it
 		l := g.leader()
@@ -238,12 +239,12 @@ func TestReplicaFailoverKeepsLeases(t *testing.T) {
 				t.Fatalf("failover %d: lease %d: %+v before, %+v after: want the same lease, renewed", round+1, i, held[i], after[i])
 			}
 		}
-		if got := nl.State().Table(DefaultNamespace).LSN(); got != lsn {
+		if got := nl.State().Table(protocol.DefaultNamespace).LSN(); got != lsn {
 			t.Fatalf("failover %d changed the table: LSN %d → %d", round+1, lsn, got)
 		}
 		held = after
 		g.down[l.ID()] = false // back as a follower, from its storage
-		r, err := NewReplica(ReplicaConfig{ID: l.ID(), Storage: l.ms, Core: l.cfg.Core}, g.now)
+		r, err := NewReplica(ReplicaConfig{ID: l.ID(), Storage: l.ms, Settings: l.cfg.Settings}, g.now)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -395,14 +396,14 @@ func TestReplicaFollowerServesLookups(t *testing.T) {
 			f = r
 		}
 	}
-	req := &protocol.SyncRequest{Namespace: DefaultNamespace, ID: 1}
+	req := &protocol.SyncRequest{Namespace: protocol.DefaultNamespace, ID: 1}
 	if err := f.StepSync(g.now, 1, req); err != nil {
 		t.Fatalf("follower refused a Lookup: %v", err)
 	}
 	if got := f.Feed().Ready(); len(got) != 1 || got[0].Msg.Epoch != l.State().Epoch() {
 		t.Fatalf("follower answered %+v", got)
 	}
-	lreq := &protocol.LeaseRequest{Namespace: DefaultNamespace, Owner: "x", Incarnation: 1, Seq: 1}
+	lreq := &protocol.LeaseRequest{Namespace: protocol.DefaultNamespace, Owner: "x", Incarnation: 1, Seq: 1}
 	var nl *NotLeaderError
 	if err := f.StepLease(g.now, lreq); !errors.As(err, &nl) || nl.Leader != fmt.Sprintf("m%d:7400", l.ID()) {
 		t.Fatalf("follower StepLease = %v, want NotLeaderError naming m%d:7400", err, l.ID())
@@ -421,7 +422,7 @@ func TestReplicaFollowerServesLookups(t *testing.T) {
 // compaction rebuilds the same state.
 func TestReplicaSnapshotRestart(t *testing.T) {
 	g := newGroup(t, 1, faults.Set{})
-	g.reps[1].cfg.Core.SnapshotEntries = 3 // compact often
+	g.reps[1].cfg.Settings.SnapshotEntries = 3 // compact often
 	l := g.runUntilLeader()
 	g.addOwner("a")
 	g.run(groupTiming.ManagerLease + 3*groupTiming.Renew)
@@ -429,7 +430,7 @@ func TestReplicaSnapshotRestart(t *testing.T) {
 		t.Fatal("no snapshot was taken")
 	}
 	want := l.State().Encode()
-	r, err := NewReplica(ReplicaConfig{ID: 1, Storage: l.ms, Core: l.cfg.Core}, g.now)
+	r, err := NewReplica(ReplicaConfig{ID: 1, Storage: l.ms, Settings: l.cfg.Settings}, g.now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -449,7 +450,7 @@ func TestReplicaCoalescesPushes(t *testing.T) {
 	// A Raft tick of a second: only the Feed's deadline brings the
 	// trailing rounds on time.
 	r, err := NewReplica(ReplicaConfig{ID: 1, Bootstrap: []Peer{{ID: 1, Addr: "m1:7400"}},
-		Core: CoreConfig{Timing: groupTiming, Policy: assign.Fixed{Pieces: 64}, Epoch: epoch, Seed: 1, RaftTick: time.Second, PushEvery: every}}, base)
+		Settings: Settings{Lease: lease.Settings{Timing: groupTiming, Policy: assign.Fixed{Pieces: 64}, Epoch: epoch, Seed: 1}, RaftTick: time.Second, PushEvery: every}}, base)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -486,7 +487,7 @@ func TestReplicaCoalescesPushes(t *testing.T) {
 	settle := func() {
 		for busy := true; busy; {
 			busy = false
-			var out []OwnerMessage
+			var out []lease.OwnerMessage
 			d := &testDriver{now: now, send: func(rd *Ready) {
 				out = append(out, rd.Owners...)
 				lookup(rd.Lookups)
@@ -494,7 +495,7 @@ func TestReplicaCoalescesPushes(t *testing.T) {
 			if err := Drive(r, d); err != nil {
 				t.Fatal(err)
 			}
-			if l := r.State().Table(DefaultNamespace); l != nil && l.LSN() > lsn {
+			if l := r.State().Table(protocol.DefaultNamespace); l != nil && l.LSN() > lsn {
 				for lsn < l.LSN() {
 					lsn++
 					applied[lsn] = now
@@ -518,7 +519,7 @@ func TestReplicaCoalescesPushes(t *testing.T) {
 	if r.Core() == nil {
 		t.Fatal("a group of one did not take over at once")
 	}
-	if err := r.StepSync(now, 1, &protocol.SyncRequest{Namespace: DefaultNamespace, ID: 1}); err != nil {
+	if err := r.StepSync(now, 1, &protocol.SyncRequest{Namespace: protocol.DefaultNamespace, ID: 1}); err != nil {
 		t.Fatal(err)
 	}
 	settle()
@@ -548,7 +549,7 @@ func TestReplicaCoalescesPushes(t *testing.T) {
 		}
 		for len(joins) > 0 && !now.Before(base.Add(joins[0])) {
 			id := fmt.Sprintf("o%d", len(owners))
-			owners[id] = owner.NewCore(owner.CoreConfig{Namespace: DefaultNamespace, ID: id, Addr: id + ":7000", Incarnation: 1, Timing: groupTiming, Seed: 1})
+			owners[id] = owner.NewCore(owner.CoreConfig{Namespace: protocol.DefaultNamespace, ID: id, Addr: id + ":7000", Incarnation: 1, Timing: groupTiming, Seed: 1})
 			joins = joins[1:]
 		}
 		if !now.Before(r.NextDeadline()) {
@@ -562,7 +563,7 @@ func TestReplicaCoalescesPushes(t *testing.T) {
 		settle()
 	}
 
-	tab := r.State().Table(DefaultNamespace)
+	tab := r.State().Table(protocol.DefaultNamespace)
 	if view.LSN() != tab.LSN() || !slices.Equal(view.Segments(), tab.Segments()) {
 		t.Fatalf("the Lookup's copy at LSN %d differs from the table at LSN %d", view.LSN(), tab.LSN())
 	}

@@ -3,6 +3,7 @@ package replica
 import (
 	"testing"
 
+	"github.com/leasehold/leasehold/internal/lease"
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/leasehold/leasehold/assign"
@@ -13,7 +14,7 @@ import (
 // drives once after the batch.
 func TestStepBatchLimit(t *testing.T) {
 	r, err := NewReplica(ReplicaConfig{ID: 1, Bootstrap: []Peer{{ID: 1, Addr: "m1:7400"}},
-		Core: CoreConfig{Timing: groupTiming, Policy: assign.Fixed{Pieces: 4}, Epoch: epoch, Seed: 1, RaftTick: 25 * ms}}, base)
+		Settings: Settings{Lease: lease.Settings{Timing: groupTiming, Policy: assign.Fixed{Pieces: 4}, Epoch: epoch, Seed: 1}, RaftTick: 25 * ms}}, base)
 	if err != nil {
 		t.Fatal(err)
 	}

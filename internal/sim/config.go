@@ -98,7 +98,7 @@ type Config struct {
 	AppFaults bool
 	// DrainEvery restarts an Owner gracefully (drain, leave, start again)
 	// on average this often while FaultTime lasts; DrainGate is the
-	// Manager's maintenance gate (config.Replica.DrainGate).
+	// Manager's maintenance gate (manager.Config.DrainGate).
 	DrainEvery time.Duration
 	DrainGate  int
 
@@ -107,7 +107,7 @@ type Config struct {
 	// ranges carry and the hottest keys among them, as its load meter
 	// would. With Rate but no Workload, no requests come until
 	// Control.SetWorkload. Rebalance is the Manager's load-aware policy
-	// (config.Replica.Rebalance, planned every RebalanceEvery); nil keeps the
+	// (manager.Config.Rebalance, planned every RebalanceEvery); nil keeps the
 	// membership-only Policy. Owner i has capacity
 	// Capacities[i%len(Capacities)] (none: all 1).
 	Workload       *rebalance.Workload
@@ -142,7 +142,7 @@ type Config struct {
 	// nothing.
 	ThinLookups bool
 	// SnapshotEntries is how many applied Raft entries a Manager replica
-	// lets pass between snapshots of its State (config.Replica
+	// lets pass between snapshots of its State (manager.Config
 	// .SnapshotEntries); 0 means 10, low enough that a faulty run compacts
 	// its logs several times and replicas that were down catch up from a
 	// snapshot (MsgSnap) as well as from the log. Benchmarks of the

@@ -52,8 +52,8 @@ var (
 // reported lost in time (recovery notification), besides single copy,
 // continuity and convergence.
 //
-// It runs half as many seeds as the other sweeps (10 by default, 100 with
-// -sim.long), and a twentieth under the race detector: its runs cost more,
+// It runs half as many seeds as the other sweeps (4 by default, 100 with
+// -sim.long), and a twentieth (at least one) under the race detector: its runs cost more,
 // a rebalancing one several times a plain one, and the plain protocol under
 // them is swept by TestSimulationFaulty.
 func TestSimulationMigration(t *testing.T) {

@@ -18,9 +18,9 @@ import (
 // that starts a goroutine, opens a socket, touches the OS, reads a clock or
 // draws global randomness.
 
-// internal/replica is pure as a whole: the replicated Manager's Core, Raft
-// node, state machine and Lookup feed.
-var purePackages = []string{"keyspace", "assign", "leasetable", "protocol", "rebalance", "internal/replica"}
+// internal/lease (the Manager's Core and State) and internal/replica (its
+// Raft node, state machine and Lookup feed) are pure as a whole.
+var purePackages = []string{"keyspace", "assign", "leasetable", "protocol", "rebalance", "internal/lease", "internal/replica"}
 var corePackages = []string{"owner", "lookup"}
 
 // pureFiles are other deterministic files the simulation runs.

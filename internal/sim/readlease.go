@@ -3,7 +3,7 @@ package sim
 import (
 	"time"
 
-	"github.com/leasehold/leasehold/manager/config"
+	"github.com/leasehold/leasehold/internal/replica"
 	"github.com/leasehold/leasehold/protocol"
 )
 
@@ -15,10 +15,10 @@ import (
 
 // ReadLeaseConfig turns quorum read leases on in a run.
 type ReadLeaseConfig struct {
-	// Lease is the replicas' read-lease configuration (config.Replica
+	// Lease is the replicas' read-lease configuration (manager.Config
 	// .ReadLease); Validate's defaults are filled in from the run's Raft
 	// pacing.
-	Lease config.ReadLease
+	Lease replica.ReadLease
 	// ReadEvery is the mean time between two lease reads asked of each
 	// replica; 0 means a Raft tick.
 	ReadEvery time.Duration
@@ -321,9 +321,9 @@ func (s *Sim) cut(from, to *node) bool {
 }
 
 // readLease is the replicas' read-lease configuration.
-func (s *Sim) readLease() config.ReadLease {
+func (s *Sim) readLease() replica.ReadLease {
 	if !s.leasesOn() {
-		return config.ReadLease{}
+		return replica.ReadLease{}
 	}
 	return s.cfg.ReadLease.Lease
 }

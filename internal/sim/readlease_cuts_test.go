@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/internal/faults"
-	"github.com/leasehold/leasehold/manager/config"
+	"github.com/leasehold/leasehold/internal/replica"
 	"github.com/leasehold/leasehold/protocol"
 )
 
@@ -31,7 +31,7 @@ func oneWayScenario(managers int, broken *faults.Set) func(uint64) Config {
 		cut, gap := 2*t.OwnerLease, t.OwnerLease
 		c := Config{Seed: seed, Managers: managers, Owners: 16, Lookups: 4, Timing: t,
 			FaultTime: gap + time.Duration(len(pairs))*(cut+gap), MinDelay: 2 * time.Millisecond, ClockSkew: true,
-			ReadLease: &ReadLeaseConfig{Lease: config.ReadLease{All: true}, NoLosses: true}, Break: broken,
+			ReadLease: &ReadLeaseConfig{Lease: replica.ReadLease{All: true}, NoLosses: true}, Break: broken,
 			// Writes throughout, none of them a loss: Owners join one
 			// after another over the whole run, and take their ranges
 			// over from the others with their state.

@@ -6,7 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold/manager/config"
+	"github.com/leasehold/leasehold/internal/lease"
+	"github.com/leasehold/leasehold/internal/replica"
 	"github.com/leasehold/leasehold/protocol"
 )
 
@@ -56,7 +57,7 @@ func measureReadLease(t *testing.T, managers int, leases bool, holders []uint64,
 	c := Config{Seed: 1, Managers: managers, Owners: 20, Lookups: 2, Timing: tm, FaultTime: 45 * time.Second,
 		MinDelay: 250 * time.Microsecond, ReplicaDelay: oneWay, ClockSkew: true}
 	if leases {
-		c.ReadLease = &ReadLeaseConfig{Lease: config.ReadLease{All: holders == nil, Holders: holders}, ReadEvery: time.Second}
+		c.ReadLease = &ReadLeaseConfig{Lease: replica.ReadLease{All: holders == nil, Holders: holders}, ReadEvery: time.Second}
 	}
 	crashAt, window := 30*time.Second, 2*time.Second
 	c.OwnerLatency = func(at, took time.Duration, _ uint64) {
@@ -151,7 +152,7 @@ func measureReadLease(t *testing.T, managers int, leases bool, holders []uint64,
 	}
 	m.crashAt = crashAt
 	if leases {
-		cc := config.Replica{Timing: tm, ReadLease: config.ReadLease{All: true}, RaftTick: raftTick(tm), ElectionTicks: electionTicks}
+		cc := replica.Settings{Lease: lease.Settings{Timing: tm}, ReadLease: replica.ReadLease{All: true}, RaftTick: raftTick(tm), ElectionTicks: electionTicks}
 		cc.SetDefaults()
 		m.bound = cc.ReadLeaseBound()
 	}
@@ -163,11 +164,14 @@ func measureReadLease(t *testing.T, managers int, leases bool, holders []uint64,
 // from its lease, by a ReadIndex round, and by the leader for a client
 // near the follower; an Owner's request answered (the Manager's write
 // acknowledgement, renewals and grants); and the stall after a follower
-// holder crashes, against its bound. docs/results.md quotes its log.
+// holder crashes, against its bound. docs/results.md quotes its log. It
+// runs with -sim.long: figures, which the sweeps' write liveness and
+// linearizability checkers do not need.
 func TestReadLeaseMeasurements(t *testing.T) {
 	if raceEnabled {
 		t.Skip("figures, not races: the race detector would only slow the runs")
 	}
+	longOnly(t, "figures for docs/results.md")
 	t.Parallel()
 	const oneWay = 5 * time.Millisecond
 	groups := []int{3}

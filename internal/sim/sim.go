@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/lease"
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 
@@ -20,7 +21,7 @@ import (
 	"github.com/leasehold/leasehold/rebalance"
 )
 
-const namespace = replica.DefaultNamespace
+const namespace = protocol.DefaultNamespace
 
 // base is the virtual wall time every local clock is offset from.
 var base = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -451,10 +452,10 @@ func raftTick(t protocol.Timing) time.Duration {
 	return min(t.Renew/10, 100*time.Millisecond)
 }
 
-// electionTicks is CoreConfig.ElectionTicks, the production default.
+// electionTicks is Settings.ElectionTicks, the production default.
 const electionTicks = 10
 
-// snapshotEntries is CoreConfig.SnapshotEntries unless
+// snapshotEntries is Settings.SnapshotEntries unless
 // Config.SnapshotEntries says otherwise.
 const snapshotEntries = 10
 
@@ -487,8 +488,8 @@ func stalePart(t protocol.Timing, stale time.Duration) time.Duration {
 // furthest returns the applied State of the replica whose table is
 // furthest ahead: every replica applies the same log, so LSNs agree and the
 // furthest table is the committed one.
-func (s *Sim) furthest() *replica.State {
-	var best *replica.State
+func (s *Sim) furthest() *lease.State {
+	var best *lease.State
 	for _, m := range s.mgrs {
 		if m.rep == nil || m.rep.State().Table(namespace) == nil {
 			continue
@@ -975,7 +976,7 @@ func (d replicaDriver) Send(rd *replica.Ready) {
 }
 
 // sendManaged sends a replica's messages to Owners and Lookups.
-func (s *Sim) sendManaged(n *node, owners []replica.OwnerMessage, lookups []replica.LookupMessage) {
+func (s *Sim) sendManaged(n *node, owners []lease.OwnerMessage, lookups []replica.LookupMessage) {
 	for _, m := range owners {
 		if to := s.byOwner[m.To]; to != nil {
 			s.send(n, to, m.Msg)
@@ -1120,14 +1121,9 @@ func (s *Sim) start(n *node) {
 		}
 		var err error
 		n.rep, err = replica.NewReplica(replica.ReplicaConfig{
-			ID: n.rid,
-			Core: replica.CoreConfig{
-				Timing: s.cfg.Timing, Policy: s.cfg.Policy, Epoch: s.epoch, Seed: seed,
-				Rebalance: s.cfg.Rebalance, RebalanceEvery: s.cfg.RebalanceEvery, DrainGate: s.cfg.DrainGate,
-				RaftTick: s.tick, ElectionTicks: electionTicks, SnapshotEntries: cmp.Or(s.cfg.SnapshotEntries, snapshotEntries),
-				ReadLease: s.readLease(),
-			},
-			Storage: n.store, Bootstrap: s.bootstrap(n), Break: s.broken(),
+			ID:       n.rid,
+			Settings: replica.Settings{Lease: lease.Settings{Timing: s.cfg.Timing, Policy: s.cfg.Policy, Epoch: s.epoch, Seed: seed, Rebalance: s.cfg.Rebalance, RebalanceEvery: s.cfg.RebalanceEvery, DrainGate: s.cfg.DrainGate}, RaftTick: s.tick, ElectionTicks: electionTicks, SnapshotEntries: cmp.Or(s.cfg.SnapshotEntries, snapshotEntries), ReadLease: s.readLease()},
+			Storage:  n.store, Bootstrap: s.bootstrap(n), Break: s.broken(),
 		}, now)
 		if err != nil {
 			panic(fmt.Sprintf("%s: %v", n.name, err))

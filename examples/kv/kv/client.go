@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/certs"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/lookup"
@@ -108,12 +109,14 @@ func NewClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	l, err := lookup.New(ctx, lookup.Config{
-		Manager:   cfg.Manager,
-		Namespace: cfg.Namespace,
-		Timing:    cfg.Timing,
-		Logger:    cfg.Logger,
-		CertsDir:  cfg.CertsDir,
-		Insecure:  cfg.Insecure,
+		Connection: leasehold.Connection{
+			Manager:   cfg.Manager,
+			Namespace: cfg.Namespace,
+			Timing:    cfg.Timing,
+			Logger:    cfg.Logger,
+			CertsDir:  cfg.CertsDir,
+			Insecure:  cfg.Insecure,
+		},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("kv: %w", err)

@@ -18,11 +18,11 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/examples/kv/kv"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/lookup"
 	"github.com/leasehold/leasehold/manager"
-	"github.com/leasehold/leasehold/manager/config"
 	"github.com/leasehold/leasehold/protocol"
 )
 
@@ -72,7 +72,7 @@ type cluster struct {
 
 func startManager(t *testing.T) *cluster {
 	t.Helper()
-	srv, err := manager.NewServer(manager.ServerConfig{Insecure: true, Replica: config.Replica{Timing: protocol.Fast()}, Logger: debugLogger("manager")})
+	srv, err := manager.NewServer(manager.Config{Insecure: true, Timing: protocol.Fast(), Logger: debugLogger("manager")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +126,7 @@ func (c *cluster) settle(t *testing.T, ids ...string) keyspace.LSN {
 	var last string
 	for time.Now().Before(deadline) {
 		for _, n := range c.srv.Snapshot().Namespaces {
-			if n.Name != manager.DefaultNamespace {
+			if n.Name != protocol.DefaultNamespace {
 				continue
 			}
 			var holders []string
@@ -168,8 +168,8 @@ type timedLoss struct {
 func newRouter(t *testing.T, c *cluster) *router {
 	t.Helper()
 	r := &router{}
-	l, err := lookup.New(context.Background(), lookup.Config{Insecure: true,
-		Manager: c.addr, Timing: protocol.Fast(),
+	l, err := lookup.New(context.Background(), lookup.Config{
+		Connection: leasehold.Connection{Insecure: true, Manager: c.addr, Timing: protocol.Fast()},
 		OnLoss: func(loss lookup.Loss) {
 			r.mu.Lock()
 			r.losses = append(r.losses, timedLoss{time.Now(), loss})

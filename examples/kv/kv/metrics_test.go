@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/lookup"
 	"github.com/leasehold/leasehold/protocol"
 )
@@ -107,7 +108,7 @@ func TestMetricsMove(t *testing.T) {
 	b := c.startServer(t, "kv-b")
 	c.settle(t, "kv-a", "kv-b")
 	lreg := prometheus.NewRegistry()
-	l, err := lookup.New(context.Background(), lookup.Config{Insecure: true, Manager: c.addr, Timing: protocol.Fast(), Registerer: lreg})
+	l, err := lookup.New(context.Background(), lookup.Config{Connection: leasehold.Connection{Insecure: true, Manager: c.addr, Timing: protocol.Fast(), Registerer: lreg}})
 	if err != nil {
 		t.Fatal(err)
 	}

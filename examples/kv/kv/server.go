@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/certs"
 	"github.com/leasehold/leasehold/owner"
 	"github.com/leasehold/leasehold/protocol"
@@ -141,18 +142,20 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	s.metrics = prometheus.NewRegistry()
 	s.metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	o, err := owner.New(ctx, owner.Config{
-		Registerer: s.metrics,
-		Manager:    cfg.Manager,
-		Namespace:  cfg.Namespace,
-		ID:         cfg.ID,
-		Addr:       cfg.Advertise,
-		Timing:     cfg.Timing,
-		Capacity:   cfg.Capacity,
-		Handovers:  true,
-		Logger:     cfg.Logger,
-		OnChange:   s.changed,
-		CertsDir:   cfg.CertsDir,
-		Insecure:   cfg.Insecure,
+		Connection: leasehold.Connection{
+			Registerer: s.metrics,
+			Manager:    cfg.Manager,
+			Namespace:  cfg.Namespace,
+			Timing:     cfg.Timing,
+			Logger:     cfg.Logger,
+			CertsDir:   cfg.CertsDir,
+			Insecure:   cfg.Insecure,
+		},
+		ID:        cfg.ID,
+		Addr:      cfg.Advertise,
+		Capacity:  cfg.Capacity,
+		Handovers: true,
+		OnChange:  s.changed,
 	})
 	if err != nil {
 		lis.Close()

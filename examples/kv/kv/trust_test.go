@@ -12,7 +12,6 @@ import (
 	"github.com/leasehold/leasehold/certs"
 	"github.com/leasehold/leasehold/examples/kv/kv"
 	"github.com/leasehold/leasehold/manager"
-	"github.com/leasehold/leasehold/manager/config"
 	"github.com/leasehold/leasehold/protocol"
 )
 
@@ -41,7 +40,7 @@ func TestTLSHandsValuesOver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := manager.NewServer(manager.ServerConfig{Replica: config.Replica{Timing: protocol.Fast()}, Certs: src})
+	srv, err := manager.NewServer(manager.Config{Timing: protocol.Fast(), Certs: src})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,7 +20,6 @@ import (
 
 	"github.com/leasehold/leasehold/examples/mail/mail"
 	"github.com/leasehold/leasehold/manager"
-	"github.com/leasehold/leasehold/manager/config"
 	pb "github.com/leasehold/leasehold/proto/leasehold/v1"
 	"github.com/leasehold/leasehold/protocol"
 )
@@ -36,7 +35,7 @@ type managerServer struct {
 
 func startManagerServer(tb testing.TB) managerServer {
 	tb.Helper()
-	srv, err := manager.NewServer(manager.ServerConfig{Insecure: true, Replica: config.Replica{Timing: protocol.Fast()}})
+	srv, err := manager.NewServer(manager.Config{Insecure: true, Timing: protocol.Fast()})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/certs"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/owner"
@@ -109,8 +110,17 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	ready := make(chan struct{})
 	// Duty: a unique ID per server (the node's). No Handovers: the mail map
 	// is rebuilt from the disks by the next Owner.
-	o, err := owner.New(ctx, owner.Config{Manager: cfg.Manager, Namespace: cfg.Namespace, ID: cfg.ID,
-		Addr: cfg.Nodes[cfg.ID], Timing: cfg.Timing, Logger: cfg.Logger, CertsDir: cfg.CertsDir, Insecure: cfg.Insecure,
+	o, err := owner.New(ctx, owner.Config{
+		Connection: leasehold.Connection{
+			Manager:   cfg.Manager,
+			Namespace: cfg.Namespace,
+			Timing:    cfg.Timing,
+			Logger:    cfg.Logger,
+			CertsDir:  cfg.CertsDir,
+			Insecure:  cfg.Insecure,
+		},
+		ID:   cfg.ID,
+		Addr: cfg.Nodes[cfg.ID],
 		OnChange: func(ch owner.OwnershipChange) {
 			<-ready
 			s.maps.changed(ch)
@@ -118,7 +128,8 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 			case s.wake <- struct{}{}:
 			default:
 			}
-		}})
+		},
+	})
 	if err != nil {
 		lis.Close()
 		return nil, fmt.Errorf("mail: %w", err)

@@ -15,7 +15,6 @@ import (
 	"github.com/leasehold/leasehold/certs"
 	"github.com/leasehold/leasehold/examples/mail/mail"
 	"github.com/leasehold/leasehold/manager"
-	"github.com/leasehold/leasehold/manager/config"
 	"github.com/leasehold/leasehold/protocol"
 )
 
@@ -53,7 +52,7 @@ func TestTrust(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := manager.NewServer(manager.ServerConfig{Replica: config.Replica{Timing: protocol.Fast()}, Certs: src})
+	srv, err := manager.NewServer(manager.Config{Timing: protocol.Fast(), Certs: src})
 	if err != nil {
 		t.Fatal(err)
 	}

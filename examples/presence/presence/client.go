@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/certs"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/lookup"
@@ -74,8 +75,18 @@ func NewClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	t.MaxIdleConnsPerHost = 256 // for many concurrent devices (the default keeps 2)
 	c.http, c.scheme = &http.Client{Transport: t, Timeout: 5 * time.Second}, scheme
 	c.ctx, c.cancel = context.WithCancel(context.Background())
-	l, err := lookup.New(ctx, lookup.Config{Manager: cfg.Manager, Namespace: cfg.Namespace, Timing: cfg.Timing,
-		Logger: cfg.Logger, OnLoss: c.onLoss, CertsDir: cfg.CertsDir, CertName: cfg.CertName, Insecure: cfg.Insecure})
+	l, err := lookup.New(ctx, lookup.Config{
+		Connection: leasehold.Connection{
+			Manager:   cfg.Manager,
+			Namespace: cfg.Namespace,
+			Timing:    cfg.Timing,
+			Logger:    cfg.Logger,
+			CertsDir:  cfg.CertsDir,
+			Insecure:  cfg.Insecure,
+		},
+		OnLoss:   c.onLoss,
+		CertName: cfg.CertName,
+	})
 	if err != nil {
 		return nil, fmt.Errorf("presence: %w", err)
 	}

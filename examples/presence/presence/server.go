@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/certs"
 	"github.com/leasehold/leasehold/owner"
 	"github.com/leasehold/leasehold/protocol"
@@ -101,14 +102,24 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	// Duty: a unique ID per server (the caller's; the listen address by
 	// default). No Handovers: a moved user's statuses are lost, and the
 	// devices republish them (C§2.1.2).
-	o, err := owner.New(ctx, owner.Config{Manager: cfg.Manager, Namespace: cfg.Namespace, ID: cfg.ID,
-		Addr: cfg.Advertise, Timing: cfg.Timing, Logger: cfg.Logger, CertsDir: cfg.CertsDir, Insecure: cfg.Insecure,
+	o, err := owner.New(ctx, owner.Config{
+		Connection: leasehold.Connection{
+			Manager:   cfg.Manager,
+			Namespace: cfg.Namespace,
+			Timing:    cfg.Timing,
+			Logger:    cfg.Logger,
+			CertsDir:  cfg.CertsDir,
+			Insecure:  cfg.Insecure,
+		},
+		ID:   cfg.ID,
+		Addr: cfg.Advertise,
 		// Duty: never rely on OnChange: it only frees memory.
 		OnChange: func(ch owner.OwnershipChange) {
 			if <-ready; len(ch.Revoked) > 0 {
 				s.store.sweep()
 			}
-		}})
+		},
+	})
 	if err != nil {
 		lis.Close()
 		return nil, fmt.Errorf("presence: %w", err)

@@ -14,7 +14,6 @@ import (
 	"github.com/leasehold/leasehold/certs"
 	"github.com/leasehold/leasehold/examples/presence/presence"
 	"github.com/leasehold/leasehold/manager"
-	"github.com/leasehold/leasehold/manager/config"
 	"github.com/leasehold/leasehold/protocol"
 )
 
@@ -50,7 +49,7 @@ func TestTrust(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := manager.NewServer(manager.ServerConfig{Replica: config.Replica{Timing: protocol.Fast()}, Certs: src})
+	srv, err := manager.NewServer(manager.Config{Timing: protocol.Fast(), Certs: src})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/certs"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/lookup"
@@ -53,8 +54,17 @@ func NewClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	}
 	c := &Client{subs: map[*Subscription]context.CancelFunc{}, http: &http.Client{}}
 	c.http.Transport, c.scheme = certs.DialHTTP(src, certs.Owner) // to the servers' owner certificates
-	if c.lookup, err = lookup.New(ctx, lookup.Config{Manager: cfg.Manager, Namespace: cfg.Namespace, Timing: cfg.Timing, OnLoss: c.onLoss,
-		CertsDir: cfg.CertsDir, CertName: cfg.CertName, Insecure: cfg.Insecure}); err != nil {
+	if c.lookup, err = lookup.New(ctx, lookup.Config{
+		Connection: leasehold.Connection{
+			Manager:   cfg.Manager,
+			Namespace: cfg.Namespace,
+			Timing:    cfg.Timing,
+			CertsDir:  cfg.CertsDir,
+			Insecure:  cfg.Insecure,
+		},
+		OnLoss:   c.onLoss,
+		CertName: cfg.CertName,
+	}); err != nil {
 		return nil, fmt.Errorf("pubsub: %w", err)
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())

@@ -12,7 +12,6 @@ import (
 
 	"github.com/leasehold/leasehold/examples/pubsub/pubsub"
 	"github.com/leasehold/leasehold/manager"
-	"github.com/leasehold/leasehold/manager/config"
 	"github.com/leasehold/leasehold/protocol"
 )
 
@@ -21,7 +20,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // startManager serves a Manager in-process on 127.0.0.1 with fast timings.
 func startManager(tb testing.TB) string {
 	tb.Helper()
-	srv, err := manager.NewServer(manager.ServerConfig{Insecure: true, Replica: config.Replica{Timing: protocol.Fast()}})
+	srv, err := manager.NewServer(manager.Config{Insecure: true, Timing: protocol.Fast()})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/certs"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/owner"
@@ -90,15 +91,26 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	ready := make(chan struct{})
 	// Duty: a unique ID per server (the caller's, its certificate's, or the
 	// listen address). Handovers: the application moves subscriptions itself.
-	s.owner, err = owner.New(ctx, owner.Config{Manager: cfg.Manager, Namespace: cfg.Namespace, ID: cfg.ID,
-		Addr: cfg.Advertise, Timing: cfg.Timing, Handovers: true, Logger: cfg.Logger, CertsDir: cfg.CertsDir, Insecure: cfg.Insecure,
+	s.owner, err = owner.New(ctx, owner.Config{
+		Connection: leasehold.Connection{
+			Manager:   cfg.Manager,
+			Namespace: cfg.Namespace,
+			Timing:    cfg.Timing,
+			Logger:    cfg.Logger,
+			CertsDir:  cfg.CertsDir,
+			Insecure:  cfg.Insecure,
+		},
+		ID:        cfg.ID,
+		Addr:      cfg.Advertise,
+		Handovers: true,
 		OnChange: func(ch owner.OwnershipChange) {
 			<-ready
 			s.topics.changed(ch)
 			for _, h := range ch.Handovers { // never blocking: later upcalls wait
 				s.wg.Go(func() { s.handOver(h) })
 			}
-		}})
+		},
+	})
 	if err != nil {
 		lis.Close()
 		return nil, fmt.Errorf("pubsub: %w", err)

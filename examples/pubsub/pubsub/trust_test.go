@@ -16,7 +16,6 @@ import (
 	"github.com/leasehold/leasehold/certs"
 	"github.com/leasehold/leasehold/examples/pubsub/pubsub"
 	"github.com/leasehold/leasehold/manager"
-	"github.com/leasehold/leasehold/manager/config"
 	"github.com/leasehold/leasehold/protocol"
 )
 
@@ -61,7 +60,7 @@ func TestTrust(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := manager.NewServer(manager.ServerConfig{Replica: config.Replica{Timing: protocol.Fast()}, Certs: src})
+	srv, err := manager.NewServer(manager.Config{Timing: protocol.Fast(), Certs: src})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/assign"
 	"github.com/leasehold/leasehold/bench/peers/internal/servers"
 	"github.com/leasehold/leasehold/keyspace"
@@ -35,8 +36,14 @@ func (s *leaseholdSystem) start(ctx context.Context, addr string, h *harness) er
 	s.h = h
 	for i := range h.o.owners {
 		o, err := owner.New(ctx, owner.Config{
-			Manager: h.ownerProxies[i].Addr(), ID: ownerID(i),
-			Addr: fmt.Sprintf("10.0.%d.%d:7000", i/256, i%256), Timing: h.t, CertsDir: h.o.certsDir, Insecure: h.o.certsDir == "",
+			Connection: leasehold.Connection{
+				Manager:  h.ownerProxies[i].Addr(),
+				Timing:   h.t,
+				CertsDir: h.o.certsDir,
+				Insecure: h.o.certsDir == "",
+			},
+			ID:   ownerID(i),
+			Addr: fmt.Sprintf("10.0.%d.%d:7000", i/256, i%256),
 		})
 		if err != nil {
 			return err
@@ -47,7 +54,12 @@ func (s *leaseholdSystem) start(ctx context.Context, addr string, h *harness) er
 	for j := range h.o.lookups {
 		cb := func() { h.check(j) }
 		cfg := lookup.Config{
-			Manager: h.lookupProxies[j].Addr(), Timing: h.t, CertsDir: h.o.certsDir, Insecure: h.o.certsDir == "",
+			Connection: leasehold.Connection{
+				Manager:  h.lookupProxies[j].Addr(),
+				Timing:   h.t,
+				CertsDir: h.o.certsDir,
+				Insecure: h.o.certsDir == "",
+			},
 			OnUpdate: func(lookup.Update) { cb() },
 			OnLoss:   func(lookup.Loss) { cb() },
 		}

@@ -18,7 +18,6 @@ import (
 	"github.com/leasehold/leasehold/certs"
 
 	"github.com/leasehold/leasehold/manager"
-	"github.com/leasehold/leasehold/manager/config"
 	"github.com/leasehold/leasehold/protocol"
 )
 
@@ -48,7 +47,7 @@ func TimingForRenew(renew time.Duration) protocol.Timing {
 // ends. ready is called with the address once it listens. With certsDir it
 // serves mutual TLS with replica 1's certificate there (MakeCerts).
 func RunLeasehold(ctx context.Context, listen string, t protocol.Timing, certsDir string, ready func(addr string)) error {
-	cfg := manager.ServerConfig{Insecure: certsDir == "", Replica: config.Replica{Timing: t}}
+	cfg := manager.Config{Insecure: certsDir == "", Timing: t}
 	if certsDir != "" {
 		src, err := certs.Open(certsDir, certs.Replica, "1")
 		if err != nil {
@@ -149,7 +148,7 @@ func MakeCerts(dir string, ownerIDs []string) error {
 	}
 	ids := []certs.Identity{{Role: certs.Replica, Name: "1"}, {Role: certs.Lookup, Name: "bench"}}
 	for _, id := range ownerIDs {
-		ids = append(ids, certs.Identity{Role: certs.Owner, Name: id, Namespaces: []string{manager.DefaultNamespace}})
+		ids = append(ids, certs.Identity{Role: certs.Owner, Name: id, Namespaces: []string{protocol.DefaultNamespace}})
 	}
 	for _, id := range ids {
 		if _, err := certs.Create(dir, ca, id, []string{"127.0.0.1"}, 0); err != nil {

@@ -1,0 +1,68 @@
+// Command profiledmanager is the leasehold command (cmd/leasehold) with a
+// CPU profiler that signals switch on and off, for the loopback experiment
+// of leasehold-bench (--manager-profile): SIGUSR1 starts a CPU profile
+// into the directory LEASEHOLD_PROFILE_DIR names (cpu-1.prof, cpu-2.prof, …
+// in order), SIGUSR2 stops it and writes the file. The experiment profiles
+// each measured window alone, not the start-up. It is not the production
+// binary: cmd/leasehold has no profiler.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime/pprof"
+	"syscall"
+
+	"github.com/leasehold/leasehold/cmd/internal/cli"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	context.AfterFunc(ctx, stop) // a second signal kills at once
+	if dir := os.Getenv("LEASEHOLD_PROFILE_DIR"); dir != "" {
+		go profileOnSignal(ctx, dir)
+	}
+	code := cli.Execute(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+func profileOnSignal(ctx context.Context, dir string) {
+	sig := make(chan os.Signal, 2)
+	signal.Notify(sig, syscall.SIGUSR1, syscall.SIGUSR2)
+	var f *os.File
+	n := 0
+	stopProfile := func() {
+		if f != nil {
+			pprof.StopCPUProfile()
+			_ = f.Close()
+			f = nil
+		}
+	}
+	defer stopProfile()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case s := <-sig:
+			stopProfile()
+			if s != syscall.SIGUSR1 {
+				continue
+			}
+			n++
+			var err error
+			if f, err = os.Create(filepath.Join(dir, fmt.Sprintf("cpu-%d.prof", n))); err != nil {
+				fmt.Fprintf(os.Stderr, "profiledmanager: %v\n", err)
+				continue
+			}
+			if err := pprof.StartCPUProfile(f); err != nil {
+				fmt.Fprintf(os.Stderr, "profiledmanager: %v\n", err)
+				_ = f.Close()
+				f = nil
+			}
+		}
+	}
+}

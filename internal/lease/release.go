@@ -1,0 +1,137 @@
+// Release (docs/design.md rule 7): an accepted request that omits a range
+// it was sent frees it at once; an Owner that leaves or is lost frees what
+// it holds. A new incarnation's old ranges are orphans (orphans.go, rule
+// 11).
+
+package lease
+
+import (
+	"time"
+
+	"github.com/leasehold/leasehold/keyspace"
+	"github.com/leasehold/leasehold/leasetable"
+	"github.com/leasehold/leasehold/protocol"
+)
+
+// loseOwner frees every range of an owner incarnation in the table at once,
+// reservations left as they are: the rule for a new incarnation before
+// orphans (orphans.go), kept as the broken rule faults.FreeAtRestart.
+// The old process, if it still runs, acknowledges writes after the loss is
+// reported, and no later change reports them.
+func (c *Core) loseOwner(now time.Time, n *namespace, o *ownerSession) {
+	for _, r := range n.heldBy(o.id) {
+		c.set(now, n, r.Range, leasetable.Entry{})
+		// Still reserved, so reconciled again when that ends; marked all
+		// the same, as everything freed is.
+		n.markDirty(r.Range)
+	}
+}
+
+// heldBy returns the table segments the owner holds, in key order, from
+// the table's owner index (not a scan of the table: it is asked on every
+// lease request).
+func (n *namespace) heldBy(id string) []leasetable.Segment { return n.s.table.Owned(id) }
+
+// release frees every part of the owner's table entries that its accepted
+// request no longer lists: the owner dropped them after processing our
+// latest message (a recall acknowledged by omission, or a refused renewal),
+// and the race filter guarantees no earlier message of ours can give them
+// back, so they may be granted at once (C§2.3.2).
+func (c *Core) release(now time.Time, n *namespace, o *ownerSession, held []protocol.Lease, handed []protocol.Handed) (freed uint64) {
+	segs := n.heldByRun(o)
+	if sameSegments(held, segs) {
+		return 0 // a renewal of exactly what it holds: nothing to free
+	}
+	// The held leases by LGN: each segment is compared with the leases
+	// under its own LGN only (one, in steady state), not with all of them.
+	byLGN := make(map[keyspace.LGN][]keyspace.Range, len(held))
+	for _, h := range held {
+		byLGN[h.LGN] = append(byLGN[h.LGN], h.Range)
+	}
+	for _, s := range segs {
+		var kept keyspace.RangeSet
+		if hs := byLGN[s.Entry.LGN]; len(hs) == 1 && hs[0].Overlaps(s.Range) {
+			kept = keyspace.NewRangeSet(hs[0])
+		} else if len(hs) > 1 {
+			var ks []keyspace.Range
+			for _, h := range hs {
+				if h.Overlaps(s.Range) {
+					ks = append(ks, h)
+				}
+			}
+			kept = keyspace.NewRangeSet(ks...)
+		}
+		if kept.CoversRange(s.Range) {
+			continue // all of it kept: nothing freed, every handover it overlaps still listed
+		}
+		for _, p := range keyspace.NewRangeSet(s.Range).Subtract(kept).Ranges() {
+			n.markDirty(p)
+			freed++
+			// A piece whose state the holder handed over goes straight to
+			// the next Owner, marked migrated: Lookups see the LGN change
+			// from this lease to the next with nothing lost (C§2.1.2).
+			rest := keyspace.NewRangeSet(p)
+			for _, h := range handed {
+				q, ok := h.Range.Intersect(p)
+				if !ok || h.LGN != s.Entry.LGN {
+					continue
+				}
+				if to := n.owners[h.To]; to != nil && to.inc == h.Incarnation && to.member && !to.draining && c.handedInTime(now, o, h) {
+					c.grant(now, n, to, q, s.Entry.LGN)
+					rest = rest.Subtract(keyspace.NewRangeSet(q))
+					c.stats.Migrations++
+				}
+			}
+			for _, q := range rest.Ranges() {
+				if c.broken.MigrateUnhanded && c.migrateUnhanded(now, n, o, q, s.Entry.LGN) {
+					continue
+				}
+				c.set(now, n, q, leasetable.Entry{})
+				n.res.set(q, time.Time{})
+			}
+		}
+		for r := range o.handing {
+			if r.Overlaps(s.Range) && !kept.OverlapsRange(r) {
+				delete(o.handing, r)
+			}
+		}
+	}
+	return freed
+}
+
+// sameSegments reports whether held lists exactly segs, in order: the same
+// ranges under the same LGNs. Each segment is then kept whole, and release
+// has nothing to do.
+func sameSegments(held []protocol.Lease, segs []leasetable.Segment) bool {
+	if len(held) != len(segs) {
+		return false
+	}
+	for i, s := range segs {
+		if held[i].Range != s.Range || held[i].LGN != s.Entry.LGN {
+			return false
+		}
+	}
+	return true
+}
+
+// releaseOwn releases what a raced request says the owner gave up by its
+// own act: the pieces it handed over (under the LGN it handed), or, when it
+// is leaving, everything. Omissions in a raced request prove nothing, so
+// nothing else is released.
+func (c *Core) releaseOwn(now time.Time, n *namespace, o *ownerSession, handed []protocol.Handed, leaving bool) uint64 {
+	var keep []protocol.Lease
+	if !leaving {
+		for _, s := range n.heldByRun(o) {
+			var gone keyspace.RangeSet
+			for _, h := range handed {
+				if h.LGN == s.Entry.LGN {
+					gone = gone.Add(h.Range)
+				}
+			}
+			for _, r := range keyspace.NewRangeSet(s.Range).Subtract(gone).Ranges() {
+				keep = append(keep, protocol.Lease{Range: r, LGN: s.Entry.LGN})
+			}
+		}
+	}
+	return c.release(now, n, o, keep, handed)
+}

@@ -1,0 +1,159 @@
+// The Leases and Lookups services: an Owner's or a Lookup's stream, paced
+// by a limiter and served by the loop.
+
+package manager
+
+import (
+	"context"
+	"errors"
+	"io"
+	"time"
+
+	"github.com/leasehold/leasehold/certs"
+	"github.com/leasehold/leasehold/internal/wire"
+	pb "github.com/leasehold/leasehold/proto/leasehold/v1"
+	"google.golang.org/grpc/status"
+)
+
+// limiter is a token bucket: rate tokens a second, up to burst.
+type limiter struct {
+	rate, burst, tokens float64
+	last                time.Time
+}
+
+func newLimiter(rate float64) *limiter {
+	return &limiter{rate: rate, burst: 2 * rate, tokens: 2 * rate, last: time.Now()}
+}
+
+func (l *limiter) allow() bool {
+	now := time.Now()
+	l.tokens = min(l.burst, l.tokens+now.Sub(l.last).Seconds()*l.rate)
+	l.last = now
+	if l.tokens < 1 {
+		return false
+	}
+	l.tokens--
+	return true
+}
+
+// Session serves one Owner's lease stream, or relays it to the leader when
+// the Owner asks (client.RelayKey) and this replica follows a known leader.
+func (s leasesService) Session(stream pb.Leases_SessionServer) error {
+	if leader := s.relayTo(stream.Context()); leader != "" {
+		return s.relay(stream, leader)
+	}
+	var who certs.Identity
+	if s.cfg.Certs != nil {
+		var err error
+		if who, err = s.leaseSpeaker(stream.Context()); err != nil {
+			return err
+		}
+	}
+	st := &ownerStream{out: make(chan *pb.LeaseResponse, 64)}
+	names := &wire.ManagerNames{} // names said once per stream
+	send := func(m *pb.LeaseResponse) error {
+		names.Send(m)
+		return stream.Send(m)
+	}
+	return serveStream(s.Server, stream.Context(), st.out, send, func() (event, chan error, error) {
+		m, err := stream.Recv()
+		if err != nil {
+			return nil, nil, err
+		}
+		if err := s.checkSize(m); err != nil {
+			return nil, nil, err
+		}
+		names.Recv(m)
+		req, err := wire.LeaseRequestFromPB(m)
+		if err != nil {
+			return nil, nil, err
+		}
+		if err := s.checkLease(who, req); err != nil {
+			return nil, nil, err
+		}
+		errc := make(chan error, 1)
+		return leaseEvent{st: st, req: req, errc: errc, at: time.Now()}, errc, nil
+	}, closeEvent{owner: st})
+}
+
+// Sync serves one Lookup's sync stream.
+func (s lookupsService) Sync(stream pb.Lookups_SyncServer) error {
+	names := &wire.ManagerSyncNames{} // names said once per stream
+	st := &lookupStream{id: s.sessions.Add(1), out: make(chan syncOut, 64), names: names}
+	send := func(o syncOut) error {
+		s.pushTaken()
+		m := names.Send(o.m)
+		if o.shared != nil && m.Update == o.shared.pb && s.sharedCodec.Load() {
+			// The update went out as it is, shared: its bytes are too.
+			return stream.SendMsg(&encodedSync{m: m, u: o.shared})
+		}
+		return stream.Send(m)
+	}
+	return serveStream(s.Server, stream.Context(), st.out, send, func() (event, chan error, error) {
+		m, err := stream.Recv()
+		if err != nil {
+			return nil, nil, err
+		}
+		if err := s.checkSize(m); err != nil {
+			return nil, nil, err
+		}
+		names.Recv(m)
+		req, err := wire.SyncRequestFromPB(m)
+		if err != nil {
+			return nil, nil, err
+		}
+		if err := s.checkSync(stream.Context(), req.Namespace); err != nil {
+			return nil, nil, err
+		}
+		errc := make(chan error, 1)
+		return syncEvent{st: st, req: req, errc: errc}, errc, nil
+	}, closeEvent{lookup: st})
+}
+
+// serveStream runs a bidirectional stream: one goroutine sends what the loop
+// queues in out, this one receives, validates and hands requests to the
+// loop. A malformed message, or one the core refuses (an unknown namespace),
+// ends only this stream, with a status that says what was wrong.
+func serveStream[T any](s *Server, ctx context.Context, out chan T, send func(T) error,
+	recv func() (event, chan error, error), closed event) error {
+	ctx, cancel := context.WithCancel(ctx)
+	sent := make(chan error, 1)
+	go func() {
+		for {
+			select {
+			case m := <-out:
+				if err := send(m); err != nil {
+					sent <- err
+					return
+				}
+			case <-ctx.Done():
+				sent <- nil
+				return
+			}
+		}
+	}()
+	defer func() {
+		cancel()
+		<-sent // never Send after the handler returns
+		s.post(context.Background(), closed)
+	}()
+	lim := newLimiter(s.cfg.MaxRequestRate)
+	for {
+		ev, errc, err := recv()
+		switch {
+		case errors.Is(err, io.EOF):
+			return nil
+		case err != nil:
+			if _, ok := status.FromError(err); ok {
+				return err // the transport's own error
+			}
+			return grpcError(ctx, err) // a message that did not decode
+		}
+		if !lim.allow() {
+			return s.rateError()
+		}
+		if err := s.call(ctx, ev, errc); err != nil {
+			return err
+		}
+	}
+}
