@@ -13,6 +13,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -38,17 +39,38 @@ const (
 )
 
 // FileBase is the file name, without extension, of id's certificate and
-// key in a certificates directory: "owner.kv-1".
+// key in a certificates directory: "owner.kv-1". The name is kept to what a
+// Kubernetes Secret's key may hold (letters, digits, '-' and '.'), so a
+// directory can be a Secret mounted as it is: any other byte, '_' included,
+// is written _XX in hex ("owner.127.0.0.1_3a8001" for the Owner
+// "127.0.0.1:8001"), which keeps two names from sharing a file. Open also
+// reads the names written before (OldFileBase).
 func FileBase(id Identity) string { return string(id.Role) + "." + fileSafe(id.Name) }
 
 func fileSafe(s string) string {
-	b := []byte(s)
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c == '-' || c == '.' || '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' {
+			b.WriteByte(c)
+			continue
+		}
+		fmt.Fprintf(&b, "_%02x", c)
+	}
+	return b.String()
+}
+
+// OldFileBase is the file name leasehold gave id's certificate before
+// FileBase kept to a Secret's key: the name as it is, with '/', '\', NUL
+// and a leading '.' replaced by '_' ("owner.127.0.0.1:8001").
+func OldFileBase(id Identity) string {
+	b := []byte(id.Name)
 	for i, c := range b {
 		if c == '/' || c == '\\' || c == 0 || (i == 0 && c == '.') {
 			b[i] = '_'
 		}
 	}
-	return string(b)
+	return string(id.Role) + "." + string(b)
 }
 
 // CA is a certificate authority: the certificate every member of a group

@@ -55,16 +55,27 @@ func Open(dir string, role Role, name string) (*Source, error) {
 	if dir == "" {
 		return nil, fmt.Errorf("certs: no certificates directory (pass --certs-dir or set %s; see leasehold cert --help), or run with --insecure", DirEnv)
 	}
-	base := string(role) + "." + fileSafe(name)
-	if name == "" {
+	base := FileBase(Identity{Role: role, Name: name})
+	if old := OldFileBase(Identity{Role: role, Name: name}); name != "" && old != base && !exists(filepath.Join(dir, base+".crt")) && exists(filepath.Join(dir, old+".crt")) {
+		base = old // written before names kept to a Secret's key
+	}
+	// A directory whose one certificate of the role is not named after
+	// its holder (a volume cert-manager's csi-driver fills when a pod
+	// starts, named before the pod is) opens if it is name's: checked below.
+	only := name != "" && !exists(filepath.Join(dir, base+".crt"))
+	if name == "" || only {
 		found, _ := filepath.Glob(filepath.Join(dir, string(role)+".*.crt"))
 		switch len(found) {
 		case 0:
-			return nil, fmt.Errorf("certs: %s holds no %s certificate (%s.<name>.crt); create one with leasehold cert create-%s", dir, role, role, role)
+			if !only {
+				return nil, fmt.Errorf("certs: %s holds no %s certificate (%s.<name>.crt); create one with leasehold cert create-%s", dir, role, role, role)
+			}
 		case 1:
 			base = strings.TrimSuffix(filepath.Base(found[0]), ".crt")
 		default:
-			return nil, fmt.Errorf("certs: %s holds %d %s certificates; say which one", dir, len(found), role)
+			if !only {
+				return nil, fmt.Errorf("certs: %s holds %d %s certificates; say which one", dir, len(found), role)
+			}
 		}
 	}
 	if _, err := os.Stat(filepath.Join(dir, base+".crt")); err != nil {
@@ -78,9 +89,17 @@ func Open(dir string, role Role, name string) (*Source, error) {
 	if m.id.Role != role {
 		return nil, fmt.Errorf("certs: %s.crt is the certificate of %s, not of a %s", filepath.Join(dir, base), m.id, role)
 	}
+	if only && m.id.Name != name {
+		return nil, fmt.Errorf("certs: %s holds no certificate for %s %q (%s.crt), and its one %s certificate, %s.crt, is %s's", dir, role, name, FileBase(Identity{Role: role, Name: name}), role, base, m.id)
+	}
 	s.cur.Store(m)
 	s.checked = s.now()
 	return s, nil
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }
 
 func (s *Source) files() [3]string {

@@ -73,6 +73,13 @@ type CoreConfig struct {
 	// Load, if set, is asked at every request for the requests per held
 	// range and the hot keys since the last call, and the window they span.
 	Load func(now time.Time) ([]protocol.RangeLoad, []protocol.KeyLoad, time.Duration)
+	// ConfirmReleases keeps a lease given up before it ends (recalled, or
+	// its handover declined) listed in the requests, though no longer held,
+	// until Released names it or it would have run out: for an embedder
+	// whose application learns of the change only later (the agent,
+	// docs/agent.md), so that the Manager frees the range only once the
+	// application has stopped serving it (core_release.go).
+	ConfirmReleases bool
 }
 
 // Core is the Owner's deterministic state machine: it is fed clock readings
@@ -123,6 +130,9 @@ type Core struct {
 	// the give-up may still list the piece as a grant. Taking it up again
 	// would believe the lease again after a gap.
 	gone []gonePiece
+	// releasing are the pieces given up but still listed until Released
+	// (CoreConfig.ConfirmReleases), sorted and disjoint.
+	releasing []Lease
 
 	out     []*protocol.LeaseRequest
 	changes []OwnershipChange
@@ -180,6 +190,7 @@ func (c *Core) Tick(now time.Time) {
 func (c *Core) Leave(now time.Time) {
 	c.leaving = true
 	c.setHeld(nil)
+	c.releasing = nil // the embedder leaves once nothing is served
 	c.send(now)
 }
 
@@ -225,7 +236,7 @@ func (c *Core) HandoverDone(now time.Time, h Handover, ok bool) {
 			next = append(next, l)
 		}
 	}
-	c.setHeld(next)
+	c.replaceHeld(next, false) // the application stopped serving it before it said done
 	c.handed = append(c.handed, handed{protocol.Handed{Range: h.Range, LGN: h.Lease.LGN, To: h.To, Incarnation: h.Incarnation},
 		now.Add(c.cfg.Timing.OwnerLease)})
 	// Report it at the next Tick, which may be now: handovers finished
@@ -292,6 +303,7 @@ func findLease(held []Lease, key keyspace.Key) (int, bool) {
 }
 
 func (c *Core) expire(now time.Time) {
+	c.expireReleasing(now)
 	kept := c.held[:0:0]
 	var revoked []keyspace.Range
 	for _, l := range c.held {
@@ -377,10 +389,7 @@ func (c *Core) send(now time.Time) {
 	if c.cfg.Load != nil {
 		req.Load, req.HotKeys, req.Window = c.cfg.Load(now)
 	}
-	var held []protocol.Lease
-	for _, l := range c.held {
-		held = append(held, protocol.Lease{Range: l.Range, LGN: l.Num.LGN})
-	}
+	held := c.listed()
 	if last, ok := c.sentHeld[c.seq-1]; ok && protocol.SameHeld(held, last) {
 		held = last
 	}
@@ -528,6 +537,10 @@ func (c *Core) Step(now time.Time, m *protocol.LeaseResponse) {
 		// range is free and grants it anew with a new LGN (C§2.3).
 		if prev, ok := covering(old, l.Range, num); ok {
 			next = append(next, Lease{Range: l.Range, Num: num, Expiry: later(prev, expiry)})
+		} else if c.isReleasing(l.Range, num) {
+			// Still listed while the application stops serving it: not
+			// taken up again, and not refused either (a refusal would be
+			// answered by the same renewal, at once, until Released).
 		} else {
 			refused = true
 		}
@@ -696,11 +709,20 @@ func dropOverlaps(ls []Lease) []Lease {
 // leases not held before under it are granted. It reports whether anything
 // was revoked.
 func (c *Core) setHeld(next []Lease) (revoked bool) {
+	return c.replaceHeld(next, c.cfg.ConfirmReleases && !c.leaving)
+}
+
+// replaceHeld is setHeld; with keep, the revoked pieces stay listed until
+// Released (CoreConfig.ConfirmReleases).
+func (c *Core) replaceHeld(next []Lease, keep bool) (revoked bool) {
 	var ch OwnershipChange
 	for _, l := range c.held {
 		for _, r := range uncovered(l.Range, next, l.Num) {
 			ch.Revoked = append(ch.Revoked, r)
 			c.gave(l.Num, r)
+			if keep {
+				c.keepListed(Lease{Range: r, Num: l.Num, Expiry: l.Expiry})
+			}
 		}
 	}
 	for _, l := range next {

@@ -57,6 +57,12 @@ type Config struct {
 	// (a server of capacity 2 is given twice the load of one of capacity
 	// 1); 0 means 1.
 	Capacity float64
+	// ConfirmReleases is for an Owner that serves on behalf of another
+	// process (the agent, docs/agent.md): a range given up before its lease
+	// ends stays listed to the Manager, though CheckLeaseNow refuses it,
+	// until Released names it or its lease would have run out
+	// (CoreConfig.ConfirmReleases). A linked server leaves it off.
+	ConfirmReleases bool
 }
 
 // Validate reports a Config that New would refuse: a field out of its
@@ -112,6 +118,7 @@ type Owner struct {
 	leave    chan chan struct{}
 	drain    chan chan struct{}
 	done     chan doneMsg
+	released chan []keyspace.Range // Released's ranges, for the loop
 	load     loadMeter
 	cancel   context.CancelFunc
 	stopped  <-chan struct{} // closed when the Owner stops
@@ -152,6 +159,7 @@ func New(ctx context.Context, cfg Config) (*Owner, error) {
 		leave:    make(chan chan struct{}),
 		drain:    make(chan chan struct{}),
 		done:     make(chan doneMsg, 16),
+		released: make(chan []keyspace.Range, 16),
 		up:       client.NewUpcalls(cfg.OnChange),
 	}
 	o.base = time.Now()
@@ -181,7 +189,7 @@ func New(ctx context.Context, cfg Config) (*Owner, error) {
 		Namespace: cfg.Namespace, ID: cfg.ID, Addr: cfg.Addr,
 		Incarnation: uint64(time.Now().UnixNano()), Timing: cfg.Timing,
 		Seed: uint64(time.Now().UnixNano()), Handovers: cfg.Handovers, Capacity: cfg.Capacity,
-		Load: o.report,
+		Load: o.report, ConfirmReleases: cfg.ConfirmReleases,
 	})
 	o.wg.Add(2)
 	go o.run(ctx, core)
@@ -297,15 +305,8 @@ func (o *Owner) Close(ctx context.Context) error {
 		if _, ok := ctx.Deadline(); !ok {
 			dctx, cancel = context.WithTimeout(ctx, 3*o.cfg.Timing.OwnerLease)
 		}
-		drained := make(chan struct{})
-		select {
-		case o.drain <- drained:
-			select {
-			case <-drained:
-			case <-dctx.Done():
-				o.cfg.Logger.Warn("owner: leaving before every range moved away; the rest move without their state")
-			}
-		case <-dctx.Done():
+		if o.Drain(dctx) != nil {
+			o.cfg.Logger.Warn("owner: leaving before every range moved away; the rest move without their state")
 		}
 		cancel()
 	}
@@ -389,6 +390,8 @@ func (o *Owner) run(ctx context.Context, core *Core) {
 					more = false
 				}
 			}
+		case rs := <-o.released:
+			core.Released(time.Now(), rs)
 		case done := <-o.drain:
 			core.Drain(time.Now())
 			draining = done

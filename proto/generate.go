@@ -1,7 +1,9 @@
 // Package proto holds leasehold's protobuf and gRPC definitions. The wire
 // protocol is leasehold/v1/leasehold.proto; the Go code generated from it,
 // package leaseholdv1, is committed next to it. internal/wire converts its
-// messages to and from the Go types of package protocol.
+// messages to and from the Go types of package protocol. The agent's local
+// API, leasehold/v1/agent.proto (docs/agent.md), is generated into the same
+// package.
 //
 // To regenerate after editing the .proto file, run
 //
@@ -14,4 +16,4 @@
 // from what this command produces.
 package proto
 
-//go:generate protoc -I . --go_out=. --go_opt=paths=source_relative --go-grpc_out=. --go-grpc_opt=paths=source_relative leasehold/v1/leasehold.proto
+//go:generate protoc -I . --go_out=. --go_opt=paths=source_relative --go-grpc_out=. --go-grpc_opt=paths=source_relative leasehold/v1/leasehold.proto leasehold/v1/agent.proto

@@ -12,6 +12,8 @@ import (
 
 // generated lists the files generate.go produces, relative to this directory.
 var generated = []string{
+	"leasehold/v1/agent.pb.go",
+	"leasehold/v1/agent_grpc.pb.go",
 	"leasehold/v1/leasehold.pb.go",
 	"leasehold/v1/leasehold_grpc.pb.go",
 }
@@ -73,7 +75,7 @@ func TestGeneratedUpToDate(t *testing.T) {
 		"-I", ".",
 		"--go_out="+out, "--go_opt=paths=source_relative",
 		"--go-grpc_out="+out, "--go-grpc_opt=paths=source_relative",
-		"leasehold/v1/leasehold.proto")
+		"leasehold/v1/leasehold.proto", "leasehold/v1/agent.proto")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("%v: %v\n%s", cmd, err, b)
 	}
@@ -102,7 +104,7 @@ func TestGeneratedUpToDate(t *testing.T) {
 			t.Fatal(err)
 		}
 		if !bytes.Equal(committed, regenerated) {
-			t.Errorf("proto/%s is stale: it differs from what leasehold.proto generates now; run make proto", f)
+			t.Errorf("proto/%s is stale: it differs from what its .proto generates now; run make proto", f)
 		}
 	}
 }

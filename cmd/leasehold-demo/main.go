@@ -1,7 +1,8 @@
 // Command leasehold-demo runs the tours of leasehold on 127.0.0.1: with no
 // argument the main one (a Manager, KV servers of examples/kv, a crash, a
 // loss notification, a new server; tour.go), and the tours of the example
-// services with pubsub, presence or mail (tours.go). Each runs a Manager in
+// services with pubsub, presence or mail (tours.go), and agent (Python
+// servers beside leasehold agent; tour_agent.go). Each runs a Manager in
 // this process and the servers as child processes of this program, and
 // exits 0 only if what it shows held:
 //

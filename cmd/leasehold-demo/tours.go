@@ -44,6 +44,7 @@ func newTourCommands(e *env) []*cobra.Command {
 		{"pubsub", "The pub-sub example's tour: a server killed and one drained, every subscriber still receiving", tourPubSub},
 		{"presence", "The presence example's tour: a server killed and one drained, the devices republishing", tourPresence},
 		{"mail", "The mail example's tour: a node killed and restarted from its disk, no message lost", tourMail},
+		{"agent", "The Python kv example's tour: servers beside leasehold agent, one killed and one drained (tour_agent.go)", tourAgent},
 	} {
 		cmds = append(cmds, &cobra.Command{Use: t.name, Short: t.short, Args: cobra.NoArgs,
 			RunE: run(func(ctx context.Context, _ []string) error { return t.tour(ctx, e.stdout) })})

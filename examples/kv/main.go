@@ -108,8 +108,8 @@ func parseError(err error) int {
 func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs, manager, namespace := newFlags("serve", stderr)
 	listen := fs.String("listen", "", "the HTTP listen address, host:port (required)")
-	id := fs.String("id", "", "the Owner ID (default: the listen address)")
-	advertise := fs.String("advertise", "", "the address clients reach this server at (default: the listen address)")
+	id := fs.String("id", "", "the Owner ID, the same across restarts (default: the listen address, which must then name a host; in Kubernetes, the pod's name)")
+	advertise := fs.String("advertise", "", "the address clients reach this server at (default: the listen address, which must then name a host; in Kubernetes, the pod's IP and port)")
 	capacity := fs.Float64("capacity", 0, "this server's capacity weight, at most 100: one of 2 gets twice the load of one of 1 (default 1)")
 	drainTimeout := fs.Duration("drain-timeout", time.Minute, "on SIGINT or SIGTERM, how long to wait for every range to move away with its values")
 	certsDir, insecure, trust := trustFlags(fs)

@@ -18,8 +18,9 @@ const allVar = "LEASEHOLD_E2E"
 // the examples' scenarios and tours, the dashboard's browser tests (three
 // Owners, a loss among planned moves, and 1,000), a drain cancelled and a
 // killed Owner forgotten, the gateways' rolling restart, the gateway with its
-// Manager stopped, the hostile soak and the read leases under a cut, a stop
-// and a removal (about a minute) add about seven minutes more, and CI
+// Manager stopped, the hostile soak, the read leases under a cut, a stop
+// and a removal (about a minute), and the agent's Python servers under
+// faults (about two minutes) add about nine minutes more, and CI
 // (.ci/run) runs them with LEASEHOLD_E2E=all.
 func onlyWithAll(t *testing.T) {
 	t.Helper()

@@ -112,8 +112,9 @@ func Execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 func newRoot(e *env) *cobra.Command {
 	root := &cobra.Command{
-		Use:   "leasehold",
-		Short: "leasehold: leases on ranges of a key space, and where each key lives",
+		Version: Version,
+		Use:     "leasehold",
+		Short:   "leasehold: leases on ranges of a key space, and where each key lives",
 		Long: `leasehold hands out leases on ranges of a 64-bit key space to servers that keep
 soft state in memory (Owners), and tells frontends (Lookups) which Owner holds
 each key, with a loss notification whenever an Owner's state for a range is lost.

@@ -131,8 +131,11 @@ func (o *clientOptions) ownerCallAt(ctx context.Context, addr, id, verb string,
 	if !ok {
 		return "", o.managerErrorAt(addr, err)
 	}
-	// The Manager's own words, without its package prefix.
-	msg := strings.TrimPrefix(strings.TrimPrefix(strings.TrimPrefix(st.Message(), "leasehold: "), "manager: "), "lease: ")
+	// The Manager's own words, without its package prefixes.
+	msg := st.Message()
+	for _, pkg := range []string{"leasehold: ", "manager: ", "lease: "} {
+		msg = strings.TrimPrefix(msg, pkg)
+	}
 	switch st.Code() {
 	case codes.FailedPrecondition, codes.NotFound, codes.InvalidArgument:
 		return "", fmt.Errorf("cannot %s %s: %s", verb, id, msg)

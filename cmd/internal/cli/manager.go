@@ -90,6 +90,7 @@ type managerOptions struct {
 	rebalance     string        // --rebalance: off, weighted or centrifuge
 	rebalanceEach time.Duration // --rebalance-every
 	trustOptions
+	podOptions
 
 	// The flags of the other settings, straight into the configuration.
 	settings manager.Config
@@ -158,6 +159,7 @@ Logs go to stderr. SIGINT or SIGTERM stops it cleanly (exit code 0).`,
 	f.StringVar(&o.peers, "peers", "", "the founding replicas of a new group, `ID=ADDR,…`, this one included (default: a group of one); with --join, the running group's replicas")
 	f.BoolVar(&o.join, "join", false, "start empty and wait to be added to the running group --peers names (leasehold cluster add)")
 	f.StringVar(&o.advertise, "advertise", "", "the `ADDR` other replicas and clients reach this one at (default: --listen)")
+	o.addPodFlags(f)
 	f.DurationVar(&o.handover, "handover", 0, "how long an Owner gets to hand a moving range's state over before the range is recalled without it (0: one owner lease; negative: no planned moves)")
 	f.IntVar(&o.drainGate, "drain-gate", 1, "how many Owners of a namespace may drain at once (the maintenance gate), at least 1")
 	f.Var(newChoice(&o.rebalance, "off", "off", "weighted", "centrifuge"), "rebalance", "balance the Owners' reported load: weighted moves under a churn budget, or Centrifuge's ±10% rule (off: consistent hashing by membership)")
@@ -276,6 +278,10 @@ func (o *managerOptions) config(logger *slog.Logger) (manager.Config, error) {
 	case "centrifuge":
 		cfg.Rebalance = rebalance.Centrifuge()
 	}
+	if err := o.applyPod(); err != nil {
+		return cfg, err
+	}
+	cfg.ID, cfg.Join = o.id, o.join
 	if o.rebalanceEach <= 0 {
 		return cfg, usagef("--rebalance-every %v must be positive", o.rebalanceEach)
 	}
@@ -304,9 +310,16 @@ func (o *managerOptions) config(logger *slog.Logger) (manager.Config, error) {
 			}
 		}
 	}
-	// A wildcard host or port 0 is no address to reach this replica at:
-	// the server then advertises the address its listener got.
-	if cfg.Advertise == "" && !strings.HasPrefix(o.listen, ":") && !strings.HasPrefix(o.listen, "0.0.0.0:") && !strings.HasSuffix(o.listen, ":0") {
+	// A wildcard host is no address to reach this replica at, and was
+	// advertised as [::]:PORT to the other replicas and the clients: the
+	// replica must be told its address. Port 0 is: the server then
+	// advertises the address its listener got.
+	switch {
+	case wildcardHost(cfg.Advertise):
+		return cfg, usagef("--advertise %s is a wildcard, which no replica or client can dial: give the address they reach this replica at", cfg.Advertise)
+	case cfg.Advertise == "" && wildcardHost(o.listen):
+		return cfg, usagef("--listen %s serves every interface, which is no address for the other replicas and the clients to reach this one at: give --advertise HOST:PORT (in Kubernetes, the pod's DNS name under the headless Service)", o.listen)
+	case cfg.Advertise == "" && !strings.HasSuffix(o.listen, ":0"):
 		cfg.Advertise = o.listen
 	}
 	// The certificate is opened later (run): --insecure or --certs-dir
@@ -315,6 +328,17 @@ func (o *managerOptions) config(logger *slog.Logger) (manager.Config, error) {
 	err = cfg.Validate()
 	cfg.Insecure = o.insecure
 	return cfg, o.usage(err)
+}
+
+// wildcardHost reports whether addr, host:port, names every interface
+// rather than a host: ":7400", "0.0.0.0:7400", "[::]:7400".
+func wildcardHost(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return host == "" || ip != nil && ip.IsUnspecified()
 }
 
 // parsePeers parses --peers: ID=ADDR pairs separated by commas.
@@ -363,6 +387,9 @@ func (o *managerOptions) run(ctx context.Context, e *env) error {
 			return usageError(fmt.Errorf("--certs-dir: %w (leasehold cert create-replica %d HOST… makes it)", err, cfg.ID))
 		}
 		keepFresh(ctx, cfg.Certs, log)
+	}
+	if err := refuseForgetful(ctx, cfg, log); err != nil {
+		return err
 	}
 	srv, err := manager.NewServer(cfg)
 	if err != nil {

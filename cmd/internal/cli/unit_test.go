@@ -151,25 +151,41 @@ func TestManagerSettingFlags(t *testing.T) {
 }
 
 // TestManagerAdvertisesWhatItListensOn: --listen is advertised as it is,
-// unless it names no reachable address (a wildcard host, or port 0, which
-// the listener replaces), and then the server advertises its listener's.
+// unless its port is 0, which the listener replaces (the server then
+// advertises its listener's address). A wildcard host with no --advertise
+// (or --peers entry) is refused: it was advertised as [::]:7400, which no
+// other replica or client can dial.
 func TestManagerAdvertisesWhatItListensOn(t *testing.T) {
-	for listen, want := range map[string]string{
-		"127.0.0.1:7400": "127.0.0.1:7400",
-		"127.0.0.1:0":    "",
-		":7400":          "",
-		"0.0.0.0:7400":   "",
+	for _, c := range []struct {
+		args []string
+		want string // the advertised address, or the start of the refusal
+	}{
+		{[]string{"--listen", "127.0.0.1:7400"}, "127.0.0.1:7400"},
+		{[]string{"--listen", "127.0.0.1:0"}, ""},
+		{[]string{"--listen", ":7400"}, "--listen :7400 serves every interface"},
+		{[]string{"--listen", "0.0.0.0:7400"}, "--listen 0.0.0.0:7400 serves every interface"},
+		{[]string{"--listen", "[::]:7400"}, "--listen [::]:7400 serves every interface"},
+		{[]string{"--listen", "0.0.0.0:7400", "--advertise", "m-0.m.ns.svc:7400"}, "m-0.m.ns.svc:7400"},
+		{[]string{"--listen", "0.0.0.0:7400", "--id", "2", "--peers", "1=a:7400,2=b:7400"}, "b:7400"},
+		{[]string{"--listen", "127.0.0.1:7400", "--advertise", "0.0.0.0:7400"}, "--advertise 0.0.0.0:7400 is a wildcard"},
 	} {
 		o := &managerOptions{}
-		if err := o.command(&env{getenv: func(string) string { return "" }}).ParseFlags([]string{"--listen", listen}); err != nil {
+		if err := o.command(&env{getenv: func(string) string { return "" }}).ParseFlags(c.args); err != nil {
 			t.Fatal(err)
 		}
 		cfg, err := o.config(nil)
-		if err != nil {
-			t.Fatal(err)
+		if strings.HasPrefix(c.want, "--") {
+			var ee *exitError
+			if !errors.As(err, &ee) || ee.code != ExitUsage || !strings.HasPrefix(err.Error(), c.want) {
+				t.Errorf("%v: %v (advertising %q), want a usage error starting %q", c.args, err, cfg.Advertise, c.want)
+			}
+			continue
 		}
-		if cfg.Advertise != want {
-			t.Errorf("--listen %s advertises %q, want %q", listen, cfg.Advertise, want)
+		if err != nil {
+			t.Fatalf("%v: %v", c.args, err)
+		}
+		if cfg.Advertise != c.want {
+			t.Errorf("%v advertises %q, want %q", c.args, cfg.Advertise, c.want)
 		}
 	}
 }

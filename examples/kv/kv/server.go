@@ -50,14 +50,19 @@ type ServerConfig struct {
 	Namespace string
 	// ID names this server among the Owners; it should stay the same across
 	// restarts. Empty means the listen address (after Listen's port 0, if
-	// any, is resolved).
+	// any, is resolved), which must then name a host: with a wildcard
+	// Listen (":8001", "0.0.0.0:8001", as in a container) every server
+	// would take the same ID, so it is refused, as is an ID that is a
+	// wildcard address.
 	ID string
 	// Listen is the HTTP listen address, host:port; port 0 picks a free
 	// port (see Server.Addr). Required.
 	Listen string
 	// Advertise is where clients reach this server, registered with the
-	// Manager for Lookups to return. Empty means the listen address, with an
-	// unspecified host (":8001", "0.0.0.0:8001") replaced by 127.0.0.1.
+	// Manager for Lookups to return. Empty means the listen address; with a
+	// wildcard Listen it is required (in Kubernetes, the pod's IP from the
+	// downward API), since no client elsewhere reaches a wildcard, and
+	// 127.0.0.1 reaches only this host.
 	Advertise string
 	// Timing is the Owner's timing until the Manager's arrives; the zero
 	// value means protocol.Production(). The Owner adopts the Manager's
@@ -118,13 +123,16 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if err := checkWildcards(cfg); err != nil {
+		return nil, err
+	}
 	lis, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("kv: %w", err)
 	}
 	addr := lis.Addr().String()
 	if cfg.Advertise == "" {
-		cfg.Advertise = reachable(lis.Addr())
+		cfg.Advertise = addr
 	}
 	if cfg.ID == "" {
 		cfg.ID = addr
@@ -172,15 +180,6 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	go func() { s.served <- certs.ServeHTTP(s.http, lis, src) }()
 	cfg.Logger.Info("kv server started", "addr", addr, "id", cfg.ID, "advertise", cfg.Advertise)
 	return s, nil
-}
-
-// reachable turns a listen address into one a client can dial.
-func reachable(a net.Addr) string {
-	tcp, ok := a.(*net.TCPAddr)
-	if !ok || !tcp.IP.IsUnspecified() {
-		return a.String()
-	}
-	return net.JoinHostPort("127.0.0.1", fmt.Sprint(tcp.Port))
 }
 
 // Addr returns the address the server listens on, with the port resolved.
