@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/keyspace"
+	"github.com/leasehold/leasehold/leasetable"
 	"github.com/leasehold/leasehold/lookup"
 	"github.com/leasehold/leasehold/owner"
 )
@@ -357,11 +358,15 @@ func TestLossStream(t *testing.T) {
 	if k == keyspace.MaxKey {
 		other = keyspace.Range{Start: 0, End: k}
 	}
-	fr.onLoss(lookup.Loss{Ranges: []keyspace.Range{other}})                         // id 1: not alice's
-	fr.onLoss(lookup.Loss{Ranges: []keyspace.Range{{Start: k, End: k + 1}, other}}) // id 2
+	fr.onLoss(lookup.Loss{Ranges: []keyspace.Range{other}})                        // id 1: not alice's
+	fr.onLoss(lookup.Loss{Ranges: []keyspace.Range{{Start: k, End: k + 1}, other}, // id 2, naming its Owner
+		Owners: []leasetable.OwnerRanges{{Owner: "kv-2", Addr: "127.0.0.1:8002", Ranges: []keyspace.Range{{Start: k, End: k + 1}, other}}}})
 	ev := readEvent(t, rd)
-	if ev.ID != 2 || ev.Namespace != "default" || len(ev.Ranges) != 2 || ev.Ranges[0].Start != hexKey(k) {
+	if ev.ID != 2 || ev.Event != "loss" || ev.Namespace != "default" || len(ev.Ranges) != 2 || ev.Ranges[0].Start != hexKey(k) {
 		t.Fatalf("event %+v, want loss 2 covering alice", ev)
+	}
+	if len(ev.Owners) != 1 || ev.Owners[0].Owner != "kv-2" || ev.Owners[0].Addr != "127.0.0.1:8002" || len(ev.Owners[0].Ranges) != 2 {
+		t.Fatalf("event %+v: want the Owner kv-2 named with its two ranges (the loss schema)", ev)
 	}
 	// A client that reconnects with Last-Event-ID gets what it missed.
 	req, _ := http.NewRequest("GET", gw.URL+"/v1/losses", nil)

@@ -11,29 +11,24 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/keyspace"
+	"github.com/leasehold/leasehold/leasetable"
 	"github.com/leasehold/leasehold/lookup"
 )
 
 // LossEvent is a loss notification as the gateway relays it: the soft
 // state of every key in Ranges (or of every key, if All) in Namespace may
-// be gone, so clients that stored state there should republish it.
+// be gone, so clients that stored state there should republish it. Its
+// JSON is lookup.LossEvent's, the one loss schema (docs/protocol.md, "Loss
+// events"), numbered by the gateway.
 type LossEvent struct {
-	ID        uint64     `json:"id"`
-	Namespace string     `json:"namespace"`
-	All       bool       `json:"all"`
-	Ranges    []HexRange `json:"ranges"`
-	At        time.Time  `json:"at"`
-	ranges    []keyspace.Range
+	lookup.LossEvent
+	ranges []keyspace.Range
+	owners []leasetable.OwnerRanges
 }
 
 // HexRange is a range [Start, End) in 0x-hex; the end of the key space is
 // 0x10000000000000000.
-type HexRange struct {
-	Start string `json:"start"`
-	End   string `json:"end"`
-}
-
-func hexKey(k keyspace.Key) string { return fmt.Sprintf("0x%016x", uint64(k)) }
+type HexRange = lookup.HexRange
 
 // Covers reports whether the loss covers key k.
 func (e *LossEvent) Covers(k keyspace.Key) bool {
@@ -57,14 +52,7 @@ func newLossLog(keep int) *lossLog {
 }
 
 func (l *lossLog) add(namespace string, loss lookup.Loss) {
-	e := &LossEvent{Namespace: namespace, All: loss.All, At: time.Now().UTC(), Ranges: []HexRange{}, ranges: slices.Clone(loss.Ranges)}
-	for _, r := range loss.Ranges {
-		end := "0x10000000000000000"
-		if r.End != 0 {
-			end = hexKey(r.End)
-		}
-		e.Ranges = append(e.Ranges, HexRange{Start: hexKey(r.Start), End: end})
-	}
+	e := &LossEvent{LossEvent: lookup.NewLossEvent(0, namespace, time.Now(), loss), ranges: slices.Clone(loss.Ranges), owners: loss.Owners}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	e.ID = l.next
@@ -265,3 +253,5 @@ func writeJSON(w http.ResponseWriter, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(v)
 }
+
+func hexKey(k keyspace.Key) string { return fmt.Sprintf("0x%016x", uint64(k)) }

@@ -83,5 +83,12 @@ func lossToPB(e *LossEvent) *pb.LossNotification {
 	for _, r := range e.ranges {
 		n.Ranges = append(n.Ranges, &pb.Range{Start: uint64(r.Start), End: uint64(r.End)})
 	}
+	for _, o := range e.owners {
+		lo := &pb.LostOwner{Owner: o.Owner, Addr: o.Addr}
+		for _, r := range o.Ranges {
+			lo.Ranges = append(lo.Ranges, &pb.Range{Start: uint64(r.Start), End: uint64(r.End)})
+		}
+		n.Owners = append(n.Owners, lo)
+	}
 	return n
 }

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/leasehold/leasehold/keyspace"
+	"github.com/leasehold/leasehold/leasetable"
 	"github.com/leasehold/leasehold/lookup"
 	pb "github.com/leasehold/leasehold/proto/leasehold/v1"
 )
@@ -81,7 +82,8 @@ func TestLossesGRPC(t *testing.T) {
 		}
 	}
 	onLoss(lookup.Loss{Ranges: []keyspace.Range{elsewhere}})
-	onLoss(lookup.Loss{Ranges: []keyspace.Range{around, {Start: 1 << 63, End: 0}}})
+	onLoss(lookup.Loss{Ranges: []keyspace.Range{around, {Start: 1 << 63, End: 0}},
+		Owners: []leasetable.OwnerRanges{{Owner: "kv-2", Addr: "kv-2:1", Ranges: []keyspace.Range{around}}}})
 	for i, want := range []uint64{1, 2} {
 		n, err := all.Recv()
 		if err != nil || n.GetId() != want || n.GetNamespace() != "default" || n.GetAll() || n.GetAtUnixNano() == 0 {
@@ -97,6 +99,10 @@ func TestLossesGRPC(t *testing.T) {
 	}
 	if r := n.GetRanges()[1]; r.GetStart() != 1<<63 || r.GetEnd() != 0 {
 		t.Errorf("range %v, want [2^63, end): end 0", r)
+	}
+	if o := n.GetOwners(); len(o) != 1 || o[0].GetOwner() != "kv-2" || o[0].GetAddr() != "kv-2:1" ||
+		len(o[0].GetRanges()) != 1 || o[0].GetRanges()[0].GetStart() != uint64(around.Start) {
+		t.Errorf("owners %v, want kv-2 with %v", o, around)
 	}
 
 	// Resuming after loss 1 replays loss 2.

@@ -46,6 +46,10 @@ type View struct {
 	owners     []ownerInfo
 	ownerIndex map[ownerInfo]uint32
 	compactAt  int
+
+	// lostFrom, when set (ApplyByOwner, ResetByOwner), is told of each
+	// lost piece with the Owner that held it (view_losses.go).
+	lostFrom func(keyspace.Range, ownerInfo)
 }
 
 // ownerInfo is one interned (owner ID, address) pair.
@@ -211,6 +215,9 @@ func (v *View) applyDelta(u Update) ([]keyspace.Range, error) {
 			// entry was owned) and then the change from free (never lost).
 			if c.ViaFree && old.lgn != 0 || !c.ViaFree && lostOnChange(old.lgn, ne.lgn, ne.migrated, ne.from) {
 				lost = append(lost, piece)
+				if v.lostFrom != nil {
+					v.lostFrom(piece, v.owners[old.owner])
+				}
 			}
 		})
 	}
@@ -321,7 +328,12 @@ func (v *View) applySnapshot(u Update) ([]keyspace.Range, error) {
 	}
 	nv.compactAt = max(minCompact, 2*len(nv.owners))
 
-	lost := diffLost(&v.segs, &nv.segs)
+	var from func(keyspace.Range, viewEntry)
+	if v.lostFrom != nil {
+		from = func(r keyspace.Range, e viewEntry) { v.lostFrom(r, v.owners[e.owner]) }
+	}
+	lost := diffLost(&v.segs, &nv.segs, from)
+	nv.lostFrom = v.lostFrom
 	nv.buckets = v.buckets // reused if the size suits
 	*v = nv
 	v.reindex()
@@ -329,8 +341,9 @@ func (v *View) applySnapshot(u Update) ([]keyspace.Range, error) {
 }
 
 // diffLost walks two partitions of the key space together and returns,
-// coalesced, the keys whose change from old to new is a loss.
-func diffLost(old, new *segList[viewEntry]) []keyspace.Range {
+// coalesced, the keys whose change from old to new is a loss; from, if
+// set, is told of each lost piece with its old entry.
+func diffLost(old, new *segList[viewEntry], from func(keyspace.Range, viewEntry)) []keyspace.Range {
 	var lost []keyspace.Range
 	i, j := 0, 0
 	for {
@@ -344,6 +357,9 @@ func diffLost(old, new *segList[viewEntry]) []keyspace.Range {
 		o, n := old.ents[i], new.ents[j]
 		if lostOnChange(o.lgn, n.lgn, n.migrated, n.from) {
 			r := keyspace.Range{Start: start, End: end}
+			if from != nil {
+				from(r, o)
+			}
 			if k := len(lost) - 1; k >= 0 && lost[k].End == start {
 				lost[k].End = end // adjacent to the last lost piece
 			} else {
@@ -371,6 +387,9 @@ func (v *View) Reset() (lost []keyspace.Range) {
 			continue
 		}
 		r := v.segs.rangeOf(i)
+		if v.lostFrom != nil {
+			v.lostFrom(r, v.owners[e.owner])
+		}
 		if k := len(lost) - 1; k >= 0 && lost[k].End == r.Start {
 			lost[k].End = r.End
 		} else {

@@ -22,6 +22,10 @@ type CoreConfig struct {
 type Loss struct {
 	Ranges []keyspace.Range
 	All    bool
+	// Owners names whose state was lost: Ranges grouped by the Owner that
+	// held them in the copy (sorted by Owner). Empty when All, since the
+	// copy cannot say what changed, and for a range the copy had free.
+	Owners []leasetable.OwnerRanges
 }
 
 // Core is the Lookup library's deterministic state machine: a full copy of
@@ -224,7 +228,8 @@ func (c *Core) Step(now time.Time, m *protocol.SyncResponse) {
 		}
 		if c.epoch != 0 {
 			// The Manager lost its state: every lease we knew is gone.
-			c.report(c.view.Reset(), false)
+			lost, by := c.view.ResetByOwner()
+			c.report(lost, by, false)
 		}
 		c.epoch = m.Epoch
 	}
@@ -235,17 +240,17 @@ func (c *Core) Step(now time.Time, m *protocol.SyncResponse) {
 		if r, err := c.view.Resolve(u); err == nil {
 			u = r // a compact delta's ends and owners, for Applied
 		}
-		lost, err := c.view.Apply(u)
+		lost, by, err := c.view.ApplyByOwner(u)
 		if err != nil {
 			// A gap: a push was lost or overtaken. Ask for what we miss.
 			c.repair(now)
 			return
 		}
 		if u.Snapshot && c.broken.IgnoreSnapshotDiff {
-			lost = nil
+			lost, by = nil, nil
 		}
 		c.applied = u
-		c.report(lost, false)
+		c.report(lost, by, false)
 	}
 	if c.view.LSN() < u.To || m.Epoch != c.epoch {
 		return
@@ -311,9 +316,9 @@ func (c *Core) repair(now time.Time) {
 	c.requestSync(now)
 }
 
-func (c *Core) report(lost []keyspace.Range, all bool) {
+func (c *Core) report(lost []keyspace.Range, by []leasetable.OwnerRanges, all bool) {
 	if len(lost) > 0 {
-		c.losses = append(c.losses, Loss{Ranges: lost, All: all})
+		c.losses = append(c.losses, Loss{Ranges: lost, All: all, Owners: by})
 	}
 }
 

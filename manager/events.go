@@ -37,6 +37,7 @@ type closeEvent struct {
 
 type drainEvent struct {
 	ns, owner string
+	op        ownerOp // admin_owners.go
 	errc      chan error
 }
 

@@ -305,7 +305,7 @@ func (l *loop) handle(ev event) {
 			ev.errc <- l.r.RemoveMember(now, ev.id)
 		}
 	case drainEvent:
-		ev.errc <- l.r.Drain(now, ev.ns, ev.owner)
+		ev.errc <- l.ownerAdmin(now, ev)
 	case leaseReadEvent:
 		l.leaseRead(now, ev)
 	case unreachableEvent:

@@ -116,8 +116,8 @@ leasehold_owners{namespace="extra"} 0
 		if n, want := testutil.CollectAndCount(srv.Collector(), metricNames...), 1+2*8+9+11+2; n != want {
 			t.Errorf("collected %d metrics, want %d", n, want)
 		}
-		if n := testutil.CollectAndCount(srv.Collector(), "leasehold_grpc_server_started_total"); n != 9 {
-			t.Errorf("collected %d leasehold_grpc_server_started_total series, want one per method (9)", n)
+		if n := testutil.CollectAndCount(srv.Collector(), "leasehold_grpc_server_started_total"); n != 11 {
+			t.Errorf("collected %d leasehold_grpc_server_started_total series, want one per method (11)", n)
 		}
 
 		l, err := lookup.New(ctx, lookup.Config{Connection: leasehold.Connection{

@@ -27,7 +27,7 @@ func TestRolesMayCall(t *testing.T) {
 		certs.Replica:  {"Session", "Status", "Send"},
 		certs.Owner:    {"Session", "Status"},
 		certs.Lookup:   {"Sync", "Status", "Holder"},
-		certs.Operator: {"Sync", "Status", "AddPeer", "RemovePeer", "Drain", "Backup", "Holder"},
+		certs.Operator: {"Sync", "Status", "AddPeer", "RemovePeer", "Drain", "Undrain", "Forget", "Backup", "Holder"},
 	}
 	calls := map[string]func(ctx context.Context, c *grpc.ClientConn) error{
 		"Session": func(ctx context.Context, c *grpc.ClientConn) error {
@@ -60,6 +60,14 @@ func TestRolesMayCall(t *testing.T) {
 		},
 		"Drain": func(ctx context.Context, c *grpc.ClientConn) error {
 			_, err := pb.NewAdminClient(c).Drain(ctx, &pb.DrainRequest{Namespace: "default", Owner: "nobody"})
+			return err
+		},
+		"Undrain": func(ctx context.Context, c *grpc.ClientConn) error {
+			_, err := pb.NewAdminClient(c).Undrain(ctx, &pb.DrainRequest{Namespace: "default", Owner: "nobody"})
+			return err
+		},
+		"Forget": func(ctx context.Context, c *grpc.ClientConn) error {
+			_, err := pb.NewAdminClient(c).Forget(ctx, &pb.ForgetRequest{Namespace: "default", Owner: "nobody"})
 			return err
 		},
 		"Backup": func(ctx context.Context, c *grpc.ClientConn) error {

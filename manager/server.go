@@ -221,7 +221,7 @@ func grpcError(ctx context.Context, err error) error {
 		return client.NotLeader(ctx, nl.Leader)
 	case errors.Is(err, replica.ErrNoEpoch):
 		return status.Error(codes.Unavailable, err.Error())
-	case errors.Is(err, lease.ErrGateFull), errors.Is(err, replica.ErrQuorum), errors.Is(err, errSessionBound),
+	case errors.Is(err, lease.ErrGateFull), errors.Is(err, lease.ErrOwnerOwed), errors.Is(err, replica.ErrQuorum), errors.Is(err, errSessionBound),
 		errors.Is(err, replica.ErrConfPending), errors.Is(err, replica.ErrMember):
 		return status.Error(codes.FailedPrecondition, err.Error())
 	case errors.Is(err, lease.ErrUnknownNamespace), errors.Is(err, lease.ErrUnknownOwner):

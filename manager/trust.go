@@ -39,6 +39,8 @@ var methodRoles = map[string][]certs.Role{
 	pb.Admin_AddPeer_FullMethodName:    {certs.Operator},
 	pb.Admin_RemovePeer_FullMethodName: {certs.Operator},
 	pb.Admin_Drain_FullMethodName:      {certs.Operator},
+	pb.Admin_Undrain_FullMethodName:    {certs.Operator},
+	pb.Admin_Forget_FullMethodName:     {certs.Operator},
 	pb.Admin_Backup_FullMethodName:     {certs.Operator},
 	pb.Admin_Holder_FullMethodName:     {certs.Lookup, certs.Operator}, // reads the table, as Sync does, in the caller's namespaces
 	pb.Raft_Send_FullMethodName:        {certs.Replica},
@@ -46,8 +48,9 @@ var methodRoles = map[string][]certs.Role{
 
 // servedElsewhere are the services of the leasehold API that the Manager
 // does not serve, so that need no entry in methodRoles: the gateway's,
-// which checks its own callers (package gateway).
-var servedElsewhere = []string{pb.Gateway_ServiceDesc.ServiceName}
+// which checks its own callers (package gateway), and the sidecar agent's,
+// which serves the application beside it (internal/agent).
+var servedElsewhere = []string{pb.Gateway_ServiceDesc.ServiceName, pb.Agent_ServiceDesc.ServiceName}
 
 // The metadata keys with which a replica relaying an Owner's lease stream
 // (client.RelayKey) tells the leader whose stream it is: the relaying

@@ -24,6 +24,7 @@ type Stats struct {
 	PlanErrors    uint64 // rounds the policy refused
 	RacesDropped  uint64 // requests dropped by the race filter (C§2.3.2)
 	StaleDropped  uint64 // duplicates and messages of dead incarnations
+	Forgotten     uint64 // Owner records forgotten: no member, owed nothing
 }
 
 // OwnerInfo describes one Owner. A follower knows only what is replicated:

@@ -16,10 +16,11 @@ const allVar = "LEASEHOLD_E2E"
 // size (200 keys, two leaders killed), the leader cut off by a proxy,
 // Owners drained while cut off from the leader, the duplicated Owner ID,
 // the examples' scenarios and tours, the dashboard's browser tests (three
-// Owners, and 1,000), the gateways' rolling restart, the gateway with its
+// Owners, a loss among planned moves, and 1,000), a drain cancelled and a
+// killed Owner forgotten, the gateways' rolling restart, the gateway with its
 // Manager stopped, the hostile soak, the read leases under a cut, a stop
 // and a removal (about a minute), and the agent's Python servers under
-// faults (about two minutes) add about eight minutes more, and CI
+// faults (about two minutes) add about nine minutes more, and CI
 // (.ci/run) runs them with LEASEHOLD_E2E=all.
 func onlyWithAll(t *testing.T) {
 	t.Helper()

@@ -55,6 +55,12 @@ type Set struct {
 	// the same ID then acknowledges writes after the loss was reported,
 	// and no later change reports them.
 	FreeAtRestart bool
+	// ForgetHolder makes the Manager forget an Owner as soon as it is not a
+	// member, whatever it is owed: an entry of the table still naming it
+	// is no longer known for an earlier run's when a run of that ID comes
+	// back, and its first request frees it before its reservation ends,
+	// while the old process may still hold the lease.
+	ForgetHolder bool
 	// LateHandoverDone makes the Owner hand a range over when the
 	// application reports its handover done after the handover's deadline,
 	// and the Manager grant it migrated when that report comes after its

@@ -159,6 +159,8 @@ type namespace struct {
 	rates    []rate // the load map (Rebalance only; leader-local)
 
 	starts startsCount // the MaxRanges check's last count (limits.go)
+
+	forgetAt time.Time // when the next Owner may be forgotten (core_admin.go); zero: none
 }
 
 // ownerSession is the Manager's side of one Owner incarnation's session.
@@ -227,6 +229,9 @@ func (c *Core) record(now time.Time, n *namespace, o *ownerSession) {
 	rec := OwnerRecord{Addr: o.addr, Incarnation: o.inc, Member: o.member, Capacity: o.capacity, Draining: o.draining, Since: o.since}
 	if n.s.owners[o.id] != rec {
 		c.apply(now, Change{Op: OpOwner, NS: n.name, Owner: o.id, Record: rec})
+	}
+	if !o.member {
+		c.forgetTimer(n, o)
 	}
 }
 

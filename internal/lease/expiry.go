@@ -45,6 +45,7 @@ func (c *Core) nextDeadline() time.Time {
 		}
 		min(firstTimer(n.resends, c.resendCurrent(n)))
 		min(firstTimer(n.silences, c.silenceCurrent(n)))
+		min(n.forgetAt)
 	}
 	return d
 }
@@ -99,7 +100,7 @@ func (c *Core) Tick(now time.Time) {
 	c.step(now)
 	t := c.cfg.Timing
 	for _, n := range c.ns {
-		for id, o := range n.owners {
+		for _, o := range n.owners {
 			if o.member && !now.Before(o.lastHeard.Add(t.ManagerLease)) {
 				// Silent for a whole manager lease: its leases have run out
 				// too. Assign its share to the others.
@@ -107,14 +108,13 @@ func (c *Core) Tick(now time.Time) {
 				n.members = true
 				c.record(now, n, o)
 			}
-			if !o.member && now.Sub(o.lastHeard) > 10*t.ManagerLease && o.sent.Empty() {
-				delete(n.owners, id)
-				c.apply(now, Change{Op: OpForget, NS: n.name, Owner: id})
-			}
 		}
 		n.s.table.Truncate(now)
 	}
 	c.flush(now)
+	for _, name := range c.Namespaces() { // after the flush, which frees what expired
+		c.forgetDead(now, c.ns[name])
+	}
 }
 
 // reconcile expires leases whose reservation ended, and marks the owners

@@ -51,6 +51,9 @@ package lease
 //	    old leader is gone; its messages in flight are still delivered.
 //	table
 //	    Print the lease table.
+//	drain owner=ID | undrain owner=ID | forget owner=ID | owners
+//	    An operator's requests (golden_admin_test.go): leasehold drain,
+//	    drain --cancel and forget; owners prints the replicated records.
 //
 // Every command prints what it made the Manager do, in the order a driver
 // must do it: first the replicated changes ("change …", with the LSN each
@@ -143,7 +146,9 @@ func (g *golden) run(t *testing.T, d *datadriven.TestData) string {
 	case "table":
 		g.printTable()
 	default:
-		d.Fatalf(t, "unknown command %q", d.Cmd)
+		if !g.admin(t, d) { // golden_admin_test.go
+			d.Fatalf(t, "unknown command %q", d.Cmd)
+		}
 	}
 	if g.c != nil {
 		g.ready(t, d)

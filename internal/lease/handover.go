@@ -53,8 +53,8 @@ func (c *Core) drain(now time.Time, n *namespace, o *ownerSession) error {
 	}
 	if gate := max(c.cfg.DrainGate, 1); len(busy) >= gate {
 		slices.Sort(busy)
-		return fmt.Errorf("%w: %d owners of namespace %q are draining already (%s); at most %d may drain at once",
-			ErrGateFull, len(busy), n.name, strings.Join(busy, ", "), gate)
+		return fmt.Errorf("%w: %d owners of namespace %q are draining already (%s); at most %d may drain at once: %s",
+			ErrGateFull, len(busy), n.name, strings.Join(busy, ", "), gate, gateWayOut(busy))
 	}
 	o.draining = true
 	n.members = true

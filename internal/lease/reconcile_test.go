@@ -77,7 +77,10 @@ func checkReconciled(t *testing.T, c *Core, what string) {
 						t.Fatalf("%s: %s holds %v, desired for %q, and was neither told to give it up nor to hand it over", what, holder, p, want)
 					}
 				case holder != "":
-					if o := n.owners[holder]; o != nil && o.member && !o.sent.CoversRange(p) {
+					// A resend pending lists it (a member back by a raced
+					// request after its goodbye was answered: the race filter
+					// dropped the request, and the answer waits for the resend).
+					if o := n.owners[holder]; o != nil && o.member && !o.sent.CoversRange(p) && o.resendAt.IsZero() {
 						t.Fatalf("%s: %s holds %v, desired for it, but its last message left it out", what, holder, p)
 					}
 				case want != "":

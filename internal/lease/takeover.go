@@ -72,6 +72,9 @@ func resume(cfg Settings, broken faults.Set, st *State, base uint64, now time.Ti
 			n.owners[id] = &ownerSession{id: id, addr: r.Addr, inc: r.Incarnation, member: r.Member,
 				capacity: r.Capacity, draining: r.Draining, since: r.Since, mySeq: c.seqBase, lastHeard: now}
 			c.heard(n, n.owners[id])
+			if !r.Member {
+				c.forgetTimer(n, n.owners[id])
+			}
 		}
 		if cfg.Rebalance != nil && len(s.desired) > 0 {
 			// Carry on from it. The next round waits for the Owners' load

@@ -56,6 +56,7 @@ type node struct {
 	waking  bool     // a stepInbox is scheduled
 	hadCore bool     // rep had taken over after its last step
 	plans   uint64   // rebalancing rounds its Core had planned after its last step
+	forgot  uint64   // Owners its Core had forgotten after its last step
 
 	// Owners and Lookups talk to one replica at a time, as their runtimes
 	// do: the target. A message from another replica finds no stream open.
@@ -285,6 +286,7 @@ type Stats struct {
 	Transfers        int
 	Drains           int // graceful Owner restarts begun (Config.DrainEvery)
 	Plans            int // rebalancing rounds planned (Config.Rebalance)
+	OwnersForgotten  int // Owner records the leaders forgot (no member, owed nothing)
 	LossEvents       int // unmigrated LGN changes recorded by the Manager
 	Notified         int // (loss, lookup) pairs notified in time
 	WorstDelay       time.Duration
@@ -906,7 +908,7 @@ func (s *Sim) afterReplica(n *node) time.Time {
 	deadline := r.NextDeadline()
 	s.work(n, s.clock().Sub(t0))
 	if core := r.Core() != nil; core != n.hadCore {
-		n.hadCore, n.plans = core, 0
+		n.hadCore, n.plans, n.forgot = core, 0, 0
 		if core {
 			s.stats.Takeovers++
 			s.trace(n, "took over")
@@ -915,6 +917,10 @@ func (s *Sim) afterReplica(n *node) time.Time {
 	if c := r.Core(); c != nil && c.Stats().Plans > n.plans {
 		s.stats.Plans += int(c.Stats().Plans - n.plans)
 		n.plans = c.Stats().Plans
+	}
+	if c := r.Core(); c != nil && c.Stats().Forgotten > n.forgot {
+		s.stats.OwnersForgotten += int(c.Stats().Forgotten - n.forgot)
+		n.forgot = c.Stats().Forgotten
 	}
 	if traceNode == n.name {
 		st := r.Status()

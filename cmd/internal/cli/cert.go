@@ -182,7 +182,7 @@ running processes load the new one without a restart.`,
 	}
 	list.Flags().StringVar(&ls.dir, "certs-dir", e.getenv(certs.DirEnv), "the certificates `DIR`")
 
-	cmd.AddCommand(createCA, createReplica, createOwner, createLookup, createOperator, list)
+	cmd.AddCommand(createCA, createReplica, createOwner, createLookup, createOperator, list, newExportP12Command(e)) // cert_p12.go
 	return cmd
 }
 

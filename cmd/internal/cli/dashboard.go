@@ -184,7 +184,7 @@ func (o *dashboardOptions) start(ctx context.Context, log *slog.Logger) (*runnin
 		// certificate of the group's CA; only an operator's may drain. A
 		// viewer without one is refused per request, not at the handshake:
 		// a person in a browser gets a page that says what is missing.
-		handler = certs.RequireHTTP(o.src, nil, operatorDrains(o.src.Identity(), handler))
+		handler = viewerCerts(o.src, operatorDrains(o.src.Identity(), handler)) // dashboard_auth.go
 		lis, scheme = tls.NewListener(lis, o.src.ServerTLSOpen()), "https"
 	}
 	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second,
@@ -266,7 +266,15 @@ func (s *managerSource) Status(ctx context.Context) (dashboard.Status, error) {
 	if resp == nil {
 		return dashboard.Status{}, answers[0].err
 	}
-	return statusOf(resp, clusterOf(answers)), nil
+	st := statusOf(resp, clusterOf(answers))
+	for _, r := range readiness(answers) { // as leasehold status judges it
+		for i := range st.Managers {
+			if st.Managers[i].Addr == r.Addr {
+				st.Managers[i].Ready, st.Managers[i].Reason = r.Ready, r.Reason
+			}
+		}
+	}
+	return st, nil
 }
 
 // statusOf converts the Manager's answer for the dashboard.

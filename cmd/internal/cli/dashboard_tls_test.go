@@ -127,6 +127,20 @@ func TestDashboardTLS(t *testing.T) {
 			t.Errorf("%s: %s /%s: %d %q; want %d and %q", tc.name, tc.method, tc.path, code, got, tc.code, tc.want)
 		}
 	}
+	// A browser without a certificate gets a page that says how to import
+	// the operator's (a PKCS#12 file of leasehold cert export-p12).
+	req, _ := http.NewRequest("GET", url, nil)
+	req.Header.Set("Accept", "text/html,application/xhtml+xml")
+	resp, err := none.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized || !strings.Contains(string(page), "leasehold cert export-p12 operator.alice") ||
+		!strings.Contains(string(page), "no certificate was presented") || !strings.Contains(string(page), "Your certificates → Import") {
+		t.Errorf("a browser without a certificate: %d\n%s\nwant 401 and the page on importing a PKCS#12 file", resp.StatusCode, page)
+	}
 	// Plain HTTP gets no page.
 	plain := strings.Replace(url, "https://", "http://", 1)
 	if resp, err := http.Get(plain + "api/view"); err == nil {

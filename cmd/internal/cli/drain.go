@@ -20,6 +20,7 @@ func init() { register(newDrainCommand) }
 
 func newDrainCommand(e *env) *cobra.Command {
 	o := &clientOptions{}
+	var cancel bool
 	cmd := &cobra.Command{
 		Use:   "drain [flags] OWNER_ID",
 		Short: "Move every range of an Owner to the others, with its state, before maintenance",
@@ -27,20 +28,30 @@ func newDrainCommand(e *env) *cobra.Command {
 Owner, asking it to hand the range's state over first (planned moves,
 C§2.1.2), and gives it no new ones. Lookups see the moves as migrations, not
 losses, when the Owner hands the state over in time (the Manager's
---handover). The Owner keeps running and stays drained until it restarts;
-an Owner stopped gracefully (SIGTERM) drains itself first.
+--handover). The Owner keeps running and stays drained until it restarts
+or the drain is cancelled (--cancel); an Owner stopped gracefully (SIGTERM)
+drains itself first.
 
 At most the Manager's --drain-gate Owners of a namespace may drain at once:
-a drain past that is refused, naming the Owners draining already, and exits
-with code 1. Draining an Owner that is draining already succeeds.
+a drain past that is refused, naming the Owners draining already and the
+way out, and exits with code 1. Draining an Owner that is draining already
+succeeds.
+
+--cancel ends the drain: the Owner is given ranges again and no longer
+counts at the gate. Cancelling where no drain runs succeeds and changes
+nothing. (An Owner stopping by SIGTERM asks to drain again at its next
+request.)
 
 drain returns once the Manager has started the drain; 'leasehold status'
 shows the Owner as DRAINING, its ranges falling to 0. --manager may list
 several replicas: the request goes to the leader.
 
 Output: draining OWNER in namespace NS: its ranges move to the other owners,
-or with --json: {"owner":"kv-2","namespace":"default","draining":true,"manager":"…"}`,
+or with --json: {"owner":"kv-2","namespace":"default","draining":true,"manager":"…"}
+(with --cancel: drain of OWNER in namespace NS cancelled: it takes ranges
+again, and "draining":false).`,
 		Example: `  leasehold drain kv-2
+  leasehold drain --cancel kv-2
   leasehold drain kv-2 --namespace presence --manager 127.0.0.1:7401,127.0.0.1:7402,127.0.0.1:7403`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) != 1 {
@@ -51,9 +62,15 @@ or with --json: {"owner":"kv-2","namespace":"default","draining":true,"manager":
 			}
 			return nil
 		},
-		RunE: run(func(ctx context.Context, args []string) error { return drain(ctx, e, o, args[0]) }),
+		RunE: run(func(ctx context.Context, args []string) error {
+			if cancel {
+				return undrain(ctx, e, o, args[0]) // owner_admin.go
+			}
+			return drain(ctx, e, o, args[0])
+		}),
 	}
 	o.addFlags(cmd, e, "the namespace `NS` the Owner serves")
+	cmd.Flags().BoolVar(&cancel, "cancel", false, "cancel the Owner's drain: it takes ranges again, and frees its place at the maintenance gate")
 	return cmd
 }
 
@@ -83,6 +100,18 @@ func drain(ctx context.Context, e *env, o *clientOptions, id string) error {
 // drainAt sends one Drain to the replica at addr. On a refusal by a
 // replica that is not the leader it returns the leader's address, if known.
 func (o *clientOptions) drainAt(ctx context.Context, addr, id string) (hint string, err error) {
+	return o.ownerCallAt(ctx, addr, id, "drain", func(ctx context.Context, c pb.AdminClient, opt grpc.CallOption) error {
+		_, err := c.Drain(ctx, &pb.DrainRequest{Namespace: o.namespace, Owner: id}, opt)
+		return err
+	})
+}
+
+// ownerCallAt makes one call about an Owner to the replica at addr. On a
+// refusal by a replica that is not the leader it returns the leader's
+// address, if known; the Manager's other refusals are worded "cannot VERB
+// ID: …".
+func (o *clientOptions) ownerCallAt(ctx context.Context, addr, id, verb string,
+	call func(context.Context, pb.AdminClient, grpc.CallOption) error) (hint string, err error) {
 	conn, err := o.dial(addr)
 	if err != nil {
 		return "", fmt.Errorf("invalid --manager address %q: %w", addr, err)
@@ -91,7 +120,7 @@ func (o *clientOptions) drainAt(ctx context.Context, addr, id string) (hint stri
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
 	var trailer metadata.MD
-	_, err = pb.NewAdminClient(conn).Drain(ctx, &pb.DrainRequest{Namespace: o.namespace, Owner: id}, grpc.Trailer(&trailer))
+	err = call(ctx, pb.NewAdminClient(conn), grpc.Trailer(&trailer))
 	if err == nil {
 		return "", nil
 	}
@@ -109,7 +138,9 @@ func (o *clientOptions) drainAt(ctx context.Context, addr, id string) (hint stri
 	}
 	switch st.Code() {
 	case codes.FailedPrecondition, codes.NotFound, codes.InvalidArgument:
-		return "", fmt.Errorf("cannot drain %s: %s", id, msg)
+		return "", fmt.Errorf("cannot %s %s: %s", verb, id, msg)
+	case codes.Unimplemented:
+		return "", fmt.Errorf("cannot %s %s: the Manager at %s predates it (upgrade the Manager)", verb, id, addr)
 	}
 	return "", o.managerErrorAt(addr, err)
 }

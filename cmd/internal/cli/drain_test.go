@@ -77,7 +77,7 @@ func TestDrainGate(t *testing.T) {
 	if code != ExitFailure || stdout != "" {
 		t.Fatalf("drain kv-3 with the gate full: exit %d, stdout %q, stderr %q; want exit 1", code, stdout, stderr)
 	}
-	oneErrorLine(t, stderr, `cannot drain kv-3: the maintenance gate is full: 2 owners of namespace "default" are draining already (kv-1, kv-2); at most 2 may drain at once`)
+	oneErrorLine(t, stderr, `cannot drain kv-3: the maintenance gate is full: 2 owners of namespace "default" are draining already (kv-1, kv-2); at most 2 may drain at once: cancel a drain with 'leasehold drain --cancel kv-1', or stop the drained Owner (one that has left frees the gate), or raise the Manager's --drain-gate`)
 
 	// Draining one that is draining already is not refused.
 	if code, stdout, stderr := cli(t, "drain", "--manager", addr, "--json", "kv-1"); code != ExitOK ||

@@ -78,7 +78,8 @@ func TestWatchPrinter(t *testing.T) {
 		{LSN: 4, Range: keyspace.Range{Start: half, End: 0}, Entry: leasetable.Entry{Owner: "kv-2", Addr: "b:2", LGN: 8, Migrated: true}},
 		{LSN: 5, Range: keyspace.Range{Start: 0, End: half}},
 	}}}
-	loss := lookup.Loss{Ranges: []keyspace.Range{{Start: 0, End: half}}}
+	loss := lookup.Loss{Ranges: []keyspace.Range{{Start: 0, End: half}},
+		Owners: []leasetable.OwnerRanges{{Owner: "kv-1", Addr: "a:1", Ranges: []keyspace.Range{{Start: 0, End: half}}}}}
 	all := lookup.Loss{Ranges: []keyspace.Range{keyspace.Full}, All: true}
 
 	for _, tc := range []struct {
@@ -88,18 +89,18 @@ func TestWatchPrinter(t *testing.T) {
 		{false, `03:04:05.006 snapshot epoch 9 lsn 3: 2 ranges, 1 free, 1 owner
 03:04:05.006 change lsn 4 [0x8000000000000000, 0x10000000000000000) -> kv-2 at b:2 (lgn 8) migrated
 03:04:05.006 change lsn 5 [0x0000000000000000, 0x8000000000000000) -> free
-03:04:05.006 LOSS 1 range: [0x0000000000000000, 0x8000000000000000)
+03:04:05.006 LOSS 1 range held by kv-1: [0x0000000000000000, 0x8000000000000000)
 03:04:05.006 LOSS all ranges: no sync with the manager within its sync timeout
 `},
 		{true, `{"event":"snapshot","time":"2026-01-02T03:04:05.006Z","epoch":9,"lsn":3,"ranges":2,"free_ranges":1,"owners":1}
 {"event":"change","time":"2026-01-02T03:04:05.006Z","epoch":9,"lsn":4,"start":"0x8000000000000000","end":"0x10000000000000000","owner":"kv-2","addr":"b:2","lgn":8,"migrated":true}
 {"event":"change","time":"2026-01-02T03:04:05.006Z","epoch":9,"lsn":5,"start":"0x0000000000000000","end":"0x8000000000000000","owner":"","addr":"","lgn":0,"migrated":false}
-{"event":"loss","time":"2026-01-02T03:04:05.006Z","ranges":[{"start":"0x0000000000000000","end":"0x8000000000000000"}],"all":false}
-{"event":"loss","time":"2026-01-02T03:04:05.006Z","ranges":[{"start":"0x0000000000000000","end":"0x10000000000000000"}],"all":true}
+{"event":"loss","id":1,"namespace":"default","at":"2026-01-02T03:04:05.006Z","all":false,"ranges":[{"start":"0x0000000000000000","end":"0x8000000000000000"}],"owners":[{"owner":"kv-1","addr":"a:1","ranges":[{"start":"0x0000000000000000","end":"0x8000000000000000"}]}],"time":"2026-01-02T03:04:05.006Z"}
+{"event":"loss","id":2,"namespace":"default","at":"2026-01-02T03:04:05.006Z","all":true,"ranges":[{"start":"0x0000000000000000","end":"0x10000000000000000"}],"owners":[],"time":"2026-01-02T03:04:05.006Z"}
 `},
 	} {
 		var out bytes.Buffer
-		p := &watchPrinter{w: &out, json: tc.json, now: func() time.Time { return at }}
+		p := &watchPrinter{w: &out, json: tc.json, now: func() time.Time { return at }, ns: "default"}
 		p.update(snap)
 		p.first(9, nil) // an upcall printed the first copy already: nothing
 		p.update(delta)

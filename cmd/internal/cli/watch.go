@@ -38,7 +38,13 @@ With --json each event is one compact JSON object per line:
   {"event":"snapshot","time":"…","epoch":N,"lsn":N,"ranges":N,"free_ranges":N,"owners":N}
   {"event":"change","time":"…","epoch":N,"lsn":N,"start":"0x…","end":"0x…",
    "owner":"kv-1","addr":"127.0.0.1:8001","lgn":N,"migrated":false}
-  {"event":"loss","time":"…","ranges":[{"start":"0x…","end":"0x…"}],"all":false}
+  {"event":"loss","id":N,"namespace":"default","at":"…","all":false,
+   "ranges":[{"start":"0x…","end":"0x…"}],
+   "owners":[{"owner":"kv-2","addr":"127.0.0.1:8002","ranges":[…]}],"time":"…"}
+A loss event is the loss schema the gateway and the dashboard share
+(docs/protocol.md, "Loss events"); owners names whose state was lost, and
+time repeats at for the consumers of the first form, which had no id,
+namespace or owners.
 Keys are 0x and 16 hex digits; the end of the key space is 0x10000000000000000.
 A change to a free range has owner "" and lgn 0.`,
 		Example: `  leasehold watch
@@ -61,7 +67,7 @@ func watch(ctx context.Context, e *env, o *clientOptions, lo *logOptions) error 
 	if err != nil {
 		return err
 	}
-	p := &watchPrinter{w: e.stdout, json: o.json}
+	p := &watchPrinter{w: e.stdout, json: o.json, ns: o.namespace}
 	opts, err := o.dialOptions()
 	if err != nil {
 		return err
@@ -102,6 +108,8 @@ type watchPrinter struct {
 	printed bool         // a snapshot or a change was printed
 	epoch   uint64       // of the last update printed
 	lsn     keyspace.LSN // the newest change printed in epoch
+	ns      string       // the namespace watched, for the loss events
+	losses  uint64       // loss events printed, which number them
 }
 
 type snapshotEvent struct {
@@ -127,16 +135,11 @@ type changeEvent struct {
 	Migrated bool   `json:"migrated"`
 }
 
+// lossEvent is the loss schema (lookup.LossEvent, docs/protocol.md "Loss
+// events"), with time, its at under the name watch's first form gave it.
 type lossEvent struct {
-	Event  string      `json:"event"`
-	Time   string      `json:"time"`
-	Ranges []rangeJSON `json:"ranges"`
-	All    bool        `json:"all"`
-}
-
-type rangeJSON struct {
-	Start string `json:"start"`
-	End   string `json:"end"`
+	lookup.LossEvent
+	Time string `json:"time"`
 }
 
 func (p *watchPrinter) time() time.Time {
@@ -213,14 +216,21 @@ func (p *watchPrinter) loss(l lookup.Loss) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := p.time()
-	ev := lossEvent{Event: "loss", Time: now.Format(time.RFC3339Nano), Ranges: []rangeJSON{}, All: l.All}
+	p.losses++
+	ev := lossEvent{LossEvent: lookup.NewLossEvent(p.losses, p.ns, now, l), Time: now.Format(time.RFC3339Nano)}
 	var text []string
-	for _, r := range l.Ranges {
-		rj := rangeJSON{Start: hexKey(r.Start), End: hexEnd(r)}
-		ev.Ranges = append(ev.Ranges, rj)
-		text = append(text, "["+rj.Start+", "+rj.End+")")
+	for _, r := range ev.Ranges {
+		text = append(text, "["+r.Start+", "+r.End+")")
 	}
-	what := count(len(l.Ranges), "range") + ": " + strings.Join(text, " ")
+	what := count(len(l.Ranges), "range")
+	if len(l.Owners) > 0 {
+		var held []string
+		for _, o := range l.Owners {
+			held = append(held, o.Owner)
+		}
+		what += " held by " + strings.Join(held, ", ")
+	}
+	what += ": " + strings.Join(text, " ")
 	if l.All {
 		what = "all ranges: no sync with the manager within its sync timeout"
 	}

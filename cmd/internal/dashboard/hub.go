@@ -97,6 +97,10 @@ type Event struct {
 	// loss's holders as last drawn. Filtering by Owner matches these.
 	Owners []string `json:"owners"`
 	Text   string   `json:"text"`
+	// Count is how many ranges a planned move's line stands for: the
+	// ranges moved from one Owner to another within moveWindow of the
+	// last, on one line.
+	Count int `json:"count,omitempty"`
 }
 
 // Hub keeps what the dashboard shows and sends it to every viewer: one
@@ -121,6 +125,7 @@ type Hub struct {
 	builds    uint64           // guarded by mu; views built
 	viewers   map[*viewer]bool // guarded by mu
 	polls     uint64           // guarded by mu; Status calls made
+	op        opState          // guarded by mu; losses, moves, grant times (operator.go)
 }
 
 // drawn is a namespace's table as the last view drew it, for hover and to
@@ -243,6 +248,7 @@ func (h *Hub) Changed(ns string, u lookup.Update) {
 		h.eventLocked(ns, "snapshot", nil, fmt.Sprintf("a full copy of the table at lsn %d: %d ranges, %d Owners",
 			u.Update.To, len(u.Update.Segments), len(holders)))
 	}
+	h.grantedLocked(ns, u)
 	d := h.drawn[ns]
 	for _, c := range u.Update.Changes {
 		var owners []string
@@ -261,8 +267,7 @@ func (h *Hub) Changed(ns string, u lookup.Update) {
 		case c.Entry.Free():
 			h.eventLocked(ns, "free", owners, fmt.Sprintf("lsn %d %s: %s → free", c.LSN, span, from))
 		case c.Entry.Migrated:
-			h.eventLocked(ns, "move", owners, fmt.Sprintf("lsn %d %s: %s → %s (lgn %d), planned: the state moved with it",
-				c.LSN, span, from, c.Entry.Owner, c.Entry.LGN))
+			h.moveLocked(ns, from, c) // one line per move
 		default:
 			h.eventLocked(ns, "grant", owners, fmt.Sprintf("lsn %d %s: %s → %s (lgn %d)", c.LSN, span, from, c.Entry.Owner, c.Entry.LGN))
 		}
@@ -274,38 +279,19 @@ func (h *Hub) Changed(ns string, u lookup.Update) {
 // spells out.
 const lossShown = 3
 
-// Lost is the Lookup's OnLoss for namespace ns.
+// Lost is the Lookup's OnLoss for namespace ns: the loss is counted and
+// listed (the losses view) and put on the timeline, naming the Owners
+// whose state was lost.
 func (h *Hub) Lost(ns string, l lookup.Loss) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	e := h.lossLocked(ns, l)
 	if l.All {
 		h.eventLocked(ns, "loss", nil, "LOSS of all ranges: no sync with the Manager within its sync timeout")
 		h.markDirty()
 		return
 	}
-	d := h.drawn[ns]
-	seen := map[string]bool{}
-	var owners, spans []string
-	for i, r := range l.Ranges {
-		for _, s := range overlapping(d.segs, r) {
-			if id := s.Entry.Owner; id != "" && !seen[id] {
-				seen[id] = true
-				owners = append(owners, id)
-			}
-		}
-		if i < lossShown {
-			spans = append(spans, "["+hexKey(r.Start)+", "+hexEnd(r)+")")
-		}
-	}
-	slices.Sort(owners)
-	text := fmt.Sprintf("LOSS of %d ranges", len(l.Ranges))
-	if len(owners) > 0 {
-		text += " held by " + strings.Join(owners, ", ")
-	}
-	text += ": " + strings.Join(spans, " ")
-	if len(l.Ranges) > lossShown {
-		text += " …"
-	}
+	text, owners := lossText(e)
 	h.eventLocked(ns, "loss", owners, text)
 	h.markDirty()
 }
@@ -357,6 +343,11 @@ type view struct {
 	Hot        []hotView `json:"hot"`
 	Events     []Event   `json:"events"`
 	Buckets    int       `json:"buckets"`
+	// LossCount counts the loss notifications since the dashboard
+	// started; Losses are the newest of them (lossesKept), newest first,
+	// in the loss schema (lookup.LossEvent, docs/protocol.md).
+	LossCount uint64             `json:"lossCount"`
+	Losses    []lookup.LossEvent `json:"losses"`
 }
 
 type nsView struct {
@@ -456,6 +447,12 @@ func (h *Hub) Build() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.drawn = fresh
+	h.pruneGrantedLocked(fresh)
+	v.LossCount = h.op.lossCount
+	v.Losses = make([]lookup.LossEvent, 0, len(h.op.losses))
+	for i := len(h.op.losses) - 1; i >= 0; i-- {
+		v.Losses = append(v.Losses, h.op.losses[i])
+	}
 	h.builds++
 	v.Build = h.builds
 	v.Events = slices.Clone(h.events)

@@ -44,6 +44,10 @@ type Manager struct {
 	Commit  uint64 `json:"commit"`
 	Applied uint64 `json:"applied"`
 	Error   string `json:"error,omitempty"`
+	// Ready is the replica's readiness by the rule of its /readyz (what
+	// leasehold status shows), and Reason why it is not.
+	Ready  bool   `json:"ready"`
+	Reason string `json:"reason,omitempty"`
 }
 
 // NamespaceStatus is one namespace as the Manager's Status describes it.

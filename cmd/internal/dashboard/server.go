@@ -38,6 +38,7 @@ const maxDrainBody = 4 << 10
 //	GET  /api/view     the last view, JSON (503 before the first)
 //	GET  /api/segment  ?ns=NS&at=F&arc=A: the range at fraction F of the key
 //	                   space, and how many ranges lie in arc A of the drawn band
+//	GET  /api/key      ?ns=NS&key=K: which Owner holds key K, since when
 //	POST /api/drain    {"namespace":"NS","owner":"ID"}: drain an Owner
 //
 // title names the Manager on the page.
@@ -64,6 +65,7 @@ func (h *Hub) Handler(title string) http.Handler {
 		_, _ = w.Write(v)
 	})
 	mux.HandleFunc("GET /api/segment", h.serveSegment)
+	mux.HandleFunc("GET /api/key", h.serveKey) // server_key.go
 	mux.HandleFunc("POST /api/drain", h.serveDrain)
 	return mux
 }

@@ -2540,6 +2540,94 @@ func (*DrainResponse) Descriptor() ([]byte, []int) {
 	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{29}
 }
 
+type ForgetRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Owner         string                 `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForgetRequest) Reset() {
+	*x = ForgetRequest{}
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForgetRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForgetRequest) ProtoMessage() {}
+
+func (x *ForgetRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForgetRequest.ProtoReflect.Descriptor instead.
+func (*ForgetRequest) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *ForgetRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *ForgetRequest) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+type ForgetResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForgetResponse) Reset() {
+	*x = ForgetResponse{}
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForgetResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForgetResponse) ProtoMessage() {}
+
+func (x *ForgetResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForgetResponse.ProtoReflect.Descriptor instead.
+func (*ForgetResponse) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{31}
+}
+
 type BackupRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -2548,7 +2636,7 @@ type BackupRequest struct {
 
 func (x *BackupRequest) Reset() {
 	*x = BackupRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[30]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2560,7 +2648,7 @@ func (x *BackupRequest) String() string {
 func (*BackupRequest) ProtoMessage() {}
 
 func (x *BackupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[30]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2573,7 +2661,7 @@ func (x *BackupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupRequest.ProtoReflect.Descriptor instead.
 func (*BackupRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{30}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{32}
 }
 
 // BackupChunk is the next part of a backup; the parts concatenated are the
@@ -2587,7 +2675,7 @@ type BackupChunk struct {
 
 func (x *BackupChunk) Reset() {
 	*x = BackupChunk{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[31]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2599,7 +2687,7 @@ func (x *BackupChunk) String() string {
 func (*BackupChunk) ProtoMessage() {}
 
 func (x *BackupChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[31]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2612,7 +2700,7 @@ func (x *BackupChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupChunk.ProtoReflect.Descriptor instead.
 func (*BackupChunk) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{31}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *BackupChunk) GetData() []byte {
@@ -2639,7 +2727,7 @@ type RaftMessage struct {
 
 func (x *RaftMessage) Reset() {
 	*x = RaftMessage{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[32]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2651,7 +2739,7 @@ func (x *RaftMessage) String() string {
 func (*RaftMessage) ProtoMessage() {}
 
 func (x *RaftMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[32]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2664,7 +2752,7 @@ func (x *RaftMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftMessage.ProtoReflect.Descriptor instead.
 func (*RaftMessage) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{32}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RaftMessage) GetMessage() []byte {
@@ -2691,7 +2779,7 @@ type RaftAck struct {
 
 func (x *RaftAck) Reset() {
 	*x = RaftAck{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[33]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2703,7 +2791,7 @@ func (x *RaftAck) String() string {
 func (*RaftAck) ProtoMessage() {}
 
 func (x *RaftAck) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[33]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2716,7 +2804,7 @@ func (x *RaftAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftAck.ProtoReflect.Descriptor instead.
 func (*RaftAck) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{33}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{35}
 }
 
 // LossesRequest subscribes to a gateway's loss notifications.
@@ -2736,7 +2824,7 @@ type LossesRequest struct {
 
 func (x *LossesRequest) Reset() {
 	*x = LossesRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[34]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2748,7 +2836,7 @@ func (x *LossesRequest) String() string {
 func (*LossesRequest) ProtoMessage() {}
 
 func (x *LossesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[34]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2761,7 +2849,7 @@ func (x *LossesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LossesRequest.ProtoReflect.Descriptor instead.
 func (*LossesRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{34}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *LossesRequest) GetNamespace() string {
@@ -2798,14 +2886,18 @@ type LossNotification struct {
 	All    bool     `protobuf:"varint,3,opt,name=all,proto3" json:"all,omitempty"`
 	Ranges []*Range `protobuf:"bytes,4,rep,name=ranges,proto3" json:"ranges,omitempty"`
 	// at is when the gateway heard of it, in Unix nanoseconds.
-	AtUnixNano    int64 `protobuf:"varint,5,opt,name=at_unix_nano,json=atUnixNano,proto3" json:"at_unix_nano,omitempty"`
+	AtUnixNano int64 `protobuf:"varint,5,opt,name=at_unix_nano,json=atUnixNano,proto3" json:"at_unix_nano,omitempty"`
+	// owners names whose state was lost: ranges grouped by the Owner that
+	// held them in the gateway's copy of the table (docs/protocol.md, "Loss
+	// events"). Empty when all.
+	Owners        []*LostOwner `protobuf:"bytes,6,rep,name=owners,proto3" json:"owners,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *LossNotification) Reset() {
 	*x = LossNotification{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[35]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2817,7 +2909,7 @@ func (x *LossNotification) String() string {
 func (*LossNotification) ProtoMessage() {}
 
 func (x *LossNotification) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[35]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2830,7 +2922,7 @@ func (x *LossNotification) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LossNotification.ProtoReflect.Descriptor instead.
 func (*LossNotification) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{35}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *LossNotification) GetId() uint64 {
@@ -2868,6 +2960,74 @@ func (x *LossNotification) GetAtUnixNano() int64 {
 	return 0
 }
 
+func (x *LossNotification) GetOwners() []*LostOwner {
+	if x != nil {
+		return x.Owners
+	}
+	return nil
+}
+
+// LostOwner is one Owner's part of a loss notification.
+type LostOwner struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Owner         string                 `protobuf:"bytes,1,opt,name=owner,proto3" json:"owner,omitempty"`
+	Addr          string                 `protobuf:"bytes,2,opt,name=addr,proto3" json:"addr,omitempty"`
+	Ranges        []*Range               `protobuf:"bytes,3,rep,name=ranges,proto3" json:"ranges,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LostOwner) Reset() {
+	*x = LostOwner{}
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LostOwner) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LostOwner) ProtoMessage() {}
+
+func (x *LostOwner) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LostOwner.ProtoReflect.Descriptor instead.
+func (*LostOwner) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *LostOwner) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *LostOwner) GetAddr() string {
+	if x != nil {
+		return x.Addr
+	}
+	return ""
+}
+
+func (x *LostOwner) GetRanges() []*Range {
+	if x != nil {
+		return x.Ranges
+	}
+	return nil
+}
+
 // CoversRequest asks whether loss id covers key.
 type CoversRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2879,7 +3039,7 @@ type CoversRequest struct {
 
 func (x *CoversRequest) Reset() {
 	*x = CoversRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[36]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2891,7 +3051,7 @@ func (x *CoversRequest) String() string {
 func (*CoversRequest) ProtoMessage() {}
 
 func (x *CoversRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[36]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2904,7 +3064,7 @@ func (x *CoversRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CoversRequest.ProtoReflect.Descriptor instead.
 func (*CoversRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{36}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *CoversRequest) GetId() uint64 {
@@ -2932,7 +3092,7 @@ type CoversResponse struct {
 
 func (x *CoversResponse) Reset() {
 	*x = CoversResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[37]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2944,7 +3104,7 @@ func (x *CoversResponse) String() string {
 func (*CoversResponse) ProtoMessage() {}
 
 func (x *CoversResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[37]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2957,7 +3117,7 @@ func (x *CoversResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CoversResponse.ProtoReflect.Descriptor instead.
 func (*CoversResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{37}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *CoversResponse) GetCovers() bool {
@@ -3184,7 +3344,11 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\fDrainRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\"\x0f\n" +
-	"\rDrainResponse\"\x0f\n" +
+	"\rDrainResponse\"C\n" +
+	"\rForgetRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
+	"\x05owner\x18\x02 \x01(\tR\x05owner\"\x10\n" +
+	"\x0eForgetResponse\"\x0f\n" +
 	"\rBackupRequest\"!\n" +
 	"\vBackupChunk\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\";\n" +
@@ -3195,14 +3359,19 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\rLossesRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x14\n" +
-	"\x05after\x18\x03 \x01(\x04R\x05after\"\xa1\x01\n" +
+	"\x05after\x18\x03 \x01(\x04R\x05after\"\xd2\x01\n" +
 	"\x10LossNotification\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x10\n" +
 	"\x03all\x18\x03 \x01(\bR\x03all\x12+\n" +
 	"\x06ranges\x18\x04 \x03(\v2\x13.leasehold.v1.RangeR\x06ranges\x12 \n" +
 	"\fat_unix_nano\x18\x05 \x01(\x03R\n" +
-	"atUnixNano\"1\n" +
+	"atUnixNano\x12/\n" +
+	"\x06owners\x18\x06 \x03(\v2\x17.leasehold.v1.LostOwnerR\x06owners\"b\n" +
+	"\tLostOwner\x12\x14\n" +
+	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x12\n" +
+	"\x04addr\x18\x02 \x01(\tR\x04addr\x12+\n" +
+	"\x06ranges\x18\x03 \x03(\v2\x13.leasehold.v1.RangeR\x06ranges\"1\n" +
 	"\rCoversRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\"<\n" +
@@ -3212,13 +3381,15 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x06Leases\x12F\n" +
 	"\aSession\x12\x1a.leasehold.v1.LeaseRequest\x1a\x1b.leasehold.v1.LeaseResponse(\x010\x012L\n" +
 	"\aLookups\x12A\n" +
-	"\x04Sync\x12\x19.leasehold.v1.SyncRequest\x1a\x1a.leasehold.v1.SyncResponse(\x010\x012\xad\x03\n" +
+	"\x04Sync\x12\x19.leasehold.v1.SyncRequest\x1a\x1a.leasehold.v1.SyncResponse(\x010\x012\xb6\x04\n" +
 	"\x05Admin\x12C\n" +
 	"\x06Status\x12\x1b.leasehold.v1.StatusRequest\x1a\x1c.leasehold.v1.StatusResponse\x12F\n" +
 	"\aAddPeer\x12\x1c.leasehold.v1.AddPeerRequest\x1a\x1d.leasehold.v1.ClusterResponse\x12L\n" +
 	"\n" +
 	"RemovePeer\x12\x1f.leasehold.v1.RemovePeerRequest\x1a\x1d.leasehold.v1.ClusterResponse\x12@\n" +
 	"\x05Drain\x12\x1a.leasehold.v1.DrainRequest\x1a\x1b.leasehold.v1.DrainResponse\x12B\n" +
+	"\aUndrain\x12\x1a.leasehold.v1.DrainRequest\x1a\x1b.leasehold.v1.DrainResponse\x12C\n" +
+	"\x06Forget\x12\x1b.leasehold.v1.ForgetRequest\x1a\x1c.leasehold.v1.ForgetResponse\x12B\n" +
 	"\x06Backup\x12\x1b.leasehold.v1.BackupRequest\x1a\x19.leasehold.v1.BackupChunk0\x01\x12C\n" +
 	"\x06Holder\x12\x1b.leasehold.v1.HolderRequest\x1a\x1c.leasehold.v1.HolderResponse2B\n" +
 	"\x04Raft\x12:\n" +
@@ -3239,7 +3410,7 @@ func file_leasehold_v1_leasehold_proto_rawDescGZIP() []byte {
 	return file_leasehold_v1_leasehold_proto_rawDescData
 }
 
-var file_leasehold_v1_leasehold_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
+var file_leasehold_v1_leasehold_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_leasehold_v1_leasehold_proto_goTypes = []any{
 	(*Range)(nil),             // 0: leasehold.v1.Range
 	(*Lease)(nil),             // 1: leasehold.v1.Lease
@@ -3271,14 +3442,17 @@ var file_leasehold_v1_leasehold_proto_goTypes = []any{
 	(*ClusterResponse)(nil),   // 27: leasehold.v1.ClusterResponse
 	(*DrainRequest)(nil),      // 28: leasehold.v1.DrainRequest
 	(*DrainResponse)(nil),     // 29: leasehold.v1.DrainResponse
-	(*BackupRequest)(nil),     // 30: leasehold.v1.BackupRequest
-	(*BackupChunk)(nil),       // 31: leasehold.v1.BackupChunk
-	(*RaftMessage)(nil),       // 32: leasehold.v1.RaftMessage
-	(*RaftAck)(nil),           // 33: leasehold.v1.RaftAck
-	(*LossesRequest)(nil),     // 34: leasehold.v1.LossesRequest
-	(*LossNotification)(nil),  // 35: leasehold.v1.LossNotification
-	(*CoversRequest)(nil),     // 36: leasehold.v1.CoversRequest
-	(*CoversResponse)(nil),    // 37: leasehold.v1.CoversResponse
+	(*ForgetRequest)(nil),     // 30: leasehold.v1.ForgetRequest
+	(*ForgetResponse)(nil),    // 31: leasehold.v1.ForgetResponse
+	(*BackupRequest)(nil),     // 32: leasehold.v1.BackupRequest
+	(*BackupChunk)(nil),       // 33: leasehold.v1.BackupChunk
+	(*RaftMessage)(nil),       // 34: leasehold.v1.RaftMessage
+	(*RaftAck)(nil),           // 35: leasehold.v1.RaftAck
+	(*LossesRequest)(nil),     // 36: leasehold.v1.LossesRequest
+	(*LossNotification)(nil),  // 37: leasehold.v1.LossNotification
+	(*LostOwner)(nil),         // 38: leasehold.v1.LostOwner
+	(*CoversRequest)(nil),     // 39: leasehold.v1.CoversRequest
+	(*CoversResponse)(nil),    // 40: leasehold.v1.CoversResponse
 }
 var file_leasehold_v1_leasehold_proto_depIdxs = []int32{
 	0,  // 0: leasehold.v1.Lease.range:type_name -> leasehold.v1.Range
@@ -3308,33 +3482,39 @@ var file_leasehold_v1_leasehold_proto_depIdxs = []int32{
 	21, // 24: leasehold.v1.Cluster.read_lease:type_name -> leasehold.v1.ReadLeaseInfo
 	20, // 25: leasehold.v1.ClusterResponse.cluster:type_name -> leasehold.v1.Cluster
 	0,  // 26: leasehold.v1.LossNotification.ranges:type_name -> leasehold.v1.Range
-	2,  // 27: leasehold.v1.Leases.Session:input_type -> leasehold.v1.LeaseRequest
-	13, // 28: leasehold.v1.Lookups.Sync:input_type -> leasehold.v1.SyncRequest
-	15, // 29: leasehold.v1.Admin.Status:input_type -> leasehold.v1.StatusRequest
-	25, // 30: leasehold.v1.Admin.AddPeer:input_type -> leasehold.v1.AddPeerRequest
-	26, // 31: leasehold.v1.Admin.RemovePeer:input_type -> leasehold.v1.RemovePeerRequest
-	28, // 32: leasehold.v1.Admin.Drain:input_type -> leasehold.v1.DrainRequest
-	30, // 33: leasehold.v1.Admin.Backup:input_type -> leasehold.v1.BackupRequest
-	22, // 34: leasehold.v1.Admin.Holder:input_type -> leasehold.v1.HolderRequest
-	32, // 35: leasehold.v1.Raft.Send:input_type -> leasehold.v1.RaftMessage
-	34, // 36: leasehold.v1.Gateway.Losses:input_type -> leasehold.v1.LossesRequest
-	36, // 37: leasehold.v1.Gateway.Covers:input_type -> leasehold.v1.CoversRequest
-	7,  // 38: leasehold.v1.Leases.Session:output_type -> leasehold.v1.LeaseResponse
-	14, // 39: leasehold.v1.Lookups.Sync:output_type -> leasehold.v1.SyncResponse
-	19, // 40: leasehold.v1.Admin.Status:output_type -> leasehold.v1.StatusResponse
-	27, // 41: leasehold.v1.Admin.AddPeer:output_type -> leasehold.v1.ClusterResponse
-	27, // 42: leasehold.v1.Admin.RemovePeer:output_type -> leasehold.v1.ClusterResponse
-	29, // 43: leasehold.v1.Admin.Drain:output_type -> leasehold.v1.DrainResponse
-	31, // 44: leasehold.v1.Admin.Backup:output_type -> leasehold.v1.BackupChunk
-	23, // 45: leasehold.v1.Admin.Holder:output_type -> leasehold.v1.HolderResponse
-	33, // 46: leasehold.v1.Raft.Send:output_type -> leasehold.v1.RaftAck
-	35, // 47: leasehold.v1.Gateway.Losses:output_type -> leasehold.v1.LossNotification
-	37, // 48: leasehold.v1.Gateway.Covers:output_type -> leasehold.v1.CoversResponse
-	38, // [38:49] is the sub-list for method output_type
-	27, // [27:38] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	38, // 27: leasehold.v1.LossNotification.owners:type_name -> leasehold.v1.LostOwner
+	0,  // 28: leasehold.v1.LostOwner.ranges:type_name -> leasehold.v1.Range
+	2,  // 29: leasehold.v1.Leases.Session:input_type -> leasehold.v1.LeaseRequest
+	13, // 30: leasehold.v1.Lookups.Sync:input_type -> leasehold.v1.SyncRequest
+	15, // 31: leasehold.v1.Admin.Status:input_type -> leasehold.v1.StatusRequest
+	25, // 32: leasehold.v1.Admin.AddPeer:input_type -> leasehold.v1.AddPeerRequest
+	26, // 33: leasehold.v1.Admin.RemovePeer:input_type -> leasehold.v1.RemovePeerRequest
+	28, // 34: leasehold.v1.Admin.Drain:input_type -> leasehold.v1.DrainRequest
+	28, // 35: leasehold.v1.Admin.Undrain:input_type -> leasehold.v1.DrainRequest
+	30, // 36: leasehold.v1.Admin.Forget:input_type -> leasehold.v1.ForgetRequest
+	32, // 37: leasehold.v1.Admin.Backup:input_type -> leasehold.v1.BackupRequest
+	22, // 38: leasehold.v1.Admin.Holder:input_type -> leasehold.v1.HolderRequest
+	34, // 39: leasehold.v1.Raft.Send:input_type -> leasehold.v1.RaftMessage
+	36, // 40: leasehold.v1.Gateway.Losses:input_type -> leasehold.v1.LossesRequest
+	39, // 41: leasehold.v1.Gateway.Covers:input_type -> leasehold.v1.CoversRequest
+	7,  // 42: leasehold.v1.Leases.Session:output_type -> leasehold.v1.LeaseResponse
+	14, // 43: leasehold.v1.Lookups.Sync:output_type -> leasehold.v1.SyncResponse
+	19, // 44: leasehold.v1.Admin.Status:output_type -> leasehold.v1.StatusResponse
+	27, // 45: leasehold.v1.Admin.AddPeer:output_type -> leasehold.v1.ClusterResponse
+	27, // 46: leasehold.v1.Admin.RemovePeer:output_type -> leasehold.v1.ClusterResponse
+	29, // 47: leasehold.v1.Admin.Drain:output_type -> leasehold.v1.DrainResponse
+	29, // 48: leasehold.v1.Admin.Undrain:output_type -> leasehold.v1.DrainResponse
+	31, // 49: leasehold.v1.Admin.Forget:output_type -> leasehold.v1.ForgetResponse
+	33, // 50: leasehold.v1.Admin.Backup:output_type -> leasehold.v1.BackupChunk
+	23, // 51: leasehold.v1.Admin.Holder:output_type -> leasehold.v1.HolderResponse
+	35, // 52: leasehold.v1.Raft.Send:output_type -> leasehold.v1.RaftAck
+	37, // 53: leasehold.v1.Gateway.Losses:output_type -> leasehold.v1.LossNotification
+	40, // 54: leasehold.v1.Gateway.Covers:output_type -> leasehold.v1.CoversResponse
+	42, // [42:55] is the sub-list for method output_type
+	29, // [29:42] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_v1_leasehold_proto_init() }
@@ -3348,7 +3528,7 @@ func file_leasehold_v1_leasehold_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leasehold_v1_leasehold_proto_rawDesc), len(file_leasehold_v1_leasehold_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   38,
+			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   5,
 		},

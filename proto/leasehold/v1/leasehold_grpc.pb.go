@@ -231,6 +231,8 @@ const (
 	Admin_AddPeer_FullMethodName    = "/leasehold.v1.Admin/AddPeer"
 	Admin_RemovePeer_FullMethodName = "/leasehold.v1.Admin/RemovePeer"
 	Admin_Drain_FullMethodName      = "/leasehold.v1.Admin/Drain"
+	Admin_Undrain_FullMethodName    = "/leasehold.v1.Admin/Undrain"
+	Admin_Forget_FullMethodName     = "/leasehold.v1.Admin/Forget"
 	Admin_Backup_FullMethodName     = "/leasehold.v1.Admin/Backup"
 	Admin_Holder_FullMethodName     = "/leasehold.v1.Admin/Holder"
 )
@@ -252,6 +254,16 @@ type AdminClient interface {
 	// Drain moves every range of an Owner to the others, handing the state
 	// over, behind the maintenance gate (leasehold drain).
 	Drain(ctx context.Context, in *DrainRequest, opts ...grpc.CallOption) (*DrainResponse, error)
+	// Undrain ends an Owner's drain (leasehold drain --cancel): it is given
+	// ranges again and no longer counts at the maintenance gate. (A call of
+	// its own, not a field of DrainRequest, so that a Manager that predates
+	// it answers UNIMPLEMENTED instead of starting a drain.)
+	Undrain(ctx context.Context, in *DrainRequest, opts ...grpc.CallOption) (*DrainResponse, error)
+	// Forget removes an Owner's record before the Manager's own rule does
+	// (leasehold forget): refused with FAILED_PRECONDITION while the Owner
+	// is a member or is owed anything (docs/protocol.md, "Forgetting
+	// Owners"), NOT_FOUND when no Owner of that ID is recorded.
+	Forget(ctx context.Context, in *ForgetRequest, opts ...grpc.CallOption) (*ForgetResponse, error)
 	// Backup streams a consistent copy of the answering replica's data
 	// directory (its Raft log and snapshot) while it keeps running.
 	Backup(ctx context.Context, in *BackupRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[BackupChunk], error)
@@ -310,6 +322,26 @@ func (c *adminClient) Drain(ctx context.Context, in *DrainRequest, opts ...grpc.
 	return out, nil
 }
 
+func (c *adminClient) Undrain(ctx context.Context, in *DrainRequest, opts ...grpc.CallOption) (*DrainResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DrainResponse)
+	err := c.cc.Invoke(ctx, Admin_Undrain_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) Forget(ctx context.Context, in *ForgetRequest, opts ...grpc.CallOption) (*ForgetResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ForgetResponse)
+	err := c.cc.Invoke(ctx, Admin_Forget_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *adminClient) Backup(ctx context.Context, in *BackupRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[BackupChunk], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	stream, err := c.cc.NewStream(ctx, &Admin_ServiceDesc.Streams[0], Admin_Backup_FullMethodName, cOpts...)
@@ -356,6 +388,16 @@ type AdminServer interface {
 	// Drain moves every range of an Owner to the others, handing the state
 	// over, behind the maintenance gate (leasehold drain).
 	Drain(context.Context, *DrainRequest) (*DrainResponse, error)
+	// Undrain ends an Owner's drain (leasehold drain --cancel): it is given
+	// ranges again and no longer counts at the maintenance gate. (A call of
+	// its own, not a field of DrainRequest, so that a Manager that predates
+	// it answers UNIMPLEMENTED instead of starting a drain.)
+	Undrain(context.Context, *DrainRequest) (*DrainResponse, error)
+	// Forget removes an Owner's record before the Manager's own rule does
+	// (leasehold forget): refused with FAILED_PRECONDITION while the Owner
+	// is a member or is owed anything (docs/protocol.md, "Forgetting
+	// Owners"), NOT_FOUND when no Owner of that ID is recorded.
+	Forget(context.Context, *ForgetRequest) (*ForgetResponse, error)
 	// Backup streams a consistent copy of the answering replica's data
 	// directory (its Raft log and snapshot) while it keeps running.
 	Backup(*BackupRequest, grpc.ServerStreamingServer[BackupChunk]) error
@@ -385,6 +427,12 @@ func (UnimplementedAdminServer) RemovePeer(context.Context, *RemovePeerRequest) 
 }
 func (UnimplementedAdminServer) Drain(context.Context, *DrainRequest) (*DrainResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Drain not implemented")
+}
+func (UnimplementedAdminServer) Undrain(context.Context, *DrainRequest) (*DrainResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Undrain not implemented")
+}
+func (UnimplementedAdminServer) Forget(context.Context, *ForgetRequest) (*ForgetResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Forget not implemented")
 }
 func (UnimplementedAdminServer) Backup(*BackupRequest, grpc.ServerStreamingServer[BackupChunk]) error {
 	return status.Error(codes.Unimplemented, "method Backup not implemented")
@@ -485,6 +533,42 @@ func _Admin_Drain_Handler(srv interface{}, ctx context.Context, dec func(interfa
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_Undrain_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DrainRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).Undrain(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_Undrain_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).Undrain(ctx, req.(*DrainRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_Forget_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ForgetRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).Forget(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_Forget_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).Forget(ctx, req.(*ForgetRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Admin_Backup_Handler(srv interface{}, stream grpc.ServerStream) error {
 	m := new(BackupRequest)
 	if err := stream.RecvMsg(m); err != nil {
@@ -536,6 +620,14 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Drain",
 			Handler:    _Admin_Drain_Handler,
+		},
+		{
+			MethodName: "Undrain",
+			Handler:    _Admin_Undrain_Handler,
+		},
+		{
+			MethodName: "Forget",
+			Handler:    _Admin_Forget_Handler,
 		},
 		{
 			MethodName: "Holder",

@@ -60,6 +60,7 @@ function render() {
   if (n) ns = n.name;
   assignColours(n ? n.owners : []);
   renderHeader(n);
+  renderLosses();
   renderRing(n);
   renderOwners(n);
   renderManagers();
@@ -160,8 +161,28 @@ function renderOwners(n) {
 
 function renderManagers() {
   $("#managers tbody").innerHTML = view.managers.map((m) =>
-    `<tr data-role="${esc(m.role)}"><td>${m.id || "-"}</td><td>${esc(m.addr)}</td><td>${m.role === "leader" ? "<b>leader</b>" : esc(m.role)}</td>` +
-    `<td class="num">${m.term}</td><td class="num">${m.commit}</td><td class="num">${m.applied}</td></tr>`).join("");
+    `<tr data-role="${esc(m.role)}" data-ready="${m.ready}"><td>${m.id || "-"}</td><td>${esc(m.addr)}</td><td>${m.role === "leader" ? "<b>leader</b>" : esc(m.role)}</td>` +
+    `<td class="num">${m.term}</td><td class="num">${m.commit}</td><td class="num">${m.applied}</td>` +
+    `<td title="${esc(m.reason || "")}">${m.ready ? "ready" : `not ready${m.reason ? `: ${esc(m.reason)}` : ""}`}</td></tr>`).join("");
+}
+
+// renderLosses shows the losses first: a counter in the header and the
+// newest losses, each with the Owners whose state was lost and their
+// ranges (the loss schema, docs/protocol.md "Loss events").
+function renderLosses() {
+  const pill = $("#loss-count"), count = view.lossCount || 0;
+  pill.textContent = `${count} loss${count === 1 ? "" : "es"}`;
+  pill.className = count ? "pill lossy" : "pill";
+  pill.dataset.count = count;
+  const ls = view.losses || [];
+  $("#losses").innerHTML = ls.length ? ls.map((l) => {
+    const spans = (rs) => rs.slice(0, 3).map((r) => `[${r.start}, ${r.end})`).join(" ") + (rs.length > 3 ? " …" : "");
+    const who = l.all ? "all ranges: no sync with the Manager within its sync timeout"
+      : l.owners.length ? l.owners.map((o) => `<span class="who">${esc(o.owner)}</span> at ${esc(o.addr)}: ${o.ranges.length} range${o.ranges.length === 1 ? "" : "s"} ${esc(spans(o.ranges))}`).join("; ")
+      : esc(spans(l.ranges));
+    return `<li data-id="${l.id}" data-ns="${esc(l.namespace)}" data-owners="${esc(l.owners.map((o) => o.owner).join(" "))}" data-ranges="${l.ranges.length}">` +
+      `<span class="t">${esc(l.at.slice(11, 23))}</span> ${esc(l.namespace)} · LOSS of ${l.ranges.length} range${l.ranges.length === 1 ? "" : "s"} held by ${who}</li>`;
+  }).join("") : `<li class="none">no loss since the dashboard started</li>`;
 }
 
 function renderHot() {
@@ -171,14 +192,15 @@ function renderHot() {
 }
 
 function renderTimeline() {
-  const fns = $("#tl-ns").value, fo = $("#tl-owner").value.trim(), grants = $("#tl-grants").checked;
+  const fns = $("#tl-ns").value, fo = $("#tl-owner").value.trim(), grants = $("#tl-grants").checked, lossesOnly = $("#tl-losses").checked;
   const out = [];
   for (let i = view.events.length - 1; i >= 0 && out.length < maxTimeline; i--) {
     const e = view.events[i];
     if (fns && e.ns !== fns) continue;
     if (fo && !e.owners.includes(fo)) continue;
-    if (!grants && (e.kind === "grant" || e.kind === "free")) continue;
-    out.push(`<li class="${esc(e.kind)}" data-kind="${esc(e.kind)}" data-owners="${esc(e.owners.join(" "))}">` +
+    if (!grants && (e.kind === "grant" || e.kind === "free" || e.kind === "move")) continue;
+    if (lossesOnly && e.kind !== "loss") continue;
+    out.push(`<li class="${esc(e.kind)}" data-kind="${esc(e.kind)}" data-owners="${esc(e.owners.join(" "))}" data-count="${e.count || 0}">` +
       `<span class="t">${esc(e.at.slice(11, 23))}</span><span class="ns">${esc(e.ns)}</span>${esc(e.text)}</li>`);
   }
   $("#timeline").innerHTML = out.join("") || `<li class="dim">nothing yet</li>`;
@@ -262,7 +284,29 @@ $("#owners").addEventListener("click", async (ev) => {
 });
 
 $("#ns").addEventListener("change", (ev) => { ns = ev.target.value; if (view) render(); });
-for (const sel of ["#tl-ns", "#tl-owner", "#tl-grants"]) {
+// The key search: which Owner holds the key, since when, asked of the
+// dashboard (its table last drawn), not the Manager.
+$("#key-form").addEventListener("submit", async (ev) => {
+  ev.preventDefault();
+  const key = $("#key-q").value, box = $("#key-answer");
+  if (!key) return;
+  const res = await fetch(`/api/key?ns=${encodeURIComponent(ns)}&key=${encodeURIComponent(key)}`);
+  if (res.ok) {
+    const a = await res.json();
+    box.textContent = a.text;
+    box.className = "";
+    box.dataset.owner = a.owner;
+    box.dataset.key = a.key;
+    box.dataset.since = a.since;
+  } else {
+    box.textContent = (await res.text()).trim();
+    box.className = "refused";
+    box.dataset.owner = "";
+  }
+  box.hidden = false;
+});
+
+for (const sel of ["#tl-ns", "#tl-owner", "#tl-grants", "#tl-losses"]) {
   $(sel).addEventListener("input", () => { if (view) renderTimeline(); });
 }
 connect();
