@@ -21,7 +21,6 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
-	"github.com/leasehold/leasehold/internal/client"
 	"github.com/leasehold/leasehold/internal/peers"
 	pb "github.com/leasehold/leasehold/proto/leasehold/v1"
 )
@@ -82,7 +81,7 @@ func (s *Server) limitOptions() []grpc.ServerOption {
 	if s.cfg.IdleTimeout > 0 {
 		// gRPC keeps one set of keepalive parameters: these replace
 		// KeepaliveServerOptions', so they start from them.
-		kp := client.KeepaliveServerParameters()
+		kp := peers.KeepaliveServerParameters()
 		kp.MaxConnectionIdle = s.cfg.IdleTimeout
 		opts = append(opts, grpc.KeepaliveParams(kp))
 	}

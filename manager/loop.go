@@ -349,7 +349,7 @@ var errSessionBound = errors.New("leasehold: the owner's session is bound to ano
 // drain and handovers included. A quiet stream is one the Owner itself has
 // given up by then: its host died and left the stream half-open, or a
 // proxy stopped forwarding it (the Manager closes it only once keepalive
-// finds it dead, up to client.KeepaliveServerTime and
+// finds it dead, up to peers.KeepaliveServerTime and
 // KeepaliveServerTimeout later). The Owner library repeats Draining,
 // Handed (until its deadline) and Leaving in every request, so an Owner
 // that lost its stream in the middle of a drain or a handover, and reaches

@@ -15,6 +15,12 @@ import (
 	"google.golang.org/grpc/status"
 )
 
+// relayedKey marks a stream a replica opened to its leader on a client's
+// behalf; its value is the relaying replica's address. Such a stream is
+// never relayed again. Only replicas set and read it, so it is defined
+// here; the key a client sets to ask for a relay is client.RelayKey.
+const relayedKey = "leasehold-relayed-by"
+
 // relayTo returns the address of the leader to relay a lease stream to:
 // the stream asks for a relay, is not itself a relay's, and this replica
 // follows a leader it knows. Otherwise it returns "" and the stream is
@@ -23,7 +29,7 @@ import (
 // costs a refusal naming the new leader, passed back to the Owner.
 func (s *Server) relayTo(ctx context.Context) string {
 	md, _ := metadata.FromIncomingContext(ctx)
-	if len(md.Get(client.RelayKey)) == 0 || len(md.Get(client.RelayedKey)) > 0 {
+	if len(md.Get(client.RelayKey)) == 0 || len(md.Get(relayedKey)) > 0 {
 		return ""
 	}
 	ci := s.stats.Load().Cluster
@@ -35,7 +41,7 @@ func (s *Server) relayTo(ctx context.Context) string {
 
 // relay carries an Owner's lease stream to the leader at leader: it opens
 // the same stream there over this replica's connection to it, marked as a
-// relay (client.RelayedKey), and passes messages both ways unchanged,
+// relay (relayedKey), and passes messages both ways unchanged,
 // each checked for size on the way in as a direct stream's would be. The
 // leader's status and trailer (a refusal naming another leader) come back
 // as this stream's. The relay holds no state: it is a hop of the network,
@@ -48,7 +54,7 @@ func (s *Server) relay(stream pb.Leases_SessionServer, leader string) error {
 	if err != nil {
 		return status.Errorf(codes.Unavailable, "leasehold: cannot relay to the leader at %s: %v", leader, err)
 	}
-	up, err := pb.NewLeasesClient(cc).Session(metadata.AppendToOutgoingContext(s.relayIdentity(ctx, stream.Context()), client.RelayedKey, s.cfg.Advertise))
+	up, err := pb.NewLeasesClient(cc).Session(metadata.AppendToOutgoingContext(s.relayIdentity(ctx, stream.Context()), relayedKey, s.cfg.Advertise))
 	if err != nil {
 		return status.Errorf(codes.Unavailable, "leasehold: cannot relay to the leader at %s: %v", leader, err)
 	}

@@ -152,8 +152,8 @@ type (
 // its own limit (limitOptions). Clients and the other replicas ping every
 // client.KeepaliveTime to notice a replica that stopped answering, which
 // the server must allow, and the server pings a connection it has heard
-// nothing on for client.KeepaliveServerTime, so a dead client's streams
-// end (client.KeepaliveServerOptions).
+// nothing on for peers.KeepaliveServerTime, so a dead client's streams
+// end (peers.KeepaliveServerOptions).
 //
 // A gRPC server that serves the Manager's services must be built with these
 // options, or with none of them: they include the codec that sends an
@@ -163,7 +163,7 @@ func (s *Server) GRPCOptions() []grpc.ServerOption {
 	s.sharedCodec.Store(true)
 	return append([]grpc.ServerOption{grpc.MaxRecvMsgSize(max(s.cfg.MaxMessageBytes, peers.PartBytes+peers.PartFraming)),
 		grpc.ChainUnaryInterceptor(s.grpcm.unary()), grpc.ChainStreamInterceptor(s.grpcm.stream())},
-		append(append(append(client.KeepaliveServerOptions(), client.WindowServerOptions()...), s.trustOptions()...), s.limitOptions()...)...)
+		append(append(append(peers.KeepaliveServerOptions(), peers.WindowServerOptions()...), s.trustOptions()...), s.limitOptions()...)...)
 }
 
 // checkSize refuses a client message over MaxMessageBytes.

@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/leasehold/leasehold"
-	"github.com/leasehold/leasehold/internal/client"
+	"github.com/leasehold/leasehold/internal/peers"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/lookup"
 	"github.com/leasehold/leasehold/manager"
@@ -30,7 +30,7 @@ import (
 // Timing.OwnerQuiet, so the drain completes on the new stream well within a
 // lease: every range moves to the other Owner with its state, and the
 // Lookup reports no loss. The Manager's keepalive then ends the half-open
-// connection within client.KeepaliveServerTime + KeepaliveServerTimeout.
+// connection within peers.KeepaliveServerTime + KeepaliveServerTimeout.
 //
 // Before, a drain, a handover or a leave was accepted only from the bound
 // stream for as long as it stayed open, which with no pings of the
@@ -125,7 +125,7 @@ func TestDrainMovesFromAQuietStream(t *testing.T) {
 			t.Errorf("a drain around a half-open stream made the Lookup report %d losses, the first %+v", len(lost), lost[0])
 		}
 
-		bound := client.KeepaliveServerTime + client.KeepaliveServerTimeout + time.Second
+		bound := peers.KeepaliveServerTime + peers.KeepaliveServerTimeout + time.Second
 		select {
 		case <-path.ended:
 			t.Logf("the Manager closed the half-open connection %s after the cut", time.Since(cutAt))

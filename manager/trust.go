@@ -15,7 +15,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/leasehold/leasehold/certs"
-	"github.com/leasehold/leasehold/internal/client"
 	pb "github.com/leasehold/leasehold/proto/leasehold/v1"
 	"github.com/leasehold/leasehold/protocol"
 )
@@ -160,7 +159,7 @@ func (s *Server) leaseSpeaker(ctx context.Context) (certs.Identity, error) {
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
 	owner := md.Get(relayedOwnerKey)
-	if len(md.Get(client.RelayedKey)) == 0 || len(owner) != 1 {
+	if len(md.Get(relayedKey)) == 0 || len(owner) != 1 {
 		return id, s.refuse(codes.PermissionDenied, string(id.Role), "role", "%s may not hold leases: only relay an Owner's stream", id)
 	}
 	o := certs.Identity{Role: certs.Owner}

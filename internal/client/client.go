@@ -2,11 +2,19 @@
 // Owner and Lookup libraries (owner.New, lookup.New) share to reach a
 // Manager. It holds the in-order upcall queue (Upcalls), the list of Manager
 // replicas and the stream that follows their leader (Managers, Keep),
-// reconnection backoff, the gRPC dial and keepalive defaults (which the
-// Manager's server side mirrors), the trust settings (Trust) and the
-// configuration check of the shared connection settings (Normalize). It
-// also holds the Manager's half of the leader convention, NotLeader, so
-// both sides agree on it.
+// reconnection backoff, the gRPC dial and keepalive defaults, the trust
+// settings (Trust) and the configuration check of the shared connection
+// settings (Normalize).
+//
+// What only a Manager replica uses lives with the Manager: the server's
+// keepalive and window options in internal/peers (derived from KeepaliveTime
+// and StreamWindow here, so each is defined once), the relayed-stream
+// marker in manager. One server-side function stays: NotLeader, the
+// refusal. Its message and trailer are the convention LeaderHint and
+// IsNotLeader parse, so writer and reader are kept in one file
+// (managers.go) where they cannot drift apart; and the fake Manager of the
+// clients' tests (clienttest) refuses with it too, which it could not do
+// from manager without building a Manager into every client's tests.
 package client
 
 import (
@@ -124,29 +132,24 @@ func Dial(addr string, opts []grpc.DialOption) (*grpc.ClientConn, error) {
 		Time: KeepaliveTime, Timeout: KeepaliveTimeout, PermitWithoutStream: true,
 	})}, opts...)
 	opts = append(opts, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(256<<20)),
-		grpc.WithStaticStreamWindowSize(streamWindow), grpc.WithStaticConnWindowSize(connWindow))
+		grpc.WithStaticStreamWindowSize(StreamWindow), grpc.WithStaticConnWindowSize(ConnWindow))
 	return grpc.NewClient(addr, opts...)
 }
 
-// streamWindow and connWindow are the HTTP/2 flow-control windows of every
-// Manager connection, client and server side. Setting them turns off
+// StreamWindow and ConnWindow are the HTTP/2 flow-control windows of every
+// Manager connection, client and server side (the server's options are
+// peers.WindowServerOptions). Setting them turns off
 // gRPC's bandwidth-delay estimation, which otherwise answers nearly every
 // message received with an HTTP/2 ping and its acknowledgement (17 bytes
 // each way, and a write of its own) — for a renewal or a sync as many
 // frames again as the message itself. The windows are large enough that
 // no Owner or Lookup message (at most MaxMessageBytes, 4 MiB by default)
 // waits for one, and a Raft snapshot between replicas crosses in 64 MiB /
-// connWindow round trips.
+// ConnWindow round trips.
 const (
-	streamWindow = 4 << 20
-	connWindow   = 16 << 20
+	StreamWindow = 4 << 20
+	ConnWindow   = 16 << 20
 )
-
-// WindowServerOptions are the server options that set streamWindow and
-// connWindow (see there).
-func WindowServerOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{grpc.StaticStreamWindowSize(streamWindow), grpc.StaticConnWindowSize(connWindow)}
-}
 
 // Keepalive: a connection that has heard nothing from its server for
 // KeepaliveTime sends an HTTP/2 ping, and is closed, failing its streams,
@@ -157,52 +160,12 @@ func WindowServerOptions() []grpc.ServerOption {
 // raises anything shorter), so for streams whose clients expect answers
 // sooner the answer deadline (Managers.Liveness) acts first; keepalive
 // covers the connections without one: Raft's peer streams, which carry
-// messages one way, and idle connections.
+// messages one way, and idle connections. The server's half, which must
+// permit these pings, is peers.KeepaliveServerOptions.
 const (
 	KeepaliveTime    = 10 * time.Second
 	KeepaliveTimeout = 5 * time.Second
 )
-
-// KeepaliveServerOptions are the server options a Manager replica needs
-// for keepalive. It lets its clients ping every KeepaliveTime, with or
-// without a stream open (gRPC's default, one ping in 5 minutes, would end
-// their connections with GOAWAY "too_many_pings"), and pings them itself
-// (KeepaliveServerParameters).
-func KeepaliveServerOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: KeepaliveTime / 2, PermitWithoutStream: true}),
-		grpc.KeepaliveParams(KeepaliveServerParameters()),
-	}
-}
-
-// The server's keepalive: a Manager replica pings a connection on which it
-// has read nothing for KeepaliveServerTime and closes it, ending its
-// streams, when no answer comes within KeepaliveServerTimeout. So a client
-// connection that went dead without a reset (its host died, a proxy
-// stopped forwarding, a cable was cut) ends within KeepaliveServerTime +
-// KeepaliveServerTimeout (25 s) of the last thing heard on it, not gRPC's
-// default 2 hours; an Owner's session bound to a stream on it stops
-// waiting for it sooner, once it has been quiet for Timing.OwnerQuiet
-// (docs/protocol.md).
-//
-// KeepaliveServerTime is twice KeepaliveTime, so the server pings no live
-// client that dials with Dial: such a client pings itself whenever it has
-// read nothing for KeepaliveTime, and the server hears from it (a ping, an
-// acknowledgement, a request) at least every KeepaliveTime and a round trip.
-// The server's pings fall on connections whose clients are gone, stuck,
-// or do not ping (other gRPC clients; a Lookup that only reads pushes),
-// one ping each KeepaliveServerTime.
-const (
-	KeepaliveServerTime    = 2 * KeepaliveTime
-	KeepaliveServerTimeout = KeepaliveTimeout
-)
-
-// KeepaliveServerParameters are the server's keepalive parameters (see
-// KeepaliveServerTime). gRPC keeps one set per server: a caller that sets
-// other fields (MaxConnectionIdle) starts from these.
-func KeepaliveServerParameters() keepalive.ServerParameters {
-	return keepalive.ServerParameters{Time: KeepaliveServerTime, Timeout: KeepaliveServerTimeout}
-}
 
 // Normalize fills in the defaults of c ("default" namespace, production
 // timings, a discarding logger), merges its Manager addresses and reports a

@@ -29,17 +29,13 @@ const LeaderKey = "leasehold-leader"
 // RelayKey is the metadata key ("1") with which a client asks a Manager
 // replica to relay its stream to the leader: a follower then opens the
 // same stream to its leader, over its own connection, and passes the
-// messages both ways, and the leader's refusal or end back (RelayedKey).
+// messages both ways, and the leader's refusal or end back (the relayed
+// stream is marked with manager's relayedKey).
 // The leader serves a relayed stream by exactly the rules of a direct one;
 // the relay is one more hop of the network, which may delay or lose
 // messages as any hop may. A replica that leads, or knows no leader, serves
 // or refuses the stream itself. Only the Owners' lease streams are relayed.
 const RelayKey = "leasehold-relay"
-
-// RelayedKey marks a stream a replica opened to its leader on a client's
-// behalf; its value is the relaying replica's address. Such a stream is
-// never relayed again.
-const RelayedKey = "leasehold-relayed-by"
 
 // NotLeader refuses a stream on a Manager replica that cannot serve it (a
 // follower for an Owner's lease stream, a replica that is not caught up for

@@ -88,7 +88,7 @@ func TestKeepaliveNoticesAStalledPeer(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				lis := bufconn.Listen(1 << 20)
 				b := New(Config{Self: 2})
-				srv := grpc.NewServer(client.KeepaliveServerOptions()...)
+				srv := grpc.NewServer(KeepaliveServerOptions()...)
 				b.Register(srv)
 				go srv.Serve(lis)
 				defer srv.Stop()

@@ -8,6 +8,7 @@ import (
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 
+	"github.com/leasehold/leasehold/internal/faults"
 	"github.com/leasehold/leasehold/internal/wire"
 )
 
@@ -76,9 +77,18 @@ type leaseAsk struct {
 	got map[uint64]promise
 }
 
-// readLease is a replica's read-lease state: as a holder (its lease), as
-// a leader (whom it promised, its visible bound) and its counters.
-type readLease struct {
+// readLeases is a replica's quorum read leases, a type of its own with its
+// own verbs (ask, givePromise, gotPromise, raiseVisible, withholds): its
+// state as a holder (its lease), as a leader (whom it promised, its visible
+// bound) and its counters. It sees the Replica only through leaseView, and
+// sends by appending to out, which the Replica's Ready takes.
+type readLeases struct {
+	id     uint64        // this replica
+	cfg    ReadLease     // Settings.ReadLease
+	boundD time.Duration // Settings.ReadLeaseBound
+	brk    faults.Set    // the rules broken on purpose (ReadLease*)
+	v      leaseView
+
 	// Holder.
 	round   uint64
 	asks    map[uint64]*leaseAsk
@@ -103,6 +113,43 @@ type readLease struct {
 	stats ReadLeaseStats
 }
 
+// leaseView is what read leases need of their Replica: its Raft status
+// (and, on the leader, its followers' progress), whether it leads with a
+// Core taken over (and whether it holds a Core at all, for the
+// ReadLeaseDeposedGrant twin), its voters and members, what it has applied
+// and whether that is all it has appended, and the release of held rounds
+// once the visible bound moves.
+type leaseView struct {
+	status   func() raft.BasicStatus
+	progress func() raft.Status
+	leading  func() bool
+	hasCore  func() bool
+	conf     func() raftpb.ConfState
+	peers    func() map[uint64]string
+	applied  func() (applied uint64, all bool)
+	release  func()
+}
+
+// newReadLeases returns r's read leases, seeing r through a leaseView.
+func newReadLeases(r *Replica) readLeases {
+	return readLeases{id: r.cfg.ID, cfg: r.cfg.Settings.ReadLease, boundD: r.cfg.Settings.ReadLeaseBound(), brk: r.cfg.Break,
+		v: leaseView{
+			status:   r.rn.BasicStatus,
+			progress: r.rn.Status,
+			leading:  r.leading,
+			hasCore:  func() bool { return r.core != nil },
+			conf:     func() raftpb.ConfState { return r.conf },
+			peers:    func() map[uint64]string { return r.st.Peers() },
+			applied: func() (uint64, bool) {
+				last, err := r.ms.LastIndex()
+				return r.applied, err == nil && last == r.applied
+			},
+			release: r.release,
+		},
+		asks: map[uint64]*leaseAsk{}, promised: map[uint64]time.Time{},
+		sent: map[uint64]map[uint64]time.Time{}, gone: map[uint64]time.Time{}}
+}
+
 // ReadLeaseStats counts a replica's read-lease activity.
 type ReadLeaseStats struct {
 	Asks, Promises, Leases uint64 // rounds asked, promises given, leases taken
@@ -122,23 +169,23 @@ type ReadLeaseStatus struct {
 	Stats   ReadLeaseStats
 }
 
-func (r *Replica) leaseOn() bool { return r.cfg.Settings.ReadLease.On() }
+func (l *readLeases) on() bool { return l.cfg.On() }
 
-func (r *Replica) leaseHolder() bool { return r.cfg.Settings.ReadLease.Holds(r.cfg.ID) }
+func (l *readLeases) holder() bool { return l.cfg.Holds(l.id) }
 
-func (r *Replica) leaseBound() time.Duration { return r.cfg.Settings.ReadLeaseBound() }
+func (l *readLeases) bound() time.Duration { return l.boundD }
 
 // ReadLease reports the replica's read lease at now.
 func (r *Replica) ReadLease(now time.Time) ReadLeaseStatus {
-	return ReadLeaseStatus{Holder: r.leaseHolder(), Until: r.rl.until, Term: r.rl.term, Floor: r.rl.floor,
-		Visible: r.rl.visible, Applied: r.applied, Serving: r.leaseReadable(now), Stats: r.rl.stats}
+	return ReadLeaseStatus{Holder: r.rl.holder(), Until: r.rl.until, Term: r.rl.term, Floor: r.rl.floor,
+		Visible: r.rl.visible, Applied: r.applied, Serving: r.rl.readable(now), Stats: r.rl.stats}
 }
 
 // LeaseRead answers a linearizable read from the local copy: it returns the
 // index of the last entry applied, and false if the replica may not serve
 // now (no lease, or a write pending); the caller then reads the State.
 func (r *Replica) LeaseRead(now time.Time) (uint64, bool) {
-	if !r.leaseReadable(now) {
+	if !r.rl.readable(now) {
 		r.rl.stats.Refused++
 		return 0, false
 	}
@@ -150,59 +197,59 @@ func (r *Replica) LeaseRead(now time.Time) (uint64, bool) {
 // every write up to it has been acknowledged to an Owner.
 func (r *Replica) ReadLeaseAcked() uint64 { return r.rl.acked }
 
-func (r *Replica) leaseReadable(now time.Time) bool {
-	if !r.leaseOn() || !r.leaseHolder() || r.rl.until.IsZero() {
+func (l *readLeases) readable(now time.Time) bool {
+	if !l.on() || !l.holder() || l.until.IsZero() {
 		return false
 	}
-	if !now.Before(r.rl.until) && !r.cfg.Break.ReadLeaseServeExpired {
+	if !now.Before(l.until) && !l.brk.ReadLeaseServeExpired {
 		return false
 	}
-	last, err := r.ms.LastIndex()
-	if err != nil || last != r.applied {
+	applied, ok := l.v.applied()
+	if !ok {
 		return false // a write this replica has appended may be visible already
 	}
-	return r.applied >= r.rl.floor && r.applied <= r.rl.visible
+	return applied >= l.floor && applied <= l.visible
 }
 
 // majority is how many voters make a majority, 0 while the configuration
 // is joint or unknown (no lease is taken then).
-func (r *Replica) majority() (map[uint64]bool, int) {
-	if len(r.conf.VotersOutgoing) > 0 || len(r.conf.Voters) == 0 {
+func (l *readLeases) majority() (map[uint64]bool, int) {
+	if len(l.v.conf().VotersOutgoing) > 0 || len(l.v.conf().Voters) == 0 {
 		return nil, 0
 	}
 	voters := map[uint64]bool{}
-	for _, v := range r.conf.Voters {
+	for _, v := range l.v.conf().Voters {
 		voters[v] = true
 	}
 	return voters, len(voters)/2 + 1
 }
 
-// leaseTick runs the read-lease timers: a holder asks for promises every
+// tick runs the read-lease timers: a holder asks for promises every
 // Renew; the leader recomputes its visible bound (a holder may have stopped
 // counting) and resends it every Renew.
-func (r *Replica) leaseTick(now time.Time) {
-	if !r.leaseOn() {
+func (l *readLeases) tick(now time.Time) {
+	if !l.on() {
 		return
 	}
-	if r.leaseHolder() && !now.Before(r.rl.nextAsk) {
-		r.askReadLease(now)
+	if l.holder() && !now.Before(l.nextAsk) {
+		l.ask(now)
 	}
-	maps.DeleteFunc(r.rl.gone, func(_ uint64, t time.Time) bool { return !now.Before(t) })
-	if r.leading() {
-		// Forget what has ended, so that leaseDeadline names only what
+	maps.DeleteFunc(l.gone, func(_ uint64, t time.Time) bool { return !now.Before(t) })
+	if l.v.leading() {
+		// Forget what has ended, so that deadline names only what
 		// is to come.
-		maps.DeleteFunc(r.rl.promised, func(_ uint64, t time.Time) bool { return !now.Before(t) })
-		r.leaseVisible(now)
-		if !now.Before(r.rl.nextSend) {
-			r.sendVisible()
-			r.rl.nextSend = now.Add(r.cfg.Settings.ReadLease.Renew)
+		maps.DeleteFunc(l.promised, func(_ uint64, t time.Time) bool { return !now.Before(t) })
+		l.raiseVisible(now)
+		if !now.Before(l.nextSend) {
+			l.sendVisible()
+			l.nextSend = now.Add(l.cfg.Renew)
 		}
 	}
 }
 
-// leaseDeadline is the next local time leaseTick has work.
-func (r *Replica) leaseDeadline() time.Time {
-	if !r.leaseOn() {
+// deadline is the next local time tick has work.
+func (l *readLeases) deadline() time.Time {
+	if !l.on() {
 		return time.Time{}
 	}
 	var d time.Time
@@ -211,58 +258,58 @@ func (r *Replica) leaseDeadline() time.Time {
 			d = t
 		}
 	}
-	if r.leaseHolder() {
-		earlier(r.rl.nextAsk)
+	if l.holder() {
+		earlier(l.nextAsk)
 	}
-	if r.leading() {
-		earlier(r.rl.nextSend)
+	if l.v.leading() {
+		earlier(l.nextSend)
 		// A holder stops counting: the bound may move on.
-		for _, t := range r.rl.promised {
+		for _, t := range l.promised {
 			earlier(t)
 		}
 	}
 	return d
 }
 
-func (r *Replica) askReadLease(now time.Time) {
-	r.rl.nextAsk = now.Add(r.cfg.Settings.ReadLease.Renew)
-	voters, _ := r.majority()
+func (l *readLeases) ask(now time.Time) {
+	l.nextAsk = now.Add(l.cfg.Renew)
+	voters, _ := l.majority()
 	if voters == nil {
 		return
 	}
-	for rd, a := range r.rl.asks {
-		if now.Sub(a.at) >= r.cfg.Settings.ReadLease.Duration {
-			delete(r.rl.asks, rd) // its promises could no longer extend the lease
+	for rd, a := range l.asks {
+		if now.Sub(a.at) >= l.cfg.Duration {
+			delete(l.asks, rd) // its promises could no longer extend the lease
 		}
 	}
-	r.rl.round++
-	r.rl.stats.Asks++
-	r.rl.asks[r.rl.round] = &leaseAsk{at: now, ack: r.rl.ack, got: map[uint64]promise{}}
-	term := r.rn.BasicStatus().Term
+	l.round++
+	l.stats.Asks++
+	l.asks[l.round] = &leaseAsk{at: now, ack: l.ack, got: map[uint64]promise{}}
+	term := l.v.status().Term
 	for _, v := range slices.Sorted(maps.Keys(voters)) {
-		m := raftpb.Message{Type: msgLeaseAsk, From: r.cfg.ID, To: v, Index: r.rl.round, Term: term,
-			Commit: r.rl.ack.round, LogTerm: r.rl.ack.term}
-		if v == r.cfg.ID {
-			r.stepReadLease(now, m)
+		m := raftpb.Message{Type: msgLeaseAsk, From: l.id, To: v, Index: l.round, Term: term,
+			Commit: l.ack.round, LogTerm: l.ack.term}
+		if v == l.id {
+			l.step(now, m)
 			continue
 		}
-		r.rl.out = append(r.rl.out, m)
+		l.out = append(l.out, m)
 	}
 }
 
-// stepReadLease handles a read-lease message.
-func (r *Replica) stepReadLease(now time.Time, m raftpb.Message) {
-	if !r.leaseOn() {
+// step handles a read-lease message.
+func (l *readLeases) step(now time.Time, m raftpb.Message) {
+	if !l.on() {
 		return
 	}
 	switch m.Type {
 	case msgLeaseAsk:
-		r.givePromise(now, m)
+		l.givePromise(now, m)
 	case msgLeasePromise:
-		r.promised(now, m)
+		l.gotPromise(now, m)
 	case msgLeaseVisible:
-		if r.leaseHolder() {
-			r.rl.visible = max(r.rl.visible, m.Commit)
+		if l.holder() {
+			l.visible = max(l.visible, m.Commit)
 		}
 	}
 }
@@ -274,51 +321,51 @@ func (r *Replica) stepReadLease(now time.Time, m raftpb.Message) {
 // the term's leader promises; the leader's promise is marked as such only
 // while Raft still names this replica its current leader (leading), and a
 // replica Raft made leader promises nothing until it has taken over.
-func (r *Replica) givePromise(now time.Time, m raftpb.Message) {
-	if !r.cfg.Settings.ReadLease.Holds(m.From) {
+func (l *readLeases) givePromise(now time.Time, m raftpb.Message) {
+	if !l.cfg.Holds(m.From) {
 		return
 	}
-	bs := r.rn.BasicStatus()
+	bs := l.v.status()
 	term := bs.Term
-	leader := r.leading()
-	if r.cfg.Break.ReadLeaseDeposedGrant {
-		leader = r.core != nil // the Core, which only the next Advance clears
+	leader := l.v.leading()
+	if l.brk.ReadLeaseDeposedGrant {
+		leader = l.v.hasCore() // the Core, which only the next Advance clears
 	}
 	switch {
-	case r.cfg.Break.ReadLeaseStaleGrant && m.Term != 0 && m.Term < bs.Term:
+	case l.brk.ReadLeaseStaleGrant && m.Term != 0 && m.Term < bs.Term:
 		term = m.Term // a term this replica has left
 	case bs.Lead == 0:
 		return
 	case bs.RaftState == raft.StateLeader && !leader:
 		return // not taken over yet
 	}
-	p := raftpb.Message{Type: msgLeasePromise, From: r.cfg.ID, To: m.From, Index: m.Index, Term: term}
+	p := raftpb.Message{Type: msgLeasePromise, From: l.id, To: m.From, Index: m.Index, Term: term}
 	if leader && term == bs.Term {
 		p.Reject = true // from the leader
-		r.leaseVisible(now)
-		p.Commit, p.LogTerm, p.RejectHint = bs.Commit, r.rl.visible, votersKey(r.conf)
-		r.countHolder(now, m, term)
+		l.raiseVisible(now)
+		p.Commit, p.LogTerm, p.RejectHint = bs.Commit, l.visible, votersKey(l.v.conf())
+		l.countHolder(now, m, term)
 	}
-	r.rl.stats.Promises++
-	if m.From == r.cfg.ID {
-		r.promised(now, p)
+	l.stats.Promises++
+	if m.From == l.id {
+		l.gotPromise(now, p)
 		return
 	}
-	r.rl.out = append(r.rl.out, p)
+	l.out = append(l.out, p)
 }
 
-// promised records a promise and takes the lease its round now makes. A
+// gotPromise records a promise and takes the lease its round now makes. A
 // promise from the leader is acknowledged in the asks that follow.
-func (r *Replica) promised(now time.Time, m raftpb.Message) {
-	a := r.rl.asks[m.Index]
-	if a == nil || !r.leaseHolder() {
+func (l *readLeases) gotPromise(now time.Time, m raftpb.Message) {
+	a := l.asks[m.Index]
+	if a == nil || !l.holder() {
 		return
 	}
 	a.got[m.From] = promise{term: m.Term, leader: m.Reject, commit: m.Commit, visible: m.LogTerm, voters: m.RejectHint}
-	if m.Reject && m.Index > r.rl.ack.round {
-		r.rl.ack = leaseAck{round: m.Index, at: a.at, term: m.Term}
+	if m.Reject && m.Index > l.ack.round {
+		l.ack = leaseAck{round: m.Index, at: a.at, term: m.Term}
 	}
-	voters, need := r.majority()
+	voters, need := l.majority()
 	if voters == nil {
 		return
 	}
@@ -338,41 +385,41 @@ func (r *Replica) promised(now time.Time, m raftpb.Message) {
 	// The majority is one of the leader's voters, not only of this
 	// holder's, which may lag the group's (docs/protocol.md, "Quorum read
 	// leases", boundary 4).
-	if lead.voters != votersKey(r.conf) && !r.cfg.Break.ReadLeaseConfBlind {
+	if lead.voters != votersKey(l.v.conf()) && !l.brk.ReadLeaseConfBlind {
 		return
 	}
 	// The leader counts this lease only from the promise this round
 	// acknowledged: the lease runs from that round's ask.
 	start := a.ack.at
 	switch {
-	case r.cfg.Break.ReadLeaseFromNewest:
+	case l.brk.ReadLeaseFromNewest:
 		start = a.at
 	case a.ack.round == 0 || a.ack.term != m.Term:
 		return // no promise of this term acknowledged: the next round will be
 	}
-	until := start.Add(r.cfg.Settings.ReadLease.Duration)
-	if !until.After(r.rl.until) {
+	until := start.Add(l.cfg.Duration)
+	if !until.After(l.until) {
 		return
 	}
-	if r.rl.until.Before(now) {
-		r.rl.stats.Leases++
+	if l.until.Before(now) {
+		l.stats.Leases++
 	}
-	r.rl.until, r.rl.term, r.rl.floor = until, m.Term, lead.commit
-	r.rl.visible = max(r.rl.visible, lead.visible)
+	l.until, l.term, l.floor = until, m.Term, lead.commit
+	l.visible = max(l.visible, lead.visible)
 }
 
-// leaseVisible recomputes the leader's visible bound: the highest
+// raiseVisible recomputes the leader's visible bound: the highest
 // committed index every holder that may be serving has appended. It only
 // grows. The answers it releases go out with the next Ready.
-func (r *Replica) leaseVisible(now time.Time) {
-	if !r.leaseOn() || !r.leading() {
+func (l *readLeases) raiseVisible(now time.Time) {
+	if !l.on() || !l.v.leading() {
 		return
 	}
-	st := r.rn.Status()
+	st := l.v.progress()
 	v := st.Commit
-	if !r.cfg.Break.ReadLeaseAckEarly {
-		for h, until := range r.rl.promised {
-			if h == r.cfg.ID || !now.Before(until) {
+	if !l.brk.ReadLeaseAckEarly {
+		for h, until := range l.promised {
+			if h == l.id || !now.Before(until) {
 				continue
 			}
 			pr, ok := st.Progress[h]
@@ -383,32 +430,32 @@ func (r *Replica) leaseVisible(now time.Time) {
 			v = min(v, pr.Match)
 		}
 	}
-	if v <= r.rl.visible {
+	if v <= l.visible {
 		return
 	}
-	r.rl.visible = v
-	r.sendVisible()
-	r.release()
+	l.visible = v
+	l.sendVisible()
+	l.v.release()
 }
 
-func (r *Replica) sendVisible() {
-	for _, h := range r.leaseHolders() {
-		if h != r.cfg.ID {
-			r.rl.out = append(r.rl.out, raftpb.Message{Type: msgLeaseVisible, From: r.cfg.ID, To: h, Commit: r.rl.visible})
+func (l *readLeases) sendVisible() {
+	for _, h := range l.holders() {
+		if h != l.id {
+			l.out = append(l.out, raftpb.Message{Type: msgLeaseVisible, From: l.id, To: h, Commit: l.visible})
 		}
 	}
 }
 
-// leaseHeld reports whether a held round at index must still wait: the
+// withholds reports whether a held round at index must still wait: the
 // leader may release a round's answers only once everything up to its
 // index is visible to reads.
-func (r *Replica) leaseHeld(index uint64) bool {
-	return r.leaseOn() && r.rl.visible < index
+func (l *readLeases) withholds(index uint64) bool {
+	return l.on() && l.visible < index
 }
 
-func (r *Replica) takeLeaseMsgs() []raftpb.Message {
-	out := r.rl.out
-	r.rl.out = nil
+func (l *readLeases) take() []raftpb.Message {
+	out := l.out
+	l.out = nil
 	return out
 }
 

@@ -58,7 +58,7 @@ func TestReadLeaseOneWayCutCostsOneLease(t *testing.T) {
 			if acked.IsZero() {
 				t.Fatalf("nothing past the cut-off holder's index %d acknowledged in 10 s", last)
 			}
-			if wait, bound := acked.Sub(cut), l.leaseBound()+4*l.cfg.Settings.RaftTick; wait > bound {
+			if wait, bound := acked.Sub(cut), l.rl.bound()+4*l.cfg.Settings.RaftTick; wait > bound {
 				t.Fatalf("the first answer past the holder's log went out %s into the cut, more than B plus a round (%s)", wait, bound)
 			}
 			if lost {
@@ -157,9 +157,9 @@ func TestReadLeaseDeposedLeaderPromisesAsFollower(t *testing.T) {
 				t.Fatalf("o at term %d, n at %d, h acknowledges term %d", o.Status().Term, term, h.rl.ack.term)
 			}
 			floor := h.ReadLease(g.now).Floor
-			h.askReadLease(g.now)
+			h.rl.ask(g.now)
 			var ask raftpb.Message
-			for _, m := range h.takeLeaseMsgs() {
+			for _, m := range h.rl.take() {
 				if m.Type == msgLeaseAsk && m.To == o.ID() {
 					ask = m // the ask to n is lost
 				}
@@ -175,7 +175,7 @@ func TestReadLeaseDeposedLeaderPromisesAsFollower(t *testing.T) {
 				t.Fatalf("o is a %v following %d after n's heartbeat", st.RaftState, st.Lead)
 			}
 			var p *raftpb.Message
-			for _, m := range o.takeLeaseMsgs() {
+			for _, m := range o.rl.take() {
 				if m.Type == msgLeasePromise && m.To == h.ID() {
 					p = &m
 				}
@@ -213,9 +213,9 @@ func TestReadLeaseCountsTheLeadersVoters(t *testing.T) {
 			l, h := leaseFollower(t, g)
 			until := h.ReadLease(g.now).Until
 			g.now = g.now.Add(10 * ms) // a later ask makes a later lease
-			h.askReadLease(g.now)
+			h.rl.ask(g.now)
 			var ask raftpb.Message
-			for _, m := range h.takeLeaseMsgs() {
+			for _, m := range h.rl.take() {
 				if m.Type == msgLeaseAsk && m.To == l.ID() {
 					ask = m
 				}
@@ -223,7 +223,7 @@ func TestReadLeaseCountsTheLeadersVoters(t *testing.T) {
 			l.rl.out = nil
 			_ = l.StepRaft(g.now, ask)
 			var p raftpb.Message
-			for _, m := range l.takeLeaseMsgs() {
+			for _, m := range l.rl.take() {
 				if m.Type == msgLeasePromise && m.To == h.ID() {
 					p = m
 				}

@@ -40,58 +40,58 @@ func (r *Replica) leading() bool {
 // promise that never arrives is never acknowledged and extends nothing, so
 // a holder the leader cannot reach stops counting B after the last promise
 // that reached it, whatever it asks.
-func (r *Replica) countHolder(now time.Time, m raftpb.Message, term uint64) {
+func (l *readLeases) countHolder(now time.Time, m raftpb.Message, term uint64) {
 	h := m.From
-	sent := r.rl.sent[h]
+	sent := l.sent[h]
 	if sent == nil {
 		sent = map[uint64]time.Time{}
-		r.rl.sent[h] = sent
+		l.sent[h] = sent
 	}
-	bound := r.leaseBound()
+	bound := l.bound()
 	// A promise older than B can no longer make a lease that lasts.
 	maps.DeleteFunc(sent, func(_ uint64, at time.Time) bool { return now.Sub(at) >= bound })
 	if _, ok := sent[m.Index]; !ok {
 		sent[m.Index] = now
 	}
 	var until time.Time
-	if r.cfg.Break.ReadLeaseCountUnacked {
+	if l.brk.ReadLeaseCountUnacked {
 		until = now.Add(bound) // as if every promise arrived
 	} else if s, ok := sent[m.Commit]; ok && m.Commit != 0 && m.LogTerm == term {
 		until = s.Add(bound)
 	}
-	if until.After(r.rl.promised[h]) {
-		r.rl.promised[h] = until
+	if until.After(l.promised[h]) {
+		l.promised[h] = until
 	}
 }
 
-// leaseTakeover starts the leader's count: every holder may hold promises
+// takeover starts the leader's count: every holder may hold promises
 // made in earlier terms, which end within B of now — every holder of the
 // configuration, and every holder that left it recently (gone), which the
 // configuration no longer names.
-func (r *Replica) leaseTakeover(now time.Time) {
-	clear(r.rl.promised)
-	clear(r.rl.sent)
-	r.countAll(now)
-	r.rl.nextSend = now
+func (l *readLeases) takeover(now time.Time) {
+	clear(l.promised)
+	clear(l.sent)
+	l.countAll(now)
+	l.nextSend = now
 }
 
 // countAll counts every holder, present or recently gone, until now + B.
-func (r *Replica) countAll(now time.Time) {
-	until := now.Add(r.leaseBound())
-	hs := r.leaseHolders()
-	for h, t := range r.rl.gone {
+func (l *readLeases) countAll(now time.Time) {
+	until := now.Add(l.bound())
+	hs := l.holders()
+	for h, t := range l.gone {
 		if now.Before(t) {
 			hs = append(hs, h)
 		}
 	}
 	for _, h := range hs {
-		if until.After(r.rl.promised[h]) {
-			r.rl.promised[h] = until
+		if until.After(l.promised[h]) {
+			l.promised[h] = until
 		}
 	}
 }
 
-// leaseMembersChanged runs on every replica when its applied members
+// membersChanged runs on every replica when its applied members
 // change (a conf change or a snapshot): before is the members it had. A
 // holder that left may hold a lease from a promise made before it left,
 // and the configuration forgets it, so every replica remembers it as gone
@@ -103,33 +103,33 @@ func (r *Replica) countAll(now time.Time) {
 // new leader counts it from its takeover. A change of the voters also
 // recounts every holder for B (a lease counted against the former voters
 // may last that long).
-func (r *Replica) leaseMembersChanged(now time.Time, before map[uint64]string) {
-	if !r.leaseOn() {
+func (l *readLeases) membersChanged(now time.Time, before map[uint64]string) {
+	if !l.on() {
 		return
 	}
-	until := now.Add(r.leaseBound())
+	until := now.Add(l.bound())
 	for h := range before {
-		if _, ok := r.st.Peers()[h]; ok || !r.cfg.Settings.ReadLease.Holds(h) {
+		if _, ok := l.v.peers()[h]; ok || !l.cfg.Holds(h) {
 			continue
 		}
-		if r.cfg.Break.ReadLeaseForgetRemoved {
-			delete(r.rl.promised, h)
+		if l.brk.ReadLeaseForgetRemoved {
+			delete(l.promised, h)
 			continue
 		}
-		r.rl.gone[h] = until
+		l.gone[h] = until
 	}
-	if r.leading() {
-		r.countAll(now)
+	if l.v.leading() {
+		l.countAll(now)
 	}
 }
 
-// leaseHolders lists the configured holders among the group's members.
-func (r *Replica) leaseHolders() []uint64 {
+// holders lists the configured holders among the group's members.
+func (l *readLeases) holders() []uint64 {
 	var hs []uint64
-	if r.cfg.Settings.ReadLease.All {
-		hs = slices.Sorted(maps.Keys(r.st.Peers()))
+	if l.cfg.All {
+		hs = slices.Sorted(maps.Keys(l.v.peers()))
 	} else {
-		hs = slices.Clone(r.cfg.Settings.ReadLease.Holders)
+		hs = slices.Clone(l.cfg.Holders)
 	}
 	return hs
 }

@@ -159,7 +159,7 @@ func TestReadLeaseGrantsInItsOwnTerm(t *testing.T) {
 			r.rl.out = nil
 			_ = r.StepRaft(g.now, raftpbMsg(msgLeaseAsk, 3, r.ID(), 99, askTerm))
 			var out []promise
-			for _, m := range r.takeLeaseMsgs() {
+			for _, m := range r.rl.take() {
 				if m.Type == msgLeasePromise && m.To == 3 && m.Index == 99 {
 					out = append(out, promise{term: m.Term, leader: m.Reject, commit: m.Commit, visible: m.LogTerm})
 				}

@@ -120,7 +120,7 @@ type Replica struct {
 	confApplied bool   // a change of the members was applied since the last Advance
 	foreign     uint64 // raft messages dropped: their sender is not a member
 
-	rl readLease // quorum read leases (readlease.go)
+	rl readLeases // quorum read leases (readlease.go)
 }
 
 // heldRound is a Core round's Owner messages, held until it is proven
@@ -154,9 +154,7 @@ func NewReplica(cfg ReplicaConfig, now time.Time) (*Replica, error) {
 	r := &Replica{cfg: cfg, ms: cfg.Storage, st: lease.NewState(cfg.Settings.Lease.Timing.LogRetention),
 		pending: map[uint64]*heldRound{}, nextTick: now.Add(cfg.Settings.RaftTick),
 		started: now, reads: map[string]time.Time{},
-		heard: map[uint64]time.Time{}, learners: map[uint64]time.Time{},
-		rl: readLease{asks: map[uint64]*leaseAsk{}, promised: map[uint64]time.Time{},
-			sent: map[uint64]map[uint64]time.Time{}, gone: map[uint64]time.Time{}}}
+		heard: map[uint64]time.Time{}, learners: map[uint64]time.Time{}}
 	snap, err := r.ms.Snapshot()
 	if err != nil {
 		return nil, err
@@ -189,6 +187,7 @@ func NewReplica(cfg ReplicaConfig, now time.Time) (*Replica, error) {
 	if r.rn, err = raft.NewRawNode(rc); err != nil {
 		return nil, err
 	}
+	r.rl = newReadLeases(r)
 	first, _ := r.ms.FirstIndex()
 	last, _ := r.ms.LastIndex()
 	if last < first && r.applied == 0 && len(cfg.Bootstrap) > 0 {
@@ -248,7 +247,7 @@ func (r *Replica) StepRaft(now time.Time, m raftpb.Message) error {
 	}
 	r.heard[m.From] = now
 	if isLeaseMsg(m.Type) {
-		r.stepReadLease(now, m)
+		r.rl.step(now, m)
 		return nil
 	}
 	return r.rn.Step(m)
@@ -317,7 +316,7 @@ func (r *Replica) syncPath(now time.Time) int {
 	switch {
 	case r.leading():
 		return syncLeader
-	case r.leaseReadable(now):
+	case r.rl.readable(now):
 		return syncLease
 	case r.role == raft.StateFollower && r.lead != 0 && r.st.Epoch() != 0 &&
 		!r.readAt.IsZero() && now.Sub(r.readAt) < r.electionTimeout() && r.applied >= r.readIndex:
@@ -358,8 +357,8 @@ func (r *Replica) electionTimeout() time.Duration {
 // to reads, which lags the newest commit by up to the read-lease bound
 // (docs/protocol.md, "Quorum read leases"); StaleBound is the larger.
 func (r *Replica) StaleBound() time.Duration {
-	if r.leaseOn() {
-		return max(r.electionTimeout(), r.leaseBound())
+	if r.rl.on() {
+		return max(r.electionTimeout(), r.rl.bound())
 	}
 	return r.electionTimeout()
 }
@@ -397,7 +396,7 @@ func (r *Replica) NextDeadline() time.Time {
 		earlier(r.core.NextDeadline())
 	}
 	earlier(r.feed.NextDeadline()) // a coalesced push round
-	earlier(r.leaseDeadline())
+	earlier(r.rl.deadline())
 	if d.IsZero() {
 		d = r.nextTick
 	}
@@ -445,7 +444,7 @@ func (r *Replica) Tick(now time.Time) {
 		r.askRead(now)
 	}
 	r.promote(now)
-	r.leaseTick(now)
+	r.rl.tick(now)
 	r.flush(now)
 }
 
@@ -506,7 +505,7 @@ func (r *Replica) confirm(msgs []lease.OwnerMessage) {
 func (r *Replica) release() {
 	for len(r.held) > 0 {
 		h := r.held[0]
-		if !h.ok || r.applied < h.index || r.leaseHeld(h.index) {
+		if !h.ok || r.applied < h.index || r.rl.withholds(h.index) {
 			return
 		}
 		r.rl.acked = max(r.rl.acked, h.index)
@@ -536,7 +535,7 @@ func (r *Replica) Ready(now time.Time) (Ready, bool) {
 	rd.Peers, r.peerChanges = r.peerChanges, nil
 	rd.Owners, r.owners = r.owners, nil
 	rd.Lookups = r.feed.Ready()
-	if lm := r.takeLeaseMsgs(); len(lm) > 0 {
+	if lm := r.rl.take(); len(lm) > 0 {
 		rd.Messages = append(slices.Clip(rd.Messages), lm...)
 	}
 	ok := rd.raft != nil || len(rd.Messages) > 0 || !raft.IsEmptySnap(rd.Compacted) || len(rd.Peers) > 0 || len(rd.Owners) > 0 || len(rd.Lookups) > 0
@@ -565,7 +564,7 @@ func (r *Replica) Advance(now time.Time, rd Ready) error {
 		for _, id := range slices.Sorted(maps.Keys(st.Peers())) {
 			r.peerChanges = append(r.peerChanges, Peer{ID: id, Addr: st.Peers()[id]})
 		}
-		r.leaseMembersChanged(now, before)
+		r.rl.membersChanged(now, before)
 	}
 	if ss := rd.raft.SoftState; ss != nil {
 		r.lead, r.role = ss.Lead, ss.RaftState
@@ -603,10 +602,10 @@ func (r *Replica) Advance(now time.Time, rd Ready) error {
 		r.resumes++
 		r.core = lease.ResumeBroken(r.cfg.Settings.Lease, r.cfg.Break, r.st, r.coreTerm<<32|r.resumes<<24, now)
 		r.stats.Takeovers++
-		r.leaseTakeover(now)
+		r.rl.takeover(now)
 		r.flush(now)
 	}
-	r.leaseVisible(now)
+	r.rl.raiseVisible(now)
 	r.release()
 	r.feed.Changed(now)
 	// A snapshot is also taken when a change of the members is applied
@@ -682,7 +681,7 @@ func (r *Replica) apply(now time.Time, e raftpb.Entry) error {
 		r.conf = *r.rn.ApplyConfChange(*a.cc)
 		r.confApplied = true
 		r.confPending = false
-		r.leaseMembersChanged(now, before) // count every holder for a lease again, and those that left
+		r.rl.membersChanged(now, before) // count every holder for a lease again, and those that left
 	}
 	if a.peer != nil {
 		r.peerChanges = append(r.peerChanges, *a.peer)
