@@ -9,19 +9,19 @@ import (
 const allVar = "LEASEHOLD_E2E"
 
 // onlyWithAll skips t unless LEASEHOLD_E2E=all. go test ./... runs the
-// walkthrough (48 keys), the demo, failover (one leader killed, then all
-// three), the rolling restart, a stalled leader, a damaged and an edited
-// data directory, SIGTERM and the gateway, and stays within a newcomer's
-// two minutes (README.md, "Testing"); the walkthrough and failover at full
-// size (200 keys, two leaders killed), the leader cut off by a proxy,
-// Owners drained while cut off from the leader, the duplicated Owner ID,
-// the examples' scenarios and tours, the dashboard's browser tests (three
-// Owners, a loss among planned moves, and 1,000), a drain cancelled and a
-// killed Owner forgotten, the gateways' rolling restart, the gateway with its
-// Manager stopped, the hostile soak, the read leases under a cut, a stop
-// and a removal (about a minute), and the agent's Python servers under
-// faults (about two minutes) add about nine minutes more, and CI
-// (.ci/run) runs them with LEASEHOLD_E2E=all.
+// README's walkthrough (48 keys), its first command (the demo), the gateway,
+// an edited data directory and the agent's checker, and stays within a
+// newcomer's wait (README.md, "Testing"); the walkthrough at full size (200
+// keys), failover (two leaders killed, then all three), the rolling restart,
+// a stalled leader and one cut off by a proxy, a damaged data directory,
+// SIGTERM, Owners drained while cut off from the leader, the duplicated
+// Owner ID, the examples' scenarios and tours, the dashboard's browser tests
+// (three Owners, a loss among planned moves, and 1,000), a drain cancelled
+// and a killed Owner forgotten, the gateways' rolling restart, the gateway
+// with its Manager stopped, the hostile soak, the read leases under a cut, a
+// stop and a removal (about a minute), and the agent's Python servers under
+// faults (about two minutes) add about ten minutes more, and CI (.ci/run)
+// runs them with LEASEHOLD_E2E=all.
 func onlyWithAll(t *testing.T) {
 	t.Helper()
 	if os.Getenv(allVar) != "all" {

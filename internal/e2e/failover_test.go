@@ -28,6 +28,7 @@ func TestManagerFailover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("e2e: builds binaries and runs real processes; skipped with -short")
 	}
+	onlyWithAll(t)
 	t.Parallel()
 	leasehold, kvBin := build(t)
 	started := time.Now()

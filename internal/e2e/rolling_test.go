@@ -35,6 +35,7 @@ func TestRollingRestart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("e2e: builds binaries and runs real processes; skipped with -short")
 	}
+	onlyWithAll(t)
 	t.Parallel()
 	leasehold, kvBin := build(t)
 	started := time.Now()

@@ -15,6 +15,7 @@ func TestManagerStopsOnSIGTERM(t *testing.T) {
 	if testing.Short() {
 		t.Skip("e2e: builds binaries and runs real processes; skipped with -short")
 	}
+	onlyWithAll(t)
 	leasehold, kvBin := build(t)
 	mgr := start(t, "manager", leasehold, "manager", "--listen", "127.0.0.1:0", "--timings", "fast", "--data-dir", t.TempDir())
 	line := mgr.waitLine(t, "leasehold manager listening on ", 10*time.Second)

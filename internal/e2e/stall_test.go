@@ -42,7 +42,10 @@ func stops(t *testing.T) []time.Duration {
 // Owners leave it after the answer wait and renew with the new leader, so
 // watch prints no loss, every key keeps its latest value, and the longest
 // time any key could not be read or written is logged.
-func TestLeaderStall(t *testing.T) { testLeaderOutage(t, false) }
+func TestLeaderStall(t *testing.T) {
+	onlyWithAll(t)
+	testLeaderOutage(t, false)
+}
 
 // TestLeaderCutOff: the same, with the leader cut off from the Owners,
 // watch and the frontend by a proxy that stops forwarding but keeps their
