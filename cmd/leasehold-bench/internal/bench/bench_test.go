@@ -15,6 +15,7 @@ import (
 // TestSmoke runs every scenario at a tiny size and writes its output: the
 // code of the long runs, in seconds.
 func TestSmoke(t *testing.T) {
+	smokeOnlyWithAll(t)
 	for _, s := range Scenarios() {
 		t.Run(s[0], func(t *testing.T) {
 			t.Parallel()
@@ -69,6 +70,7 @@ func TestUnknownScenario(t *testing.T) {
 // size, 12 Owners with 4 and with 10 Lookups each), each plotted in the
 // series of its number of Lookups per Owner.
 func TestSmokeScaleBeyond(t *testing.T) {
+	smokeOnlyWithAll(t)
 	t.Parallel()
 	r, err := Run(context.Background(), "scale", Options{Size: Smoke, Beyond: true})
 	if err != nil {
@@ -99,6 +101,7 @@ func TestSmokeScaleBeyond(t *testing.T) {
 // TestSmokeScalePoint: Owners and Lookups run that one point (here without
 // churn only) instead of the sweep.
 func TestSmokeScalePoint(t *testing.T) {
+	smokeOnlyWithAll(t)
 	t.Parallel()
 	r, err := Run(context.Background(), "scale", Options{Size: Smoke, Owners: 6, Lookups: 30, Churn: "off"})
 	if err != nil {
@@ -120,6 +123,7 @@ func TestSmokeScalePoint(t *testing.T) {
 // only (--certs-dir, no --insecure), so its Owners renew and its Lookups
 // sync only over handshakes with their own certificates.
 func TestSmokeLoopbackTLS(t *testing.T) {
+	smokeOnlyWithAll(t)
 	t.Parallel()
 	r, err := Run(context.Background(), "loopback", Options{Size: Smoke, Churn: "off", TLS: true})
 	if err != nil {
@@ -136,5 +140,15 @@ func TestSmokeLoopbackTLS(t *testing.T) {
 	}
 	if !strings.Contains(r.Figures[0].Ours, "mutual TLS") {
 		t.Fatalf("the setup does not say the run had TLS: %q", r.Figures[0].Ours)
+	}
+}
+
+// smokeOnlyWithAll skips t unless LEASEHOLD_E2E=all, as internal/e2e's
+// longer scenarios are: the experiments at a tiny size take about 20 s of a
+// newcomer's go test ./..., and CI (.ci/run) runs them with the scenarios.
+func smokeOnlyWithAll(t *testing.T) {
+	t.Helper()
+	if os.Getenv("LEASEHOLD_E2E") != "all" {
+		t.Skip("run with LEASEHOLD_E2E=all (CI does): the experiments' smoke runs")
 	}
 }
