@@ -29,16 +29,8 @@ func TestDashboardLossesFirst(t *testing.T) {
 	if browser.Path() == "" {
 		t.Skip("no Chromium installed (apt-get install chromium): the dashboard's browser test cannot run")
 	}
-	leasehold, kvBin := build(t)
+	leasehold, addr, c, servers := threeOwners(t)
 	tm := protocol.Fast()
-	mgr := start(t, "manager", leasehold, "manager", "--listen", "127.0.0.1:0", "--timings", "fast")
-	line := mgr.waitLine(t, "leasehold manager listening on ", 10*time.Second)
-	addr, _, _ := strings.Cut(strings.TrimPrefix(line, "leasehold manager listening on "), " ")
-	c := &cli{t: t, leasehold: leasehold, kv: kvBin, manager: addr}
-	servers := map[string]*proc{}
-	for _, id := range []string{"kv-1", "kv-2", "kv-3"} {
-		servers[id] = c.serve(id)
-	}
 	st := c.settle("three owners", func(s status) bool {
 		return slices.Equal(s.holders(), []string{"kv-1", "kv-2", "kv-3"}) && s.sumRanges() == 192
 	})
@@ -59,7 +51,7 @@ func TestDashboardLossesFirst(t *testing.T) {
 	}
 
 	dash := start(t, "dashboard", leasehold, "dashboard", "--manager", addr, "--listen", "127.0.0.1:0", "--refresh", "250ms")
-	line = dash.waitLine(t, "leasehold dashboard on ", 10*time.Second)
+	line := dash.waitLine(t, "leasehold dashboard on ", 10*time.Second)
 	url, _, _ := strings.Cut(strings.TrimPrefix(line, "leasehold dashboard on "), " ")
 	url = viewerProxy(t, url)
 	b := browser.New(t, 1400, 1200)

@@ -34,22 +34,14 @@ func TestDashboard(t *testing.T) {
 	if browser.Path() == "" {
 		t.Skip("no Chromium installed (apt-get install chromium): the dashboard's browser test cannot run")
 	}
-	leasehold, kvBin := build(t)
+	leasehold, addr, c, servers := threeOwners(t)
 	tm := protocol.Fast()
-	mgr := start(t, "manager", leasehold, "manager", "--listen", "127.0.0.1:0", "--timings", "fast")
-	line := mgr.waitLine(t, "leasehold manager listening on ", 10*time.Second)
-	addr, _, _ := strings.Cut(strings.TrimPrefix(line, "leasehold manager listening on "), " ")
-	c := &cli{t: t, leasehold: leasehold, kv: kvBin, manager: addr}
-	servers := map[string]*proc{}
-	for _, id := range []string{"kv-1", "kv-2", "kv-3"} {
-		servers[id] = c.serve(id)
-	}
 	c.settle("three owners", func(s status) bool {
 		return slices.Equal(s.holders(), []string{"kv-1", "kv-2", "kv-3"}) && s.sumRanges() == 192
 	})
 
 	dash := start(t, "dashboard", leasehold, "dashboard", "--manager", addr, "--listen", "127.0.0.1:0", "--refresh", "250ms")
-	line = dash.waitLine(t, "leasehold dashboard on ", 10*time.Second)
+	line := dash.waitLine(t, "leasehold dashboard on ", 10*time.Second)
 	url, _, _ := strings.Cut(strings.TrimPrefix(line, "leasehold dashboard on "), " ")
 	url = viewerProxy(t, url)
 	b := browser.New(t, 1400, 1000)
@@ -200,4 +192,20 @@ func viewerProxy(t *testing.T, dashURL string) string {
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(func() { _ = srv.Close() })
 	return "http://" + lis.Addr().String() + "/"
+}
+
+// threeOwners starts a Manager with fast timings and three kv servers,
+// kv-1 to kv-3, as real processes, for the dashboard's browser tests.
+func threeOwners(t *testing.T) (leasehold, addr string, c *cli, servers map[string]*proc) {
+	t.Helper()
+	leasehold, kvBin := build(t)
+	mgr := start(t, "manager", leasehold, "manager", "--listen", "127.0.0.1:0", "--timings", "fast")
+	line := mgr.waitLine(t, "leasehold manager listening on ", 10*time.Second)
+	addr, _, _ = strings.Cut(strings.TrimPrefix(line, "leasehold manager listening on "), " ")
+	c = &cli{t: t, leasehold: leasehold, kv: kvBin, manager: addr}
+	servers = map[string]*proc{}
+	for _, id := range []string{"kv-1", "kv-2", "kv-3"} {
+		servers[id] = c.serve(id)
+	}
+	return leasehold, addr, c, servers
 }
