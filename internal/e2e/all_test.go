@@ -29,15 +29,15 @@ func onlyWithAll(t *testing.T) {
 	}
 }
 
-// The scenarios that run one kv process per put and per get
-// (TestKVScenario, TestManagerFailover) spend most of their time and CPU
-// starting those processes: about 1,800 of them with 200 keys. By default
-// they use quickKeys, which still puts keys on every server (a server holds
+// The scenarios that run one kv process per put and per get spend most of
+// their time and CPU starting those processes: about 1,800 of them with 200
+// keys. TestKVScenario, which go test ./... runs, uses quickKeys by default, which still puts keys on every server (a server holds
 // none of 48 with odds of about 1 in 10^8) and moves some to a joining one
 // and leaves some (1 in 10^6); with LEASEHOLD_E2E=all they use nkeys.
 const quickKeys = 48
 
-// cliKeys is how many keys those scenarios put, by LEASEHOLD_E2E.
+// cliKeys is how many keys TestKVScenario puts, by LEASEHOLD_E2E;
+// TestManagerFailover runs only with LEASEHOLD_E2E=all and puts nkeys.
 func cliKeys() int {
 	if os.Getenv(allVar) == "all" {
 		return nkeys

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"net"
-	"os"
 	"os/exec"
 	"slices"
 	"strings"
@@ -54,7 +53,7 @@ func TestManagerFailover(t *testing.T) {
 		return slices.Equal(s.holders(), []string{"kv-1", "kv-2", "kv-3"}) && s.sumRanges() == 192
 	})
 	counts := rangeCounts(st)
-	ks := make([]string, cliKeys())
+	ks := make([]string, nkeys)
 	latest := map[string]string{}
 	for i := range ks {
 		ks[i] = fmt.Sprintf("key-%03d", i)
@@ -115,11 +114,7 @@ func TestManagerFailover(t *testing.T) {
 		}
 	}()
 
-	rounds := 1
-	if os.Getenv(allVar) == "all" {
-		rounds = 2 // the second kills a leader elected after a failover
-	}
-	for round := 1; round <= rounds; round++ {
+	for range 2 { // the second kills a leader elected after a failover
 		old := g.leader(t, 0)
 		killedAt := time.Now()
 		g.kill(t, old)
