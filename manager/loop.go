@@ -67,7 +67,7 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	var boot []replica.Peer
 	for _, p := range s.cfg.Peers {
-		boot = append(boot, replica.Peer(p))
+		boot = append(boot, replica.Peer{ID: p.ID, Addr: p.Addr})
 	}
 	if len(boot) == 0 && !s.cfg.Join {
 		boot = []replica.Peer{{ID: s.cfg.ID, Addr: s.cfg.Advertise}}

@@ -28,6 +28,7 @@ type State struct {
 	retention time.Duration
 	ns        map[string]*nsState
 	peers     map[uint64]string // replica ID → address
+	readers   map[uint64]bool   // the peers that are read replicas (readreplicas.go)
 }
 
 type nsState struct {
@@ -76,6 +77,9 @@ type Change struct {
 	Record OwnerRecord      `json:"rec"`
 	Peer   uint64           `json:"p,omitempty"`
 	Addr   string           `json:"a,omitempty"`
+	// Reader marks the replica OpPeer records as a read replica: a Raft
+	// learner that is never promoted (readreplicas.go).
+	Reader bool `json:"rr,omitempty"`
 	// Desired is a load-aware desired assignment (OpDesired).
 	Desired assign.Assignment `json:"d,omitempty"`
 }
@@ -87,7 +91,7 @@ var ErrCorrupt = errors.New("lease: corrupt replicated state")
 // NewState returns an empty State whose tables keep their change logs for
 // retention.
 func NewState(retention time.Duration) *State {
-	return &State{retention: retention, ns: map[string]*nsState{}, peers: map[uint64]string{}}
+	return &State{retention: retention, ns: map[string]*nsState{}, peers: map[uint64]string{}, readers: map[uint64]bool{}}
 }
 
 // Epoch returns the epoch, 0 until the first leader set it.
@@ -151,6 +155,7 @@ func (s *State) apply(now time.Time, c Change) error {
 		} else {
 			s.peers[c.Peer] = c.Addr
 		}
+		s.setReader(c.Peer, c.Addr != "" && c.Reader)
 		return nil
 	}
 	if c.Op == OpNamespace {
@@ -198,6 +203,7 @@ type stateImage struct {
 	Epoch      uint64            `json:"epoch"`
 	Namespaces []nsImage         `json:"namespaces"`
 	Peers      map[uint64]string `json:"peers,omitempty"`
+	Readers    []uint64          `json:"readers,omitempty"` // the read replicas among Peers
 }
 
 type nsImage struct {
@@ -213,7 +219,7 @@ type nsImage struct {
 // not included: a Lookup further behind than the snapshot gets a snapshot
 // of the table, as it would after LogRetention.
 func (s *State) Encode() []byte {
-	img := stateImage{Epoch: s.epoch, Peers: s.peers}
+	img := stateImage{Epoch: s.epoch, Peers: s.peers, Readers: s.ReadReplicas()}
 	for _, name := range s.Namespaces() {
 		n := s.ns[name]
 		img.Namespaces = append(img.Namespaces, nsImage{Name: name, LSN: n.table.LSN(), LGN: n.lgn,
@@ -236,6 +242,9 @@ func DecodeState(data []byte, retention time.Duration) (*State, error) {
 	s.epoch = img.Epoch
 	for id, addr := range img.Peers {
 		s.peers[id] = addr
+	}
+	for _, id := range img.Readers {
+		s.setReader(id, s.peers[id] != "")
 	}
 	for _, ni := range img.Namespaces {
 		t := leasetable.New(retention)
@@ -278,6 +287,7 @@ func (s *State) Refound(id uint64, addr string, epoch uint64) {
 	for p := range s.peers {
 		delete(s.peers, p)
 	}
+	clear(s.readers)
 	s.peers[id] = addr
 	s.epoch = max(epoch, s.epoch+1)
 }

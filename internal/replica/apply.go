@@ -48,12 +48,13 @@ func applyEntry(st *lease.State, now time.Time, e raftpb.Entry) (entryEffect, er
 		p := Peer{ID: cc.NodeID}
 		switch cc.Type {
 		case raftpb.ConfChangeAddNode, raftpb.ConfChangeAddLearnerNode:
-			p.Addr = string(cc.Context)
+			p.Addr, p.ReadReplica = parsePeerContext(cc.Context)
+			p.ReadReplica = p.ReadReplica && cc.Type == raftpb.ConfChangeAddLearnerNode
 		case raftpb.ConfChangeRemoveNode:
 		default:
 			return out, nil
 		}
-		if err := st.Apply(now, []lease.Change{{Op: lease.OpPeer, Peer: p.ID, Addr: p.Addr}}); err != nil {
+		if err := st.Apply(now, []lease.Change{{Op: lease.OpPeer, Peer: p.ID, Addr: p.Addr, Reader: p.ReadReplica}}); err != nil {
 			return out, fmt.Errorf("entry %d: %w", e.Index, err)
 		}
 		out.peer = &p

@@ -113,6 +113,18 @@ func (r *Replica) AddLearner(now time.Time, id uint64, addr string) error {
 		return ErrConfPending
 	}
 	if a, ok := r.st.Peers()[id]; ok {
+		if r.st.ReadReplica(id) {
+			// An operator's explicit promotion of a read replica: it
+			// becomes an ordinary learner, promoted once caught up.
+			if err := r.quorumAfter(now, id, false, 0); err != nil && len(r.rn.Status().Config.Voters.IDs()) > 1 {
+				return err
+			}
+			if err := r.proposeConf(raftpb.ConfChange{Type: raftpb.ConfChangeAddLearnerNode, NodeID: id, Context: PeerContext(addr)}); err != nil {
+				return err
+			}
+			r.learners[id] = now.Add(r.learnerTimeout())
+			return nil
+		}
 		if _, voter := r.rn.Status().Config.Voters.IDs()[id]; !voter {
 			return fmt.Errorf("%w: replica %d, at %s, is already being added (a learner catching up)", ErrMember, id, a)
 		}
@@ -180,7 +192,7 @@ func (r *Replica) promote(now time.Time) {
 	}
 	st := r.rn.Status()
 	for id := range st.Config.Learners {
-		if _, ok := r.learners[id]; !ok {
+		if _, ok := r.learners[id]; !ok && !r.st.ReadReplica(id) {
 			r.learners[id] = now.Add(r.learnerTimeout())
 		}
 	}
@@ -194,6 +206,13 @@ func (r *Replica) promote(now time.Time) {
 			continue // proposed, not yet applied
 		}
 		pr := st.Progress[id]
+		if r.st.ReadReplica(id) {
+			// Never promoted (readreplica.go).
+			if r.readReplicaAdded(now, id, caughtUp(pr.Match, last)) {
+				return
+			}
+			continue
+		}
 		if caughtUp(pr.Match, last) && r.reachable(now, id) && r.quorumAfter(now, id, true, 0) == nil {
 			if r.proposeConf(raftpb.ConfChange{Type: raftpb.ConfChangeAddNode, NodeID: id, Context: PeerContext(r.st.Peers()[id])}) == nil {
 				delete(r.learners, id)

@@ -126,6 +126,7 @@ type leaseView struct {
 	hasCore  func() bool
 	conf     func() raftpb.ConfState
 	peers    func() map[uint64]string
+	reader   func(id uint64) bool // a read replica (readreplica.go)
 	applied  func() (applied uint64, all bool)
 	release  func()
 }
@@ -140,6 +141,7 @@ func newReadLeases(r *Replica) readLeases {
 			hasCore:  func() bool { return r.core != nil },
 			conf:     func() raftpb.ConfState { return r.conf },
 			peers:    func() map[uint64]string { return r.st.Peers() },
+			reader:   func(id uint64) bool { return r.st.ReadReplica(id) },
 			applied: func() (uint64, bool) {
 				last, err := r.ms.LastIndex()
 				return r.applied, err == nil && last == r.applied
@@ -171,7 +173,14 @@ type ReadLeaseStatus struct {
 
 func (l *readLeases) on() bool { return l.cfg.On() }
 
-func (l *readLeases) holder() bool { return l.cfg.Holds(l.id) }
+func (l *readLeases) holder() bool { return l.holds(l.id) }
+
+// holds reports whether replica id holds read leases: ReadLease.All names
+// every voter and learner being caught up, but no read replica (readreplica.go:
+// no write waits for one), and ReadLease.Holders names whom it names.
+func (l *readLeases) holds(id uint64) bool {
+	return l.cfg.Holds(id) && (!l.cfg.All || !l.v.reader(id))
+}
 
 func (l *readLeases) bound() time.Duration { return l.boundD }
 
@@ -322,7 +331,7 @@ func (l *readLeases) step(now time.Time, m raftpb.Message) {
 // while Raft still names this replica its current leader (leading), and a
 // replica Raft made leader promises nothing until it has taken over.
 func (l *readLeases) givePromise(now time.Time, m raftpb.Message) {
-	if !l.cfg.Holds(m.From) {
+	if !l.holds(m.From) {
 		return
 	}
 	bs := l.v.status()

@@ -127,7 +127,11 @@ func (l *readLeases) membersChanged(now time.Time, before map[uint64]string) {
 func (l *readLeases) holders() []uint64 {
 	var hs []uint64
 	if l.cfg.All {
-		hs = slices.Sorted(maps.Keys(l.v.peers()))
+		for _, h := range slices.Sorted(maps.Keys(l.v.peers())) {
+			if !l.v.reader(h) {
+				hs = append(hs, h)
+			}
+		}
 	} else {
 		hs = slices.Clone(l.cfg.Holders)
 	}

@@ -32,6 +32,9 @@ func (e *NotLeaderError) Error() string {
 type Peer struct {
 	ID   uint64
 	Addr string
+	// ReadReplica is true for a read replica: a learner never promoted
+	// (readreplica.go).
+	ReadReplica bool
 }
 
 // ReplicaConfig configures a Replica.
@@ -562,7 +565,7 @@ func (r *Replica) Advance(now time.Time, rd Ready) error {
 		r.feed.Rebase(st)
 		r.applied, r.snapshot, r.conf = rd.Snapshot.Metadata.Index, rd.Snapshot.Metadata.Index, rd.Snapshot.Metadata.ConfState
 		for _, id := range slices.Sorted(maps.Keys(st.Peers())) {
-			r.peerChanges = append(r.peerChanges, Peer{ID: id, Addr: st.Peers()[id]})
+			r.peerChanges = append(r.peerChanges, Peer{ID: id, Addr: st.Peers()[id], ReadReplica: st.ReadReplica(id)})
 		}
 		r.rl.membersChanged(now, before)
 	}
@@ -694,10 +697,6 @@ func (r *Replica) apply(now time.Time, e raftpb.Entry) error {
 	}
 	return nil
 }
-
-// PeerContext is the Context of an AddNode ConfChange: the new replica's
-// address.
-func PeerContext(addr string) []byte { return []byte(addr) }
 
 // quietLogger drops Raft's debug and info chatter and keeps warnings.
 type quietLogger struct{}
