@@ -55,14 +55,17 @@ func clusterPB(ci ClusterInfo) *pb.Cluster {
 	c := &pb.Cluster{Id: ci.ID, Role: ci.Role, Leader: ci.Leader, LeaderAddr: ci.LeaderAddr,
 		Term: ci.Term, Commit: ci.Commit, Applied: ci.Applied, ReadLease: readLeasePB(ci.ReadLease)}
 	for _, p := range ci.Peers {
-		c.Peers = append(c.Peers, &pb.Peer{Id: p.ID, Addr: p.Addr, ClientAddr: p.Addr, Voter: p.Voter, Match: p.Match})
+		c.Peers = append(c.Peers, &pb.Peer{Id: p.ID, Addr: p.Addr, ClientAddr: p.Addr, Voter: p.Voter, ReadReplica: p.ReadReplica, Match: p.Match})
 	}
 	return c
 }
 
 // AddPeer adds a replica to the group (leasehold cluster add): as a
-// learner, which the leader promotes to a voter once it has caught up. It
-// returns once the promotion is applied here; if the learner does not
+// learner, which the leader promotes to a voter once it has caught up, or,
+// with ReadReplica, as a read replica, a learner it never promotes (then
+// it returns once the read replica has caught up). Adding a read replica's
+// ID without ReadReplica promotes it. It returns once the promotion is
+// applied here; if the learner does not
 // catch up within the learner timeout it is removed again and AddPeer
 // fails with FailedPrecondition, saying what it saw. A change that would
 // cost the group its quorum is refused with FailedPrecondition before it
@@ -74,13 +77,18 @@ func (s adminService) AddPeer(ctx context.Context, req *pb.AddPeerRequest) (*pb.
 	if _, _, err := net.SplitHostPort(req.GetAddr()); err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "leasehold: peer address %q: %v", req.GetAddr(), err)
 	}
-	id, addr := req.GetId(), req.GetAddr()
+	id, addr, rr := req.GetId(), req.GetAddr(), req.GetReadReplica()
 	var seen, match uint64 // learner seen in the published group; the last Match seen
-	return s.changePeers(ctx, confEvent{id: id, addr: addr}, s.cfg.LearnerTimeout, func(ci ClusterInfo) (bool, error) {
+	return s.changePeers(ctx, confEvent{id: id, addr: addr, readReplica: rr}, s.cfg.LearnerTimeout, func(ci ClusterInfo) (bool, error) {
 		for _, p := range ci.Peers {
 			if p.ID == id {
 				seen++
 				match = p.Match
+				if rr {
+					// A read replica is added once it has caught up
+					// (as a voter's learner is before its promotion).
+					return p.ReadReplica && p.Addr == addr && p.Match > 0 && p.Match >= ci.Commit-ci.Commit/10, nil
+				}
 				return p.Voter && p.Addr == addr, nil
 			}
 		}

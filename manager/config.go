@@ -116,6 +116,13 @@ type Config struct {
 	// running group (leasehold cluster add) instead of founding one; Peers
 	// then lists the running group's replicas, so it can answer them.
 	Join bool
+	// Role is this replica's role in its group: RoleVoter ("" too), or
+	// RoleReadReplica, a replica that applies the log and serves Lookups
+	// but never votes (docs/operations.md, "Read replicas"). A read
+	// replica must Join: it is added by leasehold cluster add
+	// --read-replica, which marks it in the replicated state, and only
+	// that mark keeps every leader from promoting it.
+	Role string
 	// DataDir keeps the Raft log and snapshots; empty keeps them in memory,
 	// so a restart starts a new epoch and every Owner loses its leases.
 	DataDir string
@@ -230,6 +237,9 @@ func (c *Config) ReadLeaseBound() time.Duration {
 // names the field at fault. NewServer calls it.
 func (c *Config) Validate() error {
 	c.setDefaults()
+	if err := c.validateRole(); err != nil {
+		return err
+	}
 	if err := c.Timing.Validate(); err != nil {
 		return &leasehold.ConfigError{Package: "manager", Field: "Timing", Err: err}
 	}

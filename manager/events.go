@@ -41,11 +41,13 @@ type drainEvent struct {
 	errc      chan error
 }
 
-// confEvent adds replica id at addr as a learner (addr set), or removes it.
+// confEvent adds replica id at addr as a learner (addr set), or as a read
+// replica (readReplica too), or removes it.
 type confEvent struct {
-	id   uint64
-	addr string
-	errc chan error
+	id          uint64
+	addr        string
+	readReplica bool
+	errc        chan error
 }
 
 type unreachableEvent uint64

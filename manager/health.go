@@ -21,14 +21,14 @@ func Readiness(ci ClusterInfo) (ready bool, reason string) {
 		return false, fmt.Sprintf("no leader known (role %s, term %d)", ci.Role, ci.Term)
 	case ci.Role == "leader" && ci.Leader == ci.ID && !ci.Quorum:
 		return false, fmt.Sprintf("leader of term %d without a quorum of voters heard from in the last election timeout", ci.Term)
-	case ci.Role != "leader" && ci.Role != "follower":
+	case ci.Role != "leader" && ci.Role != "follower" && ci.Role != RoleReadReplica:
 		return false, fmt.Sprintf("%s in term %d", ci.Role, ci.Term)
 	case ci.Applied < ci.Commit:
 		return false, fmt.Sprintf("applied %d of %d committed entries", ci.Applied, ci.Commit)
 	case ci.Role == "leader":
 		return true, fmt.Sprintf("leader of term %d with a quorum, applied %d", ci.Term, ci.Applied)
 	}
-	return true, fmt.Sprintf("follower of leader %d in term %d, applied %d of %d", ci.Leader, ci.Term, ci.Applied, ci.Commit)
+	return true, fmt.Sprintf("%s of leader %d in term %d, applied %d of %d", ci.Role, ci.Leader, ci.Term, ci.Applied, ci.Commit)
 }
 
 // Ready applies Readiness to the replica's last published view (at most

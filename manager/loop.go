@@ -299,9 +299,12 @@ func (l *loop) handle(ev event) {
 			l.r.CloseLookup(ev.lookup.ns, ev.lookup.id)
 		}
 	case confEvent:
-		if ev.addr != "" {
+		switch {
+		case ev.readReplica:
+			ev.errc <- l.r.AddReadReplica(now, ev.id, ev.addr)
+		case ev.addr != "":
 			ev.errc <- l.r.AddLearner(now, ev.id, ev.addr)
-		} else {
+		default:
 			ev.errc <- l.r.RemoveMember(now, ev.id)
 		}
 	case drainEvent:

@@ -49,7 +49,9 @@ type PeerInfo struct {
 	ID    uint64
 	Addr  string
 	Voter bool
-	Match uint64 // the log index known replicated there (leader only)
+	// ReadReplica is true for a read replica: a learner never promoted.
+	ReadReplica bool
+	Match       uint64 // the log index known replicated there (leader only)
 }
 
 // NamespaceSnapshot describes one namespace.
@@ -168,7 +170,7 @@ func (l *loop) countTable(ns string, t *leasetable.Table) tableCount {
 func (l *loop) clusterInfo() ClusterInfo {
 	rs := l.r.Status()
 	lead, addr := l.r.Leader()
-	ci := ClusterInfo{ID: l.s.cfg.ID, Leader: lead, LeaderAddr: addr, Role: roleName(rs.RaftState),
+	ci := ClusterInfo{ID: l.s.cfg.ID, Leader: lead, LeaderAddr: addr, Role: roleName(rs.RaftState, l.r.ReadReplica()),
 		Term: rs.Term, Commit: rs.Commit, Applied: rs.Applied, ReadLease: readLeaseInfo(l.r, time.Now())}
 	voters := rs.Config.Voters.IDs()
 	if rs.RaftState == raft.StateLeader {
@@ -189,7 +191,7 @@ func (l *loop) clusterInfo() ClusterInfo {
 		l.quorumAt = time.Time{}
 	}
 	for id, a := range l.r.State().Peers() {
-		p := PeerInfo{ID: id, Addr: a}
+		p := PeerInfo{ID: id, Addr: a, ReadReplica: l.r.IsReadReplica(id)}
 		_, p.Voter = voters[id]
 		if pr, ok := rs.Progress[id]; ok {
 			p.Match = pr.Match
@@ -200,7 +202,14 @@ func (l *loop) clusterInfo() ClusterInfo {
 	return ci
 }
 
-func roleName(s raft.StateType) string {
+// RoleReadReplica is the role a read replica reports (a Raft follower
+// that never votes): in status, the dashboard and ClusterInfo.Role.
+const RoleReadReplica = "read-replica"
+
+func roleName(s raft.StateType, readReplica bool) string {
+	if readReplica && s == raft.StateFollower {
+		return RoleReadReplica
+	}
 	switch s {
 	case raft.StateLeader:
 		return "leader"

@@ -108,7 +108,7 @@ func leaderAnswer(answers []replicaAnswer) *pb.StatusResponse {
 type managerJSON struct {
 	ID      uint64 `json:"id,omitempty"`
 	Addr    string `json:"addr"`
-	Role    string `json:"role"` // leader, follower, candidate, pre-candidate or unreachable
+	Role    string `json:"role"` // leader, follower, read-replica, candidate, pre-candidate or unreachable
 	Term    uint64 `json:"term,omitempty"`
 	Commit  uint64 `json:"commit,omitempty"`
 	Applied uint64 `json:"applied,omitempty"`
@@ -211,7 +211,7 @@ no replica answers.`,
 
 func newClusterAddCommand(e *env) *cobra.Command {
 	o := &clientOptions{}
-	checkAddr := true
+	checkAddr, readReplica := true, false
 	cmd := &cobra.Command{
 		Use:   "add ID ADDR",
 		Short: "Add a replica to the Manager's group",
@@ -227,10 +227,20 @@ that would leave the group without a quorum of reachable replicas (one is
 down) is refused: bring that replica back, or remove it first. An ADDR whose
 host name does not resolve here is refused at once (--check-addr=false
 skips that). While it waits, it says on stderr every few seconds where the
-new replica stands.`,
+new replica stands.
+
+With --read-replica the replica joins as a read replica: a learner that
+applies the log and answers Lookups but never votes, which no leader ever
+promotes (start it with --role read-replica). It changes no quorum, so no
+quorum check applies; the command returns once it has caught up. Adding a
+read replica's ID again without --read-replica is the explicit promotion
+to a voter. See docs/operations.md, "Read replicas".`,
 		Example: `  leasehold manager --id 4 --join --peers 1=127.0.0.1:7401,2=127.0.0.1:7402,3=127.0.0.1:7403 \
       --listen 127.0.0.1:7404 --data-dir /var/lib/leasehold/4 &
-  leasehold cluster add 4 127.0.0.1:7404 --manager 127.0.0.1:7401`,
+  leasehold cluster add 4 127.0.0.1:7404 --manager 127.0.0.1:7401
+  leasehold manager --role read-replica --id 5 --peers 1=127.0.0.1:7401 \
+      --listen 127.0.0.1:7405 --data-dir /var/lib/leasehold/5 &
+  leasehold cluster add --read-replica 5 127.0.0.1:7405 --manager 127.0.0.1:7401`,
 		Args: cobra.ExactArgs(2),
 		RunE: run(func(ctx context.Context, args []string) error {
 			id, err := parseReplicaID(args[0])
@@ -248,13 +258,14 @@ new replica stands.`,
 					return err
 				}
 			}
-			defer o.addProgress(ctx, e, id, args[1])()
+			defer o.addProgress(ctx, e, id, args[1], readReplica)()
 			return o.change(ctx, e, addWait, func(ctx context.Context, c pb.AdminClient, opts ...grpc.CallOption) (*pb.ClusterResponse, error) {
-				return c.AddPeer(ctx, &pb.AddPeerRequest{Id: id, Addr: args[1], ClientAddr: args[1]}, opts...)
+				return c.AddPeer(ctx, &pb.AddPeerRequest{Id: id, Addr: args[1], ClientAddr: args[1], ReadReplica: readReplica}, opts...)
 			})
 		}),
 	}
 	o.addFlags(cmd, e, "unused")
+	cmd.Flags().BoolVar(&readReplica, "read-replica", false, "add the replica as a read replica: it serves Lookups, never votes and is never promoted")
 	cmd.Flags().BoolVar(&checkAddr, "check-addr", true, "refuse at once an ADDR whose host name does not resolve here (turn off when only the replicas can resolve it)")
 	_ = cmd.Flags().MarkHidden("namespace")
 	return cmd
@@ -324,7 +335,11 @@ func (o *clientOptions) change(ctx context.Context, e *env, wait time.Duration,
 	cl := resp.GetCluster()
 	c.Leader, c.LeaderAddr = cl.GetLeader(), cl.GetLeaderAddr()
 	for _, p := range cl.GetPeers() {
-		c.Managers = append(c.Managers, managerJSON{ID: p.GetId(), Addr: p.GetClientAddr(), Role: "member"})
+		role := "member"
+		if p.GetReadReplica() {
+			role = manager.RoleReadReplica
+		}
+		c.Managers = append(c.Managers, managerJSON{ID: p.GetId(), Addr: p.GetClientAddr(), Role: role})
 	}
 	if o.json {
 		return json.NewEncoder(e.stdout).Encode(c)

@@ -35,8 +35,12 @@ const progressEvery = 3 * time.Second
 // addProgress says on stderr that cluster add is under way, and then every
 // progressEvery what it waits for: replica id's log position as the leader
 // sees it (a learner catching up), until the returned stop is called.
-func (o *clientOptions) addProgress(ctx context.Context, e *env, id uint64, addr string) (stop func()) {
-	fmt.Fprintf(e.stderr, "cluster add: asking the leader to add replica %d at %s; it joins as a learner and is promoted once caught up (the leader's --learner-timeout, 30s by default)\n", id, addr)
+func (o *clientOptions) addProgress(ctx context.Context, e *env, id uint64, addr string, readReplica bool) (stop func()) {
+	if readReplica {
+		fmt.Fprintf(e.stderr, "cluster add: asking the leader to add replica %d at %s as a read replica; it joins as a learner and is never promoted (the leader removes it again if it has not caught up within its --learner-timeout, 30s by default)\n", id, addr)
+	} else {
+		fmt.Fprintf(e.stderr, "cluster add: asking the leader to add replica %d at %s; it joins as a learner and is promoted once caught up (the leader's --learner-timeout, 30s by default)\n", id, addr)
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
@@ -79,6 +83,9 @@ func (o *clientOptions) learnerState(ctx context.Context, id uint64) string {
 		}
 		if p.GetVoter() {
 			return fmt.Sprintf("replica %d is a voter now; waiting for the promotion to apply", id)
+		}
+		if p.GetReadReplica() && c.GetRole() == "leader" {
+			return fmt.Sprintf("replica %d is a read replica, its log at %d of the leader's %d", id, p.GetMatch(), c.GetCommit())
 		}
 		if c.GetRole() != "leader" {
 			return fmt.Sprintf("replica %d is a learner", id)

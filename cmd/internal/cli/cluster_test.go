@@ -24,6 +24,8 @@ func TestReplicaUsageErrors(t *testing.T) {
 		{[]string{"manager", "--id", "3", "--peers", "1=127.0.0.1:1,2=127.0.0.1:2"}, "--peers does not list this replica's --id 3"},
 		{[]string{"manager", "--join"}, "--join needs --peers"},
 		{[]string{"manager", "--join", "--id", "1", "--peers", "1=127.0.0.1:1"}, "--join: --peers lists the running group"},
+		{[]string{"manager", "--role", "read-replica"}, "--join needs --peers"},
+		{[]string{"manager", "--role", "observer"}, `--role "observer": want voter or read-replica`},
 		{[]string{"cluster", "add", "0", "127.0.0.1:1"}, `ID "0": want a replica ID`},
 		{[]string{"cluster", "add", "4", "nohost"}, "ADDR:"},
 		{[]string{"cluster", "remove", "x"}, `ID "x": want a replica ID`},

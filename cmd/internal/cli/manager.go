@@ -85,6 +85,7 @@ type managerOptions struct {
 	peers         string // ID=ADDR,…
 	dataDir       string
 	join          bool
+	role          string // --role: voter or read-replica
 	advertise     string
 	drainGate     int           // --drain-gate
 	handover      time.Duration // --handover
@@ -159,6 +160,7 @@ Logs go to stderr. SIGINT or SIGTERM stops it cleanly (exit code 0).`,
 	f.Uint64Var(&o.id, "id", 1, "this replica's `ID` in the group, a positive integer")
 	f.StringVar(&o.peers, "peers", "", "the founding replicas of a new group, `ID=ADDR,…`, this one included (default: a group of one); with --join, the running group's replicas")
 	f.BoolVar(&o.join, "join", false, "start empty and wait to be added to the running group --peers names (leasehold cluster add)")
+	f.StringVar(&o.role, "role", manager.RoleVoter, "this replica's `ROLE`: voter, or read-replica (applies the log and serves Lookups, never votes; implies --join: add it with leasehold cluster add --read-replica)")
 	f.StringVar(&o.advertise, "advertise", "", "the `ADDR` other replicas and clients reach this one at (default: --listen)")
 	o.addPodFlags(f)
 	f.DurationVar(&o.handover, "handover", 0, "how long an Owner gets to hand a moving range's state over before the range is recalled without it (0: one owner lease; negative: no planned moves)")
@@ -282,7 +284,14 @@ func (o *managerOptions) config(logger *slog.Logger) (manager.Config, error) {
 	if err := o.applyPod(); err != nil {
 		return cfg, err
 	}
-	cfg.ID, cfg.Join = o.id, o.join
+	switch o.role {
+	case manager.RoleVoter:
+	case manager.RoleReadReplica:
+		o.join = true
+	default:
+		return cfg, usagef("--role %q: want voter or read-replica", o.role)
+	}
+	cfg.ID, cfg.Join, cfg.Role = o.id, o.join, o.role
 	if o.rebalanceEach <= 0 {
 		return cfg, usagef("--rebalance-every %v must be positive", o.rebalanceEach)
 	}
@@ -298,7 +307,7 @@ func (o *managerOptions) config(logger *slog.Logger) (manager.Config, error) {
 	listed := slices.ContainsFunc(cfg.Peers, func(p manager.Peer) bool { return p.ID == o.id })
 	switch {
 	case o.join && len(cfg.Peers) == 0:
-		return cfg, usagef("--join needs --peers: the replicas of the running group, so this one can answer them")
+		return cfg, usagef("--join needs --peers: the replicas of the running group, so this one can answer them (--role read-replica implies --join)")
 	case o.join && listed:
 		return cfg, usagef("--join: --peers lists the running group, which --id %d is not part of yet", o.id)
 	case !o.join && len(cfg.Peers) > 0 && !listed:

@@ -1820,7 +1820,7 @@ type Cluster struct {
 	// id is the answering replica's Raft ID.
 	Id uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
 	// role is the answering replica's Raft state: "leader", "follower",
-	// "candidate" or "pre-candidate".
+	// "candidate" or "pre-candidate"; "read-replica" for a read replica.
 	Role string `protobuf:"bytes,2,opt,name=role,proto3" json:"role,omitempty"`
 	// leader is the Raft ID of the leader this replica knows of; 0 when it
 	// knows of none.
@@ -2224,7 +2224,11 @@ type Peer struct {
 	// match is the highest log index known to be replicated to the member,
 	// as tracked by the leader; 0 when the answering replica is not the
 	// leader.
-	Match         uint64 `protobuf:"varint,5,opt,name=match,proto3" json:"match,omitempty"`
+	Match uint64 `protobuf:"varint,5,opt,name=match,proto3" json:"match,omitempty"`
+	// read_replica is true for a read replica: a learner that applies the
+	// log and serves Lookups, never votes and is never promoted by the
+	// leader (docs/operations.md, "Read replicas").
+	ReadReplica   bool `protobuf:"varint,6,opt,name=read_replica,json=readReplica,proto3" json:"read_replica,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2294,6 +2298,13 @@ func (x *Peer) GetMatch() uint64 {
 	return 0
 }
 
+func (x *Peer) GetReadReplica() bool {
+	if x != nil {
+		return x.ReadReplica
+	}
+	return false
+}
+
 // AddPeerRequest asks the leader to add a member to the Raft group, or to
 // change the addresses of an existing one.
 type AddPeerRequest struct {
@@ -2303,7 +2314,11 @@ type AddPeerRequest struct {
 	// addr is the new member's peer (Raft) address.
 	Addr string `protobuf:"bytes,2,opt,name=addr,proto3" json:"addr,omitempty"`
 	// client_addr is the new member's client address.
-	ClientAddr    string `protobuf:"bytes,3,opt,name=client_addr,json=clientAddr,proto3" json:"client_addr,omitempty"`
+	ClientAddr string `protobuf:"bytes,3,opt,name=client_addr,json=clientAddr,proto3" json:"client_addr,omitempty"`
+	// read_replica adds the member as a read replica, a learner the leader
+	// never promotes. Adding a read replica's ID without it is the
+	// operator's explicit promotion to a voter.
+	ReadReplica   bool `protobuf:"varint,4,opt,name=read_replica,json=readReplica,proto3" json:"read_replica,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2357,6 +2372,13 @@ func (x *AddPeerRequest) GetClientAddr() string {
 		return x.ClientAddr
 	}
 	return ""
+}
+
+func (x *AddPeerRequest) GetReadReplica() bool {
+	if x != nil {
+		return x.ReadReplica
+	}
+	return false
 }
 
 // RemovePeerRequest asks the leader to remove a member from the Raft group.
@@ -3324,19 +3346,21 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x03end\x18\x05 \x01(\x04R\x03end\x12\x10\n" +
 	"\x03lsn\x18\x06 \x01(\x04R\x03lsn\x12\x14\n" +
 	"\x05index\x18\a \x01(\x04R\x05index\x12\x18\n" +
-	"\areplica\x18\b \x01(\x04R\areplica\"w\n" +
+	"\areplica\x18\b \x01(\x04R\areplica\"\x9a\x01\n" +
 	"\x04Peer\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x1f\n" +
 	"\vclient_addr\x18\x03 \x01(\tR\n" +
 	"clientAddr\x12\x14\n" +
 	"\x05voter\x18\x04 \x01(\bR\x05voter\x12\x14\n" +
-	"\x05match\x18\x05 \x01(\x04R\x05match\"U\n" +
+	"\x05match\x18\x05 \x01(\x04R\x05match\x12!\n" +
+	"\fread_replica\x18\x06 \x01(\bR\vreadReplica\"x\n" +
 	"\x0eAddPeerRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x1f\n" +
 	"\vclient_addr\x18\x03 \x01(\tR\n" +
-	"clientAddr\"#\n" +
+	"clientAddr\x12!\n" +
+	"\fread_replica\x18\x04 \x01(\bR\vreadReplica\"#\n" +
 	"\x11RemovePeerRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\"B\n" +
 	"\x0fClusterResponse\x12/\n" +
