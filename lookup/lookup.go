@@ -3,6 +3,7 @@ package lookup
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -185,6 +186,12 @@ func New(ctx context.Context, cfg Config) (*Lookup, error) {
 	// (docs/protocol.md, "Liveness"). Any replica serves Lookups, so they
 	// need no relay.
 	managers.Liveness(func() time.Duration { return time.Duration(l.answerWait.Load()) }, false)
+	// Any caught-up replica serves a Lookup: each starts at its own choice
+	// of the replicas it was given and moves through them in its own
+	// order (rendezvous hashing of a key drawn now; docs/protocol.md,
+	// "Read replicas"), so Lookups spread over the followers and read
+	// replicas, and those of a replica that fails spread over the rest.
+	managers.Spread(rand.Uint64())
 	l.wg.Add(2)
 	go l.run(ctx, core)
 	go l.connect(ctx)

@@ -50,8 +50,13 @@ type Stream[S, R any] interface {
 func Keep[S, R, D any](ctx context.Context, log *slog.Logger, what string, m *Managers,
 	open func(context.Context, grpc.ClientConnInterface) (Stream[S, R], error), sendq <-chan *S,
 	decode func(*R) (D, error), recv chan<- D) {
+	addrs := m.addrs
+	if m.spread {
+		addrs = Rank(m.spreadKey, addrs)
+	}
 	k := &keeper[S, R, D]{log: log, what: what, m: m, open: open, sendq: sendq, decode: decode, recv: recv,
-		f: newFollower(m.addrs)}
+		f: newFollower(addrs)}
+	k.f.spread = m.spread
 	k.f.relays = m.relay
 	if m.maxWait > 0 && m.maxWait < k.f.b.Max {
 		k.f.b.Max = max(m.maxWait, k.f.b.Min)
@@ -362,6 +367,7 @@ type follower struct {
 	relayTo  string // that leader, as the refusal named it
 	silent   string // the last replica whose direct stream went unanswered or failed
 	relays   bool   // replicas relay this kind of stream
+	spread   bool   // any replica serves: hints into addrs are not followed (spread.go)
 	failures int    // attempts failed since the last working stream or wait
 	hops     int    // hints followed at once since then
 	b        Backoff
@@ -409,7 +415,7 @@ func (f *follower) ended(worked, refused bool, hint string) (next string, wait t
 		f.silent = f.cur
 	}
 	f.failures++
-	if hint != "" && hint != f.cur {
+	if hint != "" && hint != f.cur && !(f.spread && slices.Contains(f.addrs, hint)) {
 		if hint != f.silent {
 			f.cur = hint
 			if i := slices.Index(f.addrs, hint); i >= 0 {

@@ -154,6 +154,10 @@ type Managers struct {
 	// relay says replicas relay them (Liveness).
 	answerWait func() time.Duration
 	relay      bool
+	// spread and spreadKey: Keep's streams go through the replicas in
+	// rendezvous order (spread.go).
+	spread    bool
+	spreadKey uint64
 
 	mu     sync.Mutex
 	conns  map[string]*grpc.ClientConn
