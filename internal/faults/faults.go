@@ -132,6 +132,14 @@ type Set struct {
 	// builds them: a deposed leader or a follower cut off from the leader
 	// then keeps its Lookups fresh on a table that has stopped moving.
 	HeartbeatUnserved bool
+	// ReadReplicaPromoted makes a leader promote a read replica once it
+	// has caught up, as it does a learner added to become a voter: the
+	// read replica then votes and counts toward the quorum.
+	ReadReplicaPromoted bool
+	// ReadReplicaStale lets a read replica answer Lookups whenever it knows
+	// a leader, without the ReadIndex proof of rule 17: cut off from the
+	// group, it goes on answering from a table that has stopped moving.
+	ReadReplicaStale bool
 }
 
 // Owner and Lookup break the rules of s in an owner.Core or a lookup.Core

@@ -192,7 +192,7 @@ func (r *Replica) promote(now time.Time) {
 	}
 	st := r.rn.Status()
 	for id := range st.Config.Learners {
-		if _, ok := r.learners[id]; !ok && !r.st.ReadReplica(id) {
+		if _, ok := r.learners[id]; !ok && !r.readReplica(id) {
 			r.learners[id] = now.Add(r.learnerTimeout())
 		}
 	}
@@ -206,7 +206,7 @@ func (r *Replica) promote(now time.Time) {
 			continue // proposed, not yet applied
 		}
 		pr := st.Progress[id]
-		if r.st.ReadReplica(id) {
+		if r.readReplica(id) {
 			// Never promoted (readreplica.go).
 			if r.readReplicaAdded(now, id, caughtUp(pr.Match, last)) {
 				return

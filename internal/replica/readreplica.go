@@ -59,6 +59,12 @@ func parsePeerContext(ctx []byte) (addr string, readReplica bool) {
 // as far as it has applied.
 func (r *Replica) ReadReplica() bool { return r.st.ReadReplica(r.cfg.ID) }
 
+// readReplica is IsReadReplica as promote sees it: false for every
+// replica with the ReadReplicaPromoted twin.
+func (r *Replica) readReplica(id uint64) bool {
+	return r.st.ReadReplica(id) && !r.cfg.Break.ReadReplicaPromoted
+}
+
 // IsReadReplica reports whether member id is a read replica.
 func (r *Replica) IsReadReplica(id uint64) bool { return r.st.ReadReplica(id) }
 

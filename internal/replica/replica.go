@@ -324,6 +324,8 @@ func (r *Replica) syncPath(now time.Time) int {
 	case r.role == raft.StateFollower && r.lead != 0 && r.st.Epoch() != 0 &&
 		!r.readAt.IsZero() && now.Sub(r.readAt) < r.electionTimeout() && r.applied >= r.readIndex:
 		return syncReadIndex
+	case r.cfg.Break.ReadReplicaStale && r.role == raft.StateFollower && r.lead != 0 && r.st.Epoch() != 0 && r.ReadReplica():
+		return syncReadIndex // broken: no proof
 	}
 	return syncRefused
 }

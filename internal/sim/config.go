@@ -27,9 +27,18 @@ type Config struct {
 	// Raft traffic crosses the simulated network like any other, so drops,
 	// delays, duplicates and partitions apply to it.
 	Managers int
-	Owners   int
-	Lookups  int
-	Timing   protocol.Timing
+	// ReadReplicas adds this many read replicas to the Managers' group
+	// (readreplicas.go): started to join, added by the leader as an
+	// operator adds them, faulted like the followers and on their own
+	// (ReadReplicaFaultEvery), and spread over by the Lookups.
+	ReadReplicas int
+	// ReadReplicaFaultEvery crashes, stalls or cuts off a read replica on
+	// average this often while FaultTime lasts (0: only the faults any
+	// follower gets).
+	ReadReplicaFaultEvery time.Duration
+	Owners                int
+	Lookups               int
+	Timing                protocol.Timing
 	// Unvalidated runs Timing even if Validate rejects it (to show that the
 	// checkers catch an unsafe timing).
 	Unvalidated bool

@@ -174,6 +174,9 @@ func (s *Sim) sendManaged(n *node, owners []lease.OwnerMessage, lookups []replic
 			s.send(n, to, m.Msg)
 		}
 	}
+	if n.reader {
+		s.rr.Answers += len(lookups)
+	}
 	for _, m := range lookups {
 		if to := s.bySess[m.To]; to != nil {
 			s.send(n, to, m.Msg)

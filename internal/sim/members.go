@@ -62,7 +62,7 @@ func (s *Sim) outOfGroup(l *node) []*node {
 	peers := l.rep.State().Peers()
 	var out []*node
 	for _, m := range s.mgrs {
-		if _, ok := peers[m.rid]; !ok {
+		if _, ok := peers[m.rid]; !ok && !m.reader { // read replicas: readreplicas.go
 			out = append(out, m)
 		}
 	}

@@ -57,6 +57,7 @@ func (s *Sim) start(n *node) {
 			// spread over the followers.
 			n.target = s.rng.IntN(len(s.mgrs))
 		}
+		s.spreadStart(n)
 	}
 	switch n.kind {
 	case managerNode:
@@ -157,6 +158,9 @@ func (s *Sim) checkTarget(n *node, now time.Time, quiet time.Duration) {
 // retarget points a client at the leader a refusal named, or else at the
 // next replica.
 func (s *Sim) retarget(n *node, now time.Time, leader int) {
+	if s.spreadNext(n, now) {
+		return
+	}
 	if leader >= 0 && leader != n.target {
 		n.target = leader
 	} else {

@@ -47,6 +47,7 @@ type node struct {
 	store   *raft.MemoryStorage
 	rid     uint64   // its Raft ID: idx+1, or a new one once replaced (members.go)
 	joining bool     // started empty to be added to the group, not founding it
+	reader  bool     // a read replica (readreplicas.go)
 	inbox   []*event // Raft messages delivered, not yet stepped (step.go)
 	waking  bool     // a stepInbox is scheduled
 	hadCore bool     // rep had taken over after its last step
@@ -55,8 +56,9 @@ type node struct {
 
 	// Owners and Lookups talk to one replica at a time, as their runtimes
 	// do: the target. A message from another replica finds no stream open.
-	target int       // index in Sim.mgrs
-	heard  time.Time // local time the target last sent something (or was chosen)
+	target int         // index in Sim.mgrs
+	heard  time.Time   // local time the target last sent something (or was chosen)
+	spread spreadOrder // a Lookup's order of the replicas, with read replicas (readreplicas.go)
 
 	own     *owner.Core
 	look    *lookup.Core
@@ -130,6 +132,7 @@ type Sim struct {
 	lc     leaseCheck
 	live   liveCheck                  // write liveness (liveness.go)
 	mem    memberships                // membership changes (members.go)
+	rr     ReadReplicaStats           // read replicas (readreplicas.go)
 	oneWay map[[2]int]bool            // replica index pairs (from, to) cut one way
 	asked  map[ownerSeq]time.Duration // Owner requests in flight, for Config.OwnerLatency
 	// Config.WriteLatency: when the leader appended each entry not yet
@@ -219,7 +222,8 @@ type Result struct {
 	Seed      uint64
 	Violation *Violation // the first checker violation, if any
 	Stats     Stats
-	Leases    LeaseStats // with Config.ReadLease
+	Leases    LeaseStats       // with Config.ReadLease
+	Readers   ReadReplicaStats // with Config.ReadReplicas
 
 	compactions int // times the event queue dropped dead timers (tests)
 }
@@ -275,6 +279,7 @@ func Run(cfg Config) Result {
 		s.byRID[n.rid] = n
 		s.byAddr[n.name] = i
 	}
+	s.addReadReplicas()
 	for i := range cfg.Owners {
 		n := s.addNode(ownerNode, i, fmt.Sprintf("owner-%02d", i))
 		s.owners = append(s.owners, n)
@@ -299,6 +304,7 @@ func Run(cfg Config) Result {
 		s.chk.bound += stalePart(cfg.Timing, s.mgrs[0].rep.StaleBound())
 	}
 	s.scheduleFaults()
+	s.scheduleReadReplicas()
 	s.at(cfg.FaultTime, s.stopFaults)
 	end := cfg.FaultTime + cfg.SettleTime
 	s.scheduleLeases(end)
@@ -339,7 +345,7 @@ func Run(cfg Config) Result {
 	if s.leasesOn() && s.cfg.ReadLease.History != nil {
 		s.cfg.ReadLease.History(s.lc.history)
 	}
-	return Result{Seed: cfg.Seed, Violation: s.chk.violation, Stats: s.stats, Leases: s.lc.stats, compactions: s.compactions}
+	return Result{Seed: cfg.Seed, Violation: s.chk.violation, Stats: s.stats, Leases: s.lc.stats, Readers: s.rr, compactions: s.compactions}
 }
 
 // raftTick is the replicas' Raft tick: a tenth of the renewal period, at
