@@ -117,6 +117,9 @@ type managerJSON struct {
 	ReadLease string `json:"read_lease,omitempty"`
 	// Version is the replica's build, as it says (leasehold version).
 	Version string `json:"version,omitempty"`
+	// Lookups counts the Lookups this replica serves, in the namespaces
+	// asked: the spread over the followers and read replicas.
+	Lookups uint32 `json:"lookups"`
 }
 
 type clusterJSON struct {
@@ -134,6 +137,9 @@ func clusterOf(answers []replicaAnswer) clusterJSON {
 		c := a.resp.GetCluster()
 		m := managerJSON{ID: c.GetId(), Addr: a.addr, Role: c.GetRole(), Term: c.GetTerm(),
 			Commit: c.GetCommit(), Applied: c.GetApplied(), ReadLease: readLeaseText(c.GetReadLease()), Version: a.version}
+		for _, n := range a.resp.GetNamespaces() {
+			m.Lookups += n.GetLookups()
+		}
 		if a.err != nil {
 			m.Role, m.Error = "unreachable", a.err.Error()
 		}
@@ -150,13 +156,13 @@ func writeCluster(w io.Writer, c clusterJSON) {
 		fmt.Fprintln(w, "leader: none known")
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "  ID\tADDR\tROLE\tTERM\tCOMMIT\tAPPLIED\tREAD LEASE\tVERSION")
+	fmt.Fprintln(tw, "  ID\tADDR\tROLE\tTERM\tCOMMIT\tAPPLIED\tLOOKUPS\tREAD LEASE\tVERSION")
 	for _, m := range c.Managers {
 		if m.Error != "" {
-			fmt.Fprintf(tw, "  -\t%s\tunreachable\t\t\t\t\t\n", m.Addr)
+			fmt.Fprintf(tw, "  -\t%s\tunreachable\t\t\t\t\t\t\n", m.Addr)
 			continue
 		}
-		fmt.Fprintf(tw, "  %d\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", m.ID, m.Addr, m.Role, m.Term, m.Commit, m.Applied, m.ReadLease, cmp.Or(m.Version, "-"))
+		fmt.Fprintf(tw, "  %d\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n", m.ID, m.Addr, m.Role, m.Term, m.Commit, m.Applied, m.Lookups, m.ReadLease, cmp.Or(m.Version, "-"))
 	}
 	_ = tw.Flush()
 }
