@@ -62,6 +62,12 @@ type lossLine struct {
 func startManager(ctx context.Context, bin, profDir, profile string, trust *loopbackTrust, metricsAddr string) (*managerProc, error) {
 	args := append(append([]string{"manager", "--listen", "127.0.0.1:0", "--metrics-listen", metricsAddr}, trust.managerArgs()...),
 		"--timings", profile, "--log-format", "json", "--log-level", "info")
+	return launchManager(ctx, bin, profDir, args)
+}
+
+// launchManager starts leasehold with args (a manager command) and returns
+// once it says where it listens.
+func launchManager(ctx context.Context, bin, profDir string, args []string) (*managerProc, error) {
 	cmd := exec.Command(bin, args...)
 	if profDir != "" {
 		cmd.Env = append(os.Environ(), "LEASEHOLD_PROFILE_DIR="+profDir)

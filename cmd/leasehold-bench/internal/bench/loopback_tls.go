@@ -40,7 +40,12 @@ func newLoopbackTrust(owners, lookups int) (*loopbackTrust, error) {
 	}
 	// The replica, and the operator the driver reads the Manager's metrics
 	// as (loopback_metrics.go).
-	ids := []certs.Identity{{Role: certs.Replica, Name: "1"}, {Role: certs.Operator, Name: "bench"}}
+	// Replicas 1 to maxReplicaID: the leader, and read replicas
+	// (loopback_replica.go).
+	ids := []certs.Identity{{Role: certs.Operator, Name: "bench"}}
+	for id := 1; id <= maxReplicaID; id++ {
+		ids = append(ids, certs.Identity{Role: certs.Replica, Name: fmt.Sprint(id)})
+	}
 	for k := range owners {
 		ids = append(ids, certs.Identity{Role: certs.Owner, Name: ownerID(k), Namespaces: []string{"default"}})
 	}
