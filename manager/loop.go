@@ -30,6 +30,7 @@ type loop struct {
 	publishAt   time.Time
 	publishTook time.Duration
 	counts      map[string]tableCount // publish's last walk of each table (countTable)
+	roleSaid    string                // the last role mismatch logged (role.go)
 	push        fanout                // Lookup messages paced to their streams (fanout.go)
 	leader      uint64                // last leader logged
 	quorumAt    time.Time             // when the leader last saw a quorum active

@@ -98,6 +98,7 @@ func (l *loop) publish() {
 	l.stale = false
 	st := l.r.State()
 	snap := &Snapshot{Epoch: st.Epoch(), Replica: ReplicaStats(l.r.Stats()), Cluster: l.clusterInfo()}
+	l.checkRole(snap.Cluster)
 	core := l.r.Core()
 	if core != nil {
 		snap.Stats = core.Stats()

@@ -144,6 +144,11 @@ func TestReadReplicaFaults(t *testing.T) {
 		}
 	}
 	t.Logf("%s: one voter and two read replicas", since(started))
+	for id, p := range procs {
+		if strings.Contains(p.stderr.String(), "replica role") {
+			t.Errorf("read replica %d says its role disagrees with the group's: %s", id, tail(p.stderr.String(), 5))
+		}
+	}
 
 	c := &cli{t: t, leasehold: leasehold, kv: kvBin, manager: g.list()}
 	kvs := map[string]*proc{}

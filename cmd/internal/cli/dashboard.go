@@ -282,7 +282,7 @@ func statusOf(resp *pb.StatusResponse, c clusterJSON) dashboard.Status {
 	st := dashboard.Status{Epoch: resp.GetEpoch(), Leader: c.Leader}
 	for _, m := range c.Managers {
 		st.Managers = append(st.Managers, dashboard.Manager{ID: m.ID, Addr: m.Addr, Role: m.Role, Term: m.Term,
-			Commit: m.Commit, Applied: m.Applied, Error: m.Error})
+			Commit: m.Commit, Applied: m.Applied, Lookups: m.Lookups, Error: m.Error})
 	}
 	for _, n := range resp.GetNamespaces() {
 		ns := dashboard.NamespaceStatus{Name: n.GetName(), LSN: n.GetLsn(), Ranges: n.GetSegments(),

@@ -39,10 +39,11 @@ type Status struct {
 type Manager struct {
 	ID      uint64 `json:"id"`
 	Addr    string `json:"addr"`
-	Role    string `json:"role"` // leader, follower, candidate … or unreachable
+	Role    string `json:"role"` // leader, follower, read-replica, candidate … or unreachable
 	Term    uint64 `json:"term"`
 	Commit  uint64 `json:"commit"`
 	Applied uint64 `json:"applied"`
+	Lookups uint32 `json:"lookups"` // the Lookups it serves
 	Error   string `json:"error,omitempty"`
 	// Ready is the replica's readiness by the rule of its /readyz (what
 	// leasehold status shows), and Reason why it is not.

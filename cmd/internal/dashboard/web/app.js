@@ -162,7 +162,7 @@ function renderOwners(n) {
 function renderManagers() {
   $("#managers tbody").innerHTML = view.managers.map((m) =>
     `<tr data-role="${esc(m.role)}" data-ready="${m.ready}"><td>${m.id || "-"}</td><td>${esc(m.addr)}</td><td>${m.role === "leader" ? "<b>leader</b>" : esc(m.role)}</td>` +
-    `<td class="num">${m.term}</td><td class="num">${m.commit}</td><td class="num">${m.applied}</td>` +
+    `<td class="num">${m.term}</td><td class="num">${m.commit}</td><td class="num">${m.applied}</td><td class="num">${m.lookups ?? 0}</td>` +
     `<td title="${esc(m.reason || "")}">${m.ready ? "ready" : `not ready${m.reason ? `: ${esc(m.reason)}` : ""}`}</td></tr>`).join("");
 }
 
