@@ -53,7 +53,7 @@ func (s adminService) Status(ctx context.Context, req *pb.StatusRequest) (*pb.St
 // on one address, so addr and client_addr are the same.
 func clusterPB(ci ClusterInfo) *pb.Cluster {
 	c := &pb.Cluster{Id: ci.ID, Role: ci.Role, Leader: ci.Leader, LeaderAddr: ci.LeaderAddr,
-		Term: ci.Term, Commit: ci.Commit, Applied: ci.Applied, ReadLease: readLeasePB(ci.ReadLease)}
+		Term: ci.Term, Commit: ci.Commit, Applied: ci.Applied, ReadLease: readLeasePB(ci.ReadLease), Serving: ci.Serving}
 	for _, p := range ci.Peers {
 		c.Peers = append(c.Peers, &pb.Peer{Id: p.ID, Addr: p.Addr, ClientAddr: p.Addr, Voter: p.Voter, ReadReplica: p.ReadReplica, Match: p.Match})
 	}

@@ -23,6 +23,10 @@ func Readiness(ci ClusterInfo) (ready bool, reason string) {
 		return false, fmt.Sprintf("leader of term %d without a quorum of voters heard from in the last election timeout", ci.Term)
 	case ci.Role != "leader" && ci.Role != "follower" && ci.Role != RoleReadReplica:
 		return false, fmt.Sprintf("%s in term %d", ci.Role, ci.Term)
+	case ci.Role == RoleReadReplica && !ci.Serving:
+		// A learner never times its leader out (it cannot campaign),
+		// so knowing one proves nothing: the proof of rule 17 does.
+		return false, fmt.Sprintf("read replica with no proof from leader %d within an election timeout: it refuses Lookups", ci.Leader)
 	case ci.Applied < ci.Commit:
 		return false, fmt.Sprintf("applied %d of %d committed entries", ci.Applied, ci.Commit)
 	case ci.Role == "leader":

@@ -106,6 +106,8 @@ func TestReadiness(t *testing.T) {
 		{manager.ClusterInfo{ID: 1, Leader: 1, Role: "leader", Term: 3, Commit: 9, Applied: 9, Quorum: true}, true, "leader"},
 		{manager.ClusterInfo{ID: 2, Leader: 1, Role: "follower", Term: 3, Commit: 9, Applied: 7}, false, "applied 7 of 9"},
 		{manager.ClusterInfo{ID: 2, Leader: 1, Role: "follower", Term: 3, Commit: 9, Applied: 9}, true, "follower of leader 1"},
+		{manager.ClusterInfo{ID: 4, Leader: 1, Role: manager.RoleReadReplica, Term: 3, Commit: 9, Applied: 9, Serving: true}, true, "read-replica of leader 1"},
+		{manager.ClusterInfo{ID: 4, Leader: 1, Role: manager.RoleReadReplica, Term: 3, Commit: 9, Applied: 9}, false, "no proof from leader 1"},
 	} {
 		ok, why := manager.Readiness(tc.ci)
 		if ok != tc.ready || !strings.Contains(why, tc.why) {

@@ -42,6 +42,8 @@ type ClusterInfo struct {
 	Peers  []PeerInfo
 	// ReadLease is this replica's quorum read lease (readlease.go).
 	ReadLease ReadLeaseInfo
+	// Serving is whether this replica answers Lookups now (rule 17).
+	Serving bool
 }
 
 // PeerInfo describes one replica.
@@ -172,7 +174,7 @@ func (l *loop) clusterInfo() ClusterInfo {
 	rs := l.r.Status()
 	lead, addr := l.r.Leader()
 	ci := ClusterInfo{ID: l.s.cfg.ID, Leader: lead, LeaderAddr: addr, Role: roleName(rs.RaftState, l.r.ReadReplica()),
-		Term: rs.Term, Commit: rs.Commit, Applied: rs.Applied, ReadLease: readLeaseInfo(l.r, time.Now())}
+		Term: rs.Term, Commit: rs.Commit, Applied: rs.Applied, ReadLease: readLeaseInfo(l.r, time.Now()), Serving: l.r.Serving(time.Now())}
 	voters := rs.Config.Voters.IDs()
 	if rs.RaftState == raft.StateLeader {
 		active := 0

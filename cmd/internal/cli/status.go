@@ -252,7 +252,7 @@ func readiness(answers []replicaAnswer) []readyJSON {
 		}
 		c := a.resp.GetCluster()
 		ci := manager.ClusterInfo{ID: c.GetId(), Leader: c.GetLeader(), Role: c.GetRole(), Term: c.GetTerm(),
-			Commit: c.GetCommit(), Applied: c.GetApplied()}
+			Commit: c.GetCommit(), Applied: c.GetApplied(), Serving: c.GetServing()}
 		if c.GetRole() == "leader" {
 			voters, agree := 0, 0
 			for _, p := range c.GetPeers() {

@@ -1838,7 +1838,11 @@ type Cluster struct {
 	// peers lists every member of the group, the answering replica included.
 	Peers []*Peer `protobuf:"bytes,8,rep,name=peers,proto3" json:"peers,omitempty"`
 	// read_lease is the answering replica's quorum read lease.
-	ReadLease     *ReadLeaseInfo `protobuf:"bytes,9,opt,name=read_lease,json=readLease,proto3" json:"read_lease,omitempty"`
+	ReadLease *ReadLeaseInfo `protobuf:"bytes,9,opt,name=read_lease,json=readLease,proto3" json:"read_lease,omitempty"`
+	// serving is true when the answering replica would answer a Lookup's
+	// sync now (docs/design.md rule 17): a read replica cut off from its
+	// leader still names it, but serves nothing.
+	Serving       bool `protobuf:"varint,10,opt,name=serving,proto3" json:"serving,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1934,6 +1938,13 @@ func (x *Cluster) GetReadLease() *ReadLeaseInfo {
 		return x.ReadLease
 	}
 	return nil
+}
+
+func (x *Cluster) GetServing() bool {
+	if x != nil {
+		return x.Serving
+	}
+	return false
 }
 
 // ReadLeaseInfo is one replica's quorum read lease.
@@ -3313,7 +3324,7 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\n" +
 	"namespaces\x18\x02 \x03(\v2\x1d.leasehold.v1.NamespaceStatusR\n" +
 	"namespaces\x12/\n" +
-	"\acluster\x18\x03 \x01(\v2\x15.leasehold.v1.ClusterR\acluster\"\x92\x02\n" +
+	"\acluster\x18\x03 \x01(\v2\x15.leasehold.v1.ClusterR\acluster\"\xac\x02\n" +
 	"\aCluster\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x12\x16\n" +
@@ -3325,7 +3336,9 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\aapplied\x18\a \x01(\x04R\aapplied\x12(\n" +
 	"\x05peers\x18\b \x03(\v2\x12.leasehold.v1.PeerR\x05peers\x12:\n" +
 	"\n" +
-	"read_lease\x18\t \x01(\v2\x1b.leasehold.v1.ReadLeaseInfoR\treadLease\"\xdc\x01\n" +
+	"read_lease\x18\t \x01(\v2\x1b.leasehold.v1.ReadLeaseInfoR\treadLease\x12\x18\n" +
+	"\aserving\x18\n" +
+	" \x01(\bR\aserving\"\xdc\x01\n" +
 	"\rReadLeaseInfo\x12\x16\n" +
 	"\x06holder\x18\x01 \x01(\bR\x06holder\x12\x18\n" +
 	"\aserving\x18\x02 \x01(\bR\aserving\x12!\n" +
