@@ -10,7 +10,9 @@ const allVar = "LEASEHOLD_E2E"
 
 // onlyWithAll skips t unless LEASEHOLD_E2E=all. go test ./... runs the
 // README's walkthrough (48 keys), its first command (the demo), the gateway,
-// an edited data directory and the agent's checker, and stays within a
+// an edited data directory, the agent's checker and one read replica's stop
+// under Lookup load (TestReadReplicaFaults, four faults with
+// LEASEHOLD_E2E=all), and stays within a
 // newcomer's wait (README.md, "Testing"); the walkthrough at full size (200
 // keys), failover (two leaders killed, then all three), the rolling restart,
 // a stalled leader and one cut off by a proxy, a damaged data directory,
