@@ -3,6 +3,7 @@ package sim
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/leasehold/leasehold/internal/faults"
 )
@@ -39,7 +40,9 @@ func TestSimulationReadReplicas(t *testing.T) {
 			}
 			results := seeds(t, n, readReplicated(g.voters, g.readers))
 			var rr ReadReplicaStats
+			var worst, bound time.Duration
 			for _, r := range results {
+				worst, bound = max(worst, r.Stats.WorstDelay), max(bound, r.Stats.Bound)
 				if r.Violation != nil {
 					t.Fatal(replay(t, r))
 				}
@@ -51,8 +54,8 @@ func TestSimulationReadReplicas(t *testing.T) {
 				rr.Answers += x.Answers
 				rr.Moves += x.Moves
 			}
-			t.Logf("%d seeds, %d voters + %d read replicas: %d added, %d crashed, %d stalled, %d cut off alone; %d answers to Lookups from read replicas, %d Lookup moves",
-				len(results), g.voters, g.readers, rr.Added, rr.Crashes, rr.Stalls, rr.Cuts, rr.Answers, rr.Moves)
+			t.Logf("%d seeds, %d voters + %d read replicas: %d added, %d crashed, %d stalled, %d cut off alone; %d answers to Lookups from read replicas, %d Lookup moves; worst notification delay %s (bound %s)",
+				len(results), g.voters, g.readers, rr.Added, rr.Crashes, rr.Stalls, rr.Cuts, rr.Answers, rr.Moves, worst, bound)
 			if rr.Added < len(results)*g.readers || rr.Answers == 0 || rr.Crashes+rr.Stalls+rr.Cuts == 0 {
 				t.Fatalf("the sweep did not exercise its read replicas: %+v", rr)
 			}
