@@ -143,14 +143,22 @@ func TestReadReplicaPromotedOnlyWhenAsked(t *testing.T) {
 // leases are unaffected by a read replica that stops.
 func TestReadReplicaHoldsNoReadLease(t *testing.T) {
 	g := newGroup(t, 3, faults.Set{})
-	for _, r := range g.reps {
+	leases := func(r *Replica) {
 		r.cfg.Settings.ReadLease = ReadLease{All: true}
 		r.cfg.Settings.SetDefaults()
 		r.rl = newReadLeases(r)
 	}
+	for _, r := range g.reps {
+		leases(r)
+	}
 	l := g.runUntilLeader()
-	g.addReadReplicas(l, 4)
+	leases(g.joiner(4)) // every replica is given the same ReadLease
+	g.down[4] = false
+	if err := l.AddReadReplica(g.now, 4, "m4:7400"); err != nil {
+		t.Fatal(err)
+	}
 	g.run(time.Second)
+	g.checkReadReplica(l, 4)
 	if g.reps[4].ReadLease(g.now).Holder {
 		t.Fatal("read replica 4 is a read-lease holder under ReadLease.All")
 	}
