@@ -63,6 +63,17 @@ type Config struct {
 	// until Released names it or its lease would have run out
 	// (CoreConfig.ConfirmReleases). A linked server leaves it off.
 	ConfirmReleases bool
+	// Zone is this server's failure domain (a rack, an availability
+	// zone): in a namespace with standbys the Manager names each range's
+	// standby in another zone than its holder's while one has capacity
+	// (docs/standbys.md). Empty is a zone of its own, shared by every
+	// Owner that leaves it empty. At most MaxZoneLen bytes.
+	Zone string
+	// OnStandbyChange, if set, is called after every change of the standby
+	// roles (StandbyChange), on the goroutine of OnChange and in order with
+	// it. Like OnChange it may lag; the checks are StandbyOf, HolderOf and
+	// CheckReplicated.
+	OnStandbyChange func(StandbyChange)
 }
 
 // Validate reports a Config that New would refuse: a field out of its
@@ -95,6 +106,9 @@ func (c *Config) normalize() error {
 	if err := client.CheckName("owner", "Addr", c.Addr); err != nil {
 		return err
 	}
+	if err := checkZone(c.Zone); err != nil {
+		return err
+	}
 	return c.trust().Check("owner", c.Managers)
 }
 
@@ -123,7 +137,9 @@ type Owner struct {
 	cancel   context.CancelFunc
 	stopped  <-chan struct{} // closed when the Owner stops
 	wg       sync.WaitGroup
-	up       *client.Upcalls[OwnershipChange]
+	up       *client.Upcalls[upcall]
+	roles    atomic.Pointer[roles] // the standby roles, published by the loop
+	insync   chan inSyncMsg        // InSync's reports, for the loop
 	closed   atomic.Bool
 	// answerWait is the current timings' OwnerAnswerWait, for the stream's
 	// answer deadline; the loop updates it as the Manager's timings arrive.
@@ -160,10 +176,12 @@ func New(ctx context.Context, cfg Config) (*Owner, error) {
 		drain:    make(chan chan struct{}),
 		done:     make(chan doneMsg, 16),
 		released: make(chan []keyspace.Range, 16),
-		up:       client.NewUpcalls(cfg.OnChange),
+		insync:   make(chan inSyncMsg, 16),
 	}
+	o.up = client.NewUpcalls(upcalls(cfg.OnChange, cfg.OnStandbyChange))
 	o.base = time.Now()
 	o.held.Store(&published{})
+	o.roles.Store(&roles{})
 	o.answerWait.Store(int64(cfg.Timing.OwnerAnswerWait()))
 	o.renew.Store(int64(cfg.Timing.Renew))
 	if cfg.Registerer != nil && src != nil {
@@ -367,8 +385,9 @@ func (o *Owner) run(ctx context.Context, core *Core) {
 		o.publish(core.Held(time.Now()))
 		for _, c := range changes {
 			o.logChange(c)
-			o.up.Push(c)
+			o.up.Push(upcall{own: &c})
 		}
+		o.publishRoles(core)
 		for _, r := range reqs {
 			select {
 			case o.sendq <- wire.LeaseRequestToPB(r):
@@ -413,6 +432,8 @@ func (o *Owner) run(ctx context.Context, core *Core) {
 			}
 		case rs := <-o.released:
 			core.Released(time.Now(), rs)
+		case m := <-o.insync:
+			o.reportInSync(core, m)
 		case done := <-o.drain:
 			core.Drain(time.Now())
 			draining = done
