@@ -139,7 +139,7 @@ type Owner struct {
 	wg       sync.WaitGroup
 	up       *client.Upcalls[upcall]
 	roles    atomic.Pointer[roles] // the standby roles, published by the loop
-	insync   chan inSyncMsg        // InSync's reports, for the loop
+	insync   chan Holder           // InSync's reports, for the loop
 	closed   atomic.Bool
 	// answerWait is the current timings' OwnerAnswerWait, for the stream's
 	// answer deadline; the loop updates it as the Manager's timings arrive.
@@ -176,7 +176,7 @@ func New(ctx context.Context, cfg Config) (*Owner, error) {
 		drain:    make(chan chan struct{}),
 		done:     make(chan doneMsg, 16),
 		released: make(chan []keyspace.Range, 16),
-		insync:   make(chan inSyncMsg, 16),
+		insync:   make(chan Holder, 16),
 	}
 	o.up = client.NewUpcalls(upcalls(cfg.OnChange, cfg.OnStandbyChange))
 	o.base = time.Now()
@@ -382,12 +382,17 @@ func (o *Owner) run(ctx context.Context, core *Core) {
 		o.answerWait.Store(int64(core.Timing().OwnerAnswerWait()))
 		o.renew.Store(int64(core.Timing().Renew))
 		// Publish first: an upcall reporting a grant must find it held.
+		// The standby roles go before the held set, so that a write seeing
+		// a new lease also sees its standby (publishRoles).
+		sb := o.publishRoles(core)
 		o.publish(core.Held(time.Now()))
 		for _, c := range changes {
 			o.logChange(c)
 			o.up.Push(upcall{own: &c})
 		}
-		o.publishRoles(core)
+		if sb != nil {
+			o.up.Push(upcall{sb: sb})
+		}
 		for _, r := range reqs {
 			select {
 			case o.sendq <- wire.LeaseRequestToPB(r):

@@ -37,7 +37,7 @@ type Standby struct {
 	Lease LeaseNum
 	ID    string
 	Addr  string
-	SGN   uint64
+	SGN   SGN
 	// InSync says the Manager recorded the standby as filled: a crash of
 	// this Owner now loses no acknowledged write on Range.
 	InSync bool
@@ -50,7 +50,7 @@ type Holder struct {
 	ID    string
 	Addr  string
 	Lease LeaseNum
-	SGN   uint64
+	SGN   SGN
 	// InSync says the Manager recorded this Owner as in sync for Range
 	// under SGN: it is the one promoted if the holder's lease ends.
 	InSync bool
@@ -134,7 +134,7 @@ type StandbyRefusal struct {
 	// Owner knows for the key (zero with NotStandby).
 	From  string
 	Lease LeaseNum
-	SGN   uint64
+	SGN   SGN
 	Want  Holder
 }
 
@@ -158,11 +158,11 @@ func (e *StandbyRefusal) Error() string {
 // saying why. Like CheckLeaseNow it is a local read. The application
 // checks and stores under one lock, so that a write is never stored
 // under a role that was already gone.
-func (o *Owner) CheckReplicated(key keyspace.Key, from string, lease LeaseNum, sgn uint64) error {
+func (o *Owner) CheckReplicated(key keyspace.Key, from string, lease LeaseNum, sgn SGN) error {
 	return checkReplicated(o.roles.Load(), key, from, lease, sgn)
 }
 
-func checkReplicated(r *roles, key keyspace.Key, from string, lease LeaseNum, sgn uint64) error {
+func checkReplicated(r *roles, key keyspace.Key, from string, lease LeaseNum, sgn SGN) error {
 	ref := &StandbyRefusal{Key: key, From: from, Lease: lease, SGN: sgn}
 	i, ok := findRange(r.holders, key, func(h Holder) keyspace.Range { return h.Range })
 	if !ok {
@@ -182,21 +182,17 @@ func checkReplicated(r *roles, key keyspace.Key, from string, lease LeaseNum, sg
 	return nil
 }
 
-// InSync tells the Manager, in the next renewal, that this Owner, standby
-// of r under sgn, has the whole copy of r: every write its holder
-// acknowledged. Call it once the holder's fill is stored; until then the
-// standby is not promoted. A call for a range or SGN this Owner is no
-// longer standby of is ignored. It returns at once.
-func (o *Owner) InSync(r keyspace.Range, sgn uint64) {
+// InSync tells the Manager, in the next renewals until it records it,
+// that this Owner, standby for h, has the whole copy of h.Range: every
+// write its holder acknowledged under h.Lease. Call it once the holder's
+// fill is stored; until the Manager records it the standby is not
+// promoted. A report for a role this Owner no longer has is ignored. It
+// returns at once.
+func (o *Owner) InSync(h Holder) {
 	select {
-	case o.insync <- inSyncMsg{r, sgn}:
+	case o.insync <- h:
 	case <-o.stopped:
 	}
-}
-
-type inSyncMsg struct {
-	r   keyspace.Range
-	sgn uint64
 }
 
 // findRange finds the entry of sorted, disjoint list whose range holds key.

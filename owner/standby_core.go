@@ -11,6 +11,12 @@ func rolesOf(core *Core) *roles {
 }
 
 // reportInSync hands an InSync report to the core, for its next request.
-func (o *Owner) reportInSync(core *Core, m inSyncMsg) {
+func (o *Owner) reportInSync(core *Core, m Holder) {
 	_, _ = core, m
 }
+
+// SGN is a standby generation number: fresh every time a range's standby
+// is named, dropped or promoted. A standby stores a replicated write only
+// under the SGN it was last given, which fences a holder no longer paired
+// with it, as the LGN fences a lease.
+type SGN uint64

@@ -44,14 +44,18 @@ func upcalls(onChange func(OwnershipChange), onStandby func(StandbyChange)) func
 }
 
 // publishRoles publishes the core's standby roles for StandbyOf, HolderOf
-// and CheckReplicated, and reports a change to OnStandbyChange. It runs on
-// the loop after the held set is published and its changes queued, so an
-// application sees a promoted grant before the role it replaces is gone.
-func (o *Owner) publishRoles(core *Core) {
+// and CheckReplicated, and returns the change to report to
+// OnStandbyChange, nil if none. The loop publishes them before the held
+// set: a write that sees a new lease in CheckLeaseNow then finds the
+// lease's standby in StandbyOf (whose Lease it compares), never a held
+// set newer than the roles. It queues the change after the held set's,
+// so an application sees a promoted grant before the role it replaces
+// is gone.
+func (o *Owner) publishRoles(core *Core) *StandbyChange {
 	next := rolesOf(core)
 	if prev := o.roles.Load(); prev.equal(next) {
-		return
+		return nil
 	}
 	o.roles.Store(next)
-	o.up.Push(upcall{sb: &StandbyChange{Standbys: next.standbys, Holders: next.holders}})
+	return &StandbyChange{Standbys: next.standbys, Holders: next.holders}
 }

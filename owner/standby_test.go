@@ -21,7 +21,7 @@ func TestCheckReplicated(t *testing.T) {
 		key   keyspace.Key
 		from  string
 		lease LeaseNum
-		sgn   uint64
+		sgn   SGN
 		want  StandbyRefusalReason // "" accepted
 	}{
 		{"current", 0x10, "kv-1", lease, 3, ""},
