@@ -78,16 +78,18 @@ func (r *roles) equal(o *roles) bool {
 	return slices.Equal(r.standbys, o.standbys) && slices.Equal(r.holders, o.holders)
 }
 
-// StandbyOf returns the standby of the range holding key, if this Owner
-// holds key and the range has one now. A write on key is durable once the
-// returned Owner stored it under the returned Lease and SGN.
+// StandbyOf returns the standby of key's range as the Manager last named
+// it for this Owner's lease on it (Standby.Lease), if there is one. A
+// write on key under that lease is durable once the returned Owner stored
+// it under Lease and SGN. Compare Lease with CheckLeaseNow's: the roles
+// are published before the held set, so a write under a newer lease than
+// Lease must wait for the roles to catch up, and one with no role at all
+// has no standby: it is lost if this Owner crashes, and the Lookups are
+// told. Like CheckLeaseNow, it is a local read.
 func (o *Owner) StandbyOf(key keyspace.Key) (Standby, bool) {
 	r := o.roles.Load()
 	i, ok := findRange(r.standbys, key, func(s Standby) keyspace.Range { return s.Range })
 	if !ok {
-		return Standby{}, false
-	}
-	if _, held := o.CheckLeaseNow(key); !held {
 		return Standby{}, false
 	}
 	return r.standbys[i], true
