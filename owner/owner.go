@@ -63,6 +63,11 @@ type Config struct {
 	// until Released names it or its lease would have run out
 	// (CoreConfig.ConfirmReleases). A linked server leaves it off.
 	ConfirmReleases bool
+	// Zone is this server's failure domain (a rack, a zone; at most
+	// protocol.MaxZoneLen bytes). In a namespace with standbys the Manager
+	// puts each range's standby in another zone than its holder's when one
+	// has capacity (docs/design.md rule 22).
+	Zone string
 }
 
 // Validate reports a Config that New would refuse: a field out of its
@@ -91,6 +96,9 @@ func (c *Config) normalize() error {
 	}
 	if c.Capacity < 0 || c.Capacity > wire.MaxCapacity || c.Capacity != c.Capacity {
 		return bad("Capacity", fmt.Sprintf("%v: want a number in [0, %d] (0 means 1)", c.Capacity, wire.MaxCapacity))
+	}
+	if len(c.Zone) > protocol.MaxZoneLen {
+		return bad("Zone", fmt.Sprintf("is %d bytes long; at most %d allowed (protocol.MaxZoneLen)", len(c.Zone), protocol.MaxZoneLen))
 	}
 	if err := client.CheckName("owner", "Addr", c.Addr); err != nil {
 		return err
@@ -189,7 +197,7 @@ func New(ctx context.Context, cfg Config) (*Owner, error) {
 		Namespace: cfg.Namespace, ID: cfg.ID, Addr: cfg.Addr,
 		Incarnation: uint64(time.Now().UnixNano()), Timing: cfg.Timing,
 		Seed: uint64(time.Now().UnixNano()), Handovers: cfg.Handovers, Capacity: cfg.Capacity,
-		Load: o.report, ConfirmReleases: cfg.ConfirmReleases,
+		Load: o.report, ConfirmReleases: cfg.ConfirmReleases, Zone: cfg.Zone,
 	})
 	o.wg.Add(2)
 	go o.run(ctx, core)
