@@ -80,6 +80,10 @@ type CoreConfig struct {
 	// docs/agent.md), so that the Manager frees the range only once the
 	// application has stopped serving it (core_release.go).
 	ConfirmReleases bool
+	// Zone is the Owner's failure domain (at most protocol.MaxZoneLen
+	// bytes): the Manager puts each range's standby in another zone than
+	// its holder's when one has capacity (docs/design.md rule 22).
+	Zone string
 }
 
 // Core is the Owner's deterministic state machine: it is fed clock readings
@@ -377,6 +381,7 @@ func (c *Core) send(now time.Time) {
 		Leaving:     c.leaving,
 		Draining:    c.draining && !c.leaving,
 		Capacity:    c.cfg.Capacity,
+		Zone:        c.cfg.Zone,
 	}
 	kept := c.handed[:0]
 	for _, h := range c.handed {

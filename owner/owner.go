@@ -63,11 +63,10 @@ type Config struct {
 	// until Released names it or its lease would have run out
 	// (CoreConfig.ConfirmReleases). A linked server leaves it off.
 	ConfirmReleases bool
-	// Zone is this server's failure domain (a rack, an availability
-	// zone): in a namespace with standbys the Manager names each range's
-	// standby in another zone than its holder's while one has capacity
-	// (docs/standbys.md). Empty is a zone of its own, shared by every
-	// Owner that leaves it empty. At most MaxZoneLen bytes.
+	// Zone is this server's failure domain (a rack, a zone; at most
+	// protocol.MaxZoneLen bytes). In a namespace with standbys the Manager
+	// puts each range's standby in another zone than its holder's when one
+	// has capacity (docs/design.md rule 22).
 	Zone string
 	// OnStandbyChange, if set, is called after every change of the standby
 	// roles (StandbyChange), on the goroutine of OnChange and in order with
@@ -207,7 +206,7 @@ func New(ctx context.Context, cfg Config) (*Owner, error) {
 		Namespace: cfg.Namespace, ID: cfg.ID, Addr: cfg.Addr,
 		Incarnation: uint64(time.Now().UnixNano()), Timing: cfg.Timing,
 		Seed: uint64(time.Now().UnixNano()), Handovers: cfg.Handovers, Capacity: cfg.Capacity,
-		Load: o.report, ConfirmReleases: cfg.ConfirmReleases,
+		Load: o.report, ConfirmReleases: cfg.ConfirmReleases, Zone: cfg.Zone,
 	})
 	o.wg.Add(2)
 	go o.run(ctx, core)

@@ -1,5 +1,7 @@
 package owner
 
+import "github.com/leasehold/leasehold/protocol"
+
 // The seam between the runtime's standby API and the core: what the core
 // learned from the Manager's answers about standbys, and the in-sync
 // reports the runtime hands it.
@@ -19,4 +21,4 @@ func (o *Owner) reportInSync(core *Core, m Holder) {
 // is named, dropped or promoted. A standby stores a replicated write only
 // under the SGN it was last given, which fences a holder no longer paired
 // with it, as the LGN fences a lease.
-type SGN uint64
+type SGN = protocol.SGN

@@ -5,16 +5,17 @@ import (
 	"unicode/utf8"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/protocol"
 )
 
 // MaxZoneLen bounds Config.Zone.
-const MaxZoneLen = 64
+const MaxZoneLen = protocol.MaxZoneLen
 
 // checkZone reports a zone label New would refuse.
 func checkZone(z string) error {
 	if len(z) > MaxZoneLen || !utf8.ValidString(z) {
 		return &leasehold.ConfigError{Package: "owner", Field: "Zone",
-			Why: fmt.Sprintf("%q: must be valid UTF-8 of at most %d bytes (owner.MaxZoneLen)", z, MaxZoneLen)}
+			Why: fmt.Sprintf("%q: must be valid UTF-8 of at most %d bytes (protocol.MaxZoneLen)", z, MaxZoneLen)}
 	}
 	for _, r := range z {
 		if r < 0x20 || r == 0x7f {

@@ -48,6 +48,8 @@ type OwnerRecord struct {
 	// incarnation first spoke: an entry of this owner with an LGN at or
 	// below it was granted to an earlier run (see Core's orphans).
 	Since keyspace.LGN `json:"g,omitempty"`
+	// Zone is the Owner's failure domain (docs/design.md rule 22).
+	Zone string `json:"z,omitempty"`
 }
 
 // Op is the kind of a Change.
