@@ -71,7 +71,7 @@ type Config struct {
 	// OnStandbyChange, if set, is called after every change of the standby
 	// roles (StandbyChange), on the goroutine of OnChange and in order with
 	// it. Like OnChange it may lag; the checks are StandbyOf, HolderOf and
-	// CheckReplicated.
+	// CheckStandbyWrite.
 	OnStandbyChange func(StandbyChange)
 }
 

@@ -1,6 +1,7 @@
 package owner
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 
@@ -16,9 +17,9 @@ import (
 //
 //   - The holder sends every write on a range with a standby to it, tagged
 //     with the range, its LeaseNum and the SGN (StandbyOf), and answers the
-//     client only once the standby has stored it and CheckLeaseContinuous
-//     still holds.
-//   - The standby stores a write only if CheckReplicated accepts it: it
+//     client only once the standby has stored it and CheckReplicated still
+//     holds: the lease is unbroken and the pairing unchanged.
+//   - The standby stores a write only if CheckStandbyWrite accepts it: it
 //     names the holder, LeaseNum and SGN this Owner knows for the key.
 //   - A newly named standby is filled by its holder with a copy of the
 //     range (like a handover); once it has the whole copy it calls InSync.
@@ -68,7 +69,7 @@ type StandbyChange struct {
 }
 
 // roles is the standby roles as published for StandbyOf, HolderOf and
-// CheckReplicated: each list sorted by Range.Start and disjoint.
+// CheckStandbyWrite: each list sorted by Range.Start and disjoint.
 type roles struct {
 	standbys []Standby
 	holders  []Holder
@@ -127,7 +128,10 @@ const (
 	StaleSGN StandbyRefusalReason = "stale-sgn"
 )
 
-// StandbyRefusal is the error CheckReplicated returns for a replicated
+// ErrNotStandby is what every *StandbyRefusal matches with errors.Is.
+var ErrNotStandby = errors.New("owner: not the standby of the write's range under its holder, lease and SGN")
+
+// StandbyRefusal is the error CheckStandbyWrite returns for a replicated
 // write the standby must not store.
 type StandbyRefusal struct {
 	Reason StandbyRefusalReason
@@ -139,6 +143,9 @@ type StandbyRefusal struct {
 	SGN   SGN
 	Want  Holder
 }
+
+// Is makes a refusal match ErrNotStandby.
+func (e *StandbyRefusal) Is(target error) bool { return target == ErrNotStandby }
 
 func (e *StandbyRefusal) Error() string {
 	switch e.Reason {
@@ -153,18 +160,18 @@ func (e *StandbyRefusal) Error() string {
 	}
 }
 
-// CheckReplicated is the standby's fence: it accepts (nil) a write on key
+// CheckStandbyWrite is the standby's fence: it accepts (nil) a write on key
 // sent by the holder from under lease and sgn only if this Owner is the
 // standby of key's range, and from, lease and sgn are the holder, its
 // lease and the SGN it knows; otherwise it returns a *StandbyRefusal
 // saying why. Like CheckLeaseNow it is a local read. The application
 // checks and stores under one lock, so that a write is never stored
 // under a role that was already gone.
-func (o *Owner) CheckReplicated(key keyspace.Key, from string, lease LeaseNum, sgn SGN) error {
-	return checkReplicated(o.roles.Load(), key, from, lease, sgn)
+func (o *Owner) CheckStandbyWrite(key keyspace.Key, from string, lease LeaseNum, sgn SGN) error {
+	return checkStandbyWrite(o.roles.Load(), key, from, lease, sgn)
 }
 
-func checkReplicated(r *roles, key keyspace.Key, from string, lease LeaseNum, sgn SGN) error {
+func checkStandbyWrite(r *roles, key keyspace.Key, from string, lease LeaseNum, sgn SGN) error {
 	ref := &StandbyRefusal{Key: key, From: from, Lease: lease, SGN: sgn}
 	i, ok := findRange(r.holders, key, func(h Holder) keyspace.Range { return h.Range })
 	if !ok {
@@ -182,6 +189,21 @@ func checkReplicated(r *roles, key keyspace.Key, from string, lease LeaseNum, sg
 		return ref
 	}
 	return nil
+}
+
+// CheckReplicated is the holder's check before it acknowledges a write on
+// key stored under lease n at its standby under sgn: the lease has covered
+// key without a gap until now (CheckLeaseContinuous), and the range's
+// standby is still the one of sgn. A pairing renamed meanwhile (a new SGN)
+// fails it: the write may predate the new standby's fill (docs/protocol.md,
+// "Standby Owners"); the application answers as for a lost lease, and the
+// client retries.
+func (o *Owner) CheckReplicated(key keyspace.Key, n LeaseNum, sgn SGN) bool {
+	if !o.CheckLeaseContinuous(key, n) {
+		return false
+	}
+	sb, ok := o.StandbyOf(key)
+	return ok && sb.Lease == n && sb.SGN == sgn
 }
 
 // InSync tells the Manager, in the next renewals until it records it,

@@ -45,7 +45,7 @@ func upcalls(onChange func(OwnershipChange), onStandby func(StandbyChange)) func
 }
 
 // publishRoles publishes the core's standby roles for StandbyOf, HolderOf
-// and CheckReplicated, and returns the change to report to
+// and CheckStandbyWrite, and returns the change to report to
 // OnStandbyChange, nil if none. The loop publishes them before the held
 // set: a write that sees a new lease in CheckLeaseNow then finds the
 // lease's standby in StandbyOf (whose Lease it compares), never a held

@@ -7,10 +7,10 @@ import (
 	"github.com/leasehold/leasehold/keyspace"
 )
 
-// TestCheckReplicated: the standby's fence accepts a write only from the
+// TestCheckStandbyWrite: the standby's fence accepts a write only from the
 // holder, lease and SGN it knows for the key's range, and says which of
 // the three was wrong otherwise.
-func TestCheckReplicated(t *testing.T) {
+func TestCheckStandbyWrite(t *testing.T) {
 	lease := LeaseNum{Epoch: 1, LGN: 7}
 	r := &roles{holders: []Holder{
 		{Range: keyspace.Range{Start: 0x10, End: 0x20}, ID: "kv-1", Lease: lease, SGN: 3},
@@ -37,7 +37,7 @@ func TestCheckReplicated(t *testing.T) {
 		{"second range", 0x45, "kv-2", LeaseNum{Epoch: 1, LGN: 9}, 1, ""},
 		{"second range, first holder", 0x45, "kv-1", lease, 3, StaleHolder},
 	} {
-		err := checkReplicated(r, c.key, c.from, c.lease, c.sgn)
+		err := checkStandbyWrite(r, c.key, c.from, c.lease, c.sgn)
 		if c.want == "" {
 			if err != nil {
 				t.Errorf("%s: refused: %v", c.name, err)
@@ -53,7 +53,7 @@ func TestCheckReplicated(t *testing.T) {
 			t.Errorf("%s: an empty message", c.name)
 		}
 	}
-	if err := checkReplicated(&roles{}, 0x15, "kv-1", lease, 3); err == nil {
+	if err := checkStandbyWrite(&roles{}, 0x15, "kv-1", lease, 3); err == nil {
 		t.Error("an Owner standby of nothing accepted a write")
 	}
 }

@@ -29,7 +29,7 @@ import (
 //   - as holder, fills each standby named for one of its ranges: it copies
 //     the range's values to it, like a handover, while the writes go on;
 //   - as standby, stores a write or fill only if the Owner library's fence
-//     (owner.Owner.CheckReplicated) accepts it, and answers 409 with the
+//     (owner.Owner.CheckStandbyWrite) accepts it, and answers 409 with the
 //     refusal otherwise; once a fill is complete it reports in sync
 //     (owner.Owner.InSync);
 //   - once promoted (a grant marked Promoted), serves the range from the
@@ -370,8 +370,8 @@ func (s *Server) put(ctx context.Context, key string, value []byte) error {
 		return err
 	}
 	// (4) Did the lease cover the whole operation, the standby's store
-	// included?
-	if !s.owner.CheckLeaseContinuous(w.k, w.lease) {
+	// included, under one pairing?
+	if !s.owner.CheckReplicated(w.k, w.lease, w.standby.SGN) {
 		return errLeaseLost
 	}
 	return nil

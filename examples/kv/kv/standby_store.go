@@ -17,7 +17,7 @@ import (
 type standbys interface {
 	StandbyOf(key keyspace.Key) (owner.Standby, bool)
 	HolderOf(key keyspace.Key) (owner.Holder, bool)
-	CheckReplicated(key keyspace.Key, from string, lease owner.LeaseNum, sgn owner.SGN) error
+	CheckStandbyWrite(key keyspace.Key, from string, lease owner.LeaseNum, sgn owner.SGN) error
 }
 
 var _ standbys = (*owner.Owner)(nil)
@@ -106,12 +106,12 @@ func (s *store) replicate(m replica) error {
 		return &owner.StandbyRefusal{Reason: owner.NotStandby, Key: m.r.Start, From: m.from}
 	}
 	if len(m.entries) == 0 {
-		if err := s.roles.CheckReplicated(m.r.Start, m.from, m.lease, m.sgn); err != nil {
+		if err := s.roles.CheckStandbyWrite(m.r.Start, m.from, m.lease, m.sgn); err != nil {
 			return err
 		}
 	}
 	for _, e := range m.entries {
-		if err := s.roles.CheckReplicated(keyspace.KeyOf(e.Key), m.from, m.lease, m.sgn); err != nil {
+		if err := s.roles.CheckStandbyWrite(keyspace.KeyOf(e.Key), m.from, m.lease, m.sgn); err != nil {
 			return err
 		}
 	}

@@ -28,7 +28,7 @@ func (f *fakeRoles) HolderOf(keyspace.Key) (owner.Holder, bool) {
 	return *f.holder, true
 }
 
-func (f *fakeRoles) CheckReplicated(k keyspace.Key, from string, lease owner.LeaseNum, sgn owner.SGN) error {
+func (f *fakeRoles) CheckStandbyWrite(k keyspace.Key, from string, lease owner.LeaseNum, sgn owner.SGN) error {
 	h := f.holder
 	switch {
 	case h == nil:
