@@ -310,6 +310,7 @@ func (s *Server) handler() http.Handler {
 	if s.metrics != nil {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics, promhttp.HandlerOpts{Registry: s.metrics}))
 	}
+	mux.HandleFunc("GET /standbys", s.handleStandbys)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		io.WriteString(w, "ok\n")
 	})

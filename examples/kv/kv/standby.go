@@ -381,11 +381,12 @@ func (s *Server) put(ctx context.Context, key string, value []byte) error {
 type StandbyStats struct {
 	// Copies is the values kept as standby; Promoted those taken up when a
 	// range was promoted to this server.
-	Copies, Promoted int
+	Copies   int `json:"copies"`
+	Promoted int `json:"promoted"`
 	// Fills is the standbys this server filled as holder, LastFill the
 	// last one's time.
-	Fills    int
-	LastFill time.Duration
+	Fills    int           `json:"fills"`
+	LastFill time.Duration `json:"last_fill_ns"`
 }
 
 // StandbyStats returns the server's standby counts so far.
@@ -396,4 +397,49 @@ func (s *Server) StandbyStats() StandbyStats {
 	st.Fills, st.LastFill = s.repl.filled, s.repl.fillDur
 	s.repl.mu.Unlock()
 	return st
+}
+
+// standbysJSON is the answer of GET /standbys: this server's standby roles
+// as its Owner knows them, for operators and tests.
+type standbysJSON struct {
+	ID       string        `json:"id"`
+	Zone     string        `json:"zone"`
+	Standbys []sbRoleJSON  `json:"standbys"` // of the ranges this server holds
+	Holders  []sbRoleJSON  `json:"holders"`  // of the ranges it stands by for
+	Stats    *StandbyStats `json:"stats"`
+}
+
+type sbRoleJSON struct {
+	Start  string `json:"start"` // 0x and 16 hex digits
+	End    string `json:"end"`   // 0x10000000000000000: the end of the key space
+	Peer   string `json:"peer"`  // the standby (in standbys) or the holder (in holders); empty: none
+	LGN    uint64 `json:"lgn"`
+	SGN    uint64 `json:"sgn"`
+	InSync bool   `json:"in_sync"`
+}
+
+func hexRange(r keyspace.Range) (string, string) {
+	end := fmt.Sprintf("0x%016x", uint64(r.End))
+	if r.End == 0 {
+		end = "0x10000000000000000"
+	}
+	return fmt.Sprintf("0x%016x", uint64(r.Start)), end
+}
+
+// handleStandbys answers GET /standbys.
+func (s *Server) handleStandbys(w http.ResponseWriter, _ *http.Request) {
+	st := s.StandbyStats()
+	out := standbysJSON{ID: s.cfg.ID, Zone: s.cfg.Zone, Standbys: []sbRoleJSON{}, Holders: []sbRoleJSON{}, Stats: &st}
+	for _, sb := range s.owner.Standbys() {
+		start, end := hexRange(sb.Range)
+		out.Standbys = append(out.Standbys, sbRoleJSON{Start: start, End: end, Peer: sb.ID, LGN: uint64(sb.Lease.LGN),
+			SGN: uint64(sb.SGN), InSync: sb.InSync})
+	}
+	for _, h := range s.owner.Holders() {
+		start, end := hexRange(h.Range)
+		out.Holders = append(out.Holders, sbRoleJSON{Start: start, End: end, Peer: h.ID, LGN: uint64(h.Lease.LGN),
+			SGN: uint64(h.SGN), InSync: h.InSync})
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(out)
 }
