@@ -28,6 +28,11 @@ type Lease struct {
 	// state it handed over for this range is to be taken up, not thrown
 	// away (C§2.1.2). A grant without it starts empty.
 	Migrated bool
+	// Promoted marks a grant to this Owner as the lease's standby after
+	// the holder's lease ended (docs/design.md rule 21): the copy it kept
+	// as standby for the old lease (StandbyFor) is now the serving copy.
+	// Migrated is set too.
+	Promoted bool
 }
 
 // OwnershipChange reports one step's change of the held set: Revoked ranges
@@ -38,6 +43,16 @@ type OwnershipChange struct {
 	Revoked   []keyspace.Range
 	Granted   []Lease
 	Handovers []Handover
+	// Paired lists the pairings of held leases that changed in this step
+	// (a standby named, dropped or recorded in sync; core_standby.go).
+	// For a new standby the application copies the lease's state to it
+	// (the fill), sends it every write from then on, and acknowledges a
+	// write only once the standby stored it.
+	Paired []Pairing
+	// StandbyFor, when StandbyForChanged, is the complete new set of
+	// leases this Owner is the standby for.
+	StandbyFor        []Pairing
+	StandbyForChanged bool
 }
 
 // Handover asks the application to hand the state of Range (held under
@@ -140,6 +155,8 @@ type Core struct {
 
 	out     []*protocol.LeaseRequest
 	changes []OwnershipChange
+
+	sb standbys // the pairings of holder and standby (core_standby.go)
 }
 
 // gonePiece is a piece of a lease given up before request until was sent.
@@ -382,6 +399,7 @@ func (c *Core) send(now time.Time) {
 		Draining:    c.draining && !c.leaving,
 		Capacity:    c.cfg.Capacity,
 		Zone:        c.cfg.Zone,
+		InSync:      c.inSyncReports(),
 	}
 	kept := c.handed[:0]
 	for _, h := range c.handed {
@@ -473,6 +491,7 @@ func (c *Core) Step(now time.Time, m *protocol.LeaseResponse) {
 	}
 	m = full
 	c.peerEpoch, c.peerSeq = m.Epoch, m.Seq
+	c.stepStandbys(m)
 	if !c.broken.CompactAsAccepted {
 		// Our next request acknowledges m, raced or not: HeldAsAcked then
 		// means m's list.
@@ -533,7 +552,7 @@ func (c *Core) Step(now time.Time, m *protocol.LeaseResponse) {
 				refused = true
 			}
 			for _, r := range parts {
-				next = append(next, Lease{Range: r, Num: num, Expiry: expiry, Migrated: l.Migrated})
+				next = append(next, Lease{Range: r, Num: num, Expiry: expiry, Migrated: l.Migrated, Promoted: l.Promoted})
 			}
 			continue
 		}
@@ -595,7 +614,7 @@ func (c *Core) adoptRacedGrants(now time.Time, m *protocol.LeaseResponse) {
 		}
 		num := LeaseNum{Epoch: m.Epoch, LGN: l.LGN}
 		for _, r := range c.notGone(num, l.Range) {
-			next = append(next, Lease{Range: r, Num: num, Expiry: at.Add(c.cfg.Timing.OwnerLease), Migrated: l.Migrated})
+			next = append(next, Lease{Range: r, Num: num, Expiry: at.Add(c.cfg.Timing.OwnerLease), Migrated: l.Migrated, Promoted: l.Promoted})
 		}
 	}
 	if len(next) == len(c.held) {
@@ -732,7 +751,7 @@ func (c *Core) replaceHeld(next []Lease, keep bool) (revoked bool) {
 	}
 	for _, l := range next {
 		for _, r := range uncovered(l.Range, c.held, l.Num) {
-			ch.Granted = append(ch.Granted, Lease{Range: r, Num: l.Num, Expiry: l.Expiry, Migrated: l.Migrated})
+			ch.Granted = append(ch.Granted, Lease{Range: r, Num: l.Num, Expiry: l.Expiry, Migrated: l.Migrated, Promoted: l.Promoted})
 		}
 	}
 	c.held = next

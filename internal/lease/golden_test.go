@@ -120,6 +120,7 @@ type goldenOwner struct {
 	epoch uint64 // the epoch of the last response heard
 	held  []protocol.Lease
 	sent  map[uint64][]protocol.Lease // the Held of each request, by Seq
+	zone  string                      // said in every request once given
 }
 
 func (g *golden) run(t *testing.T, d *datadriven.TestData) string {
