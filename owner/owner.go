@@ -68,11 +68,6 @@ type Config struct {
 	// puts each range's standby in another zone than its holder's when one
 	// has capacity (docs/design.md rule 22).
 	Zone string
-	// OnStandbyChange, if set, is called after every change of the standby
-	// roles (StandbyChange), on the goroutine of OnChange and in order with
-	// it. Like OnChange it may lag; the checks are StandbyOf, HolderOf and
-	// CheckStandbyWrite.
-	OnStandbyChange func(StandbyChange)
 }
 
 // Validate reports a Config that New would refuse: a field out of its
@@ -136,9 +131,9 @@ type Owner struct {
 	cancel   context.CancelFunc
 	stopped  <-chan struct{} // closed when the Owner stops
 	wg       sync.WaitGroup
-	up       *client.Upcalls[upcall]
-	roles    atomic.Pointer[roles] // the standby roles, published by the loop
-	insync   chan Holder           // InSync's reports, for the loop
+	up       *client.Upcalls[OwnershipChange]
+	roles    atomic.Pointer[roles] // the pairings, published by the loop (standby.go)
+	insync   chan inSyncMsg        // InSync's reports, for the loop
 	closed   atomic.Bool
 	// answerWait is the current timings' OwnerAnswerWait, for the stream's
 	// answer deadline; the loop updates it as the Manager's timings arrive.
@@ -175,9 +170,9 @@ func New(ctx context.Context, cfg Config) (*Owner, error) {
 		drain:    make(chan chan struct{}),
 		done:     make(chan doneMsg, 16),
 		released: make(chan []keyspace.Range, 16),
-		insync:   make(chan Holder, 16),
+		insync:   make(chan inSyncMsg, 16),
+		up:       client.NewUpcalls(cfg.OnChange),
 	}
-	o.up = client.NewUpcalls(upcalls(cfg.OnChange, cfg.OnStandbyChange))
 	o.base = time.Now()
 	o.held.Store(&published{})
 	o.roles.Store(&roles{})
@@ -381,16 +376,13 @@ func (o *Owner) run(ctx context.Context, core *Core) {
 		o.answerWait.Store(int64(core.Timing().OwnerAnswerWait()))
 		o.renew.Store(int64(core.Timing().Renew))
 		// Publish first: an upcall reporting a grant must find it held.
-		// The standby roles go before the held set, so that a write seeing
-		// a new lease also sees its standby (publishRoles).
-		sb := o.publishRoles(core)
+		// The pairings go before the held set, so that a write seeing a
+		// new lease also sees its standby (publishRoles).
+		o.publishRoles(core)
 		o.publish(core.Held(time.Now()))
 		for _, c := range changes {
 			o.logChange(c)
-			o.up.Push(upcall{own: &c})
-		}
-		if sb != nil {
-			o.up.Push(upcall{sb: sb})
+			o.up.Push(c)
 		}
 		for _, r := range reqs {
 			select {
@@ -437,7 +429,7 @@ func (o *Owner) run(ctx context.Context, core *Core) {
 		case rs := <-o.released:
 			core.Released(time.Now(), rs)
 		case m := <-o.insync:
-			o.reportInSync(core, m)
+			core.InSync(time.Now(), m.lease, m.sgn)
 		case done := <-o.drain:
 			core.Drain(time.Now())
 			draining = done

@@ -2,20 +2,20 @@ package owner
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"unicode/utf8"
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/protocol"
 )
 
-// MaxZoneLen bounds Config.Zone.
-const MaxZoneLen = protocol.MaxZoneLen
-
-// checkZone reports a zone label New would refuse.
+// checkZone reports a zone label New would refuse: longer than
+// protocol.MaxZoneLen, not UTF-8, or with a control character.
 func checkZone(z string) error {
-	if len(z) > MaxZoneLen || !utf8.ValidString(z) {
+	if len(z) > protocol.MaxZoneLen || !utf8.ValidString(z) {
 		return &leasehold.ConfigError{Package: "owner", Field: "Zone",
-			Why: fmt.Sprintf("%q: must be valid UTF-8 of at most %d bytes (protocol.MaxZoneLen)", z, MaxZoneLen)}
+			Why: fmt.Sprintf("%q: must be valid UTF-8 of at most %d bytes (protocol.MaxZoneLen)", z, protocol.MaxZoneLen)}
 	}
 	for _, r := range z {
 		if r < 0x20 || r == 0x7f {
@@ -25,38 +25,16 @@ func checkZone(z string) error {
 	return nil
 }
 
-// upcall is one delivery on the upcall goroutine: an ownership change or a
-// standby change, in the order the loop saw them.
-type upcall struct {
-	own *OwnershipChange
-	sb  *StandbyChange
-}
-
-// upcalls dispatches the upcalls to the application's two callbacks.
-func upcalls(onChange func(OwnershipChange), onStandby func(StandbyChange)) func(upcall) {
-	return func(u upcall) {
-		switch {
-		case u.own != nil && onChange != nil:
-			onChange(*u.own)
-		case u.sb != nil && onStandby != nil:
-			onStandby(*u.sb)
-		}
+// publishRoles publishes the core's pairings for StandbyOf,
+// CheckReplicated, StandbyFor and CheckStandbyWrite. The loop calls it
+// before it publishes the held set: a write that sees a new lease in
+// CheckLeaseNow then finds the lease's pairing, never a held set newer
+// than the pairings.
+func (o *Owner) publishRoles(core *Core) {
+	sb := &core.sb
+	prev := o.roles.Load()
+	if prev.epoch == sb.epoch && maps.Equal(prev.mine, sb.mine) && slices.Equal(prev.of, sb.of) {
+		return
 	}
-}
-
-// publishRoles publishes the core's standby roles for StandbyOf, HolderOf
-// and CheckStandbyWrite, and returns the change to report to
-// OnStandbyChange, nil if none. The loop publishes them before the held
-// set: a write that sees a new lease in CheckLeaseNow then finds the
-// lease's standby in StandbyOf (whose Lease it compares), never a held
-// set newer than the roles. It queues the change after the held set's,
-// so an application sees a promoted grant before the role it replaces
-// is gone.
-func (o *Owner) publishRoles(core *Core) *StandbyChange {
-	next := rolesOf(core)
-	if prev := o.roles.Load(); prev.equal(next) {
-		return nil
-	}
-	o.roles.Store(next)
-	return &StandbyChange{Standbys: next.standbys, Holders: next.holders}
+	o.roles.Store(&roles{epoch: sb.epoch, mine: maps.Clone(sb.mine), of: slices.Clone(sb.of)})
 }

@@ -170,10 +170,6 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	s.metrics = prometheus.NewRegistry()
 	s.metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	s.sbMetrics = newSBMetrics(s.metrics)
-	var onStandby func(owner.StandbyChange)
-	if cfg.Standbys > 0 {
-		onStandby = s.standbyChanged
-	}
 	o, err := owner.New(ctx, owner.Config{
 		Connection: leasehold.Connection{
 			Registerer: s.metrics,
@@ -184,13 +180,12 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 			CertsDir:   cfg.CertsDir,
 			Insecure:   cfg.Insecure,
 		},
-		ID:              cfg.ID,
-		Addr:            cfg.Advertise,
-		Capacity:        cfg.Capacity,
-		Handovers:       true,
-		OnChange:        s.changed,
-		Zone:            cfg.Zone,
-		OnStandbyChange: onStandby,
+		ID:        cfg.ID,
+		Addr:      cfg.Advertise,
+		Capacity:  cfg.Capacity,
+		Handovers: true,
+		OnChange:  s.changed,
+		Zone:      cfg.Zone,
 	})
 	if err != nil {
 		lis.Close()
@@ -255,18 +250,25 @@ const shutdownGrace = time.Second
 func (s *Server) changed(ch owner.OwnershipChange) {
 	<-s.ready
 	s.store.changed(ch)
+	s.standbyChanged(ch)
 	if len(ch.Handovers) > 0 {
 		s.moves.start(ch.Handovers)
 	}
 }
 
-// standbyChanged is the Owner's OnStandbyChange upcall: it fills the
-// standbys newly named for this server's ranges and drops the copies no
-// role needs any more.
-func (s *Server) standbyChanged(ch owner.StandbyChange) {
-	<-s.ready
-	s.store.standbyChanged()
-	s.repl.changed(ch)
+// standbyChanged takes the standby part of an OnChange upcall: it fills
+// the standbys newly named for this server's leases and drops the copies
+// no pairing needs any more.
+func (s *Server) standbyChanged(ch owner.OwnershipChange) {
+	if s.cfg.Standbys == 0 {
+		return
+	}
+	if ch.StandbyForChanged {
+		s.store.standbyChanged()
+	}
+	if len(ch.Paired) > 0 {
+		s.repl.changed(ch)
+	}
 }
 
 // Close leaves gracefully. First it drains (owner.Owner.Close): the

@@ -16,6 +16,7 @@ import (
 
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/owner"
+	"github.com/leasehold/leasehold/protocol"
 )
 
 // Standby Owners (docs/standbys.md). With ServerConfig.Standbys 1, in a
@@ -128,7 +129,7 @@ func (s *Server) handleReplicate(w http.ResponseWriter, r *http.Request) {
 	}
 	lease := owner.LeaseNum{Epoch: m.Epoch, LGN: keyspace.LGN(m.LGN)}
 	rg := keyspace.Range{Start: keyspace.Key(m.Start), End: keyspace.Key(m.End)}
-	err = s.store.replicate(replica{from: m.From, r: rg, lease: lease, sgn: owner.SGN(m.SGN),
+	err = s.store.replicate(replica{from: m.From, r: rg, lease: lease, sgn: protocol.SGN(m.SGN),
 		fill: m.Fill, first: m.First, entries: m.Entries})
 	if err != nil {
 		s.sbMetrics.refused.Inc()
@@ -136,10 +137,8 @@ func (s *Server) handleReplicate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if m.Fill && m.Last {
-		if h, ok := s.owner.HolderOf(rg.Start); ok && h.SGN == owner.SGN(m.SGN) && h.Lease == lease {
-			s.owner.InSync(h)
-			s.cfg.Logger.Info("kv: standby filled; in sync", "range", rg.String(), "holder", m.From, "sgn", m.SGN)
-		}
+		s.owner.InSync(lease, protocol.SGN(m.SGN))
+		s.cfg.Logger.Info("kv: standby filled; in sync", "range", rg.String(), "holder", m.From, "sgn", m.SGN)
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
@@ -185,9 +184,11 @@ type replicator struct {
 type fillKey struct {
 	r     keyspace.Range
 	lease owner.LeaseNum
-	sgn   owner.SGN
+	sgn   protocol.SGN
 	to    string
 }
+
+func fillKeyOf(p owner.Pairing) fillKey { return fillKey{p.Range, p.Lease, p.SGN, p.Peer} }
 
 func newReplicator(s *Server) *replicator {
 	p := &replicator{s: s, filling: map[fillKey]bool{}}
@@ -204,7 +205,7 @@ func (p *replicator) stop() {
 // replicateWait has passed.
 func (p *replicator) write(ctx context.Context, w write) error {
 	sb := w.standby
-	body, err := json.Marshal(replicateRequest{From: p.s.cfg.ID, To: sb.ID,
+	body, err := json.Marshal(replicateRequest{From: p.s.cfg.ID, To: sb.Peer,
 		Start: uint64(sb.Range.Start), End: uint64(sb.Range.End), Epoch: sb.Lease.Epoch, LGN: uint64(sb.Lease.LGN),
 		SGN: uint64(sb.SGN), Entries: []replicaEntry{{Key: w.key, Value: w.value, Seq: w.seq}}})
 	if err != nil {
@@ -214,50 +215,46 @@ func (p *replicator) write(ctx context.Context, w write) error {
 	defer cancel()
 	if err := p.post(ctx, sb.Addr, body); err != nil {
 		p.s.sbMetrics.failed.Inc()
-		return fmt.Errorf("%w: %s: %v", errStandby, sb.ID, err)
+		return fmt.Errorf("%w: %s: %v", errStandby, sb.Peer, err)
 	}
 	p.s.sbMetrics.replicated.Inc()
 	return nil
 }
 
-// changed starts a fill for each standby named for a range this server
-// holds and not filled by it yet. It runs on the upcall goroutine, which
-// must not block on the network.
-func (p *replicator) changed(ch owner.StandbyChange) {
+// changed starts a fill for each standby newly named for a lease this
+// server holds (OwnershipChange.Paired) and not filled by it yet. It runs
+// on the upcall goroutine, which must not block on the network.
+func (p *replicator) changed(ch owner.OwnershipChange) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	live := map[fillKey]bool{}
-	for _, sb := range ch.Standbys {
-		if sb.ID == "" {
-			continue
+	for k := range p.filling {
+		if !p.current(owner.Pairing{Range: k.r, Lease: k.lease, SGN: k.sgn, Peer: k.to}) {
+			delete(p.filling, k)
 		}
-		k := fillKey{sb.Range, sb.Lease, sb.SGN, sb.ID}
-		live[k] = true
-		if p.filling[k] || sb.InSync {
-			p.filling[k] = true
+	}
+	for _, sb := range ch.Paired {
+		k := fillKeyOf(sb)
+		if sb.Peer == "" || p.filling[k] {
 			continue
 		}
 		p.filling[k] = true
-		p.wg.Go(func() { p.fill(sb, time.Now()) })
-	}
-	for k := range p.filling {
-		if !live[k] {
-			delete(p.filling, k)
+		if !sb.InSync {
+			p.wg.Go(func() { p.fill(sb, time.Now()) })
 		}
 	}
 }
 
-// current reports whether sb is still the standby of its range.
-func (p *replicator) current(sb owner.Standby) bool {
+// current reports whether sb is still the pairing of its lease.
+func (p *replicator) current(sb owner.Pairing) bool {
 	now, ok := p.s.owner.StandbyOf(sb.Range.Start)
-	return ok && now.ID == sb.ID && now.SGN == sb.SGN && now.Lease == sb.Lease
+	return ok && now.Peer == sb.Peer && now.SGN == sb.SGN && now.Lease == sb.Lease
 }
 
 // fill copies the range of sb to it, in batches, after a first batch that
 // tells it a fill starts; it retries the whole fill while sb stays the
 // range's standby. Writes go on meanwhile, each sent to the standby too:
 // the standby keeps the later of a write and its value in the copy.
-func (p *replicator) fill(sb owner.Standby, named time.Time) {
+func (p *replicator) fill(sb owner.Pairing, named time.Time) {
 	log := p.s.cfg.Logger
 	for attempt := 0; ; attempt++ {
 		if p.ctx.Err() != nil || !p.current(sb) {
@@ -272,11 +269,11 @@ func (p *replicator) fill(sb owner.Standby, named time.Time) {
 			p.filled++
 			p.fillDur = took
 			p.mu.Unlock()
-			log.Info("kv: filled a standby", "range", sb.Range.String(), "standby", sb.ID, "sgn", sb.SGN,
+			log.Info("kv: filled a standby", "range", sb.Range.String(), "standby", sb.Peer, "sgn", sb.SGN,
 				"values", len(entries), "took", took)
 			return
 		}
-		log.Warn("kv: filling a standby failed; retrying", "range", sb.Range.String(), "standby", sb.ID, "err", err)
+		log.Warn("kv: filling a standby failed; retrying", "range", sb.Range.String(), "standby", sb.Peer, "err", err)
 		t := time.NewTimer(min(time.Duration(attempt+1)*100*time.Millisecond, time.Second))
 		select {
 		case <-p.ctx.Done():
@@ -287,8 +284,8 @@ func (p *replicator) fill(sb owner.Standby, named time.Time) {
 	}
 }
 
-func (p *replicator) sendFill(sb owner.Standby, entries []replicaEntry) error {
-	base := replicateRequest{From: p.s.cfg.ID, To: sb.ID, Start: uint64(sb.Range.Start), End: uint64(sb.Range.End),
+func (p *replicator) sendFill(sb owner.Pairing, entries []replicaEntry) error {
+	base := replicateRequest{From: p.s.cfg.ID, To: sb.Peer, Start: uint64(sb.Range.Start), End: uint64(sb.Range.End),
 		Epoch: sb.Lease.Epoch, LGN: uint64(sb.Lease.LGN), SGN: uint64(sb.SGN), Fill: true}
 	var parts [][]replicaEntry
 	var cur []replicaEntry
@@ -363,7 +360,7 @@ func (p *replicator) postOnce(ctx context.Context, addr string, body []byte) (re
 // only once the standby stored it and the lease still covers it.
 func (s *Server) put(ctx context.Context, key string, value []byte) error {
 	w, err := s.store.putWrite(key, value)
-	if err != nil || w.standby.ID == "" {
+	if err != nil || w.standby.Peer == "" {
 		return err
 	}
 	if err := s.repl.write(ctx, w); err != nil {
@@ -371,7 +368,7 @@ func (s *Server) put(ctx context.Context, key string, value []byte) error {
 	}
 	// (4) Did the lease cover the whole operation, the standby's store
 	// included, under one pairing?
-	if !s.owner.CheckReplicated(w.k, w.lease, w.standby.SGN) {
+	if !s.owner.CheckReplicated(w.k, w.standby) {
 		return errLeaseLost
 	}
 	return nil
@@ -432,12 +429,12 @@ func (s *Server) handleStandbys(w http.ResponseWriter, _ *http.Request) {
 	out := standbysJSON{ID: s.cfg.ID, Zone: s.cfg.Zone, Standbys: []sbRoleJSON{}, Holders: []sbRoleJSON{}, Stats: &st}
 	for _, sb := range s.owner.Standbys() {
 		start, end := hexRange(sb.Range)
-		out.Standbys = append(out.Standbys, sbRoleJSON{Start: start, End: end, Peer: sb.ID, LGN: uint64(sb.Lease.LGN),
+		out.Standbys = append(out.Standbys, sbRoleJSON{Start: start, End: end, Peer: sb.Peer, LGN: uint64(sb.Lease.LGN),
 			SGN: uint64(sb.SGN), InSync: sb.InSync})
 	}
-	for _, h := range s.owner.Holders() {
+	for _, h := range s.owner.StandbyFor() {
 		start, end := hexRange(h.Range)
-		out.Holders = append(out.Holders, sbRoleJSON{Start: start, End: end, Peer: h.ID, LGN: uint64(h.Lease.LGN),
+		out.Holders = append(out.Holders, sbRoleJSON{Start: start, End: end, Peer: h.Peer, LGN: uint64(h.Lease.LGN),
 			SGN: uint64(h.SGN), InSync: h.InSync})
 	}
 	w.Header().Set("Content-Type", "application/json")

@@ -5,6 +5,7 @@ import (
 
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/owner"
+	"github.com/leasehold/leasehold/protocol"
 )
 
 // The store's part of standby Owners (docs/standbys.md): as holder it
@@ -15,9 +16,9 @@ import (
 // standbys is what the store needs of the Owner library's standby API.
 // *owner.Owner provides it; tests use a fake.
 type standbys interface {
-	StandbyOf(key keyspace.Key) (owner.Standby, bool)
-	HolderOf(key keyspace.Key) (owner.Holder, bool)
-	CheckStandbyWrite(key keyspace.Key, from string, lease owner.LeaseNum, sgn owner.SGN) error
+	StandbyOf(key keyspace.Key) (owner.Pairing, bool)
+	HolderOf(key keyspace.Key) (owner.Pairing, bool)
+	CheckStandbyWrite(key keyspace.Key, holder string, lease owner.LeaseNum, sgn protocol.SGN) error
 }
 
 var _ standbys = (*owner.Owner)(nil)
@@ -39,7 +40,7 @@ type copyItem struct {
 	value []byte
 	lease owner.LeaseNum // the holder's
 	seq   uint64         // the holder's write counter
-	sgn   owner.SGN
+	sgn   protocol.SGN
 }
 
 // newer reports whether a write under lease l, numbered seq, comes after
@@ -63,24 +64,24 @@ type write struct {
 	value   []byte
 	seq     uint64
 	lease   owner.LeaseNum
-	standby owner.Standby // ID empty: none
+	standby owner.Pairing // Peer empty: none
 }
 
 // standbyOfLocked returns the standby a write on k under lease n must
 // reach. No role: the namespace has no standbys. A role for another lease:
 // the roles lag, and the write waits.
-func (s *store) standbyOfLocked(k keyspace.Key, n owner.LeaseNum) (owner.Standby, error) {
+func (s *store) standbyOfLocked(k keyspace.Key, n owner.LeaseNum) (owner.Pairing, error) {
 	if s.roles == nil {
-		return owner.Standby{}, nil
+		return owner.Pairing{Lease: n}, nil
 	}
-	sb, ok := s.roles.StandbyOf(k)
-	if !ok {
-		return owner.Standby{}, nil
+	p, ok := s.roles.StandbyOf(k)
+	switch {
+	case !ok:
+		return owner.Pairing{}, errLeaseLost
+	case p.Lease != n:
+		return owner.Pairing{}, errStandbyUnknown
 	}
-	if sb.Lease != n {
-		return owner.Standby{}, errStandbyUnknown
-	}
-	return sb, nil
+	return p, nil
 }
 
 // replica is one replicated write or fill batch as the standby receives
@@ -89,7 +90,7 @@ type replica struct {
 	from    string
 	r       keyspace.Range
 	lease   owner.LeaseNum
-	sgn     owner.SGN
+	sgn     protocol.SGN
 	fill    bool // part of a fill; first: its first batch
 	first   bool
 	entries []replicaEntry
@@ -103,7 +104,8 @@ func (s *store) replicate(m replica) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.roles == nil {
-		return &owner.StandbyRefusal{Reason: owner.NotStandby, Key: m.r.Start, From: m.from}
+		return &owner.StandbyRefusal{Key: m.r.Start, Holder: m.from, Lease: m.lease, SGN: m.sgn,
+			Reason: "this server runs without standbys"}
 	}
 	if len(m.entries) == 0 {
 		if err := s.roles.CheckStandbyWrite(m.r.Start, m.from, m.lease, m.sgn); err != nil {
@@ -133,7 +135,7 @@ func (s *store) replicate(m replica) error {
 
 // fillCopy returns the values of the range of sb held under sb.Lease, to
 // fill the standby with, with their write numbers.
-func (s *store) fillCopy(sb owner.Standby) []replicaEntry {
+func (s *store) fillCopy(sb owner.Pairing) []replicaEntry {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []replicaEntry
@@ -216,7 +218,7 @@ func (s *store) copyCounts() (copies, promoted int) {
 
 // promoted reports whether l is a grant to this server as the range's
 // in-sync standby: it carries the copy kept as standby.
-func promoted(l owner.Lease) bool { return false }
+func promoted(l owner.Lease) bool { return l.Promoted }
 
 // settleCopyLocked decides the fate of the copy of key k kept as standby,
 // before an operation on k held now under lease n: taken up with its range

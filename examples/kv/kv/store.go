@@ -152,7 +152,7 @@ func (s *store) putWrite(key string, value []byte) (write, error) {
 	s.seq++
 	s.items[key] = item{key: k, value: value, lease: n, seq: s.seq}
 	w := write{key: key, k: k, value: value, seq: s.seq, lease: n, standby: sb}
-	if sb.ID != "" {
+	if sb.Peer != "" {
 		return w, nil // the standby must store it before (4)
 	}
 	// (4) Did the lease cover the whole operation? If not, the value stays
