@@ -59,7 +59,9 @@ type NamespaceSnapshot struct {
 	Segments     int
 	FreeSegments int
 	Lookups      int
-	Owners       []protocol.OwnerInfo
+	// Standbys is the namespace's standby Owners per range (Config.Standbys).
+	Standbys int
+	Owners   []protocol.OwnerInfo
 }
 
 // ReplicaStats counts the replica's Raft activity.
@@ -117,6 +119,8 @@ func (l *loop) publish() {
 			ns.Owners = ownerInfos(st, name)
 		}
 		ns.FreeSegments = tc.free
+		ns.Standbys = l.s.cfg.Standbys[name]
+		countStandbys(ns.Owners, st.Standbys(name))
 		snap.Namespaces = append(snap.Namespaces, ns)
 	}
 	l.obs.noteMembers(l.s.cfg.Logger, st)
@@ -212,6 +216,31 @@ func roleName(s raft.StateType) string {
 		return "pre-candidate"
 	}
 	return s.String()
+}
+
+// countStandbys sets each Owner's StandbyRanges and StandbyInSync from the
+// namespace's pairings, and the zone of a standby its record names.
+func countStandbys(owners []protocol.OwnerInfo, pairings []protocol.StandbyInfo) {
+	if len(pairings) == 0 {
+		return
+	}
+	by := make(map[string]*protocol.OwnerInfo, len(owners))
+	for i := range owners {
+		by[owners[i].ID] = &owners[i]
+	}
+	for _, p := range pairings {
+		o := by[p.Standby]
+		if o == nil {
+			continue
+		}
+		o.StandbyRanges++
+		if p.InSync {
+			o.StandbyInSync++
+		}
+		if o.Zone == "" {
+			o.Zone = p.Zone
+		}
+	}
 }
 
 // ownerInfos describes a namespace's owners from the replicated records

@@ -44,3 +44,17 @@ func TestStatusShowsStandbys(t *testing.T) {
 		t.Errorf("a namespace without standbys or zones shows them:\n%s", plain)
 	}
 }
+
+// TestParseStandbys: --standbys takes NS=N or N (the default namespace),
+// N from 0 to lease.MaxStandbys, of a namespace served.
+func TestParseStandbys(t *testing.T) {
+	got, err := parseStandbys([]string{"1", "queues=1", "presence=0"}, []string{"queues", "presence"})
+	if err != nil || len(got) != 3 || got["default"] != 1 || got["queues"] != 1 || got["presence"] != 0 {
+		t.Errorf("parseStandbys = %v, %v", got, err)
+	}
+	for _, bad := range []string{"2", "-1", "x", "queues=", "nope=1"} {
+		if _, err := parseStandbys([]string{bad}, []string{"queues"}); err == nil || !strings.Contains(err.Error(), "--standbys") {
+			t.Errorf("--standbys %q: %v, want an error naming the flag", bad, err)
+		}
+	}
+}
