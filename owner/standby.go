@@ -87,14 +87,17 @@ func (o *Owner) CheckReplicated(key keyspace.Key, p Pairing) bool {
 	return ok && cur.Lease == p.Lease && cur.SGN == p.SGN && cur.Peer == p.Peer
 }
 
-// Standbys returns the pairings of the leases this Owner holds that have
-// been paired, sorted by range.
+// Standbys returns the pairing of each lease this Owner holds, as
+// StandbyOf would for its keys (Peer "" and SGN 0: not paired yet, or
+// a namespace without standbys), sorted by range.
 func (o *Owner) Standbys() []Pairing {
 	r := o.roles.Load()
 	var out []Pairing
 	for _, l := range o.Held() {
 		if p, ok := r.mine[l.Num.LGN]; ok && r.epoch == l.Num.Epoch {
 			out = append(out, p)
+		} else {
+			out = append(out, Pairing{Range: l.Range, Lease: l.Num})
 		}
 	}
 	slices.SortFunc(out, func(a, b Pairing) int { return keyspace.Compare(a.Range, b.Range) })

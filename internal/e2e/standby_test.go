@@ -220,30 +220,45 @@ func (sc *sbCluster) roles(id string) sbRoles {
 }
 
 // inSync waits until the live servers hold the whole key space, each of
-// their ranges has a standby among them, in sync, and the table is quiet.
+// their leases has a standby among them, in sync, and the table has not
+// changed for quiet since: no planned move is under way that would start
+// a lease with a standby not yet filled.
 func (sc *sbCluster) inSync(what string) {
 	sc.t.Helper()
 	live := sc.live()
-	sc.c.settle(what, func(s status) bool {
-		return slices.Equal(s.holders(), live)
-	})
-	deadline := time.Now().Add(settleTimeout)
+	deadline := time.Now().Add(2 * settleTimeout)
 	var last string
+	var lsn keyspace.LSN
+	var since time.Time
 	for time.Now().Before(deadline) {
-		ok := true
+		st, err := sc.c.status()
+		ok := err == nil && slices.Equal(st.holders(), live) && st.complete()
+		if err != nil {
+			last = err.Error()
+		}
 		for _, id := range live {
+			if !ok {
+				break
+			}
 			for _, r := range sc.roles(id).Standbys {
 				if r.Peer == "" || !r.InSync || sc.killed[r.Peer] {
 					ok, last = false, fmt.Sprintf("%s's range [%s, %s) has standby %q, in sync %v", id, r.Start, r.End, r.Peer, r.InSync)
+					break
 				}
 			}
 		}
-		if ok {
+		switch {
+		case !ok:
+			since = time.Time{}
+		case since.IsZero() || st.LSN != lsn:
+			lsn, since = st.LSN, time.Now()
+		case time.Since(since) >= quiet:
+			sc.t.Logf("%s: in sync at LSN %d", what, lsn)
 			return
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	sc.t.Fatalf("%s: not every standby in sync within %s; last: %s", what, settleTimeout, last)
+	sc.t.Fatalf("%s: not every standby in sync within %s; last: %s", what, 2*settleTimeout, last)
 }
 
 // killHolders kills the servers ids at once under the load ld and returns

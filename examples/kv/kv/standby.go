@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"sync"
@@ -44,6 +45,10 @@ const replicatePath = "/internal/standby"
 // refused. A standby that is gone is replaced by the Manager once its
 // lease runs out; until then writes on its ranges are refused.
 const replicateWait = time.Second
+
+// fillAttempt bounds one attempt at a fill; between attempts the holder
+// checks that the pairing is still current.
+const fillAttempt = 3 * time.Second
 
 // replicateRequest is the body of POST /internal/standby: writes of one
 // range from its holder, or one batch of a fill.
@@ -133,6 +138,12 @@ func (s *Server) handleReplicate(w http.ResponseWriter, r *http.Request) {
 		fill: m.Fill, first: m.First, entries: m.Entries})
 	if err != nil {
 		s.sbMetrics.refused.Inc()
+		level := slog.LevelDebug
+		if m.Fill {
+			level = slog.LevelWarn // rare: the holder learned the pairing first, or it is stale
+		}
+		s.cfg.Logger.Log(r.Context(), level, "kv: refused a replicated write", "from", m.From, "range", rg.String(),
+			"lgn", m.LGN, "sgn", m.SGN, "fill", m.Fill, "err", err)
 		http.Error(w, err.Error(), http.StatusConflict)
 		return
 	}
@@ -298,7 +309,9 @@ func (p *replicator) sendFill(sb owner.Pairing, entries []replicaEntry) error {
 		cur, size = append(cur, e), size+n
 	}
 	parts = append(parts, cur)
-	ctx, cancel := context.WithTimeout(p.ctx, 30*time.Second)
+	// A standby that refuses for this long has another pairing: the fill
+	// checks whether its own is still current, and starts again.
+	ctx, cancel := context.WithTimeout(p.ctx, fillAttempt)
 	defer cancel()
 	for i, part := range parts {
 		m := base
