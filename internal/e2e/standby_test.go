@@ -33,13 +33,19 @@ func TestStandbyHolderKilled(t *testing.T) {
 		t.Skip("e2e: builds binaries and runs real processes; skipped with -short")
 	}
 	t.Parallel()
+	started := time.Now()
 	sc := startStandbys(t, map[string]string{"kv-1": "zone-a", "kv-2": "zone-b", "kv-3": "zone-c"})
+	t.Logf("%s: started", since(started))
 	sc.inSync("every range with a standby in sync")
+	t.Logf("%s: in sync", since(started))
 	ld := sc.startLoad(64)
 	time.Sleep(time.Second)
 	took := sc.killHolders(ld, []string{"kv-1"})
+	t.Logf("%s: failed over", since(started))
 	ld.stop()
 	sc.noLoss(ld)
+	t.Logf("%s: checked", since(started))
+	t.Cleanup(func() { t.Logf("%s: cleaned up", since(started)) })
 	t.Logf("holder killed → standby serving: %s (OwnerLease %s)", took, protocol.Fast().OwnerLease)
 }
 
