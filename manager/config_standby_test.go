@@ -32,3 +32,14 @@ func TestStandbysValidate(t *testing.T) {
 		}
 	}
 }
+
+// TestCountStandbys: status counts, per Owner, the leases it is standby
+// for and how many of them are in sync.
+func TestCountStandbys(t *testing.T) {
+	owners := []protocol.OwnerInfo{{ID: "a"}, {ID: "b"}}
+	countStandbys(owners, []protocol.StandbyInfo{{LGN: 1, Holder: "a", Standby: "b", InSync: true},
+		{LGN: 2, Holder: "a", Standby: "b"}, {LGN: 3, Holder: "b", Standby: "a"}, {LGN: 4, Holder: "b"}})
+	if a, b := owners[0], owners[1]; a.StandbyRanges != 1 || a.StandbyInSync != 0 || b.StandbyRanges != 2 || b.StandbyInSync != 1 {
+		t.Fatalf("counted %+v", owners)
+	}
+}
