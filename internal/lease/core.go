@@ -95,6 +95,14 @@ func (c *Core) Owners(ns string) []protocol.OwnerInfo {
 		}
 		return true
 	})
+	for _, rec := range c.ns[ns].s.standbys {
+		if i := by[rec.Owner]; i != nil {
+			i.StandbyRanges++
+			if rec.InSync {
+				i.StandbyInSync++
+			}
+		}
+	}
 	return out
 }
 

@@ -70,7 +70,18 @@ func (c *Core) pairStandbys(now time.Time, n *namespace) {
 		return true
 	})
 	load := map[string]int{} // pairings per standby
-	for _, rec := range n.s.standbyList() {
+	var act []keyspace.LGN   // the pairings to forget or drop, in LGN order
+	for lgn, rec := range n.s.standbys {
+		switch {
+		case leases[lgn] == nil || (rec.Owner != "" && !n.standbyOK(rec)):
+			act = append(act, lgn)
+		case rec.Owner != "":
+			load[rec.Owner]++
+		}
+	}
+	slices.Sort(act)
+	for _, lgn := range act {
+		rec := n.s.standbys[lgn]
 		switch {
 		case leases[rec.LGN] == nil:
 			// The lease ended (released, expired, handed over, promoted):
@@ -88,8 +99,6 @@ func (c *Core) pairStandbys(now time.Time, n *namespace) {
 				n.push(old)
 			}
 			delete(n.namedAt, rec.LGN)
-		case rec.Owner != "":
-			load[rec.Owner]++
 		}
 	}
 	if !on {
@@ -183,7 +192,7 @@ func (c *Core) standbyLists(n *namespace, o *ownerSession, leases []protocol.Lea
 				Addr: rec.Addr, Incarnation: rec.Incarnation, InSync: rec.InSync})
 		}
 	}
-	for _, rec := range n.s.standbyList() {
+	for _, rec := range n.s.standbys { // the map, not the sorted list: this is every message
 		if rec.Owner != o.id || rec.Incarnation != o.inc {
 			continue
 		}
@@ -193,6 +202,7 @@ func (c *Core) standbyLists(n *namespace, o *ownerSession, leases []protocol.Lea
 		}
 		standbyFor = append(standbyFor, s)
 	}
+	slices.SortFunc(standbyFor, func(a, b protocol.Standby) int { return cmp.Compare(a.LGN, b.LGN) })
 	return standbys, standbyFor
 }
 
