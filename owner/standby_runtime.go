@@ -13,9 +13,12 @@ import (
 // checkZone reports a zone label New would refuse: longer than
 // protocol.MaxZoneLen, not UTF-8, or with a control character.
 func checkZone(z string) error {
-	if len(z) > protocol.MaxZoneLen || !utf8.ValidString(z) {
+	if len(z) > protocol.MaxZoneLen {
 		return &leasehold.ConfigError{Package: "owner", Field: "Zone",
-			Why: fmt.Sprintf("%q: must be valid UTF-8 of at most %d bytes (protocol.MaxZoneLen)", z, protocol.MaxZoneLen)}
+			Why: fmt.Sprintf("is %d bytes long; at most %d allowed (protocol.MaxZoneLen)", len(z), protocol.MaxZoneLen)}
+	}
+	if !utf8.ValidString(z) {
+		return &leasehold.ConfigError{Package: "owner", Field: "Zone", Why: fmt.Sprintf("%q is not valid UTF-8", z)}
 	}
 	for _, r := range z {
 		if r < 0x20 || r == 0x7f {
