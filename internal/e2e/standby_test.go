@@ -38,6 +38,7 @@ func TestStandbyHolderKilled(t *testing.T) {
 	t.Logf("%s: started", since(started))
 	sc.inSync("every range with a standby in sync")
 	t.Logf("%s: in sync", since(started))
+	sc.statusShowsStandbys()
 	ld := sc.startLoad(64)
 	time.Sleep(time.Second)
 	took := sc.killHolders(ld, []string{"kv-1"})
@@ -265,6 +266,49 @@ func (sc *sbCluster) inSync(what string) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	sc.t.Fatalf("%s: not every standby in sync within %s; last: %s", what, 2*settleTimeout, last)
+}
+
+// statusShowsStandbys checks that leasehold status shows the namespace's
+// standbys and, per live Owner, its zone and the leases it stands by for,
+// all in sync (inSync waited for that), in JSON and in text.
+func (sc *sbCluster) statusShowsStandbys() {
+	sc.t.Helper()
+	out, err := command(sc.t, sc.c.leasehold, "status", "--manager", sc.c.manager, "--json").Output()
+	if err != nil {
+		sc.t.Fatalf("leasehold status --json: %v", err)
+	}
+	var st struct {
+		Standbys int `json:"standbys"`
+		Owners   []struct {
+			ID            string `json:"id"`
+			Zone          string `json:"zone"`
+			StandbyRanges int    `json:"standby_ranges"`
+			StandbyInSync int    `json:"standby_in_sync"`
+		} `json:"owners"`
+	}
+	if err := json.Unmarshal(out, &st); err != nil {
+		sc.t.Fatalf("leasehold status --json: %v in %s", err, out)
+	}
+	if st.Standbys != 1 {
+		sc.t.Errorf("status --json: standbys %d, want 1", st.Standbys)
+	}
+	total := 0
+	for _, o := range st.Owners {
+		if sc.killed[o.ID] {
+			continue
+		}
+		if o.Zone != sc.zones[o.ID] || o.StandbyInSync != o.StandbyRanges {
+			sc.t.Errorf("status --json: owner %+v, want zone %q and every lease it stands by for in sync", o, sc.zones[o.ID])
+		}
+		total += o.StandbyRanges
+	}
+	if total == 0 {
+		sc.t.Errorf("status --json: no Owner stands by for any lease: %s", out)
+	}
+	text, err := command(sc.t, sc.c.leasehold, "status", "--manager", sc.c.manager).Output()
+	if err != nil || !strings.Contains(string(text), "1 standby per range") || !strings.Contains(string(text), "STANDBY-FOR") {
+		sc.t.Errorf("leasehold status: %v; no standbys shown in\n%s", err, text)
+	}
 }
 
 // killHolders kills the servers ids at once under the load ld and returns
