@@ -58,7 +58,9 @@ func ExampleConfig_validation() {
 
 // replicate stands for the application's own request to its standby (kv
 // uses POST /internal/standby over its peers' mutual TLS).
-func replicate(addr, key string, value []byte, lease owner.LeaseNum, sgn protocol.SGN) error { return nil }
+func replicate(addr, key string, value []byte, lease owner.LeaseNum, sgn protocol.SGN) error {
+	return nil
+}
 
 // Example_standby shows the application's part of standby Owners
 // (docs/standbys.md): the holder acknowledges a write only once its
