@@ -194,6 +194,11 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	st := srv.Stats()
 	fmt.Fprintf(stdout, "kv stopped after %s: %s handed over with %s, %d without\n",
 		took.Round(time.Millisecond), plural(st.HandedOver, "range"), plural(st.ValuesSent, "value"), st.HandoverFailures)
+	if *standbys > 0 {
+		sb := srv.StandbyStats()
+		fmt.Fprintf(stdout, "kv standbys: %s filled as holder; as standby %s kept, %s taken up when promoted\n",
+			plural(sb.Fills, "standby"), plural(sb.Copies, "value"), plural(sb.Promoted, "value"))
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "kv serve: %v\n", err)
 		return exitFailure
