@@ -15,7 +15,10 @@ import (
 )
 
 // Pairing is a lease's pairing of holder and standby as this Owner knows
-// it. To the holder (StandbyOf, OwnershipChange.Paired) Peer is the
+// it. OwnershipChange.Paired reports the holder's pairings that change: for
+// a new standby the application copies the lease's state to it (the
+// fill), sends it every write from then on, and acknowledges a write only
+// once the standby stored it and CheckReplicated holds. To the holder (StandbyOf, OwnershipChange.Paired) Peer is the
 // standby, "" when the lease has none; to the standby (StandbyFor) Peer is
 // the holder.
 type Pairing struct {
