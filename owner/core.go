@@ -43,14 +43,10 @@ type OwnershipChange struct {
 	Revoked   []keyspace.Range
 	Granted   []Lease
 	Handovers []Handover
-	// Paired lists the pairings of held leases that changed in this step
-	// (a standby named, dropped or recorded in sync; core_standby.go).
-	// For a new standby the application copies the lease's state to it
-	// (the fill), sends it every write from then on, and acknowledges a
-	// write only once the standby stored it.
-	Paired []Pairing
-	// StandbyFor, when StandbyForChanged, is the complete new set of
-	// leases this Owner is the standby for.
+	// Paired lists the pairings of held leases that changed in this step,
+	// and StandbyFor, when StandbyForChanged, the complete new set of
+	// leases this Owner is the standby for (core_standby.go).
+	Paired            []Pairing
 	StandbyFor        []Pairing
 	StandbyForChanged bool
 }

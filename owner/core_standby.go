@@ -15,7 +15,10 @@ import (
 )
 
 // Pairing is a lease's pairing of holder and standby as this Owner knows
-// it. To the holder (StandbyOf, OwnershipChange.Paired) Peer is the
+// it. OwnershipChange.Paired reports the holder's pairings that change: for
+// a new standby the application copies the lease's state to it (the
+// fill), sends it every write from then on, and acknowledges a write only
+// once the standby stored it and CheckReplicated holds. To the holder (StandbyOf, OwnershipChange.Paired) Peer is the
 // standby, "" when the lease has none; to the standby (StandbyFor) Peer is
 // the holder.
 type Pairing struct {
@@ -160,15 +163,18 @@ func (c *Core) CheckReplicated(now time.Time, key keyspace.Key, p Pairing) bool 
 }
 
 // StandbyFor returns the leases this Owner is the standby for, each
-// naming its holder, sorted by range.
+// naming its holder: one entry per piece the lease has now (a piece
+// recalled from it is gone), sorted by range.
 func (c *Core) StandbyFor() []Pairing { return slices.Clone(c.sb.of) }
 
 // CheckStandbyWrite is the standby's check before it stores a write on key
 // replicated by holder under its lease and SGN (rule 24): it accepts only
 // a write that names the holder, lease and SGN of the pairing it was last
-// given for a lease covering key, and never one on a key this Owner holds
-// itself (promoted, the old holder's late writes are refused). Otherwise
-// it returns a *StandbyRefusal wrapping ErrNotStandby.
+// given for a lease covering key, never one on a key this Owner holds
+// itself (promoted, the old holder's late writes are refused), and never
+// one under a lease older than another it is standby for on the key (a
+// piece moved to a new holder). Otherwise it returns a *StandbyRefusal
+// wrapping ErrNotStandby.
 func (c *Core) CheckStandbyWrite(now time.Time, key keyspace.Key, holder string, lease LeaseNum, sgn protocol.SGN) error {
 	refuse := func(why string, cur *Pairing) error {
 		return &StandbyRefusal{Key: key, Holder: holder, Lease: lease, SGN: sgn, Reason: why, Current: cur}
@@ -178,6 +184,12 @@ func (c *Core) CheckStandbyWrite(now time.Time, key keyspace.Key, holder string,
 	}
 	if _, ok := findLease(c.held, key); ok {
 		return refuse("this Owner holds the key itself", nil)
+	}
+	if j := slices.IndexFunc(c.sb.of, func(p Pairing) bool {
+		return p.Range.Contains(key) && p.Lease.Epoch == lease.Epoch && p.Lease.LGN > lease.LGN
+	}); j >= 0 {
+		newer := c.sb.of[j]
+		return refuse(fmt.Sprintf("a later lease, #%d of %s, covers the key", newer.Lease.LGN, newer.Peer), &newer)
 	}
 	i := slices.IndexFunc(c.sb.of, func(p Pairing) bool { return p.Lease == lease && p.Range.Contains(key) })
 	if i < 0 {

@@ -133,3 +133,25 @@ func TestPromotedGrant(t *testing.T) {
 		t.Fatalf("changes %+v, want a grant marked Promoted and Migrated", chs)
 	}
 }
+
+// TestStandbyRefusesOlderLease (rule 24): a piece of a lease moved to a
+// new holder whose standby is this Owner too takes no more writes of the
+// old lease, even before the old lease's pairing stops listing it.
+func TestStandbyRefusesOlderLease(t *testing.T) {
+	c := standbyCore(t, faults.Set{})
+	m := resp(2, 1, renew(rng(0, 100), 5))
+	m.StandbyFor = []protocol.Standby{
+		{Range: rng(100, 200), LGN: 8, SGN: 4, Owner: "h"},
+		{Range: rng(150, 160), LGN: 12, SGN: 6, Owner: "h2"},
+	}
+	c.Step(at(20*ms), m)
+	if err := c.CheckStandbyWrite(at(30*ms), 120, "h", num(8), 4); err != nil {
+		t.Fatalf("the old lease's write on a key it still has is refused: %v", err)
+	}
+	if err := c.CheckStandbyWrite(at(30*ms), 155, "h", num(8), 4); !errors.Is(err, ErrNotStandby) {
+		t.Fatalf("the old lease's write on a key a later lease covers: %v, want a refusal", err)
+	}
+	if err := c.CheckStandbyWrite(at(30*ms), 155, "h2", num(12), 6); err != nil {
+		t.Fatalf("the later lease's write is refused: %v", err)
+	}
+}

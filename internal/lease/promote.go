@@ -28,8 +28,7 @@ func (c *Core) promote(now time.Time, n *namespace, e leasetable.Entry, p keyspa
 
 // grantPromoted grants p to standby s as a promoted grant of lease from.
 func (c *Core) grantPromoted(now time.Time, n *namespace, s *ownerSession, p keyspace.Range, from keyspace.LGN) {
-	lgn := c.nextLGN(n)
-	c.grant(now, n, s, p, from)
+	lgn := c.grant(now, n, s, p, from)
 	if s.promoted == nil {
 		s.promoted = map[keyspace.LGN]bool{}
 	}

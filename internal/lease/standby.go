@@ -196,13 +196,20 @@ func (c *Core) standbyLists(n *namespace, o *ownerSession, leases []protocol.Lea
 		if rec.Owner != o.id || rec.Incarnation != o.inc {
 			continue
 		}
-		s := protocol.Standby{Range: rec.Range, LGN: rec.LGN, SGN: rec.SGN, Owner: rec.Holder, InSync: rec.InSync}
+		s := protocol.Standby{LGN: rec.LGN, SGN: rec.SGN, Owner: rec.Holder, InSync: rec.InSync}
 		if h := n.owners[rec.Holder]; h != nil {
 			s.Addr, s.Incarnation = h.addr, h.inc
 		}
-		standbyFor = append(standbyFor, s)
+		// One entry per piece the lease still has: a piece recalled
+		// from it is no longer the holder's to write (rule 24).
+		for _, seg := range n.heldBy(rec.Holder) {
+			if seg.Entry.LGN == rec.LGN {
+				s.Range = seg.Range
+				standbyFor = append(standbyFor, s)
+			}
+		}
 	}
-	slices.SortFunc(standbyFor, func(a, b protocol.Standby) int { return cmp.Compare(a.LGN, b.LGN) })
+	slices.SortFunc(standbyFor, func(a, b protocol.Standby) int { return keyspace.Compare(a.Range, b.Range) })
 	return standbys, standbyFor
 }
 

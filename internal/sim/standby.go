@@ -272,9 +272,17 @@ func (s *Sim) sbDeliver(n, from *node, msg any) bool {
 			s.chk.sbAcked(n, m.key, w.id)
 		}
 	case fillMsg:
-		if err := n.own.CheckStandbyWrite(now, m.p.Range.Start, m.holder, m.p.Lease, m.p.SGN); err != nil {
-			s.stats.StandbyRefused++
-			return true
+		// Every key of the fill must be the standby's to store under the
+		// pairing (the range's first key, for an empty fill).
+		keys := slices.Sorted(maps.Keys(m.data))
+		if len(keys) == 0 {
+			keys = []keyspace.Key{m.p.Range.Start}
+		}
+		for _, k := range keys {
+			if err := n.own.CheckStandbyWrite(now, k, m.holder, m.p.Lease, m.p.SGN); err != nil {
+				s.stats.StandbyRefused++
+				return true
+			}
 		}
 		for k, v := range m.data {
 			if cur, ok := a.store[k]; !ok || cur.id < v.id {

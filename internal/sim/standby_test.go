@@ -124,3 +124,29 @@ func TestBrokenAckBeforeStandby(t *testing.T) {
 func TestBrokenStandbyAcceptsStale(t *testing.T) {
 	standbyTwin(t, faults.Set{StandbyAcceptsStale: true}, 2, "acknowledged writes")
 }
+
+// TestSimulationStandbysReplicated3 runs the standby sweep on a Raft group
+// of 3 Manager replicas, with leader and follower crashes and isolations:
+// a new leader promotes only what the replicated state records in sync.
+// With -sim.long only (a replicated run costs more per virtual second).
+func TestSimulationStandbysReplicated3(t *testing.T) {
+	longOnly(t, "a replicated standby sweep")
+	t.Parallel()
+	results := seeds(t, sweepSeeds(sweepSize()), func(s uint64) Config {
+		c := replicated(3)(s)
+		c.Standbys, c.Zones, c.Lookups = true, 3, 6
+		c.StandbyPairCrashEvery = 4 * c.Timing.OwnerLease
+		return c
+	})
+	var a, prom int
+	for _, r := range results {
+		a += r.Stats.StandbyAcks
+		prom += r.Stats.Promotions
+	}
+	tot := sweep(t, results, func(s Stats) map[string]int {
+		return map[string]int{"leader crashes": s.LeaderCrashes, "owner crashes": s.OwnerCrashes,
+			"writes acknowledged": a, "promoted grants": prom}
+	})
+	t.Logf("%d seeds, 3 replicas: %d leader crashes, %d takeovers, %d owner crashes; %d writes acknowledged, %d keys served from a promoted copy; %d losses, %d notifications",
+		len(results), tot.LeaderCrashes, tot.Takeovers, tot.OwnerCrashes, a, prom, tot.LossEvents, tot.Notified)
+}
