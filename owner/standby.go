@@ -133,13 +133,20 @@ func (o *Owner) CheckStandbyWrite(key keyspace.Key, holder string, lease LeaseNu
 	return checkStandbyWrite(o.roles.Load().of, held, key, holder, lease, sgn)
 }
 
-// checkStandbyWrite is Core.CheckStandbyWrite's rule on published roles.
+// checkStandbyWrite is Core.CheckStandbyWrite's rule on published roles;
+// TestRuntimeFenceIsTheCore's checks that the two agree.
 func checkStandbyWrite(of []Pairing, held bool, key keyspace.Key, holder string, lease LeaseNum, sgn protocol.SGN) error {
 	refuse := func(why string, cur *Pairing) error {
 		return &StandbyRefusal{Key: key, Holder: holder, Lease: lease, SGN: sgn, Reason: why, Current: cur}
 	}
 	if held {
 		return refuse("this Owner holds the key itself", nil)
+	}
+	if j := slices.IndexFunc(of, func(p Pairing) bool {
+		return p.Range.Contains(key) && p.Lease.Epoch == lease.Epoch && p.Lease.LGN > lease.LGN
+	}); j >= 0 {
+		newer := of[j]
+		return refuse(fmt.Sprintf("a later lease, #%d of %s, covers the key", newer.Lease.LGN, newer.Peer), &newer)
 	}
 	i := slices.IndexFunc(of, func(p Pairing) bool { return p.Lease == lease && p.Range.Contains(key) })
 	if i < 0 {

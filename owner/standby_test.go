@@ -2,6 +2,7 @@ package owner
 
 import (
 	"errors"
+	"github.com/leasehold/leasehold/internal/faults"
 	"testing"
 
 	"github.com/leasehold/leasehold/keyspace"
@@ -61,6 +62,35 @@ func TestCheckZone(t *testing.T) {
 	for _, z := range []string{long, "a\nb", "\xff"} {
 		if err := checkZone(z); err == nil {
 			t.Errorf("zone %q accepted", z)
+		}
+	}
+}
+
+// TestRuntimeFenceIsTheCore's: the runtime's CheckStandbyWrite, on the
+// pairings the loop publishes, answers as Core.CheckStandbyWrite does for
+// the same state, write by write.
+func TestRuntimeFenceIsTheCore(t *testing.T) {
+	c := standbyCore(t, faults.Set{})
+	m := resp(2, 1, renew(rng(0, 100), 5))
+	m.StandbyFor = []protocol.Standby{
+		{Range: rng(100, 200), LGN: 8, SGN: 4, Owner: "h", Addr: "h:1", Incarnation: 3},
+		{Range: rng(150, 180), LGN: 9, SGN: 6, Owner: "h2", Addr: "h2:1", Incarnation: 4},
+		{Range: rng(300, 400), LGN: 3, SGN: 2, Owner: "g", Addr: "g:1", Incarnation: 5},
+	}
+	c.Step(at(20*ms), m)
+	now := at(30 * ms)
+	for _, key := range []keyspace.Key{50, 99, 100, 149, 150, 179, 180, 250, 300, 399, 400} {
+		for _, holder := range []string{"h", "h2", "g", "x"} {
+			for _, lgn := range []keyspace.LGN{3, 5, 7, 8, 9} {
+				for _, sgn := range []protocol.SGN{2, 3, 4, 6} {
+					_, held := findLease(c.held, key)
+					want := c.CheckStandbyWrite(now, key, holder, num(lgn), sgn)
+					got := checkStandbyWrite(c.sb.of, held, key, holder, num(lgn), sgn)
+					if (want == nil) != (got == nil) || want != nil && want.Error() != got.Error() {
+						t.Errorf("key %d from %s under #%d, SGN %d: runtime %v, core %v", key, holder, lgn, sgn, got, want)
+					}
+				}
+			}
 		}
 	}
 }
