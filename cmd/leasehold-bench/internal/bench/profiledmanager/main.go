@@ -2,7 +2,9 @@
 // CPU profiler that signals switch on and off, for the loopback experiment
 // of leasehold-bench (--manager-profile): SIGUSR1 starts a CPU profile
 // into the directory LEASEHOLD_PROFILE_DIR names (cpu-1.prof, cpu-2.prof, …
-// in order), SIGUSR2 stops it and writes the file. The experiment profiles
+// in order), SIGUSR2 stops it and writes the file, and
+// beside it a heap profile taken then (heap-1.prof, …: live objects after a
+// garbage collection) and the number of goroutines (goroutines-1.txt, …). The experiment profiles
 // each measured window alone, not the start-up. It is not the production
 // binary: cmd/leasehold has no profiler.
 package main
@@ -13,6 +15,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"runtime/pprof"
 	"syscall"
 
@@ -50,6 +53,7 @@ func profileOnSignal(ctx context.Context, dir string) {
 		case s := <-sig:
 			stopProfile()
 			if s != syscall.SIGUSR1 {
+				writeHeap(dir, n)
 				continue
 			}
 			n++
@@ -65,4 +69,14 @@ func profileOnSignal(ctx context.Context, dir string) {
 			}
 		}
 	}
+}
+
+// writeHeap writes the heap profile and the goroutine count of window n.
+func writeHeap(dir string, n int) {
+	runtime.GC()
+	if f, err := os.Create(filepath.Join(dir, fmt.Sprintf("heap-%d.prof", n))); err == nil {
+		_ = pprof.Lookup("heap").WriteTo(f, 0)
+		_ = f.Close()
+	}
+	_ = os.WriteFile(filepath.Join(dir, fmt.Sprintf("goroutines-%d.txt", n)), fmt.Appendf(nil, "%d\n", runtime.NumGoroutine()), 0o644)
 }
