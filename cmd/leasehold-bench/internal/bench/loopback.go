@@ -294,6 +294,7 @@ func runLoopbackPoint(ctx context.Context, bin, profDir string, plan loopbackPla
 		}
 		if profDir != "" {
 			_ = mgr.cmd.Process.Signal(syscall.SIGUSR2)
+			waitForFile(ctx, filepath.Join(profDir, fmt.Sprintf("heap-%d.prof", len(out)+1)), 30*time.Second)
 			pprof.StopCPUProfile()
 			if err := driverProf.Close(); err != nil {
 				return nil, err
@@ -330,4 +331,18 @@ func runLoopbackPoint(ctx context.Context, bin, profDir string, plan loopbackPla
 		out = append(out, r)
 	}
 	return out, nil
+}
+
+// waitForFile waits until name exists, at most limit: the Manager's heap
+// profile of a window, taken before the clients stop.
+func waitForFile(ctx context.Context, name string, limit time.Duration) {
+	end := time.Now().Add(limit)
+	for time.Now().Before(end) {
+		if _, err := os.Stat(name); err == nil {
+			return
+		}
+		if !sleepCtx(ctx, 100*time.Millisecond) {
+			return
+		}
+	}
 }

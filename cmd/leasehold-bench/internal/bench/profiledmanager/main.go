@@ -71,12 +71,19 @@ func profileOnSignal(ctx context.Context, dir string) {
 	}
 }
 
-// writeHeap writes the heap profile and the goroutine count of window n.
+// writeHeap writes the goroutine count and the heap profile of window n,
+// the heap last and under its final name only once complete: the bench
+// waits for it before it stops the clients.
 func writeHeap(dir string, n int) {
-	runtime.GC()
-	if f, err := os.Create(filepath.Join(dir, fmt.Sprintf("heap-%d.prof", n))); err == nil {
-		_ = pprof.Lookup("heap").WriteTo(f, 0)
-		_ = f.Close()
-	}
 	_ = os.WriteFile(filepath.Join(dir, fmt.Sprintf("goroutines-%d.txt", n)), fmt.Appendf(nil, "%d\n", runtime.NumGoroutine()), 0o644)
+	runtime.GC()
+	name := filepath.Join(dir, fmt.Sprintf("heap-%d.prof", n))
+	f, err := os.Create(name + ".tmp")
+	if err != nil {
+		return
+	}
+	_ = pprof.Lookup("heap").WriteTo(f, 0)
+	if f.Close() == nil {
+		_ = os.Rename(name+".tmp", name)
+	}
 }
