@@ -195,12 +195,17 @@ func (s *sender[T]) run() {
 	for {
 		select {
 		case m := <-s.out:
-			if err := s.send(m); err != nil {
-				s.mu.Lock()
+			err := s.send(m)
+			s.mu.Lock()
+			if err != nil || s.stopped {
+				// A send failed, or the handler is returning: as a
+				// parked sender ended with its stream's context, what
+				// is still queued is not sent.
 				s.running, s.stopped = false, true
 				s.mu.Unlock()
 				return
 			}
+			s.mu.Unlock()
 		default:
 			s.mu.Lock()
 			if len(s.out) == 0 || s.stopped {
