@@ -17,6 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/testwait"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/manager"
 	"github.com/leasehold/leasehold/owner"
@@ -27,6 +28,9 @@ func TestMain(m *testing.M) {
 	// The tests run their Managers and clients in plaintext on 127.0.0.1;
 	// trust_test.go runs them with certificates.
 	os.Setenv(InsecureEnv, "1")
+	// Most of them wait on the fast timings' leases: let them wait side by
+	// side (internal/testwait).
+	testwait.Parallel()
 	goleak.VerifyTestMain(m)
 }
 

@@ -13,6 +13,7 @@ import (
 // TestGatewayFinishesInFlight: stopped (as by SIGTERM), the gateway
 // finishes a request in flight before it exits 0.
 func TestGatewayFinishesInFlight(t *testing.T) {
+	t.Parallel()
 	arrived, release := make(chan struct{}, 1), make(chan struct{})
 	ownerSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/kv/slow" {

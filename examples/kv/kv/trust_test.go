@@ -21,6 +21,7 @@ import (
 // certificate. The handover endpoint refuses a frontend's certificate, and
 // the key API a client without one.
 func TestTLSHandsValuesOver(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ca, err := certs.CreateCA(dir, "", 0, false)
 	if err != nil {

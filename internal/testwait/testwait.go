@@ -1,0 +1,46 @@
+// Package testwait is for the test binaries of packages whose tests spend
+// their time waiting rather than computing: a Manager, Owners and clients
+// over real gRPC or HTTP on 127.0.0.1 with protocol.Fast's 2-s leases, where
+// a test polls for a grant, a drain or a lapse it cannot make come sooner.
+// Such a package's TestMain calls Parallel before running its tests.
+//
+// go test runs at most GOMAXPROCS parallel tests of a package at once, by
+// default 2 on a 2-core machine, and a package of waiting tests then takes
+// the sum of its tests' waits over 2 however idle the cores are; go test ./...
+// runs two packages at a time as well, so the wait also keeps a package of
+// work from starting. Parallel lets more of them wait side by side.
+package testwait
+
+import (
+	"flag"
+	"strconv"
+)
+
+// Waiting is how many tests of a package that calls Parallel wait at once:
+// each uses a few percent of one core (cmd/internal/cli's 53 tests use about
+// 4 s of CPU in 20 s), so 8 of them load 2 cores less than one test of the
+// simulation does.
+const Waiting = 8
+
+// Parallel raises go test's -parallel to Waiting, unless the command line
+// sets it, or the race detector is on: it makes each test's CPU several
+// times dearer, and CI's race run (-p 1) keeps the waits' answers on time
+// by running fewer things at once, not more. It parses the command line, so
+// call it from TestMain before m.Run.
+func Parallel() {
+	if !flag.Parsed() {
+		flag.Parse()
+	}
+	set := false
+	flag.Visit(func(f *flag.Flag) {
+		if f.Name == "test.parallel" {
+			set = true
+		}
+	})
+	if set || raceEnabled {
+		return
+	}
+	if err := flag.Set("test.parallel", strconv.Itoa(Waiting)); err != nil {
+		panic("testwait: " + err.Error())
+	}
+}
