@@ -103,6 +103,7 @@ func newClient(tb testing.TB, mgr string) *mail.Client {
 // every message back, once, from the two left plus the closed node's
 // disk, reopened.
 func TestDeliverReadAfterOwnerLeaves(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, 3)
 	a := c.start(t, "mail-1")
 	c.start(t, "mail-2")

@@ -25,6 +25,7 @@ import (
 // identity), and a peer without a certificate or with another CA's (401
 // saying what is wrong).
 func TestTrust(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ca, err := certs.CreateCA(dir, "", 0, false)
 	if err != nil {

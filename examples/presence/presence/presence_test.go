@@ -68,6 +68,7 @@ func newClient(tb testing.TB, mgr string) *presence.Client {
 // device is online again at its last acknowledged heartbeat without
 // another Beat: the Client republished it on the loss notification.
 func TestLossRepublishes(t *testing.T) {
+	t.Parallel()
 	mgr := startManager(t)
 	a := startServer(t, mgr, "pr-1")
 	startServer(t, mgr, "pr-2")

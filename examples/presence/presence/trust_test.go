@@ -22,6 +22,7 @@ import (
 // a client without a certificate, or with another CA's, is refused with
 // a message that says what is wrong, and changes nothing.
 func TestTrust(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ca, err := certs.CreateCA(dir, "", 0, false)
 	if err != nil {

@@ -123,6 +123,7 @@ func (r *recorder) waitFor(t *testing.T, n int) []string {
 // subscriber received every message, in order, once, and never had to
 // resubscribe afresh.
 func TestDrainHandsSubscriptionsOver(t *testing.T) {
+	t.Parallel()
 	mgr := startManager(t)
 	a := startServer(t, mgr, "ps-1")
 	startServer(t, mgr, "ps-2")

@@ -28,6 +28,7 @@ import (
 // anything: no subscriber sees a forged message, and no subscription is
 // planted.
 func TestTrust(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ca, err := certs.CreateCA(dir, "", 0, false)
 	if err != nil {
