@@ -168,6 +168,7 @@ func heapInUse() uint64 {
 // (a second request message on Backup, which takes one). Each call's
 // partly decoded message used to stay in a process-wide table.
 func TestRefusedCallsKeepNothing(t *testing.T) {
+	t.Parallel()
 	m := startTLSManager(t, manager.Config{Namespaces: []string{"default"}, DataDir: t.TempDir()})
 	const calls, size = 20, 3 << 20
 	drain := undecodable((&pb.DrainRequest{}).ProtoReflect().Descriptor(), size)

@@ -116,6 +116,7 @@ func (badUTF8Codec) Unmarshal(b []byte, v any) error { return proto.Unmarshal(b,
 // answered with a GOAWAY that names the limit and its flag, and closed;
 // once one closes, a new one is served.
 func TestConnectionLimit(t *testing.T) {
+	t.Parallel()
 	c := startManager(t, manager.Config{Timing: protocol.Fast(), MaxConnections: 2, Insecure: true})
 	defer c.stop(t)
 	var open []net.Conn

@@ -22,6 +22,7 @@ import (
 // refused with PermissionDenied naming the method. (An admitted call may
 // still fail for its own reasons: no such Owner, no read lease.)
 func TestRolesMayCall(t *testing.T) {
+	t.Parallel()
 	m := startTLSManager(t, manager.Config{Namespaces: []string{"default"}, DataDir: t.TempDir()})
 	may := map[certs.Role][]string{
 		certs.Replica:  {"Session", "Status", "Send"},

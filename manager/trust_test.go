@@ -410,6 +410,7 @@ func refusedCount(t *testing.T, srv *manager.Server) float64 {
 // ends the stream with PermissionDenied), and an Owner's certificate may
 // not open the Raft stream at all.
 func TestTrustRaftTransport(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ca, err := certs.CreateCA(dir, "", 0, false)
 	if err != nil {
@@ -502,6 +503,7 @@ func TestTrustRaftTransport(t *testing.T) {
 // refuses, through the relay, an Owner that speaks for another; a
 // replica's certificate alone may not hold leases.
 func TestTrustRelayedStreams(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ca, err := certs.CreateCA(dir, "", 0, false)
 	if err != nil {
