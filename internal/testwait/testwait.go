@@ -2,7 +2,8 @@
 // their time waiting rather than computing: a Manager, Owners and clients
 // over real gRPC or HTTP on 127.0.0.1 with protocol.Fast's 2-s leases, where
 // a test polls for a grant, a drain or a lapse it cannot make come sooner.
-// Such a package's TestMain calls Parallel before running its tests.
+// Such a package's TestMain calls Parallel before running its tests, and a
+// waiting test written to run alone calls Side where it would call t.Parallel.
 //
 // go test runs at most GOMAXPROCS parallel tests of a package at once, by
 // default 2 on a 2-core machine, and a package of waiting tests then takes
@@ -14,13 +15,16 @@ package testwait
 import (
 	"flag"
 	"strconv"
+	"testing"
 )
 
 // Waiting is how many tests of a package that calls Parallel wait at once:
 // each uses a few percent of one core (cmd/internal/cli's 53 tests use about
-// 4 s of CPU in 20 s), so 8 of them load 2 cores less than one test of the
-// simulation does.
-const Waiting = 8
+// 4 s of CPU in 20 s), so 4 of them halve such a package's time and still
+// answer on time on a 2-core machine loaded by other work (load average
+// 20); 8 made the Raft groups of three replicas miss their fast timings
+// there.
+const Waiting = 4
 
 // Parallel raises go test's -parallel to Waiting, unless the command line
 // sets it, or the race detector is on: it makes each test's CPU several
@@ -42,5 +46,16 @@ func Parallel() {
 	}
 	if err := flag.Set("test.parallel", strconv.Itoa(Waiting)); err != nil {
 		panic("testwait: " + err.Error())
+	}
+}
+
+// Side marks t a parallel test, as t.Parallel does, for a test that waits
+// and was written to run alone: under the race detector it stays one after
+// another with the package's other tests, as it ran before, since the
+// detector's dearer CPU makes two such tests at once late on 2 cores.
+func Side(t *testing.T) {
+	t.Helper()
+	if !raceEnabled {
+		t.Parallel()
 	}
 }
