@@ -35,10 +35,11 @@ func (s adminService) Status(ctx context.Context, req *pb.StatusRequest) (*pb.St
 			continue
 		}
 		n := &pb.NamespaceStatus{Name: ns.Name, Lsn: uint64(ns.LSN), Segments: uint32(ns.Segments),
-			FreeSegments: uint32(ns.FreeSegments), Lookups: uint32(ns.Lookups)}
+			FreeSegments: uint32(ns.FreeSegments), Lookups: uint32(ns.Lookups), Standbys: uint32(ns.StandbysPerRange)}
 		for _, o := range ns.Owners {
 			st := &pb.OwnerStatus{Id: o.ID, Addr: o.Addr, Incarnation: o.Incarnation,
-				Member: o.Member, Ranges: uint32(o.Ranges), Share: o.Share, Load: o.Load, Capacity: o.Capacity, Draining: o.Draining}
+				Member: o.Member, Ranges: uint32(o.Ranges), Share: o.Share, Load: o.Load, Capacity: o.Capacity, Draining: o.Draining,
+				Zone: o.Zone, StandbyRanges: uint32(o.StandbyRanges), StandbyInSync: uint32(o.StandbyInSync)}
 			for _, k := range o.HotKeys {
 				st.HotKeys = append(st.HotKeys, &pb.HotKey{Key: uint64(k.Key), Rate: float64(k.Requests)})
 			}

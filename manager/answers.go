@@ -33,6 +33,7 @@ func (l *loop) send(owners []lease.OwnerMessage, lookups []replica.LookupMessage
 		}
 		select {
 		case st.out <- wire.LeaseResponseToPB(m.Msg):
+			st.snd.kick()
 			l.obs.answered(l.s.metrics, k, now)
 			if debug {
 				logAnswer(l.s.cfg.Logger, m.Msg)

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/leasehold/leasehold/certs"
+	"github.com/leasehold/leasehold/internal/testwait"
 	"github.com/leasehold/leasehold/manager"
 	pb "github.com/leasehold/leasehold/proto/leasehold/v1"
 	"github.com/leasehold/leasehold/protocol"
@@ -168,6 +169,7 @@ func heapInUse() uint64 {
 // (a second request message on Backup, which takes one). Each call's
 // partly decoded message used to stay in a process-wide table.
 func TestRefusedCallsKeepNothing(t *testing.T) {
+	testwait.Side(t)
 	m := startTLSManager(t, manager.Config{Namespaces: []string{"default"}, DataDir: t.TempDir()})
 	const calls, size = 20, 3 << 20
 	drain := undecodable((&pb.DrainRequest{}).ProtoReflect().Descriptor(), size)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"github.com/leasehold/leasehold"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/leasehold/leasehold/assign"
@@ -30,6 +31,12 @@ type Config struct {
 	Timing protocol.Timing
 	// Namespaces served besides the default one.
 	Namespaces []string
+	// Standbys gives, by namespace name (the default one or one of
+	// Namespaces), its standby Owners per range: 0 or absent keeps the
+	// papers' soft state, 1 names for every range a standby on another
+	// zone, promoted without a loss notification when the holder is lost
+	// (docs/design.md rules 21-24).
+	Standbys map[string]int
 	// Policy computes the desired assignment; nil means consistent hashing
 	// with 64 virtual nodes per Owner (C§2.1.2).
 	Policy assign.Policy
@@ -206,7 +213,7 @@ func (c *Config) settings() replica.Settings {
 	return replica.Settings{
 		Lease: lease.Settings{Timing: c.Timing, Namespaces: c.Namespaces, Policy: c.Policy, Epoch: c.Epoch, Seed: c.Seed,
 			Handover: c.Handover, DrainGate: c.DrainGate, Rebalance: c.Rebalance, RebalanceEvery: c.RebalanceEvery,
-			MembershipEvery: c.MembershipEvery, MaxOwners: c.MaxOwners, MaxRanges: c.MaxRanges},
+			MembershipEvery: c.MembershipEvery, MaxOwners: c.MaxOwners, MaxRanges: c.MaxRanges, Standbys: c.Standbys},
 		PushEvery: c.PushEvery, RaftTick: c.RaftTick, ElectionTicks: c.ElectionTicks, SnapshotEntries: c.SnapshotEntries,
 		LearnerTimeout: c.LearnerTimeout,
 		ReadLease:      replica.ReadLease(c.ReadLease),
@@ -252,6 +259,14 @@ func (c *Config) Validate() error {
 	for _, ns := range c.Namespaces {
 		if ns == "" || len(ns) > wire.MaxStringLen {
 			return &leasehold.ConfigError{Package: "manager", Field: "Namespaces", Err: fmt.Errorf("invalid namespace name %q (1 to %d bytes)", ns, wire.MaxStringLen)}
+		}
+	}
+	for ns, n := range c.Standbys {
+		if ns != protocol.DefaultNamespace && !slices.Contains(c.Namespaces, ns) {
+			return &leasehold.ConfigError{Package: "manager", Field: "Standbys", Err: fmt.Errorf("namespace %q is not served (the default one or one of Namespaces)", ns)}
+		}
+		if n < 0 || n > lease.MaxStandbys {
+			return &leasehold.ConfigError{Package: "manager", Field: "Standbys", Err: fmt.Errorf("%d standbys for namespace %q; want 0 to %d (lease.MaxStandbys)", n, ns, lease.MaxStandbys)}
 		}
 	}
 	if field, err := c.ReadLease.validate(c.RaftTick); err != nil {

@@ -63,6 +63,7 @@ type snapshotEvent struct {
 // request from it.
 type ownerStream struct {
 	out   chan *pb.LeaseResponse
+	snd   *sender[*pb.LeaseResponse] // kicked after each message queued in out
 	key   *routeKey
 	inc   uint64
 	heard time.Time
@@ -73,7 +74,8 @@ type lookupStream struct {
 	names *wire.ManagerSyncNames // the stream's encoding; Accepts: it takes merged deltas
 	ns    string
 	out   chan syncOut
-	sent  keyspace.LSN // the newest LSN handed to it (loop only)
+	snd   *sender[syncOut] // kicked after each message queued in out
+	sent  keyspace.LSN     // the newest LSN handed to it (loop only)
 }
 
 type routeKey struct{ ns, owner string }

@@ -117,9 +117,10 @@ func (l *loop) pump(now time.Time) {
 		if l.lookups[q.st.id] != q.st {
 			continue // closed
 		}
-		idle := len(q.st.out) == 0 // its sender waits for a message: this wakes it
+		idle := len(q.st.out) == 0 // no sender runs for it: this starts one
 		select {
 		case q.st.out <- q.out:
+			q.st.snd.kick()
 			q.st.sent = max(q.st.sent, q.lsn)
 			if idle {
 				f.waking = append(f.waking, wokenStream{q.st, now})

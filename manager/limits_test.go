@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/leasehold/leasehold/internal/testwait"
 	"github.com/leasehold/leasehold/manager"
 	pb "github.com/leasehold/leasehold/proto/leasehold/v1"
 	"github.com/leasehold/leasehold/protocol"
@@ -116,6 +117,7 @@ func (badUTF8Codec) Unmarshal(b []byte, v any) error { return proto.Unmarshal(b,
 // answered with a GOAWAY that names the limit and its flag, and closed;
 // once one closes, a new one is served.
 func TestConnectionLimit(t *testing.T) {
+	testwait.Side(t)
 	c := startManager(t, manager.Config{Timing: protocol.Fast(), MaxConnections: 2, Insecure: true})
 	defer c.stop(t)
 	var open []net.Conn

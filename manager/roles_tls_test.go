@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/leasehold/leasehold/certs"
+	"github.com/leasehold/leasehold/internal/testwait"
 	"github.com/leasehold/leasehold/manager"
 	pb "github.com/leasehold/leasehold/proto/leasehold/v1"
 )
@@ -22,6 +23,7 @@ import (
 // refused with PermissionDenied naming the method. (An admitted call may
 // still fail for its own reasons: no such Owner, no read lease.)
 func TestRolesMayCall(t *testing.T) {
+	testwait.Side(t)
 	m := startTLSManager(t, manager.Config{Namespaces: []string{"default"}, DataDir: t.TempDir()})
 	may := map[certs.Role][]string{
 		certs.Replica:  {"Session", "Status", "Send"},

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/testwait"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/lookup"
 	"github.com/leasehold/leasehold/manager"
@@ -22,7 +23,12 @@ import (
 	"github.com/leasehold/leasehold/protocol"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain lets the subtests that wait on the fast timings' leases wait side
+// by side (internal/testwait).
+func TestMain(m *testing.M) {
+	testwait.Parallel()
+	goleak.VerifyTestMain(m)
+}
 
 // cluster is a Manager served over an in-memory listener.
 type cluster struct {

@@ -163,7 +163,7 @@ func (s *Server) GRPCOptions() []grpc.ServerOption {
 	s.sharedCodec.Store(true)
 	return append([]grpc.ServerOption{grpc.MaxRecvMsgSize(max(s.cfg.MaxMessageBytes, peers.PartBytes+peers.PartFraming)),
 		grpc.ChainUnaryInterceptor(s.grpcm.unary()), grpc.ChainStreamInterceptor(s.grpcm.stream())},
-		append(append(append(peers.KeepaliveServerOptions(), peers.WindowServerOptions()...), s.trustOptions()...), s.limitOptions()...)...)
+		append(append(append(append(peers.KeepaliveServerOptions(), peers.WindowServerOptions()...), peers.BufferServerOptions()...), s.trustOptions()...), s.limitOptions()...)...)
 }
 
 // checkSize refuses a client message over MaxMessageBytes.

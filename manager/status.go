@@ -64,6 +64,11 @@ type NamespaceSnapshot struct {
 	FreeSegments int
 	Lookups      int
 	Owners       []protocol.OwnerInfo
+	// StandbysPerRange is the namespace's Standbys setting, and Standbys
+	// its pairings of holder and standby by the holder's LGN, from the
+	// replicated state (docs/design.md rules 21-24).
+	StandbysPerRange int
+	Standbys         []protocol.StandbyInfo
 }
 
 // ReplicaStats counts the replica's Raft activity.
@@ -122,6 +127,8 @@ func (l *loop) publish() {
 			ns.Owners = ownerInfos(st, name)
 		}
 		ns.FreeSegments = tc.free
+		ns.StandbysPerRange, ns.Standbys = l.s.cfg.Standbys[name], st.Standbys(name)
+		countStandbys(ns.Owners, ns.Standbys)
 		snap.Namespaces = append(snap.Namespaces, ns)
 	}
 	l.obs.noteMembers(l.s.cfg.Logger, st)
@@ -231,7 +238,7 @@ func roleName(s raft.StateType, readReplica bool) string {
 func ownerInfos(st *lease.State, ns string) []protocol.OwnerInfo {
 	by := map[string]*protocol.OwnerInfo{}
 	for id, r := range st.Owners(ns) {
-		by[id] = &protocol.OwnerInfo{ID: id, Addr: r.Addr, Incarnation: r.Incarnation, Member: r.Member}
+		by[id] = &protocol.OwnerInfo{ID: id, Addr: r.Addr, Incarnation: r.Incarnation, Member: r.Member, Zone: r.Zone}
 	}
 	st.Table(ns).Each(func(s leasetable.Segment) bool {
 		if i := by[s.Entry.Owner]; i != nil {
@@ -246,4 +253,24 @@ func ownerInfos(st *lease.State, ns string) []protocol.OwnerInfo {
 	}
 	slices.SortFunc(out, func(a, b protocol.OwnerInfo) int { return cmp.Compare(a.ID, b.ID) })
 	return out
+}
+
+// countStandbys sets each Owner's StandbyRanges and StandbyInSync from the
+// namespace's pairings.
+func countStandbys(owners []protocol.OwnerInfo, pairs []protocol.StandbyInfo) {
+	if len(pairs) == 0 {
+		return
+	}
+	at := make(map[string]int, len(owners))
+	for i, o := range owners {
+		at[o.ID] = i
+	}
+	for _, p := range pairs {
+		if i, ok := at[p.Standby]; ok && p.Standby != "" {
+			owners[i].StandbyRanges++
+			if p.InSync {
+				owners[i].StandbyInSync++
+			}
+		}
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"sync"
 	"time"
 
 	"github.com/leasehold/leasehold/certs"
@@ -49,13 +50,13 @@ func (s leasesService) Session(stream pb.Leases_SessionServer) error {
 			return err
 		}
 	}
-	st := &ownerStream{out: make(chan *pb.LeaseResponse, 64)}
 	names := &wire.ManagerNames{} // names said once per stream
-	send := func(m *pb.LeaseResponse) error {
+	snd := newSender(64, func(m *pb.LeaseResponse) error {
 		names.Send(m)
 		return stream.Send(m)
-	}
-	return serveStream(s.Server, stream.Context(), st.out, send, func() (event, chan error, error) {
+	})
+	st := &ownerStream{out: snd.out, snd: snd}
+	return serveStream(s.Server, stream.Context(), snd, func() (event, chan error, error) {
 		m, err := stream.Recv()
 		if err != nil {
 			return nil, nil, err
@@ -79,8 +80,7 @@ func (s leasesService) Session(stream pb.Leases_SessionServer) error {
 // Sync serves one Lookup's sync stream.
 func (s lookupsService) Sync(stream pb.Lookups_SyncServer) error {
 	names := &wire.ManagerSyncNames{} // names said once per stream
-	st := &lookupStream{id: s.sessions.Add(1), out: make(chan syncOut, 64), names: names}
-	send := func(o syncOut) error {
+	snd := newSender(64, func(o syncOut) error {
 		s.pushTaken()
 		m := names.Send(o.m)
 		if o.shared != nil && m.Update == o.shared.pb && s.sharedCodec.Load() {
@@ -88,8 +88,9 @@ func (s lookupsService) Sync(stream pb.Lookups_SyncServer) error {
 			return stream.SendMsg(&encodedSync{m: m, u: o.shared})
 		}
 		return stream.Send(m)
-	}
-	return serveStream(s.Server, stream.Context(), st.out, send, func() (event, chan error, error) {
+	})
+	st := &lookupStream{id: s.sessions.Add(1), out: snd.out, snd: snd, names: names}
+	return serveStream(s.Server, stream.Context(), snd, func() (event, chan error, error) {
 		m, err := stream.Recv()
 		if err != nil {
 			return nil, nil, err
@@ -110,31 +111,17 @@ func (s lookupsService) Sync(stream pb.Lookups_SyncServer) error {
 	}, closeEvent{lookup: st})
 }
 
-// serveStream runs a bidirectional stream: one goroutine sends what the loop
-// queues in out, this one receives, validates and hands requests to the
-// loop. A malformed message, or one the core refuses (an unknown namespace),
-// ends only this stream, with a status that says what was wrong.
-func serveStream[T any](s *Server, ctx context.Context, out chan T, send func(T) error,
+// serveStream runs a bidirectional stream: this goroutine receives,
+// validates and hands requests to the loop, and the loop queues what it
+// sends in out, which a sender goroutine writes (see sender). A malformed
+// message, or one the core refuses (an unknown namespace), ends only this
+// stream, with a status that says what was wrong.
+func serveStream[T any](s *Server, ctx context.Context, snd *sender[T],
 	recv func() (event, chan error, error), closed event) error {
 	ctx, cancel := context.WithCancel(ctx)
-	sent := make(chan error, 1)
-	go func() {
-		for {
-			select {
-			case m := <-out:
-				if err := send(m); err != nil {
-					sent <- err
-					return
-				}
-			case <-ctx.Done():
-				sent <- nil
-				return
-			}
-		}
-	}()
 	defer func() {
 		cancel()
-		<-sent // never Send after the handler returns
+		snd.stop() // never Send after the handler returns
 		s.post(context.Background(), closed)
 	}()
 	lim := newLimiter(s.cfg.MaxRequestRate)
@@ -156,4 +143,85 @@ func serveStream[T any](s *Server, ctx context.Context, out chan T, send func(T)
 			return err
 		}
 	}
+}
+
+// sender writes a stream's queued messages on a goroutine of its own that
+// runs only while the queue holds messages: the loop queues a message and
+// calls kick, which starts the goroutine if none runs, and the goroutine
+// ends once the queue is empty. An idle stream (a Lookup between
+// heartbeats, an Owner between renewals) so costs one goroutine, its
+// handler blocked in Recv, rather than two: at tens of thousands of
+// streams the parked senders' stacks were a large part of the Manager's
+// memory per stream. Messages go out in the order queued, as before: one
+// goroutine at most sends at a time, and it takes them from one channel.
+type sender[T any] struct {
+	out  chan T
+	send func(T) error
+
+	mu      sync.Mutex
+	running bool // a goroutine is sending
+	stopped bool // the handler is returning, or a send failed: no more sends
+	wg      sync.WaitGroup
+}
+
+func newSender[T any](queue int, send func(T) error) *sender[T] {
+	return &sender[T]{out: make(chan T, queue), send: send}
+}
+
+// kick makes sure a goroutine sends what is queued. The loop calls it
+// after queueing; it never blocks. A nil sender (a stream built by a test
+// that reads out itself) does nothing.
+func (s *sender[T]) kick() {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	if s.running || s.stopped {
+		s.mu.Unlock()
+		return
+	}
+	s.running = true
+	s.wg.Add(1)
+	s.mu.Unlock()
+	go s.run()
+}
+
+// run sends until the queue is empty. The check for an empty queue and
+// the end of running are one step under mu, and kick takes mu after its
+// message is queued: a message queued while run ends is either seen here
+// or finds running false and starts a new goroutine.
+func (s *sender[T]) run() {
+	defer s.wg.Done()
+	for {
+		select {
+		case m := <-s.out:
+			err := s.send(m)
+			s.mu.Lock()
+			if err != nil || s.stopped {
+				// A send failed, or the handler is returning: as a
+				// parked sender ended with its stream's context, what
+				// is still queued is not sent.
+				s.running, s.stopped = false, true
+				s.mu.Unlock()
+				return
+			}
+			s.mu.Unlock()
+		default:
+			s.mu.Lock()
+			if len(s.out) == 0 || s.stopped {
+				s.running = false
+				s.mu.Unlock()
+				return
+			}
+			s.mu.Unlock()
+		}
+	}
+}
+
+// stop starts no more sends and waits for one under way to end.
+func (s *sender[T]) stop() {
+	s.mu.Lock()
+	s.stopped = true
+	s.mu.Unlock()
+	s.wg.Wait()
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/certs"
+	"github.com/leasehold/leasehold/internal/testwait"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/manager"
 	"github.com/leasehold/leasehold/owner"
@@ -225,6 +226,7 @@ func TestTrustAttacks(t *testing.T) {
 	// the message when the client reads it before its write fails), and
 	// the Manager counts it under role none, reason certificate.
 	t.Run("no certificate", func(t *testing.T) {
+		testwait.Side(t)
 		before := g.table()
 		n := handshakeRefusals(t, g.srv)
 		conn := dialAs(t, g.addr, nil)
@@ -236,6 +238,7 @@ func TestTrustAttacks(t *testing.T) {
 	})
 
 	t.Run("another CA", func(t *testing.T) {
+		testwait.Side(t)
 		before := g.table()
 		other, err := certs.NewCA("another CA", now, 0)
 		if err != nil {
@@ -249,6 +252,7 @@ func TestTrustAttacks(t *testing.T) {
 	})
 
 	t.Run("owner registering another ID", func(t *testing.T) {
+		testwait.Side(t)
 		before := g.table()
 		c := issue(t, g.ca, owner("mallory", "default"), now, time.Hour)
 		conn := dialAs(t, g.addr, &c)
@@ -261,6 +265,7 @@ func TestTrustAttacks(t *testing.T) {
 	})
 
 	t.Run("owner of one namespace in another", func(t *testing.T) {
+		testwait.Side(t)
 		before := g.table()
 		c := issue(t, g.ca, owner("b", "default"), now, time.Hour)
 		refused(t, "register in other", leaseAttempt(dialAs(t, g.addr, &c), register("b", "other")), codes.PermissionDenied,
@@ -269,6 +274,7 @@ func TestTrustAttacks(t *testing.T) {
 	})
 
 	t.Run("lookup calling operator methods", func(t *testing.T) {
+		testwait.Side(t)
 		before := g.table()
 		c := issue(t, g.ca, certs.Identity{Role: certs.Lookup, Name: "frontend"}, now, time.Hour)
 		admin := pb.NewAdminClient(dialAs(t, g.addr, &c))
@@ -304,6 +310,7 @@ func TestTrustAttacks(t *testing.T) {
 	})
 
 	t.Run("expired certificate", func(t *testing.T) {
+		testwait.Side(t)
 		before := g.table()
 		c := issue(t, g.ca, owner("a", "default"), now.Add(-48*time.Hour), time.Hour)
 		n := handshakeRefusals(t, g.srv)
@@ -313,6 +320,7 @@ func TestTrustAttacks(t *testing.T) {
 	})
 
 	t.Run("forged Leaving", func(t *testing.T) {
+		testwait.Side(t)
 		before := g.table()
 		// Everything a forger can read from the status.
 		var inc uint64
@@ -330,7 +338,9 @@ func TestTrustAttacks(t *testing.T) {
 		g.unchanged(t, before)
 	})
 
-	t.Run("refusals are counted", func(t *testing.T) {
+	// The attacks run side by side (testwait.Side), each waiting two renewals for a change
+	// that must not come; the count is read once they have all ended.
+	t.Cleanup(func() {
 		if n := refusedCount(t, g.srv); n < 10 {
 			t.Errorf("leasehold_refused_total is %v after every attack above", n)
 		}
@@ -401,6 +411,7 @@ func refusedCount(t *testing.T, srv *manager.Server) float64 {
 // ends the stream with PermissionDenied), and an Owner's certificate may
 // not open the Raft stream at all.
 func TestTrustRaftTransport(t *testing.T) {
+	testwait.Side(t)
 	dir := t.TempDir()
 	ca, err := certs.CreateCA(dir, "", 0, false)
 	if err != nil {
@@ -493,6 +504,7 @@ func TestTrustRaftTransport(t *testing.T) {
 // refuses, through the relay, an Owner that speaks for another; a
 // replica's certificate alone may not hold leases.
 func TestTrustRelayedStreams(t *testing.T) {
+	testwait.Side(t)
 	dir := t.TempDir()
 	ca, err := certs.CreateCA(dir, "", 0, false)
 	if err != nil {

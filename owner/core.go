@@ -28,6 +28,11 @@ type Lease struct {
 	// state it handed over for this range is to be taken up, not thrown
 	// away (C§2.1.2). A grant without it starts empty.
 	Migrated bool
+	// Promoted marks a grant to this Owner as the lease's standby after
+	// the holder's lease ended (docs/design.md rule 21): the copy it kept
+	// as standby for the old lease (StandbyFor) is now the serving copy.
+	// Migrated is set too.
+	Promoted bool
 }
 
 // OwnershipChange reports one step's change of the held set: Revoked ranges
@@ -38,6 +43,12 @@ type OwnershipChange struct {
 	Revoked   []keyspace.Range
 	Granted   []Lease
 	Handovers []Handover
+	// Paired lists the pairings of held leases that changed in this step,
+	// and StandbyFor, when StandbyForChanged, the complete new set of
+	// leases this Owner is the standby for (core_standby.go).
+	Paired            []Pairing
+	StandbyFor        []Pairing
+	StandbyForChanged bool
 }
 
 // Handover asks the application to hand the state of Range (held under
@@ -80,6 +91,10 @@ type CoreConfig struct {
 	// docs/agent.md), so that the Manager frees the range only once the
 	// application has stopped serving it (core_release.go).
 	ConfirmReleases bool
+	// Zone is the Owner's failure domain (at most protocol.MaxZoneLen
+	// bytes): the Manager puts each range's standby in another zone than
+	// its holder's when one has capacity (docs/design.md rule 22).
+	Zone string
 }
 
 // Core is the Owner's deterministic state machine: it is fed clock readings
@@ -136,6 +151,8 @@ type Core struct {
 
 	out     []*protocol.LeaseRequest
 	changes []OwnershipChange
+
+	sb standbys // the pairings of holder and standby (core_standby.go)
 }
 
 // gonePiece is a piece of a lease given up before request until was sent.
@@ -377,6 +394,8 @@ func (c *Core) send(now time.Time) {
 		Leaving:     c.leaving,
 		Draining:    c.draining && !c.leaving,
 		Capacity:    c.cfg.Capacity,
+		Zone:        c.cfg.Zone,
+		InSync:      c.inSyncReports(),
 	}
 	kept := c.handed[:0]
 	for _, h := range c.handed {
@@ -468,6 +487,7 @@ func (c *Core) Step(now time.Time, m *protocol.LeaseResponse) {
 	}
 	m = full
 	c.peerEpoch, c.peerSeq = m.Epoch, m.Seq
+	c.stepStandbys(m)
 	if !c.broken.CompactAsAccepted {
 		// Our next request acknowledges m, raced or not: HeldAsAcked then
 		// means m's list.
@@ -528,7 +548,7 @@ func (c *Core) Step(now time.Time, m *protocol.LeaseResponse) {
 				refused = true
 			}
 			for _, r := range parts {
-				next = append(next, Lease{Range: r, Num: num, Expiry: expiry, Migrated: l.Migrated})
+				next = append(next, Lease{Range: r, Num: num, Expiry: expiry, Migrated: l.Migrated, Promoted: l.Promoted})
 			}
 			continue
 		}
@@ -590,7 +610,7 @@ func (c *Core) adoptRacedGrants(now time.Time, m *protocol.LeaseResponse) {
 		}
 		num := LeaseNum{Epoch: m.Epoch, LGN: l.LGN}
 		for _, r := range c.notGone(num, l.Range) {
-			next = append(next, Lease{Range: r, Num: num, Expiry: at.Add(c.cfg.Timing.OwnerLease), Migrated: l.Migrated})
+			next = append(next, Lease{Range: r, Num: num, Expiry: at.Add(c.cfg.Timing.OwnerLease), Migrated: l.Migrated, Promoted: l.Promoted})
 		}
 	}
 	if len(next) == len(c.held) {
@@ -727,7 +747,7 @@ func (c *Core) replaceHeld(next []Lease, keep bool) (revoked bool) {
 	}
 	for _, l := range next {
 		for _, r := range uncovered(l.Range, c.held, l.Num) {
-			ch.Granted = append(ch.Granted, Lease{Range: r, Num: l.Num, Expiry: l.Expiry, Migrated: l.Migrated})
+			ch.Granted = append(ch.Granted, Lease{Range: r, Num: l.Num, Expiry: l.Expiry, Migrated: l.Migrated, Promoted: l.Promoted})
 		}
 	}
 	c.held = next

@@ -65,6 +65,20 @@
 //   - Give each server a unique ID. A restarted server may reuse its ID: it
 //     starts a new incarnation, and the Manager reports its old state lost.
 //
+// # Standbys
+//
+// In a namespace with standbys (leasehold manager --standbys NS=1) the
+// Manager pairs each lease with a standby Owner in another zone
+// (Config.Zone), and promotes the standby, with no loss notification, when
+// the holder's lease ends without a handover. The application moves the
+// bytes: as holder it sends each write to StandbyOf's standby and
+// acknowledges it only after CheckReplicated; as standby it stores only
+// what CheckStandbyWrite accepts, and calls InSync once filled; a grant
+// marked Promoted serves the copy kept. OnChange reports new pairings
+// (OwnershipChange.Paired) and the leases stood by for (StandbyFor).
+// standby.go and docs/standbys.md have the details; Example_standby the
+// shape.
+//
 // # Guarantees
 //
 // Single copy: at no instant do two Owners believe they hold the same key,

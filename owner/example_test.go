@@ -55,3 +55,58 @@ func ExampleConfig_validation() {
 	fmt.Println(err)
 	// Output: owner: Config.Addr (where frontends reach this owner) is required
 }
+
+// replicate stands for the application's own request to its standby (kv
+// uses POST /internal/standby over its peers' mutual TLS).
+func replicate(addr, key string, value []byte, lease owner.LeaseNum, sgn protocol.SGN) error {
+	return nil
+}
+
+// Example_standby shows the application's part of standby Owners
+// (docs/standbys.md): the holder acknowledges a write only once its
+// standby stored it under the pairing it checked, and the standby stores
+// only what its fence accepts. It is compiled, not run: it needs a Manager
+// with standbys and two Owners.
+func Example_standby() {
+	var o *owner.Owner // owner.New(ctx, owner.Config{…, Zone: "eu-west-1a"})
+	store := map[string][]byte{}
+
+	// Holder: a client's write on key.
+	put := func(key string, value []byte) error {
+		k := keyspace.KeyOf(key)
+		n, ok := o.CheckLeaseNow(k)
+		if !ok {
+			return fmt.Errorf("not the owner")
+		}
+		p, ok := o.StandbyOf(k)
+		if !ok || p.Lease != n {
+			return fmt.Errorf("retry") // the lease changed meanwhile
+		}
+		store[key] = value // (3) stored here under n
+		if p.Peer != "" {
+			if err := replicate(p.Addr, key, value, p.Lease, p.SGN); err != nil {
+				return fmt.Errorf("retry: the standby did not store it: %w", err)
+			}
+		}
+		if !o.CheckReplicated(k, p) { // (4) the lease held and the pairing did not change
+			return fmt.Errorf("retry")
+		}
+		return nil // acknowledge
+	}
+
+	// Standby: a write replicated by its holder.
+	replicated := func(holder, key string, value []byte, lease owner.LeaseNum, sgn protocol.SGN) error {
+		if err := o.CheckStandbyWrite(keyspace.KeyOf(key), holder, lease, sgn); err != nil {
+			return err // a *owner.StandbyRefusal: a stale holder, lease or SGN
+		}
+		store[key] = value
+		return nil
+	}
+
+	// Standby: the holder's fill of a newly named pairing is complete.
+	filled := func(lease owner.LeaseNum, sgn protocol.SGN) { o.InSync(lease, sgn) }
+
+	// Promoted: a grant marked Promoted carries the copy kept as standby;
+	// the application serves from it (OwnershipChange.Granted).
+	_, _, _ = put, replicated, filled
+}

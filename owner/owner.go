@@ -63,6 +63,11 @@ type Config struct {
 	// until Released names it or its lease would have run out
 	// (CoreConfig.ConfirmReleases). A linked server leaves it off.
 	ConfirmReleases bool
+	// Zone is this server's failure domain (a rack, a zone; at most
+	// protocol.MaxZoneLen bytes). In a namespace with standbys the Manager
+	// puts each range's standby in another zone than its holder's when one
+	// has capacity (docs/design.md rule 22).
+	Zone string
 }
 
 // Validate reports a Config that New would refuse: a field out of its
@@ -95,6 +100,9 @@ func (c *Config) normalize() error {
 	if err := client.CheckName("owner", "Addr", c.Addr); err != nil {
 		return err
 	}
+	if err := checkZone(c.Zone); err != nil {
+		return err
+	}
 	return c.trust().Check("owner", c.Managers)
 }
 
@@ -124,6 +132,8 @@ type Owner struct {
 	stopped  <-chan struct{} // closed when the Owner stops
 	wg       sync.WaitGroup
 	up       *client.Upcalls[OwnershipChange]
+	roles    atomic.Pointer[roles] // the pairings, published by the loop (standby.go)
+	insync   chan inSyncMsg        // InSync's reports, for the loop
 	closed   atomic.Bool
 	// answerWait is the current timings' OwnerAnswerWait, for the stream's
 	// answer deadline; the loop updates it as the Manager's timings arrive.
@@ -160,10 +170,12 @@ func New(ctx context.Context, cfg Config) (*Owner, error) {
 		drain:    make(chan chan struct{}),
 		done:     make(chan doneMsg, 16),
 		released: make(chan []keyspace.Range, 16),
+		insync:   make(chan inSyncMsg, 16),
 		up:       client.NewUpcalls(cfg.OnChange),
 	}
 	o.base = time.Now()
 	o.held.Store(&published{})
+	o.roles.Store(&roles{})
 	o.answerWait.Store(int64(cfg.Timing.OwnerAnswerWait()))
 	o.renew.Store(int64(cfg.Timing.Renew))
 	if cfg.Registerer != nil && src != nil {
@@ -189,7 +201,7 @@ func New(ctx context.Context, cfg Config) (*Owner, error) {
 		Namespace: cfg.Namespace, ID: cfg.ID, Addr: cfg.Addr,
 		Incarnation: uint64(time.Now().UnixNano()), Timing: cfg.Timing,
 		Seed: uint64(time.Now().UnixNano()), Handovers: cfg.Handovers, Capacity: cfg.Capacity,
-		Load: o.report, ConfirmReleases: cfg.ConfirmReleases,
+		Load: o.report, ConfirmReleases: cfg.ConfirmReleases, Zone: cfg.Zone,
 	})
 	o.wg.Add(2)
 	go o.run(ctx, core)
@@ -364,6 +376,9 @@ func (o *Owner) run(ctx context.Context, core *Core) {
 		o.answerWait.Store(int64(core.Timing().OwnerAnswerWait()))
 		o.renew.Store(int64(core.Timing().Renew))
 		// Publish first: an upcall reporting a grant must find it held.
+		// The pairings go before the held set, so that a write seeing a
+		// new lease also sees its standby (publishRoles).
+		o.publishRoles(core)
 		o.publish(core.Held(time.Now()))
 		for _, c := range changes {
 			o.logChange(c)
@@ -413,6 +428,8 @@ func (o *Owner) run(ctx context.Context, core *Core) {
 			}
 		case rs := <-o.released:
 			core.Released(time.Now(), rs)
+		case m := <-o.insync:
+			core.InSync(time.Now(), m.lease, m.sgn)
 		case done := <-o.drain:
 			core.Drain(time.Now())
 			draining = done

@@ -32,6 +32,7 @@ func TestValidate(t *testing.T) {
 		{owner.Config{Connection: conn, ID: strings.Repeat("x", 5000), Addr: "a:1"}, "ID", "must be valid UTF-8 of at most"},
 		{owner.Config{Connection: conn, ID: "kv-1", Addr: "a:1", Capacity: -1}, "Capacity", "owner: Config.Capacity -1: want a number in [0, "},
 		{owner.Config{Connection: conn, ID: "kv-1", Addr: "a:1", Capacity: math.NaN()}, "Capacity", "owner: Config.Capacity NaN"},
+		{owner.Config{Connection: conn, ID: "kv-1", Addr: "a:1", Zone: strings.Repeat("z", 65)}, "Zone", "owner: Config.Zone is 65 bytes long; at most 64 allowed (protocol.MaxZoneLen)"},
 		{owner.Config{Connection: leasehold.Connection{Insecure: true}, ID: "kv-1", Addr: "a:1"}, "Manager", "owner: Config.Manager (the Manager's address"},
 	} {
 		err := tc.cfg.Validate()

@@ -21,6 +21,11 @@ type Lease struct {
 	// Migrated marks a grant whose state was handed over by the previous
 	// holder (C§2.1.2); lookups raise no loss notification for it.
 	Migrated bool
+	// Promoted marks a grant to the range's in-sync standby after its
+	// holder's lease ended without a handover (docs/design.md rule 21):
+	// the Owner serves from the copy it kept as standby. Migrated is set
+	// too, so that Lookups raise no loss notification.
+	Promoted bool
 }
 
 // SameHeld reports whether two lease lists name the same ranges under the
@@ -71,6 +76,52 @@ type LeaseRequest struct {
 	Load    []RangeLoad
 	HotKeys []KeyLoad
 	Window  time.Duration
+	// Zone is the Owner's failure domain (a rack, a zone; at most MaxZoneLen
+	// bytes): a range's standby is put in another zone than its holder's
+	// when one has capacity (docs/design.md rule 22). Empty: no zone.
+	Zone string
+	// InSync reports, for leases this Owner is the standby for, that the
+	// application has filled its copy under the standby number given
+	// (docs/design.md rule 23). The Owner repeats a report until the
+	// Manager's StandbyFor says InSync.
+	InSync []StandbySync
+}
+
+// MaxZoneLen is the longest Zone an Owner may give, in bytes.
+const MaxZoneLen = 64
+
+// SGN is a standby number: fresh (larger than any before in the
+// namespace) every time a lease's standby is named, dropped or promoted.
+// A standby accepts a replicated write only under the SGN it was last
+// given, which fences writes of a holder that is no longer paired with it
+// (docs/design.md rule 24), as the LGN fences a lease.
+type SGN uint64
+
+// Standby pairs a lease's holder and its standby (docs/design.md rules
+// 21-24). In LeaseResponse.Standbys, sent to the holder, Owner, Addr and
+// Incarnation name the standby; in LeaseResponse.StandbyFor, sent to the
+// standby, they name the holder.
+type Standby struct {
+	Range keyspace.Range // the holder's lease's range (as granted)
+	LGN   keyspace.LGN   // the holder's lease
+	SGN   SGN
+	// Owner, Addr and Incarnation name the peer. In Standbys an empty
+	// Owner says the lease has no standby under SGN: the holder
+	// acknowledges writes on its own copy, and the range is lost with it.
+	Owner       string
+	Addr        string
+	Incarnation uint64
+	// InSync says the Manager has recorded the standby's copy as filled
+	// under SGN: the standby may be promoted (rule 21).
+	InSync bool
+}
+
+// StandbySync is a standby's report that its copy of the holder's lease
+// LGN is filled under standby number SGN (docs/design.md rule 23).
+type StandbySync struct {
+	Range keyspace.Range
+	LGN   keyspace.LGN
+	SGN   SGN
 }
 
 // MinLoadWindow is the shortest load Window a request may carry (0 means
@@ -154,6 +205,14 @@ type LeaseResponse struct {
 	Handovers []Handover
 	// Drain answers a drain: by the Owner's request or an operator's.
 	Drain Drain
+	// Standbys lists, for each held lease of a namespace with standbys, its
+	// standby (an empty Owner: none) under the latest SGN. It is listed in
+	// every message, RenewHeld ones included; the Owner keeps per lease the
+	// entry of the largest SGN it has seen (docs/design.md rule 24).
+	Standbys []Standby
+	// StandbyFor lists every lease this Owner is the standby for, each
+	// naming its holder: the complete set, like Leases.
+	StandbyFor []Standby
 }
 
 // SyncRequest is a Lookup's request for the lease-table changes since LSN.

@@ -1,5 +1,11 @@
 package protocol
 
+import (
+	"time"
+
+	"github.com/leasehold/leasehold/keyspace"
+)
+
 // DefaultNamespace is the namespace every Manager serves.
 const DefaultNamespace = "default"
 
@@ -25,6 +31,13 @@ type Stats struct {
 	RacesDropped  uint64 // requests dropped by the race filter (C§2.3.2)
 	StaleDropped  uint64 // duplicates and messages of dead incarnations
 	Forgotten     uint64 // Owner records forgotten: no member, owed nothing
+	// Standby Owners (docs/design.md rules 21-24).
+	StandbysNamed  uint64        // standbys named (each a fresh SGN)
+	StandbysFilled uint64        // standbys reported in sync
+	StandbysLost   uint64        // standbys dropped: dead, restarted, draining or leaving
+	Promotions     uint64        // ranges granted to their in-sync standby after the holder's lease ended
+	FillTime       time.Duration // the sum of the fills' times: named to reported in sync
+	LastFill       time.Duration // the latest fill's time
 }
 
 // OwnerInfo describes one Owner. A follower knows only what is replicated:
@@ -39,4 +52,22 @@ type OwnerInfo struct {
 	Capacity    float64 // 0 means 1
 	Draining    bool
 	HotKeys     []KeyLoad // requests per second, estimated
+	// Zone is the Owner's failure domain; StandbyRanges the leases it is
+	// the standby for, StandbyInSync how many of them are filled.
+	Zone          string
+	StandbyRanges int
+	StandbyInSync int
+}
+
+// StandbyInfo describes one lease's standby as the replicated state
+// records it (docs/design.md rules 21-24), for leasehold status and the
+// dashboard.
+type StandbyInfo struct {
+	Range   keyspace.Range // the holder's lease's range, as granted
+	LGN     keyspace.LGN   // the holder's lease
+	Holder  string
+	Standby string // the standby Owner's ID
+	Zone    string // the standby's zone
+	SGN     SGN
+	InSync  bool // filled: the standby may be promoted
 }

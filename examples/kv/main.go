@@ -3,7 +3,7 @@
 // See package github.com/leasehold/leasehold/examples/kv/kv.
 //
 //	kv serve --listen ADDR [--manager ADDR] [--namespace NS] [--id ID] [--advertise ADDR]
-//	         [--capacity W] [--drain-timeout D] [--dial-timeout D]
+//	         [--capacity W] [--zone Z] [--standbys 0|1] [--drain-timeout D] [--dial-timeout D]
 //	kv put   KEY VALUE [--manager ADDR] [--namespace NS] [--timeout D] [--dial-timeout D]
 //	kv get   KEY [--manager ADDR] [--namespace NS] [--timeout D] [--dial-timeout D]
 //
@@ -57,7 +57,7 @@ const (
 
 const usage = `usage:
   kv serve --listen ADDR [--manager ADDR] [--namespace NS] [--id ID] [--advertise ADDR]
-           [--capacity 1] [--drain-timeout 1m] [--dial-timeout 5s]
+           [--capacity 1] [--zone Z] [--standbys 0] [--drain-timeout 1m] [--dial-timeout 5s]
   kv put   KEY VALUE [--manager ADDR] [--namespace NS] [--timeout 10s] [--dial-timeout 5s]
   kv get   KEY [--manager ADDR] [--namespace NS] [--timeout 10s] [--dial-timeout 5s]
 Every command takes --certs-dir DIR (or $LEASEHOLD_CERTS_DIR) or --insecure.
@@ -160,6 +160,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	id := f.fs.String("id", "", "the Owner ID, the same across restarts (default: the listen address, which must then name a host; in Kubernetes, the pod's name)")
 	advertise := f.fs.String("advertise", "", "the address clients reach this server at (default: the listen address, which must then name a host; in Kubernetes, the pod's IP and port)")
 	capacity := f.fs.Float64("capacity", 0, "this server's capacity weight, at most 100: one of 2 gets twice the load of one of 1 (default 1)")
+	zone := f.fs.String("zone", "", "this server's failure domain (a rack, an availability zone): a range's standby is put in another zone than its holder's")
+	standbys := f.fs.Int("standbys", 0, "1: take part in standby Owners (docs/standbys.md), in a namespace whose Manager names standbys: send each write to its range's standby before acknowledging it, keep copies as standby, serve them when promoted")
 	drainTimeout := f.fs.Duration("drain-timeout", time.Minute, "on SIGINT or SIGTERM, how long to wait for every range to move away with its values (a second signal stops at once)")
 	pos, code, ok := f.parse(args, stderr)
 	if !ok {
@@ -172,12 +174,15 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case *drainTimeout <= 0:
 		fmt.Fprintf(stderr, "kv serve: --drain-timeout %s must be positive\n", *drainTimeout)
 		return exitUsage
+	case *standbys < 0 || *standbys > kv.MaxStandbys:
+		fmt.Fprintf(stderr, "kv serve: --standbys %d: want 0 or %d\n", *standbys, kv.MaxStandbys)
+		return exitUsage
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	srv, err := kv.NewServer(ctx, kv.ServerConfig{
 		Manager: f.manager, Namespace: f.namespace, ID: *id,
 		Listen: *listen, Advertise: *advertise, Capacity: *capacity, Logger: logger,
-		CertsDir: f.certsDir, Insecure: f.insecure,
+		CertsDir: f.certsDir, Insecure: f.insecure, Zone: *zone, Standbys: *standbys,
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "kv serve: %v\n", err)
@@ -189,6 +194,11 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	st := srv.Stats()
 	fmt.Fprintf(stdout, "kv stopped after %s: %s handed over with %s, %d without\n",
 		took.Round(time.Millisecond), plural(st.HandedOver, "range"), plural(st.ValuesSent, "value"), st.HandoverFailures)
+	if *standbys > 0 {
+		sb := srv.StandbyStats()
+		fmt.Fprintf(stdout, "kv standbys: %s filled as holder; as standby %s kept, %s taken up when promoted\n",
+			plural(sb.Fills, "standby"), plural(sb.Copies, "value"), plural(sb.Promoted, "value"))
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "kv serve: %v\n", err)
 		return exitFailure

@@ -22,12 +22,18 @@ import (
 
 	"github.com/leasehold/leasehold/internal/client"
 	"github.com/leasehold/leasehold/internal/client/clienttest"
+	"github.com/leasehold/leasehold/internal/testwait"
 	"github.com/leasehold/leasehold/internal/wire"
 	pb "github.com/leasehold/leasehold/proto/leasehold/v1"
 	"github.com/leasehold/leasehold/protocol"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain lets the tests that wait on a silent or muted replica wait side
+// by side (internal/testwait).
+func TestMain(m *testing.M) {
+	testwait.Parallel()
+	goleak.VerifyTestMain(m)
+}
 
 // guard bounds every wait for something to happen over the loopback: a
 // failure guard, not a pace.
@@ -398,6 +404,7 @@ func TestKeepBoundsHops(t *testing.T) {
 // replica that was down and comes back as the leader, without waiting for
 // gRPC's reconnection backoff.
 func TestKeepFollowsLeaderChanges(t *testing.T) {
+	testwait.Side(t)
 	g := clienttest.Start(t, 3)
 	m1, m2 := g.Member(1), g.Member(2)
 	g.Lead(0)
@@ -458,6 +465,7 @@ func TestKeepFollowsLeaderChanges(t *testing.T) {
 // never answers (a hung process; a host that is down costs the same) holds
 // the stream up for a bounded time only, and the next one serves.
 func TestKeepSkipsAHungReplica(t *testing.T) {
+	testwait.Side(t)
 	hung, err := net.Listen("tcp", "127.0.0.1:0") // never accepts: the kernel completes the handshake, nobody speaks
 	if err != nil {
 		t.Fatal(err)
@@ -565,6 +573,7 @@ const answerWait = 200 * time.Millisecond
 // the connection to break or for keepalive. Without the deadline the
 // stream stays on the silent leader.
 func TestKeepLeavesASilentLeader(t *testing.T) {
+	testwait.Side(t)
 	g := clienttest.Start(t, 2)
 	g.Lead(0)
 	k := startKeepLive(t, g.Addrs(), answerWait, false)
@@ -605,6 +614,7 @@ func TestKeepLeavesASilentLeader(t *testing.T) {
 // to it, Keep asks the follower to relay, and the relayed stream serves.
 // Without relays the client goes round the list and never renews.
 func TestKeepRelaysAroundAnUnreachableLeader(t *testing.T) {
+	testwait.Side(t)
 	g := clienttest.Start(t, 3)
 	g.Lead(0)
 	k := startKeepLive(t, g.Addrs(), answerWait, true)

@@ -10,9 +10,10 @@ const allVar = "LEASEHOLD_E2E"
 
 // onlyWithAll skips t unless LEASEHOLD_E2E=all. go test ./... runs the
 // README's walkthrough (48 keys), its first command (the demo), the gateway,
-// an edited data directory, the agent's checker and one read replica's stop
-// under Lookup load (TestReadReplicaFaults, four faults with
-// LEASEHOLD_E2E=all), and stays within a
+// an edited data directory, the agent's checker, a holder with a standby
+// killed (TestStandbyHolderKilled) and one read replica's stop under Lookup
+// load (TestReadReplicaFaults, four faults with LEASEHOLD_E2E=all), and
+// stays within a
 // newcomer's wait (README.md, "Testing"); the walkthrough at full size (200
 // keys), failover (two leaders killed, then all three), the rolling restart,
 // a stalled leader and one cut off by a proxy, a damaged data directory,
@@ -22,7 +23,8 @@ const allVar = "LEASEHOLD_E2E"
 // and a killed Owner forgotten, the gateways' rolling restart, the gateway
 // with its Manager stopped, the hostile soak, the read leases under a cut, a
 // stop and a removal (about a minute), and the agent's Python servers under
-// faults (about two minutes) add about ten minutes more, and CI (.ci/run)
+// faults (about two minutes), the standby scenario (a holder, a zone, a
+// holder with its standby killed; about 50 s) add about eleven minutes more, and CI (.ci/run)
 // runs them with LEASEHOLD_E2E=all.
 func onlyWithAll(t *testing.T) {
 	t.Helper()

@@ -40,8 +40,8 @@ var builtDemo struct {
 	err  error
 }
 
-// buildDemo compiles cmd/leasehold-demo into binDir, the first time it is
-// called.
+// buildDemo compiles cmd/leasehold-demo into binDir (with the others,
+// buildAll), the first time it is called.
 func buildDemo(t *testing.T) string {
 	t.Helper()
 	builtDemo.Lock()
@@ -49,7 +49,9 @@ func buildDemo(t *testing.T) string {
 	if !builtDemo.done {
 		builtDemo.done = true
 		builtDemo.bin = filepath.Join(binDir, "leasehold-demo")
-		builtDemo.err = goBuild(builtDemo.bin, "./cmd/leasehold-demo")
+		if buildAll() != nil {
+			builtDemo.err = goBuild(builtDemo.bin, "./cmd/leasehold-demo")
+		}
 	}
 	if builtDemo.err != nil {
 		t.Fatal(builtDemo.err)

@@ -220,7 +220,8 @@ var built struct {
 	kvErr, lhErr  error
 }
 
-// build compiles the two binaries into binDir, the first time it is called.
+// build compiles the two binaries into binDir (with leasehold-demo,
+// buildAll), the first time it is called.
 // It skips the test when cmd/leasehold does not build.
 func build(t *testing.T) (leasehold, kv string) {
 	t.Helper()
@@ -229,9 +230,11 @@ func build(t *testing.T) (leasehold, kv string) {
 	if !built.done {
 		built.done = true
 		built.kv, built.leasehold = filepath.Join(binDir, "kv"), filepath.Join(binDir, "leasehold")
-		built.kvErr = goBuild(built.kv, "./examples/kv")
-		if built.kvErr == nil {
-			built.lhErr = goBuild(built.leasehold, "./cmd/leasehold")
+		if buildAll() != nil {
+			built.kvErr = goBuild(built.kv, "./examples/kv")
+			if built.kvErr == nil {
+				built.lhErr = goBuild(built.leasehold, "./cmd/leasehold")
+			}
 		}
 	}
 	if built.kvErr != nil {
@@ -243,8 +246,28 @@ func build(t *testing.T) (leasehold, kv string) {
 	return built.leasehold, built.kv
 }
 
-// goBuild runs go build -o out pkg in the module's root.
-func goBuild(out, pkg string) error {
+// builtAll is what buildAll compiled, once for all the tests.
+var builtAll struct {
+	sync.Once
+	err error
+}
+
+// buildAll compiles into binDir, in one go build, the three binaries the
+// tests go test ./... runs need: kv, leasehold and leasehold-demo. One
+// process compiles the packages they share once and links the three side by
+// side; built one by one, on a fresh clone two builds at once compiled the
+// same packages twice. If it fails, build and buildDemo build each binary on
+// its own, to say which one does not build.
+func buildAll() error {
+	builtAll.Do(func() {
+		builtAll.err = goBuild(binDir+string(filepath.Separator), "./examples/kv", "./cmd/leasehold", "./cmd/leasehold-demo")
+	})
+	return builtAll.err
+}
+
+// goBuild runs go build -o out pkgs in the module's root: out is a file for
+// one package, a directory ending in a separator for several.
+func goBuild(out string, pkgs ...string) error {
 	goBin, err := exec.LookPath("go")
 	if err != nil {
 		goBin = filepath.Join(os.Getenv("GOROOT"), "bin", "go")
@@ -253,10 +276,10 @@ func goBuild(out, pkg string) error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(goBin, "build", "-o", out, pkg)
+	cmd := exec.Command(goBin, append([]string{"build", "-o", out}, pkgs...)...)
 	cmd.Dir = root
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
+		return fmt.Errorf("go build %s: %v\n%s", strings.Join(pkgs, " "), err, b)
 	}
 	return nil
 }

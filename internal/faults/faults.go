@@ -5,6 +5,21 @@ package faults
 
 // Set selects the rules to break. The zero value breaks none.
 type Set struct {
+	// PromoteEarly makes the Manager promote a lease's in-sync standby as
+	// soon as the holder has missed a renewal, before the holder's
+	// reservation has run out (docs/design.md rule 21): the old holder,
+	// only slow or cut off, still believes its lease and acknowledges
+	// writes the promoted standby never sees.
+	PromoteEarly bool
+	// AckBeforeStandby makes the simulation's holders acknowledge a write
+	// as soon as they send it to the standby, before the standby has
+	// stored it (docs/design.md rule 24).
+	AckBeforeStandby bool
+	// StandbyAcceptsStale makes a standby's Owner accept a replicated
+	// write whatever holder, LGN and SGN it names
+	// (owner.Core.CheckStandbyWrite; docs/design.md rule 24): a stale
+	// holder's late write overwrites what the current holder acknowledged.
+	StandbyAcceptsStale bool
 	// NoRaceFilter makes the Manager and the Owner accept messages that
 	// raced (C§2.3.2, Figure 7) instead of dropping them.
 	NoRaceFilter bool

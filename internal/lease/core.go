@@ -95,6 +95,14 @@ func (c *Core) Owners(ns string) []protocol.OwnerInfo {
 		}
 		return true
 	})
+	for _, rec := range c.ns[ns].s.standbys {
+		if i := by[rec.Owner]; i != nil {
+			i.StandbyRanges++
+			if rec.InSync {
+				i.StandbyInSync++
+			}
+		}
+	}
 	return out
 }
 
@@ -109,7 +117,7 @@ func (c *Core) Sessions(ns string) []protocol.OwnerInfo {
 	out := make([]protocol.OwnerInfo, 0, len(n.owners))
 	for id, o := range n.owners {
 		out = append(out, protocol.OwnerInfo{ID: id, Addr: o.addr, Incarnation: o.inc, Member: o.member,
-			Load: o.rate, Capacity: o.capacity, Draining: o.draining, HotKeys: o.hot})
+			Load: o.rate, Capacity: o.capacity, Draining: o.draining, HotKeys: o.hot, Zone: o.zone})
 	}
 	slices.SortFunc(out, func(a, b protocol.OwnerInfo) int { return cmp.Compare(a.ID, b.ID) })
 	return out
@@ -161,6 +169,13 @@ type namespace struct {
 	starts startsCount // the MaxRanges check's last count (limits.go)
 
 	forgetAt time.Time // when the next Owner may be forgotten (core_admin.go); zero: none
+
+	// The standbys (standby.go): pair reruns the pairing at the next
+	// flush (the table or an Owner changed), and namedAt is when each
+	// pairing not yet in sync was named, by the holder's LGN (for the fill
+	// time; leader-local).
+	pair    bool
+	namedAt map[keyspace.LGN]time.Time
 }
 
 // ownerSession is the Manager's side of one Owner incarnation's session.
@@ -206,6 +221,11 @@ type ownerSession struct {
 	// list renews exactly it, and is not empty, is sent as RenewHeld.
 	sentLeases []protocol.Lease
 	peerHeld   []protocol.Lease
+
+	zone string // the Owner's failure domain (replicated)
+	// promoted are the grants to this run made by promotion and not yet
+	// acknowledged (listed as Promoted; leader-local).
+	promoted map[keyspace.LGN]bool
 }
 
 // Epoch returns the Manager's epoch.
@@ -222,13 +242,15 @@ func (c *Core) apply(now time.Time, ch Change) {
 // set records a lease-table change.
 func (c *Core) set(now time.Time, n *namespace, r keyspace.Range, e leasetable.Entry) {
 	c.apply(now, Change{Op: OpSet, NS: n.name, Range: r, Entry: e})
+	n.pair = true
 }
 
 // record saves the replicated part of an owner session.
 func (c *Core) record(now time.Time, n *namespace, o *ownerSession) {
-	rec := OwnerRecord{Addr: o.addr, Incarnation: o.inc, Member: o.member, Capacity: o.capacity, Draining: o.draining, Since: o.since}
+	rec := OwnerRecord{Addr: o.addr, Incarnation: o.inc, Member: o.member, Capacity: o.capacity, Draining: o.draining, Since: o.since, Zone: o.zone}
 	if n.s.owners[o.id] != rec {
 		c.apply(now, Change{Op: OpOwner, NS: n.name, Owner: o.id, Record: rec})
+		n.pair = true
 	}
 	if !o.member {
 		c.forgetTimer(n, o)
@@ -299,24 +321,38 @@ func (c *Core) flush(now time.Time) {
 		if wake := n.wakeAt(); len(n.dirty) > 0 || (!wake.IsZero() && !now.Before(wake)) {
 			c.stats.Expiries += c.reconcile(now, n)
 		}
-		var ids []string
-		for _, id := range n.pushing {
-			if o := n.owners[id]; o != nil && o.push {
-				ids = append(ids, id)
-			}
+		c.pairStandbys(now, n)
+		c.sendPushed(now, n)
+		// The sends grant: pair the new leases with standbys now, so
+		// the holders hear of them in the next message, not a renewal
+		// later.
+		if n.pair && c.cfg.standbys(n.name) > 0 {
+			c.pairStandbys(now, n)
+			c.sendPushed(now, n)
 		}
-		n.pushing = nil
-		current := c.resendCurrent(n)
-		for e, ok := n.resends.first(); ok && !e.at.After(now); e, ok = n.resends.first() {
-			n.resends.deleteAt(pos{})
-			if current(e) {
-				ids = append(ids, e.id) // a resend due
-			}
+	}
+}
+
+// sendPushed sends the messages flush has queued: to the sessions pushed,
+// and the race resends due.
+func (c *Core) sendPushed(now time.Time, n *namespace) {
+	var ids []string
+	for _, id := range n.pushing {
+		if o := n.owners[id]; o != nil && o.push {
+			ids = append(ids, id)
 		}
-		slices.Sort(ids) // deterministic order
-		for _, id := range slices.Compact(ids) {
-			c.sendTo(now, n, n.owners[id])
+	}
+	n.pushing = nil
+	current := c.resendCurrent(n)
+	for e, ok := n.resends.first(); ok && !e.at.After(now); e, ok = n.resends.first() {
+		n.resends.deleteAt(pos{})
+		if current(e) {
+			ids = append(ids, e.id) // a resend due
 		}
+	}
+	slices.Sort(ids) // deterministic order
+	for _, id := range slices.Compact(ids) {
+		c.sendTo(now, n, n.owners[id])
 	}
 }
 

@@ -110,6 +110,9 @@ func (c *Core) Tick(now time.Time) {
 			}
 		}
 		n.s.table.Truncate(now)
+		if c.broken.PromoteEarly {
+			c.promoteEarly(now, n)
+		}
 	}
 	c.flush(now)
 	for _, name := range c.Namespaces() { // after the flush, which frees what expired
@@ -152,6 +155,9 @@ func (c *Core) reconcile(now time.Time, n *namespace) (expired uint64) {
 			}
 			gone, _ := n.res.free(s.Range, now)
 			for _, p := range gone.Ranges() {
+				if c.promote(now, n, s.Entry, p) {
+					continue // granted to its in-sync standby (rule 21)
+				}
 				c.set(now, n, p, leasetable.Entry{})
 				expired++
 			}

@@ -34,6 +34,10 @@ func (g *golden) core(t *testing.T, d *datadriven.TestData) {
 			}
 		case "membership":
 			cfg.MembershipEvery, err = time.ParseDuration(v)
+		case "standbys":
+			var k int
+			k, err = strconv.Atoi(v)
+			cfg.Standbys = map[string]int{protocol.DefaultNamespace: k}
 		default:
 			d.Fatalf(t, "core: unknown argument %q", a.Key)
 		}
@@ -50,6 +54,9 @@ func (g *golden) core(t *testing.T, d *datadriven.TestData) {
 	tm := cfg.Timing
 	g.printf("timing: OwnerLease %v, Renew %v, ManagerLease %v\n", tm.OwnerLease, tm.Renew, tm.ManagerLease)
 	g.printf("policy: %d pieces dealt round-robin to the members\n", pieces)
+	if k := cfg.Standbys[protocol.DefaultNamespace]; k > 0 {
+		g.printf("standbys: %d per range\n", k)
+	}
 	switch {
 	case cfg.Handover < 0:
 		g.printf("planned moves off: a moving range is recalled\n")

@@ -32,6 +32,16 @@ func (g *golden) describeResponse(m *protocol.LeaseResponse) string {
 	for _, h := range m.Handovers {
 		fmt.Fprintf(&b, "; hand %s#%d over to %s within %v", rangeString(h.Range), h.LGN, h.To, h.Within)
 	}
+	for _, s := range m.Standbys {
+		if s.Owner == "" {
+			fmt.Fprintf(&b, "; #%d no standby s%d", s.LGN, s.SGN)
+		} else {
+			fmt.Fprintf(&b, "; #%d standby %s s%d%s", s.LGN, s.Owner, s.SGN, map[bool]string{true: " in sync"}[s.InSync])
+		}
+	}
+	for _, s := range m.StandbyFor {
+		fmt.Fprintf(&b, "; standby for %s#%d s%d%s", s.Owner, s.LGN, s.SGN, map[bool]string{true: " in sync"}[s.InSync])
+	}
 	switch m.Drain {
 	case protocol.DrainActive:
 		b.WriteString("; draining")

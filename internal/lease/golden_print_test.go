@@ -78,6 +78,9 @@ func (g *golden) describeChange(ch Change, before keyspace.LSN) string {
 		if r.Capacity != 0 {
 			s += fmt.Sprintf(", capacity %g", r.Capacity)
 		}
+		if r.Zone != "" {
+			s += ", zone " + r.Zone
+		}
 		return s
 	case OpForget:
 		return fmt.Sprintf("forget owner %s%s", ch.Owner, ns)
@@ -85,6 +88,21 @@ func (g *golden) describeChange(ch Change, before keyspace.LSN) string {
 		return fmt.Sprintf("desired assignment%s: %d segments", ns, len(ch.Desired))
 	case OpPeer:
 		return fmt.Sprintf("replica %d at %q", ch.Peer, ch.Addr)
+	case OpStandby:
+		r := ch.Standby
+		switch {
+		case r.SGN == 0:
+			return fmt.Sprintf("standby of #%d forgotten%s", r.LGN, ns)
+		case r.Owner == "":
+			return fmt.Sprintf("standby of %s#%d: none s%d%s", r.Holder, r.LGN, r.SGN, ns)
+		case r.InSync:
+			return fmt.Sprintf("standby of %s#%d: %s s%d in sync%s", r.Holder, r.LGN, r.Owner, r.SGN, ns)
+		}
+		zone := ""
+		if r.Zone != "" {
+			zone = " zone " + r.Zone
+		}
+		return fmt.Sprintf("standby of %s#%d: %s%s s%d%s", r.Holder, r.LGN, r.Owner, zone, r.SGN, ns)
 	}
 	return fmt.Sprintf("%+v", ch)
 }
@@ -157,6 +175,8 @@ func leaseList(ls []protocol.Lease, marks bool) string {
 		s := fmt.Sprintf("%s#%d", rangeString(l.Range), l.LGN)
 		if marks {
 			switch {
+			case l.Grant && l.Promoted:
+				s = "grant " + s + " promoted"
 			case l.Grant && l.Migrated:
 				s = "grant " + s + " migrated"
 			case l.Grant:

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/datadriven"
+	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/protocol"
 )
 
@@ -27,7 +28,7 @@ func (g *golden) request(t *testing.T, d *datadriven.TestData) {
 	o := g.owner(g.arg(t, d, "owner"))
 	req := &protocol.LeaseRequest{
 		Namespace: protocol.DefaultNamespace, Owner: o.id, Addr: o.id + ":7000", Incarnation: o.inc,
-		Seq: o.seq + 1, AckEpoch: o.epoch, AckSeq: o.heard, Held: slices.Clone(o.held),
+		Seq: o.seq + 1, AckEpoch: o.epoch, AckSeq: o.heard, Held: slices.Clone(o.held), Zone: o.zone,
 	}
 	for _, a := range d.CmdArgs {
 		var err error
@@ -57,6 +58,19 @@ func (g *golden) request(t *testing.T, d *datadriven.TestData) {
 			req.Leaving = true
 		case "draining":
 			req.Draining = true
+		case "zone":
+			req.Zone = a.SingleVal(t)
+			o.zone = req.Zone
+		case "insync":
+			for _, v := range a.Vals {
+				lgn, sgn, ok := strings.Cut(v, "/")
+				l, err1 := strconv.ParseUint(lgn, 10, 64)
+				s, err2 := strconv.ParseUint(sgn, 10, 64)
+				if !ok || err1 != nil || err2 != nil {
+					d.Fatalf(t, "insync: %q is not LGN/SGN", v)
+				}
+				req.InSync = append(req.InSync, protocol.StandbySync{Range: keyspace.Full, LGN: keyspace.LGN(l), SGN: protocol.SGN(s)})
+			}
 		case "handed":
 			for _, v := range a.Vals {
 				lease, to, ok := strings.Cut(v, ">")
@@ -112,6 +126,12 @@ func (g *golden) describeRequest(req *protocol.LeaseRequest) string {
 	}
 	if req.Draining {
 		b.WriteString(" draining")
+	}
+	if req.Zone != "" {
+		fmt.Fprintf(&b, " zone=%s", req.Zone)
+	}
+	for _, s := range req.InSync {
+		fmt.Fprintf(&b, " in-sync #%d/s%d", s.LGN, s.SGN)
 	}
 	return b.String()
 }

@@ -21,21 +21,25 @@ package lease
 // a key off that grid is written in hex (0x…). A lease is a range and its
 // LGN: 4-8#3.
 //
-//	core [epoch=N] [pieces=N] [handover=off|DUR] [membership=DUR] [seed=N]
+//	core [epoch=N] [pieces=N] [handover=off|DUR] [membership=DUR] [seed=N] [standbys=N]
 //	    A new Manager (NewCore) at t=0 with no state. The policy is
 //	    assign.Fixed: pieces (default 4) dealt round-robin to the members in
 //	    ID order. handover (default one OwnerLease) is how long a planned
 //	    move waits for the state; off recalls instead. membership paces the
-//	    planning of joins and leaves (default: at once).
+//	    planning of joins and leaves (default: at once). standbys is the
+//	    namespace's standbys per range (docs/design.md rules 21-24): pairings
+//	    print as "standby of a#1: b zone y s1", sN being the standby number.
 //	tick +DUR | tick to=DUR
 //	    Advance the clock and run the Core's timers (Core.Tick).
 //	request owner=ID [seq=N] [ack=N] [held=(L, …)] [compact] [leaving]
-//	        [handed=(L>TO, …)] [draining] [inc=N]
+//	        [handed=(L>TO, …)] [draining] [inc=N] [zone=Z] [insync=(LGN/SGN, …)]
 //	    The Owner sends a LeaseRequest (Core.StepLease). By default it is the
 //	    Owner's next request: the next Seq, acknowledging the last response it
 //	    heard, listing everything it holds. Each argument overrides one field;
 //	    compact sends HeldAsAcked instead of the list; handed reports the
-//	    handover of lease L to Owner TO's current run.
+//	    handover of lease L to Owner TO's current run; zone gives the
+//	    Owner's failure domain (kept for its later requests); insync reports
+//	    the Owner's standby copy of lease LGN filled under standby number SGN.
 //	deliver [owner=ID] [n=N | seq=N]
 //	    Deliver the Manager's messages in flight to the Owner (all Owners if
 //	    none is named), in the order sent; or only the first n; or only the
@@ -120,6 +124,7 @@ type goldenOwner struct {
 	epoch uint64 // the epoch of the last response heard
 	held  []protocol.Lease
 	sent  map[uint64][]protocol.Lease // the Held of each request, by Seq
+	zone  string                      // said in every request once given
 }
 
 func (g *golden) run(t *testing.T, d *datadriven.TestData) string {

@@ -10,9 +10,10 @@ import (
 	"github.com/leasehold/leasehold/leasetable"
 )
 
-// grant gives piece g to o with a fresh LGN, reserved from now; from, when
-// not zero, is the LGN whose state the grant carries (a migration).
-func (c *Core) grant(now time.Time, n *namespace, o *ownerSession, g keyspace.Range, from keyspace.LGN) {
+// grant gives piece g to o with a fresh LGN, reserved from now, and returns
+// the LGN; from, when not zero, is the LGN whose state the grant carries (a
+// migration, or a promotion).
+func (c *Core) grant(now time.Time, n *namespace, o *ownerSession, g keyspace.Range, from keyspace.LGN) keyspace.LGN {
 	lgn := c.nextLGN(n)
 	e := leasetable.Entry{Owner: o.id, Addr: o.addr, LGN: lgn}
 	if from != 0 {
@@ -32,6 +33,7 @@ func (c *Core) grant(now time.Time, n *namespace, o *ownerSession, g keyspace.Ra
 		o.grantedAt[lgn] = now
 	}
 	n.push(o)
+	return lgn
 }
 
 // grantWanted grants o what the desired assignment gives it and is free

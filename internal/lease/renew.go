@@ -62,6 +62,7 @@ func (c *Core) sendTo(now time.Time, n *namespace, o *ownerSession) {
 		Handovers:   handovers,
 		Drain:       drainState(o),
 	}
+	msg.Standbys, msg.StandbyFor = c.standbyLists(n, o, leases)
 	if c.renewsHeld(o, leases) {
 		// A steady-state renewal: the owner expands it with the Held of
 		// its request AckSeq, and gets exactly this list.
@@ -102,7 +103,8 @@ func (c *Core) listHeld(now time.Time, n *namespace, o *ownerSession) ([]protoco
 			// Grants (made here, or by a migration) are listed as
 			// grants, new leases, until acknowledged.
 			_, grant := o.fresh[s.Entry.LGN]
-			leases = append(leases, protocol.Lease{Range: p, LGN: s.Entry.LGN, Grant: grant, Migrated: grant && s.Entry.Migrated})
+			leases = append(leases, protocol.Lease{Range: p, LGN: s.Entry.LGN, Grant: grant, Migrated: grant && s.Entry.Migrated,
+				Promoted: grant && o.promoted[s.Entry.LGN]})
 			if l := len(reserve) - 1; l >= 0 && reserve[l].End == p.Start && p.Start != 0 {
 				reserve[l].End = p.End
 			} else {

@@ -98,6 +98,7 @@ func (c *Core) learn(now time.Time, n *namespace, o *ownerSession, req *protocol
 		for lgn, first := range o.fresh {
 			if first != 0 && first <= req.AckSeq {
 				delete(o.fresh, lgn)
+				delete(o.promoted, lgn)
 			}
 		}
 	}
@@ -115,6 +116,11 @@ func (c *Core) learn(now time.Time, n *namespace, o *ownerSession, req *protocol
 	if req.Window > 0 {
 		c.recordLoad(n, o, req)
 	}
+	if req.Zone != o.zone {
+		o.zone = req.Zone
+		c.record(now, n, o)
+	}
+	c.learnInSync(now, n, o, req.InSync)
 	o.wantDrain = req.Draining
 	if req.Draining && !o.draining {
 		_ = c.drain(now, n, o) // refused while the gate is full: asked again at each request
@@ -178,6 +184,9 @@ func validateLeaseRequest(req *protocol.LeaseRequest) error {
 	}
 	if req.Seq == 0 {
 		return bad("lease request from %q with sequence number 0", req.Owner)
+	}
+	if len(req.Zone) > protocol.MaxZoneLen {
+		return bad("lease request from %q has a zone of %d bytes; at most %d allowed (protocol.MaxZoneLen)", req.Owner, len(req.Zone), protocol.MaxZoneLen)
 	}
 	for _, l := range req.Held {
 		if !l.Range.Valid() || l.LGN == 0 {

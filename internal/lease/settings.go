@@ -45,7 +45,17 @@ type Settings struct {
 	// segments; 0 means DefaultMaxOwners and DefaultMaxRanges.
 	MaxOwners int
 	MaxRanges int
+	// Standbys gives, by namespace name, the standby Owners per range: 0
+	// (absent) is the papers' behaviour, 1 names a standby beside every
+	// lease's holder (docs/design.md rules 21-24).
+	Standbys map[string]int
 }
+
+// MaxStandbys is the most standbys per range a namespace may ask for.
+const MaxStandbys = 1
+
+// standbys returns namespace ns's standbys per range.
+func (c *Settings) standbys(ns string) int { return c.Standbys[ns] }
 
 // The defaults of MaxOwners and MaxRanges: 10,000 Owners of 64 ranges each
 // fit, with room; a Lookup's snapshot of the largest table still fits the

@@ -13,6 +13,7 @@ import (
 	"github.com/leasehold/leasehold/assign"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/leasetable"
+	"github.com/leasehold/leasehold/protocol"
 )
 
 // State is the Manager's replicated state (docs/design.md rule 8): the epoch, the
@@ -36,6 +37,11 @@ type nsState struct {
 	lgn     keyspace.LGN // the largest LGN ever recorded
 	owners  map[string]OwnerRecord
 	desired assign.Assignment // the load-aware desired assignment, if any
+	// standbys are the pairings of holder and standby by the holder's
+	// lease (docs/design.md rules 21-24), and sgn the largest SGN ever
+	// recorded (standby.go).
+	standbys map[keyspace.LGN]StandbyRecord
+	sgn      protocol.SGN
 }
 
 // OwnerRecord is the replicated part of what the Manager knows of an owner.
@@ -49,6 +55,8 @@ type OwnerRecord struct {
 	// incarnation first spoke: an entry of this owner with an LGN at or
 	// below it was granted to an earlier run (see Core's orphans).
 	Since keyspace.LGN `json:"g,omitempty"`
+	// Zone is the Owner's failure domain (docs/design.md rule 22).
+	Zone string `json:"z,omitempty"`
 }
 
 // Op is the kind of a Change.
@@ -63,6 +71,7 @@ const (
 	OpForget                  // forget Owner of NS
 	OpPeer                    // record replica Peer at Addr ("" removes it)
 	OpDesired                 // set NS's desired assignment to Desired
+	OpStandby                 // record NS's pairing Standby (SGN 0: forget Standby.LGN's)
 )
 
 // Change is one mutation of the State. The leader's Core emits Changes; the
@@ -82,6 +91,8 @@ type Change struct {
 	Reader bool `json:"rr,omitempty"`
 	// Desired is a load-aware desired assignment (OpDesired).
 	Desired assign.Assignment `json:"d,omitempty"`
+	// Standby is a pairing of holder and standby (OpStandby).
+	Standby *StandbyRecord `json:"sb,omitempty"`
 }
 
 // ErrCorrupt is wrapped by the errors of Apply and DecodeState: a committed
@@ -160,7 +171,7 @@ func (s *State) apply(now time.Time, c Change) error {
 	}
 	if c.Op == OpNamespace {
 		if _, ok := s.ns[c.NS]; !ok {
-			s.ns[c.NS] = &nsState{table: leasetable.New(s.retention), owners: map[string]OwnerRecord{}}
+			s.ns[c.NS] = &nsState{table: leasetable.New(s.retention), owners: map[string]OwnerRecord{}, standbys: map[keyspace.LGN]StandbyRecord{}}
 		}
 		return nil
 	}
@@ -192,6 +203,8 @@ func (s *State) apply(now time.Time, c Change) error {
 			}
 		}
 		n.desired = slices.Clone(c.Desired)
+	case OpStandby:
+		return n.applyStandby(c.Standby)
 	default:
 		return fmt.Errorf("unknown op %d", c.Op)
 	}
@@ -213,6 +226,8 @@ type nsImage struct {
 	Segments []leasetable.Segment   `json:"segments"`
 	Owners   map[string]OwnerRecord `json:"owners,omitempty"`
 	Desired  assign.Assignment      `json:"desired,omitempty"`
+	Standbys []StandbyRecord        `json:"standbys,omitempty"`
+	SGN      protocol.SGN           `json:"sgn,omitempty"`
 }
 
 // Encode returns the State as a snapshot's data. The change logs are
@@ -223,7 +238,7 @@ func (s *State) Encode() []byte {
 	for _, name := range s.Namespaces() {
 		n := s.ns[name]
 		img.Namespaces = append(img.Namespaces, nsImage{Name: name, LSN: n.table.LSN(), LGN: n.lgn,
-			Segments: n.table.Segments(), Owners: n.owners, Desired: n.desired})
+			Segments: n.table.Segments(), Owners: n.owners, Desired: n.desired, Standbys: n.standbyList(), SGN: n.sgn})
 	}
 	b, err := json.Marshal(img)
 	if err != nil {
@@ -255,7 +270,11 @@ func DecodeState(data []byte, retention time.Duration) (*State, error) {
 		for id, r := range ni.Owners {
 			owners[id] = r
 		}
-		s.ns[ni.Name] = &nsState{table: t, lgn: ni.LGN, owners: owners, desired: ni.Desired}
+		standbys := map[keyspace.LGN]StandbyRecord{}
+		for _, r := range ni.Standbys {
+			standbys[r.LGN] = r
+		}
+		s.ns[ni.Name] = &nsState{table: t, lgn: ni.LGN, owners: owners, desired: ni.Desired, standbys: standbys, sgn: ni.SGN}
 	}
 	return s, nil
 }

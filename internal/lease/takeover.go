@@ -62,7 +62,7 @@ func resume(cfg Settings, broken faults.Set, st *State, base uint64, now time.Ti
 	}
 	for _, name := range c.st.Namespaces() {
 		s := c.st.ns[name]
-		n := &namespace{name: name, s: s, res: newReservations(), owners: map[string]*ownerSession{}, members: true,
+		n := &namespace{name: name, s: s, res: newReservations(), owners: map[string]*ownerSession{}, members: true, pair: true,
 			handovers: newOrdered(cmpHandoverEnd), resends: newOrdered(cmpOwnerTimer), silences: newOrdered(cmpOwnerTimer)}
 		if base == 0 || !broken.NoTakeoverReservation {
 			n.res.set(keyspace.Full, now.Add(cfg.Timing.ManagerLease))
@@ -70,7 +70,7 @@ func resume(cfg Settings, broken faults.Set, st *State, base uint64, now time.Ti
 		for _, id := range sortedOwnerIDs(s.owners) {
 			r := s.owners[id]
 			n.owners[id] = &ownerSession{id: id, addr: r.Addr, inc: r.Incarnation, member: r.Member,
-				capacity: r.Capacity, draining: r.Draining, since: r.Since, mySeq: c.seqBase, lastHeard: now}
+				capacity: r.Capacity, draining: r.Draining, since: r.Since, mySeq: c.seqBase, lastHeard: now, zone: r.Zone}
 			c.heard(n, n.owners[id])
 			if !r.Member {
 				c.forgetTimer(n, n.owners[id])

@@ -20,6 +20,26 @@ func WindowServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{grpc.StaticStreamWindowSize(client.StreamWindow), grpc.StaticConnWindowSize(client.ConnWindow)}
 }
 
+// BufferServerOptions are the server options that size a connection's
+// buffers for a server with tens of thousands of mostly idle connections.
+// gRPC's defaults give every connection a 32-KB read buffer and a 32-KB
+// write buffer for its whole life: 64 KB of a client's cost at the
+// Manager whether it says anything or not. The write buffer is taken from
+// a pool shared by every connection when a batch of frames is written and
+// returned when it is flushed (SharedWriteBuffer), so an idle connection
+// holds none; it costs a pool's get and put per flush. The read buffer is
+// ReadBuffer: what a Manager reads are small requests, renewals and
+// polls of a few dozen bytes, and a frame at least as large as the buffer
+// (a Raft message's part) is read straight into its own memory by the
+// buffered reader, so a small buffer costs no extra reads for it.
+func BufferServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{grpc.SharedWriteBuffer(true), grpc.ReadBufferSize(ReadBuffer)}
+}
+
+// ReadBuffer is the size of a server connection's read buffer
+// (BufferServerOptions).
+const ReadBuffer = 4 << 10
+
 // KeepaliveServerOptions are the server options a Manager replica needs
 // for keepalive. It lets its clients ping every client.KeepaliveTime, with
 // or without a stream open (gRPC's default, one ping in 5 minutes, would end

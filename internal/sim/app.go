@@ -45,6 +45,7 @@ type app struct {
 	// the application takes no write on them until the handover's
 	// deadline, or until it gives the handover up (acks.go).
 	frozen []freeze
+	sb     *sbApp // Config.Standbys (standby.go)
 }
 
 // transfer is the state of a range handed over to this Owner run: the
@@ -152,9 +153,12 @@ func (s *Sim) ownerChanged(n *node, changes []owner.OwnershipChange) {
 			s.trace(n, "revoked %v granted %v handovers %v", ch.Revoked, ch.Granted, ch.Handovers)
 		}
 		for _, g := range ch.Granted {
-			if g.Migrated {
-				s.chk.tookUp(n, g)
+			if g.Migrated && !g.Promoted {
+				s.chk.tookUp(n, g) // a promoted grant's copy is checked by sbChanged
 			}
+		}
+		if s.cfg.Standbys {
+			s.sbChanged(n, ch)
 		}
 		for _, h := range ch.Handovers {
 			s.handOver(n, h)
@@ -187,6 +191,9 @@ func (s *Sim) handOver(n *node, h owner.Handover) {
 
 // appDeliver handles a message from another Owner.
 func (s *Sim) appDeliver(n *node, from *node, msg any) {
+	if s.cfg.Standbys && s.sbDeliver(n, from, msg) {
+		return
+	}
 	now := n.local(s.now)
 	switch m := msg.(type) {
 	case stateMsg:

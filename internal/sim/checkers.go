@@ -45,6 +45,9 @@ type checker struct {
 	migratedFrom map[leaseID]keyspace.LGN
 
 	writes *writeBook // acknowledged writes (acks.go)
+	// sbLast is the last write acknowledged on each key of the standby
+	// application since its last recorded loss (standby.go).
+	sbLast map[keyspace.Key]sbAck
 
 	violation *Violation
 	off       bool // Config.NoChecks
@@ -232,6 +235,9 @@ func (c *checker) change(r keyspace.Range, e leasetable.Entry) {
 				fmt.Printf("%12s loss %v %s/%d -> %q/%d\n", c.s.now, old.Range, old.Entry.Owner, old.Entry.LGN, e.Owner, e.LGN)
 			}
 			c.lost(old.Range, leaseID{c.shadowEpoch, old.Entry.LGN})
+			if p, ok := old.Range.Intersect(r); ok {
+				c.sbLost(p)
+			}
 			c.lostWrites(old.Range, r, leaseID{c.shadowEpoch, old.Entry.LGN})
 		}
 	}
@@ -241,6 +247,7 @@ func (c *checker) change(r keyspace.Range, e leasetable.Entry) {
 // its table, so every lease of its epoch is lost now. (A restart from the
 // Raft log, or a new leader, loses nothing: the table carries over.)
 func (c *checker) managerCrashed() {
+	c.sbLast = nil // every key is lost with the epoch
 	if c.off {
 		return
 	}

@@ -185,6 +185,16 @@ type Config struct {
 	// acknowledgement.
 	WriteLatency func(at, took time.Duration)
 
+	// Standbys gives the namespace one standby per range
+	// (manager.Config.Standbys; docs/design.md rules 21-24), and the
+	// Owners the standby application and its checker (standby.go): no
+	// acknowledged write is lost without a loss notification. Owner i is in
+	// zone i mod Zones (0: one zone). StandbyPairCrashEvery crashes a
+	// holder and its standby together.
+	Standbys              bool
+	Zones                 int
+	StandbyPairCrashEvery time.Duration
+
 	// queueFloor, if set, replaces minCompact: tests make the event queue
 	// compact often to check that it leaves the run as it was.
 	queueFloor int

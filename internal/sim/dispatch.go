@@ -213,6 +213,9 @@ func (s *Sim) after(n *node) {
 			s.trace(n, "send req to %s seq=%d ackE=%d ackS=%d held=%d heldAsAcked=%v inc=%d", s.mgrs[n.target].name, m.Seq, m.AckEpoch, m.AckSeq, len(m.Held), m.HeldAsAcked, m.Incarnation)
 		}
 		s.ownerChanged(n, changes)
+		if s.cfg.Standbys {
+			s.sbStep(n)
+		}
 		s.chk.acked(n)
 		for _, m := range out {
 			s.send(n, s.mgrs[n.target], m)

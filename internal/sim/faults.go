@@ -49,6 +49,7 @@ func (s *Sim) scheduleFaults() {
 			s.at(s.now+s.uniform(0, 3*t.ManagerLease), func() { s.restart(n) })
 		}
 	})
+	repeat(c.StandbyPairCrashEvery, s.sbCrashPair)
 	repeat(c.LookupCrashEvery, func() {
 		if n := s.pickUp(s.lookups); n != nil {
 			s.crash(n)

@@ -70,7 +70,7 @@ func (s *Sim) start(n *node) {
 		var err error
 		n.rep, err = replica.NewReplica(replica.ReplicaConfig{
 			ID:       n.rid,
-			Settings: replica.Settings{Lease: lease.Settings{Timing: s.cfg.Timing, Policy: s.cfg.Policy, Epoch: s.epoch, Seed: seed, Rebalance: s.cfg.Rebalance, RebalanceEvery: s.cfg.RebalanceEvery, DrainGate: s.cfg.DrainGate}, RaftTick: s.tick, ElectionTicks: electionTicks, SnapshotEntries: cmp.Or(s.cfg.SnapshotEntries, snapshotEntries), ReadLease: s.readLease()},
+			Settings: replica.Settings{Lease: lease.Settings{Timing: s.cfg.Timing, Policy: s.cfg.Policy, Epoch: s.epoch, Seed: seed, Rebalance: s.cfg.Rebalance, RebalanceEvery: s.cfg.RebalanceEvery, DrainGate: s.cfg.DrainGate, Standbys: s.standbySetting()}, RaftTick: s.tick, ElectionTicks: electionTicks, SnapshotEntries: cmp.Or(s.cfg.SnapshotEntries, snapshotEntries), ReadLease: s.readLease()},
 			Storage:  n.store, Bootstrap: s.bootstrap(n), Break: s.broken(),
 		}, now)
 		if err != nil {
@@ -81,7 +81,7 @@ func (s *Sim) start(n *node) {
 		n.draining = false
 		n.own = owner.NewCore(s.ownerConfig(n, owner.CoreConfig{
 			Namespace: namespace, ID: n.name, Addr: n.name + ":7000", Incarnation: n.inc,
-			Timing: s.cfg.Timing, Seed: seed,
+			Timing: s.cfg.Timing, Seed: seed, Zone: s.sbZone(n),
 		}))
 		faults.Owner(n.own, s.broken())
 		s.chk.ownerStarted(n)

@@ -114,6 +114,7 @@ type Sim struct {
 	ghosts      []*node // earlier runs of Owners still running (ghost.go)
 	lookups     []*node
 	byOwner     map[string]*node
+	sbNext      uint64 // the standby application's last write number
 	bySess      map[uint64]*node
 	faulting    bool
 	epoch       uint64
@@ -202,6 +203,11 @@ type Stats struct {
 	// with a live Owner's ID (Config.DuplicateEvery); LateHandovers the
 	// handovers an Owner reported done at or after its deadline.
 	Stalls, LeaderStalls, Duplicates, LateHandovers int
+	// The standby application (Config.Standbys, standby.go): writes
+	// taken and acknowledged, replicated writes and fills a standby
+	// refused (CheckStandbyWrite), fills stored, promoted grants taken up
+	// (counted per key written), and holders crashed with their standby.
+	StandbyWrites, StandbyAcks, StandbyRefused, Fills, Promotions, PairCrashes int
 	// Deposals counts the leaders stalled past an election with a holder
 	// cut off from their successor (ReadLeaseConfig.DeposeEvery).
 	Deposals      int

@@ -32,6 +32,8 @@ func LeaseRequestToPB(r *protocol.LeaseRequest) *leaseholdv1.LeaseRequest {
 		Load:        loadToPB(r.Load),
 		HotKeys:     keysToPB(r.HotKeys),
 		WindowNanos: int64(r.Window),
+		Zone:        r.Zone,
+		InSync:      inSyncToPB(r.InSync),
 	}
 }
 
@@ -82,7 +84,16 @@ func LeaseRequestFromPB(m *leaseholdv1.LeaseRequest) (*protocol.LeaseRequest, er
 	if w := m.GetWindowNanos(); w > 0 && w < int64(protocol.MinLoadWindow) {
 		return nil, invalid(msg+".window_nanos", fmt.Errorf("%s is shorter than the %s allowed (protocol.MinLoadWindow)", time.Duration(w), protocol.MinLoadWindow))
 	}
+	if err := checkZone(m.GetZone()); err != nil {
+		return nil, invalid(msg+".zone", err)
+	}
+	inSync, err := inSyncFromPB(msg+".in_sync", m.GetInSync())
+	if err != nil {
+		return nil, err
+	}
 	return &protocol.LeaseRequest{
+		Zone:        m.GetZone(),
+		InSync:      inSync,
 		Namespace:   m.GetNamespace(),
 		Owner:       m.GetOwner(),
 		Addr:        m.GetAddr(),
@@ -121,6 +132,8 @@ func LeaseResponseToPB(r *protocol.LeaseResponse) *leaseholdv1.LeaseResponse {
 		RenewNanos:      int64(r.Renew),
 		Handovers:       handoversToPB(r.Handovers),
 		Drain:           uint32(r.Drain),
+		Standbys:        standbysToPB(r.Standbys),
+		StandbyFor:      standbysToPB(r.StandbyFor),
 	}
 }
 
@@ -159,7 +172,17 @@ func LeaseResponseFromPB(m *leaseholdv1.LeaseResponse) (*protocol.LeaseResponse,
 	if err := checkDrain(m.GetDrain()); err != nil {
 		return nil, invalid(msg+".drain", err)
 	}
+	standbys, err := standbysFromPB(msg+".standbys", m.GetStandbys())
+	if err != nil {
+		return nil, err
+	}
+	standbyFor, err := standbysFromPB(msg+".standby_for", m.GetStandbyFor())
+	if err != nil {
+		return nil, err
+	}
 	return &protocol.LeaseResponse{
+		Standbys:    standbys,
+		StandbyFor:  standbyFor,
 		Namespace:   m.GetNamespace(),
 		Owner:       m.GetOwner(),
 		Incarnation: m.GetIncarnation(),
@@ -190,6 +213,7 @@ func leasesToPB(ls []protocol.Lease) []*leaseholdv1.Lease {
 		m.Lgn = uint64(l.LGN)
 		m.Grant = l.Grant
 		m.Migrated = l.Migrated
+		m.Promoted = l.Promoted
 		out[i] = m
 	}
 	return out
@@ -222,6 +246,7 @@ func leasesFromPB(where string, ms []*leaseholdv1.Lease) ([]protocol.Lease, erro
 			LGN:      keyspace.LGN(m.GetLgn()),
 			Grant:    m.GetGrant(),
 			Migrated: m.GetMigrated(),
+			Promoted: m.GetPromoted(),
 		}
 	}
 	return out, nil

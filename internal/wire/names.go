@@ -61,7 +61,7 @@ func (c *OwnerNames) Send(m *leaseholdv1.LeaseRequest) *leaseholdv1.LeaseRequest
 		Incarnation: m.Incarnation, Seq: m.Seq, AckEpoch: m.AckEpoch, AckSeq: m.AckSeq,
 		Held: m.Held, Leaving: m.Leaving, Draining: m.Draining, Handed: m.Handed,
 		Capacity: m.Capacity, Load: m.Load, HotKeys: m.HotKeys, WindowNanos: m.WindowNanos,
-		HeldAsAcked: m.HeldAsAcked, NamesOnce: true,
+		HeldAsAcked: m.HeldAsAcked, NamesOnce: true, Zone: m.Zone, InSync: m.InSync,
 	}
 }
 

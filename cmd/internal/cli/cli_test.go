@@ -27,6 +27,10 @@ func TestMain(m *testing.M) {
 	// The tests run their Managers and clients in plaintext on 127.0.0.1;
 	// trust_test.go runs them with certificates.
 	os.Setenv(InsecureEnv, "1")
+	// Most of them wait on the fast timings' leases, but they start Raft
+	// groups of three whose elections, run 4 at once beside the rest of go
+	// test ./... on a loaded machine, lost their leaders: they keep go
+	// test's parallelism (internal/testwait).
 	goleak.VerifyTestMain(m)
 }
 

@@ -48,7 +48,9 @@ func newDashboardCommand(e *env) *cobra.Command {
 		Short: "Serve a live web dashboard of the key space, the Owners, their load and every loss",
 		Long: `Serve a web page, at https://--listen/, that shows a Manager live: the key space
 as a ring coloured by Owner (hover for a range, its LGN, holder and load), the
-Owners with their ranges, share, load, capacity and draining state, the hot
+Owners with their ranges, share, load, capacity and draining state (and,
+with standby Owners, each one's zone and the ranges it stands by for, in
+sync or filling), the hot
 keys, the Manager's replicas with their role, term and log position, and a
 timeline of the lease table's changes, planned moves and loss notifications,
 filterable by namespace and Owner. An operator may drain an Owner from the
@@ -286,10 +288,11 @@ func statusOf(resp *pb.StatusResponse, c clusterJSON) dashboard.Status {
 	}
 	for _, n := range resp.GetNamespaces() {
 		ns := dashboard.NamespaceStatus{Name: n.GetName(), LSN: n.GetLsn(), Ranges: n.GetSegments(),
-			FreeRanges: n.GetFreeSegments(), Lookups: n.GetLookups()}
+			FreeRanges: n.GetFreeSegments(), Lookups: n.GetLookups(), Standbys: n.GetStandbys()}
 		for _, ow := range n.GetOwners() {
 			o := dashboard.Owner{ID: ow.GetId(), Addr: ow.GetAddr(), Incarnation: ow.GetIncarnation(), Member: ow.GetMember(),
-				Ranges: ow.GetRanges(), Share: ow.GetShare(), Load: ow.GetLoad(), Capacity: capacity(ow), Draining: ow.GetDraining()}
+				Ranges: ow.GetRanges(), Share: ow.GetShare(), Load: ow.GetLoad(), Capacity: capacity(ow), Draining: ow.GetDraining(),
+				Zone: ow.GetZone(), StandbyRanges: ow.GetStandbyRanges(), StandbyInSync: ow.GetStandbyInSync()}
 			for _, k := range ow.GetHotKeys() {
 				o.HotKeys = append(o.HotKeys, dashboard.HotKey{Key: keyspace.Key(k.GetKey()), Rate: k.GetRate()})
 			}

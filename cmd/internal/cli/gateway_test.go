@@ -8,11 +8,14 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/leasehold/leasehold/internal/testwait"
 )
 
 // TestGatewayFinishesInFlight: stopped (as by SIGTERM), the gateway
 // finishes a request in flight before it exits 0.
 func TestGatewayFinishesInFlight(t *testing.T) {
+	testwait.Side(t)
 	arrived, release := make(chan struct{}, 1), make(chan struct{})
 	ownerSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/kv/slow" {

@@ -22,6 +22,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/leasehold/leasehold/certs"
+	"github.com/leasehold/leasehold/internal/lease"
 	"github.com/leasehold/leasehold/internal/version"
 	"github.com/leasehold/leasehold/manager"
 	"github.com/leasehold/leasehold/protocol"
@@ -78,6 +79,7 @@ type managerOptions struct {
 	listen        string
 	timings       string // a key of profiles
 	namespaces    []string
+	standbys      []string // --standbys: NS=N or N (the default namespace)
 	metricsListen string
 	pprof         bool
 	logOptions
@@ -156,6 +158,7 @@ Logs go to stderr. SIGINT or SIGTERM stops it cleanly (exit code 0).`,
 		}
 	}
 	f.StringArrayVar(&o.namespaces, "namespace", nil, "a namespace `NS` to serve besides \"default\" (repeatable)")
+	f.StringArrayVar(&o.standbys, "standbys", nil, "standby Owners per range, `NS=N` (or N for the default namespace), 0 or 1: with 1 every range gets a standby on another zone, promoted with no loss notification when the holder is lost (docs/standbys.md; repeatable)")
 	f.StringVar(&o.dataDir, "data-dir", "", "keep the replicated state in `DIR` (default: memory only; a restart loses every lease)")
 	f.Uint64Var(&o.id, "id", 1, "this replica's `ID` in the group, a positive integer")
 	f.StringVar(&o.peers, "peers", "", "the founding replicas of a new group, `ID=ADDR,…`, this one included (default: a group of one); with --join, the running group's replicas")
@@ -211,7 +214,7 @@ func (o *managerOptions) set(flag string) bool { return o.flags != nil && o.flag
 // fieldFlags names the flag that sets each ServerConfig field an error can
 // name (leasehold.ConfigError); Timing's fields are timingFlags'.
 var fieldFlags = map[string]string{
-	"Namespaces": "namespace", "ID": "id", "Peers": "peers", "Advertise": "advertise", "DataDir": "data-dir",
+	"Namespaces": "namespace", "Standbys": "standbys", "ID": "id", "Peers": "peers", "Advertise": "advertise", "DataDir": "data-dir",
 	"Handover": "handover", "DrainGate": "drain-gate", "RebalanceEvery": "rebalance-every",
 	"MembershipEvery": "membership-every", "PushEvery": "push-every", "RaftTick": "raft-tick",
 	"ElectionTicks": "election-ticks", "SnapshotEntries": "snapshot-entries", "LearnerTimeout": "learner-timeout",
@@ -271,6 +274,9 @@ func (o *managerOptions) config(logger *slog.Logger) (manager.Config, error) {
 		extra = append(extra, ns)
 	}
 	cfg := o.settings
+	if cfg.Standbys, err = parseStandbys(o.standbys, extra); err != nil {
+		return cfg, err
+	}
 	cfg.Timing, cfg.Namespaces, cfg.Handover, cfg.DrainGate, cfg.RebalanceEvery = o.timing(), extra, o.handover, o.drainGate, o.rebalanceEach
 	cfg.Logger, cfg.ID, cfg.DataDir, cfg.Join, cfg.Advertise = logger, o.id, o.dataDir, o.join, o.advertise
 	switch o.rebalance {
@@ -546,4 +552,28 @@ func serveMetrics(srv *manager.Server, lis net.Listener, withPprof bool, log *sl
 		}
 		<-done
 	}
+}
+
+// parseStandbys parses --standbys: NS=N, or N for the default namespace;
+// NS must be served (default or one of namespaces).
+func parseStandbys(flags, namespaces []string) (map[string]int, error) {
+	if len(flags) == 0 {
+		return nil, nil
+	}
+	out := map[string]int{}
+	for _, f := range flags {
+		ns, n, ok := strings.Cut(f, "=")
+		if !ok {
+			ns, n = protocol.DefaultNamespace, f
+		}
+		v, err := strconv.Atoi(strings.TrimSpace(n))
+		if err != nil || v < 0 || v > lease.MaxStandbys {
+			return nil, usagef("--standbys %q: want NS=N or N, N from 0 to %d", f, lease.MaxStandbys)
+		}
+		if ns != protocol.DefaultNamespace && !slices.Contains(namespaces, ns) {
+			return nil, usagef("--standbys %q: namespace %q is not served (add --namespace %s)", f, ns, ns)
+		}
+		out[ns] = v
+	}
+	return out, nil
 }

@@ -39,13 +39,19 @@ LSN of its lease table, its ranges (segments of the table), the free ones,
 the Lookups connected, and a table of the Owners with the ranges and the
 share of the key space each holds, its load (requests per second, as its
 last report measured them), its capacity weight, and whether it is
-draining; then the busiest keys each Owner reported (sampled rates).
+draining; then the busiest keys each Owner reported (sampled rates). In a
+namespace with standby Owners (leasehold manager --standbys), or where
+Owners gave a zone, the table also shows each Owner's zone, the ranges it
+stands by for, and how many of those are in sync (filled: it is promoted,
+with no loss, if their holder is lost).
 
 Without --namespace the text output shows every namespace. With --json it
 prints one JSON object for one namespace ("default" unless --namespace says):
   {"epoch":N,"namespace":"default","lsn":N,"ranges":N,"free_ranges":N,"lookups":N,
+   "standbys":0,
    "owners":[{"id":"kv-1","addr":"127.0.0.1:8001","incarnation":N,"member":true,
               "ranges":N,"share":0.5,"load":120.5,"capacity":1,"draining":false,
+              "zone":"","standby_ranges":0,"standby_in_sync":0,
               "hot_keys":[{"key":"0x…","rate":40}]}],
    "leader":N,"leader_addr":"127.0.0.1:7401",
    "managers":[{"id":N,"addr":"127.0.0.1:7401","role":"leader","term":N,
@@ -71,13 +77,15 @@ committed, and a leader when a majority of its voters answered naming it
 
 // statusJSON is the --json output.
 type statusJSON struct {
-	Epoch      uint64      `json:"epoch"`
-	Namespace  string      `json:"namespace"`
-	LSN        uint64      `json:"lsn"`
-	Ranges     uint32      `json:"ranges"`
-	FreeRanges uint32      `json:"free_ranges"`
-	Lookups    uint32      `json:"lookups"`
-	Owners     []ownerJSON `json:"owners"`
+	Epoch      uint64 `json:"epoch"`
+	Namespace  string `json:"namespace"`
+	LSN        uint64 `json:"lsn"`
+	Ranges     uint32 `json:"ranges"`
+	FreeRanges uint32 `json:"free_ranges"`
+	Lookups    uint32 `json:"lookups"`
+	// Standbys is the namespace's standby Owners per range (0 or 1).
+	Standbys uint32      `json:"standbys"`
+	Owners   []ownerJSON `json:"owners"`
 	clusterJSON
 	// Ready is each replica's readiness, by the rule of its /readyz.
 	Ready []readyJSON `json:"ready"`
@@ -98,10 +106,15 @@ type ownerJSON struct {
 	Share       float64 `json:"share"`
 	// Load is requests per second over the Owner's last report, Capacity
 	// its weight (1 unless it set another), HotKeys its busiest keys.
-	Load     float64      `json:"load"`
-	Capacity float64      `json:"capacity"`
-	Draining bool         `json:"draining"`
-	HotKeys  []hotKeyJSON `json:"hot_keys"`
+	Load     float64 `json:"load"`
+	Capacity float64 `json:"capacity"`
+	Draining bool    `json:"draining"`
+	// Zone is the Owner's failure domain; StandbyRanges the leases it is
+	// standby for, StandbyInSync how many of those are filled.
+	Zone          string       `json:"zone"`
+	StandbyRanges uint32       `json:"standby_ranges"`
+	StandbyInSync uint32       `json:"standby_in_sync"`
+	HotKeys       []hotKeyJSON `json:"hot_keys"`
 }
 
 type hotKeyJSON struct {
@@ -162,11 +175,13 @@ func (o *statusOptions) run(ctx context.Context, e *env) error {
 	}
 	n := resp.GetNamespaces()[0]
 	out := statusJSON{Epoch: resp.GetEpoch(), Namespace: n.GetName(), LSN: n.GetLsn(), Ranges: n.GetSegments(),
-		FreeRanges: n.GetFreeSegments(), Lookups: n.GetLookups(), Owners: []ownerJSON{}, clusterJSON: cluster, Ready: ready}
+		FreeRanges: n.GetFreeSegments(), Lookups: n.GetLookups(), Standbys: n.GetStandbys(), Owners: []ownerJSON{},
+		clusterJSON: cluster, Ready: ready}
 	for _, ow := range n.GetOwners() {
 		oj := ownerJSON{ID: ow.GetId(), Addr: ow.GetAddr(), Incarnation: ow.GetIncarnation(),
 			Member: ow.GetMember(), Ranges: ow.GetRanges(), Share: ow.GetShare(), Load: ow.GetLoad(),
-			Capacity: capacity(ow), Draining: ow.GetDraining(), HotKeys: []hotKeyJSON{}}
+			Capacity: capacity(ow), Draining: ow.GetDraining(), Zone: ow.GetZone(),
+			StandbyRanges: ow.GetStandbyRanges(), StandbyInSync: ow.GetStandbyInSync(), HotKeys: []hotKeyJSON{}}
 		for _, k := range ow.GetHotKeys() {
 			oj.HotKeys = append(oj.HotKeys, hotKeyJSON{Key: hexKey(keyspace.Key(k.GetKey())), Rate: k.GetRate()})
 		}
@@ -180,18 +195,31 @@ func (o *statusOptions) run(ctx context.Context, e *env) error {
 func writeStatus(w io.Writer, resp *pb.StatusResponse) {
 	fmt.Fprintf(w, "epoch %d\n", resp.GetEpoch())
 	for _, n := range resp.GetNamespaces() {
-		fmt.Fprintf(w, "\nnamespace %s: lsn %d, %s (%d free), %s\n", n.GetName(), n.GetLsn(),
-			count(int(n.GetSegments()), "range"), n.GetFreeSegments(), count(int(n.GetLookups()), "lookup"))
+		sb := ""
+		if n.GetStandbys() > 0 {
+			sb = fmt.Sprintf(", %s per range", count(int(n.GetStandbys()), "standby"))
+		}
+		fmt.Fprintf(w, "\nnamespace %s: lsn %d, %s (%d free), %s%s\n", n.GetName(), n.GetLsn(),
+			count(int(n.GetSegments()), "range"), n.GetFreeSegments(), count(int(n.GetLookups()), "lookup"), sb)
 		if len(n.GetOwners()) == 0 {
 			fmt.Fprintln(w, "  no owners")
 			continue
 		}
+		standbys := showStandbys(n)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "  ID\tADDR\tMEMBER\tRANGES\tSHARE%\tLOAD/s\tCAP\tDRAINING\tINCARNATION")
+		if standbys {
+			fmt.Fprintln(tw, "  ID\tADDR\tMEMBER\tRANGES\tSHARE%\tLOAD/s\tCAP\tDRAINING\tZONE\tSTANDBY-FOR\tIN-SYNC\tINCARNATION")
+		} else {
+			fmt.Fprintln(tw, "  ID\tADDR\tMEMBER\tRANGES\tSHARE%\tLOAD/s\tCAP\tDRAINING\tINCARNATION")
+		}
 		hot := false
 		for _, ow := range n.GetOwners() {
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\t%.1f\t%.1f\t%g\t%s\t%d\n", ow.GetId(), ow.GetAddr(), yesNo(ow.GetMember()),
-				ow.GetRanges(), 100*ow.GetShare(), ow.GetLoad(), capacity(ow), yesNo(ow.GetDraining()), ow.GetIncarnation())
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\t%.1f\t%.1f\t%g\t%s\t", ow.GetId(), ow.GetAddr(), yesNo(ow.GetMember()),
+				ow.GetRanges(), 100*ow.GetShare(), ow.GetLoad(), capacity(ow), yesNo(ow.GetDraining()))
+			if standbys {
+				fmt.Fprintf(tw, "%s\t%d\t%d\t", cmp.Or(ow.GetZone(), "-"), ow.GetStandbyRanges(), ow.GetStandbyInSync())
+			}
+			fmt.Fprintf(tw, "%d\n", ow.GetIncarnation())
 			hot = hot || len(ow.GetHotKeys()) > 0
 		}
 		_ = tw.Flush()
@@ -199,6 +227,20 @@ func writeStatus(w io.Writer, resp *pb.StatusResponse) {
 			writeHotKeys(w, n.GetOwners())
 		}
 	}
+}
+
+// showStandbys says whether the text output shows the standby columns:
+// in a namespace with standbys, or where an Owner gave a zone.
+func showStandbys(n *pb.NamespaceStatus) bool {
+	if n.GetStandbys() > 0 {
+		return true
+	}
+	for _, ow := range n.GetOwners() {
+		if ow.GetZone() != "" || ow.GetStandbyRanges() > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // hotKeysShown is how many of each Owner's hot keys the text output shows.

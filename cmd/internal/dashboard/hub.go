@@ -356,8 +356,9 @@ type nsView struct {
 	Ranges     int      `json:"ranges"`
 	FreeRanges int      `json:"freeRanges"`
 	Lookups    uint32   `json:"lookups"`
-	Owners     []Owner  `json:"owners"`  // sorted by ID; Band indexes them
-	Holders    []string `json:"holders"` // the Owners holding ranges in the table drawn, sorted
+	Standbys   uint32   `json:"standbys"` // standby Owners per range
+	Owners     []Owner  `json:"owners"`   // sorted by ID; Band indexes them
+	Holders    []string `json:"holders"`  // the Owners holding ranges in the table drawn, sorted
 	Band       []int32  `json:"band"`
 }
 
@@ -396,7 +397,8 @@ func (h *Hub) Build() {
 		segs, lsn := h.cfg.Source.Segments(name)
 		fresh[name] = drawn{segs: segs, lsn: lsn}
 		ns := byName[name]
-		nv := nsView{Name: name, LSN: uint64(lsn), Ranges: len(segs), Lookups: ns.Lookups, Holders: holdersOf(segs)}
+		nv := nsView{Name: name, LSN: uint64(lsn), Ranges: len(segs), Lookups: ns.Lookups, Standbys: ns.Standbys,
+			Holders: holdersOf(segs)}
 		owners := map[string]Owner{}
 		for _, o := range ns.Owners {
 			owners[o.ID] = o

@@ -58,21 +58,28 @@ type NamespaceStatus struct {
 	Ranges     uint32
 	FreeRanges uint32
 	Lookups    uint32
-	Owners     []Owner
+	// Standbys is the namespace's standby Owners per range (0 or 1).
+	Standbys uint32
+	Owners   []Owner
 }
 
 // Owner is one Owner as the Manager's Status describes it.
 type Owner struct {
-	ID          string   `json:"id"`
-	Addr        string   `json:"addr"`
-	Incarnation uint64   `json:"incarnation"`
-	Member      bool     `json:"member"`
-	Ranges      uint32   `json:"ranges"`
-	Share       float64  `json:"share"`
-	Load        float64  `json:"load"`     // requests per second, as its last report measured
-	Capacity    float64  `json:"capacity"` // its weight; 1 unless it set another
-	Draining    bool     `json:"draining"`
-	HotKeys     []HotKey `json:"-"`
+	ID          string  `json:"id"`
+	Addr        string  `json:"addr"`
+	Incarnation uint64  `json:"incarnation"`
+	Member      bool    `json:"member"`
+	Ranges      uint32  `json:"ranges"`
+	Share       float64 `json:"share"`
+	Load        float64 `json:"load"`     // requests per second, as its last report measured
+	Capacity    float64 `json:"capacity"` // its weight; 1 unless it set another
+	Draining    bool    `json:"draining"`
+	// Zone is the Owner's failure domain; StandbyRanges the leases it
+	// stands by for, StandbyInSync how many of those are filled.
+	Zone          string   `json:"zone"`
+	StandbyRanges uint32   `json:"standbyRanges"`
+	StandbyInSync uint32   `json:"standbyInSync"`
+	HotKeys       []HotKey `json:"-"`
 }
 
 // HotKey is one of an Owner's busiest keys.

@@ -29,7 +29,9 @@
 //	PUT /kv/{key}   body: the value (at most MaxValueBytes) → 204
 //	GET /kv/{key}   → 200 with the value, or 404 "not found"
 //	GET /healthz    → 200 "ok"
+//	GET /standbys   → 200 JSON: this server's standby roles (ServerConfig.Standbys)
 //	POST /internal/migrate   a range's values handed over by another server → 204
+//	POST /internal/standby   a holder's writes and fills, to its standby → 204, 409 refused
 //
 // The key is one path segment, URL-path-escaped (url.PathEscape). A server
 // that does not hold the key's lease answers 421 Misdirected Request with
@@ -76,9 +78,31 @@
 // complete in time: the values received are thrown away. Reads are served
 // by the old owner until the range is gone from it.
 //
+// # Standbys
+//
+// With ServerConfig.Standbys 1 (kv serve --standbys 1), in a namespace
+// whose Manager names a standby Owner for each range (leasehold manager
+// --standbys), a server sends each write to its range's standby and
+// answers 204 only once the standby stored it; one the standby does not
+// take within a second is answered 503 "standby" and retried. A standby
+// newly named is filled with a copy of the range, like a handover, and
+// then reports in sync. When a holder crashes, the Manager grants its
+// ranges to their in-sync standbys, marked promoted, once its leases have
+// provably ended: the standby serves the copy, and no loss is notified
+// (standby.go, docs/standbys.md). POST /internal/standby takes
+//
+//	{"from":"kv-1","to":"kv-2","start":N,"end":N,"epoch":N,"lgn":N,"sgn":N,
+//	 "fill":false,"first":false,"last":false,
+//	 "entries":[{"key":"alice","value":"<base64>","seq":N}]}
+//
+// and stores it only if this server is the range's standby under that
+// holder, lease and SGN (owner.Owner.CheckStandbyWrite), answering 409
+// with the refusal otherwise.
+//
 // # Soft state
 //
-// Values live only in the memory of the server that owns the key. When a
+// Without standbys, values live only in the memory of the server that owns
+// the key. When a
 // key's lease moves without migration — its server crashed, or a handover
 // failed or ran past its deadline — the value is gone: the new owner
 // answers 404, never an older value, and the Lookup library raises a loss

@@ -20,13 +20,19 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/examples/kv/kv"
+	"github.com/leasehold/leasehold/internal/testwait"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/lookup"
 	"github.com/leasehold/leasehold/manager"
 	"github.com/leasehold/leasehold/protocol"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain lets the tests that wait on the fast timings' leases wait side
+// by side (internal/testwait).
+func TestMain(m *testing.M) {
+	testwait.Parallel()
+	goleak.VerifyTestMain(m)
+}
 
 // These tests run a Manager in-process with the fast profile (2 s leases)
 // and kv servers and clients over real HTTP on 127.0.0.1. Every wait is a

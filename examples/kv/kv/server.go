@@ -84,7 +84,20 @@ type ServerConfig struct {
 	// the Manager in plaintext (owner.Config.Insecure). One of the two is
 	// required: plaintext is only ever chosen explicitly.
 	Insecure bool
+	// Zone is the server's failure domain (owner.Config.Zone): with
+	// standbys, the Manager names each range's standby in another zone.
+	Zone string
+	// Standbys 1 takes part in standby Owners (docs/standbys.md): as holder
+	// the server sends each write to its range's standby and acknowledges
+	// it only once stored there, and fills the standbys named; as standby
+	// it keeps the copy and serves from it when promoted. The namespace's
+	// standbys are the Manager's setting; every server of a namespace with
+	// standbys should run with 1. 0, the default, ignores standby roles.
+	Standbys int
 }
+
+// MaxStandbys is the most standbys a range may have.
+const MaxStandbys = 1
 
 // Server is a kv server: an HTTP front on an in-memory store whose keys it
 // serves only while its Owner holds their leases.
@@ -104,6 +117,9 @@ type Server struct {
 	peers   *http.Client         // sends handovers to the other servers
 	certs   *certs.Source        // nil: plain HTTP
 	scheme  string               // of the other servers' URLs: http or https
+
+	repl      *replicator // writes and fills to standbys
+	sbMetrics *sbMetrics
 }
 
 // NewServer listens on cfg.Listen, starts an Owner that joins cfg.Manager,
@@ -119,6 +135,9 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	}
 	if cfg.CertsDir == "" && !cfg.Insecure {
 		return nil, errors.New("kv: set ServerConfig.CertsDir to serve and dial with mutual TLS, or Insecure: true for plaintext")
+	}
+	if cfg.Standbys < 0 || cfg.Standbys > MaxStandbys {
+		return nil, fmt.Errorf("kv: ServerConfig.Standbys %d: want 0 or %d (kv.MaxStandbys)", cfg.Standbys, MaxStandbys)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -147,8 +166,10 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	t, s.scheme = certs.DialHTTP(src, certs.Owner)
 	s.peers = &http.Client{Transport: t}
 	s.moves = newHandovers(s)
+	s.repl = newReplicator(s)
 	s.metrics = prometheus.NewRegistry()
 	s.metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	s.sbMetrics = newSBMetrics(s.metrics)
 	o, err := owner.New(ctx, owner.Config{
 		Connection: leasehold.Connection{
 			Registerer: s.metrics,
@@ -164,13 +185,18 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 		Capacity:  cfg.Capacity,
 		Handovers: true,
 		OnChange:  s.changed,
+		Zone:      cfg.Zone,
 	})
 	if err != nil {
 		lis.Close()
 		return nil, fmt.Errorf("kv: %w", err)
 	}
 	s.owner = o
-	s.store.setLeases(o)
+	if cfg.Standbys > 0 {
+		s.store.setRoles(o, o)
+	} else {
+		s.store.setLeases(o)
+	}
 	close(s.ready)
 	s.http = &http.Server{
 		Handler:           s.handler(),
@@ -224,8 +250,24 @@ const shutdownGrace = time.Second
 func (s *Server) changed(ch owner.OwnershipChange) {
 	<-s.ready
 	s.store.changed(ch)
+	s.standbyChanged(ch)
 	if len(ch.Handovers) > 0 {
 		s.moves.start(ch.Handovers)
+	}
+}
+
+// standbyChanged takes the standby part of an OnChange upcall: it fills
+// the standbys newly named for this server's leases and drops the copies
+// no pairing needs any more.
+func (s *Server) standbyChanged(ch owner.OwnershipChange) {
+	if s.cfg.Standbys == 0 {
+		return
+	}
+	if ch.StandbyForChanged {
+		s.store.standbyChanged()
+	}
+	if len(ch.Paired) > 0 {
+		s.repl.changed(ch)
 	}
 }
 
@@ -241,6 +283,7 @@ func (s *Server) Close(ctx context.Context) error {
 	s.close.Do(func() {
 		err := s.owner.Close(ctx)
 		s.moves.stop()
+		s.repl.stop()
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownGrace)
 		if s.http.Shutdown(sctx) != nil {
 			s.http.Close() // drop the connections still open
@@ -265,9 +308,11 @@ func (s *Server) handler() http.Handler {
 	mux.HandleFunc("PUT /kv/{key}", s.handlePut)
 	mux.HandleFunc("GET /kv/{key}", s.handleGet)
 	mux.Handle("POST "+migratePath, certs.OwnersOnly(s.certs, s.cfg.Namespace, http.HandlerFunc(s.handleMigrate)))
+	mux.Handle("POST "+replicatePath, certs.OwnersOnly(s.certs, s.cfg.Namespace, http.HandlerFunc(s.handleReplicate)))
 	if s.metrics != nil {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics, promhttp.HandlerOpts{Registry: s.metrics}))
 	}
+	mux.HandleFunc("GET /standbys", s.handleStandbys)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		io.WriteString(w, "ok\n")
 	})
@@ -285,7 +330,7 @@ func (s *Server) handlePut(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "reading the value: "+err.Error(), http.StatusBadRequest)
 		return
 	}
-	if err := s.store.put(key, value); err != nil {
+	if err := s.put(r.Context(), key, value); err != nil {
 		storeError(w, err)
 		return
 	}
@@ -297,7 +342,7 @@ func (s *Server) handlePut(w http.ResponseWriter, r *http.Request) {
 // with its state (the client retries, and reaches the new owner once the
 // move is done), 421 not-owner when this server does not hold the key.
 func storeError(w http.ResponseWriter, err error) {
-	if errors.Is(err, errMoving) || errors.Is(err, errArriving) {
+	if errors.Is(err, errMoving) || errors.Is(err, errArriving) || errors.Is(err, errStandby) || errors.Is(err, errStandbyUnknown) {
 		owner.Refuse(w, owner.RefusedMoving, err.Error())
 		return
 	}

@@ -40,6 +40,7 @@ type item struct {
 	key   keyspace.Key
 	value []byte // never modified after it is stored
 	lease owner.LeaseNum
+	seq   uint64 // the store's write counter when it was stored: orders the writes at a standby
 }
 
 // pendingItem is a value another server handed over for a range this
@@ -85,48 +86,81 @@ type store struct {
 	// migrated grant, and those thrown away.
 	takenUp, discarded int // guarded by mu
 	now                func() time.Time
+
+	// roles is the Owner's standby roles (standby_store.go); nil without
+	// standbys (ServerConfig.Standbys 0).
+	roles standbys // guarded by mu
+	// seq numbers the writes stored here, for their standby to order them.
+	seq uint64 // guarded by mu
+	// copies holds, by key, the values this server keeps as standby for
+	// their ranges' holders, until it is promoted or the role goes.
+	copies map[string]copyItem // guarded by mu
+	// promoted counts the values taken up from copies by promoted grants.
+	promoted int // guarded by mu
 }
 
 func newStore() *store {
 	return &store{items: map[string]item{}, moving: map[owner.Handover]bool{}, pending: map[string]pendingItem{},
-		upheld: map[owner.LeaseNum]keyspace.RangeSet{}, now: time.Now}
+		upheld: map[owner.LeaseNum]keyspace.RangeSet{}, now: time.Now, copies: map[string]copyItem{}}
 }
 
 // setLeases installs the lease checker once the Owner exists.
-func (s *store) setLeases(l leases) {
+func (s *store) setLeases(l leases) { s.setRoles(l, nil) }
+
+// setRoles installs the lease checker and the standby roles (nil: no
+// standbys).
+func (s *store) setRoles(l leases, roles standbys) {
 	s.mu.Lock()
-	s.leases = l
+	s.leases, s.roles = l, roles
 	s.mu.Unlock()
 }
 
-// put stores value under key: PRS Figure 4's Put.
+// put stores value under key, and is done: for a range without a standby.
 func (s *store) put(key string, value []byte) error {
+	_, err := s.putWrite(key, value)
+	return err
+}
+
+// putWrite stores value under key: PRS Figure 4's Put. With a standby on the
+// key's range, it stops after step (3): the write is stored here, and is
+// acknowledged only once the standby stored it too and step (4) passes
+// (Server.put).
+func (s *store) putWrite(key string, value []byte) (write, error) {
 	k := keyspace.KeyOf(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	// (1) Is this the right server?
 	n, ok := s.checkLeaseNowLocked(k)
 	if !ok {
-		return errNotOwner
+		return write{}, errNotOwner
 	}
 	// (2) Validate stored state: take up a value handed over with the
 	// range first, so this write replaces it rather than the reverse; and
 	// refuse a write on a range whose values were copied out to its next
 	// owner, where the write would be lost.
 	if err := s.settleLocked(key, k, n); err != nil {
-		return err
+		return write{}, err
 	}
 	if s.movingLocked(k, n) {
-		return errMoving
+		return write{}, errMoving
+	}
+	sb, err := s.standbyOfLocked(k, n)
+	if err != nil {
+		return write{}, err
 	}
 	// (3) Operate, and store the lease number with the value.
-	s.items[key] = item{key: k, value: value, lease: n}
+	s.seq++
+	s.items[key] = item{key: k, value: value, lease: n, seq: s.seq}
+	w := write{key: key, k: k, value: value, seq: s.seq, lease: n, standby: sb}
+	if sb.Peer != "" {
+		return w, nil // the standby must store it before (4)
+	}
 	// (4) Did the lease cover the whole operation? If not, the value stays
 	// stored under n, and step (2) of a later operation finds it stale.
 	if !s.leases.CheckLeaseContinuous(k, n) {
-		return errLeaseLost
+		return write{}, errLeaseLost
 	}
-	return nil // (5) expose the result
+	return w, nil // (5) expose the result
 }
 
 // get returns the value stored under key, and whether there is one: PRS
@@ -176,6 +210,9 @@ func (s *store) checkLeaseNowLocked(k keyspace.Key) (owner.LeaseNum, bool) {
 func (s *store) settleLocked(key string, k keyspace.Key, n owner.LeaseNum) error {
 	p, ok := s.pending[key]
 	if !ok {
+		if _, kept := s.copies[key]; kept {
+			return s.settleCopyLocked(k, n)
+		}
 		return nil
 	}
 	if !s.now().Before(p.expires) {
@@ -206,6 +243,11 @@ func (s *store) settleLocked(key string, k keyspace.Key, n owner.LeaseNum) error
 // dropped. Values stored under l are valid only while l is held (step 2),
 // so this holds even if l ended meanwhile.
 func (s *store) takeUpLocked(l owner.Lease) {
+	if promoted(l) {
+		s.takeUpCopiesLocked(l)
+		return
+	}
+	s.dropCopiesLocked(l.Range)
 	for key, p := range s.pending {
 		if !l.Range.Contains(p.key) {
 			continue
@@ -372,6 +414,7 @@ func (s *store) sweepLocked() {
 			s.discarded++
 		}
 	}
+	s.sweepCopiesLocked()
 }
 
 // len returns the number of stored values, stale or not.

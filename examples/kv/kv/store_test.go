@@ -20,6 +20,7 @@ type fakeLeases struct {
 	n        owner.LeaseNum
 	held     bool
 	migrated bool // the lease is a grant marked migrated, as Held shows it
+	promoted bool // the lease is a grant marked promoted (and migrated)
 	afterNow func(*fakeLeases)
 }
 
@@ -43,7 +44,7 @@ func (f *fakeLeases) Held() []owner.Lease {
 	if !f.held {
 		return nil
 	}
-	return []owner.Lease{{Range: keyspace.Full, Num: f.n, Expiry: time.Now().Add(time.Hour), Migrated: f.migrated}}
+	return []owner.Lease{{Range: keyspace.Full, Num: f.n, Expiry: time.Now().Add(time.Hour), Migrated: f.migrated || f.promoted, Promoted: f.promoted}}
 }
 
 func (f *fakeLeases) grant(lgn keyspace.LGN) {

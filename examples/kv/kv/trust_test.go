@@ -11,6 +11,7 @@ import (
 
 	"github.com/leasehold/leasehold/certs"
 	"github.com/leasehold/leasehold/examples/kv/kv"
+	"github.com/leasehold/leasehold/internal/testwait"
 	"github.com/leasehold/leasehold/manager"
 	"github.com/leasehold/leasehold/protocol"
 )
@@ -21,6 +22,7 @@ import (
 // certificate. The handover endpoint refuses a frontend's certificate, and
 // the key API a client without one.
 func TestTLSHandsValuesOver(t *testing.T) {
+	testwait.Side(t)
 	dir := t.TempDir()
 	ca, err := certs.CreateCA(dir, "", 0, false)
 	if err != nil {

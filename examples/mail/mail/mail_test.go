@@ -5,8 +5,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	stdmaps "maps"
 	"math"
 	"net"
@@ -16,9 +14,13 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
 	"go.uber.org/goleak"
 
 	"github.com/leasehold/leasehold/examples/mail/mail"
+	"github.com/leasehold/leasehold/internal/testwait"
 	"github.com/leasehold/leasehold/manager"
 	pb "github.com/leasehold/leasehold/proto/leasehold/v1"
 	"github.com/leasehold/leasehold/protocol"
@@ -103,6 +105,7 @@ func newClient(tb testing.TB, mgr string) *mail.Client {
 // every message back, once, from the two left plus the closed node's
 // disk, reopened.
 func TestDeliverReadAfterOwnerLeaves(t *testing.T) {
+	testwait.Side(t)
 	c := newCluster(t, 3)
 	a := c.start(t, "mail-1")
 	c.start(t, "mail-2")

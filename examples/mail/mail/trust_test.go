@@ -14,6 +14,7 @@ import (
 
 	"github.com/leasehold/leasehold/certs"
 	"github.com/leasehold/leasehold/examples/mail/mail"
+	"github.com/leasehold/leasehold/internal/testwait"
 	"github.com/leasehold/leasehold/manager"
 	"github.com/leasehold/leasehold/protocol"
 )
@@ -25,6 +26,7 @@ import (
 // identity), and a peer without a certificate or with another CA's (401
 // saying what is wrong).
 func TestTrust(t *testing.T) {
+	testwait.Side(t)
 	dir := t.TempDir()
 	ca, err := certs.CreateCA(dir, "", 0, false)
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/leasehold/leasehold/examples/presence/presence"
+	"github.com/leasehold/leasehold/internal/testwait"
 	"github.com/leasehold/leasehold/manager"
 	"github.com/leasehold/leasehold/protocol"
 )
@@ -68,6 +69,7 @@ func newClient(tb testing.TB, mgr string) *presence.Client {
 // device is online again at its last acknowledged heartbeat without
 // another Beat: the Client republished it on the loss notification.
 func TestLossRepublishes(t *testing.T) {
+	testwait.Side(t)
 	mgr := startManager(t)
 	a := startServer(t, mgr, "pr-1")
 	startServer(t, mgr, "pr-2")

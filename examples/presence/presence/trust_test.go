@@ -13,6 +13,7 @@ import (
 
 	"github.com/leasehold/leasehold/certs"
 	"github.com/leasehold/leasehold/examples/presence/presence"
+	"github.com/leasehold/leasehold/internal/testwait"
 	"github.com/leasehold/leasehold/manager"
 	"github.com/leasehold/leasehold/protocol"
 )
@@ -22,6 +23,7 @@ import (
 // a client without a certificate, or with another CA's, is refused with
 // a message that says what is wrong, and changes nothing.
 func TestTrust(t *testing.T) {
+	testwait.Side(t)
 	dir := t.TempDir()
 	ca, err := certs.CreateCA(dir, "", 0, false)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/leasehold/leasehold/examples/pubsub/pubsub"
+	"github.com/leasehold/leasehold/internal/testwait"
 	"github.com/leasehold/leasehold/manager"
 	"github.com/leasehold/leasehold/protocol"
 )
@@ -123,6 +124,7 @@ func (r *recorder) waitFor(t *testing.T, n int) []string {
 // subscriber received every message, in order, once, and never had to
 // resubscribe afresh.
 func TestDrainHandsSubscriptionsOver(t *testing.T) {
+	testwait.Side(t)
 	mgr := startManager(t)
 	a := startServer(t, mgr, "ps-1")
 	startServer(t, mgr, "ps-2")

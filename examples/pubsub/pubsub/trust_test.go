@@ -15,6 +15,7 @@ import (
 
 	"github.com/leasehold/leasehold/certs"
 	"github.com/leasehold/leasehold/examples/pubsub/pubsub"
+	"github.com/leasehold/leasehold/internal/testwait"
 	"github.com/leasehold/leasehold/manager"
 	"github.com/leasehold/leasehold/protocol"
 )
@@ -28,6 +29,7 @@ import (
 // anything: no subscriber sees a forged message, and no subscription is
 // planted.
 func TestTrust(t *testing.T) {
+	testwait.Side(t)
 	dir := t.TempDir()
 	ca, err := certs.CreateCA(dir, "", 0, false)
 	if err != nil {

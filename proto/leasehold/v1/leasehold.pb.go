@@ -86,7 +86,11 @@ type Lease struct {
 	// grant marks a new lease, as opposed to the renewal of a held one.
 	Grant bool `protobuf:"varint,3,opt,name=grant,proto3" json:"grant,omitempty"`
 	// migrated marks a grant that carries the previous holder's state.
-	Migrated      bool `protobuf:"varint,4,opt,name=migrated,proto3" json:"migrated,omitempty"`
+	Migrated bool `protobuf:"varint,4,opt,name=migrated,proto3" json:"migrated,omitempty"`
+	// promoted marks a grant to the range's in-sync standby after its
+	// holder's lease ended without a handover (docs/design.md rule 21): the
+	// Owner serves from the copy it kept as standby. migrated is set too.
+	Promoted      bool `protobuf:"varint,5,opt,name=promoted,proto3" json:"promoted,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -149,6 +153,13 @@ func (x *Lease) GetMigrated() bool {
 	return false
 }
 
+func (x *Lease) GetPromoted() bool {
+	if x != nil {
+		return x.Promoted
+	}
+	return false
+}
+
 // LeaseRequest is an Owner's message: liveness, the complete set of leases
 // it holds (held, or held_as_acked), and by omission acknowledgements of
 // recalls (C§2.3).
@@ -185,7 +196,15 @@ type LeaseRequest struct {
 	// stream's first request; and it reads a response on this stream with
 	// namespace, owner, incarnation, owner_lease_nanos and renew_nanos empty
 	// as carrying the values of the stream's first response.
-	NamesOnce     bool `protobuf:"varint,17,opt,name=names_once,json=namesOnce,proto3" json:"names_once,omitempty"`
+	NamesOnce bool `protobuf:"varint,17,opt,name=names_once,json=namesOnce,proto3" json:"names_once,omitempty"`
+	// zone is the Owner's failure domain (a rack, a zone): the Manager puts
+	// a range's standby in another zone than its holder's when one has
+	// capacity (docs/design.md rule 22). Empty: no zone.
+	Zone string `protobuf:"bytes,18,opt,name=zone,proto3" json:"zone,omitempty"`
+	// in_sync reports, for ranges this Owner is standby for, that the
+	// application has filled its copy from the holder under the standby
+	// number sgn (docs/design.md rule 23).
+	InSync        []*StandbySync `protobuf:"bytes,19,rep,name=in_sync,json=inSync,proto3" json:"in_sync,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -339,6 +358,182 @@ func (x *LeaseRequest) GetNamesOnce() bool {
 	return false
 }
 
+func (x *LeaseRequest) GetZone() string {
+	if x != nil {
+		return x.Zone
+	}
+	return ""
+}
+
+func (x *LeaseRequest) GetInSync() []*StandbySync {
+	if x != nil {
+		return x.InSync
+	}
+	return nil
+}
+
+// Standby pairs a range's holder and its standby (docs/design.md rules
+// 21-24). In LeaseResponse.standbys, sent to the holder, owner, addr and
+// incarnation name the standby; in LeaseResponse.standby_for, sent to the
+// standby, they name the holder. lgn is the holder's lease, sgn the standby
+// number: a fresh one every time the range's standby is named, dropped or
+// promoted. owner empty in standbys: the lease has no standby under sgn.
+type Standby struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Range       *Range                 `protobuf:"bytes,1,opt,name=range,proto3" json:"range,omitempty"`
+	Lgn         uint64                 `protobuf:"varint,2,opt,name=lgn,proto3" json:"lgn,omitempty"`
+	Sgn         uint64                 `protobuf:"varint,3,opt,name=sgn,proto3" json:"sgn,omitempty"`
+	Owner       string                 `protobuf:"bytes,4,opt,name=owner,proto3" json:"owner,omitempty"`
+	Addr        string                 `protobuf:"bytes,5,opt,name=addr,proto3" json:"addr,omitempty"`
+	Incarnation uint64                 `protobuf:"varint,6,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	// in_sync says the Manager has recorded the standby's copy as filled:
+	// it may be promoted.
+	InSync        bool `protobuf:"varint,7,opt,name=in_sync,json=inSync,proto3" json:"in_sync,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Standby) Reset() {
+	*x = Standby{}
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Standby) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Standby) ProtoMessage() {}
+
+func (x *Standby) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Standby.ProtoReflect.Descriptor instead.
+func (*Standby) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *Standby) GetRange() *Range {
+	if x != nil {
+		return x.Range
+	}
+	return nil
+}
+
+func (x *Standby) GetLgn() uint64 {
+	if x != nil {
+		return x.Lgn
+	}
+	return 0
+}
+
+func (x *Standby) GetSgn() uint64 {
+	if x != nil {
+		return x.Sgn
+	}
+	return 0
+}
+
+func (x *Standby) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *Standby) GetAddr() string {
+	if x != nil {
+		return x.Addr
+	}
+	return ""
+}
+
+func (x *Standby) GetIncarnation() uint64 {
+	if x != nil {
+		return x.Incarnation
+	}
+	return 0
+}
+
+func (x *Standby) GetInSync() bool {
+	if x != nil {
+		return x.InSync
+	}
+	return false
+}
+
+// StandbySync is a standby's report that its copy of the holder's lease
+// lgn is filled under standby number sgn.
+type StandbySync struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Range         *Range                 `protobuf:"bytes,1,opt,name=range,proto3" json:"range,omitempty"`
+	Lgn           uint64                 `protobuf:"varint,2,opt,name=lgn,proto3" json:"lgn,omitempty"`
+	Sgn           uint64                 `protobuf:"varint,3,opt,name=sgn,proto3" json:"sgn,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StandbySync) Reset() {
+	*x = StandbySync{}
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StandbySync) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StandbySync) ProtoMessage() {}
+
+func (x *StandbySync) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StandbySync.ProtoReflect.Descriptor instead.
+func (*StandbySync) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *StandbySync) GetRange() *Range {
+	if x != nil {
+		return x.Range
+	}
+	return nil
+}
+
+func (x *StandbySync) GetLgn() uint64 {
+	if x != nil {
+		return x.Lgn
+	}
+	return 0
+}
+
+func (x *StandbySync) GetSgn() uint64 {
+	if x != nil {
+		return x.Sgn
+	}
+	return 0
+}
+
 // Handover asks the holder of a lease to hand its state over to another
 // Owner before giving it up (C§2.1.2).
 type Handover struct {
@@ -359,7 +554,7 @@ type Handover struct {
 
 func (x *Handover) Reset() {
 	*x = Handover{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[3]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -371,7 +566,7 @@ func (x *Handover) String() string {
 func (*Handover) ProtoMessage() {}
 
 func (x *Handover) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[3]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -384,7 +579,7 @@ func (x *Handover) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Handover.ProtoReflect.Descriptor instead.
 func (*Handover) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{3}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Handover) GetRange() *Range {
@@ -443,7 +638,7 @@ type Handed struct {
 
 func (x *Handed) Reset() {
 	*x = Handed{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[4]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -455,7 +650,7 @@ func (x *Handed) String() string {
 func (*Handed) ProtoMessage() {}
 
 func (x *Handed) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[4]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -468,7 +663,7 @@ func (x *Handed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Handed.ProtoReflect.Descriptor instead.
 func (*Handed) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{4}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Handed) GetRange() *Range {
@@ -509,7 +704,7 @@ type RangeLoad struct {
 
 func (x *RangeLoad) Reset() {
 	*x = RangeLoad{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[5]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -521,7 +716,7 @@ func (x *RangeLoad) String() string {
 func (*RangeLoad) ProtoMessage() {}
 
 func (x *RangeLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[5]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -534,7 +729,7 @@ func (x *RangeLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RangeLoad.ProtoReflect.Descriptor instead.
 func (*RangeLoad) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{5}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *RangeLoad) GetRange() *Range {
@@ -561,7 +756,7 @@ type KeyLoad struct {
 
 func (x *KeyLoad) Reset() {
 	*x = KeyLoad{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[6]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -573,7 +768,7 @@ func (x *KeyLoad) String() string {
 func (*KeyLoad) ProtoMessage() {}
 
 func (x *KeyLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[6]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -586,7 +781,7 @@ func (x *KeyLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyLoad.ProtoReflect.Descriptor instead.
 func (*KeyLoad) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{6}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *KeyLoad) GetKey() uint64 {
@@ -632,14 +827,22 @@ type LeaseResponse struct {
 	// names_once answers a request that said names_once: the Manager fills
 	// in omitted names from the stream's first request, and omits its own
 	// after the stream's first response.
-	NamesOnce     bool `protobuf:"varint,13,opt,name=names_once,json=namesOnce,proto3" json:"names_once,omitempty"`
+	NamesOnce bool `protobuf:"varint,13,opt,name=names_once,json=namesOnce,proto3" json:"names_once,omitempty"`
+	// standbys lists, for each held lease of a namespace with standbys, its
+	// standby (or none, owner empty) under the latest standby number; an
+	// Owner keeps, per lease, the entry of the largest sgn it has seen.
+	Standbys []*Standby `protobuf:"bytes,14,rep,name=standbys,proto3" json:"standbys,omitempty"`
+	// standby_for lists the leases this Owner is the standby for, each
+	// naming its holder: the standby accepts a replicated write only from
+	// that holder under that lgn and sgn (docs/design.md rule 24).
+	StandbyFor    []*Standby `protobuf:"bytes,15,rep,name=standby_for,json=standbyFor,proto3" json:"standby_for,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *LeaseResponse) Reset() {
 	*x = LeaseResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[7]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -651,7 +854,7 @@ func (x *LeaseResponse) String() string {
 func (*LeaseResponse) ProtoMessage() {}
 
 func (x *LeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[7]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -664,7 +867,7 @@ func (x *LeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseResponse.ProtoReflect.Descriptor instead.
 func (*LeaseResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{7}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *LeaseResponse) GetNamespace() string {
@@ -758,6 +961,20 @@ func (x *LeaseResponse) GetNamesOnce() bool {
 	return false
 }
 
+func (x *LeaseResponse) GetStandbys() []*Standby {
+	if x != nil {
+		return x.Standbys
+	}
+	return nil
+}
+
+func (x *LeaseResponse) GetStandbyFor() []*Standby {
+	if x != nil {
+		return x.StandbyFor
+	}
+	return nil
+}
+
 // Entry is what the lease table says about a range.
 type Entry struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
@@ -777,7 +994,7 @@ type Entry struct {
 
 func (x *Entry) Reset() {
 	*x = Entry{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[8]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -789,7 +1006,7 @@ func (x *Entry) String() string {
 func (*Entry) ProtoMessage() {}
 
 func (x *Entry) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[8]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -802,7 +1019,7 @@ func (x *Entry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Entry.ProtoReflect.Descriptor instead.
 func (*Entry) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{8}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Entry) GetOwner() string {
@@ -862,7 +1079,7 @@ type Change struct {
 
 func (x *Change) Reset() {
 	*x = Change{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[9]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -874,7 +1091,7 @@ func (x *Change) String() string {
 func (*Change) ProtoMessage() {}
 
 func (x *Change) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[9]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -887,7 +1104,7 @@ func (x *Change) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Change.ProtoReflect.Descriptor instead.
 func (*Change) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{9}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Change) GetLsn() uint64 {
@@ -928,7 +1145,7 @@ type Segment struct {
 
 func (x *Segment) Reset() {
 	*x = Segment{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[10]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -940,7 +1157,7 @@ func (x *Segment) String() string {
 func (*Segment) ProtoMessage() {}
 
 func (x *Segment) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[10]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -953,7 +1170,7 @@ func (x *Segment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Segment.ProtoReflect.Descriptor instead.
 func (*Segment) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{10}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Segment) GetRange() *Range {
@@ -993,7 +1210,7 @@ type Update struct {
 
 func (x *Update) Reset() {
 	*x = Update{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[11]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1005,7 +1222,7 @@ func (x *Update) String() string {
 func (*Update) ProtoMessage() {}
 
 func (x *Update) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[11]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1018,7 +1235,7 @@ func (x *Update) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Update.ProtoReflect.Descriptor instead.
 func (*Update) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{11}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Update) GetFrom() uint64 {
@@ -1108,7 +1325,7 @@ type CompactChanges struct {
 
 func (x *CompactChanges) Reset() {
 	*x = CompactChanges{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[12]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1120,7 +1337,7 @@ func (x *CompactChanges) String() string {
 func (*CompactChanges) ProtoMessage() {}
 
 func (x *CompactChanges) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[12]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1133,7 +1350,7 @@ func (x *CompactChanges) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactChanges.ProtoReflect.Descriptor instead.
 func (*CompactChanges) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{12}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CompactChanges) GetKinds() []uint32 {
@@ -1226,7 +1443,7 @@ type SyncRequest struct {
 
 func (x *SyncRequest) Reset() {
 	*x = SyncRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[13]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1238,7 +1455,7 @@ func (x *SyncRequest) String() string {
 func (*SyncRequest) ProtoMessage() {}
 
 func (x *SyncRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[13]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1251,7 +1468,7 @@ func (x *SyncRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncRequest.ProtoReflect.Descriptor instead.
 func (*SyncRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{13}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *SyncRequest) GetNamespace() string {
@@ -1336,7 +1553,7 @@ type SyncResponse struct {
 
 func (x *SyncResponse) Reset() {
 	*x = SyncResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[14]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1348,7 +1565,7 @@ func (x *SyncResponse) String() string {
 func (*SyncResponse) ProtoMessage() {}
 
 func (x *SyncResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[14]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1361,7 +1578,7 @@ func (x *SyncResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncResponse.ProtoReflect.Descriptor instead.
 func (*SyncResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{14}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SyncResponse) GetNamespace() string {
@@ -1451,7 +1668,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[15]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1463,7 +1680,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[15]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1476,7 +1693,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{15}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *StatusRequest) GetNamespace() string {
@@ -1506,17 +1723,22 @@ type OwnerStatus struct {
 	// load is the Owner's request rate (requests per second) over its last
 	// report, capacity its weight (0 means 1), draining whether its ranges
 	// are being moved away, and hot_keys its busiest keys.
-	Load          float64   `protobuf:"fixed64,7,opt,name=load,proto3" json:"load,omitempty"`
-	Capacity      float64   `protobuf:"fixed64,8,opt,name=capacity,proto3" json:"capacity,omitempty"`
-	Draining      bool      `protobuf:"varint,9,opt,name=draining,proto3" json:"draining,omitempty"`
-	HotKeys       []*HotKey `protobuf:"bytes,10,rep,name=hot_keys,json=hotKeys,proto3" json:"hot_keys,omitempty"`
+	Load     float64   `protobuf:"fixed64,7,opt,name=load,proto3" json:"load,omitempty"`
+	Capacity float64   `protobuf:"fixed64,8,opt,name=capacity,proto3" json:"capacity,omitempty"`
+	Draining bool      `protobuf:"varint,9,opt,name=draining,proto3" json:"draining,omitempty"`
+	HotKeys  []*HotKey `protobuf:"bytes,10,rep,name=hot_keys,json=hotKeys,proto3" json:"hot_keys,omitempty"`
+	// zone is the Owner's failure domain; standby_ranges the leases it is
+	// standby for, standby_in_sync how many of them are filled.
+	Zone          string `protobuf:"bytes,11,opt,name=zone,proto3" json:"zone,omitempty"`
+	StandbyRanges uint32 `protobuf:"varint,12,opt,name=standby_ranges,json=standbyRanges,proto3" json:"standby_ranges,omitempty"`
+	StandbyInSync uint32 `protobuf:"varint,13,opt,name=standby_in_sync,json=standbyInSync,proto3" json:"standby_in_sync,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *OwnerStatus) Reset() {
 	*x = OwnerStatus{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[16]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1528,7 +1750,7 @@ func (x *OwnerStatus) String() string {
 func (*OwnerStatus) ProtoMessage() {}
 
 func (x *OwnerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[16]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1541,7 +1763,7 @@ func (x *OwnerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OwnerStatus.ProtoReflect.Descriptor instead.
 func (*OwnerStatus) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{16}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *OwnerStatus) GetId() string {
@@ -1614,6 +1836,27 @@ func (x *OwnerStatus) GetHotKeys() []*HotKey {
 	return nil
 }
 
+func (x *OwnerStatus) GetZone() string {
+	if x != nil {
+		return x.Zone
+	}
+	return ""
+}
+
+func (x *OwnerStatus) GetStandbyRanges() uint32 {
+	if x != nil {
+		return x.StandbyRanges
+	}
+	return 0
+}
+
+func (x *OwnerStatus) GetStandbyInSync() uint32 {
+	if x != nil {
+		return x.StandbyInSync
+	}
+	return 0
+}
+
 type HotKey struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Key   uint64                 `protobuf:"varint,1,opt,name=key,proto3" json:"key,omitempty"`
@@ -1626,7 +1869,7 @@ type HotKey struct {
 
 func (x *HotKey) Reset() {
 	*x = HotKey{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[17]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1638,7 +1881,7 @@ func (x *HotKey) String() string {
 func (*HotKey) ProtoMessage() {}
 
 func (x *HotKey) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[17]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1651,7 +1894,7 @@ func (x *HotKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HotKey.ProtoReflect.Descriptor instead.
 func (*HotKey) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{17}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *HotKey) GetKey() uint64 {
@@ -1669,20 +1912,22 @@ func (x *HotKey) GetRate() float64 {
 }
 
 type NamespaceStatus struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Lsn           uint64                 `protobuf:"varint,2,opt,name=lsn,proto3" json:"lsn,omitempty"`
-	Segments      uint32                 `protobuf:"varint,3,opt,name=segments,proto3" json:"segments,omitempty"`
-	FreeSegments  uint32                 `protobuf:"varint,4,opt,name=free_segments,json=freeSegments,proto3" json:"free_segments,omitempty"`
-	Lookups       uint32                 `protobuf:"varint,5,opt,name=lookups,proto3" json:"lookups,omitempty"`
-	Owners        []*OwnerStatus         `protobuf:"bytes,6,rep,name=owners,proto3" json:"owners,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Name         string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Lsn          uint64                 `protobuf:"varint,2,opt,name=lsn,proto3" json:"lsn,omitempty"`
+	Segments     uint32                 `protobuf:"varint,3,opt,name=segments,proto3" json:"segments,omitempty"`
+	FreeSegments uint32                 `protobuf:"varint,4,opt,name=free_segments,json=freeSegments,proto3" json:"free_segments,omitempty"`
+	Lookups      uint32                 `protobuf:"varint,5,opt,name=lookups,proto3" json:"lookups,omitempty"`
+	Owners       []*OwnerStatus         `protobuf:"bytes,6,rep,name=owners,proto3" json:"owners,omitempty"`
+	// standbys is the namespace's setting: standby Owners per range (0 or 1).
+	Standbys      uint32 `protobuf:"varint,7,opt,name=standbys,proto3" json:"standbys,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *NamespaceStatus) Reset() {
 	*x = NamespaceStatus{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[18]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1694,7 +1939,7 @@ func (x *NamespaceStatus) String() string {
 func (*NamespaceStatus) ProtoMessage() {}
 
 func (x *NamespaceStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[18]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1707,7 +1952,7 @@ func (x *NamespaceStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NamespaceStatus.ProtoReflect.Descriptor instead.
 func (*NamespaceStatus) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{18}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *NamespaceStatus) GetName() string {
@@ -1752,6 +1997,13 @@ func (x *NamespaceStatus) GetOwners() []*OwnerStatus {
 	return nil
 }
 
+func (x *NamespaceStatus) GetStandbys() uint32 {
+	if x != nil {
+		return x.Standbys
+	}
+	return 0
+}
+
 type StatusResponse struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	Epoch      uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
@@ -1764,7 +2016,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[19]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1776,7 +2028,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[19]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1789,7 +2041,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{19}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *StatusResponse) GetEpoch() uint64 {
@@ -1849,7 +2101,7 @@ type Cluster struct {
 
 func (x *Cluster) Reset() {
 	*x = Cluster{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[20]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1861,7 +2113,7 @@ func (x *Cluster) String() string {
 func (*Cluster) ProtoMessage() {}
 
 func (x *Cluster) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[20]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1874,7 +2126,7 @@ func (x *Cluster) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cluster.ProtoReflect.Descriptor instead.
 func (*Cluster) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{20}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Cluster) GetId() uint64 {
@@ -1973,7 +2225,7 @@ type ReadLeaseInfo struct {
 
 func (x *ReadLeaseInfo) Reset() {
 	*x = ReadLeaseInfo{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[21]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1985,7 +2237,7 @@ func (x *ReadLeaseInfo) String() string {
 func (*ReadLeaseInfo) ProtoMessage() {}
 
 func (x *ReadLeaseInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[21]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1998,7 +2250,7 @@ func (x *ReadLeaseInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadLeaseInfo.ProtoReflect.Descriptor instead.
 func (*ReadLeaseInfo) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{21}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ReadLeaseInfo) GetHolder() bool {
@@ -2068,7 +2320,7 @@ type HolderRequest struct {
 
 func (x *HolderRequest) Reset() {
 	*x = HolderRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[22]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2080,7 +2332,7 @@ func (x *HolderRequest) String() string {
 func (*HolderRequest) ProtoMessage() {}
 
 func (x *HolderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[22]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2093,7 +2345,7 @@ func (x *HolderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HolderRequest.ProtoReflect.Descriptor instead.
 func (*HolderRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{22}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *HolderRequest) GetNamespace() string {
@@ -2135,7 +2387,7 @@ type HolderResponse struct {
 
 func (x *HolderResponse) Reset() {
 	*x = HolderResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[23]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2147,7 +2399,7 @@ func (x *HolderResponse) String() string {
 func (*HolderResponse) ProtoMessage() {}
 
 func (x *HolderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[23]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2160,7 +2412,7 @@ func (x *HolderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HolderResponse.ProtoReflect.Descriptor instead.
 func (*HolderResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{23}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *HolderResponse) GetOwner() string {
@@ -2246,7 +2498,7 @@ type Peer struct {
 
 func (x *Peer) Reset() {
 	*x = Peer{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[24]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2258,7 +2510,7 @@ func (x *Peer) String() string {
 func (*Peer) ProtoMessage() {}
 
 func (x *Peer) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[24]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2271,7 +2523,7 @@ func (x *Peer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Peer.ProtoReflect.Descriptor instead.
 func (*Peer) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{24}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Peer) GetId() uint64 {
@@ -2336,7 +2588,7 @@ type AddPeerRequest struct {
 
 func (x *AddPeerRequest) Reset() {
 	*x = AddPeerRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[25]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2348,7 +2600,7 @@ func (x *AddPeerRequest) String() string {
 func (*AddPeerRequest) ProtoMessage() {}
 
 func (x *AddPeerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[25]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2361,7 +2613,7 @@ func (x *AddPeerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddPeerRequest.ProtoReflect.Descriptor instead.
 func (*AddPeerRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{25}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *AddPeerRequest) GetId() uint64 {
@@ -2403,7 +2655,7 @@ type RemovePeerRequest struct {
 
 func (x *RemovePeerRequest) Reset() {
 	*x = RemovePeerRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[26]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2415,7 +2667,7 @@ func (x *RemovePeerRequest) String() string {
 func (*RemovePeerRequest) ProtoMessage() {}
 
 func (x *RemovePeerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[26]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2428,7 +2680,7 @@ func (x *RemovePeerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemovePeerRequest.ProtoReflect.Descriptor instead.
 func (*RemovePeerRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{26}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RemovePeerRequest) GetId() uint64 {
@@ -2450,7 +2702,7 @@ type ClusterResponse struct {
 
 func (x *ClusterResponse) Reset() {
 	*x = ClusterResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[27]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2462,7 +2714,7 @@ func (x *ClusterResponse) String() string {
 func (*ClusterResponse) ProtoMessage() {}
 
 func (x *ClusterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[27]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2475,7 +2727,7 @@ func (x *ClusterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterResponse.ProtoReflect.Descriptor instead.
 func (*ClusterResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{27}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ClusterResponse) GetCluster() *Cluster {
@@ -2495,7 +2747,7 @@ type DrainRequest struct {
 
 func (x *DrainRequest) Reset() {
 	*x = DrainRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[28]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2507,7 +2759,7 @@ func (x *DrainRequest) String() string {
 func (*DrainRequest) ProtoMessage() {}
 
 func (x *DrainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[28]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2520,7 +2772,7 @@ func (x *DrainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainRequest.ProtoReflect.Descriptor instead.
 func (*DrainRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{28}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *DrainRequest) GetNamespace() string {
@@ -2545,7 +2797,7 @@ type DrainResponse struct {
 
 func (x *DrainResponse) Reset() {
 	*x = DrainResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[29]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2557,7 +2809,7 @@ func (x *DrainResponse) String() string {
 func (*DrainResponse) ProtoMessage() {}
 
 func (x *DrainResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[29]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2570,7 +2822,7 @@ func (x *DrainResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainResponse.ProtoReflect.Descriptor instead.
 func (*DrainResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{29}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{31}
 }
 
 type ForgetRequest struct {
@@ -2583,7 +2835,7 @@ type ForgetRequest struct {
 
 func (x *ForgetRequest) Reset() {
 	*x = ForgetRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[30]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2595,7 +2847,7 @@ func (x *ForgetRequest) String() string {
 func (*ForgetRequest) ProtoMessage() {}
 
 func (x *ForgetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[30]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2608,7 +2860,7 @@ func (x *ForgetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetRequest.ProtoReflect.Descriptor instead.
 func (*ForgetRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{30}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ForgetRequest) GetNamespace() string {
@@ -2633,7 +2885,7 @@ type ForgetResponse struct {
 
 func (x *ForgetResponse) Reset() {
 	*x = ForgetResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[31]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2645,7 +2897,7 @@ func (x *ForgetResponse) String() string {
 func (*ForgetResponse) ProtoMessage() {}
 
 func (x *ForgetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[31]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2658,7 +2910,7 @@ func (x *ForgetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetResponse.ProtoReflect.Descriptor instead.
 func (*ForgetResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{31}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{33}
 }
 
 type BackupRequest struct {
@@ -2669,7 +2921,7 @@ type BackupRequest struct {
 
 func (x *BackupRequest) Reset() {
 	*x = BackupRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[32]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2681,7 +2933,7 @@ func (x *BackupRequest) String() string {
 func (*BackupRequest) ProtoMessage() {}
 
 func (x *BackupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[32]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2694,7 +2946,7 @@ func (x *BackupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupRequest.ProtoReflect.Descriptor instead.
 func (*BackupRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{32}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{34}
 }
 
 // BackupChunk is the next part of a backup; the parts concatenated are the
@@ -2708,7 +2960,7 @@ type BackupChunk struct {
 
 func (x *BackupChunk) Reset() {
 	*x = BackupChunk{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[33]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2720,7 +2972,7 @@ func (x *BackupChunk) String() string {
 func (*BackupChunk) ProtoMessage() {}
 
 func (x *BackupChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[33]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2733,7 +2985,7 @@ func (x *BackupChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupChunk.ProtoReflect.Descriptor instead.
 func (*BackupChunk) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{33}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *BackupChunk) GetData() []byte {
@@ -2760,7 +3012,7 @@ type RaftMessage struct {
 
 func (x *RaftMessage) Reset() {
 	*x = RaftMessage{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[34]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2772,7 +3024,7 @@ func (x *RaftMessage) String() string {
 func (*RaftMessage) ProtoMessage() {}
 
 func (x *RaftMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[34]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2785,7 +3037,7 @@ func (x *RaftMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftMessage.ProtoReflect.Descriptor instead.
 func (*RaftMessage) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{34}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *RaftMessage) GetMessage() []byte {
@@ -2812,7 +3064,7 @@ type RaftAck struct {
 
 func (x *RaftAck) Reset() {
 	*x = RaftAck{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[35]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2824,7 +3076,7 @@ func (x *RaftAck) String() string {
 func (*RaftAck) ProtoMessage() {}
 
 func (x *RaftAck) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[35]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2837,7 +3089,7 @@ func (x *RaftAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftAck.ProtoReflect.Descriptor instead.
 func (*RaftAck) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{35}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{37}
 }
 
 // LossesRequest subscribes to a gateway's loss notifications.
@@ -2857,7 +3109,7 @@ type LossesRequest struct {
 
 func (x *LossesRequest) Reset() {
 	*x = LossesRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[36]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2869,7 +3121,7 @@ func (x *LossesRequest) String() string {
 func (*LossesRequest) ProtoMessage() {}
 
 func (x *LossesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[36]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2882,7 +3134,7 @@ func (x *LossesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LossesRequest.ProtoReflect.Descriptor instead.
 func (*LossesRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{36}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *LossesRequest) GetNamespace() string {
@@ -2930,7 +3182,7 @@ type LossNotification struct {
 
 func (x *LossNotification) Reset() {
 	*x = LossNotification{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[37]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2942,7 +3194,7 @@ func (x *LossNotification) String() string {
 func (*LossNotification) ProtoMessage() {}
 
 func (x *LossNotification) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[37]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2955,7 +3207,7 @@ func (x *LossNotification) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LossNotification.ProtoReflect.Descriptor instead.
 func (*LossNotification) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{37}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *LossNotification) GetId() uint64 {
@@ -3012,7 +3264,7 @@ type LostOwner struct {
 
 func (x *LostOwner) Reset() {
 	*x = LostOwner{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[38]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3024,7 +3276,7 @@ func (x *LostOwner) String() string {
 func (*LostOwner) ProtoMessage() {}
 
 func (x *LostOwner) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[38]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3037,7 +3289,7 @@ func (x *LostOwner) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LostOwner.ProtoReflect.Descriptor instead.
 func (*LostOwner) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{38}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *LostOwner) GetOwner() string {
@@ -3072,7 +3324,7 @@ type CoversRequest struct {
 
 func (x *CoversRequest) Reset() {
 	*x = CoversRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[39]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3084,7 +3336,7 @@ func (x *CoversRequest) String() string {
 func (*CoversRequest) ProtoMessage() {}
 
 func (x *CoversRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[39]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3097,7 +3349,7 @@ func (x *CoversRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CoversRequest.ProtoReflect.Descriptor instead.
 func (*CoversRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{39}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *CoversRequest) GetId() uint64 {
@@ -3125,7 +3377,7 @@ type CoversResponse struct {
 
 func (x *CoversResponse) Reset() {
 	*x = CoversResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[40]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3137,7 +3389,7 @@ func (x *CoversResponse) String() string {
 func (*CoversResponse) ProtoMessage() {}
 
 func (x *CoversResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[40]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3150,7 +3402,7 @@ func (x *CoversResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CoversResponse.ProtoReflect.Descriptor instead.
 func (*CoversResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{40}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *CoversResponse) GetCovers() bool {
@@ -3174,12 +3426,13 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x1cleasehold/v1/leasehold.proto\x12\fleasehold.v1\"/\n" +
 	"\x05Range\x12\x14\n" +
 	"\x05start\x18\x01 \x01(\x06R\x05start\x12\x10\n" +
-	"\x03end\x18\x02 \x01(\x06R\x03end\"v\n" +
+	"\x03end\x18\x02 \x01(\x06R\x03end\"\x92\x01\n" +
 	"\x05Lease\x12)\n" +
 	"\x05range\x18\x01 \x01(\v2\x13.leasehold.v1.RangeR\x05range\x12\x10\n" +
 	"\x03lgn\x18\x02 \x01(\x04R\x03lgn\x12\x14\n" +
 	"\x05grant\x18\x03 \x01(\bR\x05grant\x12\x1a\n" +
-	"\bmigrated\x18\x04 \x01(\bR\bmigrated\"\xae\x04\n" +
+	"\bmigrated\x18\x04 \x01(\bR\bmigrated\x12\x1a\n" +
+	"\bpromoted\x18\x05 \x01(\bR\bpromoted\"\xf6\x04\n" +
 	"\fLeaseRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x12\n" +
@@ -3199,7 +3452,21 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\fwindow_nanos\x18\x0f \x01(\x03R\vwindowNanos\x12\"\n" +
 	"\rheld_as_acked\x18\x10 \x01(\bR\vheldAsAcked\x12\x1d\n" +
 	"\n" +
-	"names_once\x18\x11 \x01(\bR\tnamesOnce\"\xb0\x01\n" +
+	"names_once\x18\x11 \x01(\bR\tnamesOnce\x12\x12\n" +
+	"\x04zone\x18\x12 \x01(\tR\x04zone\x122\n" +
+	"\ain_sync\x18\x13 \x03(\v2\x19.leasehold.v1.StandbySyncR\x06inSync\"\xbd\x01\n" +
+	"\aStandby\x12)\n" +
+	"\x05range\x18\x01 \x01(\v2\x13.leasehold.v1.RangeR\x05range\x12\x10\n" +
+	"\x03lgn\x18\x02 \x01(\x04R\x03lgn\x12\x10\n" +
+	"\x03sgn\x18\x03 \x01(\x04R\x03sgn\x12\x14\n" +
+	"\x05owner\x18\x04 \x01(\tR\x05owner\x12\x12\n" +
+	"\x04addr\x18\x05 \x01(\tR\x04addr\x12 \n" +
+	"\vincarnation\x18\x06 \x01(\x04R\vincarnation\x12\x17\n" +
+	"\ain_sync\x18\a \x01(\bR\x06inSync\"\\\n" +
+	"\vStandbySync\x12)\n" +
+	"\x05range\x18\x01 \x01(\v2\x13.leasehold.v1.RangeR\x05range\x12\x10\n" +
+	"\x03lgn\x18\x02 \x01(\x04R\x03lgn\x12\x10\n" +
+	"\x03sgn\x18\x03 \x01(\x04R\x03sgn\"\xb0\x01\n" +
 	"\bHandover\x12)\n" +
 	"\x05range\x18\x01 \x01(\v2\x13.leasehold.v1.RangeR\x05range\x12\x10\n" +
 	"\x03lgn\x18\x02 \x01(\x04R\x03lgn\x12\x0e\n" +
@@ -3217,7 +3484,7 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\brequests\x18\x02 \x01(\x04R\brequests\"7\n" +
 	"\aKeyLoad\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x04R\x03key\x12\x1a\n" +
-	"\brequests\x18\x02 \x01(\x04R\brequests\"\xaa\x03\n" +
+	"\brequests\x18\x02 \x01(\x04R\brequests\"\x95\x04\n" +
 	"\rLeaseResponse\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12 \n" +
@@ -3235,7 +3502,10 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\n" +
 	"renew_held\x18\f \x01(\bR\trenewHeld\x12\x1d\n" +
 	"\n" +
-	"names_once\x18\r \x01(\bR\tnamesOnce\"\xa1\x01\n" +
+	"names_once\x18\r \x01(\bR\tnamesOnce\x121\n" +
+	"\bstandbys\x18\x0e \x03(\v2\x15.leasehold.v1.StandbyR\bstandbys\x126\n" +
+	"\vstandby_for\x18\x0f \x03(\v2\x15.leasehold.v1.StandbyR\n" +
+	"standbyFor\"\xa1\x01\n" +
 	"\x05Entry\x12\x14\n" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x10\n" +
@@ -3296,7 +3566,7 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\rStatusRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1d\n" +
 	"\n" +
-	"read_lease\x18\x02 \x01(\bR\treadLease\"\x96\x02\n" +
+	"read_lease\x18\x02 \x01(\bR\treadLease\"\xf9\x02\n" +
 	"\vOwnerStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12 \n" +
@@ -3308,17 +3578,21 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\bcapacity\x18\b \x01(\x01R\bcapacity\x12\x1a\n" +
 	"\bdraining\x18\t \x01(\bR\bdraining\x12/\n" +
 	"\bhot_keys\x18\n" +
-	" \x03(\v2\x14.leasehold.v1.HotKeyR\ahotKeys\".\n" +
+	" \x03(\v2\x14.leasehold.v1.HotKeyR\ahotKeys\x12\x12\n" +
+	"\x04zone\x18\v \x01(\tR\x04zone\x12%\n" +
+	"\x0estandby_ranges\x18\f \x01(\rR\rstandbyRanges\x12&\n" +
+	"\x0fstandby_in_sync\x18\r \x01(\rR\rstandbyInSync\".\n" +
 	"\x06HotKey\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x04R\x03key\x12\x12\n" +
-	"\x04rate\x18\x02 \x01(\x01R\x04rate\"\xc5\x01\n" +
+	"\x04rate\x18\x02 \x01(\x01R\x04rate\"\xe1\x01\n" +
 	"\x0fNamespaceStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03lsn\x18\x02 \x01(\x04R\x03lsn\x12\x1a\n" +
 	"\bsegments\x18\x03 \x01(\rR\bsegments\x12#\n" +
 	"\rfree_segments\x18\x04 \x01(\rR\ffreeSegments\x12\x18\n" +
 	"\alookups\x18\x05 \x01(\rR\alookups\x121\n" +
-	"\x06owners\x18\x06 \x03(\v2\x19.leasehold.v1.OwnerStatusR\x06owners\"\x96\x01\n" +
+	"\x06owners\x18\x06 \x03(\v2\x19.leasehold.v1.OwnerStatusR\x06owners\x12\x1a\n" +
+	"\bstandbys\x18\a \x01(\rR\bstandbys\"\x96\x01\n" +
 	"\x0eStatusResponse\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12=\n" +
 	"\n" +
@@ -3447,111 +3721,118 @@ func file_leasehold_v1_leasehold_proto_rawDescGZIP() []byte {
 	return file_leasehold_v1_leasehold_proto_rawDescData
 }
 
-var file_leasehold_v1_leasehold_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
+var file_leasehold_v1_leasehold_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
 var file_leasehold_v1_leasehold_proto_goTypes = []any{
 	(*Range)(nil),             // 0: leasehold.v1.Range
 	(*Lease)(nil),             // 1: leasehold.v1.Lease
 	(*LeaseRequest)(nil),      // 2: leasehold.v1.LeaseRequest
-	(*Handover)(nil),          // 3: leasehold.v1.Handover
-	(*Handed)(nil),            // 4: leasehold.v1.Handed
-	(*RangeLoad)(nil),         // 5: leasehold.v1.RangeLoad
-	(*KeyLoad)(nil),           // 6: leasehold.v1.KeyLoad
-	(*LeaseResponse)(nil),     // 7: leasehold.v1.LeaseResponse
-	(*Entry)(nil),             // 8: leasehold.v1.Entry
-	(*Change)(nil),            // 9: leasehold.v1.Change
-	(*Segment)(nil),           // 10: leasehold.v1.Segment
-	(*Update)(nil),            // 11: leasehold.v1.Update
-	(*CompactChanges)(nil),    // 12: leasehold.v1.CompactChanges
-	(*SyncRequest)(nil),       // 13: leasehold.v1.SyncRequest
-	(*SyncResponse)(nil),      // 14: leasehold.v1.SyncResponse
-	(*StatusRequest)(nil),     // 15: leasehold.v1.StatusRequest
-	(*OwnerStatus)(nil),       // 16: leasehold.v1.OwnerStatus
-	(*HotKey)(nil),            // 17: leasehold.v1.HotKey
-	(*NamespaceStatus)(nil),   // 18: leasehold.v1.NamespaceStatus
-	(*StatusResponse)(nil),    // 19: leasehold.v1.StatusResponse
-	(*Cluster)(nil),           // 20: leasehold.v1.Cluster
-	(*ReadLeaseInfo)(nil),     // 21: leasehold.v1.ReadLeaseInfo
-	(*HolderRequest)(nil),     // 22: leasehold.v1.HolderRequest
-	(*HolderResponse)(nil),    // 23: leasehold.v1.HolderResponse
-	(*Peer)(nil),              // 24: leasehold.v1.Peer
-	(*AddPeerRequest)(nil),    // 25: leasehold.v1.AddPeerRequest
-	(*RemovePeerRequest)(nil), // 26: leasehold.v1.RemovePeerRequest
-	(*ClusterResponse)(nil),   // 27: leasehold.v1.ClusterResponse
-	(*DrainRequest)(nil),      // 28: leasehold.v1.DrainRequest
-	(*DrainResponse)(nil),     // 29: leasehold.v1.DrainResponse
-	(*ForgetRequest)(nil),     // 30: leasehold.v1.ForgetRequest
-	(*ForgetResponse)(nil),    // 31: leasehold.v1.ForgetResponse
-	(*BackupRequest)(nil),     // 32: leasehold.v1.BackupRequest
-	(*BackupChunk)(nil),       // 33: leasehold.v1.BackupChunk
-	(*RaftMessage)(nil),       // 34: leasehold.v1.RaftMessage
-	(*RaftAck)(nil),           // 35: leasehold.v1.RaftAck
-	(*LossesRequest)(nil),     // 36: leasehold.v1.LossesRequest
-	(*LossNotification)(nil),  // 37: leasehold.v1.LossNotification
-	(*LostOwner)(nil),         // 38: leasehold.v1.LostOwner
-	(*CoversRequest)(nil),     // 39: leasehold.v1.CoversRequest
-	(*CoversResponse)(nil),    // 40: leasehold.v1.CoversResponse
+	(*Standby)(nil),           // 3: leasehold.v1.Standby
+	(*StandbySync)(nil),       // 4: leasehold.v1.StandbySync
+	(*Handover)(nil),          // 5: leasehold.v1.Handover
+	(*Handed)(nil),            // 6: leasehold.v1.Handed
+	(*RangeLoad)(nil),         // 7: leasehold.v1.RangeLoad
+	(*KeyLoad)(nil),           // 8: leasehold.v1.KeyLoad
+	(*LeaseResponse)(nil),     // 9: leasehold.v1.LeaseResponse
+	(*Entry)(nil),             // 10: leasehold.v1.Entry
+	(*Change)(nil),            // 11: leasehold.v1.Change
+	(*Segment)(nil),           // 12: leasehold.v1.Segment
+	(*Update)(nil),            // 13: leasehold.v1.Update
+	(*CompactChanges)(nil),    // 14: leasehold.v1.CompactChanges
+	(*SyncRequest)(nil),       // 15: leasehold.v1.SyncRequest
+	(*SyncResponse)(nil),      // 16: leasehold.v1.SyncResponse
+	(*StatusRequest)(nil),     // 17: leasehold.v1.StatusRequest
+	(*OwnerStatus)(nil),       // 18: leasehold.v1.OwnerStatus
+	(*HotKey)(nil),            // 19: leasehold.v1.HotKey
+	(*NamespaceStatus)(nil),   // 20: leasehold.v1.NamespaceStatus
+	(*StatusResponse)(nil),    // 21: leasehold.v1.StatusResponse
+	(*Cluster)(nil),           // 22: leasehold.v1.Cluster
+	(*ReadLeaseInfo)(nil),     // 23: leasehold.v1.ReadLeaseInfo
+	(*HolderRequest)(nil),     // 24: leasehold.v1.HolderRequest
+	(*HolderResponse)(nil),    // 25: leasehold.v1.HolderResponse
+	(*Peer)(nil),              // 26: leasehold.v1.Peer
+	(*AddPeerRequest)(nil),    // 27: leasehold.v1.AddPeerRequest
+	(*RemovePeerRequest)(nil), // 28: leasehold.v1.RemovePeerRequest
+	(*ClusterResponse)(nil),   // 29: leasehold.v1.ClusterResponse
+	(*DrainRequest)(nil),      // 30: leasehold.v1.DrainRequest
+	(*DrainResponse)(nil),     // 31: leasehold.v1.DrainResponse
+	(*ForgetRequest)(nil),     // 32: leasehold.v1.ForgetRequest
+	(*ForgetResponse)(nil),    // 33: leasehold.v1.ForgetResponse
+	(*BackupRequest)(nil),     // 34: leasehold.v1.BackupRequest
+	(*BackupChunk)(nil),       // 35: leasehold.v1.BackupChunk
+	(*RaftMessage)(nil),       // 36: leasehold.v1.RaftMessage
+	(*RaftAck)(nil),           // 37: leasehold.v1.RaftAck
+	(*LossesRequest)(nil),     // 38: leasehold.v1.LossesRequest
+	(*LossNotification)(nil),  // 39: leasehold.v1.LossNotification
+	(*LostOwner)(nil),         // 40: leasehold.v1.LostOwner
+	(*CoversRequest)(nil),     // 41: leasehold.v1.CoversRequest
+	(*CoversResponse)(nil),    // 42: leasehold.v1.CoversResponse
 }
 var file_leasehold_v1_leasehold_proto_depIdxs = []int32{
 	0,  // 0: leasehold.v1.Lease.range:type_name -> leasehold.v1.Range
 	1,  // 1: leasehold.v1.LeaseRequest.held:type_name -> leasehold.v1.Lease
-	4,  // 2: leasehold.v1.LeaseRequest.handed:type_name -> leasehold.v1.Handed
-	5,  // 3: leasehold.v1.LeaseRequest.load:type_name -> leasehold.v1.RangeLoad
-	6,  // 4: leasehold.v1.LeaseRequest.hot_keys:type_name -> leasehold.v1.KeyLoad
-	0,  // 5: leasehold.v1.Handover.range:type_name -> leasehold.v1.Range
-	0,  // 6: leasehold.v1.Handed.range:type_name -> leasehold.v1.Range
-	0,  // 7: leasehold.v1.RangeLoad.range:type_name -> leasehold.v1.Range
-	1,  // 8: leasehold.v1.LeaseResponse.leases:type_name -> leasehold.v1.Lease
-	3,  // 9: leasehold.v1.LeaseResponse.handovers:type_name -> leasehold.v1.Handover
-	0,  // 10: leasehold.v1.Change.range:type_name -> leasehold.v1.Range
-	8,  // 11: leasehold.v1.Change.entry:type_name -> leasehold.v1.Entry
-	0,  // 12: leasehold.v1.Segment.range:type_name -> leasehold.v1.Range
-	8,  // 13: leasehold.v1.Segment.entry:type_name -> leasehold.v1.Entry
-	9,  // 14: leasehold.v1.Update.changes:type_name -> leasehold.v1.Change
-	10, // 15: leasehold.v1.Update.segments:type_name -> leasehold.v1.Segment
-	12, // 16: leasehold.v1.Update.compact:type_name -> leasehold.v1.CompactChanges
-	8,  // 17: leasehold.v1.CompactChanges.names:type_name -> leasehold.v1.Entry
-	11, // 18: leasehold.v1.SyncResponse.update:type_name -> leasehold.v1.Update
-	17, // 19: leasehold.v1.OwnerStatus.hot_keys:type_name -> leasehold.v1.HotKey
-	16, // 20: leasehold.v1.NamespaceStatus.owners:type_name -> leasehold.v1.OwnerStatus
-	18, // 21: leasehold.v1.StatusResponse.namespaces:type_name -> leasehold.v1.NamespaceStatus
-	20, // 22: leasehold.v1.StatusResponse.cluster:type_name -> leasehold.v1.Cluster
-	24, // 23: leasehold.v1.Cluster.peers:type_name -> leasehold.v1.Peer
-	21, // 24: leasehold.v1.Cluster.read_lease:type_name -> leasehold.v1.ReadLeaseInfo
-	20, // 25: leasehold.v1.ClusterResponse.cluster:type_name -> leasehold.v1.Cluster
-	0,  // 26: leasehold.v1.LossNotification.ranges:type_name -> leasehold.v1.Range
-	38, // 27: leasehold.v1.LossNotification.owners:type_name -> leasehold.v1.LostOwner
-	0,  // 28: leasehold.v1.LostOwner.ranges:type_name -> leasehold.v1.Range
-	2,  // 29: leasehold.v1.Leases.Session:input_type -> leasehold.v1.LeaseRequest
-	13, // 30: leasehold.v1.Lookups.Sync:input_type -> leasehold.v1.SyncRequest
-	15, // 31: leasehold.v1.Admin.Status:input_type -> leasehold.v1.StatusRequest
-	25, // 32: leasehold.v1.Admin.AddPeer:input_type -> leasehold.v1.AddPeerRequest
-	26, // 33: leasehold.v1.Admin.RemovePeer:input_type -> leasehold.v1.RemovePeerRequest
-	28, // 34: leasehold.v1.Admin.Drain:input_type -> leasehold.v1.DrainRequest
-	28, // 35: leasehold.v1.Admin.Undrain:input_type -> leasehold.v1.DrainRequest
-	30, // 36: leasehold.v1.Admin.Forget:input_type -> leasehold.v1.ForgetRequest
-	32, // 37: leasehold.v1.Admin.Backup:input_type -> leasehold.v1.BackupRequest
-	22, // 38: leasehold.v1.Admin.Holder:input_type -> leasehold.v1.HolderRequest
-	34, // 39: leasehold.v1.Raft.Send:input_type -> leasehold.v1.RaftMessage
-	36, // 40: leasehold.v1.Gateway.Losses:input_type -> leasehold.v1.LossesRequest
-	39, // 41: leasehold.v1.Gateway.Covers:input_type -> leasehold.v1.CoversRequest
-	7,  // 42: leasehold.v1.Leases.Session:output_type -> leasehold.v1.LeaseResponse
-	14, // 43: leasehold.v1.Lookups.Sync:output_type -> leasehold.v1.SyncResponse
-	19, // 44: leasehold.v1.Admin.Status:output_type -> leasehold.v1.StatusResponse
-	27, // 45: leasehold.v1.Admin.AddPeer:output_type -> leasehold.v1.ClusterResponse
-	27, // 46: leasehold.v1.Admin.RemovePeer:output_type -> leasehold.v1.ClusterResponse
-	29, // 47: leasehold.v1.Admin.Drain:output_type -> leasehold.v1.DrainResponse
-	29, // 48: leasehold.v1.Admin.Undrain:output_type -> leasehold.v1.DrainResponse
-	31, // 49: leasehold.v1.Admin.Forget:output_type -> leasehold.v1.ForgetResponse
-	33, // 50: leasehold.v1.Admin.Backup:output_type -> leasehold.v1.BackupChunk
-	23, // 51: leasehold.v1.Admin.Holder:output_type -> leasehold.v1.HolderResponse
-	35, // 52: leasehold.v1.Raft.Send:output_type -> leasehold.v1.RaftAck
-	37, // 53: leasehold.v1.Gateway.Losses:output_type -> leasehold.v1.LossNotification
-	40, // 54: leasehold.v1.Gateway.Covers:output_type -> leasehold.v1.CoversResponse
-	42, // [42:55] is the sub-list for method output_type
-	29, // [29:42] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	6,  // 2: leasehold.v1.LeaseRequest.handed:type_name -> leasehold.v1.Handed
+	7,  // 3: leasehold.v1.LeaseRequest.load:type_name -> leasehold.v1.RangeLoad
+	8,  // 4: leasehold.v1.LeaseRequest.hot_keys:type_name -> leasehold.v1.KeyLoad
+	4,  // 5: leasehold.v1.LeaseRequest.in_sync:type_name -> leasehold.v1.StandbySync
+	0,  // 6: leasehold.v1.Standby.range:type_name -> leasehold.v1.Range
+	0,  // 7: leasehold.v1.StandbySync.range:type_name -> leasehold.v1.Range
+	0,  // 8: leasehold.v1.Handover.range:type_name -> leasehold.v1.Range
+	0,  // 9: leasehold.v1.Handed.range:type_name -> leasehold.v1.Range
+	0,  // 10: leasehold.v1.RangeLoad.range:type_name -> leasehold.v1.Range
+	1,  // 11: leasehold.v1.LeaseResponse.leases:type_name -> leasehold.v1.Lease
+	5,  // 12: leasehold.v1.LeaseResponse.handovers:type_name -> leasehold.v1.Handover
+	3,  // 13: leasehold.v1.LeaseResponse.standbys:type_name -> leasehold.v1.Standby
+	3,  // 14: leasehold.v1.LeaseResponse.standby_for:type_name -> leasehold.v1.Standby
+	0,  // 15: leasehold.v1.Change.range:type_name -> leasehold.v1.Range
+	10, // 16: leasehold.v1.Change.entry:type_name -> leasehold.v1.Entry
+	0,  // 17: leasehold.v1.Segment.range:type_name -> leasehold.v1.Range
+	10, // 18: leasehold.v1.Segment.entry:type_name -> leasehold.v1.Entry
+	11, // 19: leasehold.v1.Update.changes:type_name -> leasehold.v1.Change
+	12, // 20: leasehold.v1.Update.segments:type_name -> leasehold.v1.Segment
+	14, // 21: leasehold.v1.Update.compact:type_name -> leasehold.v1.CompactChanges
+	10, // 22: leasehold.v1.CompactChanges.names:type_name -> leasehold.v1.Entry
+	13, // 23: leasehold.v1.SyncResponse.update:type_name -> leasehold.v1.Update
+	19, // 24: leasehold.v1.OwnerStatus.hot_keys:type_name -> leasehold.v1.HotKey
+	18, // 25: leasehold.v1.NamespaceStatus.owners:type_name -> leasehold.v1.OwnerStatus
+	20, // 26: leasehold.v1.StatusResponse.namespaces:type_name -> leasehold.v1.NamespaceStatus
+	22, // 27: leasehold.v1.StatusResponse.cluster:type_name -> leasehold.v1.Cluster
+	26, // 28: leasehold.v1.Cluster.peers:type_name -> leasehold.v1.Peer
+	23, // 29: leasehold.v1.Cluster.read_lease:type_name -> leasehold.v1.ReadLeaseInfo
+	22, // 30: leasehold.v1.ClusterResponse.cluster:type_name -> leasehold.v1.Cluster
+	0,  // 31: leasehold.v1.LossNotification.ranges:type_name -> leasehold.v1.Range
+	40, // 32: leasehold.v1.LossNotification.owners:type_name -> leasehold.v1.LostOwner
+	0,  // 33: leasehold.v1.LostOwner.ranges:type_name -> leasehold.v1.Range
+	2,  // 34: leasehold.v1.Leases.Session:input_type -> leasehold.v1.LeaseRequest
+	15, // 35: leasehold.v1.Lookups.Sync:input_type -> leasehold.v1.SyncRequest
+	17, // 36: leasehold.v1.Admin.Status:input_type -> leasehold.v1.StatusRequest
+	27, // 37: leasehold.v1.Admin.AddPeer:input_type -> leasehold.v1.AddPeerRequest
+	28, // 38: leasehold.v1.Admin.RemovePeer:input_type -> leasehold.v1.RemovePeerRequest
+	30, // 39: leasehold.v1.Admin.Drain:input_type -> leasehold.v1.DrainRequest
+	30, // 40: leasehold.v1.Admin.Undrain:input_type -> leasehold.v1.DrainRequest
+	32, // 41: leasehold.v1.Admin.Forget:input_type -> leasehold.v1.ForgetRequest
+	34, // 42: leasehold.v1.Admin.Backup:input_type -> leasehold.v1.BackupRequest
+	24, // 43: leasehold.v1.Admin.Holder:input_type -> leasehold.v1.HolderRequest
+	36, // 44: leasehold.v1.Raft.Send:input_type -> leasehold.v1.RaftMessage
+	38, // 45: leasehold.v1.Gateway.Losses:input_type -> leasehold.v1.LossesRequest
+	41, // 46: leasehold.v1.Gateway.Covers:input_type -> leasehold.v1.CoversRequest
+	9,  // 47: leasehold.v1.Leases.Session:output_type -> leasehold.v1.LeaseResponse
+	16, // 48: leasehold.v1.Lookups.Sync:output_type -> leasehold.v1.SyncResponse
+	21, // 49: leasehold.v1.Admin.Status:output_type -> leasehold.v1.StatusResponse
+	29, // 50: leasehold.v1.Admin.AddPeer:output_type -> leasehold.v1.ClusterResponse
+	29, // 51: leasehold.v1.Admin.RemovePeer:output_type -> leasehold.v1.ClusterResponse
+	31, // 52: leasehold.v1.Admin.Drain:output_type -> leasehold.v1.DrainResponse
+	31, // 53: leasehold.v1.Admin.Undrain:output_type -> leasehold.v1.DrainResponse
+	33, // 54: leasehold.v1.Admin.Forget:output_type -> leasehold.v1.ForgetResponse
+	35, // 55: leasehold.v1.Admin.Backup:output_type -> leasehold.v1.BackupChunk
+	25, // 56: leasehold.v1.Admin.Holder:output_type -> leasehold.v1.HolderResponse
+	37, // 57: leasehold.v1.Raft.Send:output_type -> leasehold.v1.RaftAck
+	39, // 58: leasehold.v1.Gateway.Losses:output_type -> leasehold.v1.LossNotification
+	42, // 59: leasehold.v1.Gateway.Covers:output_type -> leasehold.v1.CoversResponse
+	47, // [47:60] is the sub-list for method output_type
+	34, // [34:47] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_v1_leasehold_proto_init() }
@@ -3565,7 +3846,7 @@ func file_leasehold_v1_leasehold_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leasehold_v1_leasehold_proto_rawDesc), len(file_leasehold_v1_leasehold_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   41,
+			NumMessages:   43,
 			NumExtensions: 0,
 			NumServices:   5,
 		},

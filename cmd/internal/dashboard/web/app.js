@@ -155,8 +155,18 @@ function renderOwners(n) {
     return `<tr class="${cls}" data-owner="${esc(o.id)}" data-ranges="${o.ranges}" data-draining="${o.draining}">` +
       `<td><span class="sw" style="background:${colour(o.id)}"></span></td><td title="incarnation ${o.incarnation}">${esc(o.id)}</td><td>${esc(o.addr)}</td>` +
       `<td class="num">${o.ranges}</td><td class="num">${fmt(100 * o.share, 1)}%</td><td class="num">${fmt(o.load, 1)}</td>` +
-      `<td class="num">${o.capacity}</td><td>${o.draining ? "DRAINING" : "no"}</td><td>${o.member ? "yes" : "no"}</td>${btn}</tr>`;
+      `<td class="num">${o.capacity}</td><td>${o.draining ? "DRAINING" : "no"}</td><td>${o.member ? "yes" : "no"}</td>` +
+      `<td class="zone">${o.zone ? esc(o.zone) : "-"}</td>${standbyCell(n, o)}${btn}</tr>`;
   }).join("");
+}
+
+// standbyCell shows the ranges an Owner stands by for: in sync / named,
+// marked while some are still filling; "-" in a namespace without standbys.
+function standbyCell(n, o) {
+  if (!n.standbys && !o.standbyRanges) return `<td class="num standby">-</td>`;
+  const filling = o.standbyInSync < o.standbyRanges;
+  return `<td class="num standby${filling ? " filling" : ""}" data-standby="${o.standbyRanges}" data-insync="${o.standbyInSync}"` +
+    ` title="${o.standbyInSync} of ${o.standbyRanges} in sync">${o.standbyInSync}/${o.standbyRanges}${filling ? " filling" : ""}</td>`;
 }
 
 function renderManagers() {

@@ -71,7 +71,8 @@ type Options struct {
 	// it builds ./cmd/leasehold of the module in the working directory.
 	Manager string
 	// ManagerProfile, if set, makes loopback run the Manager built with a
-	// CPU profiler (profiledmanager, below) and write a profile of
+	// CPU profiler (profiledmanager, below; with Manager set, that binary
+	// must be such a build) and write a profile of
 	// each measured window to ManagerProfile/OWNERS-LOOKUPS/cpu-N.prof
 	// (N = 1 without churn, 2 with, in the order the windows ran), and one
 	// of the load driver's own process beside it, driver-cpu-N.prof.
@@ -80,6 +81,13 @@ type Options struct {
 	// Manager: a throwaway CA, the Manager's replica certificate and one
 	// certificate per Owner and per Lookup (the trust boundary as deployed).
 	TLS bool
+	// LookupsPerConn makes loopback's thin Lookups share gRPC connections,
+	// this many to one (0 or 1: each its own): every Lookup keeps its own
+	// stream, as an application's frontend that runs many Lookups in one
+	// process would over one connection. The full Lookups keep their own.
+	LookupsPerConn int
+	// LookupEvery is how often loopback starts a Lookup (0: every 100 ms).
+	LookupEvery time.Duration
 	// Progress, if set, is told how far the run is, in [0, 1], with a short
 	// description of the current step. Called from the goroutine of Run.
 	Progress func(done float64, step string)

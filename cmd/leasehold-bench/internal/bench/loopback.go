@@ -39,6 +39,7 @@ type loopbackPlan struct {
 	perLookup time.Duration // Lookups start one per this long
 	churn     []bool
 	tls       bool // mutual TLS between every client and the Manager (loopback_tls.go)
+	perConn   int  // thin Lookups per gRPC connection (1: each its own)
 }
 
 func (p loopbackPlan) lookupSpread(n int) time.Duration { return p.perLookup * time.Duration(n) }
@@ -61,6 +62,10 @@ func loopbackPlanFor(o Options) loopbackPlan {
 		p.points = []loopbackPoint{{o.Owners, o.Lookups}}
 	}
 	p.tls = o.TLS
+	p.perConn = max(o.LookupsPerConn, 1)
+	if o.LookupEvery > 0 {
+		p.perLookup = o.LookupEvery
+	}
 	switch o.Churn {
 	case "on":
 		p.churn = []bool{true}
@@ -94,9 +99,6 @@ type loopbackResult struct {
 func runLoopback(ctx context.Context, o Options) (*Report, error) {
 	plan := loopbackPlanFor(o)
 	bin := o.Manager
-	if o.ManagerProfile != "" && bin != "" {
-		return nil, errors.New("a Manager profile needs the profiling build of the manager: give no Manager binary")
-	}
 	if bin == "" {
 		dir, err := os.MkdirTemp("", "leasehold-loopback")
 		if err != nil {
@@ -173,7 +175,7 @@ func runLoopbackPoint(ctx context.Context, bin, profDir string, plan loopbackPla
 	defer mgr.stop()
 	pid := mgr.cmd.Process.Pid
 	dctx, cancel := context.WithCancel(ctx)
-	d := &loadDriver{ctx: dctx, addr: mgr.addr, timing: plan.timing, meter: &wireMeter{}, trust: trust}
+	d := &loadDriver{ctx: dctx, addr: mgr.addr, timing: plan.timing, meter: &wireMeter{}, trust: trust, perConn: plan.perConn}
 	defer func() {
 		cancel()
 		d.stopAll()
@@ -292,6 +294,7 @@ func runLoopbackPoint(ctx context.Context, bin, profDir string, plan loopbackPla
 		}
 		if profDir != "" {
 			_ = mgr.cmd.Process.Signal(syscall.SIGUSR2)
+			waitForFile(ctx, filepath.Join(profDir, fmt.Sprintf("heap-%d.prof", len(out)+1)), 30*time.Second)
 			pprof.StopCPUProfile()
 			if err := driverProf.Close(); err != nil {
 				return nil, err
@@ -328,4 +331,18 @@ func runLoopbackPoint(ctx context.Context, bin, profDir string, plan loopbackPla
 		out = append(out, r)
 	}
 	return out, nil
+}
+
+// waitForFile waits until name exists, at most limit: the Manager's heap
+// profile of a window, taken before the clients stop.
+func waitForFile(ctx context.Context, name string, limit time.Duration) {
+	end := time.Now().Add(limit)
+	for time.Now().Before(end) {
+		if _, err := os.Stat(name); err == nil {
+			return
+		}
+		if !sleepCtx(ctx, 100*time.Millisecond) {
+			return
+		}
+	}
 }

@@ -270,6 +270,7 @@ type lookupClient struct {
 	link   *clientLink
 	arr    *arrivals
 	cancel context.CancelFunc
+	shared bool // its connection is a sharedLink's, which outlives it
 }
 
 func startLookup(ctx context.Context, addr string, full bool, timing protocol.Timing, m *wireMeter, creds credentials.TransportCredentials) (*lookupClient, error) {
@@ -291,21 +292,55 @@ func startLookup(ctx context.Context, addr string, full bool, timing protocol.Ti
 		c.full = l
 		return c, nil
 	}
-	t, err := startThinLookup(ctx, addr, timing, c.link.dialOptions(), c.arr)
+	managers, err := client.NewManagers([]string{addr}, c.link.dialOptions())
 	if err != nil {
 		return nil, err
 	}
-	c.thin = t
+	c.thin = startThinLookup(ctx, managers, timing, c.arr)
 	return c, nil
+}
+
+// sharedLink is a connection to the Manager that several thin Lookups
+// share, each with a stream of its own on it (--lookups-per-conn).
+type sharedLink struct {
+	link     *clientLink
+	managers *client.Managers
+}
+
+func newSharedLink(addr string, m *wireMeter, creds credentials.TransportCredentials) (*sharedLink, error) {
+	link := &clientLink{m: m, creds: creds}
+	managers, err := client.NewManagers([]string{addr}, link.dialOptions())
+	if err != nil {
+		return nil, err
+	}
+	return &sharedLink{link: link, managers: managers}, nil
+}
+
+func (s *sharedLink) close() {
+	s.link.crash()
+	_ = s.managers.Close()
+}
+
+// startSharedLookup starts a thin Lookup whose stream runs on s's
+// connection. Stopping it ends its stream only.
+func startSharedLookup(ctx context.Context, s *sharedLink, timing protocol.Timing, m *wireMeter) *lookupClient {
+	c := &lookupClient{link: s.link, arr: &arrivals{log: m.logger()}, shared: true}
+	c.thin = startThinLookup(ctx, s.managers, timing, c.arr)
+	return c
 }
 
 func (c *lookupClient) close() {
 	c.arr.stop(time.Now())
+	if c.shared {
+		c.thin.stop()
+		return
+	}
 	c.link.crash()
 	if c.full != nil {
 		_ = c.full.Close()
 	} else {
-		c.thin.close()
+		c.thin.stop()
+		_ = c.thin.managers.Close()
 	}
 }
 
@@ -339,11 +374,7 @@ type thinLookup struct {
 	repaired time.Time
 }
 
-func startThinLookup(ctx context.Context, addr string, timing protocol.Timing, opts []grpc.DialOption, arr *arrivals) (*thinLookup, error) {
-	managers, err := client.NewManagers([]string{addr}, opts)
-	if err != nil {
-		return nil, err
-	}
+func startThinLookup(ctx context.Context, managers *client.Managers, timing protocol.Timing, arr *arrivals) *thinLookup {
 	managers.CapBackoff(timing.Sync / 4)
 	managers.Liveness(func() time.Duration { return timing.LookupAnswerWait() }, false)
 	l := &thinLookup{timing: timing, arr: arr, managers: managers,
@@ -367,13 +398,14 @@ func startThinLookup(ctx context.Context, addr string, timing protocol.Timing, o
 				return st, err
 			}, l.sendq, wire.SyncResponseFromPB, l.recv)
 	}()
-	return l, nil
+	return l
 }
 
-func (l *thinLookup) close() {
+// stop ends the Lookup's stream and its goroutines; its connection is
+// closed by whoever owns it.
+func (l *thinLookup) stop() {
 	l.cancel()
 	l.wg.Wait()
-	_ = l.managers.Close()
 }
 
 func (l *thinLookup) run(ctx context.Context) {

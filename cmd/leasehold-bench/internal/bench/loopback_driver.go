@@ -28,6 +28,10 @@ type loadDriver struct {
 	trust   *loopbackTrust // nil: plaintext
 	owners  *ownerProc
 	nOwners int
+	perConn int // thin Lookups per connection (1: each its own)
+
+	sharedMu sync.Mutex
+	shared   map[int]*sharedLink // by j / perConn
 
 	mu      sync.Mutex
 	lookups []*lookupClient
@@ -57,12 +61,35 @@ func (d *loadDriver) startLookups(n int, spread time.Duration) error {
 
 // startLookup starts the Lookup of slot j, with the slot's certificate if
 // the run has TLS.
+// With more than one thin Lookup per connection, the thin Lookups of slots
+// j / perConn share one connection (dialled with the first slot's
+// certificate), each with a stream of its own.
 func (d *loadDriver) startLookup(j int, full bool) (*lookupClient, error) {
-	creds, err := d.trust.creds(certs.Lookup, lookupName(j))
-	if err != nil {
-		return nil, err
+	if full || d.perConn <= 1 {
+		creds, err := d.trust.creds(certs.Lookup, lookupName(j))
+		if err != nil {
+			return nil, err
+		}
+		return startLookup(d.ctx, d.addr, full, d.timing, d.meter, creds)
 	}
-	return startLookup(d.ctx, d.addr, full, d.timing, d.meter, creds)
+	g := j / d.perConn
+	d.sharedMu.Lock()
+	defer d.sharedMu.Unlock()
+	s := d.shared[g]
+	if s == nil {
+		creds, err := d.trust.creds(certs.Lookup, lookupName(g*d.perConn))
+		if err != nil {
+			return nil, err
+		}
+		if s, err = newSharedLink(d.addr, d.meter, creds); err != nil {
+			return nil, err
+		}
+		if d.shared == nil {
+			d.shared = map[int]*sharedLink{}
+		}
+		d.shared[g] = s
+	}
+	return startSharedLookup(d.ctx, s, d.timing, d.meter), nil
 }
 
 // ownersHold reports whether every Owner holds a lease.
@@ -256,6 +283,11 @@ func (d *loadDriver) stopAll() {
 		}
 	}
 	wg.Wait()
+	d.sharedMu.Lock()
+	for _, s := range d.shared {
+		s.close()
+	}
+	d.sharedMu.Unlock()
 }
 
 // usage is a snapshot of the counters a window is measured between.

@@ -32,11 +32,15 @@ func loopbackReport(plan loopbackPlan, results []loopbackResult) *Report {
 	if plan.tls {
 		wire = "mutual TLS (a throwaway CA; the Manager's replica certificate, one certificate per Owner and per Lookup)"
 	}
+	conns := "each client with its own TCP connection and gRPC stream"
+	if plan.perConn > 1 {
+		conns = fmt.Sprintf("each client with its own gRPC stream, each Owner and full Lookup with its own TCP connection, the thin Lookups %d to a connection", plan.perConn)
+	}
 	ours := fmt.Sprintf("one `leasehold manager` process (group of one, %s timings, memory only, %s) on 127.0.0.1; a load driver of two processes, one with N real Owners (owner library), the other with M Lookups "+
-		"(%d real lookup libraries with a full copy, the rest thin), as servers and frontends run apart, each client with its own TCP connection and gRPC stream; Owners start over %s, then, once each holds leases, Lookups one every %s; "+
+		"(%d real lookup libraries with a full copy, the rest thin), as servers and frontends run apart, %s; Owners start over %s, then, once each holds leases, Lookups one every %s; "+
 		"then a warm-up until every range is owned and every Lookup synced plus two renewals; then a %s window without churn and a %s window with churn "+
 		"(an Owner stops every %s, alternately leaving gracefully and crashing, back after %s; a Lookup restarts every %s, back after %s)",
-		plan.profile, wire, loopbackFull, plan.spread, plan.perLookup, plan.measure, plan.measure,
+		plan.profile, wire, loopbackFull, conns, plan.spread, plan.perLookup, plan.measure, plan.measure,
 		(plan.timing.Renew * 2 / 5).Round(time.Millisecond), (plan.timing.Renew * 4 / 3).Round(time.Millisecond),
 		(plan.timing.Renew / 10).Round(time.Millisecond), (plan.timing.Renew / 3).Round(time.Millisecond))
 	cpu := Figure{Name: "loopback-cpu", Title: "Manager process CPU vs. number of nodes, real sockets (PRS Figure 7)",

@@ -79,6 +79,8 @@ type options struct {
 	managerBin      string
 	managerProfile  string
 	tls             bool
+	lookupsPerConn  int
+	lookupEvery     time.Duration
 }
 
 func newCommand(stdout, stderr io.Writer) *cobra.Command {
@@ -142,8 +144,10 @@ Exit codes: 0 success, 1 runtime failure, 2 bad usage.`,
 	f.StringVar(&o.churn, "churn", "both", "scale: the points with churn (on), without (off), or both")
 	f.DurationVar(&o.measure, "measure", 0, "loopback: the length of each measured window (default 2m)")
 	f.StringVar(&o.managerBin, "manager-bin", "", "loopback: the leasehold binary to run as the Manager (default: build ./cmd/leasehold)")
-	f.StringVar(&o.managerProfile, "manager-profile", "", "loopback: build the Manager with a CPU profiler and write a profile of each measured window under this folder (OWNERS-LOOKUPS/cpu-1.prof without churn, cpu-2.prof with; the load driver's own in driver-cpu-N.prof)")
+	f.StringVar(&o.managerProfile, "manager-profile", "", "loopback: build the Manager with a CPU profiler and write a profile of each measured window under this folder (OWNERS-LOOKUPS/cpu-1.prof without churn, cpu-2.prof with, heap-N.prof at each window's end; the load driver's own in driver-cpu-N.prof); with --manager-bin, that binary must be a build of ./cmd/leasehold-bench/internal/bench/profiledmanager")
 	f.BoolVar(&o.tls, "tls", false, "loopback: mutual TLS between every client and the Manager, with a throwaway CA and a certificate per Owner and per Lookup")
+	f.IntVar(&o.lookupsPerConn, "lookups-per-conn", 1, "loopback: how many thin Lookups share one gRPC connection, each with its own stream (1: a connection each)")
+	f.DurationVar(&o.lookupEvery, "lookup-every", 0, "loopback: start a Lookup this often (default 100ms)")
 	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the run (go tool pprof) to this file; written also when the run is stopped with SIGINT")
 	return cmd
 }
@@ -165,8 +169,14 @@ func (o *options) run(ctx context.Context, stdout, stderr io.Writer, name string
 	if name != "loopback" && (o.measure != 0 || o.managerBin != "" || o.managerProfile != "" || o.tls) {
 		return usagef("--measure, --manager-bin, --manager-profile and --tls are for the loopback scenario only")
 	}
-	if o.managerBin != "" && o.managerProfile != "" {
-		return usagef("--manager-profile builds its own Manager: give it or --manager-bin, not both")
+	if name != "loopback" && (o.lookupsPerConn != 1 || o.lookupEvery != 0) {
+		return usagef("--lookups-per-conn and --lookup-every are for the loopback scenario only")
+	}
+	if o.lookupsPerConn < 1 || o.lookupsPerConn > 5000 {
+		return usagef("--lookups-per-conn must be between 1 and 5000 (a Manager allows 10,000 streams on a connection by default), not %d", o.lookupsPerConn)
+	}
+	if o.lookupEvery < 0 {
+		return usagef("--lookup-every must not be negative")
 	}
 	if o.measure < 0 {
 		return usagef("--measure must not be negative")
@@ -182,7 +192,8 @@ func (o *options) run(ctx context.Context, stdout, stderr io.Writer, name string
 		return usagef("--beyond runs the sweep; --owners and --lookups run one point: give one or the other")
 	}
 	opts := bench.Options{Seed: o.seed, Beyond: o.beyond, Owners: o.owners, Lookups: o.lookups, Churn: o.churn,
-		Measure: o.measure, Manager: o.managerBin, ManagerProfile: o.managerProfile, TLS: o.tls}
+		Measure: o.measure, Manager: o.managerBin, ManagerProfile: o.managerProfile, TLS: o.tls,
+		LookupsPerConn: o.lookupsPerConn, LookupEvery: o.lookupEvery}
 	if o.smoke {
 		opts.Size = bench.Smoke
 	}

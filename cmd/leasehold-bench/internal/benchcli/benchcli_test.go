@@ -35,7 +35,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"scale", "--measure", "1m"}, "--measure, --manager-bin, --manager-profile and --tls are for the loopback scenario only"},
 		{[]string{"rack", "--tls"}, "--measure, --manager-bin, --manager-profile and --tls are for the loopback scenario only"},
 		{[]string{"loopback", "--measure", "-1s"}, "--measure must not be negative"},
-		{[]string{"loopback", "--manager-bin", "x", "--manager-profile", "d"}, "give it or --manager-bin, not both"},
+		{[]string{"loopback", "--lookups-per-conn", "0"}, "--lookups-per-conn must be between 1 and 5000"},
 	} {
 		code, stdout, stderr := run(t, tc.args...)
 		name := "leasehold-bench " + strings.Join(tc.args, " ")

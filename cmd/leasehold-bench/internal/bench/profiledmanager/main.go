@@ -2,7 +2,9 @@
 // CPU profiler that signals switch on and off, for the loopback experiment
 // of leasehold-bench (--manager-profile): SIGUSR1 starts a CPU profile
 // into the directory LEASEHOLD_PROFILE_DIR names (cpu-1.prof, cpu-2.prof, …
-// in order), SIGUSR2 stops it and writes the file. The experiment profiles
+// in order), SIGUSR2 stops it and writes the file, and
+// beside it a heap profile taken then (heap-1.prof, …: live objects after a
+// garbage collection) and the number of goroutines (goroutines-1.txt, …). The experiment profiles
 // each measured window alone, not the start-up. It is not the production
 // binary: cmd/leasehold has no profiler.
 package main
@@ -13,6 +15,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"runtime/pprof"
 	"syscall"
 
@@ -50,6 +53,7 @@ func profileOnSignal(ctx context.Context, dir string) {
 		case s := <-sig:
 			stopProfile()
 			if s != syscall.SIGUSR1 {
+				writeHeap(dir, n)
 				continue
 			}
 			n++
@@ -64,5 +68,22 @@ func profileOnSignal(ctx context.Context, dir string) {
 				f = nil
 			}
 		}
+	}
+}
+
+// writeHeap writes the goroutine count and the heap profile of window n,
+// the heap last and under its final name only once complete: the bench
+// waits for it before it stops the clients.
+func writeHeap(dir string, n int) {
+	_ = os.WriteFile(filepath.Join(dir, fmt.Sprintf("goroutines-%d.txt", n)), fmt.Appendf(nil, "%d\n", runtime.NumGoroutine()), 0o644)
+	runtime.GC()
+	name := filepath.Join(dir, fmt.Sprintf("heap-%d.prof", n))
+	f, err := os.Create(name + ".tmp")
+	if err != nil {
+		return
+	}
+	_ = pprof.Lookup("heap").WriteTo(f, 0)
+	if f.Close() == nil {
+		_ = os.Rename(name+".tmp", name)
 	}
 }
