@@ -121,6 +121,14 @@ func (n *namespace) eachDesired(r keyspace.Range, fn func(keyspace.Range, string
 	}
 }
 
+// canTake reports whether the desired assignment's Owner want may be given
+// a range now: a live member, not draining. A plan naming another is stale
+// (a membership round is pending) and moves nothing.
+func (n *namespace) canTake(want string) bool {
+	to := n.owners[want]
+	return to != nil && to.member && !to.draining
+}
+
 // handover reports whether piece p of o's lease moves to want as a planned
 // move — want is a live Owner that is not draining, and planned moves are
 // on — and records it in moves, keeping the deadline of a handover

@@ -106,6 +106,13 @@ func (c *Core) learn(now time.Time, n *namespace, o *ownerSession, req *protocol
 		o.member = !req.Leaving
 		n.members = true
 		c.record(now, n, o)
+		if o.member {
+			// Back before a round placed its ranges anew: their holders
+			// kept them for it (rule 13), and hand them over now.
+			for _, r := range n.wants[o.id] {
+				n.markDirty(r)
+			}
+		}
 	}
 	c.heard(n, o)
 	if req.Capacity != o.capacity && req.Capacity >= 0 {

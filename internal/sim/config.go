@@ -190,10 +190,13 @@ type Config struct {
 	// Owners the standby application and its checker (standby.go): no
 	// acknowledged write is lost without a loss notification. Owner i is in
 	// zone i mod Zones (0: one zone). StandbyPairCrashEvery crashes a
-	// holder and its standby together.
+	// holder and its standby together; StandbyZoneCrashEvery crashes
+	// every Owner of one zone at once (their deaths are noticed apart, as
+	// their last requests were).
 	Standbys              bool
 	Zones                 int
 	StandbyPairCrashEvery time.Duration
+	StandbyZoneCrashEvery time.Duration
 
 	// queueFloor, if set, replaces minCompact: tests make the event queue
 	// compact often to check that it leaves the run as it was.

@@ -50,6 +50,7 @@ func (s *Sim) scheduleFaults() {
 		}
 	})
 	repeat(c.StandbyPairCrashEvery, s.sbCrashPair)
+	repeat(c.StandbyZoneCrashEvery, s.sbCrashZone)
 	repeat(c.LookupCrashEvery, func() {
 		if n := s.pickUp(s.lookups); n != nil {
 			s.crash(n)

@@ -207,7 +207,7 @@ type Stats struct {
 	// taken and acknowledged, replicated writes and fills a standby
 	// refused (CheckStandbyWrite), fills stored, promoted grants taken up
 	// (counted per key written), and holders crashed with their standby.
-	StandbyWrites, StandbyAcks, StandbyRefused, Fills, Promotions, PairCrashes int
+	StandbyWrites, StandbyAcks, StandbyRefused, Fills, Promotions, PairCrashes, ZoneCrashes int
 	// Deposals counts the leaders stalled past an election with a holder
 	// cut off from their successor (ReadLeaseConfig.DeposeEvery).
 	Deposals      int

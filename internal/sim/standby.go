@@ -331,6 +331,25 @@ func (s *Sim) sbCrashPair() {
 	}
 }
 
+// sbCrashZone crashes every Owner of one zone at once, and restarts
+// them (Config.StandbyZoneCrashEvery): the Manager notices each death
+// apart, as their last requests were, and acts on the first before the
+// second.
+func (s *Sim) sbCrashZone() {
+	n := s.pickUp(s.owners)
+	if n == nil {
+		return
+	}
+	zone := s.sbZone(n)
+	s.stats.ZoneCrashes++
+	for _, o := range s.owners {
+		if o.up && s.sbZone(o) == zone {
+			s.crash(o)
+			s.at(s.now+s.cfg.Timing.ManagerLease+s.uniform(0, 2*s.cfg.Timing.ManagerLease), func() { s.restart(o) })
+		}
+	}
+}
+
 // The checker's part.
 
 // sbAck is the last write acknowledged on a key since its last recorded

@@ -9,8 +9,8 @@ import (
 )
 
 // standbyScenario is the faulty run with standbys for seed s (standby.go):
-// 8 Owners in 3 zones, crashes of holders, of standbys and of both
-// together, stalls (a stalled old holder resumes after its standby was
+// 8 Owners in 3 zones, crashes of holders, of standbys, of both
+// together and of every Owner of a zone at once, stalls (a stalled old holder resumes after its standby was
 // promoted, and resends what was in flight), partitions (holder and
 // standby on either side among them), drops, delays and duplicates, and
 // restarts of the Manager from its log; 6 Lookups, for 6 OwnerLeases (a
@@ -24,6 +24,7 @@ func standbyScenario(s uint64) Config {
 	c.ManagerLosesState = false
 	c.Standbys, c.Zones = true, 3
 	c.StandbyPairCrashEvery = 4 * t.OwnerLease
+	c.StandbyZoneCrashEvery = 6 * t.OwnerLease
 	c.Lookups = 6
 	c.FaultTime = 6 * t.OwnerLease
 	if raceEnabled {
@@ -48,7 +49,7 @@ func standbySeeds() int {
 func TestSimulationStandbys(t *testing.T) {
 	t.Parallel()
 	results := seeds(t, standbySeeds(), standbyScenario)
-	var w, a, ref, fills, prom, pairs int
+	var w, a, ref, fills, prom, pairs, zones int
 	for _, r := range results {
 		w += r.Stats.StandbyWrites
 		a += r.Stats.StandbyAcks
@@ -56,18 +57,19 @@ func TestSimulationStandbys(t *testing.T) {
 		fills += r.Stats.Fills
 		prom += r.Stats.Promotions
 		pairs += r.Stats.PairCrashes
+		zones += r.Stats.ZoneCrashes
 	}
 	tot := sweep(t, results, func(s Stats) map[string]int {
 		return map[string]int{
 			"owner crashes": s.OwnerCrashes, "partitions": s.Partitions, "stalls": s.Stalls,
 			"dropped messages": s.Dropped, "losses": s.LossEvents, "notifications": s.Notified,
 			"writes acknowledged": a, "fills": fills, "promoted grants": prom, "holders crashed with their standby": pairs,
-			"stale writes refused": ref,
+			"zones crashed whole": zones, "stale writes refused": ref,
 		}
 	})
-	t.Logf("%d seeds: %d events, %d owner crashes (%d holders with their standby), %d partitions, %d stalls, %d manager restarts, %d dropped; "+
+	t.Logf("%d seeds: %d events, %d owner crashes (%d holders with their standby, %d whole zones), %d partitions, %d stalls, %d manager restarts, %d dropped; "+
 		"%d writes, %d acknowledged, %d fills, %d keys served from a promoted copy, %d replicated writes and fills refused; %d losses, %d notifications",
-		len(results), tot.Events, tot.OwnerCrashes, pairs, tot.Partitions, tot.Stalls, tot.ManagerRestarts, tot.Dropped,
+		len(results), tot.Events, tot.OwnerCrashes, pairs, zones, tot.Partitions, tot.Stalls, tot.ManagerRestarts, tot.Dropped,
 		w, a, fills, prom, ref, tot.LossEvents, tot.Notified)
 }
 
@@ -77,6 +79,7 @@ func standbyBroken(br faults.Set) func(uint64) Config {
 	return func(s uint64) Config {
 		c := standbyScenario(s)
 		c.FaultTime = 6 * c.Timing.OwnerLease
+		c.StandbyZoneCrashEvery = 0 // the runs the seeds below were named in
 		c.Break = &br
 		return c
 	}
