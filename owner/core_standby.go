@@ -71,8 +71,9 @@ type standbys struct {
 }
 
 // stepStandbys takes in a message's pairings (in sequence, raced or not:
-// the pairings are fenced by their SGN, not by the race filter).
-func (c *Core) stepStandbys(m *protocol.LeaseResponse) {
+// the pairings are fenced by their SGN, not by the race filter); with
+// keepOf, the leases stood by for stay as they are (stepPairings).
+func (c *Core) stepStandbys(m *protocol.LeaseResponse, keepOf bool) {
 	sb := &c.sb
 	if m.Epoch != sb.epoch {
 		sb.epoch, sb.mine, sb.reports = m.Epoch, nil, nil
@@ -110,6 +111,9 @@ func (c *Core) stepStandbys(m *protocol.LeaseResponse) {
 		of = append(of, pairingOf(m.Epoch, s))
 	}
 	slices.SortFunc(of, func(a, b Pairing) int { return keyspace.Compare(a.Range, b.Range) })
+	if keepOf {
+		of = sb.of
+	}
 	changed := !slices.Equal(of, sb.of)
 	if len(of) == 0 && len(sb.of) == 0 {
 		changed = false
