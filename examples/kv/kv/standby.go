@@ -271,8 +271,10 @@ func (p *replicator) fill(sb owner.Pairing, named time.Time) {
 		if p.ctx.Err() != nil || !p.current(sb) {
 			return
 		}
-		entries := p.s.store.fillCopy(sb)
-		err := p.sendFill(sb, entries)
+		entries, err := p.s.store.fillCopy(sb)
+		if err == nil {
+			err = p.sendFill(sb, entries)
+		}
 		if err == nil {
 			took := time.Since(named)
 			p.s.sbMetrics.fills.Observe(took.Seconds())
