@@ -48,3 +48,28 @@ func TestFillSettlesFirst(t *testing.T) {
 		}
 	}
 }
+
+// TestFillGoesOnAfterFirstPieceRecalled: a fill goes on while any piece
+// of its lease keeps the pairing, not only the range's first.
+func TestFillGoesOnAfterFirstPieceRecalled(t *testing.T) {
+	n := owner.LeaseNum{Epoch: 1, LGN: 9}
+	sb := owner.Pairing{Range: keyspace.Range{Start: 0, End: 200}, Lease: n, SGN: 4, Peer: "kv-3"}
+	held := []owner.Lease{{Range: keyspace.Range{Start: 100, End: 200}, Num: n}} // [0,100) recalled
+	standbyOf := func(k keyspace.Key) (owner.Pairing, bool) {
+		if k < 100 || k >= 200 {
+			return owner.Pairing{}, false
+		}
+		return sb, true
+	}
+	if !pairingHeld(sb, held, standbyOf) {
+		t.Fatal("the fill stops when the lease's first piece is recalled, though the rest keeps the pairing")
+	}
+	if pairingHeld(sb, nil, standbyOf) {
+		t.Fatal("the fill goes on with no piece of the lease held")
+	}
+	other := sb
+	other.SGN = 5
+	if pairingHeld(sb, held, func(keyspace.Key) (owner.Pairing, bool) { return other, true }) {
+		t.Fatal("the fill goes on under a pairing replaced since")
+	}
+}
