@@ -3,6 +3,7 @@ package owner
 import (
 	"slices"
 
+	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/protocol"
 )
 
@@ -14,6 +15,9 @@ import (
 // not taken up yet, and the standby, filled with a partial copy, would be
 // recorded in sync (docs/design.md rule 24).
 //
+// A pairing of a lease not held at the step's end (its grant came in a
+// raced message and was declined) waits until a step takes the grant up.
+//
 // A raced message that carries a grant does not change the leases this
 // Owner stands by for: the grant may be declined (adoptRacedGrants), and
 // a promoted grant's message no longer lists the lease it promotes, so
@@ -24,10 +28,51 @@ func (c *Core) stepPairings(m *protocol.LeaseResponse) (report func()) {
 		slices.ContainsFunc(m.Leases, func(l protocol.Lease) bool { return l.Grant })
 	mark := len(c.changes)
 	c.stepStandbys(m, keepOf)
-	if c.broken.PairedBeforeGranted || len(c.changes) == mark {
+	if c.broken.PairedBeforeGranted {
 		return func() {}
 	}
 	later := slices.Clone(c.changes[mark:])
 	c.changes = c.changes[:mark]
-	return func() { c.changes = append(c.changes, later...) }
+	return func() { c.reportPairings(later) }
+}
+
+// reportPairings appends the changes stepStandbys made, at the end of a
+// step, with each pairing of a lease not held (a raced message's grant
+// declined, say) held back until a step takes the lease's grant up.
+func (c *Core) reportPairings(later []OwnershipChange) {
+	sb := &c.sb
+	held := func(n LeaseNum) bool { return slices.ContainsFunc(c.held, func(l Lease) bool { return l.Num == n }) }
+	var ready []Pairing
+	sb.waiting = slices.DeleteFunc(sb.waiting, func(lgn keyspace.LGN) bool {
+		p, ok := sb.mine[lgn]
+		if !ok || p.Lease.Epoch != sb.epoch {
+			return true // dropped, or of another epoch
+		}
+		if held(p.Lease) {
+			ready = append(ready, p)
+			return true
+		}
+		return false
+	})
+	for _, ch := range later {
+		var paired []Pairing
+		for _, p := range ch.Paired {
+			switch {
+			case held(p.Lease):
+				paired = append(paired, p)
+			case !slices.Contains(sb.waiting, p.Lease.LGN):
+				sb.waiting = append(sb.waiting, p.Lease.LGN)
+			}
+		}
+		ready = slices.DeleteFunc(ready, func(r Pairing) bool {
+			return slices.ContainsFunc(paired, func(p Pairing) bool { return p.Lease == r.Lease })
+		})
+		ch.Paired = paired
+		if len(ch.Paired) > 0 || ch.StandbyForChanged {
+			c.changes = append(c.changes, ch)
+		}
+	}
+	if len(ready) > 0 {
+		c.changes = append(c.changes, OwnershipChange{Paired: ready})
+	}
 }

@@ -73,3 +73,35 @@ func TestRacedGrantKeepsStandbyFor(t *testing.T) {
 		t.Fatal("with faults.StandbyForFromRaced the raced message's list is kept")
 	}
 }
+
+// TestPairingWaitsForItsGrant (rule 24): the pairing of a lease whose
+// grant came in a raced message and was declined is not reported until a
+// later step takes the grant up, and then after it.
+func TestPairingWaitsForItsGrant(t *testing.T) {
+	c := standbyCore(t, faults.Set{})
+	promoted := protocol.Lease{Range: rng(100, 200), LGN: 9, Grant: true, Migrated: true, Promoted: true}
+	pairing := []protocol.Standby{{Range: rng(100, 200), LGN: 9, SGN: 2, Owner: "s1", Addr: "s1:1", Incarnation: 4}}
+	raced := resp(2, 0, renew(rng(0, 100), 5), promoted) // answers no request it has the send time of: declined
+	raced.Standbys = pairing
+	c.Step(at(20*ms), raced)
+	for _, ch := range readyOf(c).chs {
+		if len(ch.Paired) > 0 || len(ch.Granted) > 0 {
+			t.Fatalf("a declined grant's step reported %+v", ch)
+		}
+	}
+	m := resp(3, c.seq, renew(rng(0, 100), 5), promoted)
+	m.Standbys = pairing
+	c.Step(c.sentAts[c.seq].Add(ms), m)
+	granted, paired := -1, -1
+	for i, ch := range readyOf(c).chs {
+		if granted < 0 && slices.ContainsFunc(ch.Granted, func(l Lease) bool { return l.Num == num(9) }) {
+			granted = i
+		}
+		if paired < 0 && slices.ContainsFunc(ch.Paired, func(p Pairing) bool { return p.Lease == num(9) }) {
+			paired = i
+		}
+	}
+	if granted < 0 || paired < granted {
+		t.Fatalf("grant reported at change %d, its pairing at %d: want both, the grant first", granted, paired)
+	}
+}

@@ -68,6 +68,9 @@ type standbys struct {
 	// reports are the in-sync reports the application made, sent in every
 	// request until the Manager says the pairing is in sync or drops it.
 	reports []protocol.StandbySync
+	// waiting are the leases whose pairing is not reported yet: heard
+	// before their grant was taken up (reportPairings).
+	waiting []keyspace.LGN
 }
 
 // stepStandbys takes in a message's pairings (in sequence, raced or not:
@@ -76,7 +79,7 @@ type standbys struct {
 func (c *Core) stepStandbys(m *protocol.LeaseResponse, keepOf bool) {
 	sb := &c.sb
 	if m.Epoch != sb.epoch {
-		sb.epoch, sb.mine, sb.reports = m.Epoch, nil, nil
+		sb.epoch, sb.mine, sb.reports, sb.waiting = m.Epoch, nil, nil, nil
 		if len(sb.of) > 0 {
 			sb.of = nil
 			c.changes = append(c.changes, OwnershipChange{StandbyForChanged: true})

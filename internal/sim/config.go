@@ -194,6 +194,10 @@ type Config struct {
 	Standbys              bool
 	Zones                 int
 	StandbyPairCrashEvery time.Duration
+	// FillOnPaired makes the standby application fill a new standby on
+	// the upcall reporting the pairing, from what it holds under the lease
+	// then, as kv does (standby_fill.go), instead of at its next step.
+	FillOnPaired bool
 
 	// queueFloor, if set, replaces minCompact: tests make the event queue
 	// compact often to check that it leaves the run as it was.
