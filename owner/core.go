@@ -487,7 +487,7 @@ func (c *Core) Step(now time.Time, m *protocol.LeaseResponse) {
 	}
 	m = full
 	c.peerEpoch, c.peerSeq = m.Epoch, m.Seq
-	c.stepStandbys(m)
+	defer c.stepPairings(m)()
 	if !c.broken.CompactAsAccepted {
 		// Our next request acknowledges m, raced or not: HeldAsAcked then
 		// means m's list.

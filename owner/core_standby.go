@@ -68,14 +68,18 @@ type standbys struct {
 	// reports are the in-sync reports the application made, sent in every
 	// request until the Manager says the pairing is in sync or drops it.
 	reports []protocol.StandbySync
+	// waiting are the leases whose pairing is not reported yet: heard
+	// before their grant was taken up (reportPairings).
+	waiting []keyspace.LGN
 }
 
 // stepStandbys takes in a message's pairings (in sequence, raced or not:
-// the pairings are fenced by their SGN, not by the race filter).
-func (c *Core) stepStandbys(m *protocol.LeaseResponse) {
+// the pairings are fenced by their SGN, not by the race filter); with
+// keepOf, the leases stood by for stay as they are (stepPairings).
+func (c *Core) stepStandbys(m *protocol.LeaseResponse, keepOf bool) {
 	sb := &c.sb
 	if m.Epoch != sb.epoch {
-		sb.epoch, sb.mine, sb.reports = m.Epoch, nil, nil
+		sb.epoch, sb.mine, sb.reports, sb.waiting = m.Epoch, nil, nil, nil
 		if len(sb.of) > 0 {
 			sb.of = nil
 			c.changes = append(c.changes, OwnershipChange{StandbyForChanged: true})
@@ -110,6 +114,9 @@ func (c *Core) stepStandbys(m *protocol.LeaseResponse) {
 		of = append(of, pairingOf(m.Epoch, s))
 	}
 	slices.SortFunc(of, func(a, b Pairing) int { return keyspace.Compare(a.Range, b.Range) })
+	if keepOf {
+		of = sb.of
+	}
 	changed := !slices.Equal(of, sb.of)
 	if len(of) == 0 && len(sb.of) == 0 {
 		changed = false

@@ -20,6 +20,16 @@ type Set struct {
 	// (owner.Core.CheckStandbyWrite; docs/design.md rule 24): a stale
 	// holder's late write overwrites what the current holder acknowledged.
 	StandbyAcceptsStale bool
+	// PairedBeforeGranted makes the Owner report a lease's pairing
+	// (OwnershipChange.Paired) before the lease's grant, as it once did
+	// (docs/design.md rule 24): an application filling on the pairing
+	// copies a range whose state it has not taken up yet, and the standby
+	// is recorded in sync with a partial copy.
+	PairedBeforeGranted bool
+	// StandbyForFromRaced makes the Owner take the list of leases it
+	// stands by for from a raced message whose grants it declined: a
+	// promoted grant's standby drops its copy before the grant is resent.
+	StandbyForFromRaced bool
 	// NoRaceFilter makes the Manager and the Owner accept messages that
 	// raced (C§2.3.2, Figure 7) instead of dropping them.
 	NoRaceFilter bool

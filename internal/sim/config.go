@@ -197,6 +197,10 @@ type Config struct {
 	Zones                 int
 	StandbyPairCrashEvery time.Duration
 	StandbyZoneCrashEvery time.Duration
+	// FillOnPaired makes the standby application fill a new standby on
+	// the upcall reporting the pairing, from what it holds under the lease
+	// then, as kv does (standby_fill.go), instead of at its next step.
+	FillOnPaired bool
 
 	// queueFloor, if set, replaces minCompact: tests make the event queue
 	// compact often to check that it leaves the run as it was.

@@ -131,6 +131,9 @@ func (s *Sim) sbChanged(n *node, ch owner.OwnershipChange) {
 	for _, p := range ch.Paired {
 		if p.Peer != "" && !p.InSync {
 			a.fills[p] = -1 // send at the next step
+			if s.cfg.FillOnPaired {
+				s.sbFillOnPaired(n, a, p) // standby_fill.go
+			}
 		}
 	}
 }

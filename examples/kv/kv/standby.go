@@ -257,8 +257,23 @@ func (p *replicator) changed(ch owner.OwnershipChange) {
 
 // current reports whether sb is still the pairing of its lease.
 func (p *replicator) current(sb owner.Pairing) bool {
-	now, ok := p.s.owner.StandbyOf(sb.Range.Start)
-	return ok && now.Peer == sb.Peer && now.SGN == sb.SGN && now.Lease == sb.Lease
+	return pairingHeld(sb, p.s.owner.Held(), p.s.owner.StandbyOf)
+}
+
+// pairingHeld reports whether sb is still the pairing of its lease on any
+// piece of sb's range the lease still holds: a piece recalled mid-fill
+// (the range's first, say) leaves the rest to fill.
+func pairingHeld(sb owner.Pairing, held []owner.Lease, standbyOf func(keyspace.Key) (owner.Pairing, bool)) bool {
+	for _, l := range held {
+		if l.Num != sb.Lease || !l.Range.Overlaps(sb.Range) {
+			continue
+		}
+		now, ok := standbyOf(max(l.Range.Start, sb.Range.Start))
+		if ok && now.Peer == sb.Peer && now.SGN == sb.SGN && now.Lease == sb.Lease {
+			return true
+		}
+	}
+	return false
 }
 
 // fill copies the range of sb to it, in batches, after a first batch that
@@ -271,8 +286,10 @@ func (p *replicator) fill(sb owner.Pairing, named time.Time) {
 		if p.ctx.Err() != nil || !p.current(sb) {
 			return
 		}
-		entries := p.s.store.fillCopy(sb)
-		err := p.sendFill(sb, entries)
+		entries, err := p.s.store.fillCopy(sb)
+		if err == nil {
+			err = p.sendFill(sb, entries)
+		}
 		if err == nil {
 			took := time.Since(named)
 			p.s.sbMetrics.fills.Observe(took.Seconds())

@@ -134,17 +134,52 @@ func (s *store) replicate(m replica) error {
 }
 
 // fillCopy returns the values of the range of sb held under sb.Lease, to
-// fill the standby with, with their write numbers.
-func (s *store) fillCopy(sb owner.Pairing) []replicaEntry {
+// fill the standby with, with their write numbers. It first settles the
+// range's state: a lease's first pairing comes with its grant, and the
+// values the grant carries (handed over, or the copy a promoted grant
+// takes up) may still wait for the grant's upcall; copied without them,
+// the standby would be recorded in sync with a partial copy. While the
+// grant is not known to carry state or not, it returns errArriving.
+func (s *store) fillCopy(sb owner.Pairing) ([]replicaEntry, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if err := s.settleRangeLocked(sb.Range, sb.Lease); err != nil {
+		return nil, err
+	}
 	var out []replicaEntry
 	for key, it := range s.items {
 		if sb.Range.Contains(it.key) && it.lease == sb.Lease {
 			out = append(out, replicaEntry{Key: key, Value: it.value, Seq: it.seq})
 		}
 	}
-	return out
+	return out, nil
+}
+
+// settleRangeLocked settles, as an operation's step (2) does for its key,
+// every value handed over or kept as standby in r whose key is held under
+// lease n.
+func (s *store) settleRangeLocked(r keyspace.Range, n owner.LeaseNum) error {
+	var keys []string
+	for key, p := range s.pending {
+		if r.Contains(p.key) {
+			keys = append(keys, key)
+		}
+	}
+	for key, c := range s.copies {
+		if r.Contains(c.key) {
+			keys = append(keys, key)
+		}
+	}
+	for _, key := range keys {
+		k := keyspace.KeyOf(key)
+		if cur, ok := s.checkLeaseNowLocked(k); !ok || cur != n {
+			continue // not the fill's lease's
+		}
+		if err := s.settleLocked(key, k, n); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // takeUpCopiesLocked makes the copy kept as standby of lease l's range the
