@@ -123,9 +123,9 @@ func TestBrokenAckBeforeStandby(t *testing.T) {
 // stale holder (rule 24) — an old holder resending what it had in flight,
 // after a stall or a partition, to the Owner that has since been promoted
 // or paired anew — overwrites what the current holder acknowledged.
-// Caught at seed 2.
+// Caught at seed 12.
 func TestBrokenStandbyAcceptsStale(t *testing.T) {
-	standbyTwin(t, faults.Set{StandbyAcceptsStale: true}, 2, "acknowledged writes")
+	standbyTwin(t, faults.Set{StandbyAcceptsStale: true}, 12, "acknowledged writes")
 }
 
 // TestSimulationStandbysReplicated3 runs the standby sweep on a Raft group
