@@ -171,7 +171,7 @@ func (c *Core) reconcile(now time.Time, n *namespace) (expired uint64) {
 					// An earlier run's: it expires when its reservation ends.
 				case holder != "" && holder != want:
 					o := n.owners[holder]
-					if o == nil || !o.sent.OverlapsRange(p) || !n.canTake(want) {
+					if o == nil || !o.sent.OverlapsRange(p) || (want != "" && !n.canTake(want)) {
 						break // a stale plan's: kept until one names a live Owner
 					}
 					if h, ok := o.handing[p]; ok && h.to == want && now.Before(h.deadline) {

@@ -94,13 +94,14 @@ func (c *Core) listHeld(now time.Time, n *namespace, o *ownerSession) ([]protoco
 				h, to := handing[p], n.owners[want]
 				handovers = append(handovers, protocol.Handover{Range: p, LGN: s.Entry.LGN, To: want, Addr: to.addr,
 					Incarnation: to.inc, Within: h.deadline.Sub(now)})
-			case !n.canTake(want):
+			case want != "" && !n.canTake(want):
 				// Renewed: the plan still names an Owner that died or is
 				// draining, until the next membership round places the
 				// range anew (MembershipEvery). A recall now would free it
 				// with its state lost, for an Owner that cannot take it:
 				// in a namespace with standbys, a range its holder kept
-				// in sync elsewhere (rule 13).
+				// in sync elsewhere (rule 13). A plan that names no Owner
+				// (the last one draining) still recalls it.
 			case o.sent.OverlapsRange(p):
 				c.stats.Recalls++ // omitted now, listed last time
 				return

@@ -57,3 +57,26 @@ func TestNoRecallForDeadTarget(t *testing.T) {
 		t.Fatalf("lost %v", lost)
 	}
 }
+
+// TestLastOwnerDrainedGivesUp (rule 13): a plan that names no Owner — the
+// namespace's last one drained — is not a stale plan: there is nobody to
+// wait for, and the drained Owner's ranges are recalled so that it can say
+// goodbye. (Keeping them renewed, as for a plan naming a dead Owner, would
+// hold a departing Owner forever.)
+func TestLastOwnerDrainedGivesUp(t *testing.T) {
+	a := newPeer("a")
+	h := joinedCfg(t, Settings{Policy: assign.Fixed{Pieces: 2}, Handover: -1, MembershipEvery: -1}, a)
+	now := restartEnd.Add(100 * ms)
+	if err := h.c.Drain(now, protocol.DefaultNamespace, "a"); err != nil {
+		t.Fatal(err)
+	}
+	h.deliver(h.c.Ready())
+	for i := range 8 {
+		now = now.Add(tm.Renew)
+		h.tick(now)
+		h.send(now.Add(time.Duration(i)), a)
+	}
+	if len(a.held) != 0 || len(h.table().Owned("a")) != 0 {
+		t.Fatalf("the last Owner, drained, still holds %v", a.held)
+	}
+}
