@@ -1,13 +1,10 @@
 package kv
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"math/rand/v2"
 	"net/http"
 	"sync"
 	"time"
@@ -262,41 +259,8 @@ func (h *handovers) send(to, addr string, hs []owner.Handover) {
 // post sends one migrate request, retrying while the target cannot be
 // reached or answers 5xx, until ctx ends. A 4xx answer is final.
 func (h *handovers) post(ctx context.Context, addr string, body []byte) error {
-	wait := 10 * time.Millisecond
-	for {
-		retry, err := h.postOnce(ctx, addr, body)
-		if err == nil || !retry {
-			return err
-		}
-		t := time.NewTimer(wait/2 + rand.N(wait/2))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("%w; last: %w", ctx.Err(), err)
-		case <-t.C:
-		}
-		wait = min(2*wait, 200*time.Millisecond)
-	}
-}
-
-// postOnce sends one migrate request; retry says whether a failure may
-// pass.
-func (h *handovers) postOnce(ctx context.Context, addr string, body []byte) (retry bool, err error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.s.scheme+"://"+addr+migratePath, bytes.NewReader(body))
-	if err != nil {
-		return false, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := h.s.peers.Do(req)
-	if err != nil {
-		return ctx.Err() == nil, err
-	}
-	defer resp.Body.Close()
-	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
-	if resp.StatusCode/100 == 2 {
-		return false, nil
-	}
-	return resp.StatusCode >= 500, fmt.Errorf("%s answered %s: %s", addr, resp.Status, firstLine(msg))
+	return h.s.postPeer(ctx, addr, migratePath, body, 10*time.Millisecond, 200*time.Millisecond,
+		func(status int) bool { return status >= 500 })
 }
 
 // batches splits ranges into requests of about limit bytes of values at

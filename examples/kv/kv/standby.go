@@ -1,14 +1,11 @@
 package kv
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net/http"
 	"sync"
 	"time"
@@ -351,39 +348,9 @@ func (p *replicator) sendFill(sb owner.Pairing, entries []replicaEntry) error {
 // or refuses (it may not know its role yet: the Manager's answers to the
 // two servers cross), until ctx ends. A 400 is final.
 func (p *replicator) post(ctx context.Context, addr string, body []byte) error {
-	wait := 5 * time.Millisecond
-	for {
-		retry, err := p.postOnce(ctx, addr, body)
-		if err == nil || !retry {
-			return err
-		}
-		t := time.NewTimer(wait/2 + rand.N(wait/2))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("%w; last: %w", ctx.Err(), err)
-		case <-t.C:
-		}
-		wait = min(2*wait, 100*time.Millisecond)
-	}
-}
-
-func (p *replicator) postOnce(ctx context.Context, addr string, body []byte) (retry bool, err error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.s.scheme+"://"+addr+replicatePath, bytes.NewReader(body))
-	if err != nil {
-		return false, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := p.s.peers.Do(req)
-	if err != nil {
-		return ctx.Err() == nil, err
-	}
-	defer resp.Body.Close()
-	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
-	if resp.StatusCode/100 == 2 {
-		return false, nil
-	}
-	return resp.StatusCode != http.StatusBadRequest, fmt.Errorf("%s answered %s: %s", addr, resp.Status, firstLine(msg))
+	// A standby refuses what it must not take with 400; anything else may pass.
+	return p.s.postPeer(ctx, addr, replicatePath, body, 5*time.Millisecond, 100*time.Millisecond,
+		func(status int) bool { return status != http.StatusBadRequest })
 }
 
 // put stores a write and, when its range has a standby, acknowledges it
