@@ -4,7 +4,8 @@
 // into the directory LEASEHOLD_PROFILE_DIR names (cpu-1.prof, cpu-2.prof, …
 // in order), SIGUSR2 stops it and writes the file, and
 // beside it a heap profile taken then (heap-1.prof, …: live objects after a
-// garbage collection) and the number of goroutines (goroutines-1.txt, …). The experiment profiles
+// garbage collection), the number of goroutines (goroutines-1.txt, …) and the
+// runtime's memory metrics (memory-1.txt, …: stacks, live heap, free pages). The experiment profiles
 // each measured window alone, not the start-up. It is not the production
 // binary: cmd/leasehold has no profiler.
 package main
@@ -16,6 +17,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"runtime/metrics"
 	"runtime/pprof"
 	"syscall"
 
@@ -71,11 +73,12 @@ func profileOnSignal(ctx context.Context, dir string) {
 	}
 }
 
-// writeHeap writes the goroutine count and the heap profile of window n,
-// the heap last and under its final name only once complete: the bench
-// waits for it before it stops the clients.
+// writeHeap writes the goroutine count, the runtime's memory metrics and
+// the heap profile of window n, the heap last and under its final name only
+// once complete: the bench waits for it before it stops the clients.
 func writeHeap(dir string, n int) {
 	_ = os.WriteFile(filepath.Join(dir, fmt.Sprintf("goroutines-%d.txt", n)), fmt.Appendf(nil, "%d\n", runtime.NumGoroutine()), 0o644)
+	_ = os.WriteFile(filepath.Join(dir, fmt.Sprintf("memory-%d.txt", n)), memoryMetrics(), 0o644)
 	runtime.GC()
 	name := filepath.Join(dir, fmt.Sprintf("heap-%d.prof", n))
 	f, err := os.Create(name + ".tmp")
@@ -86,4 +89,38 @@ func writeHeap(dir string, n int) {
 	if f.Close() == nil {
 		_ = os.Rename(name+".tmp", name)
 	}
+}
+
+// memoryMetrics reads, before the profile's collection, where the
+// process's memory is: goroutine stacks, live heap, the heap's free and
+// released pages, and the size new goroutines' stacks start at (Go sizes it
+// from the stacks it scanned unless GODEBUG adaptivestackstart=0). The
+// stacks per goroutine and the live heap per stream of a point come from
+// here.
+func memoryMetrics() []byte {
+	names := []string{
+		"/sched/goroutines:goroutines",
+		"/memory/classes/heap/stacks:bytes",
+		"/gc/stack/starting-size:bytes",
+		"/gc/heap/live:bytes",
+		"/memory/classes/heap/objects:bytes",
+		"/memory/classes/heap/unused:bytes",
+		"/memory/classes/heap/free:bytes",
+		"/memory/classes/heap/released:bytes",
+		"/memory/classes/total:bytes",
+		"/gc/gogc:percent",
+		"/gc/gomemlimit:bytes",
+	}
+	samples := make([]metrics.Sample, len(names))
+	for i, name := range names {
+		samples[i].Name = name
+	}
+	metrics.Read(samples)
+	var b []byte
+	for _, s := range samples {
+		if s.Value.Kind() == metrics.KindUint64 {
+			b = fmt.Appendf(b, "%s %d\n", s.Name, s.Value.Uint64())
+		}
+	}
+	return b
 }
