@@ -4,10 +4,11 @@
 // into the directory LEASEHOLD_PROFILE_DIR names (cpu-1.prof, cpu-2.prof, …
 // in order), SIGUSR2 stops it and writes the file, and
 // beside it a heap profile taken then (heap-1.prof, …: live objects after a
-// garbage collection), the number of goroutines (goroutines-1.txt, …) and the
-// runtime's memory metrics (memory-1.txt, …: stacks, live heap, free pages). The experiment profiles
-// each measured window alone, not the start-up. It is not the production
-// binary: cmd/leasehold has no profiler.
+// garbage collection), the number of goroutines (goroutines-1.txt, …) and
+// the runtime's memory metrics and the resident set (memory-1.txt, …:
+// stacks, live heap, free pages, VmRSS). The experiment profiles each
+// measured window alone, not the start-up. It is not the production binary:
+// cmd/leasehold has no profiler.
 package main
 
 import (
@@ -19,6 +20,7 @@ import (
 	"runtime"
 	"runtime/metrics"
 	"runtime/pprof"
+	"strings"
 	"syscall"
 
 	"github.com/leasehold/leasehold/cmd/internal/cli"
@@ -120,6 +122,14 @@ func memoryMetrics() []byte {
 	for _, s := range samples {
 		if s.Value.Kind() == metrics.KindUint64 {
 			b = fmt.Appendf(b, "%s %d\n", s.Name, s.Value.Uint64())
+		}
+	}
+	// And the resident set, to the byte rather than the summary's MB.
+	if st, err := os.ReadFile("/proc/self/status"); err == nil {
+		for _, l := range strings.Split(string(st), "\n") {
+			if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmRSS:" {
+				b = fmt.Appendf(b, "VmRSS %s kB\n", f[1])
+			}
 		}
 	}
 	return b
