@@ -5,10 +5,10 @@
 // in order), SIGUSR2 stops it and writes the file, and
 // beside it a heap profile taken then (heap-1.prof, …: live objects after a
 // garbage collection), the number of goroutines (goroutines-1.txt, …) and
-// the runtime's memory metrics and the resident set (memory-1.txt, …:
-// stacks, live heap, free pages, VmRSS). The experiment profiles each
-// measured window alone, not the start-up. It is not the production binary:
-// cmd/leasehold has no profiler.
+// the runtime's memory metrics, the resident set and the threads
+// (memory-1.txt, …: stacks, live heap, free pages, VmRSS, Threads). The
+// experiment profiles each measured window alone, not the start-up. It is
+// not the production binary: cmd/leasehold has no profiler.
 package main
 
 import (
@@ -124,11 +124,13 @@ func memoryMetrics() []byte {
 			b = fmt.Appendf(b, "%s %d\n", s.Name, s.Value.Uint64())
 		}
 	}
-	// And the resident set, to the byte rather than the summary's MB.
+	// And the resident set, to the KiB rather than the summary's MB, and
+	// the OS threads (each holds 48 KB of stacks the runtime counts with
+	// the goroutines').
 	if st, err := os.ReadFile("/proc/self/status"); err == nil {
 		for _, l := range strings.Split(string(st), "\n") {
-			if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmRSS:" {
-				b = fmt.Appendf(b, "VmRSS %s kB\n", f[1])
+			if f := strings.Fields(l); len(f) >= 2 && (f[0] == "VmRSS:" || f[0] == "Threads:") {
+				b = fmt.Appendf(b, "%s %s\n", strings.TrimSuffix(f[0], ":"), strings.Join(f[1:], " "))
 			}
 		}
 	}
