@@ -61,6 +61,7 @@ func profileOnSignal(ctx context.Context, dir string) {
 				continue
 			}
 			n++
+			gcAtStart = gcCPU()
 			var err error
 			if f, err = os.Create(filepath.Join(dir, fmt.Sprintf("cpu-%d.prof", n))); err != nil {
 				fmt.Fprintf(os.Stderr, "profiledmanager: %v\n", err)
@@ -80,7 +81,9 @@ func profileOnSignal(ctx context.Context, dir string) {
 // once complete: the bench waits for it before it stops the clients.
 func writeHeap(dir string, n int) {
 	_ = os.WriteFile(filepath.Join(dir, fmt.Sprintf("goroutines-%d.txt", n)), fmt.Appendf(nil, "%d\n", runtime.NumGoroutine()), 0o644)
-	_ = os.WriteFile(filepath.Join(dir, fmt.Sprintf("memory-%d.txt", n)), memoryMetrics(), 0o644)
+	gc := gcCPU()
+	m := fmt.Appendf(memoryMetrics(), "gc-cpu-seconds-in-window %.3f\ncpu-seconds-in-window %.3f\n", gc[0]-gcAtStart[0], gc[1]-gcAtStart[1])
+	_ = os.WriteFile(filepath.Join(dir, fmt.Sprintf("memory-%d.txt", n)), m, 0o644)
 	runtime.GC()
 	name := filepath.Join(dir, fmt.Sprintf("heap-%d.prof", n))
 	f, err := os.Create(name + ".tmp")
@@ -91,6 +94,18 @@ func writeHeap(dir string, n int) {
 	if f.Close() == nil {
 		_ = os.Rename(name+".tmp", name)
 	}
+}
+
+// gcAtStart is gcCPU at the start of the window being profiled.
+var gcAtStart [2]float64
+
+// gcCPU is the CPU time the runtime estimates its collector has spent, and
+// all the process's, since it started: the window's difference is what
+// the collector cost in it (GOGC's price).
+func gcCPU() [2]float64 {
+	s := []metrics.Sample{{Name: "/cpu/classes/gc/total:cpu-seconds"}, {Name: "/cpu/classes/total:cpu-seconds"}}
+	metrics.Read(s)
+	return [2]float64{s[0].Value.Float64(), s[1].Value.Float64()}
 }
 
 // memoryMetrics reads, before the profile's collection, where the
