@@ -31,15 +31,13 @@ func (l *loop) send(owners []lease.OwnerMessage, lookups []replica.LookupMessage
 		if st == nil {
 			continue
 		}
-		select {
-		case st.out <- wire.LeaseResponseToPB(m.Msg):
-			st.snd.kick()
-			l.obs.answered(l.s.metrics, k, now)
-			if debug {
-				logAnswer(l.s.cfg.Logger, m.Msg)
-			}
-		default:
+		if !st.snd.offer(wire.LeaseResponseToPB(m.Msg)) {
 			l.dropped++
+			continue
+		}
+		l.obs.answered(l.s.metrics, k, now)
+		if debug {
+			logAnswer(l.s.cfg.Logger, m.Msg)
 		}
 	}
 	l.obs.noteCommits(l.s.metrics, l.s.cfg.Logger, l.r.State(), now)

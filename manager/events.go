@@ -62,8 +62,7 @@ type snapshotEvent struct {
 // and that Owner's incarnation; and heard, when the loop last had a
 // request from it.
 type ownerStream struct {
-	out   chan *pb.LeaseResponse
-	snd   *sender[*pb.LeaseResponse] // kicked after each message queued in out
+	snd   *sender[*pb.LeaseResponse] // its queue and its sends
 	key   *routeKey
 	inc   uint64
 	heard time.Time
@@ -73,8 +72,7 @@ type lookupStream struct {
 	id    uint64
 	names *wire.ManagerSyncNames // the stream's encoding; Accepts: it takes merged deltas
 	ns    string
-	out   chan syncOut
-	snd   *sender[syncOut] // kicked after each message queued in out
+	snd   *sender[syncOut] // its queue and its sends
 	sent  keyspace.LSN     // the newest LSN handed to it (loop only)
 }
 

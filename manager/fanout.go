@@ -104,7 +104,7 @@ func (l *loop) pump(now time.Time) {
 	f := &l.push
 	keep := f.waking[:0]
 	for _, w := range f.waking {
-		if len(w.st.out) > 0 && now.Sub(w.at) < pushStuckAfter {
+		if w.st.snd.waiting() > 0 && now.Sub(w.at) < pushStuckAfter {
 			keep = append(keep, w)
 		}
 	}
@@ -117,16 +117,14 @@ func (l *loop) pump(now time.Time) {
 		if l.lookups[q.st.id] != q.st {
 			continue // closed
 		}
-		idle := len(q.st.out) == 0 // no sender runs for it: this starts one
-		select {
-		case q.st.out <- q.out:
-			q.st.snd.kick()
-			q.st.sent = max(q.st.sent, q.lsn)
-			if idle {
-				f.waking = append(f.waking, wokenStream{q.st, now})
-			}
-		default:
+		idle := q.st.snd.waiting() == 0 // no sender runs for it: this starts one
+		if !q.st.snd.offer(q.out) {
 			l.dropped++
+			continue
+		}
+		q.st.sent = max(q.st.sent, q.lsn)
+		if idle {
+			f.waking = append(f.waking, wokenStream{q.st, now})
 		}
 	}
 	if f.head == len(f.backlog) {

@@ -32,11 +32,11 @@ func fanoutLoop(t *testing.T, n int) (*loop, []*lookupStream, *ownerStream) {
 	l := &loop{s: s, r: r, routes: map[routeKey]*ownerStream{}, lookups: map[uint64]*lookupStream{}}
 	var sts []*lookupStream
 	for id := range uint64(n) {
-		st := &lookupStream{id: id + 1, ns: protocol.DefaultNamespace, out: make(chan syncOut, 64)}
+		st := &lookupStream{id: id + 1, ns: protocol.DefaultNamespace, snd: newSender[syncOut](64, nil)}
 		l.lookups[st.id] = st
 		sts = append(sts, st)
 	}
-	own := &ownerStream{out: make(chan *pb.LeaseResponse, 64)}
+	own := &ownerStream{snd: newSender[*pb.LeaseResponse](64, nil)}
 	l.routes[routeKey{protocol.DefaultNamespace, "o1"}] = own
 	return l, sts, own
 }
@@ -53,7 +53,7 @@ func pushTo(sts []*lookupStream, lsn keyspace.LSN) []replica.LookupMessage {
 
 func holding(sts []*lookupStream) (n int) {
 	for _, st := range sts {
-		n += len(st.out)
+		n += st.snd.waiting()
 	}
 	return n
 }
@@ -62,10 +62,13 @@ func holding(sts []*lookupStream) (n int) {
 // the LSNs their updates bring it to.
 func take(st *lookupStream) []uint64 {
 	var lsns []uint64
-	for len(st.out) > 0 {
-		lsns = append(lsns, (<-st.out).m.GetUpdate().GetTo())
+	for {
+		o, ok := st.snd.next()
+		if !ok {
+			return lsns
+		}
+		lsns = append(lsns, o.m.GetUpdate().GetTo())
 	}
-	return lsns
 }
 
 // TestPushRoundsArePaced: a push round to more Lookups than maxPushWaking
@@ -84,7 +87,7 @@ func TestPushRoundsArePaced(t *testing.T) {
 	}
 	// An Owner's answer is not paced.
 	l.send([]lease.OwnerMessage{{To: "o1", Msg: &protocol.LeaseResponse{Namespace: protocol.DefaultNamespace, Owner: "o1"}}}, nil)
-	if len(own.out) != 1 {
+	if own.snd.waiting() != 1 {
 		t.Fatalf("the Owner's answer waits behind %d Lookup messages", l.push.pending())
 	}
 	// Ten streams take theirs: ten more are woken.
@@ -141,12 +144,12 @@ func TestPushRoundsArePaced(t *testing.T) {
 func TestPushToAFullStreamIsLost(t *testing.T) {
 	l, sts, _ := fanoutLoop(t, 2)
 	full := sts[0]
-	for range cap(full.out) {
-		full.out <- syncOut{}
+	for range full.snd.limit {
+		full.snd.offer(syncOut{})
 	}
 	l.send(nil, pushTo(sts, 5))
-	if l.dropped != 1 || len(sts[1].out) != 1 || l.push.pending() != 0 {
-		t.Fatalf("dropped %d, the other stream holds %d, %d wait; want 1, 1, 0", l.dropped, len(sts[1].out), l.push.pending())
+	if l.dropped != 1 || sts[1].snd.waiting() != 1 || l.push.pending() != 0 {
+		t.Fatalf("dropped %d, the other stream holds %d, %d wait; want 1, 1, 0", l.dropped, sts[1].snd.waiting(), l.push.pending())
 	}
 }
 
@@ -162,14 +165,15 @@ func TestSnapshotConvertedOnceAcrossRounds(t *testing.T) {
 	}
 	l.send(nil, msg(1, snap))
 	l.send(nil, msg(2, snap))
-	a, b := <-sts[0].out, <-sts[1].out
+	a, _ := sts[0].snd.next()
+	b, _ := sts[1].snd.next()
 	if a.shared == nil || a.shared != b.shared {
 		t.Fatalf("the same snapshot sent in two rounds was converted twice")
 	}
 	grantAll(t, st, 100, 500)
 	newer := st.Table(protocol.DefaultNamespace).Snapshot()
 	l.send(nil, msg(3, newer))
-	if c := <-sts[2].out; c.shared == a.shared || len(l.snapshots) != 1 {
+	if c, _ := sts[2].snd.next(); c.shared == a.shared || len(l.snapshots) != 1 {
 		t.Fatalf("a newer snapshot: shares the old one's conversion %v, %d kept (want 1)", c.shared == a.shared, len(l.snapshots))
 	}
 }

@@ -31,15 +31,8 @@ func TestSenderLosesNoWakeUp(t *testing.T) {
 		return nil
 	})
 	for i := int64(1); i <= n; i++ {
-		for {
-			select {
-			case s.out <- i:
-				s.kick()
-			default:
-				time.Sleep(time.Microsecond) // full: wait for the sender, not drop, so order is checkable
-				continue
-			}
-			break
+		for !s.offer(i) {
+			time.Sleep(time.Microsecond) // full: wait for the sender, not drop, so order is checkable
 		}
 		if rand.IntN(8) == 0 {
 			time.Sleep(time.Duration(rand.IntN(3)) * time.Microsecond)
@@ -48,6 +41,15 @@ func TestSenderLosesNoWakeUp(t *testing.T) {
 	select {
 	case <-done:
 	case <-time.After(10 * time.Second):
+	}
+	// The last goroutine ends with the queue empty, and the queue goes
+	// with it: an idle stream holds no queue.
+	s.wg.Wait()
+	s.mu.Lock()
+	running, queue := s.running, s.queue
+	s.mu.Unlock()
+	if running || queue != nil {
+		t.Errorf("idle sender: running %v, queue of capacity %d held", running, cap(queue))
 	}
 	s.stop()
 	if got.Load() != n {

@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"sync"
 	"time"
 
 	"github.com/leasehold/leasehold/certs"
@@ -55,7 +54,7 @@ func (s leasesService) Session(stream pb.Leases_SessionServer) error {
 		names.Send(m)
 		return stream.Send(m)
 	})
-	st := &ownerStream{out: snd.out, snd: snd}
+	st := &ownerStream{snd: snd}
 	return serveStream(s.Server, stream.Context(), snd, func() (event, chan error, error) {
 		m, err := stream.Recv()
 		if err != nil {
@@ -89,7 +88,7 @@ func (s lookupsService) Sync(stream pb.Lookups_SyncServer) error {
 		}
 		return stream.Send(m)
 	})
-	st := &lookupStream{id: s.sessions.Add(1), out: snd.out, snd: snd, names: names}
+	st := &lookupStream{id: s.sessions.Add(1), snd: snd, names: names}
 	return serveStream(s.Server, stream.Context(), snd, func() (event, chan error, error) {
 		m, err := stream.Recv()
 		if err != nil {
@@ -113,14 +112,18 @@ func (s lookupsService) Sync(stream pb.Lookups_SyncServer) error {
 
 // serveStream runs a bidirectional stream: this goroutine receives,
 // validates and hands requests to the loop, and the loop queues what it
-// sends in out, which a sender goroutine writes (see sender). A malformed
+// sends with snd, whose goroutine writes it (see sender). A malformed
 // message, or one the core refuses (an unknown namespace), ends only this
 // stream, with a status that says what was wrong.
+//
+// ctx is the stream's own, which gRPC cancels when the handler returns:
+// a context of the handler's own derived from it cost each stream about
+// 450 bytes for its whole life (the context, its done channel, and the
+// stream context's map of children), and nothing it would cancel outlives
+// the handler.
 func serveStream[T any](s *Server, ctx context.Context, snd *sender[T],
 	recv func() (event, chan error, error), closed event) error {
-	ctx, cancel := context.WithCancel(ctx)
 	defer func() {
-		cancel()
 		snd.stop() // never Send after the handler returns
 		s.post(context.Background(), closed)
 	}()
@@ -143,85 +146,4 @@ func serveStream[T any](s *Server, ctx context.Context, snd *sender[T],
 			return err
 		}
 	}
-}
-
-// sender writes a stream's queued messages on a goroutine of its own that
-// runs only while the queue holds messages: the loop queues a message and
-// calls kick, which starts the goroutine if none runs, and the goroutine
-// ends once the queue is empty. An idle stream (a Lookup between
-// heartbeats, an Owner between renewals) so costs one goroutine, its
-// handler blocked in Recv, rather than two: at tens of thousands of
-// streams the parked senders' stacks were a large part of the Manager's
-// memory per stream. Messages go out in the order queued, as before: one
-// goroutine at most sends at a time, and it takes them from one channel.
-type sender[T any] struct {
-	out  chan T
-	send func(T) error
-
-	mu      sync.Mutex
-	running bool // a goroutine is sending
-	stopped bool // the handler is returning, or a send failed: no more sends
-	wg      sync.WaitGroup
-}
-
-func newSender[T any](queue int, send func(T) error) *sender[T] {
-	return &sender[T]{out: make(chan T, queue), send: send}
-}
-
-// kick makes sure a goroutine sends what is queued. The loop calls it
-// after queueing; it never blocks. A nil sender (a stream built by a test
-// that reads out itself) does nothing.
-func (s *sender[T]) kick() {
-	if s == nil {
-		return
-	}
-	s.mu.Lock()
-	if s.running || s.stopped {
-		s.mu.Unlock()
-		return
-	}
-	s.running = true
-	s.wg.Add(1)
-	s.mu.Unlock()
-	go s.run()
-}
-
-// run sends until the queue is empty. The check for an empty queue and
-// the end of running are one step under mu, and kick takes mu after its
-// message is queued: a message queued while run ends is either seen here
-// or finds running false and starts a new goroutine.
-func (s *sender[T]) run() {
-	defer s.wg.Done()
-	for {
-		select {
-		case m := <-s.out:
-			err := s.send(m)
-			s.mu.Lock()
-			if err != nil || s.stopped {
-				// A send failed, or the handler is returning: as a
-				// parked sender ended with its stream's context, what
-				// is still queued is not sent.
-				s.running, s.stopped = false, true
-				s.mu.Unlock()
-				return
-			}
-			s.mu.Unlock()
-		default:
-			s.mu.Lock()
-			if len(s.out) == 0 || s.stopped {
-				s.running = false
-				s.mu.Unlock()
-				return
-			}
-			s.mu.Unlock()
-		}
-	}
-}
-
-// stop starts no more sends and waits for one under way to end.
-func (s *sender[T]) stop() {
-	s.mu.Lock()
-	s.stopped = true
-	s.mu.Unlock()
-	s.wg.Wait()
 }

@@ -82,6 +82,7 @@ type managerOptions struct {
 	standbys      []string // --standbys: NS=N or N (the default namespace)
 	metricsListen string
 	pprof         bool
+	gcPercent     int // --gc-percent
 	logOptions
 	id            uint64
 	peers         string // ID=ADDR,…
@@ -187,6 +188,7 @@ Logs go to stderr. SIGINT or SIGTERM stops it cleanly (exit code 0).`,
 	f.StringVar(&o.metricsListen, "metrics-listen", "", "serve Prometheus metrics at `ADDR`/metrics, and /healthz and /readyz: HTTP with --insecure, else HTTPS that answers only a client certificate of the group's CA (docs/operations.md has a Prometheus scrape config) (default: none)")
 	addReadLeaseFlags(cmd, &o.settings.ReadLease)
 	f.BoolVar(&o.pprof, "pprof", false, "also serve Go's profiles at /debug/pprof/ on the --metrics-listen address (CPU, heap, allocations, goroutines)")
+	o.addGCFlag(f)
 	o.addLogFlags(f, "info")
 	o.addTrustFlags(f, e)
 	cmd.Flags().SortFlags = false
@@ -411,6 +413,7 @@ func (o *managerOptions) run(ctx context.Context, e *env) error {
 	if err != nil {
 		return o.usage(err) // the data directory could not be opened, or a bad setting
 	}
+	o.applyGC(log, e.getenv)
 	lis, err := listen(o.listen, "")
 	if err != nil {
 		return err
