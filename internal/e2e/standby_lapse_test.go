@@ -85,18 +85,40 @@ func (sc *sbCluster) lapsed(id string, at time.Time) (string, bool) {
 	return "", false
 }
 
-// splitLosses splits the notifications printed after from into the ranges
-// excused (a live Owner's own lapse, logged with its evidence) and the
-// others, which the step must not have.
-func (sc *sbCluster) splitLosses(from time.Time) (excused []keyspace.Range, others []ownerLoss) {
+// excusedLoss is a live Owner's part of a notification, with the line in
+// which it logged its own lease's lapse.
+type excusedLoss struct {
+	ownerLoss
+	line string
+}
+
+// splitLosses splits the notifications printed after from into those
+// excused (a live Owner's own lapse, with its evidence) and the others,
+// which the step must not have.
+func (sc *sbCluster) splitLosses(from time.Time) (excused []excusedLoss, others []ownerLoss) {
 	for _, l := range sc.ownerLosses(from) {
 		if line, ok := sc.lapsed(l.owner, l.at); ok {
-			sc.t.Logf("a loss notification at %s for %d ranges of %s, alive, excused: its own lease ran out first: %s",
-				l.at.Format("15:04:05.000"), len(l.ranges), l.owner, line)
-			excused = append(excused, l.ranges...)
+			excused = append(excused, excusedLoss{l, line})
 			continue
 		}
 		others = append(others, l)
 	}
 	return excused, others
+}
+
+// logExcused logs each excused notification beside its Owner's line.
+func (sc *sbCluster) logExcused(excused []excusedLoss) {
+	for _, e := range excused {
+		sc.t.Logf("a loss notification at %s for %d ranges of %s, alive, excused: its own lease ran out first: %s",
+			e.at.Format("15:04:05.000"), len(e.ranges), e.owner, e.line)
+	}
+}
+
+// rangesOf returns the ranges of the excused notifications.
+func rangesOf(excused []excusedLoss) []keyspace.Range {
+	var out []keyspace.Range
+	for _, e := range excused {
+		out = append(out, e.ranges...)
+	}
+	return out
 }
