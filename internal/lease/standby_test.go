@@ -384,3 +384,56 @@ func TestPromoteOnLapsedRelease(t *testing.T) {
 		t.Fatal("a Lookup reports the range lost though its standby was in sync")
 	}
 }
+
+// TestPromoteOnRecallTowardStandby (rules 13, 21): a range planned onto its
+// lease's own standby, whose holder does not hand it over by the deadline
+// (the copy did not arrive in time), is recalled; the standby, in sync,
+// has every acknowledged write, so it is granted the range promoted, and
+// no loss is reported.
+func TestPromoteOnRecallTowardStandby(t *testing.T) {
+	cfg := Settings{Policy: assign.Fixed{Pieces: 2}, MembershipEvery: -1,
+		Standbys: map[string]int{protocol.DefaultNamespace: 1}, Timing: tm, Epoch: epoch, Seed: 1}
+	h := &sbHarness{harness: &harness{t: t, c: ResumeBroken(cfg, faults.Set{}, NewState(tm.LogRetention), 0, base), peers: map[string]*peer{}},
+		zones: map[string]string{"a": "x", "b": "y"}, now: base}
+	h.peers["a"], h.peers["b"] = newPeer("a"), newPeer("b")
+	h.start("a") // a holds both pieces, with no standby: it is alone
+	h.req("b")   // b joins: one piece is planned onto it, and b stands by for a's leases
+	var la keyspace.LGN
+	var r keyspace.Range
+	asked := false
+	// b reports its copy of the lease asked of a filled; a never hands
+	// it over.
+	look := func(rd round) {
+		for _, m := range rd.Owners {
+			for _, ho := range m.Msg.Handovers {
+				if m.To == "a" && ho.To == "b" && !asked {
+					asked, la, r = true, ho.LGN, ho.Range
+					if rec := h.pairing(la); rec.Owner == "b" {
+						h.req("b", inSync(rec))
+					}
+				}
+			}
+		}
+	}
+	for end := h.now.Add(tm.OwnerLease + 2*tm.Renew); h.now.Before(end); {
+		h.now = h.now.Add(tm.Renew / 5)
+		look(h.tick(h.now))
+		if h.now.Sub(base)%tm.Renew == 0 {
+			look(h.req("a"))
+			h.req("b")
+		}
+	}
+	if !asked {
+		t.Fatal("a was never asked to hand a range over to b")
+	}
+	if rec := h.pairing(la); rec.Owner != "" && (rec.Owner != "b" || !rec.InSync) {
+		t.Fatalf("a#%d's pairing is %+v, want b in sync", la, rec)
+	}
+	e := h.entry(r)
+	if e.Owner != "b" || !e.Migrated || e.MigratedFrom != la {
+		t.Fatalf("after a's handover of a#%d to b (its standby, in sync) ran past its deadline, the range is %+v; want b's, promoted from #%d", la, e, la)
+	}
+	if leasetable.Lost(leasetable.Entry{Owner: "a", LGN: la}, e) {
+		t.Fatal("a Lookup reports the range lost though its standby, the handover's target, was in sync")
+	}
+}
