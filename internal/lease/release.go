@@ -46,10 +46,7 @@ func (n *namespace) heldBy(id string) []leasetable.Segment { return n.s.table.Ow
 // ended first, and it acknowledged no write the standby lacks (rule 24).
 // Freed, the range would be reported lost though its standby holds every
 // acknowledged write; a live Owner starved of its renewals for one owner
-// lease lost a zone's worth of ranges so. The same holds of a piece
-// recalled at the deadline of a handover toward the lease's own standby:
-// the copy the handover did not bring in time is the standby's already.
-// Any other recall frees the piece, as before.
+// lease lost a zone's worth of ranges so.
 func (c *Core) release(now time.Time, n *namespace, o *ownerSession, held []protocol.Lease, handed []protocol.Handed) (freed uint64) {
 	segs := n.heldByRun(o)
 	if sameSegments(held, segs) {
@@ -99,8 +96,8 @@ func (c *Core) release(now time.Time, n *namespace, o *ownerSession, held []prot
 				if c.broken.MigrateUnhanded && c.migrateUnhanded(now, n, o, q, s.Entry.LGN) {
 					continue
 				}
-				if (o.sent.CoversRange(q) || n.handedToStandby(o, s.Entry.LGN, q)) && c.promote(now, n, s.Entry, q) {
-					continue // given up on its own, or recalled toward its own standby: promoted (rule 21)
+				if o.sent.CoversRange(q) && c.promote(now, n, s.Entry, q) {
+					continue // given up on its own, its standby in sync: promoted (rule 21)
 				}
 				c.set(now, n, q, leasetable.Entry{})
 				n.res.set(q, time.Time{})
@@ -150,21 +147,4 @@ func (c *Core) releaseOwn(now time.Time, n *namespace, o *ownerSession, handed [
 		}
 	}
 	return c.release(now, n, o, keep, handed)
-}
-
-// handedToStandby reports whether piece q of o's lease lgn was being handed
-// over to that lease's standby: a handover asked for (perhaps past its
-// deadline, and recalled) whose target is the standby's Owner.
-func (n *namespace) handedToStandby(o *ownerSession, lgn keyspace.LGN, q keyspace.Range) bool {
-	rec, ok := n.s.standbys[lgn]
-	if !ok || rec.Owner == "" {
-		return false
-	}
-	var toStandby keyspace.RangeSet
-	for r, h := range o.handing {
-		if h.to == rec.Owner && r.Overlaps(q) {
-			toStandby = toStandby.Add(r)
-		}
-	}
-	return toStandby.CoversRange(q)
 }
