@@ -110,6 +110,14 @@ type Core struct {
 
 	seq    uint64    // Seq of the last LeaseRequest sent
 	sentAt time.Time // when it was sent: the start of any lease it earns
+	// unanswered says no answer in order has come to request seq yet
+	// (in-sync reports wait for one: InSync).
+	unanswered bool
+	// inOrder is when the latest answer in order came, and raced counts
+	// the answers dropped as raced since: what a lease that runs out
+	// unrenewed is logged with (Owner.run).
+	inOrder time.Time
+	raced   uint64
 	// sentAts keeps when each recent request was sent, so that grants in a
 	// raced answer can be timed from the request they answer.
 	sentAts   map[uint64]time.Time
@@ -376,6 +384,7 @@ func (c *Core) send(now time.Time) {
 	c.expire(now)
 	c.seq++
 	c.sentAt = now
+	c.unanswered, c.sb.deferred = true, false
 	if c.sentAts == nil {
 		c.sentAts = map[uint64]time.Time{}
 	}
@@ -502,12 +511,14 @@ func (c *Core) Step(now time.Time, m *protocol.LeaseResponse) {
 		if c.resendAt.IsZero() {
 			c.resendAt = now.Add(c.backoff())
 		}
+		c.raced++
 		c.adoptRacedGrants(now, m)
 		return
 	}
 	if c.broken.CompactAsAccepted {
 		c.peerLeases, c.peerKnown = m.Leases, true
 	}
+	c.answered(now)
 	if c.leaving {
 		if len(m.Leases) == 0 {
 			c.left = true // it answered the goodbye: we are out of the membership

@@ -71,6 +71,9 @@ type standbys struct {
 	// waiting are the leases whose pairing is not reported yet: heard
 	// before their grant was taken up (reportPairings).
 	waiting []keyspace.LGN
+	// deferred says a report was made while a request was unanswered: it
+	// goes out with the next request, sent once the answer comes (InSync).
+	deferred bool
 }
 
 // stepStandbys takes in a message's pairings (in sequence, raced or not:
@@ -215,6 +218,18 @@ func (c *Core) CheckStandbyWrite(now time.Time, key keyspace.Key, holder string,
 // InSync tells the Manager, in every request until it records it, that
 // this Owner's copy of lease under the pairing sgn is filled (rule 23).
 // A report for a pairing this Owner does not have is ignored.
+//
+// The report goes out at the next Tick if the latest request has been
+// answered, and otherwise with the request sent once the answer comes (or
+// the race resend, or the renewal, whichever is first). Sent at once while
+// a request is unanswered, it would race the answer: the Manager drops a
+// request that acknowledges an older message of its own, the Owner drops an
+// answer to an older request of its own, and neither renews. An Owner
+// named standby for many leases at once (a zone lost) reports a fill every
+// few milliseconds for seconds; each report sent at once would start
+// another such race, no renewal would be taken up, and its own leases,
+// renewed on the Manager's side, would run out on its side and be released
+// with their state (TestInSyncReportsKeepRenewals).
 func (c *Core) InSync(now time.Time, lease LeaseNum, sgn protocol.SGN) {
 	i := slices.IndexFunc(c.sb.of, func(p Pairing) bool { return p.Lease == lease && p.SGN == sgn })
 	if i < 0 || c.sb.of[i].InSync {
@@ -225,8 +240,27 @@ func (c *Core) InSync(now time.Time, lease LeaseNum, sgn protocol.SGN) {
 		return
 	}
 	c.sb.reports = append(c.sb.reports, r)
+	if c.unanswered {
+		c.sb.deferred = true
+		return
+	}
+	c.sendNow(now)
+}
+
+// answered notes that the latest request was answered in order at now: a
+// report deferred meanwhile (InSync) goes out at the next Tick.
+func (c *Core) answered(now time.Time) {
+	c.unanswered, c.inOrder, c.raced = false, now, 0
+	if c.sb.deferred && len(c.sb.reports) > 0 {
+		c.sendNow(now)
+	}
+	c.sb.deferred = false
+}
+
+// sendNow has the next Tick send a request, which may be now.
+func (c *Core) sendNow(now time.Time) {
 	if c.resendAt.IsZero() || now.Before(c.resendAt) {
-		c.resendAt = now // report it at the next Tick
+		c.resendAt = now
 	}
 }
 

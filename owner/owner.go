@@ -372,7 +372,14 @@ func (o *Owner) run(ctx context.Context, core *Core) {
 	var leaveBy time.Time // give up waiting for the goodbye's acknowledgement
 	for {
 		reqs, changes := core.Ready()
-		o.lost.Store(core.Expired())
+		if lost := core.Expired(); lost > o.lost.Load() {
+			// A live Owner's leases ran out: its ranges go with their
+			// state. Say what its lease stream looked like.
+			o.cfg.Logger.Warn("owner: leases ran out before a renewal reached this Owner; their ranges are released",
+				"namespace", o.cfg.Namespace, "owner", o.cfg.ID, "leases", lost-o.lost.Load(),
+				"last_answer_in_order", core.inOrder.Format(time.RFC3339Nano), "raced_answers_since", core.raced)
+			o.lost.Store(lost)
+		}
 		o.answerWait.Store(int64(core.Timing().OwnerAnswerWait()))
 		o.renew.Store(int64(core.Timing().Renew))
 		// Publish first: an upcall reporting a grant must find it held.

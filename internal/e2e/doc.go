@@ -4,6 +4,8 @@
 //	go test ./internal/e2e -v                     # the product's scenarios (about a minute)
 //	LEASEHOLD_E2E=all go test ./internal/e2e -v   # all: also the cut-off leader, a duplicated ID, the examples, the dashboard, the gateways' rolling restart, the hostile soak, the read leases under faults
 //	go test -short ./...                          # skips them
+//	LEASEHOLD_E2E_LOGS=/tmp/ev LEASEHOLD_E2E=all go test ./internal/e2e -run TestStandbyScenario -v
+//	                                              # a failed standby run keeps every process's output, the Manager's decisions and the pairings (standby_logs_test.go)
 //
 // Every scenario runs with mutual TLS: each test makes a throwaway CA and
 // the certificates of its processes on first use (trust_test.go), and the

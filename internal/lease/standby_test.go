@@ -350,3 +350,37 @@ func TestStandbyStateSurvivesSnapshot(t *testing.T) {
 		t.Fatalf("decoded pairings %v, want %v", got, want)
 	}
 }
+
+// TestPromoteOnLapsedRelease (rule 21): a holder whose lease ran out on its
+// side while the Manager still renewed it (no renewal reached it) omits
+// the lease from its next request. Its standby, in sync, has every write
+// it acknowledged: the range is granted to the standby, promoted, and no
+// loss is reported — as it would be had the holder stayed silent until its
+// reservation ran out.
+func TestPromoteOnLapsedRelease(t *testing.T) {
+	h := newStandbys(t, faults.Set{}, 2, "a=x", "b=y")
+	h.start("a", "b")
+	la, r := h.leaseOf("a")
+	h.req("b", inSync(h.pairing(la)))
+	if !h.pairing(la).InSync {
+		t.Fatalf("b's report left the pairing %+v", h.pairing(la))
+	}
+	h.req("a") // renewed: the answer lists r
+	a := h.peers["a"]
+	var kept []protocol.Lease
+	for _, l := range a.held {
+		if l.LGN != la {
+			kept = append(kept, l)
+		}
+	}
+	a.held = kept // ran out on a's side
+	h.now = h.now.Add(10 * ms)
+	h.req("a")
+	e := h.entry(r)
+	if e.Owner != "b" || !e.Migrated || e.MigratedFrom != la {
+		t.Fatalf("after a gave up a#%d, lapsed, the range is %+v; want b's, promoted from #%d", la, e, la)
+	}
+	if leasetable.Lost(leasetable.Entry{Owner: "a", LGN: la}, e) {
+		t.Fatal("a Lookup reports the range lost though its standby was in sync")
+	}
+}
