@@ -34,6 +34,7 @@ func TestGatewayScenario(t *testing.T) {
 	if testing.Short() {
 		t.Skip("e2e: builds binaries and runs real processes; skipped with -short")
 	}
+	t.Parallel()
 	leasehold, kvBin := build(t)
 	tm := protocol.Fast()
 	started := time.Now()

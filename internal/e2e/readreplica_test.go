@@ -108,6 +108,7 @@ func TestReadReplicaFaults(t *testing.T) {
 	if testing.Short() {
 		t.Skip("e2e: builds binaries and runs real processes; skipped with -short")
 	}
+	t.Parallel()
 	full := allEnabled()
 	leasehold, kvBin := build(t)
 	started := time.Now()
