@@ -15,7 +15,8 @@
 // in parallel: each spends most of its time waiting for real leases and
 // timers, and each runs its own Manager and servers on ports of their own.
 // The other scenarios of LEASEHOLD_E2E=all, which stop processes or cut
-// connections on a schedule at full size, run one at a time.
+// connections on a schedule at full size, run one at a time, and so do the
+// gateway's and the read replicas' with LEASEHOLD_E2E=all.
 //
 // The package has no code of its own besides the tests.
 package e2e
