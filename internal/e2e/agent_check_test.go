@@ -158,6 +158,7 @@ func needPython(t *testing.T) string {
 // overlap; an A that ignores it (kv.py --ignore-deadline) serves on after
 // B took over, and the checker reports it.
 func TestSingleCopyCheckerCatchesIgnoredDeadline(t *testing.T) {
+	t.Parallel()
 	py := needPython(t)
 	const script = `
 import json, sys, time
@@ -209,6 +210,7 @@ while time.monotonic_ns() < start + 150_000_000:
 // does (xxhash64, seed 0), for short names and for names of 32 bytes and
 // more, which take the hash's other path.
 func TestPythonKeyOf(t *testing.T) {
+	t.Parallel()
 	py := needPython(t)
 	names := []string{"", "a", "alice", "key-001", "gk-199", "0123456789abcdef0123456789abcdef", "ünïcode and a name of more than thirty-two bytes"}
 	arg, _ := json.Marshal(names)

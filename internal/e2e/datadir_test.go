@@ -134,6 +134,7 @@ func TestEditedDataDirFailsLoudly(t *testing.T) {
 	if testing.Short() {
 		t.Skip("e2e: builds binaries and runs real processes; skipped with -short")
 	}
+	t.Parallel()
 	leasehold, kvBin := build(t)
 	dir := t.TempDir()
 	mgr := start(t, "manager", leasehold, "manager", "--listen", "127.0.0.1:0", "--timings", "fast", "--data-dir", dir)

@@ -34,6 +34,11 @@ func TestGatewayScenario(t *testing.T) {
 	if testing.Short() {
 		t.Skip("e2e: builds binaries and runs real processes; skipped with -short")
 	}
+	// Side by side with the other default scenarios; with LEASEHOLD_E2E=all,
+	// among the scenarios that stop processes on a schedule, alone (doc.go).
+	if !allEnabled() {
+		t.Parallel()
+	}
 	leasehold, kvBin := build(t)
 	tm := protocol.Fast()
 	started := time.Now()

@@ -108,6 +108,11 @@ func TestReadReplicaFaults(t *testing.T) {
 	if testing.Short() {
 		t.Skip("e2e: builds binaries and runs real processes; skipped with -short")
 	}
+	// Side by side with the other default scenarios; with LEASEHOLD_E2E=all,
+	// among the scenarios that stop processes on a schedule, alone (doc.go).
+	if !allEnabled() {
+		t.Parallel()
+	}
 	full := allEnabled()
 	leasehold, kvBin := build(t)
 	started := time.Now()

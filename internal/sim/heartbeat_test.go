@@ -14,7 +14,7 @@ func quiet(seed uint64, managers int, noHeartbeats bool) Config {
 	t := protocol.Fast()
 	return Config{
 		Seed: seed, Managers: managers, Owners: 8, Lookups: 20, Timing: t,
-		SettleTime: 2 * time.Minute, MinDelay: t.OwnerLease / 400, ClockSkew: true,
+		SettleTime: time.Minute, MinDelay: t.OwnerLease / 400, ClockSkew: true,
 		NoHeartbeats: noHeartbeats,
 	}
 }
@@ -80,7 +80,7 @@ func TestSimulationLagging(t *testing.T) {
 // to 0.4 s newer than it is, and a Lookup cut off just then reports every
 // range lost that much too late.
 func TestBrokenFreshAtReceipt(t *testing.T) {
-	caught(t, 200, brokenOn(lagging, faults.Set{FreshAtReceipt: true}), "recovery notification")
+	caughtFrom(t, 3, 200, brokenOn(lagging, faults.Set{FreshAtReceipt: true}), "recovery notification")
 }
 
 // TestBrokenFreshWithoutDrift adds the replica's elapsed time as it is: a
@@ -98,7 +98,7 @@ func TestBrokenFreshWithoutDrift(t *testing.T) {
 // leader, keeps the Lookups on its side of a partition fresh on a table
 // that no longer moves, and they never poll.
 func TestBrokenHeartbeatUnserved(t *testing.T) {
-	caught(t, 200, brokenReplicated(3, faults.Set{HeartbeatUnserved: true}), "recovery notification")
+	caughtFrom(t, 4, 200, brokenReplicated(3, faults.Set{HeartbeatUnserved: true}), "recovery notification")
 }
 
 func brokenOn(cfg func(uint64) Config, f faults.Set) func(uint64) Config {

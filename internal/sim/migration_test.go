@@ -58,7 +58,7 @@ var (
 // them is swept by TestSimulationFaulty.
 func TestSimulationMigration(t *testing.T) {
 	t.Parallel()
-	n := sweepSize() / 2
+	n := max(sweepSize()/2, requiredSeeds)
 	if raceEnabled && *soakFlag == 0 {
 		n = sweepSize() / 20
 	}

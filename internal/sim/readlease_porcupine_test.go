@@ -57,17 +57,22 @@ func porcupineCheck(t *testing.T, h []LeaseEvent) porcupine.CheckResult {
 }
 
 // TestReadLeasePorcupineAgrees runs lease-read histories through porcupine:
-// the sweep's seeds with the rules kept are linearizable, and the seeds at
-// which the simulation's checker catches a broken twin are not.
+// the sweep's seeds with the rules kept are linearizable (2 by default, 4
+// with -sim.long), and the seeds at which the simulation's checker catches
+// a broken twin are not.
 func TestReadLeasePorcupineAgrees(t *testing.T) {
 	t.Parallel()
+	kept := uint64(2)
+	if *longFlag || *seedsFlag > 0 {
+		kept = 4
+	}
 	run := func(c Config) (Result, porcupine.CheckResult, int) {
 		var h []LeaseEvent
 		c.ReadLease.History = func(got []LeaseEvent) { h = got }
 		r := Run(c)
 		return r, porcupineCheck(t, h), len(h)
 	}
-	for seed := uint64(1); seed <= 4; seed++ {
+	for seed := uint64(1); seed <= kept; seed++ {
 		c := leased(3)(seed)
 		c.FaultTime /= 2
 		r, res, n := run(c)

@@ -13,13 +13,21 @@ import (
 
 // The sweeps run quickSeeds seeds each by default, so that go test ./...
 // stays short enough to wait for (README.md, "Testing", has the figures);
-// -sim.long runs longSeeds, as CI does. The broken-rule tests run until
-// their checker catches the rule, however many seeds that takes; the few
-// whose rule shows only after dozens of seeds run with -sim.long alone
-// (longOnly), each beside another twin of its checker that runs by default.
+// -sim.long runs longSeeds, as CI does. quickSeeds is requiredSeeds: the
+// fewest that still inject every kind of fault a sweep counts, so a default
+// sweep still fails if the correct protocol breaks a checker on a seed it
+// runs or if its faults stop being drawn, while what a broken rule looks
+// like is the broken twins' part (each caught at its seed by default). The
+// replicated sweeps run replicatedQuickSeeds: with fewer, some seeds of 3
+// or 5 replicas draw no follower crash or leader stall. The broken-rule
+// tests run until their checker catches the rule, however many seeds that
+// takes; the few whose rule shows only after dozens of seeds run with
+// -sim.long alone (longOnly), each beside another twin of its checker that
+// runs by default.
 const (
-	quickSeeds = 8
-	longSeeds  = 200
+	quickSeeds           = requiredSeeds
+	replicatedQuickSeeds = 8
+	longSeeds            = 200
 )
 
 // requiredSeeds is the smallest sweep that must inject every kind of fault
@@ -29,7 +37,7 @@ const requiredSeeds = 4
 
 var (
 	longFlag  = flag.Bool("sim.long", false, "the long sweep, as CI runs it: 200 seeds per sweep instead of 8, the broken-rule tests that need dozens of seeds, and the production report over 10 virtual minutes instead of 3")
-	seedsFlag = flag.Int("sim.seeds", 0, "number of seeds per sweep (0: 8, or 200 with -sim.long)")
+	seedsFlag = flag.Int("sim.seeds", 0, "number of seeds per sweep (0: 4, 8 of the replicated sweeps, or 200 with -sim.long)")
 	soakFlag  = flag.Int("sim.soak", 0, "if set, run this many seeds instead, also under the race detector (a long soak)")
 	seedFlag  = flag.Uint64("sim.seed", 0, "replay only this seed")
 	traceFlag = flag.String("sim.trace", "", "with -sim.seed: print the messages of this node (e.g. owner-03, lookup-07), or every loss the Manager records (losses)")
@@ -240,7 +248,11 @@ func TestSimulationReplicated5(t *testing.T) { testReplicated(t, 5) }
 
 func testReplicated(t *testing.T, managers int) {
 	t.Parallel()
-	results := seeds(t, sweepSeeds(sweepSize()), replicated(managers))
+	n := sweepSize()
+	if !*longFlag && *seedsFlag == 0 {
+		n = replicatedQuickSeeds
+	}
+	results := seeds(t, sweepSeeds(n), replicated(managers))
 	tot := sweep(t, results, func(s Stats) map[string]int {
 		return map[string]int{
 			"leader crashes": s.LeaderCrashes, "follower crashes": s.ManagerRestarts - s.LeaderCrashes,

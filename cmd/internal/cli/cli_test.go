@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/leasehold/leasehold"
+	"github.com/leasehold/leasehold/internal/testwait"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/manager"
 	"github.com/leasehold/leasehold/owner"
@@ -27,11 +29,34 @@ func TestMain(m *testing.M) {
 	// The tests run their Managers and clients in plaintext on 127.0.0.1;
 	// trust_test.go runs them with certificates.
 	os.Setenv(InsecureEnv, "1")
-	// Most of them wait on the fast timings' leases, but they start Raft
-	// groups of three whose elections, run 4 at once beside the rest of go
-	// test ./... on a loaded machine, lost their leaders: they keep go
-	// test's parallelism (internal/testwait).
+	// Most of them wait on the fast timings' leases: they run 4 at once
+	// (internal/testwait). Those that start Raft groups, whose elections,
+	// 4 groups at once beside the rest of go test ./... on a loaded
+	// machine, lost their leaders, run 2 at most at once (groupSlots).
+	testwait.Parallel()
 	goleak.VerifyTestMain(m)
+}
+
+// groupSlots admits 2 tests at once to start Manager replicas with
+// --peers: a test takes a slot at its first such start and gives it back
+// when it ends.
+var (
+	groupSlots = make(chan struct{}, 2)
+	inGroup    sync.Map // *testing.T → struct{}: the tests holding a slot
+)
+
+// holdGroupSlot takes a slot for t, once, if args start a Manager of a
+// Raft group.
+func holdGroupSlot(t *testing.T, args []string) {
+	t.Helper()
+	if len(args) == 0 || args[0] != "manager" || !slices.Contains(args, "--peers") {
+		return
+	}
+	if _, held := inGroup.LoadOrStore(t, struct{}{}); held {
+		return
+	}
+	groupSlots <- struct{}{}
+	t.Cleanup(func() { <-groupSlots })
 }
 
 // syncBuffer is a bytes.Buffer safe to write from one goroutine while the
@@ -70,6 +95,7 @@ type background struct {
 
 func startCLI(t *testing.T, args ...string) *background {
 	t.Helper()
+	holdGroupSlot(t, args)
 	ctx, cancel := context.WithCancel(context.Background())
 	b := &background{cancel: cancel, done: make(chan int, 1)}
 	go func() { b.done <- Execute(ctx, args, &b.stdout, &b.stderr) }()
