@@ -353,7 +353,9 @@ func (c *lookupClient) close() {
 // copies. The Manager receives the same requests and sends the same
 // updates as to a full Lookup (the simulation's thin Lookups, whose sameness
 // internal/sim's TestThinLookupsLoadTheManagerAlike checks, follow the same
-// rules). It decodes every update it receives, as a full one does.
+// rules). It receives every byte of every update but reads only its
+// header (loopback_skim.go): the decoding of thousands of snapshots
+// would be the driver's load, not the Manager's.
 type thinLookup struct {
 	timing   protocol.Timing
 	arr      *arrivals
@@ -387,8 +389,8 @@ func startThinLookup(ctx context.Context, managers *client.Managers, timing prot
 		defer l.wg.Done()
 		opened := 0
 		client.Keep(ctx, arr.log, "sync", managers,
-			func(ctx context.Context, cc grpc.ClientConnInterface) (client.Stream[pb.SyncRequest, pb.SyncResponse], error) {
-				st, err := pb.NewLookupsClient(cc).Sync(ctx)
+			func(ctx context.Context, cc grpc.ClientConnInterface) (client.Stream[pb.SyncRequest, skimmedSync], error) {
+				st, err := openSkimmedSync(ctx, cc)
 				if opened++; err == nil && opened > 1 {
 					select {
 					case l.reopened <- struct{}{}:
@@ -396,7 +398,7 @@ func startThinLookup(ctx context.Context, managers *client.Managers, timing prot
 					}
 				}
 				return st, err
-			}, l.sendq, wire.SyncResponseFromPB, l.recv)
+			}, l.sendq, (*skimmedSync).response, l.recv)
 	}()
 	return l
 }
