@@ -22,7 +22,7 @@ import (
 // of their own (loopback_owners.go).
 type loadDriver struct {
 	ctx     context.Context
-	addr    string
+	addrs   []string // the Lookups' Managers: the leader, or the read replicas only
 	timing  protocol.Timing
 	meter   *wireMeter
 	trust   *loopbackTrust // nil: plaintext
@@ -70,7 +70,7 @@ func (d *loadDriver) startLookup(j int, full bool) (*lookupClient, error) {
 		if err != nil {
 			return nil, err
 		}
-		return startLookup(d.ctx, d.addr, full, d.timing, d.meter, creds)
+		return startLookup(d.ctx, d.addrs, full, d.timing, d.meter, creds)
 	}
 	g := j / d.perConn
 	d.sharedMu.Lock()
@@ -81,7 +81,7 @@ func (d *loadDriver) startLookup(j int, full bool) (*lookupClient, error) {
 		if err != nil {
 			return nil, err
 		}
-		if s, err = newSharedLink(d.addr, d.meter, creds); err != nil {
+		if s, err = newSharedLink(d.addrs, d.meter, creds); err != nil {
 			return nil, err
 		}
 		if d.shared == nil {
