@@ -91,6 +91,7 @@ type loopbackResult struct {
 	renewals               []time.Duration // steady renewals' round trips
 	requests               []time.Duration // every lease request's
 	propagation            []time.Duration // per change with a loss notification
+	replicaLag             []time.Duration // per such change, from the leader's apply to the last read replica's
 	unreached              int             // such changes some Lookup had not applied by the end
 	ownerEvents, lookupRes int
 	warnings               int64     // clients' warnings in the window (loopback_clients.go)
@@ -180,6 +181,7 @@ func runLoopbackPoint(ctx context.Context, bin, profDir string, plan loopbackPla
 	pid := mgr.cmd.Process.Pid
 	procs := []benchProc{{name: "leader", pid: pid, metrics: mm}}
 	lookupAddrs := []string{mgr.addr}
+	var replicas []*managerProc
 	if plan.replicas > 0 {
 		lookupAddrs = nil
 	}
@@ -190,6 +192,7 @@ func runLoopbackPoint(ctx context.Context, bin, profDir string, plan loopbackPla
 		}
 		defer rr.stop()
 		lookupAddrs = append(lookupAddrs, rr.addr)
+		replicas = append(replicas, rr)
 		procs = append(procs, benchProc{name: fmt.Sprintf("read replica %d", i+2), pid: rr.cmd.Process.Pid, metrics: rm})
 	}
 	dctx, cancel := context.WithCancel(ctx)
@@ -354,7 +357,9 @@ func runLoopbackPoint(ctx context.Context, bin, profDir string, plan loopbackPla
 			if !sleepCtx(ctx, plan.timing.Sync) {
 				return nil, ctx.Err()
 			}
-			r.propagation, r.unreached = d.propagation(mgr.lossesBetween(before.at, after.at))
+			changes := mgr.lossesBetween(before.at, after.at)
+			r.propagation, r.unreached = d.propagation(changes)
+			r.replicaLag = replicaLags(changes, replicas)
 		}
 		out = append(out, r)
 	}

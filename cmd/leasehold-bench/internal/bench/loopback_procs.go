@@ -34,6 +34,7 @@ type procCounters struct {
 	io      int64   // rchar + wchar
 	msgs    float64 // gRPC messages received and sent; < 0: not read
 	lookups float64 // Lookups served (leasehold_lookups); < 0: not read
+	syncs   float64 // Sync streams opened (started_total of Lookups.Sync)
 }
 
 // procUse is what a process used over a window.
@@ -43,6 +44,7 @@ type procUse struct {
 	rss, peak   int64
 	bytes, msgs float64 // per second; msgs < 0: not read
 	lookups     float64 // at the window's end; < 0: not a Manager
+	syncs       float64 // Sync streams opened in the window
 }
 
 func readProc(ctx context.Context, p benchProc) (procCounters, error) {
@@ -53,13 +55,16 @@ func readProc(ctx context.Context, p benchProc) (procCounters, error) {
 	}
 	c.io = procIO(p.pid)
 	if p.metrics != nil {
-		if s, err := p.metrics.sums(ctx, "leasehold_grpc_server_msg_received_total", "leasehold_grpc_server_msg_sent_total", "leasehold_lookups"); err == nil {
+		if s, err := p.metrics.sums(ctx, "leasehold_grpc_server_msg_received_total", "leasehold_grpc_server_msg_sent_total", "leasehold_lookups", syncStarted); err == nil {
 			c.msgs = s["leasehold_grpc_server_msg_received_total"] + s["leasehold_grpc_server_msg_sent_total"]
 			c.lookups = s["leasehold_lookups"]
+			c.syncs = s[syncStarted]
 		}
 	}
 	return c, nil
 }
+
+const syncStarted = `leasehold_grpc_server_started_total{grpc_method="Sync",`
 
 // procIO is a process's rchar + wchar from /proc/PID/io (0 if unread).
 func procIO(pid int) int64 {
@@ -81,7 +86,7 @@ func procIO(pid int) int64 {
 func procUses(procs []benchProc, before, after []procCounters, secs float64) []procUse {
 	out := make([]procUse, len(procs))
 	for i, p := range procs {
-		u := procUse{name: p.name, msgs: -1, lookups: after[i].lookups}
+		u := procUse{name: p.name, msgs: -1, lookups: after[i].lookups, syncs: after[i].syncs - before[i].syncs}
 		u.cpu = (after[i].cpu - before[i].cpu).Seconds() / secs
 		u.bytes = float64(after[i].io-before[i].io) / secs
 		if before[i].msgs >= 0 && after[i].msgs >= 0 {
@@ -99,12 +104,13 @@ func (u procUse) String() string {
 		s += fmt.Sprintf(", %.0f msgs/s", u.msgs)
 	}
 	if u.lookups >= 0 {
-		s += fmt.Sprintf(", %.0f Lookups", u.lookups)
+		s += fmt.Sprintf(", %.0f Lookups (%.0f Sync streams opened in the window)", u.lookups, u.syncs)
 	}
 	return s
 }
 
-// sums reads the Manager's metrics and sums every series of each name.
+// sums reads the Manager's metrics and sums every series of each name; a
+// name with a '{' sums the series whose lines start with it.
 func (m *managerMetrics) sums(ctx context.Context, names ...string) (map[string]float64, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, m.url, nil)
 	if err != nil {
@@ -134,7 +140,7 @@ func (m *managerMetrics) sums(ctx context.Context, names ...string) (map[string]
 			}
 		}
 		for _, n := range names {
-			if name == n {
+			if name == n || strings.Contains(n, "{") && strings.HasPrefix(line, n) {
 				v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
 				if err == nil {
 					out[n] += v

@@ -65,7 +65,7 @@ func TestLoopbackReadReplica(t *testing.T) {
 // ones sharing connections among them, are served by the read replicas
 // only and the leader serves none; every process's use is reported; and
 // the changes the leader applied under churn reach the Lookups through the
-// read replicas.
+// read replicas, whose applies of them are found in their logs.
 func TestSmokeLoopbackReadReplicas(t *testing.T) {
 	smokeOnlyWithAll(t)
 	t.Parallel()
@@ -108,5 +108,8 @@ func TestSmokeLoopbackReadReplicas(t *testing.T) {
 	}
 	if len(r.propagation) == 0 {
 		t.Fatalf("no change with a loss notification reached the Lookups (%d owner stops, %d not reached)", r.ownerEvents, r.unreached)
+	}
+	if len(r.replicaLag) == 0 {
+		t.Fatalf("no read replica's apply was found for the %d changes the leader applied", len(r.propagation))
 	}
 }

@@ -61,7 +61,7 @@ func loopbackReport(plan loopbackPlan, results []loopbackResult) *Report {
 		Setup: "—", Ours: ours}
 	table := [][]string{{"owners", "lookups", "churn", "window", "manager CPU", "manager RSS (peak)", "msgs/s", "KB/s",
 		"renewals", "renewal p50", "renewal p99", "lease requests", "request p99", "manager answer p99", "changes", "propagation p50", "propagation p99", "propagation max", "not reached",
-		"owner stops", "lookup restarts", "client warnings", "driver CPU", "load average", "read replicas"}}
+		"owner stops", "lookup restarts", "client warnings", "driver CPU", "load average", "read replicas", "replica apply p50", "replica apply p99"}}
 	for _, churn := range []bool{false, true} {
 		var x, yc, yn, yr, yp []float64
 		for _, r := range results {
@@ -94,7 +94,7 @@ func loopbackReport(plan loopbackPlan, results []loopbackResult) *Report {
 			fmt.Sprint(len(r.requests)), fmtDur(r.requests, 99), r.answerP99,
 			fmt.Sprint(len(r.propagation)), fmtDur(r.propagation, 50), fmtDur(r.propagation, 99), fmtDur(r.propagation, 100),
 			fmt.Sprint(r.unreached), fmt.Sprint(r.ownerEvents), fmt.Sprint(r.lookupRes), fmt.Sprint(r.warnings),
-			fmt.Sprintf("%.1f%%", 100*r.driverCPU), r.load, fmt.Sprint(plan.replicas)})
+			fmt.Sprintf("%.1f%%", 100*r.driverCPU), r.load, fmt.Sprint(plan.replicas), fmtDur(r.replicaLag, 50), fmtDur(r.replicaLag, 99)})
 	}
 	var perProc []string
 	for _, r := range results {
@@ -141,7 +141,8 @@ func loopbackReport(plan loopbackPlan, results []loopbackResult) *Report {
 			"Manager answer p99: the Manager's own histogram leasehold_renewal_answer_seconds (every lease request it accepted, from its arrival to its answer handed to the Owner's stream), read from its metrics listener before and after the window; the bound of the bucket that holds the 99th percentile (buckets 10, 25, 50, 100, 250, 500 ms …). The driver's round trips add the sockets, both processes' scheduling and the driver's own work.",
 			"Client warnings are the log records at warn level of the Owners and Lookups in the window: a stream to the Manager that broke (and was reopened), or an Owner that left before all its ranges moved.",
 			"The driver's two processes run on the same 2 cores as the Manager (their CPU together is the 'driver CPU' column): latencies include their scheduling.",
-			"Per process (the notes below): CPU and RSS from /proc as for the Manager; KB/s is the process's rchar + wchar from /proc/PID/io over the window (every read and write system call: for a Manager, which keeps no data directory here, its client sockets, its Raft peers' and its log); msgs/s, for a Manager, its own gRPC server counters (leasehold_grpc_server_msg_received_total + _sent_total, every method: Owners', Lookups' and Raft's); Lookups, the Lookup streams it serves (leasehold_lookups) at the window's end.",
+			"Replica apply: with read replicas, for each change of the propagation columns, from the leader's log line of its loss notification to the last read replica's log line of the same (each Manager logs one when it applies a change that carries one), on the machine's clock; the rest of the propagation is the read replicas' feed and the sockets to the Lookups.",
+			"Per process (the notes below): CPU and RSS from /proc as for the Manager; KB/s is the process's rchar + wchar from /proc/PID/io over the window (every read and write system call: for a Manager, which keeps no data directory here, its client sockets, its Raft peers' and its log); msgs/s, for a Manager, its own gRPC server counters (leasehold_grpc_server_msg_received_total + _sent_total, every method: Owners', Lookups' and Raft's); Lookups, the Lookup streams it serves (leasehold_lookups) at the window's end, and the Sync streams opened in the window (leasehold_grpc_server_started_total of Lookups.Sync: a Lookup that reopens its stream, after a break, an answer not received in LookupAnswerWait or a refusal, opens another).",
 		}, perProc...),
 	}
 }
