@@ -88,6 +88,10 @@ type Options struct {
 	LookupsPerConn int
 	// LookupEvery is how often loopback starts a Lookup (0: every 100 ms).
 	LookupEvery time.Duration
+	// ReadReplicas makes loopback start this many read replicas beside the
+	// leader (loopback_replica.go) and point every Lookup at them only:
+	// the leader serves the Owners, the read replicas the Lookups.
+	ReadReplicas int
 	// Progress, if set, is told how far the run is, in [0, 1], with a short
 	// description of the current step. Called from the goroutine of Run.
 	Progress func(done float64, step string)

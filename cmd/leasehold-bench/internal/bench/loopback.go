@@ -40,6 +40,7 @@ type loopbackPlan struct {
 	churn     []bool
 	tls       bool // mutual TLS between every client and the Manager (loopback_tls.go)
 	perConn   int  // thin Lookups per gRPC connection (1: each its own)
+	replicas  int  // read replicas beside the leader, serving every Lookup
 }
 
 func (p loopbackPlan) lookupSpread(n int) time.Duration { return p.perLookup * time.Duration(n) }
@@ -63,6 +64,7 @@ func loopbackPlanFor(o Options) loopbackPlan {
 	}
 	p.tls = o.TLS
 	p.perConn = max(o.LookupsPerConn, 1)
+	p.replicas = o.ReadReplicas
 	if o.LookupEvery > 0 {
 		p.perLookup = o.LookupEvery
 	}
@@ -89,11 +91,13 @@ type loopbackResult struct {
 	renewals               []time.Duration // steady renewals' round trips
 	requests               []time.Duration // every lease request's
 	propagation            []time.Duration // per change with a loss notification
+	replicaLag             []time.Duration // per such change, from the leader's apply to the last read replica's
 	unreached              int             // such changes some Lookup had not applied by the end
 	ownerEvents, lookupRes int
-	warnings               int64  // clients' warnings in the window (loopback_clients.go)
-	load                   string // /proc/loadavg at the window's end
-	answerP99              string // the Manager's own answer p99, a bucket of its histogram (loopback_metrics.go)
+	warnings               int64     // clients' warnings in the window (loopback_clients.go)
+	load                   string    // /proc/loadavg at the window's end
+	answerP99              string    // the Manager's own answer p99, a bucket of its histogram (loopback_metrics.go)
+	procs                  []procUse // each process's use: the leader, the read replicas, the driver's (loopback_procs.go)
 }
 
 func runLoopback(ctx context.Context, o Options) (*Report, error) {
@@ -140,6 +144,7 @@ func runLoopback(ctx context.Context, o Options) (*Report, error) {
 		for _, r := range rs { // a line per window as it ends, for long sweeps
 			fmt.Fprintf(os.Stderr, "loopback: %d/%d churn=%v: manager CPU %.2f%%, %.0f msgs/s, %.1f KB/s, renewal p99 %s (Manager's answer %s), propagation p99 %s (%d changes, %d not reached), load %s\n",
 				r.owners, r.lookups, r.churn, 100*r.cpu, r.msgs, r.bytes/1000, fmtDur(r.renewals, 99), r.answerP99, fmtDur(r.propagation, 99), len(r.propagation), r.unreached, r.load)
+			fmt.Fprintf(os.Stderr, "loopback: per process: %s\n", procsString(r.procs))
 		}
 	}
 	if len(results) == 0 {
@@ -174,8 +179,24 @@ func runLoopbackPoint(ctx context.Context, bin, profDir string, plan loopbackPla
 	}
 	defer mgr.stop()
 	pid := mgr.cmd.Process.Pid
+	procs := []benchProc{{name: "leader", pid: pid, metrics: mm}}
+	lookupAddrs := []string{mgr.addr}
+	var replicas []*managerProc
+	if plan.replicas > 0 {
+		lookupAddrs = nil
+	}
+	for i := range plan.replicas { // stopped before the leader: defers run last first
+		rr, rm, err := startLoopbackReplica(ctx, bin, plan.profile, trust, mgr, uint64(i+2))
+		if err != nil {
+			return nil, err
+		}
+		defer rr.stop()
+		lookupAddrs = append(lookupAddrs, rr.addr)
+		replicas = append(replicas, rr)
+		procs = append(procs, benchProc{name: fmt.Sprintf("read replica %d", i+2), pid: rr.cmd.Process.Pid, metrics: rm})
+	}
 	dctx, cancel := context.WithCancel(ctx)
-	d := &loadDriver{ctx: dctx, addr: mgr.addr, timing: plan.timing, meter: &wireMeter{}, trust: trust, perConn: plan.perConn}
+	d := &loadDriver{ctx: dctx, addrs: lookupAddrs, timing: plan.timing, meter: &wireMeter{}, trust: trust, perConn: plan.perConn}
 	defer func() {
 		cancel()
 		d.stopAll()
@@ -196,6 +217,7 @@ func runLoopbackPoint(ctx context.Context, bin, profDir string, plan loopbackPla
 	if err != nil {
 		return nil, err
 	}
+	procs = append(procs, benchProc{name: "driver (Lookups)", pid: os.Getpid()}, benchProc{name: "driver (Owners)", pid: d.owners.cmd.Process.Pid})
 	limit := time.Now().Add(plan.spread + 3*plan.timing.ManagerLease + 5*time.Minute)
 	for {
 		hold, err := d.ownersHold()
@@ -250,6 +272,10 @@ func runLoopbackPoint(ctx context.Context, bin, profDir string, plan loopbackPla
 		if err != nil {
 			return nil, err
 		}
+		procsBefore, err := readProcs(ctx, procs)
+		if err != nil {
+			return nil, err
+		}
 		answered, aerr := mm.answerBuckets(ctx)
 		if _, err := d.owners.call("take"); err != nil {
 			return nil, err
@@ -289,6 +315,10 @@ func runLoopbackPoint(ctx context.Context, bin, profDir string, plan loopbackPla
 		if err != nil {
 			return nil, fmt.Errorf("the manager exited: %s", mgr.lastLines())
 		}
+		procsAfter, err := readProcs(ctx, procs)
+		if err != nil {
+			return nil, fmt.Errorf("a process exited: %w", err)
+		}
 		if _, err := d.owners.call("record 0"); err != nil {
 			return nil, err
 		}
@@ -315,6 +345,7 @@ func runLoopbackPoint(ctx context.Context, bin, profDir string, plan loopbackPla
 		r.driverCPU = (after.driverCPU - before.driverCPU).Seconds() / secs
 		r.bytes = float64(after.in+after.out-before.in-before.out) / secs
 		r.msgs = float64(after.msgIn+after.msgO-before.msgIn-before.msgO) / secs
+		r.procs = procUses(procs, procsBefore, procsAfter, secs)
 		st, err := d.owners.call("take")
 		if err != nil {
 			return nil, err
@@ -326,7 +357,9 @@ func runLoopbackPoint(ctx context.Context, bin, profDir string, plan loopbackPla
 			if !sleepCtx(ctx, plan.timing.Sync) {
 				return nil, ctx.Err()
 			}
-			r.propagation, r.unreached = d.propagation(mgr.lossesBetween(before.at, after.at))
+			changes := mgr.lossesBetween(before.at, after.at)
+			r.propagation, r.unreached = d.propagation(changes)
+			r.replicaLag = replicaLags(changes, replicas)
 		}
 		out = append(out, r)
 	}

@@ -3,8 +3,10 @@ package bench
 import (
 	"context"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -273,12 +275,14 @@ type lookupClient struct {
 	shared bool // its connection is a sharedLink's, which outlives it
 }
 
-func startLookup(ctx context.Context, addr string, full bool, timing protocol.Timing, m *wireMeter, creds credentials.TransportCredentials) (*lookupClient, error) {
+// With several addresses (the read replicas) it spreads over them as the
+// lookup library does (internal/client spread.go), by a key of its own.
+func startLookup(ctx context.Context, addrs []string, full bool, timing protocol.Timing, m *wireMeter, creds credentials.TransportCredentials) (*lookupClient, error) {
 	c := &lookupClient{link: &clientLink{m: m, creds: creds}, arr: &arrivals{log: m.logger()}}
 	if full {
 		l, err := lookup.New(ctx, lookup.Config{
 			Connection: leasehold.Connection{
-				Manager:     addr,
+				Manager:     strings.Join(addrs, ","),
 				Insecure:    true,
 				Timing:      timing,
 				DialOptions: c.link.dialOptions(),
@@ -292,27 +296,32 @@ func startLookup(ctx context.Context, addr string, full bool, timing protocol.Ti
 		c.full = l
 		return c, nil
 	}
-	managers, err := client.NewManagers([]string{addr}, c.link.dialOptions())
+	managers, err := client.NewManagers(addrs, c.link.dialOptions())
 	if err != nil {
 		return nil, err
 	}
+	managers.Spread(rand.Uint64())
 	c.thin = startThinLookup(ctx, managers, timing, c.arr)
 	return c, nil
 }
 
 // sharedLink is a connection to the Manager that several thin Lookups
-// share, each with a stream of its own on it (--lookups-per-conn).
+// share, each with a stream of its own on it (--lookups-per-conn). With
+// several addresses the link's Lookups rank them by the link's key, all
+// alike: they share the connection to the first, as the Lookups of one
+// frontend process sharing its connections would.
 type sharedLink struct {
 	link     *clientLink
 	managers *client.Managers
 }
 
-func newSharedLink(addr string, m *wireMeter, creds credentials.TransportCredentials) (*sharedLink, error) {
+func newSharedLink(addrs []string, m *wireMeter, creds credentials.TransportCredentials) (*sharedLink, error) {
 	link := &clientLink{m: m, creds: creds}
-	managers, err := client.NewManagers([]string{addr}, link.dialOptions())
+	managers, err := client.NewManagers(addrs, link.dialOptions())
 	if err != nil {
 		return nil, err
 	}
+	managers.Spread(rand.Uint64())
 	return &sharedLink{link: link, managers: managers}, nil
 }
 
@@ -353,7 +362,9 @@ func (c *lookupClient) close() {
 // copies. The Manager receives the same requests and sends the same
 // updates as to a full Lookup (the simulation's thin Lookups, whose sameness
 // internal/sim's TestThinLookupsLoadTheManagerAlike checks, follow the same
-// rules). It decodes every update it receives, as a full one does.
+// rules). It receives every byte of every update but reads only its
+// header (loopback_skim.go): the decoding of thousands of snapshots
+// would be the driver's load, not the Manager's.
 type thinLookup struct {
 	timing   protocol.Timing
 	arr      *arrivals
@@ -387,8 +398,8 @@ func startThinLookup(ctx context.Context, managers *client.Managers, timing prot
 		defer l.wg.Done()
 		opened := 0
 		client.Keep(ctx, arr.log, "sync", managers,
-			func(ctx context.Context, cc grpc.ClientConnInterface) (client.Stream[pb.SyncRequest, pb.SyncResponse], error) {
-				st, err := pb.NewLookupsClient(cc).Sync(ctx)
+			func(ctx context.Context, cc grpc.ClientConnInterface) (client.Stream[pb.SyncRequest, skimmedSync], error) {
+				st, err := openSkimmedSync(ctx, cc)
 				if opened++; err == nil && opened > 1 {
 					select {
 					case l.reopened <- struct{}{}:
@@ -396,7 +407,7 @@ func startThinLookup(ctx context.Context, managers *client.Managers, timing prot
 					}
 				}
 				return st, err
-			}, l.sendq, wire.SyncResponseFromPB, l.recv)
+			}, l.sendq, (*skimmedSync).response, l.recv)
 	}()
 	return l
 }

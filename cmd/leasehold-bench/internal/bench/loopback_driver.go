@@ -22,7 +22,7 @@ import (
 // of their own (loopback_owners.go).
 type loadDriver struct {
 	ctx     context.Context
-	addr    string
+	addrs   []string // the Lookups' Managers: the leader, or the read replicas only
 	timing  protocol.Timing
 	meter   *wireMeter
 	trust   *loopbackTrust // nil: plaintext
@@ -61,27 +61,36 @@ func (d *loadDriver) startLookups(n int, spread time.Duration) error {
 
 // startLookup starts the Lookup of slot j, with the slot's certificate if
 // the run has TLS.
-// With more than one thin Lookup per connection, the thin Lookups of slots
-// j / perConn share one connection (dialled with the first slot's
-// certificate), each with a stream of its own.
+// With more than one thin Lookup per connection, the thin Lookups share
+// connections perConn to one (each dialled with the certificate of the
+// first slot to use it), each with a stream of its own, dealt round the
+// connections in the order they start: Lookups started one after another
+// take their snapshots over different connections, so that no connection's
+// flow-control window (16 MB) holds a burst of snapshots that keeps a
+// Lookup's answer past LookupAnswerWait (at 1,000 Owners a snapshot is
+// about 2 MB, and fifty Lookups started in a row on one connection made
+// their streams time out and ask for snapshots again, without end).
 func (d *loadDriver) startLookup(j int, full bool) (*lookupClient, error) {
 	if full || d.perConn <= 1 {
 		creds, err := d.trust.creds(certs.Lookup, lookupName(j))
 		if err != nil {
 			return nil, err
 		}
-		return startLookup(d.ctx, d.addr, full, d.timing, d.meter, creds)
+		return startLookup(d.ctx, d.addrs, full, d.timing, d.meter, creds)
 	}
-	g := j / d.perConn
+	d.mu.Lock()
+	thin := len(d.lookups) - loopbackFull
+	d.mu.Unlock()
+	g := (j - loopbackFull) % ((thin + d.perConn - 1) / d.perConn)
 	d.sharedMu.Lock()
 	defer d.sharedMu.Unlock()
 	s := d.shared[g]
 	if s == nil {
-		creds, err := d.trust.creds(certs.Lookup, lookupName(g*d.perConn))
+		creds, err := d.trust.creds(certs.Lookup, lookupName(j))
 		if err != nil {
 			return nil, err
 		}
-		if s, err = newSharedLink(d.addr, d.meter, creds); err != nil {
+		if s, err = newSharedLink(d.addrs, d.meter, creds); err != nil {
 			return nil, err
 		}
 		if d.shared == nil {

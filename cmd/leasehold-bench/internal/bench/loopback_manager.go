@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -149,6 +150,41 @@ func (m *managerProc) lossesBetween(from, to time.Time) []lossLine {
 	for _, l := range m.losses {
 		if !l.at.Before(from) && l.at.Before(to) {
 			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// replicaLags returns, for each change the leader applied, how long after
+// it the last of the read replicas applied it: each Manager logs a loss
+// notification when it applies a change that carries one, naming the LSN
+// it has then (at or past the change's). A change some replica has not
+// logged is left out.
+func replicaLags(changes []lossLine, replicas []*managerProc) []time.Duration {
+	if len(replicas) == 0 {
+		return nil
+	}
+	var out []time.Duration
+	for _, ch := range changes {
+		var last time.Time
+		for _, rr := range replicas {
+			rr.mu.Lock()
+			i := slices.IndexFunc(rr.losses, func(l lossLine) bool { return l.lsn >= ch.lsn })
+			at := time.Time{}
+			if i >= 0 {
+				at = rr.losses[i].at
+			}
+			rr.mu.Unlock()
+			if at.IsZero() {
+				last = time.Time{}
+				break
+			}
+			if at.After(last) {
+				last = at
+			}
+		}
+		if !last.IsZero() {
+			out = append(out, max(last.Sub(ch.at), 0))
 		}
 	}
 	return out

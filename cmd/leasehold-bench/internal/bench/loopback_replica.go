@@ -21,6 +21,9 @@ import (
 // maxReplicaID is the highest replica ID a loopback point may start.
 const maxReplicaID = 9
 
+// MaxReadReplicas is how many read replicas a loopback point may start.
+const MaxReadReplicas = maxReplicaID - 1
+
 // startReadReplica starts read replica id of leader's group, its metrics
 // on metricsAddr, and adds it to the group. The caller stops it
 // (managerProc.stop) before the leader.
@@ -43,4 +46,20 @@ func startReadReplica(ctx context.Context, bin, profDir, profile string, trust *
 		return nil, fmt.Errorf("leasehold cluster add --read-replica %d %s: %v: %s", id, m.addr, err, strings.TrimSpace(string(out)))
 	}
 	return m, nil
+}
+
+// startLoopbackReplica starts read replica id beside leader with a
+// metrics listener of its own, and returns it with a reader of its
+// metrics.
+func startLoopbackReplica(ctx context.Context, bin, profile string, trust *loopbackTrust, leader *managerProc, id uint64) (*managerProc, *managerMetrics, error) {
+	addr, err := freeLoopbackAddr()
+	if err != nil {
+		return nil, nil, err
+	}
+	mm, err := newManagerMetrics(addr, trust)
+	if err != nil {
+		return nil, nil, err
+	}
+	m, err := startReadReplica(ctx, bin, "", profile, trust, addr, leader, id)
+	return m, mm, err
 }

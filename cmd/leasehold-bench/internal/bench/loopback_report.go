@@ -3,6 +3,7 @@ package bench
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -36,11 +37,15 @@ func loopbackReport(plan loopbackPlan, results []loopbackResult) *Report {
 	if plan.perConn > 1 {
 		conns = fmt.Sprintf("each client with its own gRPC stream, each Owner and full Lookup with its own TCP connection, the thin Lookups %d to a connection", plan.perConn)
 	}
-	ours := fmt.Sprintf("one `leasehold manager` process (group of one, %s timings, memory only, %s) on 127.0.0.1; a load driver of two processes, one with N real Owners (owner library), the other with M Lookups "+
+	mgrs := "one `leasehold manager` process (group of one"
+	if plan.replicas > 0 {
+		mgrs = fmt.Sprintf("a `leasehold manager` leader serving the Owners and %d read replicas (`--role read-replica`, joined by `cluster add --read-replica`) serving every Lookup, each Lookup given the read replicas' addresses only and spreading over them by rendezvous hashing (a group of one voter", plan.replicas)
+	}
+	ours := fmt.Sprintf("%s, %s timings, memory only, %s) on 127.0.0.1; a load driver of two processes, one with N real Owners (owner library), the other with M Lookups "+
 		"(%d real lookup libraries with a full copy, the rest thin), as servers and frontends run apart, %s; Owners start over %s, then, once each holds leases, Lookups one every %s; "+
 		"then a warm-up until every range is owned and every Lookup synced plus two renewals; then a %s window without churn and a %s window with churn "+
 		"(an Owner stops every %s, alternately leaving gracefully and crashing, back after %s; a Lookup restarts every %s, back after %s)",
-		plan.profile, wire, loopbackFull, conns, plan.spread, plan.perLookup, plan.measure, plan.measure,
+		mgrs, plan.profile, wire, loopbackFull, conns, plan.spread, plan.perLookup, plan.measure, plan.measure,
 		(plan.timing.Renew * 2 / 5).Round(time.Millisecond), (plan.timing.Renew * 4 / 3).Round(time.Millisecond),
 		(plan.timing.Renew / 10).Round(time.Millisecond), (plan.timing.Renew / 3).Round(time.Millisecond))
 	cpu := Figure{Name: "loopback-cpu", Title: "Manager process CPU vs. number of nodes, real sockets (PRS Figure 7)",
@@ -56,7 +61,7 @@ func loopbackReport(plan loopbackPlan, results []loopbackResult) *Report {
 		Setup: "—", Ours: ours}
 	table := [][]string{{"owners", "lookups", "churn", "window", "manager CPU", "manager RSS (peak)", "msgs/s", "KB/s",
 		"renewals", "renewal p50", "renewal p99", "lease requests", "request p99", "manager answer p99", "changes", "propagation p50", "propagation p99", "propagation max", "not reached",
-		"owner stops", "lookup restarts", "client warnings", "driver CPU", "load average"}}
+		"owner stops", "lookup restarts", "client warnings", "driver CPU", "load average", "read replicas", "replica apply p50", "replica apply p99"}}
 	for _, churn := range []bool{false, true} {
 		var x, yc, yn, yr, yp []float64
 		for _, r := range results {
@@ -89,7 +94,11 @@ func loopbackReport(plan loopbackPlan, results []loopbackResult) *Report {
 			fmt.Sprint(len(r.requests)), fmtDur(r.requests, 99), r.answerP99,
 			fmt.Sprint(len(r.propagation)), fmtDur(r.propagation, 50), fmtDur(r.propagation, 99), fmtDur(r.propagation, 100),
 			fmt.Sprint(r.unreached), fmt.Sprint(r.ownerEvents), fmt.Sprint(r.lookupRes), fmt.Sprint(r.warnings),
-			fmt.Sprintf("%.1f%%", 100*r.driverCPU), r.load})
+			fmt.Sprintf("%.1f%%", 100*r.driverCPU), r.load, fmt.Sprint(plan.replicas), fmtDur(r.replicaLag, 50), fmtDur(r.replicaLag, 99)})
+	}
+	var perProc []string
+	for _, r := range results {
+		perProc = append(perProc, fmt.Sprintf("per process at %d/%d %s: %s.", r.owners, r.lookups, churnName(r.churn), procsString(r.procs)))
 	}
 	// The largest point, for the one-line measurements.
 	var big loopbackPoint
@@ -116,18 +125,32 @@ func loopbackReport(plan loopbackPlan, results []loopbackResult) *Report {
 			lat.Measured += fmt.Sprintf(", propagation p99 %s over %d changes (%d not reached)", fmtDur(r.propagation, 99), len(r.propagation), r.unreached)
 		}
 	}
+	bytesNote := "Bytes and messages are counted on the driver's side of every connection (TCP payload: protobuf, gRPC and HTTP/2 framing, and the TLS records and handshakes when the run has TLS; no IP/TCP headers), both directions; the Manager talks to nobody else."
+	if plan.replicas > 0 {
+		bytesNote = "Bytes and messages (the table's msgs/s and KB/s, and the network figure) are counted on the driver's side of every connection (TCP payload: protobuf, gRPC and HTTP/2 framing, and the TLS records and handshakes when the run has TLS; no IP/TCP headers), both directions: the leader's Owners and the read replicas' Lookups together; the Raft traffic between the leader and the read replicas is not in them but in each Manager's own bytes in the per-process notes."
+	}
 	return &Report{
 		Figures: []Figure{cpu, net, lat},
 		Table:   table,
-		Notes: []string{
+		Notes: append([]string{
 			"Manager CPU is the process's user + system time from /proc/PID/stat over the window (CPU time, not wall time), as a share of one core; RSS from /proc/PID/status at the window's end.",
-			"Bytes and messages are counted on the driver's side of every connection (TCP payload: protobuf, gRPC and HTTP/2 framing, and the TLS records and handshakes when the run has TLS; no IP/TCP headers), both directions; the Manager talks to nobody else.",
+			bytesNote,
 			"A round trip is an Owner's LeaseRequest to the LeaseResponse acknowledging it, timed in the driver (the client side), for every request answered in the window; 'renewal' columns are the steady renewals (held_as_acked, not leaving or draining), 'request' every lease request (joins, drains and goodbyes too, whose answers wait for the Manager's membership round, up to 1 s).",
 			"Propagation: for each change with a loss notification that the Manager applied in the window, from the time of its log line (applied, on the machine's clock, millisecond precision) to the moment the last Lookup that had synced before it applied an update reaching its LSN (driver's clock); Lookups stopped before they had it are left out; 'not reached' counts changes some running Lookup still lacked a poll after the window.",
-			fmt.Sprintf("Thin Lookups speak the sync protocol on the real gRPC stream as the lookup library does without heartbeats (same requests, a poll every Sync, same gap repair; every update received is decoded) but keep only their LSN; %d per point are the real lookup library.", loopbackFull),
+			fmt.Sprintf("Thin Lookups speak the sync protocol on the real gRPC stream as the lookup library does without heartbeats (same requests, a poll every Sync, same gap repair; every byte of every update is received, but only its header — ID, epoch, timings, from, to, snapshot — is read, loopback_skim.go) and keep only their LSN; %d per point are the real lookup library.", loopbackFull),
 			"Manager answer p99: the Manager's own histogram leasehold_renewal_answer_seconds (every lease request it accepted, from its arrival to its answer handed to the Owner's stream), read from its metrics listener before and after the window; the bound of the bucket that holds the 99th percentile (buckets 10, 25, 50, 100, 250, 500 ms …). The driver's round trips add the sockets, both processes' scheduling and the driver's own work.",
 			"Client warnings are the log records at warn level of the Owners and Lookups in the window: a stream to the Manager that broke (and was reopened), or an Owner that left before all its ranges moved.",
 			"The driver's two processes run on the same 2 cores as the Manager (their CPU together is the 'driver CPU' column): latencies include their scheduling.",
-		},
+			"Replica apply: with read replicas, for each change of the propagation columns, from the leader's log line of its loss notification to the last read replica's log line of the same (each Manager logs one when it applies a change that carries one), on the machine's clock; the rest of the propagation is the read replicas' feed and the sockets to the Lookups.",
+			"Per process (the notes below): CPU and RSS from /proc as for the Manager; KB/s is the process's rchar + wchar from /proc/PID/io over the window (every read and write system call: for a Manager, which keeps no data directory here, its client sockets, its Raft peers' and its log); msgs/s, for a Manager, its own gRPC server counters (leasehold_grpc_server_msg_received_total + _sent_total, every method: Owners', Lookups' and Raft's); Lookups, the Lookup streams it serves (leasehold_lookups) at the window's end, and the Sync streams opened in the window (leasehold_grpc_server_started_total of Lookups.Sync: a Lookup that reopens its stream, after a break, an answer not received in LookupAnswerWait or a refusal, opens another).",
+		}, perProc...),
 	}
+}
+
+func procsString(ps []procUse) string {
+	s := make([]string, len(ps))
+	for i, p := range ps {
+		s[i] = p.String()
+	}
+	return strings.Join(s, "; ")
 }

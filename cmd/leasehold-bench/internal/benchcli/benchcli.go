@@ -81,6 +81,7 @@ type options struct {
 	tls             bool
 	lookupsPerConn  int
 	lookupEvery     time.Duration
+	readReplicas    int
 }
 
 func newCommand(stdout, stderr io.Writer) *cobra.Command {
@@ -148,6 +149,7 @@ Exit codes: 0 success, 1 runtime failure, 2 bad usage.`,
 	f.BoolVar(&o.tls, "tls", false, "loopback: mutual TLS between every client and the Manager, with a throwaway CA and a certificate per Owner and per Lookup")
 	f.IntVar(&o.lookupsPerConn, "lookups-per-conn", 1, "loopback: how many thin Lookups share one gRPC connection, each with its own stream (1: a connection each)")
 	f.DurationVar(&o.lookupEvery, "lookup-every", 0, "loopback: start a Lookup this often (default 100ms)")
+	f.IntVar(&o.readReplicas, "read-replicas", 0, "loopback: start this many read replicas beside the leader and point every Lookup at them only (the leader serves the Owners)")
 	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the run (go tool pprof) to this file; written also when the run is stopped with SIGINT")
 	return cmd
 }
@@ -169,8 +171,11 @@ func (o *options) run(ctx context.Context, stdout, stderr io.Writer, name string
 	if name != "loopback" && (o.measure != 0 || o.managerBin != "" || o.managerProfile != "" || o.tls) {
 		return usagef("--measure, --manager-bin, --manager-profile and --tls are for the loopback scenario only")
 	}
-	if name != "loopback" && (o.lookupsPerConn != 1 || o.lookupEvery != 0) {
-		return usagef("--lookups-per-conn and --lookup-every are for the loopback scenario only")
+	if name != "loopback" && (o.lookupsPerConn != 1 || o.lookupEvery != 0 || o.readReplicas != 0) {
+		return usagef("--lookups-per-conn, --lookup-every and --read-replicas are for the loopback scenario only")
+	}
+	if o.readReplicas < 0 || o.readReplicas > bench.MaxReadReplicas {
+		return usagef("--read-replicas must be between 0 and %d (the loopback point's replica IDs run 2 to %d), not %d", bench.MaxReadReplicas, bench.MaxReadReplicas+1, o.readReplicas)
 	}
 	if o.lookupsPerConn < 1 || o.lookupsPerConn > 5000 {
 		return usagef("--lookups-per-conn must be between 1 and 5000 (a Manager allows 10,000 streams on a connection by default), not %d", o.lookupsPerConn)
@@ -193,7 +198,7 @@ func (o *options) run(ctx context.Context, stdout, stderr io.Writer, name string
 	}
 	opts := bench.Options{Seed: o.seed, Beyond: o.beyond, Owners: o.owners, Lookups: o.lookups, Churn: o.churn,
 		Measure: o.measure, Manager: o.managerBin, ManagerProfile: o.managerProfile, TLS: o.tls,
-		LookupsPerConn: o.lookupsPerConn, LookupEvery: o.lookupEvery}
+		LookupsPerConn: o.lookupsPerConn, LookupEvery: o.lookupEvery, ReadReplicas: o.readReplicas}
 	if o.smoke {
 		opts.Size = bench.Smoke
 	}
