@@ -115,26 +115,40 @@ func TestGatewayScenario(t *testing.T) {
 	// An Owner that hangs (SIGSTOP for a second, well within its 2 s
 	// lease): a request on a route with a deadline of 500 ms is answered
 	// 504 saying so, and the gateway keeps serving the other Owners.
+	// The keys are those the gateway itself routes to each Owner the
+	// moment before the stop (its Leasehold-Owner header), so a range
+	// moved since the router's copy was read cannot pick a key kv-3 no
+	// longer holds.
 	hung := "kv-3"
 	var hungKey, liveKey string
 	for _, k := range ks {
-		switch before[k] {
-		case hung:
+		want := before[k]
+		if (want != hung || hungKey != "") && (want != "kv-1" || liveKey != "") {
+			continue
+		}
+		if _, _, h := gw.getHost("quick.example", "/kv/"+k); h.Get("Leasehold-Owner") != want {
+			continue
+		}
+		if want == hung {
 			hungKey = k
-		case "kv-1":
+		} else {
 			liveKey = k
 		}
+	}
+	if hungKey == "" || liveKey == "" {
+		t.Fatalf("the gateway routes no key to %s or none to kv-1 (keys %q, %q)", hung, hungKey, liveKey)
 	}
 	if err := servers[hung].cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	code, body := gw.doHost("quick.example", "GET", "/kv/"+hungKey)
-	code2, body2 := gw.doHost("quick.example", "GET", "/kv/"+liveKey)
+	code, body, hdr := gw.getHost("quick.example", "/kv/"+hungKey)
+	code2, body2, _ := gw.getHost("quick.example", "/kv/"+liveKey)
 	if err := servers[hung].cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
 	if code != http.StatusGatewayTimeout || !strings.Contains(body, "Owner "+hung) || !strings.Contains(body, "did not answer") {
-		t.Errorf("GET %s on the hung %s = %d %q, want 504: Owner %s … did not answer", hungKey, hung, code, body, hung)
+		t.Errorf("GET %s on the hung %s = %d %q (answered by %q after %q retries), want 504: Owner %s … did not answer",
+			hungKey, hung, code, body, hdr.Get("Leasehold-Owner"), hdr.Get("Leasehold-Retries"), hung)
 	}
 	if code2 != 200 || body2 != "v1-"+liveKey {
 		t.Errorf("GET %s on kv-1 while %s hung = %d %q, want its value", liveKey, hung, code2, body2)
@@ -253,21 +267,22 @@ func (g *gatewayClient) do(method, path, body string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-// doHost sends a request with another Host header.
-func (g *gatewayClient) doHost(host, method, path string) (int, string) {
+// getHost sends a GET with another Host header and returns the answer's
+// headers too (Leasehold-Owner names the Owner that answered).
+func (g *gatewayClient) getHost(host, path string) (int, string, http.Header) {
 	g.t.Helper()
-	req, err := http.NewRequest(method, g.base+path, nil)
+	req, err := http.NewRequest("GET", g.base+path, nil)
 	if err != nil {
 		g.t.Fatal(err)
 	}
 	req.Host = host
 	resp, err := g.hc.Do(req)
 	if err != nil {
-		g.t.Fatalf("%s %s %.40s: %v", host, method, path, err)
+		g.t.Fatalf("%s GET %.40s: %v", host, path, err)
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	return resp.StatusCode, string(b), resp.Header
 }
 
 // waitReady polls /readyz until the gateway's copy has synced.
