@@ -9,7 +9,7 @@ import (
 )
 
 // TestProductionReport runs the production timings (60 s leases renewed
-// every 15 s, 30 s sync) with 100 owners and 20 lookups for 3 virtual
+// every 15 s, 30 s sync) with 100 owners and 20 lookups for 2 virtual
 // minutes (10 with -sim.long, unless -short), without faults and with
 // owner crashes and partitions, and reports what the papers
 // measured: lease messages per owner per minute, the size of a Lookup's copy
@@ -25,7 +25,7 @@ func TestProductionReport(t *testing.T) {
 	}
 	t.Parallel()
 	tm := protocol.Production()
-	minutes := 3 * time.Minute
+	minutes := 2 * time.Minute
 	if *longFlag && !testing.Short() {
 		minutes = 10 * time.Minute
 	}
