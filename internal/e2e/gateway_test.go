@@ -2,11 +2,13 @@ package e2e
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -141,6 +143,7 @@ func TestGatewayScenario(t *testing.T) {
 	if err := servers[hung].cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
+	waitStopped(t, servers[hung].cmd.Process.Pid)
 	code, body, hdr := gw.getHost("quick.example", "/kv/"+hungKey)
 	code2, body2, _ := gw.getHost("quick.example", "/kv/"+liveKey)
 	if err := servers[hung].cmd.Process.Signal(syscall.SIGCONT); err != nil {
@@ -422,4 +425,33 @@ func (s *sseLosses) coveredAt(key string, from, deadline time.Time) (time.Time, 
 func (s *sseLosses) close() {
 	s.cancel()
 	<-s.done
+}
+
+// waitStopped returns once every thread of process pid is stopped: a
+// SIGSTOP is delivered to each thread as it next leaves the kernel, which
+// on a loaded machine may be after a request has reached it. Where /proc
+// is missing it returns at once.
+func waitStopped(t *testing.T, pid int) {
+	t.Helper()
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for _, task := range tasks {
+		for {
+			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
+			if err != nil {
+				break // the thread ended
+			}
+			// The state follows the command's closing parenthesis.
+			if i := bytes.LastIndexByte(b, ')'); i >= 0 && i+2 < len(b) && (b[i+2] == 'T' || b[i+2] == 't') {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("thread %s of process %d not stopped 5 s after SIGSTOP: %s", task.Name(), pid, b)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
 }
