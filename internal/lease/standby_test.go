@@ -384,3 +384,34 @@ func TestPromoteOnLapsedRelease(t *testing.T) {
 		t.Fatal("a Lookup reports the range lost though its standby was in sync")
 	}
 }
+
+// TestRecallStillFrees (rules 13 and 21): only a lease the holder gives up
+// on its own is promoted at its release; a range the Manager recalled —
+// here from a drained holder, its standby in sync — and the holder
+// acknowledged by omitting it is freed as a recall's range always was, not
+// promoted on the way (release.go asks whether the Manager's latest message
+// still listed it). Promotion on a recall would move a planned range to the
+// standby instead of the plan's target.
+func TestRecallStillFrees(t *testing.T) {
+	h := newStandbys(t, faults.Set{}, 2, "a=x", "b=y")
+	h.start("a", "b")
+	la, r := h.leaseOf("a")
+	h.req("b", inSync(h.pairing(la)))
+	if !h.pairing(la).InSync {
+		t.Fatalf("b's report left the pairing %+v", h.pairing(la))
+	}
+	if err := h.c.Drain(h.now, protocol.DefaultNamespace, "a"); err != nil {
+		t.Fatal(err)
+	}
+	h.deliver(h.c.Ready())
+	for range 8 {
+		h.rounds(1, "a", "b")
+		if e := h.entry(r); e.Owner != "a" {
+			if e.Migrated && e.MigratedFrom == la {
+				t.Fatalf("a's range, recalled and acknowledged by omission, went to %s promoted from #%d; want it freed", e.Owner, la)
+			}
+			return
+		}
+	}
+	t.Fatalf("a, drained, still holds %v after 8 renewals", h.entry(r))
+}
