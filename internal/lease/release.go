@@ -37,16 +37,6 @@ func (n *namespace) heldBy(id string) []leasetable.Segment { return n.s.table.Ow
 // latest message (a recall acknowledged by omission, or a refused renewal),
 // and the race filter guarantees no earlier message of ours can give them
 // back, so they may be granted at once (C§2.3.2).
-//
-// A piece our latest message still listed (renewed, not recalled) that the
-// owner gave up on its own — its lease ran out on its side before a renewal
-// reached it, or it left — goes to the lease's standby if that one is in
-// sync, as a promoted grant (rule 21), instead of being freed: the owner
-// dropped the lease before it sent the request that omits it, so its belief
-// ended first, and it acknowledged no write the standby lacks (rule 24).
-// Freed, the range would be reported lost though its standby holds every
-// acknowledged write; a live Owner starved of its renewals for one owner
-// lease lost a zone's worth of ranges so.
 func (c *Core) release(now time.Time, n *namespace, o *ownerSession, held []protocol.Lease, handed []protocol.Handed) (freed uint64) {
 	segs := n.heldByRun(o)
 	if sameSegments(held, segs) {
@@ -95,9 +85,6 @@ func (c *Core) release(now time.Time, n *namespace, o *ownerSession, held []prot
 			for _, q := range rest.Ranges() {
 				if c.broken.MigrateUnhanded && c.migrateUnhanded(now, n, o, q, s.Entry.LGN) {
 					continue
-				}
-				if o.sent.CoversRange(q) && c.promote(now, n, s.Entry, q) {
-					continue // given up on its own, its standby in sync: promoted (rule 21)
 				}
 				c.set(now, n, q, leasetable.Entry{})
 				n.res.set(q, time.Time{})
