@@ -54,46 +54,61 @@ func newManagerMetrics(addr string, trust *loopbackTrust) (*managerMetrics, erro
 // answerBuckets returns the cumulative counts of the answer histogram, by
 // upper bound in seconds, in the order the Manager lists them.
 func (m *managerMetrics) answerBuckets(ctx context.Context) ([]bucket, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, m.url, nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := m.client.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("%s: %s", m.url, resp.Status)
-	}
 	var out []bucket
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, renewalHistogram+`{le="`) {
-			continue
+	err := m.lines(ctx, func(line string) error {
+		rest, ok := strings.CutPrefix(line, renewalHistogram+`{le="`)
+		if !ok {
+			return nil
 		}
-		rest := strings.TrimPrefix(line, renewalHistogram+`{le="`)
 		le, count, ok := strings.Cut(rest, `"} `)
 		if !ok {
-			continue
+			return nil
 		}
+		var err error
 		b := bucket{}
 		if le == "+Inf" {
 			b.le = -1
 		} else if b.le, err = strconv.ParseFloat(le, 64); err != nil {
-			return nil, fmt.Errorf("%s: bucket %q: %v", m.url, le, err)
+			return fmt.Errorf("%s: bucket %q: %v", m.url, le, err)
 		}
 		if b.n, err = strconv.ParseFloat(count, 64); err != nil {
-			return nil, fmt.Errorf("%s: bucket %q: %v", m.url, le, err)
+			return fmt.Errorf("%s: bucket %q: %v", m.url, le, err)
 		}
 		out = append(out, b)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("%s: no %s", m.url, renewalHistogram)
 	}
-	return out, sc.Err()
+	return out, nil
+}
+
+// lines fetches the Manager's metrics page and hands each line to f,
+// stopping at the first error f returns.
+func (m *managerMetrics) lines(ctx context.Context, f func(line string) error) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, m.url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := m.client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", m.url, resp.Status)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		if err := f(sc.Text()); err != nil {
+			return err
+		}
+	}
+	return sc.Err()
 }
 
 // bucket is one cumulative histogram bucket: n observations at or under

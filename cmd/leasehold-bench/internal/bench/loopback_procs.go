@@ -1,10 +1,8 @@
 package bench
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -112,25 +110,10 @@ func (u procUse) String() string {
 // sums reads the Manager's metrics and sums every series of each name; a
 // name with a '{' sums the series whose lines start with it.
 func (m *managerMetrics) sums(ctx context.Context, names ...string) (map[string]float64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, m.url, nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := m.client.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("%s: %s", m.url, resp.Status)
-	}
 	out := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
+	err := m.lines(ctx, func(line string) error {
 		if strings.HasPrefix(line, "#") {
-			continue
+			return nil
 		}
 		name, rest, _ := strings.Cut(line, " ")
 		if i := strings.IndexByte(line, '{'); i >= 0 && i < len(name) {
@@ -141,14 +124,14 @@ func (m *managerMetrics) sums(ctx context.Context, names ...string) (map[string]
 		}
 		for _, n := range names {
 			if name == n || strings.Contains(n, "{") && strings.HasPrefix(line, n) {
-				v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
-				if err == nil {
+				if v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64); err == nil {
 					out[n] += v
 				}
 			}
 		}
-	}
-	return out, sc.Err()
+		return nil
+	})
+	return out, err
 }
 
 func readProcs(ctx context.Context, procs []benchProc) ([]procCounters, error) {

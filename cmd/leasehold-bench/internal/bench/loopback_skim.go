@@ -64,63 +64,23 @@ var errSkim = errors.New("skimCodec: malformed SyncResponse")
 // to 2, snapshot 3), 5 and 6 (the timings), and steps over the rest.
 func (s *skimmedSync) parse(b []byte) error {
 	*s = skimmedSync{}
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return errSkim
+	return skimFields(b, func(num protowire.Number, v uint64) {
+		switch num {
+		case 2:
+			s.id = v
+		case 3:
+			s.epoch = v
+		case 5:
+			s.sync = int64(v)
+		case 6:
+			s.syncTimeout = int64(v)
 		}
-		b = b[n:]
-		if typ == protowire.VarintType && num >= 2 && num <= 6 && num != 4 {
-			v, n := protowire.ConsumeVarint(b)
-			if n < 0 {
-				return errSkim
-			}
-			b = b[n:]
-			switch num {
-			case 2:
-				s.id = v
-			case 3:
-				s.epoch = v
-			case 5:
-				s.sync = int64(v)
-			case 6:
-				s.syncTimeout = int64(v)
-			}
-			continue
+	}, func(num protowire.Number, u []byte) error {
+		if num != 4 {
+			return nil
 		}
-		if num == 4 && typ == protowire.BytesType {
-			u, n := protowire.ConsumeBytes(b)
-			if n < 0 {
-				return errSkim
-			}
-			b = b[n:]
-			s.update = true
-			if err := s.parseUpdate(u); err != nil {
-				return err
-			}
-			continue
-		}
-		if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
-			return errSkim
-		}
-		b = b[n:]
-	}
-	return nil
-}
-
-func (s *skimmedSync) parseUpdate(b []byte) error {
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return errSkim
-		}
-		b = b[n:]
-		if typ == protowire.VarintType && num <= 3 {
-			v, n := protowire.ConsumeVarint(b)
-			if n < 0 {
-				return errSkim
-			}
-			b = b[n:]
+		s.update = true
+		return skimFields(u, func(num protowire.Number, v uint64) {
 			switch num {
 			case 1:
 				s.from = v
@@ -129,12 +89,43 @@ func (s *skimmedSync) parseUpdate(b []byte) error {
 			case 3:
 				s.snapshot = v != 0
 			}
-			continue
-		}
-		if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
+		}, nil)
+	})
+}
+
+// skimFields walks the fields of message b, handing each varint to varint
+// and each length-delimited field to bytes (when not nil), and stepping
+// over everything else without decoding it.
+func skimFields(b []byte, varint func(protowire.Number, uint64), bytes func(protowire.Number, []byte) error) error {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
 			return errSkim
 		}
 		b = b[n:]
+		switch {
+		case typ == protowire.VarintType:
+			v, n := protowire.ConsumeVarint(b)
+			if n < 0 {
+				return errSkim
+			}
+			b = b[n:]
+			varint(num, v)
+		case typ == protowire.BytesType && bytes != nil:
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return errSkim
+			}
+			b = b[n:]
+			if err := bytes(num, v); err != nil {
+				return err
+			}
+		default:
+			if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
+				return errSkim
+			}
+			b = b[n:]
+		}
 	}
 	return nil
 }
