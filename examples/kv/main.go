@@ -4,8 +4,8 @@
 //
 //	kv serve --listen ADDR [--manager ADDR] [--namespace NS] [--id ID] [--advertise ADDR]
 //	         [--capacity W] [--zone Z] [--standbys 0|1] [--drain-timeout D] [--dial-timeout D]
-//	kv put   KEY VALUE [--manager ADDR] [--namespace NS] [--timeout D] [--dial-timeout D]
-//	kv get   KEY [--manager ADDR] [--namespace NS] [--timeout D] [--dial-timeout D]
+//	kv put   KEY VALUE [KEY VALUE]... [--manager ADDR] [--namespace NS] [--timeout D] [--dial-timeout D]
+//	kv get   KEY [KEY]... [--manager ADDR] [--namespace NS] [--timeout D] [--dial-timeout D]
 //
 // Flags may come before or after the arguments, as with the leasehold
 // command. --manager ADDR is host:port, or for a replicated Manager its
@@ -21,9 +21,18 @@
 // otherwise say why the Manager could not be reached (the dial or TLS
 // error); then they retry while ownership moves, for at most --timeout.
 //
+// put and get take several keys, one after the other over one connection
+// to the Manager (a process per key spends most of its time starting and
+// fetching the lease table). get with one key prints its value; with
+// several, as grep names the file when given several, it prints KEY, a tab
+// and the value for each key found, and "KEY: not found" on stderr for each
+// key that has none. --timeout is the whole command's. A put that fails
+// ends the command, naming its key.
+//
 // Exit codes, as the leasehold command's: 0 success; 1 a runtime failure
 // (the Manager cannot be reached or refuses, no owner answered in time) or,
-// for get, a key with no value ("not found" on stderr); 2 bad usage.
+// for get, a key with no value ("not found" on stderr, after every key was
+// read); 2 bad usage.
 package main
 
 import (
@@ -58,8 +67,8 @@ const (
 const usage = `usage:
   kv serve --listen ADDR [--manager ADDR] [--namespace NS] [--id ID] [--advertise ADDR]
            [--capacity 1] [--zone Z] [--standbys 0] [--drain-timeout 1m] [--dial-timeout 5s]
-  kv put   KEY VALUE [--manager ADDR] [--namespace NS] [--timeout 10s] [--dial-timeout 5s]
-  kv get   KEY [--manager ADDR] [--namespace NS] [--timeout 10s] [--dial-timeout 5s]
+  kv put   KEY VALUE [KEY VALUE]... [--manager ADDR] [--namespace NS] [--timeout 10s] [--dial-timeout 5s]
+  kv get   KEY [KEY]... [--manager ADDR] [--namespace NS] [--timeout 10s] [--dial-timeout 5s]
 Every command takes --certs-dir DIR (or $LEASEHOLD_CERTS_DIR) or --insecure.
 --manager ADDR is host:port, or a replicated Manager's replicas, comma-separated
 (default $LEASEHOLD_MANAGER or 127.0.0.1:7400). Flags may follow the arguments.
@@ -221,10 +230,12 @@ func putGet(ctx context.Context, cmd string, args []string, stdout, stderr io.Wr
 	if !ok {
 		return code
 	}
-	want := map[string]int{"put": 2, "get": 1}[cmd]
 	switch {
-	case len(pos) != want:
-		fmt.Fprintf(stderr, "kv %s: want %d arguments, got %d\n%s", cmd, want, len(pos), usage)
+	case cmd == "put" && (len(pos) == 0 || len(pos)%2 != 0):
+		fmt.Fprintf(stderr, "kv put: want KEY VALUE pairs, got %d arguments\n%s", len(pos), usage)
+		return exitUsage
+	case cmd == "get" && len(pos) == 0:
+		fmt.Fprintf(stderr, "kv get: want at least one KEY, got none\n%s", usage)
 		return exitUsage
 	case *timeout <= 0:
 		fmt.Fprintf(stderr, "kv %s: --timeout %s must be positive\n", cmd, *timeout)
@@ -253,25 +264,55 @@ func putGet(ctx context.Context, cmd string, args []string, stdout, stderr io.Wr
 		fmt.Fprintf(stderr, "kv %s: %s%s\n", cmd, strings.TrimPrefix(err.Error(), "kv: "), hint)
 		return exitFailure
 	}
-	key := pos[0]
 	if cmd == "put" {
-		err = c.Put(ctx, key, []byte(pos[1]))
-	} else {
-		var value []byte
-		if value, err = c.Get(ctx, key); err == nil {
-			fmt.Fprintf(stdout, "%s\n", value)
+		return put(ctx, c, pos, stderr)
+	}
+	return get(ctx, c, pos, stdout, stderr)
+}
+
+// put stores each pair of kvs (KEY VALUE ...) in turn, and stops at the
+// first that fails, naming its key when there are several.
+func put(ctx context.Context, c *kv.Client, kvs []string, stderr io.Writer) int {
+	for i := 0; i < len(kvs); i += 2 {
+		if err := c.Put(ctx, kvs[i], []byte(kvs[i+1])); err != nil {
+			if len(kvs) > 2 {
+				fmt.Fprintf(stderr, "kv put %s: %v\n", kvs[i], err)
+			} else {
+				fmt.Fprintln(stderr, err)
+			}
+			return exitFailure
 		}
 	}
-	switch {
-	case err == nil:
-		return exitOK
-	case errors.Is(err, kv.ErrNotFound):
-		fmt.Fprintln(stderr, "not found")
-		return exitNotFound
-	default:
-		fmt.Fprintln(stderr, err)
-		return exitFailure
+	return exitOK
+}
+
+// get prints the value of each key in turn: the value alone for one key,
+// KEY, a tab and the value for several. A key with no value is named on
+// stderr and the others are still read; a failure ends the command.
+func get(ctx context.Context, c *kv.Client, keys []string, stdout, stderr io.Writer) int {
+	code := exitOK
+	for _, key := range keys {
+		value, err := c.Get(ctx, key)
+		switch {
+		case err == nil && len(keys) == 1:
+			fmt.Fprintf(stdout, "%s\n", value)
+		case err == nil:
+			fmt.Fprintf(stdout, "%s\t%s\n", key, value)
+		case errors.Is(err, kv.ErrNotFound) && len(keys) == 1:
+			fmt.Fprintln(stderr, "not found")
+			code = exitNotFound
+		case errors.Is(err, kv.ErrNotFound):
+			fmt.Fprintf(stderr, "%s: not found\n", key)
+			code = exitNotFound
+		case len(keys) == 1:
+			fmt.Fprintln(stderr, err)
+			return exitFailure
+		default:
+			fmt.Fprintf(stderr, "kv get %s: %v\n", key, err)
+			return exitFailure
+		}
 	}
+	return code
 }
 
 // checkManagers reports a --manager list the libraries would refuse, in
