@@ -26,10 +26,33 @@ const allVar = "LEASEHOLD_E2E"
 //   - TestSingleCopyCheckerCatchesIgnoredDeadline and TestPythonKeyOf: the
 //     agent's Python client without servers (the checker of its scenario
 //     can fail; its keys are keyspace's), a second or two each.
-//   - TestStandbyHolderKilled: standby Owners; a holder killed, its ranges
-//     promoted with no acknowledged write lost.
-//   - TestReadReplicaFaults: read replicas serving Lookups, one stopped
-//     under load (four faults with LEASEHOLD_E2E=all).
+//
+// Two scenarios that ran by default run only with LEASEHOLD_E2E=all now,
+// about 10 s and 6 s of CPU of the 46 the package took (go test ./... is
+// sized for a newcomer's wait on 2 cores, README "Testing"); CI runs them
+// once, where it ran them twice (the race run's default set and the all
+// set). What covers their paths in go test ./...:
+//
+//   - TestStandbyHolderKilled (standby Owners as processes, a holder
+//     SIGKILLed under a write load, its ranges promoted with no
+//     acknowledged write lost) is step 1 of TestStandbyScenario at a third
+//     of its size. By default: the simulation's TestSimulationStandbys
+//     (holders, standbys, both and whole zones crashed, every acknowledged
+//     write checked, the promotion's broken twins caught),
+//     examples/kv/kv's TestStandbyDataPath (kv servers with standbys in
+//     process: each put stored at its standby before it is acknowledged)
+//     and TestPromotedServesTheCopy (a promoted standby serves its copy),
+//     and cmd/internal/cli's status of standbys. Not by default: the kv
+//     command's --standbys and --zone flags in a real process, and a real
+//     SIGKILL's promotion end to end.
+//   - TestReadReplicaFaults (read replicas as processes serving Lookups,
+//     stopped and killed under load while Owners die). By default: the
+//     simulation's TestSimulationReadReplicas (read replicas crashed,
+//     stalled and cut off, every loss notified within the bound, none ever
+//     voting), internal/replica's read-replica tests (added, never voting,
+//     promoted only when asked) and cmd/internal/cli's --role flags. Not by
+//     default: leasehold manager --role read-replica and cluster add
+//     --read-replica as processes.
 //
 // LEASEHOLD_E2E=all adds the walkthrough at full size (200 keys), failover
 // (two leaders killed, then all three), the rolling restart, a stalled
@@ -40,8 +63,10 @@ const allVar = "LEASEHOLD_E2E"
 // killed Owner forgotten, the gateways' rolling restart, the gateway with
 // its Manager stopped, the hostile soak, the read leases under a cut, a stop
 // and a removal (about a minute), the agent's Python servers under faults
-// (about two minutes) and the standby scenario (a holder, a zone, a holder
-// with its standby killed; about 50 s): about eleven minutes more, each a
+// (about two minutes), the standby scenario (a holder, a zone, a holder
+// with its standby killed; about 50 s) and its quick twin above, and the
+// read replicas under four faults with 24 Lookups: about twelve minutes
+// more, each a
 // variation on a path above, at a size or under faults go test ./... leaves
 // to CI.
 func onlyWithAll(t *testing.T) {
@@ -51,10 +76,11 @@ func onlyWithAll(t *testing.T) {
 	}
 }
 
-// The scenarios that run one kv process per put and per get spend most of
-// their time and CPU starting those processes: about 1,800 of them with 200
-// keys. TestKVScenario, which go test ./... runs, uses quickKeys by default;
-// with LEASEHOLD_E2E=all they use nkeys. The Manager places ranges by
+// The scenarios that put and get through the kv command run one process
+// per batch of keys (batchKeys, kvcli_test.go), not per key: 114 processes
+// with 24 keys were most of TestKVScenario's CPU. TestKVScenario, which go
+// test ./... runs, uses quickKeys by default; with LEASEHOLD_E2E=all they
+// use nkeys. The Manager places ranges by
 // consistent hashing of the Owners' IDs, so which server holds a key is the
 // same in every run: of the 24 keys, 9 are on kv-2, the server killed, and
 // 7 move to kv-4 when it joins while 17 stay, so each step of the scenario

@@ -1,7 +1,7 @@
 // Package e2e holds the end-to-end tests: they build the leasehold and kv
 // binaries and run them as real processes on 127.0.0.1, as a user would.
 //
-//	go test ./internal/e2e -v                     # the product's scenarios (about 40 s)
+//	go test ./internal/e2e -v                     # the product's scenarios (about 20 s of CPU)
 //	LEASEHOLD_E2E=all go test ./internal/e2e -v   # all: also the cut-off leader, a duplicated ID, the examples, the dashboard, the gateways' rolling restart, the hostile soak, the read leases under faults
 //	go test -short ./...                          # skips them
 //	LEASEHOLD_E2E_LOGS=/tmp/ev LEASEHOLD_E2E=all go test ./internal/e2e -run TestStandbyScenario -v
@@ -13,12 +13,12 @@
 // where a test checks that it is refused, or in an attacker's hands.
 //
 // The binaries are built once, into a directory TestMain removes, and shared
-// by the tests. The scenarios go test ./... runs, and the four oldest, run
-// in parallel: each spends most of its time waiting for real leases and
+// by the tests. The scenarios go test ./... runs, the four oldest and the
+// quick standby one (TestStandbyHolderKilled) run in parallel: each spends most of its time waiting for real leases and
 // timers, and each runs its own Manager and servers on ports of their own.
 // The other scenarios of LEASEHOLD_E2E=all, which stop processes or cut
 // connections on a schedule at full size, run one at a time, and so do the
-// gateway's and the read replicas' with LEASEHOLD_E2E=all.
+// gateway's with LEASEHOLD_E2E=all and the read replicas'.
 //
 // The package has no code of its own besides the tests.
 package e2e

@@ -289,7 +289,11 @@ func buildAll() error {
 }
 
 // goBuild runs go build -o out pkgs in the module's root: out is a file for
-// one package, a directory ending in a separator for several.
+// one package, a directory ending in a separator for several. The binaries
+// are linked without DWARF (-ldflags=-w): the scenarios run them and never
+// debug them, and DWARF is a third of the linker's work, 3 s of CPU of the
+// 9 the three binaries of go test ./... took to link. A panic's stack
+// trace and /debug/pprof need only the symbol table, which stays.
 func goBuild(out string, pkgs ...string) error {
 	goBin, err := exec.LookPath("go")
 	if err != nil {
@@ -299,7 +303,7 @@ func goBuild(out string, pkgs ...string) error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(goBin, append([]string{"build", "-o", out}, pkgs...)...)
+	cmd := exec.Command(goBin, append([]string{"build", "-ldflags=-w", "-o", out}, pkgs...)...)
 	cmd.Dir = root
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("go build %s: %v\n%s", strings.Join(pkgs, " "), err, b)
@@ -617,108 +621,6 @@ func (c *cli) settle(what string, ok func(status) bool) status {
 	b, _ := json.Marshal(last)
 	c.t.Fatalf("status did not settle on %s within %s; last %s (error: %v)", what, settleTimeout, b, lastErr)
 	return status{}
-}
-
-// result is the outcome of kv get.
-type result struct {
-	found bool
-	value string
-}
-
-// putAll runs kv put KEY VALUE for each key with workers in parallel, and
-// returns when each put started. Every put must succeed.
-func (c *cli) putAll(ks []string, values map[string]string) map[string]time.Time {
-	c.t.Helper()
-	var mu sync.Mutex
-	started := map[string]time.Time{}
-	c.parallel(ks, func(k string) {
-		mu.Lock()
-		started[k] = time.Now()
-		mu.Unlock()
-		if out, err := c.run("put", k, values[k]); err != nil {
-			c.t.Errorf("kv put %s: %v: %s", k, err, out)
-		}
-	})
-	if c.t.Failed() {
-		c.t.FailNow()
-	}
-	return started
-}
-
-// getAll runs kv get KEY for each key with workers in parallel. A key is
-// found (exit 0, the value on stdout) or not found (exit 1, "not found");
-// anything else fails the test.
-func (c *cli) getAll(ks []string) map[string]result {
-	c.t.Helper()
-	var mu sync.Mutex
-	out := map[string]result{}
-	c.parallel(ks, func(k string) {
-		stdout, err := c.run("get", k)
-		ee, _ := errors.AsType[*exec.ExitError](err)
-		var res result
-		switch {
-		case err == nil:
-			res = result{found: true, value: strings.TrimSuffix(stdout, "\n")}
-		case ee != nil && ee.ExitCode() == 1 && strings.Contains(string(ee.Stderr), "not found"):
-		default:
-			c.t.Errorf("kv get %s: %v: %s", k, err, stdout)
-			return
-		}
-		mu.Lock()
-		out[k] = res
-		mu.Unlock()
-	})
-	if c.t.Failed() {
-		c.t.FailNow()
-	}
-	return out
-}
-
-func (c *cli) parallel(ks []string, f func(string)) {
-	work := make(chan string)
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			for k := range work {
-				f(k)
-			}
-		})
-	}
-	for _, k := range ks {
-		work <- k
-	}
-	close(work)
-	wg.Wait()
-}
-
-// run runs one kv put or get and returns its stdout; an error carries the
-// exit status and stderr.
-func (c *cli) run(args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	args = slices.Insert(args, 1, "--manager", c.manager)
-	cmd := exec.CommandContext(ctx, c.kv, args...)
-	cmd.SysProcAttr = sysProcAttr()
-	cmd.Env = envFor(c.t)
-	out, err := cmd.Output()
-	if ee, ok := errors.AsType[*exec.ExitError](err); ok && ee.ExitCode() != 1 {
-		err = fmt.Errorf("%w: %s", err, bytes.TrimSpace(ee.Stderr))
-	}
-	return string(out), err
-}
-
-// expect checks a kv get result: the value want, or not found with a loss
-// notification printed after the put started to explain it.
-func (c *cli) expect(w *watcher, k string, res result, want string, putAt time.Time) {
-	c.t.Helper()
-	switch {
-	case res.found && res.value != want:
-		c.t.Errorf("get %q = %q, want %q", k, res.value, want)
-	case !res.found && !w.covered(k, putAt, protocol.Fast().NotificationBound()+slack):
-		c.t.Errorf("get %q: not found, and no loss notification covers it (want %q)", k, want)
-	case !res.found:
-		c.t.Logf("get %q: not found; its lease was lost (watch printed the loss), as a lapse under load does", k)
-	}
 }
 
 // router is an in-process Lookup, to learn which server owns each key.

@@ -3,8 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -21,19 +19,9 @@ import (
 // temporary directory, as build does the kv example.
 func buildExample(t *testing.T, name string) string {
 	t.Helper()
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		goBin = filepath.Join(os.Getenv("GOROOT"), "bin", "go")
-	}
-	root, err := filepath.Abs(filepath.Join("..", ".."))
-	if err != nil {
-		t.Fatal(err)
-	}
 	out := filepath.Join(t.TempDir(), name)
-	cmd := exec.Command(goBin, "build", "-o", out, "./examples/"+name)
-	cmd.Dir = root
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./examples/%s: %v\n%s", name, err, b)
+	if err := goBuild(out, "./examples/"+name); err != nil {
+		t.Fatal(err)
 	}
 	return out
 }

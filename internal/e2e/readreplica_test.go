@@ -28,7 +28,10 @@ import (
 //	(a) read replica 2 SIGSTOPped for 3 s (its Lookups leave it after the
 //	    answer wait, rule 19, for their next choice);
 //	(b) read replica 3 SIGKILLed and restarted from its data directory
-//	    3 s later (LEASEHOLD_E2E=all only, as is a second round of both).
+//	    3 s later;
+//
+// and a second round of both. It runs with LEASEHOLD_E2E=all, alone
+// (all_test.go says what covers read replicas in go test ./...).
 //
 // For every loss the voter logs (the change applied at real time T), every
 // Lookup raises a notification covering its first range by T +
@@ -105,15 +108,10 @@ func recordedLosses(t *testing.T, p *proc) []recordedLoss {
 }
 
 func TestReadReplicaFaults(t *testing.T) {
+	onlyWithAll(t)
 	if testing.Short() {
 		t.Skip("e2e: builds binaries and runs real processes; skipped with -short")
 	}
-	// Side by side with the other default scenarios; with LEASEHOLD_E2E=all,
-	// among the scenarios that stop processes on a schedule, alone (doc.go).
-	if !allEnabled() {
-		t.Parallel()
-	}
-	full := allEnabled()
 	leasehold, kvBin := build(t)
 	started := time.Now()
 	tm := protocol.Fast()
@@ -162,10 +160,7 @@ func TestReadReplicaFaults(t *testing.T) {
 	}
 	c.settle("three owners", func(s status) bool { return len(s.holders()) == 3 && s.complete() })
 
-	nLookups := 8
-	if full {
-		nLookups = 24
-	}
+	const nLookups = 24
 	var ns []*notifier
 	for i := range nLookups {
 		managers := g.list()
@@ -207,11 +202,9 @@ func TestReadReplicaFaults(t *testing.T) {
 		on   func()
 		off  func()
 	}
-	faults := []fault{{"read replica 2 SIGSTOPped for 3 s", func() { signal(t, procs[2], syscall.SIGSTOP) }, func() { signal(t, procs[2], syscall.SIGCONT) }}}
-	if full {
-		kill3 := fault{"read replica 3 SIGKILLed, restarted 3 s later", func() { procs[3].kill(t) }, func() { readReplica(3) }}
-		faults = append(faults, kill3, faults[0], kill3)
-	}
+	stop2 := fault{"read replica 2 SIGSTOPped for 3 s", func() { signal(t, procs[2], syscall.SIGSTOP) }, func() { signal(t, procs[2], syscall.SIGCONT) }}
+	kill3 := fault{"read replica 3 SIGKILLed, restarted 3 s later", func() { procs[3].kill(t) }, func() { readReplica(3) }}
+	faults := []fault{stop2, kill3, stop2, kill3}
 	from := time.Now()
 	victims := []string{"kv-1", "kv-2", "kv-3"}
 	for i, f := range faults {
