@@ -208,9 +208,14 @@ func (v *View) applyDelta(u Update) ([]keyspace.Range, error) {
 	}
 
 	var lost []keyspace.Range
+	var chunks *chunkList[viewEntry] // a burst of changes is made in chunks (view_burst.go)
+	if v.segs.burst(len(u.Changes)) {
+		c := v.segs.chunked()
+		chunks = &c
+	}
 	for _, c := range u.Changes {
 		ne := v.intern(c.Entry)
-		v.segs.set(c.Range, ne, func(piece keyspace.Range, old viewEntry) {
+		visit := func(piece keyspace.Range, old viewEntry) {
 			// A change via free is the change to free (lost if the old
 			// entry was owned) and then the change from free (never lost).
 			if c.ViaFree && old.lgn != 0 || !c.ViaFree && lostOnChange(old.lgn, ne.lgn, ne.migrated, ne.from) {
@@ -219,7 +224,15 @@ func (v *View) applyDelta(u Update) ([]keyspace.Range, error) {
 					v.lostFrom(piece, v.owners[old.owner])
 				}
 			}
-		})
+		}
+		if chunks != nil {
+			chunks.setVisit(c.Range, ne, visit)
+		} else {
+			v.segs.set(c.Range, ne, visit)
+		}
+	}
+	if chunks != nil {
+		v.segs = flatten(chunks)
 	}
 	v.lsn = u.To
 	if len(v.owners) > v.compactAt {

@@ -27,6 +27,14 @@ import (
 // address.
 const streamMemClient = "LEASEHOLD_STREAMMEM_CLIENT"
 
+// streamMemFloorEnv names the environment variable under which this
+// test's binary, run again, measures a bare gRPC server's streams in a
+// process of its own and prints "floor STACKS LIVE", bytes per stream: in
+// the Manager's process, goroutines that ended would leave their
+// descriptors for the next ones, and its loop's garbage would blur the
+// bare server's heap.
+const streamMemFloorEnv = "LEASEHOLD_STREAMMEM_FLOOR"
+
 // TestIdleStreamMemory measures what an idle Lookup stream costs the
 // Manager's process in goroutine stacks and live heap: the Lookups run in
 // a process of their own (this test's binary run again), fifty streams to
@@ -45,9 +53,20 @@ const streamMemClient = "LEASEHOLD_STREAMMEM_CLIENT"
 // handler's own, an idle stream held 5.4 KB; without them 3.7 KB, of which
 // gRPC's stream state, its goroutine and the sudogs of its parked select
 // are about 3 KB.
+//
+// The same is measured on a bare gRPC server (no interceptor, a handler
+// that receives and answers on its own goroutine): gRPC-Go's own floor,
+// 8 KB of stack and about 3 KB of heap per stream, for the record and as
+// the base of the tightest bounds: the Manager may add at most 1 KB of
+// either to it. A handler of 48 bytes there parks about 3.1 KB deep, yet
+// its stack is 8 KB too: gRPC's code grows it past 4 KB on the way.
 func TestIdleStreamMemory(t *testing.T) {
 	if addr := os.Getenv(streamMemClient); addr != "" {
 		streamMemLookups(t, addr)
+		return
+	}
+	if os.Getenv(streamMemFloorEnv) != "" {
+		streamMemBare(t)
 		return
 	}
 	if raceEnabled {
@@ -56,6 +75,11 @@ func TestIdleStreamMemory(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a second process")
 	}
+	const from, to, owners = 100, 600, 200
+	n := float64(to - from)
+
+	bareStacks, bareLive := streamMemFloor(t)
+
 	srv, err := manager.NewServer(manager.Config{Insecure: true})
 	if err != nil {
 		t.Fatal(err)
@@ -74,9 +98,42 @@ func TestIdleStreamMemory(t *testing.T) {
 			t.Errorf("manager: %v", err)
 		}
 	}()
+	open, stop := streamMemClients(t, lis.Addr().String(), streamGoroutines)
+	defer stop()
+	a, b := open("lookups", from, from), open("lookups", to, to)
+	// An Owner is a connection and a stream of its own: what that costs
+	// before its first request, for the record.
+	c := open("owners", owners, to+owners)
+	stacks := float64(b.stacks-a.stacks) / n
+	live := float64(b.live-a.live) / n
+	goroutines := float64(b.goroutines-a.goroutines) / n
+	t.Logf("per idle stream, %d → %d streams: %.0f bytes of stacks, %.0f bytes of live heap, %.2f goroutines", from, to, stacks, live, goroutines)
+	t.Logf("per stream of a bare gRPC server: %.0f bytes of stacks, %.0f bytes of live heap; the Manager's own: %.0f and %.0f",
+		bareStacks, bareLive, stacks-bareStacks, live-bareLive)
+	if stacks > 12<<10 {
+		t.Errorf("an idle stream holds %.1f KB of goroutine stacks at the Manager, want at most 12 KB (one goroutine of 8 KB)", stacks/1024)
+	}
+	if live > 4608 {
+		t.Errorf("an idle stream holds %.1f KB of live heap at the Manager, want at most 4.5 KB", live/1024)
+	}
+	if extra := stacks - bareStacks; extra > 1024 {
+		t.Errorf("an idle stream holds %.1f KB of goroutine stacks at the Manager more than on a bare gRPC server, want at most 1 KB", extra/1024)
+	}
+	if extra := live - bareLive; extra > 1024 {
+		t.Errorf("an idle stream holds %.1f KB of live heap at the Manager more than on a bare gRPC server, want at most 1 KB", extra/1024)
+	}
+	t.Logf("per idle Owner's connection and stream: %.0f bytes of stacks, %.0f bytes of live heap, %.2f goroutines",
+		float64(c.stacks-b.stacks)/owners, float64(c.live-b.live)/owners, float64(c.goroutines-b.goroutines)/owners)
+}
 
-	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestIdleStreamMemory$", "-test.count=1")
-	cmd.Env = append(os.Environ(), streamMemClient+"="+lis.Addr().String())
+// streamMemClients starts the clients' process (this test's binary run
+// again) against addr and returns open, which asks it to open streams of
+// a kind up to n and returns the memory of this process once count says
+// streams goroutines serve them, and stop, which ends it.
+func streamMemClients(t *testing.T, addr string, count func() int) (open func(kind string, n, streams int) memPoint, stop func()) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestIdleStreamMemory$", "-test.count=1")
+	cmd.Env = append(os.Environ(), streamMemClient+"="+addr)
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
 	if err != nil {
@@ -89,52 +146,100 @@ func TestIdleStreamMemory(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer func() {
-		in.Close()
-		_ = cmd.Wait()
-	}()
 	out := bufio.NewScanner(outPipe)
-	open := func(kind string, n, streams int) memPoint {
+	open = func(kind string, n, streams int) memPoint {
 		t.Helper()
 		fmt.Fprintln(in, kind, n)
 		for out.Scan() {
 			if out.Text() == "ok "+strconv.Itoa(n) {
-				return settledMemory(t, streams)
+				return settledMemory(t, streams, count)
 			}
 		}
 		t.Fatalf("the clients' process did not open %d %s: %v", n, kind, out.Err())
 		return memPoint{}
 	}
-	const from, to, owners = 100, 600, 200
-	a, b := open("lookups", from, from), open("lookups", to, to)
-	n := float64(to - from)
-	stacks := float64(b.stacks-a.stacks) / n
-	live := float64(b.live-a.live) / n
-	goroutines := float64(b.goroutines-a.goroutines) / n
-	t.Logf("per idle stream, %d → %d streams: %.0f bytes of stacks, %.0f bytes of live heap, %.2f goroutines", from, to, stacks, live, goroutines)
-	if stacks > 12<<10 {
-		t.Errorf("an idle stream holds %.1f KB of goroutine stacks at the Manager, want at most 12 KB (one goroutine of 8 KB)", stacks/1024)
+	return open, func() {
+		in.Close()
+		_ = cmd.Wait()
 	}
-	if live > 4608 {
-		t.Errorf("an idle stream holds %.1f KB of live heap at the Manager, want at most 4.5 KB", live/1024)
-	}
-	// An Owner is a connection and a stream of its own: what that costs
-	// before its first request, for the record.
-	c := open("owners", owners, to+owners)
-	t.Logf("per idle Owner's connection and stream: %.0f bytes of stacks, %.0f bytes of live heap, %.2f goroutines",
-		float64(c.stacks-b.stacks)/owners, float64(c.live-b.live)/owners, float64(c.goroutines-b.goroutines)/owners)
 }
+
+// streamMemFloor runs this test's binary again to measure gRPC-Go's own
+// cost of an idle stream (streamMemBare) and returns its stacks and live
+// heap per stream.
+func streamMemFloor(t *testing.T) (stacks, live float64) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestIdleStreamMemory$", "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), streamMemFloorEnv+"=1")
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("the bare server's process: %v", err)
+	}
+	for _, l := range strings.Split(string(out), "\n") {
+		if _, rest, ok := strings.Cut(l, "floor "); ok {
+			if _, err := fmt.Sscan(rest, &stacks, &live); err == nil {
+				return stacks, live
+			}
+		}
+	}
+	t.Fatalf("the bare server's process said no floor: %s", out)
+	return 0, 0
+}
+
+// streamMemBare is the bare server's process: the Lookups service on
+// grpc.NewServer(), streams opened by a clients' process of its own as for
+// the Manager, from 100 to 600.
+func streamMemBare(t *testing.T) {
+	srv := grpc.NewServer()
+	srv.RegisterService(&bareLookups, nil)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(lis) }()
+	defer srv.Stop()
+	open, stop := streamMemClients(t, lis.Addr().String(), bareGoroutines)
+	defer stop()
+	const from, to = 100, 600
+	a, b := open("lookups", from, from), open("lookups", to, to)
+	fmt.Printf("floor %d %d\n", int64(b.stacks-a.stacks)/(to-from), (int64(b.live)-int64(a.live))/(to-from))
+}
+
+// bareLookups is the Lookups service on a bare gRPC server: Sync answers
+// each request with an empty response, on the stream's own goroutine.
+var bareLookups = grpc.ServiceDesc{
+	ServiceName: "leasehold.v1.Lookups",
+	HandlerType: (*any)(nil),
+	Streams: []grpc.StreamDesc{{StreamName: "Sync", ServerStreams: true, ClientStreams: true,
+		Handler: func(_ any, ss grpc.ServerStream) error { return bareSync(ss) }}},
+}
+
+func bareSync(ss grpc.ServerStream) error {
+	for {
+		m := new(pb.SyncRequest)
+		if err := ss.RecvMsg(m); err != nil {
+			return err
+		}
+		if err := ss.SendMsg(&pb.SyncResponse{Id: m.GetId()}); err != nil {
+			return err
+		}
+	}
+}
+
+// bareGoroutines counts the goroutines running bareSync.
+func bareGoroutines() int { return countGoroutines("manager_test.bareSync") }
 
 type memPoint struct{ stacks, live, goroutines uint64 }
 
 // settledMemory reads the process's stacks, live heap and goroutines once
 // n streams have their handler and no sender runs, after two collections
 // (the second frees what the first's finalizers and stack shrinking left).
-func settledMemory(t *testing.T, n int) memPoint {
+func settledMemory(t *testing.T, n int, count func() int) memPoint {
 	t.Helper()
-	for i := 0; streamGoroutines() != n; i++ {
+	for i := 0; count() != n; i++ {
 		if i == 10000 { // 10 s: a loaded machine's scheduler, not the code, when it takes long
-			t.Fatalf("%d goroutines serve %d idle streams", streamGoroutines(), n)
+			t.Fatalf("%d goroutines serve %d idle streams", count(), n)
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -203,4 +308,17 @@ func streamMemLookups(t *testing.T, addr string) {
 		fmt.Printf("ok %d\n", n)
 	}
 	_, _ = io.Copy(io.Discard, os.Stdin)
+}
+
+// countGoroutines counts the goroutines whose stack names fn.
+func countGoroutines(fn string) int {
+	buf := make([]byte, 4<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	n := 0
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, fn) {
+			n++
+		}
+	}
+	return n
 }

@@ -76,13 +76,15 @@ func profileTable() string {
 
 // managerOptions are the manager subcommand's flags.
 type managerOptions struct {
-	listen        string
-	timings       string // a key of profiles
-	namespaces    []string
-	standbys      []string // --standbys: NS=N or N (the default namespace)
-	metricsListen string
-	pprof         bool
-	gcPercent     int // --gc-percent
+	listen           string
+	timings          string // a key of profiles
+	namespaces       []string
+	standbys         []string // --standbys: NS=N or N (the default namespace)
+	metricsListen    string
+	pprof            bool
+	gcPercent        int    // --gc-percent
+	memoryLimit      string // --memory-limit, as given
+	memoryLimitBytes int64  // --memory-limit, parsed by checkGC
 	logOptions
 	id            uint64
 	peers         string // ID=ADDR,…
@@ -305,6 +307,9 @@ func (o *managerOptions) config(logger *slog.Logger) (manager.Config, error) {
 	}
 	if o.id == 0 {
 		return cfg, usagef("--id must be a positive integer")
+	}
+	if err := o.checkGC(); err != nil {
+		return cfg, err
 	}
 	if o.drainGate < 1 {
 		return cfg, usagef("--drain-gate %d must be at least 1", o.drainGate)

@@ -63,17 +63,27 @@ func (m *wireMeter) takeRoundTrips() (renewals, requests []time.Duration) {
 
 // logger counts the clients' warnings (a stream to the Manager that broke,
 // an Owner that left before its ranges moved) and discards every record.
-func (m *wireMeter) logger() *slog.Logger { return slog.New(warnCounter{m}) }
+func (m *wireMeter) logger() *slog.Logger { return slog.New(warnCounter{m: m}) }
 
-type warnCounter struct{ m *wireMeter }
+type warnCounter struct {
+	m     *wireMeter
+	attrs []slog.Attr // the logger's own, for the warnings file
+}
 
 func (h warnCounter) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
-func (h warnCounter) Handle(context.Context, slog.Record) error {
+func (h warnCounter) Handle(ctx context.Context, r slog.Record) error {
 	h.m.warnings.Add(1)
+	if len(h.attrs) > 0 {
+		r = r.Clone()
+		r.AddAttrs(h.attrs...)
+	}
+	logWarning(ctx, r) // and to a file, with LEASEHOLD_BENCH_WARNINGS_DIR
 	return nil
 }
-func (h warnCounter) WithAttrs([]slog.Attr) slog.Handler { return h }
-func (h warnCounter) WithGroup(string) slog.Handler      { return h }
+func (h warnCounter) WithAttrs(as []slog.Attr) slog.Handler {
+	return warnCounter{h.m, append(h.attrs[:len(h.attrs):len(h.attrs)], as...)}
+}
+func (h warnCounter) WithGroup(string) slog.Handler { return h }
 
 // countedConn counts a connection's bytes into a wireMeter.
 type countedConn struct {
