@@ -318,7 +318,7 @@ func (c *Core) flush(now time.Time) {
 			n.members = false
 			n.membersAt = now.Add(c.membershipEvery())
 		}
-		if wake := n.wakeAt(); len(n.dirty) > 0 || (!wake.IsZero() && !now.Before(wake)) {
+		if wake := n.wakeAt(now); len(n.dirty) > 0 || (!wake.IsZero() && !now.Before(wake)) {
 			c.stats.Expiries += c.reconcile(now, n)
 		}
 		c.pairStandbys(now, n)

@@ -36,7 +36,7 @@ func (c *Core) nextDeadline() time.Time {
 		}
 	}
 	for _, n := range c.ns {
-		min(n.wakeAt())
+		min(n.wakeAt(d))
 		if n.members {
 			min(n.membersAt) // a membership change waits to be planned
 		}
@@ -205,9 +205,11 @@ func (n *namespace) markDirty(r keyspace.Range) {
 }
 
 // wakeAt is when reconcile has something to do without a change: the
-// earliest end of a pending reservation or handover deadline (zero: none).
-func (n *namespace) wakeAt() time.Time {
-	t := n.res.nextEnd()
+// earliest end of a pending reservation or handover deadline (zero: none),
+// exact if it is no later than by, else some time after by
+// (reservations.nextEnd).
+func (n *namespace) wakeAt(by time.Time) time.Time {
+	t := n.res.nextEnd(by)
 	if h, ok := n.handovers.first(); ok && (t.IsZero() || h.at.Before(t)) {
 		t = h.at
 	}

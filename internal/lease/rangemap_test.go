@@ -77,8 +77,42 @@ func (ref *resModel) checkDue(t *testing.T, op int, m *reservations, now time.Ti
 			t.Fatalf("op %d: due(%v) did not report %v, reserved until %v", op, now, ref.interval(i), ref.until[i])
 		}
 	}
-	if next := m.nextEnd(); !next.IsZero() && !next.After(now) {
+	if next := m.nextEnd(now); !next.IsZero() && !next.After(now) {
 		t.Fatalf("op %d: after due(%v), nextEnd is %v", op, now, next)
+	}
+}
+
+// checkNextEnd fails t unless m.nextEnd(by) is the earliest end of a
+// pending segment when that is no later than by, and otherwise a time
+// after by and no later than it (zero: none pending). A segment joined to
+// a pending neighbour with the same reservation is pending too (join), so
+// m may have pending segments the model does not: the earliest end is
+// taken from m's segments, and must be no later than the model's.
+func (ref *resModel) checkNextEnd(t *testing.T, op int, m *reservations, by time.Time) {
+	t.Helper()
+	var want, model time.Time
+	m.segs.all(func(s resSeg) bool {
+		if pending(s) && (want.IsZero() || s.until.Before(want)) {
+			want = s.until
+		}
+		return true
+	})
+	for i, u := range ref.until {
+		if ref.pending[i] && (model.IsZero() || u.Before(model)) {
+			model = u
+		}
+	}
+	if !model.IsZero() && (want.IsZero() || want.After(model)) {
+		t.Fatalf("op %d: the earliest pending end is %v, but the model has one at %v", op, want, model)
+	}
+	got := m.nextEnd(by)
+	switch {
+	case want.IsZero() && !got.IsZero():
+		t.Fatalf("op %d: nextEnd(%v) = %v with nothing pending", op, by, got)
+	case !want.IsZero() && !want.After(by) && !got.Equal(want):
+		t.Fatalf("op %d: nextEnd(%v) = %v, want the earliest end %v", op, by, got, want)
+	case want.After(by) && (!got.After(by) || got.After(want)):
+		t.Fatalf("op %d: nextEnd(%v) = %v, want a time after it and no later than the earliest end %v", op, by, got, want)
 	}
 }
 
@@ -290,6 +324,7 @@ func reservationsModel(t *testing.T, seed uint64, keys, ops int) {
 			if !free.Equal(wfree) || !next.Equal(wnext) {
 				t.Fatalf("op %d: free(%v, %v) = %v, %v; want %v, %v", op, r, tt, free, next, wfree, wnext)
 			}
+			ref.checkNextEnd(t, op, m, tt)
 		case 3:
 			var got keyspace.RangeSet
 			var prev keyspace.Range
@@ -421,18 +456,19 @@ func TestReservationsJoinMovesSegment(t *testing.T) {
 	t1, t2, t3, t4 := base.Add(time.Second), base.Add(2*time.Second), base.Add(3*time.Second), base.Add(4*time.Second)
 	m := newReservations()
 	alt := func(i int) time.Time { return []time.Time{t1, t4}[i%2] }
+	seg := func(k keyspace.Key, t time.Time) resSeg { return resSeg{start: k, until: t, queued: t} }
 	m.segs.chunks = [][]resSeg{
-		{{0, t1}, {10, t4}, {20, t1}}, // room for more
-		{{30, t2}, {40, t3}},          // the segment set, and the next one
-		{},                            // full
+		{seg(0, t1), seg(10, t4), seg(20, t1)}, // room for more
+		{seg(30, t2), seg(40, t3)},             // the segment set, and the next one
+		{},                                     // full
 	}
 	for i := range maxChunk {
-		m.segs.chunks[2] = append(m.segs.chunks[2], resSeg{keyspace.Key(50 + 10*i), alt(i)})
+		m.segs.chunks[2] = append(m.segs.chunks[2], seg(keyspace.Key(50+10*i), alt(i)))
 	}
 	m.segs.n = 0
 	m.segs.all(func(s resSeg) bool {
 		m.segs.n++
-		m.ends.insert(resEnd{s.until, s.start})
+		m.ends.insert(resEnd{s.queued, s.start})
 		return true
 	})
 	checkCanonical(t, m)
