@@ -54,7 +54,8 @@ type transfer struct {
 	r      keyspace.Range
 	from   leaseID
 	at     time.Duration
-	copied time.Duration // when the sender copied the state out
+	copied time.Duration          // when the sender copied the state out
+	sb     map[keyspace.Key]sbVal // the standby application's keys (standby_moves.go)
 }
 
 // stateMsg carries the state of h.Range from the Owner run fromInc to the
@@ -62,7 +63,8 @@ type transfer struct {
 type stateMsg struct {
 	h       owner.Handover
 	fromInc uint64
-	copied  time.Duration // virtual time the state was copied out
+	copied  time.Duration          // virtual time the state was copied out
+	sb      map[keyspace.Key]sbVal // the standby application's keys (standby_moves.go)
 }
 
 // stateAck acknowledges a stateMsg to the Owner run fromInc.
@@ -158,6 +160,7 @@ func (s *Sim) ownerChanged(n *node, changes []owner.OwnershipChange) {
 			}
 		}
 		if s.cfg.Standbys {
+			s.sbTakeUpMigrated(n, ch) // standby_moves.go
 			s.sbChanged(n, ch)
 		}
 		for _, h := range ch.Handovers {
@@ -186,7 +189,7 @@ func (s *Sim) handOver(n *node, h owner.Handover) {
 		return
 	}
 	n.app.frozen = append(n.app.frozen, freeze{h: h})
-	s.send(n, to, stateMsg{h: h, fromInc: n.inc, copied: s.now})
+	s.send(n, to, stateMsg{h: h, fromInc: n.inc, copied: s.now, sb: s.sbHandedOver(n, h)})
 }
 
 // appDeliver handles a message from another Owner.
@@ -201,7 +204,7 @@ func (s *Sim) appDeliver(n *node, from *node, msg any) {
 			return // for an earlier run of this Owner: its memory is gone
 		}
 		n.app.pending = append(n.app.pending, transfer{r: m.h.Range,
-			from: leaseID{m.h.Lease.Epoch, m.h.Lease.LGN}, at: s.now, copied: m.copied})
+			from: leaseID{m.h.Lease.Epoch, m.h.Lease.LGN}, at: s.now, copied: m.copied, sb: m.sb})
 		s.send(n, from, stateAck{h: m.h, fromInc: m.fromInc})
 	case stateAck:
 		if m.fromInc != n.inc {

@@ -51,6 +51,7 @@ func (s *Sim) scheduleFaults() {
 	})
 	repeat(c.StandbyPairCrashEvery, s.sbCrashPair)
 	repeat(c.StandbyZoneCrashEvery, s.sbCrashZone)
+	repeat(c.StandbyFaults.StallHolderEvery, s.sbStallHolder)
 	repeat(c.LookupCrashEvery, func() {
 		if n := s.pickUp(s.lookups); n != nil {
 			s.crash(n)
