@@ -73,8 +73,9 @@ type StandbyFaultStats struct {
 	// Deposals counts the Managers crashed as they sent a promoted grant
 	// (DeposedDropped, DeposedLate of them with the message dropped or
 	// delivered late); of those grants, DeposedTakenUp were taken up by
-	// their Owner, DeposedFreed left the table without it.
-	Deposals, DeposedDropped, DeposedLate, DeposedTakenUp, DeposedFreed int
+	// their Owner, DeposedFreed left the table while its run lived without
+	// it, DeposedOwnerGone were not taken up before the run ended.
+	Deposals, DeposedDropped, DeposedLate, DeposedTakenUp, DeposedFreed, DeposedOwnerGone int
 	// StandbyHandoverWrites counts the keys a migrated grant took up with
 	// a write in the state handed over (Config.Migration with standbys).
 	StandbyHandoverWrites int
@@ -98,6 +99,7 @@ func (a *StandbyFaultStats) add(b StandbyFaultStats) {
 	a.DeposedLate += b.DeposedLate
 	a.DeposedTakenUp += b.DeposedTakenUp
 	a.DeposedFreed += b.DeposedFreed
+	a.DeposedOwnerGone += b.DeposedOwnerGone
 	a.StandbyHandoverWrites += b.StandbyHandoverWrites
 }
 
@@ -137,8 +139,9 @@ func (s *Sim) sbLinkCut(from, to *node) bool {
 	return ok
 }
 
-// sbCutPair cuts holder h and standby sb apart, in a direction drawn at
-// random, for a time drawn at random: up to an OwnerLease and a
+// sbCutPair cuts holder h and standby sb apart, both ways, holder to
+// standby and standby to holder in turn from the seed on (so that a sweep
+// draws each), for a time drawn at random: up to an OwnerLease and a
 // ManagerLease, past a lease's end.
 func (s *Sim) sbCutPair(h, sb *node) {
 	t := s.cfg.Timing
@@ -151,7 +154,7 @@ func (s *Sim) sbCutPair(h, sb *node) {
 		s.sbf.cuts[k] = max(s.sbf.cuts[k], end)
 	}
 	st := &s.stats.SBFaults
-	switch s.rng.IntN(3) {
+	switch (uint64(st.BothWays+st.HolderToStandby+st.StandbyToHolder) + s.cfg.Seed) % 3 {
 	case 0:
 		st.BothWays++
 		set(h, sb)
@@ -199,7 +202,7 @@ func (s *Sim) sbOnSend(from, to *node, msg any) bool {
 			s.sbCutPair(from, to)
 		}
 	case ack && f.AckCutOneIn > 0 && s.rng.IntN(f.AckCutOneIn) == 0:
-		if s.rng.IntN(2) == 0 {
+		if st := &s.stats.SBFaults; (uint64(st.AckLostCuts+st.AckCuts)+s.cfg.Seed)%2 == 0 { // in turn
 			s.stats.SBFaults.AckLostCuts++
 			s.sbCutPair(to, from) // before the answer: lost if the standby's side is cut
 		} else {
@@ -207,7 +210,7 @@ func (s *Sim) sbOnSend(from, to *node, msg any) bool {
 			s.at(s.now, func() { s.sbCutPair(to, from) }) // just after it
 		}
 	}
-	if write && s.sbf.stallArmed {
+	if write && s.sbf.stallArmed && s.faulting {
 		s.sbStallWriter(from, msg.(replMsg))
 	}
 	switch {
@@ -243,7 +246,7 @@ func (s *Sim) sbPromotionSent(mgr, o *node, m *protocol.LeaseResponse) bool {
 			s.sbCutPair(h, o)
 		}
 	}
-	if f.DeposeOneIn == 0 || s.rng.IntN(f.DeposeOneIn) != 0 || !mgr.up {
+	if f.DeposeOneIn == 0 || !mgr.up || !o.up || o.stalled || s.rng.IntN(f.DeposeOneIn) != 0 {
 		return false
 	}
 	st := &s.stats.SBFaults
@@ -257,13 +260,13 @@ func (s *Sim) sbPromotionSent(mgr, o *node, m *protocol.LeaseResponse) bool {
 		s.crash(mgr)
 		s.at(s.now+s.uniform(0, t.ManagerLease), func() { s.restart(mgr) })
 	})
-	switch s.rng.IntN(3) {
-	case 0:
+	switch (uint64(st.Deposals) + s.cfg.Seed) % 3 { // in turn, from the seed on
+	case 1:
 		st.DeposedDropped++
 		s.stats.Messages++
 		s.stats.Dropped++
 		return true
-	case 1:
+	case 2:
 		// Read from the old stream after the next leader's first answers.
 		st.DeposedLate++
 		s.stats.Messages++
@@ -304,7 +307,7 @@ func (s *Sim) sbStallWriter(h *node, m replMsg) {
 	s.sbf.stallArmed = false
 	t := s.cfg.Timing
 	s.stats.SBFaults.HolderStalls++
-	d := t.ManagerLease + t.Renew + s.uniform(0, 2*t.OwnerLease)
+	d := 2*t.ManagerLease + t.Renew + s.uniform(0, t.OwnerLease)
 	s.at(s.now, func() { s.stall(h, d) })
 }
 
@@ -367,7 +370,9 @@ func (s *Sim) sbDeposedOutcomes(n *node, held []owner.Lease) {
 			keep = append(keep, d)
 		case heldNum(held, d.num):
 			st.DeposedTakenUp++
-		case d.inc != n.inc || s.sbInTable(d) == 0:
+		case d.inc != n.inc:
+			st.DeposedOwnerGone++
+		case s.sbInTable(d) == 0:
 			st.DeposedFreed++
 			s.trace(n, "deposed promoted grant %v on %v left the table untaken", d.num, d.r)
 		default:

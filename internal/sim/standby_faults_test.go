@@ -12,7 +12,7 @@ import (
 // handover in sixteen is given up) and graceful restarts.
 func standbyTargeted(c *Config) {
 	t := c.Timing
-	c.StandbyFaults = StandbyFaults{FillCutOneIn: 64, AckCutOneIn: 100, PromotionCutOneIn: 1, StallHolderEvery: t.OwnerLease, DeposeOneIn: 4}
+	c.StandbyFaults = StandbyFaults{FillCutOneIn: 64, AckCutOneIn: 40, PromotionCutOneIn: 1, StallHolderEvery: t.OwnerLease / 2, DeposeOneIn: 2}
 	c.Migration, c.AppFaults = true, true
 	c.DrainEvery, c.DrainGate = 4*t.OwnerLease, 2
 }
@@ -47,10 +47,10 @@ func sbFaultsRequired(f StandbyFaultStats, tot Stats) map[string]int {
 func sbFaultLine(f StandbyFaultStats) string {
 	return fmt.Sprintf("holder–standby cuts: %d at a fill, %d right after an answer, %d losing it, %d at a promotion (%d both ways, %d holder→standby, %d standby→holder), %d messages lost to them, %d to random partitions; "+
 		"%d holders stalled past their reservation, %d promotions while the old holder was stalled, %d old holders resumed after; "+
-		"%d managers crashed sending a promoted grant (%d dropped, %d late): %d taken up, %d left the table untaken; %d standby keys handed over",
+		"%d managers crashed sending a promoted grant (%d dropped, %d late): %d taken up, %d left the table untaken by a live run, %d not taken up by a run that ended; %d standby keys handed over",
 		f.FillCuts, f.AckCuts, f.AckLostCuts, f.PromotionCuts, f.BothWays, f.HolderToStandby, f.StandbyToHolder, f.PairMsgsCut, f.PairMsgsPartitioned,
 		f.HolderStalls, f.PromotedWhileStalled, f.ResumedAfterPromotion,
-		f.Deposals, f.DeposedDropped, f.DeposedLate, f.DeposedTakenUp, f.DeposedFreed, f.StandbyHandoverWrites)
+		f.Deposals, f.DeposedDropped, f.DeposedLate, f.DeposedTakenUp, f.DeposedFreed, f.DeposedOwnerGone, f.StandbyHandoverWrites)
 }
 
 // untargeted takes the targeted standby faults and the planned moves out

@@ -145,6 +145,7 @@ func TestSimulationStandbysReplicated3(t *testing.T) {
 		c := replicated(3)(s)
 		c.Standbys, c.Zones, c.Lookups = true, 3, 6
 		c.StandbyPairCrashEvery = 4 * c.Timing.OwnerLease
+		standbyTargeted(&c) // the leader crashed as it sends a promoted grant, among them
 		return c
 	})
 	var a, prom int
@@ -153,8 +154,10 @@ func TestSimulationStandbysReplicated3(t *testing.T) {
 		prom += r.Stats.Promotions
 	}
 	tot := sweep(t, results, func(s Stats) map[string]int {
-		return map[string]int{"leader crashes": s.LeaderCrashes, "owner crashes": s.OwnerCrashes,
+		m := map[string]int{"leader crashes": s.LeaderCrashes, "owner crashes": s.OwnerCrashes,
 			"writes acknowledged": a, "promoted grants": prom}
+		maps.Copy(m, sbFaultsRequired(sbFaultTotals(results), s))
+		return m
 	})
 	t.Logf("%d seeds, 3 replicas: %d leader crashes, %d takeovers, %d owner crashes; %d writes acknowledged, %d keys served from a promoted copy; %d losses, %d notifications",
 		len(results), tot.LeaderCrashes, tot.Takeovers, tot.OwnerCrashes, a, prom, tot.LossEvents, tot.Notified)
