@@ -160,6 +160,7 @@ func (s *Sim) ownerChanged(n *node, changes []owner.OwnershipChange) {
 			}
 		}
 		if s.cfg.Standbys {
+			s.sbGranted(n, ch)        // standby_faults.go
 			s.sbTakeUpMigrated(n, ch) // standby_moves.go
 			s.sbChanged(n, ch)
 		}

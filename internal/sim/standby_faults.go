@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"slices"
 	"time"
 
 	"github.com/leasehold/leasehold/keyspace"
@@ -311,54 +312,20 @@ func (s *Sim) sbStallWriter(h *node, m replMsg) {
 	s.at(s.now, func() { s.stall(h, d) })
 }
 
-// sbFaultStep follows an Owner run's step for the counts: the leases it
-// took up (and, of a promoted one, whether its old holder is stalled), an
-// old holder resuming, and the deposed Managers' grants.
+// sbFaultStep follows an Owner run's step for the counts: an old holder
+// resuming after its range was promoted, and the deposed Managers' grants
+// left untaken.
 func (s *Sim) sbFaultStep(n *node) {
 	if !n.up || n.stalled {
 		return
 	}
-	st := &s.stats.SBFaults
 	if inc, ok := s.sbf.resumeOf[n]; ok {
 		delete(s.sbf.resumeOf, n)
 		if inc == n.inc {
-			st.ResumedAfterPromotion++
+			s.stats.SBFaults.ResumedAfterPromotion++
 			s.trace(n, "resumed after its range was promoted")
 		}
 	}
-	now := n.local(s.now)
-	held := n.own.Held(now)
-	for _, l := range held {
-		if s.sbf.holderOf == nil {
-			s.sbf.holderOf, s.sbf.holderIn = map[owner.LeaseNum]*node{}, map[owner.LeaseNum]uint64{}
-		}
-		if _, ok := s.sbf.holderOf[l.Num]; ok {
-			continue
-		}
-		s.sbf.holderOf[l.Num], s.sbf.holderIn[l.Num] = n, n.inc
-		if !l.Promoted {
-			continue
-		}
-		from, ok := s.chk.migratedFrom[leaseID{l.Num.Epoch, l.Num.LGN}]
-		if !ok {
-			continue
-		}
-		old := owner.LeaseNum{Epoch: l.Num.Epoch, LGN: from}
-		if h := s.sbf.holderOf[old]; h != nil && h.up && h.stalled && s.sbf.holderIn[old] == h.inc {
-			st.PromotedWhileStalled++
-			if s.sbf.resumeOf == nil {
-				s.sbf.resumeOf = map[*node]uint64{}
-			}
-			s.sbf.resumeOf[h] = h.inc
-			s.trace(h, "its lease %v promoted to %s while stalled", old, n.name)
-		}
-	}
-	s.sbDeposedOutcomes(n, held)
-}
-
-// sbDeposedOutcomes settles the deposed Managers' grants to Owner n: taken
-// up, or gone from the table without it.
-func (s *Sim) sbDeposedOutcomes(n *node, held []owner.Lease) {
 	if len(s.sbf.deposed) == 0 {
 		return
 	}
@@ -368,8 +335,6 @@ func (s *Sim) sbDeposedOutcomes(n *node, held []owner.Lease) {
 		switch {
 		case d.to != n:
 			keep = append(keep, d)
-		case heldNum(held, d.num):
-			st.DeposedTakenUp++
 		case d.inc != n.inc:
 			st.DeposedOwnerGone++
 		case s.sbInTable(d) == 0:
@@ -382,13 +347,37 @@ func (s *Sim) sbDeposedOutcomes(n *node, held []owner.Lease) {
 	s.sbf.deposed = keep
 }
 
-func heldNum(held []owner.Lease, num owner.LeaseNum) bool {
-	for _, l := range held {
-		if l.Num == num {
-			return true
+// sbGranted follows the grants Owner run n takes up, for the counts: who
+// holds each lease, a promoted grant taken up while the old holder is
+// stalled, and the deposed Managers' grants taken up.
+func (s *Sim) sbGranted(n *node, ch owner.OwnershipChange) {
+	st := &s.stats.SBFaults
+	for _, g := range ch.Granted {
+		if s.sbf.holderOf == nil {
+			s.sbf.holderOf, s.sbf.holderIn = map[owner.LeaseNum]*node{}, map[owner.LeaseNum]uint64{}
+		}
+		s.sbf.holderOf[g.Num], s.sbf.holderIn[g.Num] = n, n.inc
+		if i := slices.IndexFunc(s.sbf.deposed, func(d deposedGrant) bool { return d.to == n && d.inc == n.inc && d.num == g.Num }); i >= 0 {
+			st.DeposedTakenUp++
+			s.sbf.deposed = slices.Delete(s.sbf.deposed, i, i+1)
+		}
+		if !g.Promoted {
+			continue
+		}
+		from, ok := s.chk.migratedFrom[leaseID{g.Num.Epoch, g.Num.LGN}]
+		if !ok {
+			continue
+		}
+		old := owner.LeaseNum{Epoch: g.Num.Epoch, LGN: from}
+		if h := s.sbf.holderOf[old]; h != nil && h.up && h.stalled && s.sbf.holderIn[old] == h.inc {
+			st.PromotedWhileStalled++
+			if s.sbf.resumeOf == nil {
+				s.sbf.resumeOf = map[*node]uint64{}
+			}
+			s.sbf.resumeOf[h] = h.inc
+			s.trace(h, "its lease %v promoted to %s while stalled", old, n.name)
 		}
 	}
-	return false
 }
 
 // sbInTable reports whether the furthest replica's table still has d's
