@@ -14,7 +14,10 @@ import (
 // together and of every Owner of a zone at once, stalls (a stalled old holder resumes after its standby was
 // promoted, and resends what was in flight), partitions (holder and
 // standby on either side among them), drops, delays and duplicates, and
-// restarts of the Manager from its log; 6 Lookups, for 6 OwnerLeases (a
+// restarts of the Manager from its log, and the standby design's own
+// faults at the moments that matter with planned moves (standbyTargeted:
+// holder–standby cuts, holders stalled past their promotion, the Manager
+// crashed as it sends a promoted grant); 6 Lookups, for 6 OwnerLeases (a
 // fifth of the plain run's: every Owner step also writes).
 func standbyScenario(s uint64) Config {
 	t := protocol.Fast()
