@@ -155,8 +155,13 @@ func (s *Sim) ownerChanged(n *node, changes []owner.OwnershipChange) {
 			s.trace(n, "revoked %v granted %v handovers %v", ch.Revoked, ch.Granted, ch.Handovers)
 		}
 		for _, g := range ch.Granted {
-			if g.Migrated && !g.Promoted {
-				s.chk.tookUp(n, g) // a promoted grant's copy is checked by sbChanged
+			// A grant taken up already expired (a run stalled past it,
+			// handling an old message, standby_faults.go) serves nothing,
+			// and the state it names may be gone (pending keeps it
+			// 4 OwnerLeases). A promoted grant's copy is checked by
+			// sbChanged.
+			if g.Migrated && !g.Promoted && n.local(s.now).Before(g.Expiry) {
+				s.chk.tookUp(n, g)
 			}
 		}
 		if s.cfg.Standbys {
