@@ -15,7 +15,7 @@ import (
 //
 //   - a cut of the link between a holder and its standby — both ways, or
 //     one way (the holder's writes and fills lost, or the standby's
-//     answers) — started as a fill is sent, as a standby answers a
+//     answers) — started as a pairing's first fill is sent, as a standby answers a
 //     write (before the answer is sent, so that it is lost, or just
 //     after), or as a promoted grant is sent (between the promoted Owner
 //     and the old holder, whose resends then go nowhere or come in without
