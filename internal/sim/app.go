@@ -54,7 +54,8 @@ type transfer struct {
 	r      keyspace.Range
 	from   leaseID
 	at     time.Duration
-	copied time.Duration // when the sender copied the state out
+	copied time.Duration          // when the sender copied the state out
+	sb     map[keyspace.Key]sbVal // the standby application's keys (standby_moves.go)
 }
 
 // stateMsg carries the state of h.Range from the Owner run fromInc to the
@@ -62,7 +63,8 @@ type transfer struct {
 type stateMsg struct {
 	h       owner.Handover
 	fromInc uint64
-	copied  time.Duration // virtual time the state was copied out
+	copied  time.Duration          // virtual time the state was copied out
+	sb      map[keyspace.Key]sbVal // the standby application's keys (standby_moves.go)
 }
 
 // stateAck acknowledges a stateMsg to the Owner run fromInc.
@@ -153,11 +155,18 @@ func (s *Sim) ownerChanged(n *node, changes []owner.OwnershipChange) {
 			s.trace(n, "revoked %v granted %v handovers %v", ch.Revoked, ch.Granted, ch.Handovers)
 		}
 		for _, g := range ch.Granted {
-			if g.Migrated && !g.Promoted {
-				s.chk.tookUp(n, g) // a promoted grant's copy is checked by sbChanged
+			// A grant taken up already expired (a run stalled past it,
+			// handling an old message, standby_faults.go) serves nothing,
+			// and the state it names may be gone (pending keeps it
+			// 4 OwnerLeases). A promoted grant's copy is checked by
+			// sbChanged.
+			if g.Migrated && !g.Promoted && n.local(s.now).Before(g.Expiry) {
+				s.chk.tookUp(n, g)
 			}
 		}
 		if s.cfg.Standbys {
+			s.sbGranted(n, ch)        // standby_faults.go
+			s.sbTakeUpMigrated(n, ch) // standby_moves.go
 			s.sbChanged(n, ch)
 		}
 		for _, h := range ch.Handovers {
@@ -186,7 +195,7 @@ func (s *Sim) handOver(n *node, h owner.Handover) {
 		return
 	}
 	n.app.frozen = append(n.app.frozen, freeze{h: h})
-	s.send(n, to, stateMsg{h: h, fromInc: n.inc, copied: s.now})
+	s.send(n, to, stateMsg{h: h, fromInc: n.inc, copied: s.now, sb: s.sbHandedOver(n, h)})
 }
 
 // appDeliver handles a message from another Owner.
@@ -201,7 +210,7 @@ func (s *Sim) appDeliver(n *node, from *node, msg any) {
 			return // for an earlier run of this Owner: its memory is gone
 		}
 		n.app.pending = append(n.app.pending, transfer{r: m.h.Range,
-			from: leaseID{m.h.Lease.Epoch, m.h.Lease.LGN}, at: s.now, copied: m.copied})
+			from: leaseID{m.h.Lease.Epoch, m.h.Lease.LGN}, at: s.now, copied: m.copied, sb: m.sb})
 		s.send(n, from, stateAck{h: m.h, fromInc: m.fromInc})
 	case stateAck:
 		if m.fromInc != n.inc {

@@ -201,6 +201,11 @@ type Config struct {
 	// the upcall reporting the pairing, from what it holds under the lease
 	// then, as kv does (standby_fill.go), instead of at its next step.
 	FillOnPaired bool
+	// StandbyFaults draws the standby design's own faults at the moments
+	// that matter: holder–standby cuts, a holder stalled past its
+	// promotion, a Manager deposed as it sends a promoted grant
+	// (standby_faults.go).
+	StandbyFaults StandbyFaults
 
 	// queueFloor, if set, replaces minCompact: tests make the event queue
 	// compact often to check that it leaves the run as it was.

@@ -215,6 +215,7 @@ func (s *Sim) after(n *node) {
 		s.ownerChanged(n, changes)
 		if s.cfg.Standbys {
 			s.sbStep(n)
+			s.sbFaultStep(n)
 		}
 		s.chk.acked(n)
 		for _, m := range out {

@@ -51,6 +51,7 @@ func (s *Sim) scheduleFaults() {
 	})
 	repeat(c.StandbyPairCrashEvery, s.sbCrashPair)
 	repeat(c.StandbyZoneCrashEvery, s.sbCrashZone)
+	repeat(c.StandbyFaults.StallHolderEvery, s.sbStallHolder)
 	repeat(c.LookupCrashEvery, func() {
 		if n := s.pickUp(s.lookups); n != nil {
 			s.crash(n)
@@ -192,6 +193,7 @@ func (s *Sim) pickUp(ns []*node) *node {
 // stopFaults heals the network and brings every node back.
 func (s *Sim) stopFaults() {
 	s.faulting = false
+	s.sbf.cuts = nil // the holder–standby cuts heal too (standby_faults.go)
 	s.endStallsAndGhosts()
 	defer s.restoreMembers()
 	for _, n := range s.nodes {

@@ -49,6 +49,9 @@ func (s *Sim) send(from, to *node, msg any) {
 		}
 	}
 	s.noteOwnerMsg(from, to, msg)
+	if s.sbOnSend(from, to, msg) {
+		return // taken over by a standby fault (standby_faults.go)
+	}
 	e := &event{at: s.now + s.delay() + s.linkDelay(from, to), kind: evDeliver, from: from.pos, to: to.pos, msg: msg, gen: from.inc, toInc: to.inc}
 	if from.part != to.part || s.cut(from, to) || (s.faulting && s.rng.Float64() < s.cfg.DropRate) {
 		s.stats.Dropped++

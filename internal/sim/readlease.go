@@ -317,7 +317,8 @@ func (l *LeaseStats) add(o LeaseStats) {
 // cut reports whether a message from one node to another is lost to a
 // one-way cut.
 func (s *Sim) cut(from, to *node) bool {
-	return s.oneWay != nil && from.kind == managerNode && to.kind == managerNode && s.oneWay[[2]int{from.idx, to.idx}]
+	return s.oneWay != nil && from.kind == managerNode && to.kind == managerNode && s.oneWay[[2]int{from.idx, to.idx}] ||
+		s.sbLinkCut(from, to) // between a holder and its standby (standby_faults.go)
 }
 
 // readLease is the replicas' read-lease configuration.

@@ -114,7 +114,8 @@ type Sim struct {
 	ghosts      []*node // earlier runs of Owners still running (ghost.go)
 	lookups     []*node
 	byOwner     map[string]*node
-	sbNext      uint64 // the standby application's last write number
+	sbNext      uint64       // the standby application's last write number
+	sbf         sbFaultState // Config.StandbyFaults (standby_faults.go)
 	bySess      map[uint64]*node
 	faulting    bool
 	epoch       uint64
@@ -208,6 +209,8 @@ type Stats struct {
 	// refused (CheckStandbyWrite), fills stored, promoted grants taken up
 	// (counted per key written), and holders crashed with their standby.
 	StandbyWrites, StandbyAcks, StandbyRefused, Fills, Promotions, PairCrashes, ZoneCrashes int
+	// SBFaults counts the standby design's own faults (standby_faults.go).
+	SBFaults StandbyFaultStats
 	// Deposals counts the leaders stalled past an election with a holder
 	// cut off from their successor (ReadLeaseConfig.DeposeEvery).
 	Deposals      int

@@ -197,7 +197,7 @@ func (s *Sim) sbStep(n *node) {
 			continue
 		}
 		p, held := n.own.StandbyOf(now, k)
-		if !held {
+		if !held || s.sbFrozen(n, now, k, p.Lease) {
 			continue
 		}
 		s.sbWrite(n, k, p)

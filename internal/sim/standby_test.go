@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"maps"
 	"slices"
 	"testing"
 
@@ -13,7 +14,10 @@ import (
 // together and of every Owner of a zone at once, stalls (a stalled old holder resumes after its standby was
 // promoted, and resends what was in flight), partitions (holder and
 // standby on either side among them), drops, delays and duplicates, and
-// restarts of the Manager from its log; 6 Lookups, for 6 OwnerLeases (a
+// restarts of the Manager from its log, and the standby design's own
+// faults at the moments that matter with planned moves (standbyTargeted:
+// holder–standby cuts, holders stalled past their promotion, the Manager
+// crashed as it sends a promoted grant); 6 Lookups, for 6 OwnerLeases (a
 // fifth of the plain run's: every Owner step also writes).
 func standbyScenario(s uint64) Config {
 	t := protocol.Fast()
@@ -27,6 +31,7 @@ func standbyScenario(s uint64) Config {
 	c.StandbyZoneCrashEvery = 6 * t.OwnerLease
 	c.Lookups = 6
 	c.FaultTime = 6 * t.OwnerLease
+	standbyTargeted(&c) // standby_faults_test.go
 	if raceEnabled {
 		c.FaultTime /= 3
 	}
@@ -60,17 +65,20 @@ func TestSimulationStandbys(t *testing.T) {
 		zones += r.Stats.ZoneCrashes
 	}
 	tot := sweep(t, results, func(s Stats) map[string]int {
-		return map[string]int{
+		m := map[string]int{
 			"owner crashes": s.OwnerCrashes, "partitions": s.Partitions, "stalls": s.Stalls,
 			"dropped messages": s.Dropped, "losses": s.LossEvents, "notifications": s.Notified,
 			"writes acknowledged": a, "fills": fills, "promoted grants": prom, "holders crashed with their standby": pairs,
 			"zones crashed whole": zones, "stale writes refused": ref,
 		}
+		maps.Copy(m, sbFaultsRequired(sbFaultTotals(results), s))
+		return m
 	})
 	t.Logf("%d seeds: %d events, %d owner crashes (%d holders with their standby, %d whole zones), %d partitions, %d stalls, %d manager restarts, %d dropped; "+
 		"%d writes, %d acknowledged, %d fills, %d keys served from a promoted copy, %d replicated writes and fills refused; %d losses, %d notifications",
 		len(results), tot.Events, tot.OwnerCrashes, pairs, zones, tot.Partitions, tot.Stalls, tot.ManagerRestarts, tot.Dropped,
 		w, a, fills, prom, ref, tot.LossEvents, tot.Notified)
+	t.Logf("  %s", sbFaultLine(sbFaultTotals(results)))
 }
 
 // standbyBroken is the standby run with rule br broken, at full length
@@ -80,6 +88,7 @@ func standbyBroken(br faults.Set) func(uint64) Config {
 		c := standbyScenario(s)
 		c.FaultTime = 6 * c.Timing.OwnerLease
 		c.StandbyZoneCrashEvery = 0 // the runs the seeds below were named in
+		untargeted(&c)
 		c.Break = &br
 		return c
 	}
@@ -139,6 +148,7 @@ func TestSimulationStandbysReplicated3(t *testing.T) {
 		c := replicated(3)(s)
 		c.Standbys, c.Zones, c.Lookups = true, 3, 6
 		c.StandbyPairCrashEvery = 4 * c.Timing.OwnerLease
+		standbyTargeted(&c) // the leader crashed as it sends a promoted grant, among them
 		return c
 	})
 	var a, prom int
@@ -147,9 +157,12 @@ func TestSimulationStandbysReplicated3(t *testing.T) {
 		prom += r.Stats.Promotions
 	}
 	tot := sweep(t, results, func(s Stats) map[string]int {
-		return map[string]int{"leader crashes": s.LeaderCrashes, "owner crashes": s.OwnerCrashes,
+		m := map[string]int{"leader crashes": s.LeaderCrashes, "owner crashes": s.OwnerCrashes,
 			"writes acknowledged": a, "promoted grants": prom}
+		maps.Copy(m, sbFaultsRequired(sbFaultTotals(results), s))
+		return m
 	})
 	t.Logf("%d seeds, 3 replicas: %d leader crashes, %d takeovers, %d owner crashes; %d writes acknowledged, %d keys served from a promoted copy; %d losses, %d notifications",
 		len(results), tot.LeaderCrashes, tot.Takeovers, tot.OwnerCrashes, a, prom, tot.LossEvents, tot.Notified)
+	t.Logf("  %s", sbFaultLine(sbFaultTotals(results)))
 }
