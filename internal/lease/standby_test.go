@@ -459,3 +459,80 @@ func TestRecallStillFrees(t *testing.T) {
 	}
 	t.Fatalf("a, drained, still holds %v after 8 renewals", h.entry(r))
 }
+
+// TestPromoteOnLapsedRelease (rule 21): a holder whose lease ran out on its
+// side while the Manager still renewed it (no renewal reached it) omits
+// the lease from its next request. Its standby, in sync, has every write
+// it acknowledged: the range is granted to the standby, promoted, and no
+// loss is reported — as it would be had the holder stayed silent until its
+// reservation ran out.
+func TestPromoteOnLapsedRelease(t *testing.T) {
+	h, la, r := lapsedRelease(t, faults.Set{}, func(rec StandbyRecord) protocol.StandbySync { return inSync(rec) })
+	e := h.entry(r)
+	if e.Owner != "b" || !e.Migrated || e.MigratedFrom != la {
+		t.Fatalf("after a gave up a#%d, lapsed, the range is %+v; want b's, promoted from #%d", la, e, la)
+	}
+	if leasetable.Lost(leasetable.Entry{Owner: "a", LGN: la}, e) {
+		t.Fatal("a Lookup reports the range lost though its standby was in sync")
+	}
+}
+
+// TestLapsedReleasePromotesOnlyPiecesInSync (rules 21, 23): at a lapsed
+// holder's release, as at a reservation's end, only the pieces the standby
+// is recorded in sync on are promoted. The long sweep drew the other case
+// (TestSimulationStandbys -sim.long, seed 104, with the mark for the whole
+// lease): a piece its holder dropped on a recall before it filled a new
+// standby, listed again as a renewal, then omitted, was promoted onto the
+// standby's empty copy. faults.InSyncWholeLease breaks it, and the same
+// check fails.
+func TestLapsedReleasePromotesOnlyPiecesInSync(t *testing.T) {
+	check := func(broken faults.Set) error {
+		var synced, dropped keyspace.Range
+		h, la, _ := lapsedRelease(t, broken, func(rec StandbyRecord) protocol.StandbySync {
+			mid := rec.Range.Start + keyspace.Key(uint64(rec.Range.Last()-rec.Range.Start)/2)
+			synced = keyspace.Range{Start: rec.Range.Start, End: mid}
+			dropped = keyspace.Range{Start: mid, End: rec.Range.End}
+			return protocol.StandbySync{Range: synced, LGN: rec.LGN, SGN: rec.SGN}
+		})
+		if e := h.entry(synced); e.Owner != "b" || !e.Migrated || e.MigratedFrom != la {
+			return fmt.Errorf("the piece in sync, %v, is %+v after a's release; want b's, promoted from #%d", synced, e, la)
+		}
+		for _, s := range h.table().Overlapping(dropped) {
+			if !leasetable.Lost(leasetable.Entry{Owner: "a", LGN: la}, s.Entry) {
+				return fmt.Errorf("the piece never reported in sync, %v, is %+v after a's release: promoted onto a copy the fill did not cover", s.Range, s.Entry)
+			}
+		}
+		return nil
+	}
+	if err := check(faults.Set{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := check(faults.Set{InSyncWholeLease: true}); err == nil {
+		t.Fatal("with faults.InSyncWholeLease the check passes: it cannot tell a piece promoted out of sync")
+	}
+}
+
+// lapsedRelease: a (zone x) holds a lease whose standby b (zone y)
+// reports report; a is renewed, then its lease runs out on its side and
+// its next request omits it. It returns a's lease and range.
+func lapsedRelease(t *testing.T, broken faults.Set, report func(StandbyRecord) protocol.StandbySync) (*sbHarness, keyspace.LGN, keyspace.Range) {
+	h := newStandbys(t, broken, 2, "a=x", "b=y")
+	h.start("a", "b")
+	la, r := h.leaseOf("a")
+	h.req("b", report(h.pairing(la)))
+	if !h.pairing(la).InSync {
+		t.Fatalf("b's report left the pairing %+v", h.pairing(la))
+	}
+	h.req("a") // renewed: the answer lists r
+	a := h.peers["a"]
+	var kept []protocol.Lease
+	for _, l := range a.held {
+		if l.LGN != la {
+			kept = append(kept, l)
+		}
+	}
+	a.held = kept // ran out on a's side
+	h.now = h.now.Add(10 * ms)
+	h.req("a")
+	return h, la, r
+}
