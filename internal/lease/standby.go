@@ -172,7 +172,7 @@ func (c *Core) learnInSync(now time.Time, n *namespace, o *ownerSession, reports
 		synced := keyspace.NewRangeSet(rec.Synced...)
 		var add keyspace.RangeSet
 		if c.broken.InSyncWholeLease {
-			add = keyspace.NewRangeSet(rec.Range) // broken.go
+			add = keyspace.NewRangeSet(rec.Range) // the whole lease, as the mark once was
 		} else {
 			add = n.leasePieces(rec).Intersect(keyspace.NewRangeSet(r.Range))
 		}
@@ -212,14 +212,19 @@ func (rec StandbyRecord) syncedCovers(p keyspace.Range) bool {
 }
 
 // pairingInSync reports whether rec's standby is in sync on every piece
-// the lease has now: what the holder is told (its standby would be
-// promoted whole if it were lost now).
-func (n *namespace) pairingInSync(rec StandbyRecord) bool {
-	if !rec.InSync {
+// the lease has now (pieces: the holder's, by LGN): what the holder is
+// told (its standby would be promoted whole if it were lost now).
+func pairingInSync(rec StandbyRecord, pieces map[keyspace.LGN][]keyspace.Range) bool {
+	ps := pieces[rec.LGN]
+	if !rec.InSync || len(ps) == 0 {
 		return false
 	}
-	ps := n.leasePieces(rec)
-	return !ps.Empty() && ps.Subtract(keyspace.NewRangeSet(rec.Synced...)).Empty()
+	for _, p := range ps {
+		if !rec.syncedCovers(p) {
+			return false
+		}
+	}
+	return true
 }
 
 // standbyLists returns what a message to o says of standbys: for each
@@ -229,13 +234,20 @@ func (c *Core) standbyLists(n *namespace, o *ownerSession, leases []protocol.Lea
 	if len(n.s.standbys) == 0 {
 		return nil, nil
 	}
+	var pieces map[keyspace.LGN][]keyspace.Range // o's, for the pairings' in-sync marks: read once
 	for i, l := range leases {
 		if i > 0 && leases[i-1].LGN == l.LGN {
 			continue
 		}
 		if rec, ok := n.s.standbys[l.LGN]; ok && rec.Holder == o.id && !slices.ContainsFunc(standbys, func(s protocol.Standby) bool { return s.LGN == l.LGN }) {
+			if pieces == nil && rec.InSync {
+				pieces = map[keyspace.LGN][]keyspace.Range{}
+				for _, seg := range n.heldBy(o.id) {
+					pieces[seg.Entry.LGN] = append(pieces[seg.Entry.LGN], seg.Range)
+				}
+			}
 			standbys = append(standbys, protocol.Standby{Range: rec.Range, LGN: rec.LGN, SGN: rec.SGN, Owner: rec.Owner,
-				Addr: rec.Addr, Incarnation: rec.Incarnation, InSync: n.pairingInSync(rec)})
+				Addr: rec.Addr, Incarnation: rec.Incarnation, InSync: pairingInSync(rec, pieces)})
 		}
 	}
 	for _, rec := range n.s.standbys { // the map, not the sorted list: this is every message
