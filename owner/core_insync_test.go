@@ -126,7 +126,7 @@ func TestInSyncReportsKeepRenewals(t *testing.T) {
 		if now.Before(at(500*ms)) || filled == n || now.Sub(at(500*ms))%(5*ms) != 0 {
 			return
 		}
-		c.InSync(now, num(keyspace.LGN(100+filled)), 1)
+		c.InSync(now, num(keyspace.LGN(100+filled)), 1, []keyspace.Range{keyspace.Full})
 		filled++
 	}
 	end := at(500*ms + n*5*ms + tm.OwnerLease)

@@ -125,10 +125,12 @@ func (c *Core) stepStandbys(m *protocol.LeaseResponse, keepOf bool) {
 		changed = false
 	}
 	sb.of = of
-	// A report is kept until its pairing is in sync or gone.
+	// A report is kept until the pieces it names are in sync or gone: while
+	// a piece of its pairing that it overlaps is not in sync yet.
 	sb.reports = slices.DeleteFunc(sb.reports, func(r protocol.StandbySync) bool {
-		i := slices.IndexFunc(of, func(p Pairing) bool { return p.Lease.LGN == r.LGN })
-		return i < 0 || of[i].SGN != r.SGN || of[i].InSync
+		return !slices.ContainsFunc(of, func(p Pairing) bool {
+			return p.Lease.LGN == r.LGN && p.SGN == r.SGN && !p.InSync && p.Range.Overlaps(r.Range)
+		})
 	})
 	if len(paired) > 0 || changed {
 		ch := OwnershipChange{Paired: paired}
@@ -216,8 +218,15 @@ func (c *Core) CheckStandbyWrite(now time.Time, key keyspace.Key, holder string,
 }
 
 // InSync tells the Manager, in every request until it records it, that
-// this Owner's copy of lease under the pairing sgn is filled (rule 23).
-// A report for a pairing this Owner does not have is ignored.
+// this Owner's copy of lease under the pairing sgn is filled on pieces:
+// the ranges the holder's fill covered, which are the pieces it held when
+// it copied them (rule 23). A fill covers no piece its holder had dropped
+// before it, and the Manager promotes only the pieces reported, so a piece
+// listed again under the lease after its holder dropped it is never
+// promoted onto a copy that lacks it. The report names each piece of the
+// pairing (StandbyFor) the fill overlaps, clipped to the fill; a report for
+// a pairing this Owner does not have, or naming none of its pieces, is
+// ignored.
 //
 // The report goes out at the next Tick if the latest request has been
 // answered, and otherwise with the request sent once the answer comes (or
@@ -230,16 +239,24 @@ func (c *Core) CheckStandbyWrite(now time.Time, key keyspace.Key, holder string,
 // another such race, no renewal would be taken up, and its own leases,
 // renewed on the Manager's side, would run out on its side and be released
 // with their state (TestInSyncReportsKeepRenewals).
-func (c *Core) InSync(now time.Time, lease LeaseNum, sgn protocol.SGN) {
-	i := slices.IndexFunc(c.sb.of, func(p Pairing) bool { return p.Lease == lease && p.SGN == sgn })
-	if i < 0 || c.sb.of[i].InSync {
+func (c *Core) InSync(now time.Time, lease LeaseNum, sgn protocol.SGN, pieces []keyspace.Range) {
+	filled := keyspace.NewRangeSet(pieces...)
+	added := false
+	for _, p := range c.sb.of {
+		if p.Lease != lease || p.SGN != sgn || p.InSync {
+			continue
+		}
+		for _, q := range filled.Intersect(keyspace.NewRangeSet(p.Range)).Ranges() {
+			r := protocol.StandbySync{Range: q, LGN: lease.LGN, SGN: sgn}
+			if !slices.Contains(c.sb.reports, r) {
+				c.sb.reports = append(c.sb.reports, r)
+				added = true
+			}
+		}
+	}
+	if !added {
 		return
 	}
-	r := protocol.StandbySync{Range: c.sb.of[i].Range, LGN: lease.LGN, SGN: sgn}
-	if slices.Contains(c.sb.reports, r) {
-		return
-	}
-	c.sb.reports = append(c.sb.reports, r)
 	if c.unanswered {
 		c.sb.deferred = true
 		return

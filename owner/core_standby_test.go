@@ -2,6 +2,7 @@ package owner
 
 import (
 	"errors"
+	"slices"
 	"testing"
 
 	"github.com/leasehold/leasehold/internal/faults"
@@ -108,8 +109,8 @@ func TestInSyncReported(t *testing.T) {
 	sf := protocol.Standby{Range: rng(100, 200), LGN: 8, SGN: 4, Owner: "h"}
 	m.StandbyFor = []protocol.Standby{sf}
 	c.Step(at(20*ms), m)
-	c.InSync(at(30*ms), num(8), 4)
-	c.InSync(at(30*ms), num(8), 3) // not its pairing: ignored
+	c.InSync(at(30*ms), num(8), 4, []keyspace.Range{keyspace.Full})
+	c.InSync(at(30*ms), num(8), 3, []keyspace.Range{keyspace.Full}) // not its pairing: ignored
 	reqs := tick(c, at(30*ms)).reqs
 	if len(reqs) != 1 || len(reqs[0].InSync) != 1 || reqs[0].InSync[0].SGN != 4 {
 		t.Fatalf("requests %+v, want one reporting #8 in sync under SGN 4", reqs)
@@ -153,5 +154,33 @@ func TestStandbyRefusesOlderLease(t *testing.T) {
 	}
 	if err := c.CheckStandbyWrite(at(30*ms), 155, "h2", num(12), 6); err != nil {
 		t.Fatalf("the later lease's write is refused: %v", err)
+	}
+}
+
+// TestInSyncNamesPieces (rule 23): the standby reports in sync exactly the
+// pieces of the pairing the holder's fill covered, each clipped to the
+// fill, and keeps a report until the piece it names is recorded in sync: a
+// fill that did not cover a piece of the lease (dropped by its holder
+// before the copy) reports nothing of it.
+func TestInSyncNamesPieces(t *testing.T) {
+	c := standbyCore(t, faults.Set{})
+	m := resp(2, 1, renew(rng(0, 100), 5))
+	a := protocol.Standby{Range: rng(100, 150), LGN: 8, SGN: 4, Owner: "h"}
+	b := protocol.Standby{Range: rng(150, 200), LGN: 8, SGN: 4, Owner: "h"}
+	m.StandbyFor = []protocol.Standby{a, b}
+	c.Step(at(20*ms), m)
+	c.InSync(at(30*ms), num(8), 4, []keyspace.Range{rng(90, 140)}) // the fill covered [100, 140) of a only
+	reqs := tick(c, at(30*ms)).reqs
+	want := []protocol.StandbySync{{Range: rng(100, 140), LGN: 8, SGN: 4}}
+	if len(reqs) != 1 || !slices.Equal(reqs[0].InSync, want) {
+		t.Fatalf("requests %+v, want one reporting %v", reqs, want)
+	}
+	c.InSync(at(40*ms), num(8), 4, []keyspace.Range{rng(0, 100), rng(200, 300)}) // no piece of #8
+	a.InSync = true
+	m = resp(3, 2, renew(rng(0, 100), 5))
+	m.StandbyFor = []protocol.Standby{a, b}
+	c.Step(at(50*ms), m)
+	if reqs := tick(c, at(600*ms)).reqs; len(reqs) != 1 || len(reqs[0].InSync) != 0 {
+		t.Fatalf("requests %+v, want no report: the piece reported is recorded, the other never filled", reqs)
 	}
 }

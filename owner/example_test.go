@@ -103,8 +103,10 @@ func Example_standby() {
 		return nil
 	}
 
-	// Standby: the holder's fill of a newly named pairing is complete.
-	filled := func(lease owner.LeaseNum, sgn protocol.SGN) { o.InSync(lease, sgn) }
+	// Standby: the holder's fill of a newly named pairing is complete. The
+	// fill names the pieces of the lease its holder held when it copied
+	// them; only those are reported in sync, and only those are promoted.
+	filled := func(lease owner.LeaseNum, sgn protocol.SGN, pieces []keyspace.Range) { o.InSync(lease, sgn, pieces) }
 
 	// Promoted: a grant marked Promoted carries the copy kept as standby;
 	// the application serves from it (OwnershipChange.Granted).

@@ -436,7 +436,7 @@ func (o *Owner) run(ctx context.Context, core *Core) {
 		case rs := <-o.released:
 			core.Released(time.Now(), rs)
 		case m := <-o.insync:
-			core.InSync(time.Now(), m.lease, m.sgn)
+			core.InSync(time.Now(), m.lease, m.sgn, m.pieces)
 		case done := <-o.drain:
 			core.Drain(time.Now())
 			draining = done

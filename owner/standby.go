@@ -163,19 +163,24 @@ func checkStandbyWrite(of []Pairing, held bool, key keyspace.Key, holder string,
 }
 
 // InSync tells the Manager, in every renewal until it records it, that
-// this Owner's copy of the holder's lease under the pairing sgn is filled:
-// it holds every write the holder acknowledged. Call it once the holder's
-// fill is stored; until the Manager records it the standby is not
-// promoted. A report for a pairing this Owner does not have is ignored. It
+// this Owner's copy of the holder's lease under the pairing sgn is filled
+// on pieces: it holds every write the holder acknowledged there. Call it
+// once the holder's fill is stored, with the ranges the fill covered — the
+// pieces of the lease the holder held when it copied them, which the fill
+// must name. Only the pieces reported are promoted: a piece the holder had
+// dropped before the fill (recalled, then listed again under the lease)
+// was not copied, and is freed and reported lost if the holder is (Core
+// .InSync). A report for a pairing this Owner does not have is ignored. It
 // returns at once.
-func (o *Owner) InSync(lease LeaseNum, sgn protocol.SGN) {
+func (o *Owner) InSync(lease LeaseNum, sgn protocol.SGN, pieces []keyspace.Range) {
 	select {
-	case o.insync <- inSyncMsg{lease, sgn}:
+	case o.insync <- inSyncMsg{lease, sgn, slices.Clone(pieces)}:
 	case <-o.stopped:
 	}
 }
 
 type inSyncMsg struct {
-	lease LeaseNum
-	sgn   protocol.SGN
+	lease  LeaseNum
+	sgn    protocol.SGN
+	pieces []keyspace.Range
 }

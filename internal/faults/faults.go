@@ -11,6 +11,12 @@ type Set struct {
 	// only slow or cut off, still believes its lease and acknowledges
 	// writes the promoted standby never sees.
 	PromoteEarly bool
+	// InSyncWholeLease makes the Manager record a standby's report that
+	// its copy is filled as covering the whole lease, as it once did,
+	// instead of the pieces the report names (docs/design.md rule 23): a
+	// piece its holder had dropped before the fill, then listed again
+	// under the lease, is promoted onto the standby's empty copy.
+	InSyncWholeLease bool
 	// AckBeforeStandby makes the simulation's holders acknowledge a write
 	// as soon as they send it to the standby, before the standby has
 	// stored it (docs/design.md rule 24).

@@ -155,11 +155,12 @@ func (c *Core) reconcile(now time.Time, n *namespace) (expired uint64) {
 			}
 			gone, _ := n.res.free(s.Range, now)
 			for _, p := range gone.Ranges() {
-				if c.promote(now, n, s.Entry, p) {
-					continue // granted to its in-sync standby (rule 21)
+				// What its standby is in sync on goes to it (rule 21);
+				// the rest is freed.
+				for _, q := range c.promote(now, n, s.Entry, p) {
+					c.set(now, n, q, leasetable.Entry{})
+					expired++
 				}
-				c.set(now, n, p, leasetable.Entry{})
-				expired++
 			}
 		}
 	}

@@ -12,18 +12,24 @@ import (
 	"github.com/leasehold/leasehold/leasetable"
 )
 
-// promote grants piece p of the expired lease e to e's standby, if the
-// pairing is in sync and its standby the same live run that was named,
-// as a promoted grant migrated from exactly e's LGN: Lookups raise no
-// loss. It reports whether it did; otherwise p is freed and the loss
-// reported (rule 14).
-func (c *Core) promote(now time.Time, n *namespace, e leasetable.Entry, p keyspace.Range) bool {
+// promote grants the part of piece p of the expired lease e that e's
+// standby is recorded in sync on (rule 23: per piece, as its fills named
+// them) to that standby, if it is the same live run that was named, as a
+// promoted grant migrated from exactly e's LGN: Lookups raise no loss. It
+// returns the rest of p, which the caller frees and whose loss is
+// reported (rule 14): a piece the standby's copy was never filled on is
+// not promoted onto it.
+func (c *Core) promote(now time.Time, n *namespace, e leasetable.Entry, p keyspace.Range) (rest []keyspace.Range) {
 	rec, ok := n.s.standbys[e.LGN]
 	if !ok || !rec.InSync || !n.standbyOK(rec) {
-		return false
+		return []keyspace.Range{p}
 	}
-	c.grantPromoted(now, n, n.owners[rec.Owner], p, e.LGN)
-	return true
+	whole := keyspace.NewRangeSet(p)
+	in := whole.Intersect(keyspace.NewRangeSet(rec.Synced...))
+	for _, q := range in.Ranges() {
+		c.grantPromoted(now, n, n.owners[rec.Owner], q, e.LGN)
+	}
+	return whole.Subtract(in).Ranges()
 }
 
 // grantPromoted grants p to standby s as a promoted grant of lease from.
@@ -48,7 +54,7 @@ func (c *Core) promoteEarly(now time.Time, n *namespace) {
 			continue
 		}
 		for _, s := range n.heldBy(rec.Holder) {
-			if s.Entry.LGN == rec.LGN {
+			if s.Entry.LGN == rec.LGN && rec.syncedCovers(s.Range) {
 				n.res.set(s.Range, time.Time{})
 				c.grantPromoted(now, n, n.owners[rec.Owner], s.Range, rec.LGN)
 			}

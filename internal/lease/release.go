@@ -37,6 +37,19 @@ func (n *namespace) heldBy(id string) []leasetable.Segment { return n.s.table.Ow
 // latest message (a recall acknowledged by omission, or a refused renewal),
 // and the race filter guarantees no earlier message of ours can give them
 // back, so they may be granted at once (C§2.3.2).
+//
+// A piece our latest message still listed (renewed, not recalled) that the
+// owner gave up on its own — its lease ran out on its side before a renewal
+// reached it, or it left — goes to the lease's standby where that one is
+// recorded in sync on it, as a promoted grant (rule 21), instead of being
+// freed: the owner dropped the piece before it sent the request that omits
+// it, so its belief ended first, and it acknowledged no write on the piece
+// the standby lacks (rule 24) — the piece was in the fill that put the
+// standby in sync on it (rule 23: the mark is per piece, so a piece the
+// holder had dropped before the fill is not promoted). Freed, the range
+// would be reported lost though its standby holds every acknowledged
+// write; a live Owner starved of its renewals for one owner lease lost a
+// zone's worth of ranges so.
 func (c *Core) release(now time.Time, n *namespace, o *ownerSession, held []protocol.Lease, handed []protocol.Handed) (freed uint64) {
 	segs := n.heldByRun(o)
 	if sameSegments(held, segs) {
@@ -86,8 +99,14 @@ func (c *Core) release(now time.Time, n *namespace, o *ownerSession, held []prot
 				if c.broken.MigrateUnhanded && c.migrateUnhanded(now, n, o, q, s.Entry.LGN) {
 					continue
 				}
-				c.set(now, n, q, leasetable.Entry{})
-				n.res.set(q, time.Time{})
+				free := []keyspace.Range{q}
+				if o.sent.CoversRange(q) {
+					free = c.promote(now, n, s.Entry, q) // given up on its own: promoted where in sync (rule 21)
+				}
+				for _, f := range free {
+					c.set(now, n, f, leasetable.Entry{})
+					n.res.set(f, time.Time{})
+				}
 			}
 		}
 		for r := range o.handing {

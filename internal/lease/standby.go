@@ -156,17 +156,35 @@ func (c *Core) pickStandby(n *namespace, h *ownerSession, load map[string]int) *
 }
 
 // learnInSync records a standby's reports that its copy is filled (rule
-// 23): only for the pairing that names this run under the SGN reported.
+// 23): only for the pairing that names this run under the SGN reported,
+// and only for the pieces each report names that the lease still has. A
+// fill covers the pieces its holder held when it copied them, not the
+// whole lease: a piece the holder had dropped (recalled, and listed again
+// before its omission reached us) was not copied, and stays out of sync.
 // A report for a pairing since dropped or renamed is ignored: the copy it
 // speaks of is not the one the pairing needs.
 func (c *Core) learnInSync(now time.Time, n *namespace, o *ownerSession, reports []protocol.StandbySync) {
 	for _, r := range reports {
 		rec, ok := n.s.standbys[r.LGN]
-		if !ok || rec.InSync || rec.SGN != r.SGN || rec.Owner != o.id || rec.Incarnation != o.inc || !n.standbyOK(rec) {
+		if !ok || rec.SGN != r.SGN || rec.Owner != o.id || rec.Incarnation != o.inc || !n.standbyOK(rec) {
 			continue
 		}
-		rec.InSync = true
+		synced := keyspace.NewRangeSet(rec.Synced...)
+		var add keyspace.RangeSet
+		if c.broken.InSyncWholeLease {
+			add = keyspace.NewRangeSet(rec.Range) // the whole lease, as the mark once was
+		} else {
+			add = n.leasePieces(rec).Intersect(keyspace.NewRangeSet(r.Range))
+		}
+		if add.Empty() || synced.Union(add).Equal(synced) {
+			continue
+		}
+		first := !rec.InSync
+		rec.InSync, rec.Synced = true, synced.Union(add).Ranges()
 		c.recordStandby(now, n, rec)
+		if !first {
+			continue
+		}
 		c.stats.StandbysFilled++
 		if at, ok := n.namedAt[r.LGN]; ok {
 			c.stats.LastFill = now.Sub(at)
@@ -176,6 +194,39 @@ func (c *Core) learnInSync(now time.Time, n *namespace, o *ownerSession, reports
 	}
 }
 
+// leasePieces returns the pieces the table gives rec's lease now.
+func (n *namespace) leasePieces(rec StandbyRecord) keyspace.RangeSet {
+	var ps []keyspace.Range
+	for _, seg := range n.heldBy(rec.Holder) {
+		if seg.Entry.LGN == rec.LGN {
+			ps = append(ps, seg.Range)
+		}
+	}
+	return keyspace.NewRangeSet(ps...)
+}
+
+// syncedCovers reports whether rec's standby is recorded in sync on the
+// whole of p.
+func (rec StandbyRecord) syncedCovers(p keyspace.Range) bool {
+	return rec.InSync && keyspace.NewRangeSet(rec.Synced...).CoversRange(p)
+}
+
+// pairingInSync reports whether rec's standby is in sync on every piece
+// the lease has now (pieces: the holder's, by LGN): what the holder is
+// told (its standby would be promoted whole if it were lost now).
+func pairingInSync(rec StandbyRecord, pieces map[keyspace.LGN][]keyspace.Range) bool {
+	ps := pieces[rec.LGN]
+	if !rec.InSync || len(ps) == 0 {
+		return false
+	}
+	for _, p := range ps {
+		if !rec.syncedCovers(p) {
+			return false
+		}
+	}
+	return true
+}
+
 // standbyLists returns what a message to o says of standbys: for each
 // lease it lists, its pairing (rule 24: the holder keeps the one of the
 // largest SGN); and every pairing that names o's run as the standby.
@@ -183,28 +234,36 @@ func (c *Core) standbyLists(n *namespace, o *ownerSession, leases []protocol.Lea
 	if len(n.s.standbys) == 0 {
 		return nil, nil
 	}
+	var pieces map[keyspace.LGN][]keyspace.Range // o's, for the pairings' in-sync marks: read once
 	for i, l := range leases {
 		if i > 0 && leases[i-1].LGN == l.LGN {
 			continue
 		}
 		if rec, ok := n.s.standbys[l.LGN]; ok && rec.Holder == o.id && !slices.ContainsFunc(standbys, func(s protocol.Standby) bool { return s.LGN == l.LGN }) {
+			if pieces == nil && rec.InSync {
+				pieces = map[keyspace.LGN][]keyspace.Range{}
+				for _, seg := range n.heldBy(o.id) {
+					pieces[seg.Entry.LGN] = append(pieces[seg.Entry.LGN], seg.Range)
+				}
+			}
 			standbys = append(standbys, protocol.Standby{Range: rec.Range, LGN: rec.LGN, SGN: rec.SGN, Owner: rec.Owner,
-				Addr: rec.Addr, Incarnation: rec.Incarnation, InSync: rec.InSync})
+				Addr: rec.Addr, Incarnation: rec.Incarnation, InSync: pairingInSync(rec, pieces)})
 		}
 	}
 	for _, rec := range n.s.standbys { // the map, not the sorted list: this is every message
 		if rec.Owner != o.id || rec.Incarnation != o.inc {
 			continue
 		}
-		s := protocol.Standby{LGN: rec.LGN, SGN: rec.SGN, Owner: rec.Holder, InSync: rec.InSync}
+		s := protocol.Standby{LGN: rec.LGN, SGN: rec.SGN, Owner: rec.Holder}
 		if h := n.owners[rec.Holder]; h != nil {
 			s.Addr, s.Incarnation = h.addr, h.inc
 		}
 		// One entry per piece the lease still has: a piece recalled
-		// from it is no longer the holder's to write (rule 24).
+		// from it is no longer the holder's to write (rule 24). Each says
+		// whether that piece is recorded in sync (rule 23).
 		for _, seg := range n.heldBy(rec.Holder) {
 			if seg.Entry.LGN == rec.LGN {
-				s.Range = seg.Range
+				s.Range, s.InSync = seg.Range, rec.syncedCovers(seg.Range)
 				standbyFor = append(standbyFor, s)
 			}
 		}

@@ -28,7 +28,14 @@ type StandbyRecord struct {
 	Addr        string       `json:"a,omitempty"`
 	Incarnation uint64       `json:"i,omitempty"`
 	Zone        string       `json:"z,omitempty"`
-	InSync      bool         `json:"y,omitempty"` // the standby's copy is filled under SGN
+	InSync      bool         `json:"y,omitempty"` // some piece of the standby's copy is filled under SGN
+	// Synced are the pieces of the lease whose copy the standby reported
+	// filled under SGN (rule 23): a fill covers the pieces its holder held
+	// when it copied them, not the whole lease, and only these pieces are
+	// promoted (rule 21). A record in sync without Synced (written before
+	// the mark was per piece) promotes nothing: its pieces are freed and
+	// their loss reported.
+	Synced []keyspace.Range `json:"ys,omitempty"`
 }
 
 func (n *nsState) applyStandby(r *StandbyRecord) error {
@@ -42,8 +49,13 @@ func (n *nsState) applyStandby(r *StandbyRecord) error {
 		return nil
 	case r.Holder == "" || !r.Range.Valid():
 		return fmt.Errorf("standby record of LGN %d without a holder or a range", r.LGN)
-	case r.Owner == "" && r.InSync:
+	case r.Owner == "" && (r.InSync || len(r.Synced) > 0):
 		return fmt.Errorf("standby record of LGN %d in sync without a standby", r.LGN)
+	}
+	for _, p := range r.Synced {
+		if !p.Valid() {
+			return fmt.Errorf("standby record of LGN %d: piece %v in sync is empty or reversed", r.LGN, p)
+		}
 	}
 	n.standbys[r.LGN] = *r
 	n.sgn = max(n.sgn, r.SGN)

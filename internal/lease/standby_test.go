@@ -101,6 +101,17 @@ func inSync(rec StandbyRecord) protocol.StandbySync {
 // reports in sync; a falls silent. It returns when the lease's range left
 // a, and when a's reservation of it ran out (rule 3).
 func promotionRun(t *testing.T, broken faults.Set, report bool) (h *sbHarness, la keyspace.LGN, r keyspace.Range, moved, resEnd time.Time) {
+	return promotionRunWith(t, broken, func(rec StandbyRecord) []protocol.StandbySync {
+		if !report {
+			return nil
+		}
+		return []protocol.StandbySync{inSync(rec)}
+	})
+}
+
+// promotionRunWith is promotionRun with b's reports of a's pairing given
+// by reports (none: b reports nothing).
+func promotionRunWith(t *testing.T, broken faults.Set, reports func(StandbyRecord) []protocol.StandbySync) (h *sbHarness, la keyspace.LGN, r keyspace.Range, moved, resEnd time.Time) {
 	h = newStandbys(t, broken, 2, "a=x", "b=y")
 	h.start("a", "b")
 	la, r = h.leaseOf("a")
@@ -108,8 +119,8 @@ func promotionRun(t *testing.T, broken faults.Set, report bool) (h *sbHarness, l
 	if rec.Owner != "b" || rec.InSync {
 		t.Fatalf("a#%d's pairing is %+v, want b, not in sync", la, rec)
 	}
-	if report {
-		h.req("b", inSync(rec))
+	if rs := reports(rec); len(rs) > 0 {
+		h.req("b", rs...)
 		if !h.pairing(la).InSync {
 			t.Fatalf("b's report left the pairing %+v", h.pairing(la))
 		}
@@ -122,7 +133,7 @@ func promotionRun(t *testing.T, broken faults.Set, report bool) (h *sbHarness, l
 		if h.now.Sub(base)%tm.Renew == 0 {
 			h.req("b")
 		}
-		if e := h.entry(r); moved.IsZero() && e.Owner != "a" {
+		if e := h.table().At(r.Start).Entry; moved.IsZero() && e.Owner != "a" {
 			moved = h.now
 		}
 	}
@@ -183,6 +194,72 @@ func TestPromotedGrantSaysSo(t *testing.T) {
 	}
 	if !saw {
 		t.Fatal("b was not sent a grant marked Promoted and Migrated")
+	}
+}
+
+// TestPromoteOnlyPiecesInSync (rules 21, 23): a fill covers the pieces
+// its holder held when it copied them, and the standby reports those; a
+// piece its holder had dropped before the fill (recalled, then listed
+// again under the lease before the omission reached the Manager) is not
+// in the copy. At the reservation's end only the pieces reported are
+// promoted; the rest is freed and its loss reported. faults
+// .InSyncWholeLease (the mark for the whole lease) breaks it, and the same
+// check fails.
+func TestPromoteOnlyPiecesInSync(t *testing.T) {
+	check := func(broken faults.Set) error {
+		var synced, dropped keyspace.Range
+		h, la, _, _, _ := promotionRunWith(t, broken, func(rec StandbyRecord) []protocol.StandbySync {
+			mid := rec.Range.Start + keyspace.Key(uint64(rec.Range.Last()-rec.Range.Start)/2)
+			synced = keyspace.Range{Start: rec.Range.Start, End: mid}
+			dropped = keyspace.Range{Start: mid, End: rec.Range.End}
+			return []protocol.StandbySync{{Range: synced, LGN: rec.LGN, SGN: rec.SGN}}
+		})
+		e := h.entry(synced)
+		if e.Owner != "b" || !e.Migrated || e.MigratedFrom != la {
+			return fmt.Errorf("the piece reported in sync, %v, is %+v after a's reservation; want b's, promoted from #%d", synced, e, la)
+		}
+		for _, s := range h.table().Overlapping(dropped) {
+			if !leasetable.Lost(leasetable.Entry{Owner: "a", LGN: la}, s.Entry) {
+				return fmt.Errorf("the piece never reported in sync, %v, is %+v after a's reservation: promoted onto a copy the fill did not cover, no loss reported", s.Range, s.Entry)
+			}
+		}
+		return nil
+	}
+	if err := check(faults.Set{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := check(faults.Set{InSyncWholeLease: true}); err == nil {
+		t.Fatal("with faults.InSyncWholeLease the check passes: it cannot tell a piece promoted out of sync")
+	}
+}
+
+// TestInSyncOnlyPiecesOfTheLease (rule 23): a report records only the
+// pieces it names that the lease has: one naming none of them records
+// nothing, and the standby is told in sync per piece (StandbyFor).
+func TestInSyncOnlyPiecesOfTheLease(t *testing.T) {
+	h := newStandbys(t, faults.Set{}, 2, "a=x", "b=y")
+	h.start("a", "b")
+	la, r := h.leaseOf("a")
+	rec := h.pairing(la)
+	outside := keyspace.Range{Start: r.End, End: r.End + 10}
+	if r.End == 0 {
+		outside = keyspace.Range{Start: 0, End: r.Start}
+	}
+	h.req("b", protocol.StandbySync{Range: outside, LGN: la, SGN: rec.SGN})
+	if got := h.pairing(la); got.InSync || len(got.Synced) > 0 {
+		t.Fatalf("a report naming %v, outside a#%d's %v, left the pairing %+v", outside, la, r, got)
+	}
+	half := keyspace.Range{Start: r.Start, End: r.Start + 16}
+	out := h.req("b", protocol.StandbySync{Range: keyspace.Range{Start: r.Start - min(r.Start, 5), End: half.End}, LGN: la, SGN: rec.SGN})
+	if got := h.pairing(la); !got.InSync || len(got.Synced) != 1 || got.Synced[0] != half {
+		t.Fatalf("after a report naming %v, the pairing is %+v; want in sync on %v only", half, got, half)
+	}
+	for _, m := range out.Owners {
+		for _, s := range m.Msg.StandbyFor {
+			if m.To == "b" && s.LGN == la && s.InSync != half.Covers(s.Range) {
+				t.Fatalf("b is told %+v, with a#%d in sync on %v only", s, la, half)
+			}
+		}
 	}
 }
 
@@ -381,4 +458,81 @@ func TestRecallStillFrees(t *testing.T) {
 		}
 	}
 	t.Fatalf("a, drained, still holds %v after 8 renewals", h.entry(r))
+}
+
+// TestPromoteOnLapsedRelease (rule 21): a holder whose lease ran out on its
+// side while the Manager still renewed it (no renewal reached it) omits
+// the lease from its next request. Its standby, in sync, has every write
+// it acknowledged: the range is granted to the standby, promoted, and no
+// loss is reported — as it would be had the holder stayed silent until its
+// reservation ran out.
+func TestPromoteOnLapsedRelease(t *testing.T) {
+	h, la, r := lapsedRelease(t, faults.Set{}, func(rec StandbyRecord) protocol.StandbySync { return inSync(rec) })
+	e := h.entry(r)
+	if e.Owner != "b" || !e.Migrated || e.MigratedFrom != la {
+		t.Fatalf("after a gave up a#%d, lapsed, the range is %+v; want b's, promoted from #%d", la, e, la)
+	}
+	if leasetable.Lost(leasetable.Entry{Owner: "a", LGN: la}, e) {
+		t.Fatal("a Lookup reports the range lost though its standby was in sync")
+	}
+}
+
+// TestLapsedReleasePromotesOnlyPiecesInSync (rules 21, 23): at a lapsed
+// holder's release, as at a reservation's end, only the pieces the standby
+// is recorded in sync on are promoted. The long sweep drew the other case
+// (TestSimulationStandbys -sim.long, seed 104, with the mark for the whole
+// lease): a piece its holder dropped on a recall before it filled a new
+// standby, listed again as a renewal, then omitted, was promoted onto the
+// standby's empty copy. faults.InSyncWholeLease breaks it, and the same
+// check fails.
+func TestLapsedReleasePromotesOnlyPiecesInSync(t *testing.T) {
+	check := func(broken faults.Set) error {
+		var synced, dropped keyspace.Range
+		h, la, _ := lapsedRelease(t, broken, func(rec StandbyRecord) protocol.StandbySync {
+			mid := rec.Range.Start + keyspace.Key(uint64(rec.Range.Last()-rec.Range.Start)/2)
+			synced = keyspace.Range{Start: rec.Range.Start, End: mid}
+			dropped = keyspace.Range{Start: mid, End: rec.Range.End}
+			return protocol.StandbySync{Range: synced, LGN: rec.LGN, SGN: rec.SGN}
+		})
+		if e := h.entry(synced); e.Owner != "b" || !e.Migrated || e.MigratedFrom != la {
+			return fmt.Errorf("the piece in sync, %v, is %+v after a's release; want b's, promoted from #%d", synced, e, la)
+		}
+		for _, s := range h.table().Overlapping(dropped) {
+			if !leasetable.Lost(leasetable.Entry{Owner: "a", LGN: la}, s.Entry) {
+				return fmt.Errorf("the piece never reported in sync, %v, is %+v after a's release: promoted onto a copy the fill did not cover", s.Range, s.Entry)
+			}
+		}
+		return nil
+	}
+	if err := check(faults.Set{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := check(faults.Set{InSyncWholeLease: true}); err == nil {
+		t.Fatal("with faults.InSyncWholeLease the check passes: it cannot tell a piece promoted out of sync")
+	}
+}
+
+// lapsedRelease: a (zone x) holds a lease whose standby b (zone y)
+// reports report; a is renewed, then its lease runs out on its side and
+// its next request omits it. It returns a's lease and range.
+func lapsedRelease(t *testing.T, broken faults.Set, report func(StandbyRecord) protocol.StandbySync) (*sbHarness, keyspace.LGN, keyspace.Range) {
+	h := newStandbys(t, broken, 2, "a=x", "b=y")
+	h.start("a", "b")
+	la, r := h.leaseOf("a")
+	h.req("b", report(h.pairing(la)))
+	if !h.pairing(la).InSync {
+		t.Fatalf("b's report left the pairing %+v", h.pairing(la))
+	}
+	h.req("a") // renewed: the answer lists r
+	a := h.peers["a"]
+	var kept []protocol.Lease
+	for _, l := range a.held {
+		if l.LGN != la {
+			kept = append(kept, l)
+		}
+	}
+	a.held = kept // ran out on a's side
+	h.now = h.now.Add(10 * ms)
+	h.req("a")
+	return h, la, r
 }

@@ -90,11 +90,14 @@ type replAck struct {
 	toInc uint64
 }
 
-// fillMsg is the holder's copy of a lease's keys, for a new standby.
+// fillMsg is the holder's copy of a lease's keys, for a new standby, and
+// the pieces of the lease it covers: those the holder held when it copied
+// them (docs/design.md rule 23).
 type fillMsg struct {
 	p      owner.Pairing
 	holder string
 	data   map[keyspace.Key]sbVal
+	pieces []keyspace.Range
 }
 
 func (a *app) standby() *sbApp {
@@ -188,7 +191,7 @@ func (s *Sim) sbStep(n *node) {
 			}
 		}
 		if to := s.byOwner[p.Peer]; to != nil {
-			s.send(n, to, fillMsg{p: p, holder: n.name, data: data})
+			s.send(n, to, fillMsg{p: p, holder: n.name, data: data, pieces: sbPieces(n, now, p.Lease)})
 		}
 	}
 	for range sbTries {
@@ -202,6 +205,18 @@ func (s *Sim) sbStep(n *node) {
 		}
 		s.sbWrite(n, k, p)
 	}
+}
+
+// sbPieces returns the pieces of lease num that Owner run n holds at now:
+// those a fill copied the keys of, which it names (rule 23).
+func sbPieces(n *node, now time.Time, num owner.LeaseNum) []keyspace.Range {
+	var pieces []keyspace.Range
+	for _, l := range n.own.Held(now) {
+		if l.Num == num {
+			pieces = append(pieces, l.Range)
+		}
+	}
+	return pieces
 }
 
 // sbPairingOf returns the pairing of lease num, through any key of it.
@@ -294,7 +309,7 @@ func (s *Sim) sbDeliver(n, from *node, msg any) bool {
 		}
 		s.stats.Fills++
 		s.trace(n, "fill from %s %+v: %v", m.holder, m.p, m.data)
-		n.own.InSync(now, m.p.Lease, m.p.SGN)
+		n.own.InSync(now, m.p.Lease, m.p.SGN, m.pieces)
 	default:
 		return false
 	}

@@ -29,6 +29,6 @@ func (s *Sim) sbFillOnPaired(n *node, a *sbApp, p owner.Pairing) {
 		}
 	}
 	if to := s.byOwner[p.Peer]; to != nil {
-		s.send(n, to, fillMsg{p: p, holder: n.name, data: data})
+		s.send(n, to, fillMsg{p: p, holder: n.name, data: data, pieces: sbPieces(n, now, p.Lease)})
 	}
 }

@@ -123,7 +123,7 @@ func TestBrokenPromoteEarly(t *testing.T) {
 
 // TestBrokenAckBeforeStandby: a holder that acknowledges a write before
 // its standby stored it (rule 24) loses it on promotion, unnotified.
-// Caught at seed 11.
+// Caught at seed 7.
 func TestBrokenAckBeforeStandby(t *testing.T) {
 	standbyTwin(t, faults.Set{AckBeforeStandby: true}, 7, "acknowledged writes")
 }
@@ -132,9 +132,18 @@ func TestBrokenAckBeforeStandby(t *testing.T) {
 // stale holder (rule 24) — an old holder resending what it had in flight,
 // after a stall or a partition, to the Owner that has since been promoted
 // or paired anew — overwrites what the current holder acknowledged.
-// Caught at seed 12.
+// Caught at seed 22.
 func TestBrokenStandbyAcceptsStale(t *testing.T) {
-	standbyTwin(t, faults.Set{StandbyAcceptsStale: true}, 6, "acknowledged writes")
+	standbyTwin(t, faults.Set{StandbyAcceptsStale: true}, 22, "acknowledged writes")
+}
+
+// TestBrokenInSyncWholeLease: a standby's report marks the whole lease in
+// sync, not the pieces its fill covered (rule 23): a piece its holder
+// dropped on a recall before it filled the standby, listed again under
+// the lease, is promoted onto the standby's copy without the holder's
+// acknowledged writes. Caught at seed 53.
+func TestBrokenInSyncWholeLease(t *testing.T) {
+	standbyTwin(t, faults.Set{InSyncWholeLease: true}, 53, "acknowledged writes")
 }
 
 // TestSimulationStandbysReplicated3 runs the standby sweep on a Raft group

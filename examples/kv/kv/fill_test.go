@@ -2,6 +2,7 @@ package kv
 
 import (
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -36,7 +37,7 @@ func TestFillSettlesFirst(t *testing.T) {
 		f.grant(9)
 		f.promoted, f.migrated = kind == "promoted", kind == "migrated"
 		roles.holder = nil
-		got, err := s.fillCopy(owner.Pairing{Range: keyspace.Full, Lease: f.n, SGN: 4, Peer: "kv-3"})
+		got, _, err := s.fillCopy(owner.Pairing{Range: keyspace.Full, Lease: f.n, SGN: 4, Peer: "kv-3"})
 		if kind == "unknown" {
 			if !errors.Is(err, errArriving) {
 				t.Errorf("a grant not known to carry state: fill %v, %v; want %v", got, err, errArriving)
@@ -71,5 +72,50 @@ func TestFillGoesOnAfterFirstPieceRecalled(t *testing.T) {
 	other.SGN = 5
 	if pairingHeld(sb, held, func(keyspace.Key) (owner.Pairing, bool) { return other, true }) {
 		t.Fatal("the fill goes on under a pairing replaced since")
+	}
+}
+
+// piecesLeases is fakeLeases holding only the pieces given.
+type piecesLeases struct {
+	*fakeLeases
+	pieces []keyspace.Range
+}
+
+func (p piecesLeases) Held() []owner.Lease {
+	var out []owner.Lease
+	for _, r := range p.pieces {
+		out = append(out, owner.Lease{Range: r, Num: p.n, Expiry: time.Now().Add(time.Hour)})
+	}
+	return out
+}
+
+// TestFillNamesHeldPieces (docs/design.md rule 23): a fill names the
+// pieces of its lease this server holds when it copies them, clipped to
+// the pairing's range, and no others: a piece it dropped before the copy
+// is not in it, and must not be reported in sync. The standby refuses a
+// fill naming pieces outside its range or before its last batch.
+func TestFillNamesHeldPieces(t *testing.T) {
+	f := &fakeLeases{}
+	f.grant(9)
+	held := []keyspace.Range{{Start: 0, End: 50}, {Start: 120, End: 300}} // [50, 120) dropped
+	s := newStore()
+	s.setRoles(piecesLeases{f, held}, &fakeRoles{leases: f})
+	_, pieces, err := s.fillCopy(owner.Pairing{Range: keyspace.Range{Start: 0, End: 200}, Lease: f.n, SGN: 4, Peer: "kv-3"})
+	want := []keyspace.Range{{Start: 0, End: 50}, {Start: 120, End: 200}}
+	if err != nil || !slices.Equal(pieces, want) {
+		t.Fatalf("fill names %v, %v; want %v", pieces, err, want)
+	}
+	m := replicateRequest{From: "kv-1", To: "kv-3", Start: 0, End: 200, Epoch: 1, LGN: 9, SGN: 4, Fill: true, Last: true,
+		Pieces: []span{{Start: 150, End: 250}}}
+	if err := m.validate(); err == nil {
+		t.Error("a fill naming a piece outside its range passes validation")
+	}
+	m.Pieces, m.Last = []span{{Start: 0, End: 50}}, false
+	if err := m.validate(); err == nil {
+		t.Error("a fill naming pieces before its last batch passes validation")
+	}
+	m.Last = true
+	if err := m.validate(); err != nil {
+		t.Errorf("a fill's last batch naming a piece of its range: %v", err)
 	}
 }

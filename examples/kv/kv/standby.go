@@ -43,6 +43,10 @@ const replicatePath = "/internal/standby"
 // lease runs out; until then writes on its ranges are refused.
 const replicateWait = time.Second
 
+// MaxFillPieces is the most pieces a fill may name: a lease's pieces are
+// few (a recall splits one off at a time).
+const MaxFillPieces = 1024
+
 // fillAttempt bounds one attempt at a fill; between attempts the holder
 // checks that the pairing is still current.
 const fillAttempt = 3 * time.Second
@@ -63,6 +67,21 @@ type replicateRequest struct {
 	First   bool           `json:"first,omitempty"`
 	Last    bool           `json:"last,omitempty"`
 	Entries []replicaEntry `json:"entries"`
+	// Pieces, in a fill's last batch, are the pieces of the lease the
+	// holder held when it copied the fill (inside the range): the standby
+	// reports exactly those in sync (docs/design.md rule 23).
+	Pieces []span `json:"pieces,omitempty"`
+}
+
+// span is a key range [Start, End) on the wire (End 0: the key space's
+// end).
+type span struct {
+	Start uint64 `json:"start"`
+	End   uint64 `json:"end"`
+}
+
+func (p span) keys() keyspace.Range {
+	return keyspace.Range{Start: keyspace.Key(p.Start), End: keyspace.Key(p.End)}
 }
 
 // replicaEntry is one value sent to a standby, with the holder's write
@@ -86,6 +105,15 @@ func (m *replicateRequest) validate() error {
 		return errors.New("a write without entries")
 	case !m.Fill && (m.First || m.Last):
 		return errors.New(`"first" and "last" without "fill"`)
+	case len(m.Pieces) > 0 && !m.Last:
+		return errors.New(`"pieces" outside a fill's last batch`)
+	case len(m.Pieces) > MaxFillPieces:
+		return fmt.Errorf("range %s: %d pieces; at most %d allowed (MaxFillPieces)", r, len(m.Pieces), MaxFillPieces)
+	}
+	for _, p := range m.Pieces {
+		if q := p.keys(); !q.Valid() || !r.Covers(q) {
+			return fmt.Errorf("piece %s is empty, reversed or outside range %s", q, r)
+		}
 	}
 	for _, e := range m.Entries {
 		switch {
@@ -145,7 +173,11 @@ func (s *Server) handleReplicate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if m.Fill && m.Last {
-		s.owner.InSync(lease, protocol.SGN(m.SGN))
+		pieces := make([]keyspace.Range, len(m.Pieces))
+		for i, p := range m.Pieces {
+			pieces[i] = p.keys()
+		}
+		s.owner.InSync(lease, protocol.SGN(m.SGN), pieces)
 		s.cfg.Logger.Info("kv: standby filled; in sync", "range", rg.String(), "holder", m.From, "sgn", m.SGN)
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -283,9 +315,9 @@ func (p *replicator) fill(sb owner.Pairing, named time.Time) {
 		if p.ctx.Err() != nil || !p.current(sb) {
 			return
 		}
-		entries, err := p.s.store.fillCopy(sb)
+		entries, pieces, err := p.s.store.fillCopy(sb)
 		if err == nil {
-			err = p.sendFill(sb, entries)
+			err = p.sendFill(sb, entries, pieces)
 		}
 		if err == nil {
 			took := time.Since(named)
@@ -309,7 +341,7 @@ func (p *replicator) fill(sb owner.Pairing, named time.Time) {
 	}
 }
 
-func (p *replicator) sendFill(sb owner.Pairing, entries []replicaEntry) error {
+func (p *replicator) sendFill(sb owner.Pairing, entries []replicaEntry, pieces []keyspace.Range) error {
 	base := replicateRequest{From: p.s.cfg.ID, To: sb.Peer, Start: uint64(sb.Range.Start), End: uint64(sb.Range.End),
 		Epoch: sb.Lease.Epoch, LGN: uint64(sb.Lease.LGN), SGN: uint64(sb.SGN), Fill: true}
 	var parts [][]replicaEntry
@@ -332,6 +364,11 @@ func (p *replicator) sendFill(sb owner.Pairing, entries []replicaEntry) error {
 		m.First, m.Last, m.Entries = i == 0, i == len(parts)-1, part
 		if m.Entries == nil {
 			m.Entries = []replicaEntry{}
+		}
+		if m.Last {
+			for _, q := range pieces {
+				m.Pieces = append(m.Pieces, span{Start: uint64(q.Start), End: uint64(q.End)})
+			}
 		}
 		body, err := json.Marshal(m)
 		if err != nil {

@@ -134,17 +134,26 @@ func (s *store) replicate(m replica) error {
 }
 
 // fillCopy returns the values of the range of sb held under sb.Lease, to
-// fill the standby with, with their write numbers. It first settles the
+// fill the standby with, with their write numbers, and the pieces of the
+// lease held now, which the fill covers and names (the standby reports
+// those pieces in sync, and only those are promoted: a piece this server
+// dropped before the copy was not copied). It first settles the
 // range's state: a lease's first pairing comes with its grant, and the
 // values the grant carries (handed over, or the copy a promoted grant
 // takes up) may still wait for the grant's upcall; copied without them,
 // the standby would be recorded in sync with a partial copy. While the
 // grant is not known to carry state or not, it returns errArriving.
-func (s *store) fillCopy(sb owner.Pairing) ([]replicaEntry, error) {
+func (s *store) fillCopy(sb owner.Pairing) ([]replicaEntry, []keyspace.Range, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.settleRangeLocked(sb.Range, sb.Lease); err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	var pieces []keyspace.Range
+	for _, l := range s.leases.Held() {
+		if q, ok := l.Range.Intersect(sb.Range); ok && l.Num == sb.Lease {
+			pieces = append(pieces, q)
+		}
 	}
 	var out []replicaEntry
 	for key, it := range s.items {
@@ -152,7 +161,7 @@ func (s *store) fillCopy(sb owner.Pairing) ([]replicaEntry, error) {
 			out = append(out, replicaEntry{Key: key, Value: it.value, Seq: it.seq})
 		}
 	}
-	return out, nil
+	return out, pieces, nil
 }
 
 // settleRangeLocked settles, as an operation's step (2) does for its key,
