@@ -99,7 +99,11 @@ type replica struct {
 // replicate stores a replicated write or fill batch as standby, if the
 // Owner library's fence accepts every key of it (a batch without keys is
 // checked on its range's first key). The first batch of a fill drops what
-// this server kept of the range under any other SGN: the fill replaces it.
+// this server kept under any other SGN of the keys the fence now gives to
+// the fill's pairing: the fill replaces them. A copy kept in the range for
+// another lease (a piece between two of the filling lease's, granted to
+// another holder this server stands by for) stays: the fill is not its
+// state, and that lease's standby may be promoted onto it.
 func (s *store) replicate(m replica) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -119,7 +123,8 @@ func (s *store) replicate(m replica) error {
 	}
 	if m.fill && m.first {
 		for key, c := range s.copies {
-			if m.r.Contains(c.key) && c.sgn != m.sgn {
+			if m.r.Contains(c.key) && c.sgn != m.sgn &&
+				s.roles.CheckStandbyWrite(c.key, m.from, m.lease, m.sgn) == nil {
 				delete(s.copies, key)
 			}
 		}

@@ -9,11 +9,22 @@ import (
 	"github.com/leasehold/leasehold/protocol"
 )
 
-// fakeRoles is the standby roles of one server, over the whole key space.
+// fakeRoles is the standby roles of one server, over the whole key space
+// but for inner, a pairing this server stands by for over a range of its
+// own.
 type fakeRoles struct {
 	leases  *fakeLeases
 	standby *owner.Pairing // as holder; nil: the lease has none
 	holder  *owner.Pairing // as standby
+	inner   *owner.Pairing // as standby, over inner.Range
+}
+
+// holderAt is the pairing this server stands by for at k.
+func (f *fakeRoles) holderAt(k keyspace.Key) *owner.Pairing {
+	if f.inner != nil && f.inner.Range.Contains(k) {
+		return f.inner
+	}
+	return f.holder
 }
 
 func (f *fakeRoles) StandbyOf(keyspace.Key) (owner.Pairing, bool) {
@@ -26,15 +37,16 @@ func (f *fakeRoles) StandbyOf(keyspace.Key) (owner.Pairing, bool) {
 	return *f.standby, true
 }
 
-func (f *fakeRoles) HolderOf(keyspace.Key) (owner.Pairing, bool) {
-	if f.holder == nil {
+func (f *fakeRoles) HolderOf(k keyspace.Key) (owner.Pairing, bool) {
+	h := f.holderAt(k)
+	if h == nil {
 		return owner.Pairing{}, false
 	}
-	return *f.holder, true
+	return *h, true
 }
 
 func (f *fakeRoles) CheckStandbyWrite(k keyspace.Key, from string, lease owner.LeaseNum, sgn protocol.SGN) error {
-	h := f.holder
+	h := f.holderAt(k)
 	refuse := func(why string) error {
 		return &owner.StandbyRefusal{Key: k, Holder: from, Lease: lease, SGN: sgn, Reason: why}
 	}
@@ -187,5 +199,37 @@ func TestPromotedServesTheCopy(t *testing.T) {
 		if copies, _ := s.copyCounts(); copies != 0 {
 			t.Errorf("promoted %v: %d copies left after the grant settled", promotedGrant, copies)
 		}
+	}
+}
+
+// TestFillKeepsAnotherLeasesCopy: the first batch of a fill replaces what
+// was kept under another SGN only on the keys of the fill's own pairing. A
+// lease's range runs from its first piece to its last, so it may span a
+// piece granted to another holder this server also stands by for; that
+// copy is the other lease's, which may be promoted onto it, and stays.
+func TestFillKeepsAnotherLeasesCopy(t *testing.T) {
+	outer := owner.LeaseNum{Epoch: 1, LGN: 7}
+	inner := owner.LeaseNum{Epoch: 1, LGN: 9}
+	mid := keyspace.KeyOf("m")
+	f := &fakeLeases{}
+	roles := &fakeRoles{leases: f,
+		holder: &owner.Pairing{Range: keyspace.Full, Peer: "kv-1", Lease: outer, SGN: 4},
+		inner:  &owner.Pairing{Range: keyspace.Range{Start: mid, End: mid + 1}, Peer: "kv-3", Lease: inner, SGN: 2}}
+	s := newStore()
+	s.setRoles(f, roles)
+	if err := s.replicate(replica{from: "kv-3", r: roles.inner.Range, lease: inner, sgn: 2,
+		entries: []replicaEntry{{Key: "m", Value: []byte("kv-3's"), Seq: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	s.copies["stale"] = copyItem{key: keyspace.KeyOf("stale"), value: []byte("old"), lease: outer, seq: 1, sgn: 3}
+	if err := s.replicate(replica{from: "kv-1", r: keyspace.Full, lease: outer, sgn: 4, fill: true, first: true,
+		entries: []replicaEntry{{Key: "d", Value: []byte("filled"), Seq: 5}}}); err != nil {
+		t.Fatal(err)
+	}
+	if c, ok := s.copies["m"]; !ok || string(c.value) != "kv-3's" {
+		t.Errorf("kv-1's fill across kv-3's piece dropped kv-3's acknowledged write: copies %v", s.copies)
+	}
+	if _, ok := s.copies["stale"]; ok {
+		t.Error("the fill under SGN 4 kept a value of its own pairing's SGN 3")
 	}
 }
