@@ -69,5 +69,5 @@ type StandbyInfo struct {
 	Standby string // the standby Owner's ID
 	Zone    string // the standby's zone
 	SGN     SGN
-	InSync  bool // filled: the standby may be promoted
+	InSync  bool // filled on every piece the lease has: the standby would be promoted on all of it
 }

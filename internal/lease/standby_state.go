@@ -11,6 +11,7 @@ import (
 	"slices"
 
 	"github.com/leasehold/leasehold/keyspace"
+	"github.com/leasehold/leasehold/leasetable"
 	"github.com/leasehold/leasehold/protocol"
 )
 
@@ -28,7 +29,7 @@ type StandbyRecord struct {
 	Addr        string       `json:"a,omitempty"`
 	Incarnation uint64       `json:"i,omitempty"`
 	Zone        string       `json:"z,omitempty"`
-	InSync      bool         `json:"y,omitempty"` // some piece of the standby's copy is filled under SGN
+	InSync      bool         `json:"y,omitempty"` // some piece of the standby's copy is filled under SGN (Synced says which)
 	// Synced are the pieces of the lease whose copy the standby reported
 	// filled under SGN (rule 23): a fill covers the pieces its holder held
 	// when it copied them, not the whole lease, and only these pieces are
@@ -76,16 +77,34 @@ func (n *nsState) standbyList() []StandbyRecord {
 }
 
 // Standbys returns a namespace's pairings of holder and standby, by the
-// holder's LGN, for status.
+// holder's LGN, for status. A pairing is in sync when its standby is
+// recorded filled on every piece the lease has now — what promotion would
+// take whole if the holder were lost — not on some of them.
 func (s *State) Standbys(ns string) []protocol.StandbyInfo {
 	n := s.ns[ns]
 	if n == nil {
 		return nil
 	}
 	var out []protocol.StandbyInfo
+	var pieces map[keyspace.LGN][]keyspace.Range // the holders' pieces, read once
 	for _, r := range n.standbyList() {
+		if pieces == nil && r.InSync {
+			pieces = n.piecesByLGN()
+		}
 		out = append(out, protocol.StandbyInfo{Range: r.Range, LGN: r.LGN, Holder: r.Holder, Standby: r.Owner,
-			Zone: r.Zone, SGN: r.SGN, InSync: r.InSync})
+			Zone: r.Zone, SGN: r.SGN, InSync: pairingInSync(r, pieces)})
 	}
+	return out
+}
+
+// piecesByLGN returns the table's pieces of every lease, by LGN.
+func (n *nsState) piecesByLGN() map[keyspace.LGN][]keyspace.Range {
+	out := map[keyspace.LGN][]keyspace.Range{}
+	n.table.Each(func(seg leasetable.Segment) bool {
+		if seg.Entry.Owner != "" {
+			out[seg.Entry.LGN] = append(out[seg.Entry.LGN], seg.Range)
+		}
+		return true
+	})
 	return out
 }

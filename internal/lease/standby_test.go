@@ -261,6 +261,22 @@ func TestInSyncOnlyPiecesOfTheLease(t *testing.T) {
 			}
 		}
 	}
+	statusInSync := func() bool {
+		for _, s := range h.c.State().Standbys(protocol.DefaultNamespace) {
+			if s.LGN == la {
+				return s.InSync
+			}
+		}
+		t.Fatalf("status lists no pairing of a#%d", la)
+		return false
+	}
+	if statusInSync() {
+		t.Fatalf("status says a#%d's standby is in sync, filled on %v of %v only", la, half, r)
+	}
+	h.req("b", protocol.StandbySync{Range: r, LGN: la, SGN: rec.SGN})
+	if !statusInSync() {
+		t.Fatalf("status says a#%d's standby is not in sync, filled on the whole lease %+v", la, h.pairing(la))
+	}
 }
 
 // TestNoPromotionNotInSync (rules 21, 23): a standby that never reported
