@@ -1,7 +1,8 @@
 // Promotion (docs/design.md rule 21): a lease that ends without a handover
 // goes to its in-sync standby instead of being freed, at the moment it
-// would have been freed — when the reservation of rule 3 has run out, so
-// the old holder's belief ended first.
+// would have been freed — when the reservation of rule 3 has run out, or
+// when the holder's accepted request omits it (given up on its own, or
+// recalled: release.go, rule 7) — so the old holder's belief ended first.
 
 package lease
 

@@ -38,18 +38,27 @@ func (n *namespace) heldBy(id string) []leasetable.Segment { return n.s.table.Ow
 // and the race filter guarantees no earlier message of ours can give them
 // back, so they may be granted at once (C§2.3.2).
 //
-// A piece our latest message still listed (renewed, not recalled) that the
-// owner gave up on its own — its lease ran out on its side before a renewal
-// reached it, or it left — goes to the lease's standby where that one is
+// A piece the owner omits goes to the lease's standby where that one is
 // recorded in sync on it, as a promoted grant (rule 21), instead of being
-// freed: the owner dropped the piece before it sent the request that omits
-// it, so its belief ended first, and it acknowledged no write on the piece
-// the standby lacks (rule 24) — the piece was in the fill that put the
-// standby in sync on it (rule 23: the mark is per piece, so a piece the
-// holder had dropped before the fill is not promoted). Freed, the range
-// would be reported lost though its standby holds every acknowledged
-// write; a live Owner starved of its renewals for one owner lease lost a
-// zone's worth of ranges so.
+// freed — whether our latest message still listed it (renewed: the owner
+// gave it up on its own, its lease having run out on its side before a
+// renewal reached it, or it left) or recalled it (a handover not reported
+// by its deadline, rule 13, or a move with planned moves off). Either way
+// the owner dropped the piece before it sent the request that omits it,
+// so its belief ended first, by the race filter's argument that lets a
+// free be granted at once; and it acknowledged no write on the piece the
+// standby lacks (rule 24: every write, those taken again after a failed
+// handover's deadline included, is stored at the standby before it is
+// acknowledged; a handover's copy-out takes none) — the piece was in the
+// fill that put the standby in sync on it (rule 23: the mark is per piece,
+// so a piece the holder had dropped before the fill is not promoted). A
+// copy a late handover left at the next Owner is never served: that Owner
+// is granted the piece migrated from this lease only on a handover
+// reported in time, and the piece is no longer this lease's. Freed, the
+// range would be reported lost though its standby holds every
+// acknowledged write: a live Owner starved of its renewals for one owner
+// lease lost a zone's worth of ranges so, and one that could not get its
+// handover copies through by the deadline 14 ranges.
 func (c *Core) release(now time.Time, n *namespace, o *ownerSession, held []protocol.Lease, handed []protocol.Handed) (freed uint64) {
 	segs := n.heldByRun(o)
 	if sameSegments(held, segs) {
@@ -99,11 +108,9 @@ func (c *Core) release(now time.Time, n *namespace, o *ownerSession, held []prot
 				if c.broken.MigrateUnhanded && c.migrateUnhanded(now, n, o, q, s.Entry.LGN) {
 					continue
 				}
-				free := []keyspace.Range{q}
-				if o.sent.CoversRange(q) {
-					free = c.promote(now, n, s.Entry, q) // given up on its own: promoted where in sync (rule 21)
-				}
-				for _, f := range free {
+				// Given up on its own or recalled: promoted where in sync
+				// (rule 21), the rest freed.
+				for _, f := range c.promote(now, n, s.Entry, q) {
 					c.set(now, n, f, leasetable.Entry{})
 					n.res.set(f, time.Time{})
 				}

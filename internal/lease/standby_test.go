@@ -444,38 +444,6 @@ func TestStandbyStateSurvivesSnapshot(t *testing.T) {
 	}
 }
 
-// TestRecallStillFrees (rules 13 and 21): a range the Manager recalled —
-// here from a drained holder, its standby in sync — and the holder
-// acknowledged by omitting it is freed as a recall's range always was, not
-// promoted to the standby on the way: promotion comes only at the end of
-// the old lease's reservation (promote.go). Promoting a range its holder
-// omitted loses acknowledged writes unnotified in the simulation's long
-// sweep (TestSimulationStandbys -sim.long, seeds 89, 104, 105, 122, 187
-// under that change).
-func TestRecallStillFrees(t *testing.T) {
-	h := newStandbys(t, faults.Set{}, 2, "a=x", "b=y")
-	h.start("a", "b")
-	la, r := h.leaseOf("a")
-	h.req("b", inSync(h.pairing(la)))
-	if !h.pairing(la).InSync {
-		t.Fatalf("b's report left the pairing %+v", h.pairing(la))
-	}
-	if err := h.c.Drain(h.now, protocol.DefaultNamespace, "a"); err != nil {
-		t.Fatal(err)
-	}
-	h.deliver(h.c.Ready())
-	for range 8 {
-		h.rounds(1, "a", "b")
-		if e := h.entry(r); e.Owner != "a" {
-			if e.Migrated && e.MigratedFrom == la {
-				t.Fatalf("a's range, recalled and acknowledged by omission, went to %s promoted from #%d; want it freed", e.Owner, la)
-			}
-			return
-		}
-	}
-	t.Fatalf("a, drained, still holds %v after 8 renewals", h.entry(r))
-}
-
 // TestPromoteOnLapsedRelease (rule 21): a holder whose lease ran out on its
 // side while the Manager still renewed it (no renewal reached it) omits
 // the lease from its next request. Its standby, in sync, has every write
