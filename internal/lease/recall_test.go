@@ -3,6 +3,7 @@ package lease
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/leasehold/leasehold/assign"
 	"github.com/leasehold/leasehold/internal/faults"
@@ -28,8 +29,14 @@ import (
 // leases, the table on its range at the moment the range left a, and the
 // pairing a's lease had then.
 func recallRun(t *testing.T, broken faults.Set, report func(StandbyRecord) *protocol.StandbySync) (h *sbHarness, left map[keyspace.LGN][]leasetable.Segment, paired map[keyspace.LGN]StandbyRecord) {
+	return recallRunWith(t, broken, 0, report)
+}
+
+// recallRunWith is recallRun with Settings.Handover set to handover (< 0:
+// planned moves off, a drain recalls every range without a handover).
+func recallRunWith(t *testing.T, broken faults.Set, handover time.Duration, report func(StandbyRecord) *protocol.StandbySync) (h *sbHarness, left map[keyspace.LGN][]leasetable.Segment, paired map[keyspace.LGN]StandbyRecord) {
 	t.Helper()
-	cfg := Settings{Policy: assign.Fixed{Pieces: 12}, MembershipEvery: -1,
+	cfg := Settings{Policy: assign.Fixed{Pieces: 12}, MembershipEvery: -1, Handover: handover,
 		Standbys: map[string]int{protocol.DefaultNamespace: 1}, Timing: tm, Epoch: epoch, Seed: 1}
 	h = &sbHarness{harness: &harness{t: t, c: ResumeBroken(cfg, broken, NewState(tm.LogRetention), 0, base), peers: map[string]*peer{}},
 		zones: map[string]string{"a": "x", "b": "y", "c": "z", "d": "x"}, now: base}
@@ -169,6 +176,28 @@ func TestRecallFreesNotInSync(t *testing.T) {
 	}
 	if err := check(faults.Set{InSyncWholeLease: true}); err == nil {
 		t.Fatal("with faults.InSyncWholeLease the check passes: it cannot tell a recalled piece promoted out of sync")
+	}
+}
+
+// TestRecallWithMovesOffFrees (rule 13): with planned moves off a drain
+// recalls every range without a handover, and a recall moves the range
+// without its state to the Owner the plan names, its loss reported. A
+// range whose standby is in sync is freed there too, not promoted: a
+// grant to the standby would never be listed to it (the plan gives the
+// range to another Owner), and would only be freed a request later, the
+// range unserved in between.
+func TestRecallWithMovesOffFrees(t *testing.T) {
+	_, left, paired := recallRunWith(t, faults.Set{}, -1, func(rec StandbyRecord) *protocol.StandbySync {
+		s := inSync(rec)
+		return &s
+	})
+	for la, segs := range left {
+		for _, s := range segs {
+			if !leasetable.Lost(leasetable.Entry{Owner: "a", LGN: la}, s.Entry) {
+				t.Fatalf("a#%d, recalled with planned moves off and its standby %s in sync, left a as %+v; want it freed, its loss reported",
+					la, paired[la].Owner, s.Entry)
+			}
+		}
 	}
 }
 

@@ -109,8 +109,15 @@ func (c *Core) release(now time.Time, n *namespace, o *ownerSession, held []prot
 					continue
 				}
 				// Given up on its own or recalled: promoted where in sync
-				// (rule 21), the rest freed.
-				for _, f := range c.promote(now, n, s.Entry, q) {
+				// (rule 21), the rest freed. With planned moves off a
+				// recall moves a piece without its state, to the Owner
+				// the plan names (rule 13): a grant to the standby would
+				// never be listed to it, only freed a request later.
+				toFree := []keyspace.Range{q}
+				if c.cfg.Handover >= 0 || o.sent.CoversRange(q) {
+					toFree = c.promote(now, n, s.Entry, q)
+				}
+				for _, f := range toFree {
 					c.set(now, n, f, leasetable.Entry{})
 					n.res.set(f, time.Time{})
 				}
