@@ -171,12 +171,7 @@ func TestRecallFreesNotInSync(t *testing.T) {
 		}
 		return nil
 	}
-	if err := check(faults.Set{}); err != nil {
-		t.Fatal(err)
-	}
-	if err := check(faults.Set{InSyncWholeLease: true}); err == nil {
-		t.Fatal("with faults.InSyncWholeLease the check passes: it cannot tell a recalled piece promoted out of sync")
-	}
+	caughtBy(t, check, faults.Set{InSyncWholeLease: true}, "it cannot tell a recalled piece promoted out of sync")
 }
 
 // TestRecallWithMovesOffFrees (rule 13): with planned moves off a drain
