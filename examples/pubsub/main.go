@@ -5,60 +5,15 @@
 package main
 
 import (
-	"cmp"
 	"context"
-	"flag"
-	"fmt"
-	"io"
-	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 
-	"github.com/leasehold/leasehold/certs"
-	"github.com/leasehold/leasehold/examples/internal/lifecycle"
 	"github.com/leasehold/leasehold/examples/pubsub/pubsub"
 )
 
 func main() {
 	ctx, _ := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM) // until os.Exit
-	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
-}
-
-// run serves and returns the exit code: 0, 1 after the Manager refused it
-// or a second signal cut its drain short, or 2 after a usage error or a
-// failure to start.
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("pubsub", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	cfg := pubsub.ServerConfig{Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}
-	fs.StringVar(&cfg.Manager, "manager", cmp.Or(os.Getenv("LEASEHOLD_MANAGER"), "127.0.0.1:7400"), "the Manager's address, or its replicas' addresses, comma-separated ($LEASEHOLD_MANAGER)")
-	fs.StringVar(&cfg.Namespace, "namespace", "", `the namespace (empty: "default")`)
-	fs.StringVar(&cfg.ID, "id", "", "the Owner ID (default: its owner certificate's, else the listen address)")
-	fs.StringVar(&cfg.Listen, "listen", "", "the HTTP listen address, host:port (required)")
-	fs.StringVar(&cfg.Advertise, "advertise", "", "the address clients reach this server at (default: the listen address)")
-	drain := fs.Duration("drain-timeout", time.Minute, "on SIGINT or SIGTERM, how long to hand ranges over")
-	trust := certs.AddFlags(fs, &cfg.CertsDir, &cfg.Insecure, "mutual TLS to the Manager, HTTPS to clients with certificates of the same CA and between the servers")
-	if err := fs.Parse(args); err != nil {
-		return map[bool]int{true: 0, false: 2}[err == flag.ErrHelp]
-	}
-	if chosen := trust.Chosen(); cfg.Listen == "" || *drain <= 0 || fs.NArg() != 0 || !chosen {
-		fmt.Fprint(stderr, "pubsub: --listen and --certs-dir ($LEASEHOLD_CERTS_DIR) or --insecure are required, --drain-timeout must be positive, and there are no arguments\n")
-		return 2
-	}
-	srv, err := pubsub.NewServer(ctx, cfg)
-	if err != nil {
-		fmt.Fprintf(stderr, "pubsub: %v\n", err)
-		return 2
-	}
-	fmt.Fprintf(stdout, "pubsub serving on %s as %s\n", srv.Addr(), srv.ID())
-	// A second signal, or the Manager refusing this server, stops it at
-	// once.
-	if _, err := lifecycle.Wait(ctx, srv, lifecycle.Options{DrainTimeout: *drain,
-		DialTimeout: 5 * time.Second, Stderr: stderr, Name: "pubsub"}); err != nil {
-		fmt.Fprintf(stderr, "pubsub: %v\n", err)
-		return 1
-	}
-	return 0
+	os.Exit(pubsub.Run(ctx, os.Args[1:], os.Stdout, os.Stderr))
 }

@@ -69,6 +69,15 @@ func New(t *testing.T, width, height int) *Browser {
 	return &Browser{t: t, Ctx: ctx, artifacts: dir}
 }
 
+// In returns b reporting to t, a subtest of the test that started it: the
+// same Chromium and tab, whose failures fail t. A Chromium takes seconds of
+// CPU to start, so the checks of one page share one.
+func (b *Browser) In(t *testing.T) *Browser {
+	c := *b
+	c.t = t
+	return &c
+}
+
 // Do runs chromedp actions, failing the test on an error.
 func (b *Browser) Do(what string, actions ...chromedp.Action[chromedp.Void]) {
 	b.t.Helper()

@@ -10,13 +10,12 @@ import (
 	"github.com/leasehold/leasehold/internal/browser"
 )
 
-// TestPageShowsStandbys opens the page in headless Chromium on a namespace
-// with standbys and checks the owners' table shows each Owner's zone and
-// the ranges it stands by for, in sync over named, marked while filling.
-func TestPageShowsStandbys(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs a browser; skipped with -short")
-	}
+// pageShowsStandbys opens the page in b, a headless Chromium, on a
+// namespace with standbys and checks the owners' table shows each Owner's
+// zone and the ranges it stands by for, in sync over named, marked while
+// filling. TestPageAtScale runs it, in its Chromium: starting one costs
+// seconds of CPU, and go test ./... starts one for the package.
+func pageShowsStandbys(t *testing.T, b *browser.Browser) {
 	src := newFakeSource(7, 4, 8)
 	src.mu.Lock()
 	ns := &src.status.Namespaces[0]
@@ -36,7 +35,6 @@ func TestPageShowsStandbys(t *testing.T) {
 	hub.Poll(t.Context())
 	hub.Build()
 	srv := httptest.NewServer(hub.Handler("fake"))
-	b := browser.New(t, 1400, 1000)
 	defer func() {
 		b.Do("leave the page", chromedp.Navigate("about:blank"))
 		srv.CloseClientConnections()

@@ -64,6 +64,8 @@ type ClientConfig struct {
 	// Insecure, without CertsDir, dials the Manager and the servers in
 	// plaintext (lookup.Config.Insecure). One of the two is required.
 	Insecure bool
+
+	net network // nil: the host's TCP (network.go)
 }
 
 // Client sends each request to the server that owns its key, found with the
@@ -110,12 +112,13 @@ func NewClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	}
 	l, err := lookup.New(ctx, lookup.Config{
 		Connection: leasehold.Connection{
-			Manager:   cfg.Manager,
-			Namespace: cfg.Namespace,
-			Timing:    cfg.Timing,
-			Logger:    cfg.Logger,
-			CertsDir:  cfg.CertsDir,
-			Insecure:  cfg.Insecure,
+			Manager:     cfg.Manager,
+			Namespace:   cfg.Namespace,
+			Timing:      cfg.Timing,
+			Logger:      cfg.Logger,
+			CertsDir:    cfg.CertsDir,
+			Insecure:    cfg.Insecure,
+			DialOptions: dialOptions(cfg.net),
 		},
 	})
 	if err != nil {
@@ -127,8 +130,9 @@ func NewClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 		l.Close()
 		return nil, fmt.Errorf("kv: %w", err)
 	}
-	var t http.RoundTripper
-	t, c.scheme = certs.DialHTTP(src, certs.Owner)
+	t, scheme := certs.DialHTTP(src, certs.Owner)
+	c.scheme = scheme
+	dialOver(t, cfg.net)
 	if c.http == nil {
 		c.http = &http.Client{Transport: t, Timeout: 5 * time.Second}
 		c.ownsHTTP = true

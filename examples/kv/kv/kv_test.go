@@ -14,9 +14,12 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/examples/kv/kv"
@@ -25,6 +28,7 @@ import (
 	"github.com/leasehold/leasehold/lookup"
 	"github.com/leasehold/leasehold/manager"
 	"github.com/leasehold/leasehold/protocol"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // TestMain lets the tests that wait on the fast timings' leases wait side
@@ -70,10 +74,12 @@ func debugLogger(who string) *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("who", who)
 }
 
-// cluster is a Manager served in-process on 127.0.0.1 with fast timings.
+// cluster is a Manager served in-process on 127.0.0.1 with fast timings,
+// or over an in-memory network (net, startVirtual).
 type cluster struct {
 	addr string
 	srv  *manager.Server
+	net  *kv.Net // nil: 127.0.0.1
 }
 
 func startManager(t *testing.T) *cluster {
@@ -86,6 +92,30 @@ func startManager(t *testing.T) *cluster {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return serveManager(t, srv, lis, nil)
+}
+
+// startVirtual is startManager over an in-memory network (kv.Net), for a
+// test run in virtual time (testing/synctest): call it inside the bubble,
+// and the cluster's servers, clients and routers use the same network. A
+// test of a move that waits for leases, grants and quiet spells takes
+// seconds on the wall clock that pass at once there.
+func startVirtual(t *testing.T) *cluster {
+	t.Helper()
+	srv, err := manager.NewServer(manager.Config{Insecure: true, Timing: protocol.Fast(), Logger: debugLogger("manager")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := kv.NewNet()
+	lis, err := n.Listen("manager")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return serveManager(t, srv, lis, n)
+}
+
+func serveManager(t *testing.T, srv *manager.Server, lis net.Listener, n *kv.Net) *cluster {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ctx, lis) }()
@@ -95,16 +125,43 @@ func startManager(t *testing.T) *cluster {
 			t.Errorf("manager: %v", err)
 		}
 	})
-	return &cluster{addr: lis.Addr().String(), srv: srv}
+	return &cluster{addr: lis.Addr().String(), srv: srv, net: n}
+}
+
+// conn is the connection to the cluster's Manager for a Lookup of the test's
+// own, over the cluster's network.
+func (c *cluster) conn(reg prometheus.Registerer) leasehold.Connection {
+	conn := leasehold.Connection{Insecure: true, Manager: c.addr, Timing: protocol.Fast(), Registerer: reg}
+	if c.net != nil {
+		conn.DialOptions = []grpc.DialOption{
+			grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) { return c.net.DialContext(ctx, "tcp", addr) }),
+			grpc.WithTransportCredentials(insecure.NewCredentials()),
+		}
+	}
+	return conn
+}
+
+// httpGet gets url over the cluster's network.
+func (c *cluster) httpGet(url string) (*http.Response, error) {
+	if c.net == nil {
+		return http.Get(url)
+	}
+	hc := c.net.HTTPClient()
+	defer hc.CloseIdleConnections()
+	return hc.Get(url)
 }
 
 // startServer starts a kv server with the given ID; it is closed at cleanup
 // unless the test closes it first.
 func (c *cluster) startServer(t *testing.T, id string) *kv.Server {
 	t.Helper()
-	s, err := kv.NewServer(context.Background(), kv.ServerConfig{Insecure: true,
+	cfg := kv.ServerConfig{Insecure: true,
 		Manager: c.addr, ID: id, Listen: "127.0.0.1:0", Timing: protocol.Fast(), Logger: debugLogger(id),
-	})
+	}
+	if c.net != nil {
+		cfg = kv.Over(cfg, c.net)
+	}
+	s, err := kv.NewServer(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +232,7 @@ func newRouter(t *testing.T, c *cluster) *router {
 	t.Helper()
 	r := &router{}
 	l, err := lookup.New(context.Background(), lookup.Config{
-		Connection: leasehold.Connection{Insecure: true, Manager: c.addr, Timing: protocol.Fast()},
+		Connection: c.conn(nil),
 		OnLoss: func(loss lookup.Loss) {
 			r.mu.Lock()
 			r.losses = append(r.losses, timedLoss{time.Now(), loss})
@@ -253,9 +310,13 @@ func (r *router) lossesOf(key string) string {
 
 func newClient(t *testing.T, c *cluster) *kv.Client {
 	t.Helper()
-	cl, err := kv.NewClient(context.Background(), kv.ClientConfig{Insecure: true,
+	cfg := kv.ClientConfig{Insecure: true,
 		Manager: c.addr, Timing: protocol.Fast(), Timeout: opTime, Logger: debugLogger("client"),
-	})
+	}
+	if c.net != nil {
+		cfg = kv.ClientOver(cfg, c.net)
+	}
+	cl, err := kv.NewClient(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -379,80 +440,82 @@ func TestRoundTrip(t *testing.T) {
 // (planned moves hand them over).
 func TestAbandonedServerLosesItsValues(t *testing.T) {
 	t.Parallel()
-	c := startManager(t)
-	ids := []string{"kv-a", "kv-b", "kv-c"}
-	servers := map[string]*kv.Server{}
-	for _, id := range ids {
-		servers[id] = c.startServer(t, id)
-	}
-	lsn := c.settle(t, ids...)
-	r := newRouter(t, c)
-	cl := newClient(t, c)
-	ks := keys(200)
-	put := putAll(t, cl, ks, v1)
-	before := r.owners(t, lsn, ks)
-	// checked is when each key's latest value was last read back, or when
-	// it was put if that read found it lost (loss notified): a loss of
-	// the value later, on a loaded machine before kv-b even comes back,
-	// is notified after that, not necessarily after kv-b's return.
-	checked := map[string]time.Time{}
-	confirm := func(k, want string, since time.Time) time.Time {
-		t.Helper()
-		at := time.Now()
-		if expect(t, cl, r, k, want, since) {
-			return at
+	synctest.Test(t, func(t *testing.T) {
+		c := startVirtual(t)
+		ids := []string{"kv-a", "kv-b", "kv-c"}
+		servers := map[string]*kv.Server{}
+		for _, id := range ids {
+			servers[id] = c.startServer(t, id)
 		}
-		return since
-	}
-
-	gone := "kv-b"
-	abandonedAt := time.Now()
-	abandonServer(t, servers[gone])
-	lsn = c.settle(t, "kv-a", "kv-c")
-	after := r.owners(t, lsn, ks)
-	var lost []string
-	for _, k := range ks {
-		switch {
-		case before[k] == gone:
-			lost = append(lost, k)
-			expectMissing(t, cl, k, "after its server "+gone+" was abandoned")
-			if !r.explained(k, abandonedAt) {
-				t.Errorf("%q was lost with %s, but no loss notification covers it", k, gone)
+		lsn := c.settle(t, ids...)
+		r := newRouter(t, c)
+		cl := newClient(t, c)
+		ks := keys(200)
+		put := putAll(t, cl, ks, v1)
+		before := r.owners(t, lsn, ks)
+		// checked is when each key's latest value was last read back, or when
+		// it was put if that read found it lost (loss notified): a loss of
+		// the value later, on a loaded machine before kv-b even comes back,
+		// is notified after that, not necessarily after kv-b's return.
+		checked := map[string]time.Time{}
+		confirm := func(k, want string, since time.Time) time.Time {
+			t.Helper()
+			at := time.Now()
+			if expect(t, cl, r, k, want, since) {
+				return at
 			}
-		case after[k] != before[k]:
-			t.Errorf("%q moved from %s to %s, though its server stayed", k, before[k], after[k])
-		default:
-			checked[k] = confirm(k, v1(k), put[k])
+			return since
 		}
-	}
-	if len(lost) == 0 {
-		t.Fatalf("no key was on %s", gone)
-	}
-	reput := putAll(t, cl, lost, v2)
-	latest := map[string]string{}
-	for _, k := range ks {
-		latest[k] = v1(k)
-	}
-	for _, k := range lost {
-		latest[k] = v2(k)
-		checked[k] = confirm(k, v2(k), reput[k])
-	}
 
-	// The same ID comes back, on another port, with nothing in memory: its
-	// ranges return to it, handed over by the others with their values.
-	c.startServer(t, gone)
-	lsn = c.settle(t, ids...)
-	again := r.owners(t, lsn, ks)
-	moved := 0
-	for _, k := range ks {
-		if again[k] == gone {
-			moved++
+		gone := "kv-b"
+		abandonedAt := time.Now()
+		abandonServer(t, servers[gone])
+		lsn = c.settle(t, "kv-a", "kv-c")
+		after := r.owners(t, lsn, ks)
+		var lost []string
+		for _, k := range ks {
+			switch {
+			case before[k] == gone:
+				lost = append(lost, k)
+				expectMissing(t, cl, k, "after its server "+gone+" was abandoned")
+				if !r.explained(k, abandonedAt) {
+					t.Errorf("%q was lost with %s, but no loss notification covers it", k, gone)
+				}
+			case after[k] != before[k]:
+				t.Errorf("%q moved from %s to %s, though its server stayed", k, before[k], after[k])
+			default:
+				checked[k] = confirm(k, v1(k), put[k])
+			}
 		}
-		expect(t, cl, r, k, latest[k], checked[k])
-	}
-	if moved == 0 {
-		t.Errorf("no key moved back to the restarted %s", gone)
-	}
+		if len(lost) == 0 {
+			t.Fatalf("no key was on %s", gone)
+		}
+		reput := putAll(t, cl, lost, v2)
+		latest := map[string]string{}
+		for _, k := range ks {
+			latest[k] = v1(k)
+		}
+		for _, k := range lost {
+			latest[k] = v2(k)
+			checked[k] = confirm(k, v2(k), reput[k])
+		}
+
+		// The same ID comes back, on another port, with nothing in memory: its
+		// ranges return to it, handed over by the others with their values.
+		c.startServer(t, gone)
+		lsn = c.settle(t, ids...)
+		again := r.owners(t, lsn, ks)
+		moved := 0
+		for _, k := range ks {
+			if again[k] == gone {
+				moved++
+			}
+			expect(t, cl, r, k, latest[k], checked[k])
+		}
+		if moved == 0 {
+			t.Errorf("no key moved back to the restarted %s", gone)
+		}
+	})
 }
 
 // abandonServer closes s with a context already done: no drain, so its

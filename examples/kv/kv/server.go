@@ -94,6 +94,8 @@ type ServerConfig struct {
 	// standbys are the Manager's setting; every server of a namespace with
 	// standbys should run with 1. 0, the default, ignores standby roles.
 	Standbys int
+
+	net network // nil: the host's TCP (network.go)
 }
 
 // MaxStandbys is the most standbys a range may have.
@@ -145,7 +147,7 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	if err := checkWildcards(cfg); err != nil {
 		return nil, err
 	}
-	lis, err := net.Listen("tcp", cfg.Listen)
+	lis, err := listenOn(cfg.net, cfg.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("kv: %w", err)
 	}
@@ -162,9 +164,9 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 		return nil, fmt.Errorf("kv: %w", err)
 	}
 	s := &Server{cfg: cfg, lis: lis, store: newStore(), served: make(chan error, 1), ready: make(chan struct{}), certs: src}
-	var t http.RoundTripper
-	t, s.scheme = certs.DialHTTP(src, certs.Owner)
-	s.peers = &http.Client{Transport: t}
+	t, scheme := certs.DialHTTP(src, certs.Owner)
+	s.scheme = scheme
+	s.peers = &http.Client{Transport: dialOver(t, cfg.net)}
 	s.moves = newHandovers(s)
 	s.repl = newReplicator(s)
 	s.metrics = prometheus.NewRegistry()
@@ -172,13 +174,14 @@ func NewServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 	s.sbMetrics = newSBMetrics(s.metrics)
 	o, err := owner.New(ctx, owner.Config{
 		Connection: leasehold.Connection{
-			Registerer: s.metrics,
-			Manager:    cfg.Manager,
-			Namespace:  cfg.Namespace,
-			Timing:     cfg.Timing,
-			Logger:     cfg.Logger,
-			CertsDir:   cfg.CertsDir,
-			Insecure:   cfg.Insecure,
+			Registerer:  s.metrics,
+			Manager:     cfg.Manager,
+			Namespace:   cfg.Namespace,
+			Timing:      cfg.Timing,
+			Logger:      cfg.Logger,
+			CertsDir:    cfg.CertsDir,
+			Insecure:    cfg.Insecure,
+			DialOptions: dialOptions(cfg.net),
 		},
 		ID:        cfg.ID,
 		Addr:      cfg.Advertise,

@@ -65,7 +65,7 @@ func TestStandbyDataPath(t *testing.T) {
 	}
 	var replicated, fills, copies float64
 	for _, s := range servers {
-		m := scrapeURL(t, "http://"+s.Addr()+"/metrics")
+		m := scrapeURL(t, &cluster{}, "http://"+s.Addr()+"/metrics") // 127.0.0.1
 		v, _ := m.get("kv_standby_replicated_writes_total")
 		replicated += v
 		f, _ := m.get("kv_standby_fill_seconds_count")

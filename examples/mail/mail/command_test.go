@@ -1,10 +1,12 @@
-package main
+package mail_test
 
 import (
 	"bytes"
 	"context"
 	"strings"
 	"testing"
+
+	"github.com/leasehold/leasehold/examples/mail/mail"
 )
 
 // TestRunUsage checks usage errors exit 2 with a message, and -h exits 0.
@@ -24,7 +26,7 @@ func TestRunUsage(t *testing.T) {
 		{[]string{"--id", "a", "--listen", "127.0.0.1:0", "--data-dir", dir, "--nodes", "a=x:1"}, 2, "--certs-dir"},
 	} {
 		var stdout, stderr bytes.Buffer
-		if code := run(context.Background(), tc.args, &stdout, &stderr); code != tc.code || !strings.Contains(stderr.String(), tc.want) {
+		if code := mail.Run(context.Background(), tc.args, &stdout, &stderr); code != tc.code || !strings.Contains(stderr.String(), tc.want) {
 			t.Errorf("mail %s: exit %d, stderr %q; want %d and %q", strings.Join(tc.args, " "), code, stderr.String(), tc.code, tc.want)
 		}
 	}

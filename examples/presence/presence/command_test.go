@@ -1,10 +1,12 @@
-package main
+package presence_test
 
 import (
 	"bytes"
 	"context"
 	"strings"
 	"testing"
+
+	"github.com/leasehold/leasehold/examples/presence/presence"
 )
 
 // TestRunUsage checks usage errors exit 2 with a message, and -h exits 0.
@@ -15,17 +17,16 @@ func TestRunUsage(t *testing.T) {
 		code int
 		want string
 	}{
-		{nil, 2, "--listen and --certs-dir"},
-		{[]string{"-h"}, 0, "-drain-timeout"},
+		{nil, 2, "--listen is required"},
+		{[]string{"-h"}, 0, "-ttl"},
+		{[]string{"--listen", "127.0.0.1:0", "--ttl", "0s"}, 2, "--ttl must be positive"},
 		{[]string{"--listen", "127.0.0.1:0", "extra"}, 2, "no arguments"},
-		{[]string{"--bogus"}, 2, "flag provided but not defined"},
 		{[]string{"--insecure", "--listen", "127.0.0.1:0", "--manager", "127.0.0.1:1,:x"}, 2, `address ":x" is not host:port`},
 		{[]string{"--listen", "127.0.0.1:0"}, 2, "--certs-dir"},
-		{[]string{"--certs-dir", "/nonexistent", "--listen", "127.0.0.1:0"}, 2, "/nonexistent"},
 	} {
 		var stdout, stderr bytes.Buffer
-		if code := run(context.Background(), tc.args, &stdout, &stderr); code != tc.code || !strings.Contains(stderr.String(), tc.want) {
-			t.Errorf("pubsub %s: exit %d, stderr %q; want %d and %q", strings.Join(tc.args, " "), code, stderr.String(), tc.code, tc.want)
+		if code := presence.Run(context.Background(), tc.args, &stdout, &stderr); code != tc.code || !strings.Contains(stderr.String(), tc.want) {
+			t.Errorf("presence %s: exit %d, stderr %q; want %d and %q", strings.Join(tc.args, " "), code, stderr.String(), tc.code, tc.want)
 		}
 	}
 }
