@@ -17,6 +17,13 @@ type Set struct {
 	// piece its holder had dropped before the fill, then listed again
 	// under the lease, is promoted onto the standby's empty copy.
 	InSyncWholeLease bool
+	// PromotionLeaderLocal makes a new Manager leader ignore the
+	// replicated promotion marks (docs/design.md rule 21), as when only
+	// the leader that promoted knew a grant was a promotion: a promoted
+	// grant its standby had not acknowledged when the leader changed is
+	// listed as a renewal, which the standby refuses (a lease it never
+	// held), and the range is freed with the copy kept for it.
+	PromotionLeaderLocal bool
 	// AckBeforeStandby makes the simulation's holders acknowledge a write
 	// as soon as they send it to the standby, before the standby has
 	// stored it (docs/design.md rule 24).

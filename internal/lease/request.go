@@ -98,7 +98,6 @@ func (c *Core) learn(now time.Time, n *namespace, o *ownerSession, req *protocol
 		for lgn, first := range o.fresh {
 			if first != 0 && first <= req.AckSeq {
 				delete(o.fresh, lgn)
-				delete(o.promoted, lgn)
 			}
 		}
 	}
