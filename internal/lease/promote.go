@@ -86,8 +86,8 @@ func (c *Core) resumePromoted(n *namespace) {
 	}
 }
 
-// forgetPromoted forgets the promotion marks of leases that ended (leases:
-// those the table has now, by LGN).
+// forgetPromoted forgets the promotion marks of the leases that ended:
+// those live says the table no longer has.
 func (c *Core) forgetPromoted(now time.Time, n *namespace, live func(keyspace.LGN) bool) {
 	for _, p := range n.s.promotedList() {
 		if !live(p.LGN) {

@@ -1,7 +1,20 @@
 // The replicated promotion marks (docs/design.md rule 21): which leases
 // were granted by promotion, and the message that first listed each, so
 // that any leader lists a promoted grant its standby has not acknowledged
-// as a promoted grant, as the leader that made it would have.
+// as a promoted grant, as the leader that made it would have. Were the
+// mark the promoting leader's alone, the next leader would list the lease
+// as a renewal, which the standby refuses (a lease it never held): the
+// range would be freed and the copy kept for it thrown away.
+//
+// A request acknowledges a message at or after the first that listed the
+// grant only if the standby heard a message listing it — every message
+// lists it until then — and could take it up: a message that answers no
+// request of the standby's run gives no lease (rule 2). A new leader's
+// session has heard no request until the Owner's first, so it sends the
+// Owner nothing while a promoted grant is pending in it (Core.sendPushed):
+// a push it could not take the grant from would be acknowledged all the
+// same. docs/protocol.md, "A leader change mid-promotion", has the
+// argument.
 
 package lease
 
