@@ -29,11 +29,11 @@ import (
 //   - a Manager deposed between a promotion and its delivery: the replica
 //     that sends a promoted grant for the first time (the single Manager,
 //     or the leader) is crashed at once and restarts from its log, its
-//     message dropped, delivered, or delivered late (after the next
-//     leader's first answers). Whether a grant is a promotion (Lease
-//     .Promoted) is known to the leader that made it only, not recorded in
-//     the replicated state: the next leader lists the lease as held, not
-//     as a grant.
+//     messages of that round to the standby dropped, delivered, or
+//     delivered late (after the next leader's first answers). The
+//     promotion is in the replicated state, so the next leader lists the
+//     lease to the standby as a promoted grant until it is acknowledged;
+//     the checker "promotion kept" holds it to that (standby_deposed.go).
 //
 // Each is counted (StandbyFaultStats), with what the run's random faults
 // already did of the same kind: holder–standby messages lost to a random
