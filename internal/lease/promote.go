@@ -86,6 +86,21 @@ func (c *Core) resumePromoted(n *namespace) {
 	}
 }
 
+// promotionsSeen forgets the marks of the promoted grants to o's run that
+// a request acknowledging message ack (in this epoch) has seen: the first
+// message that listed each was at or before ack. The standby holds them
+// now, and any leader lists them as renewals; a mark kept past this would
+// have the next leader (or one restored from a backup) list the lease as a
+// promoted grant again, and withhold its pushes to o (sendPushed) until
+// o's first request.
+func (c *Core) promotionsSeen(now time.Time, n *namespace, o *ownerSession, ack uint64) {
+	for _, p := range n.s.promotedList() {
+		if first, ok := o.fresh[p.LGN]; ok && p.Owner == o.id && first != 0 && first <= ack {
+			c.apply(now, Change{Op: OpPromoted, NS: n.name, Promoted: &PromotedGrant{LGN: p.LGN}})
+		}
+	}
+}
+
 // forgetPromoted forgets the promotion marks of the leases that ended:
 // those live says the table no longer has.
 func (c *Core) forgetPromoted(now time.Time, n *namespace, live func(keyspace.LGN) bool) {

@@ -6,6 +6,13 @@
 // as a renewal, which the standby refuses (a lease it never held): the
 // range would be freed and the copy kept for it thrown away.
 //
+// A mark lives only until the standby acknowledges a message listing the
+// grant (Core.promotionsSeen: the leader forgets it then, followers apply
+// the forgetting) or the lease ends (Core.forgetPromoted), and never into
+// a new epoch (State.Refound): kept longer, it would have a later leader,
+// or one restored from a backup, list a lease the standby holds as a
+// promoted grant again, and withhold its pushes to the standby.
+//
 // A request acknowledges a message at or after the first that listed the
 // grant only if the standby heard a message listing it — every message
 // lists it until then — and could take it up: a message that answers no
@@ -37,7 +44,7 @@ type PromotedGrant struct {
 	LGN   keyspace.LGN `json:"l"`
 	Owner string       `json:"o,omitempty"` // the promoted standby, its holder
 	// Seq is the first message's Seq; in a Change, 0 forgets LGN's mark
-	// (its lease ended).
+	// (the standby acknowledged the grant, or its lease ended).
 	Seq uint64 `json:"s"`
 }
 

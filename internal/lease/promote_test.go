@@ -131,42 +131,6 @@ func TestPromotionSurvivesLeaderChange(t *testing.T) {
 	caughtBy(t, check, faults.Set{PromotionLeaderLocal: true}, "it cannot tell a promotion lost with its leader")
 }
 
-// TestPromotionAcknowledgedBeforeLeaderChange: a promoted grant the
-// standby acknowledged to the old leader is listed as a renewal by the
-// next one — the standby holds it — from the standby's first request on:
-// the mark says which message first listed it, and the request
-// acknowledges that one or a later one.
-func TestPromotionAcknowledgedBeforeLeaderChange(t *testing.T) {
-	h := newStandbys(t, faults.Set{}, 2, "a=x", "b=y")
-	h.start("a", "b")
-	la, r := h.leaseOf("a")
-	h.req("b", inSync(h.pairing(la)))
-	h.req("a")
-	for end := h.now.Add(tm.ManagerLease + tm.Renew); h.now.Before(end) && h.entry(r).Owner != "b"; {
-		h.now = h.now.Add(50 * ms)
-		h.tick(h.now)
-		if h.now.Sub(base)%tm.Renew == 0 {
-			h.req("b")
-		}
-	}
-	lb := h.entry(r).LGN
-	if lb == la {
-		t.Fatalf("a's lease was not promoted: %+v", h.entry(r))
-	}
-	h.req("b") // b took the grant up, and acknowledges it
-	h.c = Resume(h.c.cfg, h.c.State(), 2<<32|1<<24, h.now.Add(10*ms))
-	h.c.Ready()
-	h.now = h.now.Add(20 * ms)
-	for _, l := range h.to(h.req("b"), "b").Leases {
-		if l.LGN == lb && l.Grant {
-			t.Fatalf("the new leader lists b's acknowledged promoted lease as a grant: %+v", l)
-		}
-	}
-	if e := h.entry(r); e.Owner != "b" || e.LGN != lb {
-		t.Fatalf("the range is %+v, want b's promoted lease #%d", e, lb)
-	}
-}
-
 // TestPromotionMarkReplicated: the mark is in the replicated state's
 // snapshot, and forgotten once its lease ends; a snapshot written before
 // promotions were marked decodes with none.

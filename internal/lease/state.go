@@ -44,8 +44,8 @@ type nsState struct {
 	// recorded (standby.go).
 	standbys map[keyspace.LGN]StandbyRecord
 	sgn      protocol.SGN
-	// promoted marks the leases granted by promotion, until they end
-	// (promote_state.go).
+	// promoted marks the leases granted by promotion until their standby
+	// acknowledges the grant or they end, in this epoch (promote_state.go).
 	promoted map[keyspace.LGN]PromotedGrant
 }
 
@@ -329,4 +329,11 @@ func (s *State) Refound(id uint64, addr string, epoch uint64) {
 	clear(s.readers)
 	s.peers[id] = addr
 	s.epoch = max(epoch, s.epoch+1)
+	// No session's Seqs carry over into the new epoch, so no request can
+	// acknowledge a promoted grant's first message: a mark kept would list
+	// the lease as a promoted grant to an Owner that may hold it long
+	// since (promote_state.go).
+	for _, n := range s.ns {
+		clear(n.promoted)
+	}
 }
