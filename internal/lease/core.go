@@ -340,7 +340,7 @@ func (c *Core) sendPushed(now time.Time, n *namespace) {
 		o := n.owners[id]
 		switch {
 		case o == nil || !o.push:
-		case o.peerSeq == 0 && n.promotionPending(o):
+		case o.peerSeq == 0 && n.promotionPending(o) && !c.broken.PromotionPushEarly:
 			// A session that has not heard its Owner (a new leader's)
 			// sends no promoted grant: promote_state.go.
 			o.push = false

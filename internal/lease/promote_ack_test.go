@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/leasehold/leasehold/internal/faults"
@@ -105,4 +106,45 @@ func TestPromotionRestored(t *testing.T) {
 	if p := st.ns[protocol.DefaultNamespace].promotedList(); len(p) > 0 {
 		t.Fatalf("marks %+v carried over into the restored epoch", p)
 	}
+}
+
+// TestPromotionPushWithheld (rule 21): a new leader sends nothing to an
+// Owner with a promoted grant pending in its session before the Owner's
+// first request. A takeover push answers no request of the Owner's run
+// (AckSeq 0), so the Owner cannot take a grant from it (rule 2) — yet its
+// next request acknowledges it, and the leader would take the grant for
+// seen and list the lease as a renewal from then on, which the Owner
+// refuses: the range freed, the copy kept for it thrown away. Here the
+// takeover push is delivered (promotedThenDeposed), and b must end up
+// holding its promoted lease; faults.PromotionPushEarly (the push sent at
+// once) breaks it, and the same check fails.
+func TestPromotionPushWithheld(t *testing.T) {
+	check := func(broken faults.Set) error {
+		h, la, lb, r, m := promotedThenDeposed(t, broken)
+		b := h.peers["b"]
+		for range 3 {
+			if err := h.c.StepLease(h.now, b.request()); err != nil {
+				return err
+			}
+			for _, om := range h.c.Ready().Owners {
+				if om.To == "b" {
+					takeAsOwner(b, om.Msg)
+				}
+			}
+			h.now = h.now.Add(tm.Renew)
+			h.c.Tick(h.now)
+			h.c.Ready()
+		}
+		if !holds(b.held, protocol.Lease{Range: r, LGN: lb}) {
+			return fmt.Errorf("b holds %v, not its promoted lease %v#%d: it never heard the grant in a message it could take it from", b.held, r, lb)
+		}
+		if e := h.entry(r); e.Owner != "b" || e.LGN != lb {
+			return fmt.Errorf("the range is %+v, want b's promoted lease #%d", e, lb)
+		}
+		if lost := h.lostSince(m); len(lost) > 0 {
+			return fmt.Errorf("Lookups are told %v lost, promoted from #%d", lost, la)
+		}
+		return nil
+	}
+	caughtBy(t, check, faults.Set{PromotionPushEarly: true}, "a push the standby cannot take its grant from is acknowledged all the same")
 }

@@ -14,9 +14,11 @@ import (
 // is promoted to b — but every message to b from then on is lost, and the
 // leader is deposed before b acknowledges the promoted grant. A new
 // leader takes over the replicated state (a snapshot of it: Resume works
-// on a decoded copy) with the rules broken as given. It returns the
-// harness, now on the new leader, the old and the promoted lease, and the
-// range, with a mark of the table for the Lookups at the promotion.
+// on a decoded copy) with the rules broken as given; what it pushes at
+// once is delivered, b taking it as an Owner does (takeAsOwner). It
+// returns the harness, now on the new leader, the old and the promoted
+// lease, and the range, with a mark of the table for the Lookups at the
+// promotion.
 func promotedThenDeposed(t *testing.T, broken faults.Set) (h *sbHarness, la, lb keyspace.LGN, r keyspace.Range, m mark) {
 	t.Helper()
 	h = newStandbys(t, broken, 2, "a=x", "b=y")
@@ -46,7 +48,11 @@ func promotedThenDeposed(t *testing.T, broken faults.Set) (h *sbHarness, la, lb 
 	}
 	h.now = h.now.Add(10 * ms)
 	h.c = ResumeBroken(h.c.cfg, broken, st, 2<<32|1<<24, h.now)
-	h.c.Ready()
+	for _, om := range h.c.Ready().Owners {
+		if om.To == "b" {
+			takeAsOwner(b, om.Msg)
+		}
+	}
 	return h, la, lb, r, m
 }
 
