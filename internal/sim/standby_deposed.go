@@ -1,6 +1,9 @@
 package sim
 
 import (
+	"slices"
+
+	"github.com/leasehold/leasehold/owner"
 	"github.com/leasehold/leasehold/protocol"
 )
 
@@ -32,11 +35,19 @@ import (
 
 // sbDeposedHeard follows Lease message m from Manager replica from (of run
 // gen) to Owner run n, before n steps on it: whether it lists one of n's
-// deposed promoted grants as a grant (seen, and, from a later Manager run,
-// counted as listed again) or as a renewal before any grant (a violation).
-// Messages n drops unseen (a Seq at or below one heard, another
-// incarnation's) are skipped, as n skips them.
-func (s *Sim) sbDeposedHeard(from, n *node, gen uint64, m *protocol.LeaseResponse) {
+// deposed promoted grants as a grant or as a renewal before n ever heard
+// it as a grant (a violation). Messages n drops unseen (a Seq at or below
+// one heard, another incarnation's) are skipped, as n skips them.
+//
+// A grant counts as heard only from a message n could take it up from,
+// and that is n's own rule (owner.Core.Step): an answer in order, or a
+// raced one to a recent request of its run — not, say, a new leader's
+// takeover push, which answers no request (AckSeq 0) and so gives no
+// lease (rule 2), though n acknowledges it. So the returned function,
+// called once n has stepped on m, marks as heard (and, from a later
+// Manager run, as listed again) each grant of m that n now holds.
+func (s *Sim) sbDeposedHeard(from, n *node, gen uint64, m *protocol.LeaseResponse) (stepped func()) {
+	stepped = func() {}
 	if len(s.sbf.deposed) == 0 || m.Incarnation != n.inc {
 		return
 	}
@@ -47,6 +58,7 @@ func (s *Sim) sbDeposedHeard(from, n *node, gen uint64, m *protocol.LeaseRespons
 		s.sbf.heard = map[*node][2]uint64{}
 	}
 	s.sbf.heard[n] = [2]uint64{n.inc, m.Seq}
+	var listed []owner.LeaseNum
 	for i := range s.sbf.deposed {
 		d := &s.sbf.deposed[i]
 		if d.to != n || d.inc != n.inc || m.Epoch != d.num.Epoch {
@@ -56,14 +68,28 @@ func (s *Sim) sbDeposedHeard(from, n *node, gen uint64, m *protocol.LeaseRespons
 			switch {
 			case l.LGN != d.num.LGN:
 			case l.Grant:
-				d.seenGrant = true
-				if (from != d.mgr || gen != d.mgrInc) && !d.regranted {
-					d.regranted = true
-					s.stats.SBFaults.DeposedRegranted++
-				}
+				listed = append(listed, d.num)
 			case !d.seenGrant:
 				s.chk.fail("promotion kept", "%s (run %d) listed %s its promoted grant %v on %v as a renewal before it ever heard it as a grant: its promoting Manager was crashed as it sent it, and the promotion was lost with it",
 					from.name, gen, n.name, d.num, l.Range)
+			}
+		}
+	}
+	if len(listed) == 0 {
+		return
+	}
+	return func() {
+		held := n.own.Held(n.local(s.now))
+		for i := range s.sbf.deposed {
+			d := &s.sbf.deposed[i]
+			if d.to != n || d.inc != n.inc || !slices.Contains(listed, d.num) ||
+				!slices.ContainsFunc(held, func(l owner.Lease) bool { return l.Num == d.num }) {
+				continue
+			}
+			d.seenGrant = true
+			if (from != d.mgr || gen != d.mgrInc) && !d.regranted {
+				d.regranted = true
+				s.stats.SBFaults.DeposedRegranted++
 			}
 		}
 	}

@@ -358,6 +358,16 @@ func (s *Sim) sbStallWriter(h *node, m replMsg) {
 	s.at(s.now, func() { s.stall(h, d) })
 }
 
+// sbResuming reports whether n is an old holder stalled past its
+// reservation whose range was promoted meanwhile, still to resume: the
+// random crashes spare it, so that it does resume with its writes in
+// flight, the fault its stall was for (a crash would end the run that
+// holds them).
+func (s *Sim) sbResuming(n *node) bool {
+	inc, ok := s.sbf.resumeOf[n]
+	return ok && inc == n.inc && n.stalled
+}
+
 // sbFaultStep follows an Owner run's step for the counts: an old holder
 // resuming after its range was promoted, and the deposed Managers' grants
 // left untaken.

@@ -167,6 +167,23 @@ func TestBrokenPromotionLeaderLocal(t *testing.T) {
 	}, 1, "promotion kept")
 }
 
+// TestBrokenPromotionPushEarly: a new Manager leader that pushes to a
+// standby with a replicated promoted grant pending before the standby's
+// first request (rule 21) sends it the grant in a message that answers no
+// request of its run: the standby cannot take it up from that message,
+// yet acknowledges it, so the leader lists the lease as a renewal next,
+// which the standby refuses. The Manager is crashed as it sends a
+// promoted grant (StandbyFaults.DeposeOneIn); the promotion-kept checker
+// counts a grant heard only from a message the Owner could take it from
+// (standby_deposed.go), and catches it at seed SEED.
+func TestBrokenPromotionPushEarly(t *testing.T) {
+	standbyTwinOf(t, func(s uint64) Config {
+		c := standbyBroken(faults.Set{PromotionPushEarly: true})(s)
+		c.StandbyFaults.DeposeOneIn = 2
+		return c
+	}, 1, "promotion kept")
+}
+
 // TestSimulationStandbysReplicated3 runs the standby sweep on a Raft group
 // of 3 Manager replicas, with leader and follower crashes and isolations:
 // a new leader promotes only what the replicated state records in sync.
