@@ -3,7 +3,6 @@ package sim
 import (
 	"slices"
 
-	"github.com/leasehold/leasehold/owner"
 	"github.com/leasehold/leasehold/protocol"
 )
 
@@ -35,19 +34,21 @@ import (
 
 // sbDeposedHeard follows Lease message m from Manager replica from (of run
 // gen) to Owner run n, before n steps on it: whether it lists one of n's
-// deposed promoted grants as a grant or as a renewal before n ever heard
-// it as a grant (a violation). Messages n drops unseen (a Seq at or below
-// one heard, another incarnation's) are skipped, as n skips them.
+// deposed promoted grants as a grant (seen, and, from a later Manager run,
+// counted as listed again) or as a renewal before any grant (a violation).
+// Messages n drops unseen (a Seq at or below one heard, another
+// incarnation's) are skipped, as n skips them.
 //
-// A grant counts as heard only from a message n could take it up from,
-// and that is n's own rule (owner.Core.Step): an answer in order, or a
-// raced one to a recent request of its run — not, say, a new leader's
-// takeover push, which answers no request (AckSeq 0) and so gives no
-// lease (rule 2), though n acknowledges it. So the returned function,
-// called once n has stepped on m, marks as heard (and, from a later
-// Manager run, as listed again) each grant of m that n now holds.
-func (s *Sim) sbDeposedHeard(from, n *node, gen uint64, m *protocol.LeaseResponse) (stepped func()) {
-	stepped = func() {}
+// A grant counts as heard only from a message n could take it up from, by
+// n's own rule (owner.Core.Step): an answer to a request of its run that
+// it still remembers — its latest (in order), or one of the last
+// sbRequestsKept (raced; owner.Core keeps as many requests' send times).
+// Not, say, a new leader's takeover push, which answers no request
+// (AckSeq 0) and so gives no lease (rule 2), though n acknowledges it.
+// A grant n could take but does not (its lease already run out on n's
+// clock, a piece n gave up since) is heard all the same: that is n's
+// lease lapsing, not the promotion lost.
+func (s *Sim) sbDeposedHeard(from, n *node, gen uint64, m *protocol.LeaseResponse) {
 	if len(s.sbf.deposed) == 0 || m.Incarnation != n.inc {
 		return
 	}
@@ -58,7 +59,8 @@ func (s *Sim) sbDeposedHeard(from, n *node, gen uint64, m *protocol.LeaseRespons
 		s.sbf.heard = map[*node][2]uint64{}
 	}
 	s.sbf.heard[n] = [2]uint64{n.inc, m.Seq}
-	var listed []owner.LeaseNum
+	r := s.sbf.requests[n]
+	answers := m.AckSeq != 0 && r.inc == n.inc && slices.Contains(r.seqs, m.AckSeq)
 	for i := range s.sbf.deposed {
 		d := &s.sbf.deposed[i]
 		if d.to != n || d.inc != n.inc || m.Epoch != d.num.Epoch {
@@ -68,29 +70,49 @@ func (s *Sim) sbDeposedHeard(from, n *node, gen uint64, m *protocol.LeaseRespons
 			switch {
 			case l.LGN != d.num.LGN:
 			case l.Grant:
-				listed = append(listed, d.num)
+				if !answers {
+					continue // n cannot take it from m
+				}
+				d.seenGrant = true
+				if (from != d.mgr || gen != d.mgrInc) && !d.regranted {
+					d.regranted = true
+					s.stats.SBFaults.DeposedRegranted++
+				}
 			case !d.seenGrant:
 				s.chk.fail("promotion kept", "%s (run %d) listed %s its promoted grant %v on %v as a renewal before it ever heard it as a grant: its promoting Manager was crashed as it sent it, and the promotion was lost with it",
 					from.name, gen, n.name, d.num, l.Range)
 			}
 		}
 	}
-	if len(listed) == 0 {
+}
+
+// sbRequestsKept is how many of an Owner run's latest requests it answers
+// grants of (owner.Core's sentAtsKept).
+const sbRequestsKept = 64
+
+// sbRequested notes the requests Owner run n sends (sbDeposedHeard).
+func (s *Sim) sbRequested(n *node, out []*protocol.LeaseRequest) {
+	if len(out) == 0 {
 		return
 	}
-	return func() {
-		held := n.own.Held(n.local(s.now))
-		for i := range s.sbf.deposed {
-			d := &s.sbf.deposed[i]
-			if d.to != n || d.inc != n.inc || !slices.Contains(listed, d.num) ||
-				!slices.ContainsFunc(held, func(l owner.Lease) bool { return l.Num == d.num }) {
-				continue
-			}
-			d.seenGrant = true
-			if (from != d.mgr || gen != d.mgrInc) && !d.regranted {
-				d.regranted = true
-				s.stats.SBFaults.DeposedRegranted++
-			}
-		}
+	if s.sbf.requests == nil {
+		s.sbf.requests = map[*node]sbRequests{}
 	}
+	r := s.sbf.requests[n]
+	if r.inc != n.inc {
+		r = sbRequests{inc: n.inc}
+	}
+	for _, m := range out {
+		r.seqs = append(r.seqs, m.Seq)
+	}
+	if k := len(r.seqs) - sbRequestsKept; k > 0 {
+		r.seqs = slices.Delete(r.seqs, 0, k)
+	}
+	s.sbf.requests[n] = r
+}
+
+// sbRequests are the Seqs of an Owner run's latest requests.
+type sbRequests struct {
+	inc  uint64
+	seqs []uint64
 }
