@@ -11,7 +11,8 @@ import "testing"
 // failures at seeds 2 and 178 were three in a row on one range).
 func TestNoHandoverGivenUpAfterFaults(t *testing.T) {
 	t.Parallel()
-	cfg := standbyScenario(1) // some 200 handovers after the faults: a dozen given up if they were
+	cfg := standbyScenario(1)                 // some 300 handovers after the faults: about 20 given up if they were
+	cfg.FaultTime = 6 * cfg.Timing.OwnerLease // under the race detector too
 	var at Stats
 	cfg.Script = func(c *Control) { c.At(cfg.FaultTime, func() { at = c.Stats() }) }
 	r := Run(cfg)
