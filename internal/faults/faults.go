@@ -17,6 +17,20 @@ type Set struct {
 	// piece its holder had dropped before the fill, then listed again
 	// under the lease, is promoted onto the standby's empty copy.
 	InSyncWholeLease bool
+	// PromotionLeaderLocal makes a new Manager leader ignore the
+	// replicated promotion marks (docs/design.md rule 21), as when only
+	// the leader that promoted knew a grant was a promotion: a promoted
+	// grant its standby had not acknowledged when the leader changed is
+	// listed as a renewal, which the standby refuses (a lease it never
+	// held), and the range is freed with the copy kept for it.
+	PromotionLeaderLocal bool
+	// PromotionPushEarly makes a new Manager leader push to an Owner with
+	// a replicated promoted grant pending before the Owner's first request
+	// (docs/design.md rule 21): the push answers no request of its run, so
+	// the Owner cannot take the grant from it, yet acknowledges it; the
+	// leader takes the grant for seen, forgets it, and lists the lease as
+	// a renewal, which the Owner refuses.
+	PromotionPushEarly bool
 	// AckBeforeStandby makes the simulation's holders acknowledge a write
 	// as soon as they send it to the standby, before the standby has
 	// stored it (docs/design.md rule 24).

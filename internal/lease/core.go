@@ -201,7 +201,9 @@ type ownerSession struct {
 	// first message that listed each (0: none yet). Every message lists
 	// them as grants until a request acknowledges one of those messages:
 	// messages may be lost or overtaken, and an Owner that saw a grant only
-	// as a renewal would refuse it and lose what a migration carried.
+	// as a renewal would refuse it and lose what a migration carried. A
+	// promoted grant's is replicated too (promote_state.go): a new leader
+	// starts its sessions with them.
 	fresh map[keyspace.LGN]uint64
 	// The last load report: requests per second in all, and the hot keys
 	// with their rates (leader-local, like sessions; the rates per range
@@ -223,9 +225,6 @@ type ownerSession struct {
 	peerHeld   []protocol.Lease
 
 	zone string // the Owner's failure domain (replicated)
-	// promoted are the grants to this run made by promotion and not yet
-	// acknowledged (listed as Promoted; leader-local).
-	promoted map[keyspace.LGN]bool
 }
 
 // Epoch returns the Manager's epoch.
@@ -338,7 +337,14 @@ func (c *Core) flush(now time.Time) {
 func (c *Core) sendPushed(now time.Time, n *namespace) {
 	var ids []string
 	for _, id := range n.pushing {
-		if o := n.owners[id]; o != nil && o.push {
+		o := n.owners[id]
+		switch {
+		case o == nil || !o.push:
+		case o.peerSeq == 0 && n.promotionPending(o) && !c.broken.PromotionPushEarly:
+			// A session that has not heard its Owner (a new leader's)
+			// sends no promoted grant: promote_state.go.
+			o.push = false
+		default:
 			ids = append(ids, id)
 		}
 	}

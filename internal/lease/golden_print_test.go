@@ -103,6 +103,12 @@ func (g *golden) describeChange(ch Change, before keyspace.LSN) string {
 			zone = " zone " + r.Zone
 		}
 		return fmt.Sprintf("standby of %s#%d: %s%s s%d%s", r.Holder, r.LGN, r.Owner, zone, r.SGN, ns)
+	case OpPromoted:
+		p := ch.Promoted
+		if p.Seq == 0 {
+			return fmt.Sprintf("promotion of #%d forgotten%s", p.LGN, ns)
+		}
+		return fmt.Sprintf("promoted %s#%d, first listed in seq=%s%s", p.Owner, p.LGN, g.seqString(p.Seq), ns)
 	}
 	return fmt.Sprintf("%+v", ch)
 }

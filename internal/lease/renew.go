@@ -112,7 +112,7 @@ func (c *Core) listHeld(now time.Time, n *namespace, o *ownerSession) ([]protoco
 			// grants, new leases, until acknowledged.
 			_, grant := o.fresh[s.Entry.LGN]
 			leases = append(leases, protocol.Lease{Range: p, LGN: s.Entry.LGN, Grant: grant, Migrated: grant && s.Entry.Migrated,
-				Promoted: grant && o.promoted[s.Entry.LGN]})
+				Promoted: grant && n.promotedGrant(s.Entry.LGN)})
 			if l := len(reserve) - 1; l >= 0 && reserve[l].End == p.Start && p.Start != 0 {
 				reserve[l].End = p.End
 			} else {

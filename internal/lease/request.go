@@ -95,10 +95,10 @@ func (c *Core) learn(now time.Time, n *namespace, o *ownerSession, req *protocol
 	if req.AckEpoch == c.st.epoch {
 		// The owner has seen a message at or after AckSeq, and each of
 		// those listed the grants first sent by then.
+		c.promotionsSeen(now, n, o, req.AckSeq)
 		for lgn, first := range o.fresh {
 			if first != 0 && first <= req.AckSeq {
 				delete(o.fresh, lgn)
-				delete(o.promoted, lgn)
 			}
 		}
 	}

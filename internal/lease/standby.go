@@ -46,7 +46,7 @@ func (n *namespace) nextSGN() protocol.SGN { return n.s.sgn + 1 }
 // holder that has none (rule 22).
 func (c *Core) pairStandbys(now time.Time, n *namespace) {
 	on := c.cfg.standbys(n.name) > 0
-	if !n.pair || (!on && len(n.s.standbys) == 0) {
+	if !n.pair || (!on && len(n.s.standbys) == 0 && len(n.s.promoted) == 0) {
 		n.pair = false
 		return
 	}
@@ -69,6 +69,7 @@ func (c *Core) pairStandbys(now time.Time, n *namespace) {
 		}
 		return true
 	})
+	c.forgetPromoted(now, n, func(lgn keyspace.LGN) bool { return leases[lgn] != nil })
 	load := map[string]int{} // pairings per standby
 	var act []keyspace.LGN   // the pairings to forget or drop, in LGN order
 	for lgn, rec := range n.s.standbys {

@@ -21,7 +21,9 @@ import (
 // incarnations, and the Manager replicas' addresses. Every replica applies
 // the same committed Changes in the same order and so holds the same State,
 // LSN for LSN. Timers, sessions, sequence numbers and reservations are not
-// here: they belong to the leader alone and are rebuilt by a new one.
+// here: they belong to the leader alone and are rebuilt by a new one — but
+// for the Seq a promoted grant was first listed in (promote_state.go),
+// which a new leader needs to list it as the grant it is.
 //
 // A State is not safe for concurrent use.
 type State struct {
@@ -42,6 +44,9 @@ type nsState struct {
 	// recorded (standby.go).
 	standbys map[keyspace.LGN]StandbyRecord
 	sgn      protocol.SGN
+	// promoted marks the leases granted by promotion until their standby
+	// acknowledges the grant or they end, in this epoch (promote_state.go).
+	promoted map[keyspace.LGN]PromotedGrant
 }
 
 // OwnerRecord is the replicated part of what the Manager knows of an owner.
@@ -72,6 +77,7 @@ const (
 	OpPeer                    // record replica Peer at Addr ("" removes it)
 	OpDesired                 // set NS's desired assignment to Desired
 	OpStandby                 // record NS's pairing Standby (SGN 0: forget Standby.LGN's)
+	OpPromoted                // record NS's promotion mark Promoted (Seq 0: forget Promoted.LGN's)
 )
 
 // Change is one mutation of the State. The leader's Core emits Changes; the
@@ -93,6 +99,8 @@ type Change struct {
 	Desired assign.Assignment `json:"d,omitempty"`
 	// Standby is a pairing of holder and standby (OpStandby).
 	Standby *StandbyRecord `json:"sb,omitempty"`
+	// Promoted marks a lease granted by promotion (OpPromoted).
+	Promoted *PromotedGrant `json:"pg,omitempty"`
 }
 
 // ErrCorrupt is wrapped by the errors of Apply and DecodeState: a committed
@@ -171,7 +179,8 @@ func (s *State) apply(now time.Time, c Change) error {
 	}
 	if c.Op == OpNamespace {
 		if _, ok := s.ns[c.NS]; !ok {
-			s.ns[c.NS] = &nsState{table: leasetable.New(s.retention), owners: map[string]OwnerRecord{}, standbys: map[keyspace.LGN]StandbyRecord{}}
+			s.ns[c.NS] = &nsState{table: leasetable.New(s.retention), owners: map[string]OwnerRecord{}, standbys: map[keyspace.LGN]StandbyRecord{},
+				promoted: map[keyspace.LGN]PromotedGrant{}}
 		}
 		return nil
 	}
@@ -205,6 +214,8 @@ func (s *State) apply(now time.Time, c Change) error {
 		n.desired = slices.Clone(c.Desired)
 	case OpStandby:
 		return n.applyStandby(c.Standby)
+	case OpPromoted:
+		return n.applyPromoted(c.Promoted)
 	default:
 		return fmt.Errorf("unknown op %d", c.Op)
 	}
@@ -228,6 +239,9 @@ type nsImage struct {
 	Desired  assign.Assignment      `json:"desired,omitempty"`
 	Standbys []StandbyRecord        `json:"standbys,omitempty"`
 	SGN      protocol.SGN           `json:"sgn,omitempty"`
+	// Promoted is absent from a snapshot written before promotions were
+	// marked: it decodes as none.
+	Promoted []PromotedGrant `json:"promoted,omitempty"`
 }
 
 // Encode returns the State as a snapshot's data. The change logs are
@@ -238,7 +252,8 @@ func (s *State) Encode() []byte {
 	for _, name := range s.Namespaces() {
 		n := s.ns[name]
 		img.Namespaces = append(img.Namespaces, nsImage{Name: name, LSN: n.table.LSN(), LGN: n.lgn,
-			Segments: n.table.Segments(), Owners: n.owners, Desired: n.desired, Standbys: n.standbyList(), SGN: n.sgn})
+			Segments: n.table.Segments(), Owners: n.owners, Desired: n.desired, Standbys: n.standbyList(), SGN: n.sgn,
+			Promoted: n.promotedList()})
 	}
 	b, err := json.Marshal(img)
 	if err != nil {
@@ -274,7 +289,12 @@ func DecodeState(data []byte, retention time.Duration) (*State, error) {
 		for _, r := range ni.Standbys {
 			standbys[r.LGN] = r
 		}
-		s.ns[ni.Name] = &nsState{table: t, lgn: ni.LGN, owners: owners, desired: ni.Desired, standbys: standbys, sgn: ni.SGN}
+		promoted := map[keyspace.LGN]PromotedGrant{}
+		for _, p := range ni.Promoted {
+			promoted[p.LGN] = p
+		}
+		s.ns[ni.Name] = &nsState{table: t, lgn: ni.LGN, owners: owners, desired: ni.Desired, standbys: standbys, sgn: ni.SGN,
+			promoted: promoted}
 	}
 	return s, nil
 }
@@ -309,4 +329,11 @@ func (s *State) Refound(id uint64, addr string, epoch uint64) {
 	clear(s.readers)
 	s.peers[id] = addr
 	s.epoch = max(epoch, s.epoch+1)
+	// No session's Seqs carry over into the new epoch, so no request can
+	// acknowledge a promoted grant's first message: a mark kept would list
+	// the lease as a promoted grant to an Owner that may hold it long
+	// since (promote_state.go).
+	for _, n := range s.ns {
+		clear(n.promoted)
+	}
 }

@@ -76,6 +76,7 @@ func resume(cfg Settings, broken faults.Set, st *State, base uint64, now time.Ti
 				c.forgetTimer(n, n.owners[id])
 			}
 		}
+		c.resumePromoted(n)
 		if cfg.Rebalance != nil && len(s.desired) > 0 {
 			// Carry on from it. The next round waits for the Owners' load
 			// reports: without them it would balance by key space.

@@ -102,7 +102,8 @@ type Config struct {
 	// is acknowledged. The migration checker fails any Owner that takes up
 	// a migrated grant without the state it names. AppFaults makes one
 	// Owner run in eight an application without the handover upcall, and
-	// the application give up one handover in sixteen.
+	// the application give up one handover in sixteen while FaultTime
+	// lasts.
 	Migration bool
 	AppFaults bool
 	// DrainEvery restarts an Owner gracefully (drain, leave, start again)

@@ -159,6 +159,7 @@ func (s *Sim) deliver(n *node, e *event) {
 		m := e.msg.(*protocol.LeaseResponse)
 		s.noteOwnerAnswer(n, m)
 		s.trace(n, "recv resp from %s epoch=%d seq=%d ack=%d inc=%d leases=%d renewHeld=%v (my inc=%d)", from.name, m.Epoch, m.Seq, m.AckSeq, m.Incarnation, len(m.Leases), m.RenewHeld, n.inc)
+		s.sbDeposedHeard(from, n, e.gen, m) // standby_deposed.go
 		before := s.chk.heldNums(n)
 		n.own.Step(now, m)
 		s.chk.ownerStepped(n, before)
@@ -214,6 +215,7 @@ func (s *Sim) after(n *node) {
 		}
 		s.ownerChanged(n, changes)
 		if s.cfg.Standbys {
+			s.sbRequested(n, out)
 			s.sbStep(n)
 			s.sbFaultStep(n)
 		}

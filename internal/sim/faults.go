@@ -44,7 +44,7 @@ func (s *Sim) scheduleFaults() {
 		s.at(s.exp(mean), next)
 	}
 	repeat(c.OwnerCrashEvery, func() {
-		if n := s.pickUp(s.owners); n != nil {
+		if n := s.pickUp(s.owners); n != nil && !s.sbResuming(n) {
 			s.crash(n)
 			s.at(s.now+s.uniform(0, 3*t.ManagerLease), func() { s.restart(n) })
 		}

@@ -340,6 +340,9 @@ func (s *Sim) sbCrashPair() {
 		if sb == nil || !sb.up {
 			continue
 		}
+		if s.sbResuming(h) || s.sbResuming(sb) {
+			return
+		}
 		s.stats.PairCrashes++
 		for _, n := range []*node{h, sb} {
 			s.crash(n)
@@ -361,7 +364,7 @@ func (s *Sim) sbCrashZone() {
 	zone := s.sbZone(n)
 	s.stats.ZoneCrashes++
 	for _, o := range s.owners {
-		if o.up && s.sbZone(o) == zone {
+		if o.up && s.sbZone(o) == zone && !s.sbResuming(o) {
 			s.crash(o)
 			s.at(s.now+s.cfg.Timing.ManagerLease+s.uniform(0, 2*s.cfg.Timing.ManagerLease), func() { s.restart(o) })
 		}

@@ -29,11 +29,11 @@ import (
 //   - a Manager deposed between a promotion and its delivery: the replica
 //     that sends a promoted grant for the first time (the single Manager,
 //     or the leader) is crashed at once and restarts from its log, its
-//     message dropped, delivered, or delivered late (after the next
-//     leader's first answers). Whether a grant is a promotion (Lease
-//     .Promoted) is known to the leader that made it only, not recorded in
-//     the replicated state: the next leader lists the lease as held, not
-//     as a grant.
+//     messages of that round to the standby dropped, delivered, or
+//     delivered late (after the next leader's first answers). The
+//     promotion is in the replicated state, so the next leader lists the
+//     lease to the standby as a promoted grant until it is acknowledged;
+//     the checker "promotion kept" holds it to that (standby_deposed.go).
 //
 // Each is counted (StandbyFaultStats), with what the run's random faults
 // already did of the same kind: holder–standby messages lost to a random
@@ -76,7 +76,12 @@ type StandbyFaultStats struct {
 	// delivered late); of those grants, DeposedTakenUp were taken up by
 	// their Owner, DeposedFreed left the table while its run lived without
 	// it, DeposedOwnerGone were not taken up before the run ended.
+	// DeposedRegranted counts those its run heard listed as a grant by a
+	// later Manager run (a new leader, or the crashed replica restarted
+	// from its log), DeposedRegrantedTakenUp those of them taken up from
+	// such a message (standby_deposed.go).
 	Deposals, DeposedDropped, DeposedLate, DeposedTakenUp, DeposedFreed, DeposedOwnerGone int
+	DeposedRegranted, DeposedRegrantedTakenUp                                             int
 	// StandbyHandoverWrites counts the keys a migrated grant took up with
 	// a write in the state handed over (Config.Migration with standbys).
 	StandbyHandoverWrites int
@@ -101,6 +106,8 @@ func (a *StandbyFaultStats) add(b StandbyFaultStats) {
 	a.DeposedTakenUp += b.DeposedTakenUp
 	a.DeposedFreed += b.DeposedFreed
 	a.DeposedOwnerGone += b.DeposedOwnerGone
+	a.DeposedRegranted += b.DeposedRegranted
+	a.DeposedRegrantedTakenUp += b.DeposedRegrantedTakenUp
 	a.StandbyHandoverWrites += b.StandbyHandoverWrites
 }
 
@@ -116,6 +123,9 @@ type sbFaultState struct {
 	holderIn   map[owner.LeaseNum]uint64
 	resumeOf   map[*node]uint64 // old holders stalled when promoted → their run
 	deposed    []deposedGrant
+	fate       sbFate              // the last deposed promoted grant's message's fate
+	heard      map[*node][2]uint64 // Owner run → its incarnation and the highest Seq it heard (standby_deposed.go)
+	requests   map[*node]sbRequests
 }
 
 // deposedGrant is a promoted grant whose Manager was crashed as it sent it.
@@ -124,6 +134,11 @@ type deposedGrant struct {
 	inc uint64
 	num owner.LeaseNum
 	r   keyspace.Range
+	// The crashed replica's run, and whether the Owner run has heard the
+	// lease listed as a grant since (standby_deposed.go).
+	mgr                  *node
+	mgrInc               uint64
+	seenGrant, regranted bool
 }
 
 // sbLinkCut reports whether a message from one Owner to another is lost to
@@ -181,6 +196,9 @@ func (s *Sim) sbOnSend(from, to *node, msg any) bool {
 	f := s.cfg.StandbyFaults
 	if m, ok := msg.(*protocol.LeaseResponse); ok {
 		if from.kind == managerNode && s.faulting {
+			if s.sbFateShared(from, to, m) {
+				return true
+			}
 			return s.sbPromotionSent(from, to, m)
 		}
 		return false
@@ -253,7 +271,8 @@ func (s *Sim) sbPromotionSent(mgr, o *node, m *protocol.LeaseResponse) bool {
 	st := &s.stats.SBFaults
 	st.Deposals++
 	for _, l := range first {
-		s.sbf.deposed = append(s.sbf.deposed, deposedGrant{to: o, inc: o.inc, num: owner.LeaseNum{Epoch: m.Epoch, LGN: l.LGN}, r: l.Range})
+		s.sbf.deposed = append(s.sbf.deposed, deposedGrant{to: o, inc: o.inc, num: owner.LeaseNum{Epoch: m.Epoch, LGN: l.LGN}, r: l.Range,
+			mgr: mgr, mgrInc: mgr.inc})
 	}
 	s.trace(o, "its promoted grants %v are sent by %s, crashed as it sends them", first, mgr.name)
 	t := s.cfg.Timing
@@ -264,17 +283,45 @@ func (s *Sim) sbPromotionSent(mgr, o *node, m *protocol.LeaseResponse) bool {
 	switch (uint64(st.Deposals) + s.cfg.Seed) % 3 { // in turn, from the seed on
 	case 1:
 		st.DeposedDropped++
-		s.stats.Messages++
-		s.stats.Dropped++
-		return true
+		s.sbf.fate = sbFate{mgr: mgr, inc: mgr.inc, to: o, at: s.now, mode: 1}
+		return s.sbFateShared(mgr, o, m)
 	case 2:
-		// Read from the old stream after the next leader's first answers.
 		st.DeposedLate++
-		s.stats.Messages++
-		s.push(&event{at: s.now + t.ManagerLease + s.uniform(0, t.Renew), kind: evDeliver, from: mgr.pos, to: o.pos, msg: m, gen: mgr.inc, toInc: o.inc})
-		return true
+		s.sbf.fate = sbFate{mgr: mgr, inc: mgr.inc, to: o, at: s.now, mode: 2}
+		return s.sbFateShared(mgr, o, m)
 	}
 	return false
+}
+
+// sbFate is what befell the message of a deposed Manager replica's
+// promoted grant: dropped (mode 1) or delivered late (2).
+type sbFate struct {
+	mgr, to *node
+	inc     uint64
+	at      time.Duration
+	mode    int
+}
+
+// sbFateShared gives message m from replica mgr to Owner run o the fate of
+// the deposed promoted grant's message if it is of the same replica run
+// to the same Owner at the same instant (the same round: a pairing made
+// after the grant sends a second message listing it), and reports whether
+// it did: the Owner hears nothing of that run after the promotion, or
+// hears it late, not from its next message.
+func (s *Sim) sbFateShared(mgr, o *node, m *protocol.LeaseResponse) bool {
+	f := s.sbf.fate
+	if f.mode == 0 || f.mgr != mgr || f.inc != mgr.inc || f.to != o || f.at != s.now {
+		return false
+	}
+	s.stats.Messages++
+	if f.mode == 1 {
+		s.stats.Dropped++
+		return true
+	}
+	// Read from the old stream after the next leader's first answers.
+	t := s.cfg.Timing
+	s.push(&event{at: s.now + t.ManagerLease + s.uniform(0, t.Renew), kind: evDeliver, from: mgr.pos, to: o.pos, msg: m, gen: mgr.inc, toInc: o.inc})
+	return true
 }
 
 // sbOldHolder is the holder of the lease Owner run o is standby for on r,
@@ -310,6 +357,16 @@ func (s *Sim) sbStallWriter(h *node, m replMsg) {
 	s.stats.SBFaults.HolderStalls++
 	d := 2*t.ManagerLease + t.Renew + s.uniform(0, t.OwnerLease)
 	s.at(s.now, func() { s.stall(h, d) })
+}
+
+// sbResuming reports whether n is an old holder stalled past its
+// reservation whose range was promoted meanwhile, still to resume: the
+// random crashes spare it, so that it does resume with its writes in
+// flight, the fault its stall was for (a crash would end the run that
+// holds them).
+func (s *Sim) sbResuming(n *node) bool {
+	inc, ok := s.sbf.resumeOf[n]
+	return ok && inc == n.inc && n.stalled
 }
 
 // sbFaultStep follows an Owner run's step for the counts: an old holder
@@ -359,6 +416,9 @@ func (s *Sim) sbGranted(n *node, ch owner.OwnershipChange) {
 		s.sbf.holderOf[g.Num], s.sbf.holderIn[g.Num] = n, n.inc
 		if i := slices.IndexFunc(s.sbf.deposed, func(d deposedGrant) bool { return d.to == n && d.inc == n.inc && d.num == g.Num }); i >= 0 {
 			st.DeposedTakenUp++
+			if s.sbf.deposed[i].regranted {
+				st.DeposedRegrantedTakenUp++
+			}
 			s.sbf.deposed = slices.Delete(s.sbf.deposed, i, i+1)
 		}
 		if !g.Promoted {

@@ -41,8 +41,10 @@ func sbFaultsRequired(f StandbyFaultStats, tot Stats) map[string]int {
 		"holders stalled past their reservation": f.HolderStalls, "promotions while the old holder was stalled": f.PromotedWhileStalled,
 		"old holders resuming after their promotion": f.ResumedAfterPromotion,
 		"managers crashed sending a promoted grant":  f.Deposals, "deposed promoted grants dropped": f.DeposedDropped,
-		"deposed promoted grants delivered late": f.DeposedLate,
-		"handovers with standbys":                tot.Handovers, "migrated grants with standbys": tot.MigratedGrants,
+		"deposed promoted grants delivered late":                             f.DeposedLate,
+		"deposed promoted grants listed again as grants by the next Manager": f.DeposedRegranted,
+		"deposed promoted grants taken up from the next Manager's message":   f.DeposedRegrantedTakenUp,
+		"handovers with standbys":                                            tot.Handovers, "migrated grants with standbys": tot.MigratedGrants,
 		"standby keys handed over": f.StandbyHandoverWrites,
 	}
 }
@@ -51,10 +53,10 @@ func sbFaultsRequired(f StandbyFaultStats, tot Stats) map[string]int {
 func sbFaultLine(f StandbyFaultStats) string {
 	return fmt.Sprintf("holder–standby cuts: %d at a fill, %d right after an answer, %d losing it, %d at a promotion (%d both ways, %d holder→standby, %d standby→holder), %d messages lost to them, %d to random partitions; "+
 		"%d holders stalled past their reservation, %d promotions while the old holder was stalled, %d old holders resumed after; "+
-		"%d managers crashed sending a promoted grant (%d dropped, %d late): %d taken up, %d left the table untaken by a live run, %d not taken up by a run that ended; %d standby keys handed over",
+		"%d managers crashed sending a promoted grant (%d dropped, %d late): %d taken up (%d listed again as grants by the next Manager, %d taken up from its message), %d left the table untaken by a live run, %d not taken up by a run that ended; %d standby keys handed over",
 		f.FillCuts, f.AckCuts, f.AckLostCuts, f.PromotionCuts, f.BothWays, f.HolderToStandby, f.StandbyToHolder, f.PairMsgsCut, f.PairMsgsPartitioned,
 		f.HolderStalls, f.PromotedWhileStalled, f.ResumedAfterPromotion,
-		f.Deposals, f.DeposedDropped, f.DeposedLate, f.DeposedTakenUp, f.DeposedFreed, f.DeposedOwnerGone, f.StandbyHandoverWrites)
+		f.Deposals, f.DeposedDropped, f.DeposedLate, f.DeposedTakenUp, f.DeposedRegranted, f.DeposedRegrantedTakenUp, f.DeposedFreed, f.DeposedOwnerGone, f.StandbyHandoverWrites)
 }
 
 // untargeted takes the targeted standby faults and the planned moves out

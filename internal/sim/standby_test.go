@@ -102,12 +102,18 @@ func standbyBroken(br faults.Set) func(uint64) Config {
 // -sim.seeds, as the other twins do.
 func standbyTwin(t *testing.T, br faults.Set, seed uint64, want ...string) {
 	t.Helper()
+	standbyTwinOf(t, standbyBroken(br), seed, want...)
+}
+
+// standbyTwinOf is standbyTwin for the broken standby runs cfg.
+func standbyTwinOf(t *testing.T, cfg func(uint64) Config, seed uint64, want ...string) {
+	t.Helper()
 	t.Parallel()
 	if *longFlag || *seedsFlag > 0 {
-		caught(t, sweepSize(), standbyBroken(br), want...)
+		caught(t, sweepSize(), cfg, want...)
 		return
 	}
-	r := Run(standbyBroken(br)(seed))
+	r := Run(cfg(seed))
 	if r.Violation == nil || !slices.Contains(want, r.Violation.Checker) {
 		t.Fatalf("seed %d: want a %v violation, got %v; search the seeds with -sim.long", seed, want, r.Violation)
 	}
@@ -144,6 +150,38 @@ func TestBrokenStandbyAcceptsStale(t *testing.T) {
 // acknowledged writes. Caught at seed 53.
 func TestBrokenInSyncWholeLease(t *testing.T) {
 	standbyTwin(t, faults.Set{InSyncWholeLease: true}, 53, "acknowledged writes")
+}
+
+// TestBrokenPromotionLeaderLocal: a new Manager leader that ignores the
+// replicated promotion marks (rule 21) — as when only the leader that
+// promoted knew a grant was a promotion — lists a promoted grant its
+// standby never heard as a renewal, which the standby refuses: the range
+// is freed and its copy thrown away. The Manager is crashed as it sends a
+// promoted grant (StandbyFaults.DeposeOneIn, standby_deposed.go). Caught
+// by the promotion-kept checker at seed 1.
+func TestBrokenPromotionLeaderLocal(t *testing.T) {
+	standbyTwinOf(t, func(s uint64) Config {
+		c := standbyBroken(faults.Set{PromotionLeaderLocal: true})(s)
+		c.StandbyFaults.DeposeOneIn = 2
+		return c
+	}, 1, "promotion kept")
+}
+
+// TestBrokenPromotionPushEarly: a new Manager leader that pushes to a
+// standby with a replicated promoted grant pending before the standby's
+// first request (rule 21) sends it the grant in a message that answers no
+// request of its run: the standby cannot take it up from that message,
+// yet acknowledges it, so the leader lists the lease as a renewal next,
+// which the standby refuses. The Manager is crashed as it sends a
+// promoted grant (StandbyFaults.DeposeOneIn); the promotion-kept checker
+// counts a grant heard only from a message the Owner could take it from
+// (standby_deposed.go), and catches it at seed SEED.
+func TestBrokenPromotionPushEarly(t *testing.T) {
+	standbyTwinOf(t, func(s uint64) Config {
+		c := standbyBroken(faults.Set{PromotionPushEarly: true})(s)
+		c.StandbyFaults.DeposeOneIn = 2
+		return c
+	}, 1, "promotion kept")
 }
 
 // TestSimulationStandbysReplicated3 runs the standby sweep on a Raft group
