@@ -187,11 +187,13 @@ func TestBrokenPromotionPushEarly(t *testing.T) {
 // TestSimulationStandbysReplicated3 runs the standby sweep on a Raft group
 // of 3 Manager replicas, with leader and follower crashes and isolations:
 // a new leader promotes only what the replicated state records in sync.
-// With -sim.long only (a replicated run costs more per virtual second).
+// With -sim.long only, and half its seeds (100), as the migration sweep: a
+// replicated run costs about twice a single Manager's per virtual second,
+// and TestSimulationStandbys runs the standby rules' full 200 beside it.
 func TestSimulationStandbysReplicated3(t *testing.T) {
 	longOnly(t, "a replicated standby sweep")
 	t.Parallel()
-	results := seeds(t, sweepSeeds(sweepSize()), func(s uint64) Config {
+	results := seeds(t, sweepSeeds(max(sweepSize()/2, requiredSeeds)), func(s uint64) Config {
 		c := replicated(3)(s)
 		c.Standbys, c.Zones, c.Lookups = true, 3, 6
 		c.StandbyPairCrashEvery = 4 * c.Timing.OwnerLease
