@@ -139,14 +139,13 @@ type DeviceHandle struct {
 	key        keyspace.Key
 	mu         sync.Mutex
 	seq        uint64 // the last sent; guarded by mu
-	acked      uint64 // the last acknowledged; guarded by mu
-	status     string // the last acknowledged's; guarded by mu
+	status     string // the last sent's; guarded by mu
 	// republishing is set while a republish is under way.
 	republishing atomic.Bool
 }
 
 // Device returns the handle of device of user; the Client republishes its
-// last acknowledged heartbeat after a loss, until Forget.
+// last heartbeat after a loss, until Forget.
 func (c *Client) Device(user, device string) *DeviceHandle {
 	d := &DeviceHandle{c: c, user: user, name: device, key: keyspace.KeyOf(user)}
 	c.mu.Lock()
@@ -168,21 +167,23 @@ func (d *DeviceHandle) Beat(ctx context.Context, status string) (uint64, error) 
 	d.mu.Lock()
 	d.seq++
 	seq := d.seq
+	d.status = status
 	d.mu.Unlock()
 	if err := d.send(ctx, status, seq); err != nil {
 		return seq, err
 	}
-	d.mu.Lock()
-	if seq > d.acked {
-		d.acked, d.status = seq, status
-	}
-	d.mu.Unlock()
 	return seq, nil
 }
 
+// republish sends the last heartbeat sent again, acknowledged or still on
+// its way: the loss notification may arrive before the answer to a
+// heartbeat the old Owner stored and acknowledged just before it lost the
+// user; republishing only the last acknowledged one would then leave the
+// new Owner an older status than the device was told is stored. The
+// servers keep the higher counter, so a heartbeat sent twice is harmless.
 func (d *DeviceHandle) republish(ctx context.Context) error {
 	d.mu.Lock()
-	seq, status := d.acked, d.status
+	seq, status := d.seq, d.status
 	d.mu.Unlock()
 	if seq == 0 {
 		return nil

@@ -1,0 +1,111 @@
+package presence
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/lookup"
+	"github.com/leasehold/leasehold/manager"
+	"github.com/leasehold/leasehold/protocol"
+)
+
+// heldAnswer is a transport that holds the answer to the heartbeat whose
+// query is hold until onHeld, called with the answer in hand, returns;
+// it records the query of every heartbeat it sends.
+type heldAnswer struct {
+	next   http.RoundTripper
+	hold   string
+	onHeld func()
+
+	mu   sync.Mutex
+	sent []string
+}
+
+func (h *heldAnswer) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := h.next.RoundTrip(r)
+	if r.Method == http.MethodPut {
+		h.mu.Lock()
+		h.sent = append(h.sent, r.URL.RawQuery)
+		h.mu.Unlock()
+		if err == nil && r.URL.RawQuery == h.hold {
+			h.onHeld()
+		}
+	}
+	return resp, err
+}
+
+// count returns how many heartbeats were sent through h.
+func (h *heldAnswer) count() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.sent)
+}
+
+// TestRepublishesAHeartbeatStillAnswering: a loss notification that
+// arrives after the Owner stored and acknowledged a heartbeat, before the
+// answer reached the device, republishes that heartbeat, not the one
+// acknowledged before it: the device is told its heartbeat is stored, so
+// the new Owner must not be left an older status (the presence scenario's
+// promise, TestPresenceScenario in internal/e2e).
+func TestRepublishesAHeartbeatStillAnswering(t *testing.T) {
+	srv, err := manager.NewServer(manager.Config{Insecure: true, Timing: protocol.Fast()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, lis) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	}()
+	mgr := lis.Addr().String()
+	s, err := NewServer(context.Background(), ServerConfig{Insecure: true, Manager: mgr, ID: "pr-1", Listen: "127.0.0.1:0", Timing: protocol.Fast()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	c, err := NewClient(context.Background(), ClientConfig{Insecure: true, Manager: mgr, Timing: protocol.Fast()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	wctx, wcancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer wcancel()
+	if err := c.WaitSynced(wctx); err != nil {
+		t.Fatal(err)
+	}
+	d := c.Device("user-1", "phone")
+	if _, err := d.Beat(wctx, "on"); err != nil {
+		t.Fatal(err)
+	}
+	// The second heartbeat's answer is held while a loss of everything is
+	// notified and its republish sent: that is the race the scenario met.
+	h := &heldAnswer{next: c.http.Transport, hold: "seq=2"}
+	h.onHeld = func() {
+		c.onLoss(lookup.Loss{All: true})
+		for h.count() < 2 && wctx.Err() == nil {
+			time.Sleep(time.Millisecond) // the republish is on its own goroutine
+		}
+	}
+	c.http.Transport = h
+	if _, err := d.Beat(wctx, "away"); err != nil {
+		t.Fatal(err)
+	}
+	h.mu.Lock()
+	sent := h.sent
+	h.mu.Unlock()
+	if len(sent) != 2 || sent[1] != "seq=2" {
+		t.Fatalf("heartbeats sent while the second's answer was held: %q; want the republish to send seq=2 (the last heartbeat, acknowledged by its Owner)", sent)
+	}
+}
