@@ -24,8 +24,8 @@ import (
 // loopback answer late enough to look like a silent leader. It fails, with
 // Keep's log, when the stream was left for want of an answer; a run where
 // the stream ended otherwise (the in-memory transport may end one under
-// load, as one CI run once printed, without a log saying why) proves
-// nothing either way and is run again, a few times at most.
+// load; the one CI failure of this test printed no log to tell which)
+// proves nothing either way and is run again, a few times at most.
 func TestKeepKeepsAnAnsweringStream(t *testing.T) {
 	for range 3 {
 		var left []string
