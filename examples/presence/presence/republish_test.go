@@ -1,16 +1,13 @@
-package presence
+package presence_test
 
 import (
 	"context"
-	"net"
 	"net/http"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/leasehold/leasehold/lookup"
-	"github.com/leasehold/leasehold/manager"
-	"github.com/leasehold/leasehold/protocol"
 )
 
 // heldAnswer is a transport that holds the answer to the heartbeat whose
@@ -52,53 +49,25 @@ func (h *heldAnswer) count() int {
 // the new Owner must not be left an older status (the presence scenario's
 // promise, TestPresenceScenario in internal/e2e).
 func TestRepublishesAHeartbeatStillAnswering(t *testing.T) {
-	srv, err := manager.NewServer(manager.Config{Insecure: true, Timing: protocol.Fast()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, lis) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("manager: %v", err)
-		}
-	}()
-	mgr := lis.Addr().String()
-	s, err := NewServer(context.Background(), ServerConfig{Insecure: true, Manager: mgr, ID: "pr-1", Listen: "127.0.0.1:0", Timing: protocol.Fast()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close(context.Background())
-	c, err := NewClient(context.Background(), ClientConfig{Insecure: true, Manager: mgr, Timing: protocol.Fast()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	mgr := startManager(t)
+	startServer(t, mgr, "pr-1")
+	c := newClient(t, mgr)
 	wctx, wcancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer wcancel()
-	if err := c.WaitSynced(wctx); err != nil {
-		t.Fatal(err)
-	}
 	d := c.Device("user-1", "phone")
 	if _, err := d.Beat(wctx, "on"); err != nil {
 		t.Fatal(err)
 	}
 	// The second heartbeat's answer is held while a loss of everything is
 	// notified and its republish sent: that is the race the scenario met.
-	h := &heldAnswer{next: c.http.Transport, hold: "seq=2"}
+	h := &heldAnswer{next: c.Transport(), hold: "seq=2"}
 	h.onHeld = func() {
-		c.onLoss(lookup.Loss{All: true})
+		c.NotifyLoss(lookup.Loss{All: true})
 		for h.count() < 2 && wctx.Err() == nil {
 			time.Sleep(time.Millisecond) // the republish is on its own goroutine
 		}
 	}
-	c.http.Transport = h
+	c.SetTransport(h)
 	if _, err := d.Beat(wctx, "away"); err != nil {
 		t.Fatal(err)
 	}
