@@ -282,11 +282,26 @@ func (c *Core) Left() bool { return c.left }
 // not counted; a lost lease is.
 func (c *Core) Expired() uint64 { return c.expired }
 
+// AppendHeld appends the leases held at now to dst and returns the
+// extended slice: Held without an allocation, for a caller that asks on
+// every step (the simulation's checkers).
+func (c *Core) AppendHeld(dst []Lease, now time.Time) []Lease {
+	for _, l := range c.held {
+		if now.Before(l.Expiry) {
+			dst = append(dst, l)
+		}
+	}
+	return dst
+}
+
 // Held returns the leases held at now.
 func (c *Core) Held(now time.Time) []Lease {
 	var out []Lease
-	for _, l := range c.held {
+	for i, l := range c.held {
 		if now.Before(l.Expiry) {
+			if out == nil { // one allocation, not append's doublings
+				out = make([]Lease, 0, len(c.held)-i)
+			}
 			out = append(out, l)
 		}
 	}

@@ -230,6 +230,11 @@ func TestCheckLease(t *testing.T) {
 			if inHeld != tc.ok {
 				t.Errorf("Held(%v) covers %d: %v, want %v", tc.now, tc.key, inHeld, tc.ok)
 			}
+			// AppendHeld appends the same leases after what dst has.
+			first := Lease{Num: num(99)}
+			if got, want := c.AppendHeld([]Lease{first}, tc.now), append([]Lease{first}, c.Held(tc.now)...); !slices.Equal(got, want) {
+				t.Errorf("AppendHeld(%v) = %v, want %v", tc.now, got, want)
+			}
 		})
 	}
 }

@@ -82,7 +82,8 @@ func (c *checker) acked(n *node) {
 	}
 	b := c.book()
 	now := n.local(c.s.now)
-	for _, l := range n.own.Held(now) {
+	c.acks = n.own.AppendHeld(c.acks[:0], now)
+	for _, l := range c.acks {
 		rs := n.app.writable(keyspace.NewRangeSet(l.Range), l.Num, now)
 		if rs.Empty() {
 			continue

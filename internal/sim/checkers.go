@@ -40,6 +40,9 @@ type checker struct {
 	owed     map[*node][]*obligation
 	everHeld map[*node]beliefs // the keys each Owner run has believed, by lease
 
+	mine, theirs []owner.Lease // ownerStepped's buffers, reused
+	acks         []owner.Lease // acked's
+
 	// migratedFrom names, for every migrated grant the table has shown,
 	// the lease whose state it carries (Entry.MigratedFrom).
 	migratedFrom map[leaseID]keyspace.LGN
@@ -114,7 +117,9 @@ func (c *checker) ownerStepped(n *node, before beliefs) {
 	if c.off {
 		return
 	}
-	mine := n.own.Held(n.local(c.s.now))
+	// Two buffers the checker keeps: every Owner step asks every Owner run.
+	c.mine = n.own.AppendHeld(c.mine[:0], n.local(c.s.now))
+	mine := c.mine
 	for _, l := range mine {
 		// Continuity, key by key: a key believed under a lease number again
 		// after a gap would let CheckLeaseContinuous (a check of one key)
@@ -132,7 +137,8 @@ func (c *checker) ownerStepped(n *node, before beliefs) {
 		if o == n || !o.up {
 			continue
 		}
-		theirs := o.own.Held(o.local(c.s.now))
+		c.theirs = o.own.AppendHeld(c.theirs[:0], o.local(c.s.now))
+		theirs := c.theirs
 		i, j := 0, 0
 		for i < len(mine) && j < len(theirs) {
 			if mine[i].Range.Overlaps(theirs[j].Range) {
