@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -41,16 +42,41 @@ func TestMain(m *testing.M) {
 	// A run of the whole package starts linking the binaries at once, so
 	// that the tests that need none (the Python client's) run meanwhile
 	// instead of before it; a run of chosen tests (-run) or -short builds
-	// only if a test asks.
+	// only what a test asks for.
 	flag.Parse()
 	var prebuild sync.WaitGroup
 	if !testing.Short() && flag.Lookup("test.run").Value.String() == "" {
+		prebuilding = true
 		prebuild.Go(func() { _ = buildAll() })
 	}
+	sideBySide()
 	goleak.VerifyTestMain(runThenWait{m, &prebuild}, goleak.Cleanup(func(code int) {
 		_ = os.RemoveAll(dir)
 		os.Exit(code)
 	}))
+}
+
+// defaultParallel is how many tests of the default set run at once unless
+// -parallel says otherwise: all six that call t.Parallel (the four
+// scenarios and the Python client's two checks).
+const defaultParallel = 6
+
+// sideBySide lets the default set's tests run all at once: go test's
+// -parallel defaults to GOMAXPROCS, two on a machine of two cores, which
+// ran TestDemo and TestEditedDataDirFailsLoudly only once TestKVScenario
+// and TestGatewayScenario were over (6 s more of the package's 22), though
+// each of them spends most of its time waiting on the real leases and
+// timers of its processes, not on a core. With LEASEHOLD_E2E=all, or a
+// -parallel given, it leaves go test's setting as it is.
+func sideBySide() {
+	if os.Getenv(allVar) == "all" {
+		return
+	}
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if !given {
+		_ = flag.Set("test.parallel", strconv.Itoa(max(defaultParallel, runtime.GOMAXPROCS(0))))
+	}
 }
 
 // runThenWait runs the tests, then waits for wg: a build the tests never
@@ -108,19 +134,20 @@ func TestKVScenario(t *testing.T) {
 	addr, _, _ := strings.Cut(strings.TrimPrefix(line, "leasehold manager listening on "), " ")
 	c := &cli{t: t, leasehold: leasehold, kv: kvBin, manager: addr}
 
+	// A Manager grants nothing for ManagerLease after it starts
+	// (docs/design.md rule 9): the watcher, the servers (side by side), the
+	// plaintext check and the router start meanwhile.
 	watch := start(t, "watch", leasehold, "watch", "--manager", addr, "--json")
 	w := &watcher{p: watch}
-	servers := map[string]*proc{}
-	for _, id := range []string{"kv-1", "kv-2", "kv-3"} {
-		servers[id] = c.serve(id)
-	}
-
-	// Three owners share the 3 × 64 virtual nodes: 192 ranges, none free.
-	st := c.settle("three owners", func(s status) bool {
-		return slices.Equal(s.holders(), []string{"kv-1", "kv-2", "kv-3"}) && s.sumRanges() == 192
-	})
+	servers := c.serveAll("kv-1", "kv-2", "kv-3")
 	plaintextRefused(t, leasehold, addr)
 	r := newRouter(t, addr)
+
+	// Three owners share the 3 × 64 virtual nodes: 192 ranges, none free.
+	st := c.settleOn(r, "kv-1", "kv-2", "kv-3")
+	if st.sumRanges() != 192 {
+		t.Fatalf("three owners hold %d ranges, want 192", st.sumRanges())
+	}
 	ks := make([]string, cliKeys())
 	latest := map[string]string{}
 	for i := range ks {
@@ -170,9 +197,7 @@ func TestKVScenario(t *testing.T) {
 		since(started), len(deadKeys), dead, last.Sub(killedAt).Round(time.Millisecond), bound)
 
 	// Two owners hold every range; the dead one holds none.
-	st = c.settle("two owners", func(s status) bool {
-		return slices.Equal(s.holders(), []string{"kv-1", "kv-3"})
-	})
+	st = c.settleOn(r, "kv-1", "kv-3")
 	after := r.owners(t, st.LSN, ks)
 	results := c.getAll(ks)
 	for _, k := range ks {
@@ -202,9 +227,7 @@ func TestKVScenario(t *testing.T) {
 	// migration: the keys that move may be lost, the others may not.
 	joinedAt := time.Now()
 	servers["kv-4"] = c.serve("kv-4")
-	st = c.settle("three owners again", func(s status) bool {
-		return slices.Equal(s.holders(), []string{"kv-1", "kv-3", "kv-4"})
-	})
+	st = c.settleOn(r, "kv-1", "kv-3", "kv-4")
 	final := r.owners(t, st.LSN, ks)
 	results = c.getAll(ks)
 	moved, kept := 0, 0
@@ -243,8 +266,8 @@ var built struct {
 	kvErr, lhErr  error
 }
 
-// build compiles the two binaries into binDir (with leasehold-demo,
-// buildAll), the first time it is called.
+// build compiles the two binaries into binDir (buildServers, or buildAll
+// in a run of the whole package), the first time it is called.
 // It skips the test when cmd/leasehold does not build.
 func build(t *testing.T) (leasehold, kv string) {
 	t.Helper()
@@ -253,7 +276,7 @@ func build(t *testing.T) (leasehold, kv string) {
 	if !built.done {
 		built.done = true
 		built.kv, built.leasehold = filepath.Join(binDir, "kv"), filepath.Join(binDir, "leasehold")
-		if buildAll() != nil {
+		if buildServers() != nil {
 			built.kvErr = goBuild(built.kv, "./examples/kv")
 			if built.kvErr == nil {
 				built.lhErr = goBuild(built.leasehold, "./cmd/leasehold")
@@ -268,6 +291,10 @@ func build(t *testing.T) (leasehold, kv string) {
 	}
 	return built.leasehold, built.kv
 }
+
+// prebuilding is set when TestMain links the binaries for a run of the
+// whole package (buildAll).
+var prebuilding bool
 
 // builtAll is what buildAll compiled, once for all the tests.
 var builtAll struct {
@@ -286,6 +313,26 @@ func buildAll() error {
 		builtAll.err = goBuild(binDir+string(filepath.Separator), "./examples/kv", "./cmd/leasehold", "./cmd/leasehold-demo")
 	})
 	return builtAll.err
+}
+
+// buildServers compiles kv and leasehold into binDir, in one go build: in
+// a run of the whole package, with leasehold-demo (buildAll); in a run of
+// chosen tests, the two alone, and leasehold-demo only if a test asks for
+// it (buildDemoBinary), 2 s of CPU of the 5 the three took to link.
+func buildServers() error {
+	if prebuilding {
+		return buildAll()
+	}
+	builtServers.Do(func() {
+		builtServers.err = goBuild(binDir+string(filepath.Separator), "./examples/kv", "./cmd/leasehold")
+	})
+	return builtServers.err
+}
+
+// builtServers is what buildServers compiled, once for all the tests.
+var builtServers struct {
+	sync.Once
+	err error
 }
 
 // goBuild runs go build -o out pkgs in the module's root: out is a file for
@@ -534,6 +581,21 @@ func (c *cli) serve(id string) *proc {
 	p := start(c.t, id, c.kv, "serve", "--manager", c.manager, "--listen", "127.0.0.1:0", "--id", id)
 	p.waitLine(c.t, "kv serving on ", 10*time.Second)
 	return p
+}
+
+// serveAll starts kv serve with each ID, side by side, and waits until
+// each serves.
+func (c *cli) serveAll(ids ...string) map[string]*proc {
+	c.t.Helper()
+	servers := map[string]*proc{}
+	for _, id := range ids {
+		ownerCert(c.t, id)
+		servers[id] = start(c.t, id, c.kv, "serve", "--manager", c.manager, "--listen", "127.0.0.1:0", "--id", id)
+	}
+	for _, id := range ids {
+		servers[id].waitLine(c.t, "kv serving on ", 10*time.Second)
+	}
+	return servers
 }
 
 // status is the output of leasehold status --json.
