@@ -3,9 +3,7 @@ package e2e
 import (
 	"context"
 	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
@@ -30,31 +28,4 @@ func TestDemo(t *testing.T) {
 			t.Errorf("the demo's output lacks %q:\n%s", want, out)
 		}
 	}
-}
-
-// builtDemo is what buildDemoBinary compiled, once for all the tests.
-var builtDemo struct {
-	sync.Once
-	err error
-}
-
-// buildDemoBinary compiles cmd/leasehold-demo into binDir, the first time
-// it is called: with kv and leasehold in a run of the whole package
-// (buildAll), on its own if that fails or in a run of chosen tests.
-func buildDemoBinary() error {
-	builtDemo.Do(func() {
-		if !prebuilding || buildAll() != nil {
-			builtDemo.err = goBuild(filepath.Join(binDir, "leasehold-demo"), "./cmd/leasehold-demo")
-		}
-	})
-	return builtDemo.err
-}
-
-// buildDemo returns the leasehold-demo binary (buildDemoBinary).
-func buildDemo(t *testing.T) string {
-	t.Helper()
-	if err := buildDemoBinary(); err != nil {
-		t.Fatal(err)
-	}
-	return filepath.Join(binDir, "leasehold-demo")
 }

@@ -41,13 +41,16 @@ func TestMain(m *testing.M) {
 	binDir = dir
 	// A run of the whole package starts linking the binaries at once, so
 	// that the tests that need none (the Python client's) run meanwhile
-	// instead of before it; a run of chosen tests (-run) or -short builds
-	// only what a test asks for.
+	// instead of before it (build_test.go says in which order); a run of
+	// chosen tests (-run) or -short builds only what a test asks for.
 	flag.Parse()
 	var prebuild sync.WaitGroup
 	if !testing.Short() && flag.Lookup("test.run").Value.String() == "" {
 		prebuilding = true
-		prebuild.Go(func() { _ = buildAll() })
+		prebuild.Go(func() {
+			_ = linkFirst()
+			_ = linkKV()
+		})
 	}
 	sideBySide()
 	goleak.VerifyTestMain(runThenWait{m, &prebuild}, goleak.Cleanup(func(code int) {
@@ -125,14 +128,14 @@ func TestKVScenario(t *testing.T) {
 		t.Skip("e2e: builds binaries and runs real processes; skipped with -short")
 	}
 	t.Parallel()
-	leasehold, kvBin := build(t)
+	leasehold := buildLeasehold(t)
 	tm := protocol.Fast()
 	started := time.Now()
 
 	mgr := start(t, "manager", leasehold, "manager", "--listen", "127.0.0.1:0", "--timings", "fast")
 	line := mgr.waitLine(t, "leasehold manager listening on ", 10*time.Second)
 	addr, _, _ := strings.Cut(strings.TrimPrefix(line, "leasehold manager listening on "), " ")
-	c := &cli{t: t, leasehold: leasehold, kv: kvBin, manager: addr}
+	c := &cli{t: t, leasehold: leasehold, kv: buildKV(t), manager: addr} // kv may link while the Manager starts
 
 	// A Manager grants nothing for ManagerLease after it starts
 	// (docs/design.md rule 9): the watcher, the servers (side by side), the
@@ -256,84 +259,6 @@ func TestKVScenario(t *testing.T) {
 }
 
 func since(t time.Time) time.Duration { return time.Since(t).Round(100 * time.Millisecond) }
-
-// built is what build compiled, once for all the tests: linking the two
-// binaries takes seconds on a loaded machine.
-var built struct {
-	sync.Mutex
-	done          bool
-	leasehold, kv string
-	kvErr, lhErr  error
-}
-
-// build compiles the two binaries into binDir (buildServers, or buildAll
-// in a run of the whole package), the first time it is called.
-// It skips the test when cmd/leasehold does not build.
-func build(t *testing.T) (leasehold, kv string) {
-	t.Helper()
-	built.Lock()
-	defer built.Unlock()
-	if !built.done {
-		built.done = true
-		built.kv, built.leasehold = filepath.Join(binDir, "kv"), filepath.Join(binDir, "leasehold")
-		if buildServers() != nil {
-			built.kvErr = goBuild(built.kv, "./examples/kv")
-			if built.kvErr == nil {
-				built.lhErr = goBuild(built.leasehold, "./cmd/leasehold")
-			}
-		}
-	}
-	if built.kvErr != nil {
-		t.Fatal(built.kvErr)
-	}
-	if built.lhErr != nil {
-		t.Skipf("e2e needs the leasehold binary, which does not build yet: %v", built.lhErr)
-	}
-	return built.leasehold, built.kv
-}
-
-// prebuilding is set when TestMain links the binaries for a run of the
-// whole package (buildAll).
-var prebuilding bool
-
-// builtAll is what buildAll compiled, once for all the tests.
-var builtAll struct {
-	sync.Once
-	err error
-}
-
-// buildAll compiles into binDir, in one go build, the three binaries the
-// tests go test ./... runs need: kv, leasehold and leasehold-demo. One
-// process compiles the packages they share once and links the three side by
-// side; built one by one, on a fresh clone two builds at once compiled the
-// same packages twice. If it fails, build and buildDemo build each binary on
-// its own, to say which one does not build.
-func buildAll() error {
-	builtAll.Do(func() {
-		builtAll.err = goBuild(binDir+string(filepath.Separator), "./examples/kv", "./cmd/leasehold", "./cmd/leasehold-demo")
-	})
-	return builtAll.err
-}
-
-// buildServers compiles kv and leasehold into binDir, in one go build: in
-// a run of the whole package, with leasehold-demo (buildAll); in a run of
-// chosen tests, the two alone, and leasehold-demo only if a test asks for
-// it (buildDemoBinary), 2 s of CPU of the 5 the three took to link.
-func buildServers() error {
-	if prebuilding {
-		return buildAll()
-	}
-	builtServers.Do(func() {
-		builtServers.err = goBuild(binDir+string(filepath.Separator), "./examples/kv", "./cmd/leasehold")
-	})
-	return builtServers.err
-}
-
-// builtServers is what buildServers compiled, once for all the tests.
-var builtServers struct {
-	sync.Once
-	err error
-}
 
 // goBuild runs go build -o out pkgs in the module's root: out is a file for
 // one package, a directory ending in a separator for several. The binaries

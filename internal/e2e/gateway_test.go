@@ -41,14 +41,14 @@ func TestGatewayScenario(t *testing.T) {
 	if !allEnabled() {
 		t.Parallel()
 	}
-	leasehold, kvBin := build(t)
+	leasehold := buildLeasehold(t)
 	tm := protocol.Fast()
 	started := time.Now()
 
 	mgr := start(t, "manager", leasehold, "manager", "--listen", "127.0.0.1:0", "--timings", "fast")
 	line := mgr.waitLine(t, "leasehold manager listening on ", 10*time.Second)
 	addr, _, _ := strings.Cut(strings.TrimPrefix(line, "leasehold manager listening on "), " ")
-	c := &cli{t: t, leasehold: leasehold, kv: kvBin, manager: addr}
+	c := &cli{t: t, leasehold: leasehold, kv: buildKV(t), manager: addr} // kv may link while the Manager starts
 	// A Manager grants nothing for ManagerLease after it starts
 	// (docs/design.md rule 9): the servers (side by side), the gateway and
 	// its subscribers start meanwhile.
