@@ -11,8 +11,9 @@ const allVar = "LEASEHOLD_E2E"
 // onlyWithAll skips t unless LEASEHOLD_E2E=all, which CI (.ci/run) sets.
 //
 // go test ./... runs one scenario of each kind of real process, each the
-// only default run of its path, side by side (t.Parallel: each spends most
-// of its time waiting on real leases and timers, on ports of its own):
+// only default run of its path, side by side, all at once (t.Parallel, and
+// TestMain raises -parallel for them, sideBySide: each spends most of its
+// time waiting on real leases and timers, on ports of its own):
 //
 //   - TestKVScenario, the README's walkthrough (24 keys): a Manager, kv
 //     servers, watch and the kv client as processes; a SIGKILLed server's

@@ -135,12 +135,12 @@ func TestEditedDataDirFailsLoudly(t *testing.T) {
 		t.Skip("e2e: builds binaries and runs real processes; skipped with -short")
 	}
 	t.Parallel()
-	leasehold, kvBin := build(t)
+	leasehold := buildLeasehold(t)
 	dir := t.TempDir()
 	mgr := start(t, "manager", leasehold, "manager", "--listen", "127.0.0.1:0", "--timings", "fast", "--data-dir", dir)
 	line := mgr.waitLine(t, "leasehold manager listening on ", 10*time.Second)
 	addr, _, _ := strings.Cut(strings.TrimPrefix(line, "leasehold manager listening on "), " ")
-	c := &cli{t: t, leasehold: leasehold, kv: kvBin, manager: addr}
+	c := &cli{t: t, leasehold: leasehold, kv: buildKV(t), manager: addr} // kv may link while the Manager starts
 	kv := c.serve("kv-1")
 	c.settle("one owner", func(s status) bool { return s.sumRanges() == 64 })
 	kv.stop()

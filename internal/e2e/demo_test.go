@@ -3,9 +3,7 @@ package e2e
 import (
 	"context"
 	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
@@ -30,31 +28,4 @@ func TestDemo(t *testing.T) {
 			t.Errorf("the demo's output lacks %q:\n%s", want, out)
 		}
 	}
-}
-
-// builtDemo is what buildDemo compiled, once for all the tests.
-var builtDemo struct {
-	sync.Mutex
-	done bool
-	bin  string
-	err  error
-}
-
-// buildDemo compiles cmd/leasehold-demo into binDir (with the others,
-// buildAll), the first time it is called.
-func buildDemo(t *testing.T) string {
-	t.Helper()
-	builtDemo.Lock()
-	defer builtDemo.Unlock()
-	if !builtDemo.done {
-		builtDemo.done = true
-		builtDemo.bin = filepath.Join(binDir, "leasehold-demo")
-		if buildAll() != nil {
-			builtDemo.err = goBuild(builtDemo.bin, "./cmd/leasehold-demo")
-		}
-	}
-	if builtDemo.err != nil {
-		t.Fatal(builtDemo.err)
-	}
-	return builtDemo.bin
 }

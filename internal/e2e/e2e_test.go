@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -40,17 +41,45 @@ func TestMain(m *testing.M) {
 	binDir = dir
 	// A run of the whole package starts linking the binaries at once, so
 	// that the tests that need none (the Python client's) run meanwhile
-	// instead of before it; a run of chosen tests (-run) or -short builds
-	// only if a test asks.
+	// instead of before it (build_test.go says in which order); a run of
+	// chosen tests (-run) or -short builds only what a test asks for.
 	flag.Parse()
 	var prebuild sync.WaitGroup
 	if !testing.Short() && flag.Lookup("test.run").Value.String() == "" {
-		prebuild.Go(func() { _ = buildAll() })
+		prebuilding = true
+		prebuild.Go(func() {
+			_ = linkFirst()
+			_ = linkKV()
+		})
 	}
+	sideBySide()
 	goleak.VerifyTestMain(runThenWait{m, &prebuild}, goleak.Cleanup(func(code int) {
 		_ = os.RemoveAll(dir)
 		os.Exit(code)
 	}))
+}
+
+// defaultParallel is how many tests of the default set run at once unless
+// -parallel says otherwise: all six that call t.Parallel (the four
+// scenarios and the Python client's two checks).
+const defaultParallel = 6
+
+// sideBySide lets the default set's tests run all at once: go test's
+// -parallel defaults to GOMAXPROCS, two on a machine of two cores, which
+// ran TestDemo and TestEditedDataDirFailsLoudly only once TestKVScenario
+// and TestGatewayScenario were over (6 s more of the package's 22), though
+// each of them spends most of its time waiting on the real leases and
+// timers of its processes, not on a core. With LEASEHOLD_E2E=all, or a
+// -parallel given, it leaves go test's setting as it is.
+func sideBySide() {
+	if os.Getenv(allVar) == "all" {
+		return
+	}
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if !given {
+		_ = flag.Set("test.parallel", strconv.Itoa(max(defaultParallel, runtime.GOMAXPROCS(0))))
+	}
 }
 
 // runThenWait runs the tests, then waits for wg: a build the tests never
@@ -99,28 +128,29 @@ func TestKVScenario(t *testing.T) {
 		t.Skip("e2e: builds binaries and runs real processes; skipped with -short")
 	}
 	t.Parallel()
-	leasehold, kvBin := build(t)
+	leasehold := buildLeasehold(t)
 	tm := protocol.Fast()
 	started := time.Now()
 
 	mgr := start(t, "manager", leasehold, "manager", "--listen", "127.0.0.1:0", "--timings", "fast")
 	line := mgr.waitLine(t, "leasehold manager listening on ", 10*time.Second)
 	addr, _, _ := strings.Cut(strings.TrimPrefix(line, "leasehold manager listening on "), " ")
-	c := &cli{t: t, leasehold: leasehold, kv: kvBin, manager: addr}
+	c := &cli{t: t, leasehold: leasehold, kv: buildKV(t), manager: addr} // kv may link while the Manager starts
 
+	// A Manager grants nothing for ManagerLease after it starts
+	// (docs/design.md rule 9): the watcher, the servers (side by side), the
+	// plaintext check and the router start meanwhile.
 	watch := start(t, "watch", leasehold, "watch", "--manager", addr, "--json")
 	w := &watcher{p: watch}
-	servers := map[string]*proc{}
-	for _, id := range []string{"kv-1", "kv-2", "kv-3"} {
-		servers[id] = c.serve(id)
-	}
-
-	// Three owners share the 3 × 64 virtual nodes: 192 ranges, none free.
-	st := c.settle("three owners", func(s status) bool {
-		return slices.Equal(s.holders(), []string{"kv-1", "kv-2", "kv-3"}) && s.sumRanges() == 192
-	})
+	servers := c.serveAll("kv-1", "kv-2", "kv-3")
 	plaintextRefused(t, leasehold, addr)
 	r := newRouter(t, addr)
+
+	// Three owners share the 3 × 64 virtual nodes: 192 ranges, none free.
+	st := c.settleOn(r, "kv-1", "kv-2", "kv-3")
+	if st.sumRanges() != 192 {
+		t.Fatalf("three owners hold %d ranges, want 192", st.sumRanges())
+	}
 	ks := make([]string, cliKeys())
 	latest := map[string]string{}
 	for i := range ks {
@@ -170,9 +200,7 @@ func TestKVScenario(t *testing.T) {
 		since(started), len(deadKeys), dead, last.Sub(killedAt).Round(time.Millisecond), bound)
 
 	// Two owners hold every range; the dead one holds none.
-	st = c.settle("two owners", func(s status) bool {
-		return slices.Equal(s.holders(), []string{"kv-1", "kv-3"})
-	})
+	st = c.settleOn(r, "kv-1", "kv-3")
 	after := r.owners(t, st.LSN, ks)
 	results := c.getAll(ks)
 	for _, k := range ks {
@@ -202,9 +230,7 @@ func TestKVScenario(t *testing.T) {
 	// migration: the keys that move may be lost, the others may not.
 	joinedAt := time.Now()
 	servers["kv-4"] = c.serve("kv-4")
-	st = c.settle("three owners again", func(s status) bool {
-		return slices.Equal(s.holders(), []string{"kv-1", "kv-3", "kv-4"})
-	})
+	st = c.settleOn(r, "kv-1", "kv-3", "kv-4")
 	final := r.owners(t, st.LSN, ks)
 	results = c.getAll(ks)
 	moved, kept := 0, 0
@@ -233,60 +259,6 @@ func TestKVScenario(t *testing.T) {
 }
 
 func since(t time.Time) time.Duration { return time.Since(t).Round(100 * time.Millisecond) }
-
-// built is what build compiled, once for all the tests: linking the two
-// binaries takes seconds on a loaded machine.
-var built struct {
-	sync.Mutex
-	done          bool
-	leasehold, kv string
-	kvErr, lhErr  error
-}
-
-// build compiles the two binaries into binDir (with leasehold-demo,
-// buildAll), the first time it is called.
-// It skips the test when cmd/leasehold does not build.
-func build(t *testing.T) (leasehold, kv string) {
-	t.Helper()
-	built.Lock()
-	defer built.Unlock()
-	if !built.done {
-		built.done = true
-		built.kv, built.leasehold = filepath.Join(binDir, "kv"), filepath.Join(binDir, "leasehold")
-		if buildAll() != nil {
-			built.kvErr = goBuild(built.kv, "./examples/kv")
-			if built.kvErr == nil {
-				built.lhErr = goBuild(built.leasehold, "./cmd/leasehold")
-			}
-		}
-	}
-	if built.kvErr != nil {
-		t.Fatal(built.kvErr)
-	}
-	if built.lhErr != nil {
-		t.Skipf("e2e needs the leasehold binary, which does not build yet: %v", built.lhErr)
-	}
-	return built.leasehold, built.kv
-}
-
-// builtAll is what buildAll compiled, once for all the tests.
-var builtAll struct {
-	sync.Once
-	err error
-}
-
-// buildAll compiles into binDir, in one go build, the three binaries the
-// tests go test ./... runs need: kv, leasehold and leasehold-demo. One
-// process compiles the packages they share once and links the three side by
-// side; built one by one, on a fresh clone two builds at once compiled the
-// same packages twice. If it fails, build and buildDemo build each binary on
-// its own, to say which one does not build.
-func buildAll() error {
-	builtAll.Do(func() {
-		builtAll.err = goBuild(binDir+string(filepath.Separator), "./examples/kv", "./cmd/leasehold", "./cmd/leasehold-demo")
-	})
-	return builtAll.err
-}
 
 // goBuild runs go build -o out pkgs in the module's root: out is a file for
 // one package, a directory ending in a separator for several. The binaries
@@ -534,6 +506,21 @@ func (c *cli) serve(id string) *proc {
 	p := start(c.t, id, c.kv, "serve", "--manager", c.manager, "--listen", "127.0.0.1:0", "--id", id)
 	p.waitLine(c.t, "kv serving on ", 10*time.Second)
 	return p
+}
+
+// serveAll starts kv serve with each ID, side by side, and waits until
+// each serves.
+func (c *cli) serveAll(ids ...string) map[string]*proc {
+	c.t.Helper()
+	servers := map[string]*proc{}
+	for _, id := range ids {
+		ownerCert(c.t, id)
+		servers[id] = start(c.t, id, c.kv, "serve", "--manager", c.manager, "--listen", "127.0.0.1:0", "--id", id)
+	}
+	for _, id := range ids {
+		servers[id].waitLine(c.t, "kv serving on ", 10*time.Second)
+	}
+	return servers
 }
 
 // status is the output of leasehold status --json.

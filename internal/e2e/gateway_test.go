@@ -41,21 +41,19 @@ func TestGatewayScenario(t *testing.T) {
 	if !allEnabled() {
 		t.Parallel()
 	}
-	leasehold, kvBin := build(t)
+	leasehold := buildLeasehold(t)
 	tm := protocol.Fast()
 	started := time.Now()
 
 	mgr := start(t, "manager", leasehold, "manager", "--listen", "127.0.0.1:0", "--timings", "fast")
 	line := mgr.waitLine(t, "leasehold manager listening on ", 10*time.Second)
 	addr, _, _ := strings.Cut(strings.TrimPrefix(line, "leasehold manager listening on "), " ")
-	c := &cli{t: t, leasehold: leasehold, kv: kvBin, manager: addr}
-	servers := map[string]*proc{}
-	for _, id := range []string{"kv-1", "kv-2", "kv-3"} {
-		servers[id] = c.serve(id)
-	}
-	st := c.settle("three owners", func(s status) bool {
-		return slices.Equal(s.holders(), []string{"kv-1", "kv-2", "kv-3"}) && s.sumRanges() == 192
-	})
+	c := &cli{t: t, leasehold: leasehold, kv: buildKV(t), manager: addr} // kv may link while the Manager starts
+	// A Manager grants nothing for ManagerLease after it starts
+	// (docs/design.md rule 9): the servers (side by side), the gateway and
+	// its subscribers start meanwhile.
+	servers := c.serveAll("kv-1", "kv-2", "kv-3")
+	r := newRouter(t, addr)
 
 	gwProc := start(t, "gateway", leasehold, "gateway", "--manager", addr, "--listen", "127.0.0.1:0", "--tls", "--client-certs",
 		"--route", "name=kv,prefix=/kv/,key=path:1,timeout=5s",
@@ -71,6 +69,10 @@ func TestGatewayScenario(t *testing.T) {
 	if curlErr == nil {
 		curlSSE = start(t, "curl -N /v1/losses", curl, append(curlTLS(t), "-sN", "https://"+gwAddr+"/v1/losses")...)
 		curlSSE.waitLine(t, ": leasehold loss notifications", 10*time.Second)
+	}
+	st := c.settleOn(r, "kv-1", "kv-2", "kv-3")
+	if st.sumRanges() != 192 {
+		t.Fatalf("three owners hold %d ranges, want 192", st.sumRanges())
 	}
 
 	ks := make([]string, 100)
@@ -112,7 +114,7 @@ func TestGatewayScenario(t *testing.T) {
 		}
 	}
 
-	before := newRouter(t, addr).owners(t, st.LSN, ks)
+	before := r.owners(t, st.LSN, ks)
 
 	// An Owner that hangs (SIGSTOP for a second, well within its 2 s
 	// lease): a request on a route with a deadline of 500 ms is answered
