@@ -13,12 +13,12 @@
 // where a test checks that it is refused, or in an attacker's hands.
 //
 // The binaries are built once, into a directory TestMain removes, and shared
-// by the tests (build_test.go). The scenarios go test ./... runs, the four oldest and the
-// quick standby one (TestStandbyHolderKilled) run in parallel: each spends most of its time waiting for real leases and
-// timers, and each runs its own Manager and servers on ports of their own.
-// By default all of them run at once (TestMain sets -parallel unless it is
-// given), and the kv and gateway scenarios wait for each step of the table
-// to end, not for a quiet second after it (settleOn).
+// by the tests (build_test.go). The scenarios go test ./... runs (all_test.go
+// lists them) run all at once (TestMain sets -parallel unless it is given):
+// each spends most of its time waiting for real leases and timers, and each
+// runs its own Manager and servers on ports of their own. The kv and gateway
+// scenarios wait for each step of the table to end, not for a quiet second
+// after it (settleOn).
 // The other scenarios of LEASEHOLD_E2E=all, which stop processes or cut
 // connections on a schedule at full size, run one at a time, and so do the
 // gateway's with LEASEHOLD_E2E=all and the read replicas'.
