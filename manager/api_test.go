@@ -15,6 +15,7 @@ import (
 // TestServerShowsNoHandlers: the gRPC handlers live on unexported types, so
 // they are no methods of Server.
 func TestServerShowsNoHandlers(t *testing.T) {
+	t.Parallel()
 	for _, m := range []string{"Session", "Sync", "Status", "AddPeer", "RemovePeer", "Drain", "Backup"} {
 		if _, ok := reflect.TypeFor[*Server]().MethodByName(m); ok {
 			t.Errorf("Server has the handler %s as a method", m)
@@ -25,6 +26,7 @@ func TestServerShowsNoHandlers(t *testing.T) {
 // TestPublicTypesNameNoInternalType: no field of Config, or of what
 // Snapshot shows, has a type from an internal package, at any depth.
 func TestPublicTypesNameNoInternalType(t *testing.T) {
+	t.Parallel()
 	seen := map[reflect.Type]bool{}
 	var walk func(path string, typ reflect.Type)
 	walk = func(path string, typ reflect.Type) {
@@ -54,6 +56,7 @@ func TestPublicTypesNameNoInternalType(t *testing.T) {
 }
 
 func TestDefaultNamespaceIsTheReplicas(t *testing.T) {
+	t.Parallel()
 	if protocol.DefaultNamespace != protocol.DefaultNamespace {
 		t.Fatalf("DefaultNamespace %q, the replica serves %q", protocol.DefaultNamespace, protocol.DefaultNamespace)
 	}
@@ -63,6 +66,7 @@ func TestDefaultNamespaceIsTheReplicas(t *testing.T) {
 // with a *leasehold.ConfigError naming its field, and an unsafe timing with one
 // whose *protocol.TimingError names the timing's fields.
 func TestValidateNamesTheField(t *testing.T) {
+	t.Parallel()
 	unsafe := protocol.Fast()
 	unsafe.Renew = unsafe.OwnerLease
 	for _, tc := range []struct {

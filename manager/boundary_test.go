@@ -168,8 +168,10 @@ func heapInUse() uint64 {
 // operator's Drain: InvalidArgument naming the field), or by gRPC itself
 // (a second request message on Backup, which takes one). Each call's
 // partly decoded message used to stay in a process-wide table.
+//
+// It runs alone, not side by side: the heap it reads is the process's, and
+// the package's other tests beside it grew that by 39 MiB in one run.
 func TestRefusedCallsKeepNothing(t *testing.T) {
-	testwait.Side(t)
 	m := startTLSManager(t, manager.Config{Namespaces: []string{"default"}, DataDir: t.TempDir()})
 	const calls, size = 20, 3 << 20
 	drain := undecodable((&pb.DrainRequest{}).ProtoReflect().Descriptor(), size)
@@ -205,6 +207,7 @@ func mib(n uint64) float64 { return float64(n) / (1 << 20) }
 // The status a caller sees is the codec's, naming the limit, whether the
 // message was too large or did not decode: checked over TLS too.
 func TestUndecodableOverTLS(t *testing.T) {
+	testwait.Side(t)
 	m := startTLSManager(t, manager.Config{MaxMessageBytes: 64 << 10})
 	op := dialAs(t, m.addr, m.cert(t, certs.Identity{Role: certs.Operator, Name: "alice"}))
 	d := (&pb.DrainRequest{}).ProtoReflect().Descriptor()
@@ -224,6 +227,7 @@ func TestUndecodableOverTLS(t *testing.T) {
 // connections used to complete the handshake and keep their slot until
 // the idle timeout, locking every certificate holder out.
 func TestStrangersHoldNoSlots(t *testing.T) {
+	testwait.Side(t)
 	m := startTLSManager(t, manager.Config{MaxConnections: 5})
 	for range 20 {
 		c := dialAs(t, m.addr, nil)
@@ -255,6 +259,7 @@ func TestStrangersHoldNoSlots(t *testing.T) {
 // which flag sets it (not a TLS error), and the refusal is counted and
 // logged.
 func TestConnectionLimitOverTLS(t *testing.T) {
+	testwait.Side(t)
 	var log syncBuf
 	m := startTLSManager(t, manager.Config{MaxConnections: 2, Logger: slog.New(slog.NewTextHandler(&log, nil))})
 	cert := m.cert(t, certs.Identity{Role: certs.Operator, Name: "alice"})
@@ -284,6 +289,7 @@ func TestConnectionLimitOverTLS(t *testing.T) {
 // ResourceExhausted naming the limit and its flag, and counted; another
 // connection has its own budget.
 func TestCallRateLimit(t *testing.T) {
+	testwait.Side(t)
 	m := startTLSManager(t, manager.Config{MaxCallRate: 2})
 	cert := m.cert(t, certs.Identity{Role: certs.Operator, Name: "alice"})
 	conn := dialAs(t, m.addr, cert)
@@ -329,6 +335,7 @@ func (s *syncBuf) String() string {
 // slot (one is taken only once the handshake is done), and an operator's
 // status is answered at once, not after the handshake timeout.
 func TestStalledHandshakesHoldNoSlots(t *testing.T) {
+	testwait.Side(t)
 	m := startTLSManager(t, manager.Config{MaxConnections: 3})
 	for range 10 {
 		c, err := net.Dial("tcp", m.addr)
@@ -351,6 +358,7 @@ func TestStalledHandshakesHoldNoSlots(t *testing.T) {
 // preface and its call) after its side of the handshake: the Manager
 // reads and drops that before closing, so no reset overtakes the alert.
 func TestStrangerReadsWhy(t *testing.T) {
+	testwait.Side(t)
 	m := startTLSManager(t, manager.Config{})
 	for i := range 30 {
 		c := dialAs(t, m.addr, nil)

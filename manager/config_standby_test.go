@@ -10,6 +10,7 @@ import (
 // TestStandbysValidate: Standbys names served namespaces only, with 0 or
 // 1 standby per range, and an error naming the field and the limit.
 func TestStandbysValidate(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		s    map[string]int
@@ -36,6 +37,7 @@ func TestStandbysValidate(t *testing.T) {
 // TestCountStandbys: status counts, per Owner, the leases it is standby
 // for and how many of them are in sync.
 func TestCountStandbys(t *testing.T) {
+	t.Parallel()
 	owners := []protocol.OwnerInfo{{ID: "a"}, {ID: "b"}}
 	countStandbys(owners, []protocol.StandbyInfo{{LGN: 1, Holder: "a", Standby: "b", InSync: true},
 		{LGN: 2, Holder: "a", Standby: "b"}, {LGN: 3, Holder: "b", Standby: "a"}, {LGN: 4, Holder: "b"}})

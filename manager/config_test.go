@@ -9,6 +9,7 @@ import (
 )
 
 func TestReadLeaseValidate(t *testing.T) {
+	t.Parallel()
 	fast := func(l ReadLease) *Config { return &Config{Insecure: true, Timing: protocol.Fast(), ReadLease: l} }
 	for _, tc := range []struct {
 		name string

@@ -22,6 +22,7 @@ import (
 // loss, and the other Owner was told which grants carry state. The request
 // counts of CheckLeaseNow reach the Manager's status.
 func TestCloseDrainsWithHandover(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		tm := protocol.Fast()
 		c := startManager(t, manager.Config{Insecure: true, Timing: tm})

@@ -26,6 +26,7 @@ import (
 // polls answered, each naming the Manager's MaxDrift, but gets no message
 // that vouches for freshness.
 func TestHeartbeatsNeedTheManagersDrift(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		tm := protocol.Fast()
 		tm.MaxDrift, tm.ManagerLease = 0.2, 2400*time.Millisecond // ≥ OwnerLease × 1.2

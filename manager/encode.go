@@ -34,19 +34,15 @@ type sharedUpdate struct {
 	err  error
 }
 
-// bytes returns the Update's encoding, marshalling it the first time.
-func (u *sharedUpdate) bytes() ([]byte, error) {
+// bytes returns the Update's encoding, marshalling it the first time and
+// counting that in encodings.
+func (u *sharedUpdate) bytes(encodings *atomic.Int64) ([]byte, error) {
 	u.once.Do(func() {
-		updateEncodings.Add(1)
+		encodings.Add(1)
 		u.b, u.err = proto.Marshal(u.pb)
 	})
 	return u.b, u.err
 }
-
-// updateEncodings counts the Updates the Manager's codec has marshalled:
-// once for a shared Update, once per message for any other. The tests
-// read it.
-var updateEncodings atomic.Int64
 
 // syncOut is a message for a Lookup's stream as the loop queues it: the
 // message, and the Update it shares with other streams (nil when it
@@ -69,8 +65,8 @@ var syncUpdateField = (&pb.SyncResponse{}).ProtoReflect().Descriptor().Fields().
 // marshal encodes e: the message's own fields, then the update field
 // holding the shared bytes. A field's place in the encoding does not
 // matter to a decoder, and the update field appears once.
-func (e *encodedSync) marshal() (mem.BufferSlice, error) {
-	ub, err := e.u.bytes()
+func (e *encodedSync) marshal(encodings *atomic.Int64) (mem.BufferSlice, error) {
+	ub, err := e.u.bytes(encodings)
 	if err != nil {
 		return nil, err
 	}

@@ -28,6 +28,7 @@ import (
 // name Owners by number get their own copy of a small update (and merged
 // deltas), and decode the same updates as each other.
 func TestSharedUpdatesEncodedOnceOverGRPC(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		srv, err := NewServer(Config{Insecure: true, Timing: tm})
 		if err != nil {
@@ -124,7 +125,7 @@ func TestSharedUpdatesEncodedOnceOverGRPC(t *testing.T) {
 		// Each stream's snapshot answered its own request; the pushes that
 		// follow go to every stream at once.
 		mu.Lock()
-		before, pushed, beat := updateEncodings.Load(), messages, beats
+		before, pushed, beat := srv.updateEncodings.Load(), messages, beats
 		mu.Unlock()
 		// Two Owners leave: their ranges are pushed to every Lookup.
 		for _, o := range owners[:2] {
@@ -134,7 +135,7 @@ func TestSharedUpdatesEncodedOnceOverGRPC(t *testing.T) {
 		}
 		time.Sleep(tm.ManagerLease + 6*tm.Renew)
 		synctest.Wait()
-		encodings := updateEncodings.Load() - before
+		encodings := srv.updateEncodings.Load() - before
 		stop()
 		wg.Wait()
 		_ = owners[2].Close(ctx)

@@ -96,6 +96,7 @@ func (n *net3) leader() uint64 {
 // from its data directory each time), and then all three at once: the
 // Owner keeps every lease with the same LGN, and the Lookup reports no loss.
 func TestFailoverKeepsLeases(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		// Fast timings with leases long enough that all three replicas
 		// can be restarted within one (2 s is shorter than a reconnection
@@ -203,6 +204,7 @@ func TestFailoverKeepsLeases(t *testing.T) {
 // leases with the same numbers and the Lookup reports no loss. Without a
 // data directory the same restart loses them (TestClientsReconnectToRestartedManager).
 func TestRestartKeepsLeases(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		tm := protocol.Fast()
 		dir := t.TempDir()

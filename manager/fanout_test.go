@@ -78,6 +78,7 @@ func take(st *lookupStream) []uint64 {
 // messages in order, and an Owner's answer goes out at once, ahead of the
 // Lookups' backlog.
 func TestPushRoundsArePaced(t *testing.T) {
+	t.Parallel()
 	const n = 3 * maxPushWaking
 	l, sts, own := fanoutLoop(t, n)
 	l.send(nil, append(pushTo(sts, 10), pushTo(sts, 11)...)) // send reads the wall clock
@@ -142,6 +143,7 @@ func TestPushRoundsArePaced(t *testing.T) {
 // TestPushToAFullStreamIsLost: a Lookup whose queue is full loses the
 // message, as without pacing, and does not hold up the others.
 func TestPushToAFullStreamIsLost(t *testing.T) {
+	t.Parallel()
 	l, sts, _ := fanoutLoop(t, 2)
 	full := sts[0]
 	for range full.snd.limit {
@@ -157,6 +159,7 @@ func TestPushToAFullStreamIsLost(t *testing.T) {
 // to Lookups that start at different times; the loop converts it (and its
 // streams encode it) once, not once per round, and keeps only the newest.
 func TestSnapshotConvertedOnceAcrossRounds(t *testing.T) {
+	t.Parallel()
 	l, sts, _ := fanoutLoop(t, 3)
 	st, _ := feedWith(t, 100, 0)
 	snap := st.Table(protocol.DefaultNamespace).Snapshot()

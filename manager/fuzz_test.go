@@ -102,6 +102,9 @@ func FuzzManagerAPI(f *testing.F) {
 			fuzzed.c.cancel()
 			<-fuzzed.c.done
 		}
+		// go test -count=N runs the seeds again: each run starts its own
+		// Manager, not the one this run stopped.
+		fuzzed.once, fuzzed.c, fuzzed.conn = sync.Once{}, nil, nil
 	})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		srv, conn := fuzzManager(t)

@@ -29,6 +29,7 @@ func readyz(srv *manager.Server) (bool, string) {
 // the leader, which keeps its quorum, stays ready; once the cut heals it
 // follows the leader again and is ready again.
 func TestReadyzFollowerCutOff(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		tm := protocol.Fast()
 		n := startCutNet(t, tm)
@@ -95,6 +96,7 @@ func TestReadyzFollowerCutOff(t *testing.T) {
 
 // TestReadiness checks the rule on the views that break it.
 func TestReadiness(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		ci    manager.ClusterInfo
 		ready bool

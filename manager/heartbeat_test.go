@@ -23,6 +23,7 @@ import (
 // heartbeats keep the Lookup's copy younger than Sync, and over a virtual
 // minute the Lookup polls at most a fifth as often as once a Sync.
 func TestHeartbeatsSparePolls(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		tm := protocol.Fast()
 		srv, err := manager.NewServer(manager.Config{Insecure: true, Timing: tm, Epoch: 3})

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -69,7 +70,7 @@ func (s *Server) limitRefused(limit string) { s.metrics.limits.WithLabelValues(l
 // server has one: a server built with GRPCOptions cannot set its own.
 func (s *Server) limitOptions() []grpc.ServerOption {
 	opts := []grpc.ServerOption{
-		grpc.ForceServerCodecV2(limitCodecV2{limitCodec{s}}),
+		grpc.ForceServerCodecV2(limitCodecV2{limitCodec{s}, &s.updateEncodings}),
 		grpc.ChainUnaryInterceptor(s.decodeUnary),
 		grpc.ChainStreamInterceptor(s.decodeStream),
 		grpc.MaxConcurrentStreams(uint32(s.cfg.MaxStreamsPerConn)),
@@ -258,16 +259,21 @@ func (s *Server) callRate(ctx context.Context, info *tap.Info) (context.Context,
 // handed to gRPC in pieces: a Lookup's message whose update is shared with
 // other streams (encodedSync) goes as its own fields and the shared
 // update's bytes, encoded once for all (encode.go).
-type limitCodecV2 struct{ c limitCodec }
+type limitCodecV2 struct {
+	c limitCodec
+	// encodings counts the Updates the codec has marshalled: once for a
+	// shared Update, once per message for any other. The tests read it.
+	encodings *atomic.Int64
+}
 
 func (limitCodecV2) Name() string { return "proto" }
 
 func (c limitCodecV2) Marshal(v any) (mem.BufferSlice, error) {
 	if e, ok := v.(*encodedSync); ok {
-		return e.marshal()
+		return e.marshal(c.encodings)
 	}
 	if m, ok := v.(*pb.SyncResponse); ok && m.Update != nil {
-		updateEncodings.Add(1)
+		c.encodings.Add(1)
 	}
 	b, err := c.c.Marshal(v)
 	if err != nil {

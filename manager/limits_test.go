@@ -45,6 +45,7 @@ func firstErr(t *testing.T, conn *grpc.ClientConn, m *pb.LeaseRequest) error {
 // and one that does not decode — bad UTF-8 in a string — is InvalidArgument
 // naming the field, on the streams and on the unary calls alike.
 func TestClientLimitsBeforeDecoding(t *testing.T) {
+	testwait.Side(t)
 	c := startManager(t, manager.Config{Timing: protocol.Fast(), MaxMessageBytes: 4 << 10, Insecure: true})
 	defer c.stop(t)
 	conn, err := grpc.NewClient("passthrough:///bufnet", append(c.dial(), grpc.WithDefaultCallOptions(grpc.ForceCodec(badUTF8Codec{})))...)
@@ -151,6 +152,7 @@ func TestConnectionLimit(t *testing.T) {
 // TestIdleTimeoutAndStreamLimit: a connection with no stream open is
 // closed after IdleTimeout, and the server advertises MaxStreamsPerConn.
 func TestIdleTimeoutAndStreamLimit(t *testing.T) {
+	testwait.Side(t)
 	c := startManager(t, manager.Config{Timing: protocol.Fast(), IdleTimeout: 300 * time.Millisecond, MaxStreamsPerConn: 7, Insecure: true})
 	defer c.stop(t)
 	nc := handshake(t, c)

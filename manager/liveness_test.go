@@ -181,6 +181,7 @@ func (n *cutNet) leader() uint64 {
 // Either way the Owner holds every key under the same lease throughout,
 // checked every 50 ms, and the Lookup reports no loss.
 func TestLeaderCutOffKeepsLeases(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name      string
 		cutOff    func(leader string) func(from, to string) bool

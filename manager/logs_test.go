@@ -56,6 +56,7 @@ func (b *syncBuffer) records(t *testing.T, msg string) []map[string]any {
 // state; at debug every change of the lease table with the owner, range
 // and LGN.
 func TestLogs(t *testing.T) {
+	t.Parallel()
 	for _, level := range []slog.Level{slog.LevelInfo, slog.LevelDebug} {
 		t.Run(level.String(), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {

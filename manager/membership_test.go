@@ -71,6 +71,7 @@ func addUnreachable(t *testing.T, tm protocol.Timing, target string, dial []grpc
 // add a replica nobody runs keeps serving: the newcomer is a learner, never
 // promoted, and removed again after the learner timeout.
 func TestAddUnreachableKeepsOneReplicaServing(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		tm := protocol.Fast()
 		nowhere := []grpc.DialOption{
@@ -92,6 +93,7 @@ func TestAddUnreachableKeepsOneReplicaServing(t *testing.T) {
 // TestAddUnreachableKeepsThreeReplicasServing: the same for a group of
 // three.
 func TestAddUnreachableKeepsThreeReplicasServing(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		tm := protocol.Fast()
 		n := &net3{lis: map[string]*bufconn.Listener{}, stop: map[uint64]func(){}, srv: map[uint64]*manager.Server{},
@@ -122,6 +124,7 @@ func TestAddUnreachableKeepsThreeReplicasServing(t *testing.T) {
 // FailedPrecondition naming the unreachable replica, and the group keeps
 // its leader.
 func TestChangesThatCostQuorumAreRefused(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		tm := protocol.Fast()
 		n := &net3{lis: map[string]*bufconn.Listener{}, stop: map[uint64]func(){}, srv: map[uint64]*manager.Server{},
@@ -187,6 +190,7 @@ func TestChangesThatCostQuorumAreRefused(t *testing.T) {
 // member of the group, with a higher term arrives over the Raft service and
 // does not depose the leader.
 func TestRaftMessageFromStrangerIsDropped(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		tm := protocol.Fast()
 		c := startManager(t, manager.Config{Insecure: true, Timing: tm})
@@ -230,6 +234,7 @@ func TestRaftMessageFromStrangerIsDropped(t *testing.T) {
 // address (as the API documents) without a learner phase: the group of one
 // keeps leading.
 func TestAddPeerChangesAVotersAddress(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		c := startManager(t, manager.Config{Insecure: true, Timing: protocol.Fast()})
 		defer c.stop(t)

@@ -39,6 +39,7 @@ var metricNames = []string{
 // the epoch, zero counters, the Raft series and the empty histograms, and
 // no namespaces and no gRPC series yet; it lints clean.
 func TestCollectorBeforeRun(t *testing.T) {
+	t.Parallel()
 	srv, err := manager.NewServer(manager.Config{Insecure: true, Timing: protocol.Fast(), Epoch: 42})
 	if err != nil {
 		t.Fatal(err)
@@ -75,6 +76,7 @@ leasehold_grants_total 0
 // TestCollectorFollowsServer runs a Manager with a Lookup and an Owner in
 // virtual time and reads the metrics as they change.
 func TestCollectorFollowsServer(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		tm := protocol.Fast()
 		srv, err := manager.NewServer(manager.Config{Insecure: true, Timing: tm, Epoch: 7, Namespaces: []string{"extra"}})

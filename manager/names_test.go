@@ -55,6 +55,7 @@ func (s loggedStream) RecvMsg(m any) error {
 // and the session goes on as before — the Owner holds the whole key space
 // and keeps it renewed.
 func TestNamesSaidOncePerStream(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		tm := protocol.Fast()
 		c := startManager(t, manager.Config{Timing: tm, Insecure: true})

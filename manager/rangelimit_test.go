@@ -29,6 +29,7 @@ func (b *syncBuffer) text() string {
 // fourth, which would take the table past 1,000 with them, is refused. A
 // Lookup's copy of the table never has more than 1,000 ranges.
 func TestRangeLimitOverTheWire(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		const limit = 1000
 		tm := protocol.Fast()

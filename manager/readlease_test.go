@@ -61,6 +61,7 @@ func startLeaseCutNetWith(t *testing.T, tm protocol.Timing, rl manager.ReadLease
 // lease lasts, and are refused (FAILED_PRECONDITION) once it has run out —
 // within one lease of the cut.
 func TestStatusFromFollowerReadLease(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		tm := protocol.Fast()
 		n := startLeaseCutNet(t, tm)
@@ -155,6 +156,7 @@ func TestStatusFromFollowerReadLease(t *testing.T) {
 // and refused, as a follower that is not serving refuses, once the lease
 // has run out.
 func TestSyncFromFollowerReadLease(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		tm := protocol.Fast()
 		elect := 10 * min(100*time.Millisecond, tm.Renew/20) // ElectionTicks × RaftTick

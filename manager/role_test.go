@@ -10,6 +10,7 @@ import (
 // TestRoleValidate: a read replica must join a running group, and a role
 // is one of the two; the error names Config.Role.
 func TestRoleValidate(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		role string
 		join bool

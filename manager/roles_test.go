@@ -18,6 +18,7 @@ import (
 // must be one the Manager does not serve (servedElsewhere); and
 // methodRoles names no method that does not exist.
 func TestEveryMethodHasRoles(t *testing.T) {
+	t.Parallel()
 	_ = pb.File_leasehold_v1_leasehold_proto // registers the descriptors
 	s, err := NewServer(Config{Insecure: true})
 	if err != nil {

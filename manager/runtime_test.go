@@ -70,6 +70,7 @@ func (c *cluster) dial() []grpc.DialOption {
 // them, the Lookup routes every key to the owner that holds it, and when
 // one owner leaves its ranges move to the other with loss notifications.
 func TestRuntimesGrantRouteAndNotify(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		tm := protocol.Fast()
 		c := startManager(t, manager.Config{Insecure: true, Timing: tm})
@@ -166,6 +167,7 @@ func TestRuntimesGrantRouteAndNotify(t *testing.T) {
 // Manager's leases died with it), and the Owner holds leases of the new
 // epoch.
 func TestClientsReconnectToRestartedManager(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		tm := protocol.Fast()
 		var cur atomic.Pointer[cluster]

@@ -12,6 +12,7 @@ import (
 // every message queued is sent, in order, whenever it was queued against
 // the goroutine's end.
 func TestSenderLosesNoWakeUp(t *testing.T) {
+	t.Parallel()
 	const n = 20000
 	var got atomic.Int64
 	var last int64

@@ -46,6 +46,8 @@ type Server struct {
 	running    atomic.Bool
 	stats      atomic.Pointer[Snapshot]
 	sessions   atomic.Uint64 // lookup session IDs
+	// updateEncodings counts the Updates its codec marshalled (limitCodecV2).
+	updateEncodings atomic.Int64
 	// sharedCodec: GRPCOptions has handed out the codec that sends a
 	// shared Update's bytes (encode.go); a server built without it
 	// marshals each message whole.

@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -70,6 +71,7 @@ func grantAll(tb testing.TB, st *lease.State, n int, lgn keyspace.LGN) {
 // is safe. Each shared update is encoded once, not once per stream: the
 // codec sends its bytes with every message.
 func TestSyncResponsesShareTheirWireUpdate(t *testing.T) {
+	t.Parallel()
 	const sessions = 50
 	st, f := feedWith(t, 500, sessions)
 	grantAll(t, st, 500, 10000) // a push of 500 changes to every session
@@ -103,8 +105,8 @@ func TestSyncResponsesShareTheirWireUpdate(t *testing.T) {
 	}
 	var wg sync.WaitGroup
 	encoded := make([][]byte, len(msgs))
-	codec := limitCodecV2{}
-	before := updateEncodings.Load()
+	var encodings atomic.Int64
+	codec := limitCodecV2{encodings: &encodings}
 	for i, o := range outs {
 		wg.Go(func() {
 			bs, err := codec.Marshal(&encodedSync{m: o.m, u: o.shared})
@@ -115,7 +117,7 @@ func TestSyncResponsesShareTheirWireUpdate(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if n := updateEncodings.Load() - before; n != 2 {
+	if n := encodings.Load(); n != 2 {
 		t.Errorf("%d updates marshalled for %d messages sharing two updates, want 2", n, len(msgs))
 	}
 	for i, b := range encoded {

@@ -24,6 +24,7 @@ import (
 // status that says what is wrong, and an Owner on another stream keeps its
 // leases throughout.
 func TestBadInputEndsOnlyThatStream(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		tm := protocol.Fast()
 		c := startManager(t, manager.Config{Insecure: true, Timing: tm, MaxRequestRate: 5, MaxMessageBytes: 64 << 10})

@@ -37,6 +37,7 @@ import (
 // Manager's own was 2 hours: the drain was refused until the Owner gave up
 // on it, and its ranges were lost.
 func TestDrainMovesFromAQuietStream(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		tm := protocol.Fast()
 		c := startManager(t, manager.Config{Insecure: true, Timing: tm})

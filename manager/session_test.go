@@ -31,6 +31,7 @@ import (
 // leave, a drain and handovers from another stream are refused the same
 // way while the bound stream is live, and accepted once it is quiet.
 func TestControlFromAnotherStreamIsRefused(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		tm := protocol.Fast()
 		c := startManager(t, manager.Config{Insecure: true, Timing: tm})

@@ -23,6 +23,7 @@ import (
 // part of its memory at the Manager. Each stream is then asked again and
 // answered, so a sender that ended starts again when there is more.
 func TestIdleStreamsHoldOneGoroutineEach(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		tm := protocol.Fast()
 		c := startManager(t, manager.Config{Insecure: true, Timing: tm})
@@ -67,15 +68,36 @@ func TestIdleStreamsHoldOneGoroutineEach(t *testing.T) {
 }
 
 // streamGoroutines counts the goroutines running the Manager's stream
-// handlers and senders.
+// handlers and senders: those of the caller's synctest bubble when it runs
+// in one, so that the Managers of tests running beside it are not counted,
+// else those of the whole process.
 func streamGoroutines() int {
 	buf := make([]byte, 4<<20)
+	bubble := bubbleOf(string(buf[:runtime.Stack(buf, false)]))
 	buf = buf[:runtime.Stack(buf, true)]
 	n := 0
 	for _, g := range strings.Split(string(buf), "\n\n") {
+		if bubble != "" && bubbleOf(g) != bubble {
+			continue
+		}
 		if strings.Contains(g, "manager.serveStream") || strings.Contains(g, "manager.(*sender") {
 			n++
 		}
 	}
 	return n
+}
+
+// bubbleOf returns the synctest bubble that a goroutine's stack trace
+// names in its header ("goroutine 7 [select, synctest bubble 3]:"), or ""
+// for a goroutine in none.
+func bubbleOf(stack string) string {
+	header, _, _ := strings.Cut(stack, "\n")
+	_, after, ok := strings.Cut(header, ", synctest bubble ")
+	if !ok {
+		return ""
+	}
+	if end := strings.IndexFunc(after, func(r rune) bool { return r < '0' || r > '9' }); end >= 0 {
+		after = after[:end]
+	}
+	return after
 }

@@ -215,6 +215,7 @@ func register(id, ns string) *pb.LeaseRequest {
 }
 
 func TestTrustAttacks(t *testing.T) {
+	testwait.Side(t)
 	g := startTrustGroup(t)
 	owner := func(name string, ns ...string) certs.Identity {
 		return certs.Identity{Role: certs.Owner, Name: name, Namespaces: ns}
