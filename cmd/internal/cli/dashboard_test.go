@@ -38,8 +38,10 @@ type dashView struct {
 // process: its views follow the table, and its drain goes to the Manager
 // and comes back with the Manager's answer, refusal included.
 func TestDashboardCommand(t *testing.T) {
-	t.Parallel()
+	// The Manager starts before t.Parallel, so that its start-up reservation
+	// runs out while the test waits for its turn (TestMain).
 	addr := startManager(t)
+	t.Parallel()
 	startOwner(t, addr, "o-1", "127.0.0.1:1")
 	startOwner(t, addr, "o-2", "127.0.0.1:2")
 	d := startCLI(t, "dashboard", "--manager", addr, "--listen", "127.0.0.1:0", "--refresh", "200ms")
