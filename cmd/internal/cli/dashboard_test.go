@@ -19,6 +19,7 @@ type dashView struct {
 		Holders []string `json:"holders"`
 		Owners  []struct {
 			ID       string `json:"id"`
+			Addr     string `json:"addr"`
 			Ranges   int    `json:"ranges"`
 			Draining bool   `json:"draining"`
 		} `json:"owners"`
@@ -37,8 +38,10 @@ type dashView struct {
 // process: its views follow the table, and its drain goes to the Manager
 // and comes back with the Manager's answer, refusal included.
 func TestDashboardCommand(t *testing.T) {
-	t.Parallel()
+	// The Manager starts before t.Parallel, so that its start-up reservation
+	// runs out while the test waits for its turn (TestMain).
 	addr := startManager(t)
+	t.Parallel()
 	startOwner(t, addr, "o-1", "127.0.0.1:1")
 	startOwner(t, addr, "o-2", "127.0.0.1:2")
 	d := startCLI(t, "dashboard", "--manager", addr, "--listen", "127.0.0.1:0", "--refresh", "200ms")
@@ -57,10 +60,23 @@ func TestDashboardCommand(t *testing.T) {
 		_ = json.NewDecoder(resp.Body).Decode(&v)
 		return v
 	}
-	waitFor(t, "both Owners on the ring", 10*time.Second, func() bool {
+	// Both Owners are on the ring, and the dashboard's status poll has
+	// named them (an Owner only in the table has no address): the drain
+	// below must come after that poll, or the next one sees o-1 new and
+	// draining at once, which the timeline records as joined only.
+	waitFor(t, "both Owners on the ring and in the status", 10*time.Second, func() bool {
 		v := get()
-		return len(v.Namespaces) == 1 && slices.Equal(v.Namespaces[0].Holders, []string{"o-1", "o-2"}) &&
-			len(v.Managers) > 0 && v.Managers[0].Role == "leader"
+		if len(v.Namespaces) != 1 || !slices.Equal(v.Namespaces[0].Holders, []string{"o-1", "o-2"}) ||
+			len(v.Managers) == 0 || v.Managers[0].Role != "leader" {
+			return false
+		}
+		named := 0
+		for _, o := range v.Namespaces[0].Owners {
+			if o.Addr != "" {
+				named++
+			}
+		}
+		return named == 2
 	})
 
 	drain := func(id string) (ok bool, answer string) {

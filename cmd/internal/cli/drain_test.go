@@ -44,10 +44,13 @@ func TestDrainUsageErrors(t *testing.T) {
 // the Manager's reason naming the Owners draining, and exit code 1. status
 // shows who is draining.
 func TestDrainGate(t *testing.T) {
-	t.Parallel()
+	// The Manager starts before t.Parallel, so that its start-up reservation
+	// runs out while the test waits for its turn, and listens before it
+	// (TestMain).
 	addr := closedAddr(t)
 	m := startCLI(t, "manager", "--timings", "fast", "--listen", addr, "--drain-gate", "2", "--handover", "1s")
 	waitFor(t, "the manager to listen", 10*time.Second, func() bool { return strings.Contains(m.stdout.String(), "listening on") })
+	t.Parallel()
 	for _, id := range []string{"kv-1", "kv-2", "kv-3"} {
 		startOwner(t, addr, id, "127.0.0.1:1")
 	}

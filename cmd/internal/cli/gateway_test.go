@@ -15,6 +15,10 @@ import (
 // TestGatewayFinishesInFlight: stopped (as by SIGTERM), the gateway
 // finishes a request in flight before it exits 0.
 func TestGatewayFinishesInFlight(t *testing.T) {
+	// The Manager starts before testwait.Side (t.Parallel), so that its
+	// start-up reservation runs out while the test waits for its turn
+	// (TestMain).
+	addr := startManager(t)
 	testwait.Side(t)
 	arrived, release := make(chan struct{}, 1), make(chan struct{})
 	ownerSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -25,7 +29,6 @@ func TestGatewayFinishesInFlight(t *testing.T) {
 		io.WriteString(w, "done "+r.URL.Path)
 	}))
 	defer ownerSrv.Close()
-	addr := startManager(t)
 	startOwner(t, addr, "o1", strings.TrimPrefix(ownerSrv.URL, "http://"))
 
 	b := startCLI(t, "gateway", "--manager", addr, "--listen", "127.0.0.1:0", "--route", "name=kv,prefix=/kv/,key=path:1,timeout=20s")

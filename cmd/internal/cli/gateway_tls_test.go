@@ -66,7 +66,7 @@ func TestGatewayTLS(t *testing.T) {
 	if code, _, stderr := cli(t, "gateway", "--manager", addr, "--client-certs", "--route", "name=kv,prefix=/kv/,key=path:1", "--certs-dir", dir); code == ExitOK || !strings.Contains(stderr, "--client-certs needs --tls") {
 		t.Errorf("--client-certs without --tls: exit %d, %q", code, stderr)
 	}
-	b := startCLI(t, "gateway", "--manager", addr, "--listen", "127.0.0.1:0", "--route", "name=kv,prefix=/kv/,key=path:1,timeout=1s",
+	b := startCLI(t, "gateway", "--manager", addr, "--listen", "127.0.0.1:0", "--route", "name=kv,prefix=/kv/,key=path:1,timeout=200ms",
 		"--certs-dir", dir, "--tls", "--client-certs")
 	re := regexp.MustCompile(`leasehold gateway listening on (\S+) `)
 	var gw string

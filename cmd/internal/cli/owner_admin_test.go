@@ -32,10 +32,13 @@ func TestForgetUsageErrors(t *testing.T) {
 // again; forget is refused for a member, naming why, and accepted for an
 // Owner that left, which status then no longer lists.
 func TestDrainCancelAndForget(t *testing.T) {
-	t.Parallel()
+	// The Manager starts before t.Parallel, so that its start-up reservation
+	// runs out while the test waits for its turn, and listens before it
+	// (TestMain).
 	addr := closedAddr(t)
 	m := startCLI(t, "manager", "--timings", "fast", "--listen", addr, "--handover", "1s")
 	waitFor(t, "the manager to listen", 10*time.Second, func() bool { return strings.Contains(m.stdout.String(), "listening on") })
+	t.Parallel()
 	startOwner(t, addr, "kv-1", "127.0.0.1:1")
 	stop2 := startOwner(t, addr, "kv-2", "127.0.0.1:2")
 	owners := func() map[string]ownerJSON {

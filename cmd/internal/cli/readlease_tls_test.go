@@ -18,7 +18,9 @@ import (
 // it does by default) and holds a read lease: the Holder read is admitted
 // to an operator and the CLI dials it with its certificate.
 func TestReadLeaseOverTLS(t *testing.T) {
-	t.Parallel()
+	// The Manager starts before t.Parallel, so that its start-up reservation
+	// runs out while the test waits for its turn, and listens before it
+	// (TestMain).
 	dir := t.TempDir()
 	ca, err := certs.CreateCA(dir, "", 0, false)
 	if err != nil {
@@ -33,6 +35,7 @@ func TestReadLeaseOverTLS(t *testing.T) {
 	addr := closedAddr(t)
 	m := startCLI(t, "manager", "--timings", "fast", "--listen", addr, "--certs-dir", dir, "--read-lease-holders", "all")
 	waitFor(t, "the manager to listen", 10*time.Second, func() bool { return strings.Contains(m.stdout.String(), "listening on") })
+	t.Parallel()
 	o, err := owner.New(context.Background(), owner.Config{Connection: leasehold.Connection{Manager: addr, Timing: protocol.Fast(), CertsDir: dir}, ID: "kv-1", Addr: "127.0.0.1:8001"})
 	if err != nil {
 		t.Fatal(err)

@@ -18,8 +18,10 @@ import (
 // far more than the others, and checks status shows its load, capacity
 // and that key as hot, in JSON and in text.
 func TestStatusShowsLoad(t *testing.T) {
-	t.Parallel()
+	// The Manager starts before t.Parallel, so that its start-up reservation
+	// runs out while the test waits for its turn (TestMain).
 	addr := startManager(t)
+	t.Parallel()
 	o, err := owner.New(context.Background(), owner.Config{
 		Connection: leasehold.Connection{Insecure: true, Manager: addr, Timing: protocol.Fast()},
 		ID:         "kv-1",
