@@ -2,7 +2,6 @@ package manager
 
 import (
 	"testing"
-	"time"
 
 	"github.com/leasehold/leasehold/internal/lease"
 	"go.etcd.io/raft/v3"
@@ -82,7 +81,7 @@ func TestPushRoundsArePaced(t *testing.T) {
 	const n = 3 * maxPushWaking
 	l, sts, own := fanoutLoop(t, n)
 	l.send(nil, append(pushTo(sts, 10), pushTo(sts, 11)...)) // send reads the wall clock
-	now := time.Now()
+	now := l.push.waking[0].at                               // and records when it woke each stream
 	if got := holding(sts); got != maxPushWaking {
 		t.Fatalf("%d Lookup streams handed a message at once, want %d", got, maxPushWaking)
 	}

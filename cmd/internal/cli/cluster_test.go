@@ -204,7 +204,7 @@ func TestClusterAddUnreachable(t *testing.T) {
 			}
 			for i, a := range addrs {
 				m := startCLI(t, "manager", "--timings", "fast", "--id", fmt.Sprint(i+1), "--listen", a,
-					"--data-dir", t.TempDir(), "--peers", strings.Join(peers, ","), "--learner-timeout", "500ms")
+					"--data-dir", t.TempDir(), "--peers", strings.Join(peers, ","), "--learner-timeout", "1s")
 				waitFor(t, "a manager to listen", 10*time.Second, func() bool { return strings.Contains(m.stdout.String(), "listening on") })
 			}
 			list := strings.Join(addrs, ",")
