@@ -36,7 +36,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -117,9 +116,7 @@ type flags struct {
 func newFlags(name string, stderr io.Writer) *flags {
 	f := &flags{fs: flag.NewFlagSet("kv "+name, flag.ContinueOnError)}
 	f.fs.SetOutput(stderr)
-	f.fs.StringVar(&f.manager, "manager", cmp.Or(os.Getenv("LEASEHOLD_MANAGER"), "127.0.0.1:7400"),
-		"the Manager's address, host:port, or a comma-separated list of its replicas' addresses, whose leader is followed ($LEASEHOLD_MANAGER sets the default)")
-	f.fs.StringVar(&f.namespace, "namespace", "", `the namespace (empty: "default")`)
+	lifecycle.ManagerFlags(f.fs, &f.manager, &f.namespace)
 	f.fs.DurationVar(&f.dialTimeout, "dial-timeout", 5*time.Second,
 		"how long to try to reach the Manager before failing (put, get) or warning (serve), with why it cannot be reached")
 	f.trust = certs.AddFlags(f.fs, &f.certsDir, &f.insecure, "mutual TLS to the Manager and between servers and clients")

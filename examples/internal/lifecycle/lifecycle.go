@@ -1,4 +1,5 @@
-// Package lifecycle is how the example servers (kv, pubsub, presence,
+// Package lifecycle is what the example commands share: the flags that find
+// their Manager (ManagerFlags, ParseExit), and how the example servers (kv, pubsub, presence,
 // mail) stop: on the first SIGINT or SIGTERM they drain, for at most their
 // drain timeout; a second signal gives up waiting at once; and a server the
 // Manager refuses (its certificate, role or namespace) says so and stops,

@@ -1,13 +1,11 @@
 package mail
 
 import (
-	"cmp"
 	"context"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"strings"
 	"time"
 
@@ -24,8 +22,8 @@ import (
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("mail", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	manager := fs.String("manager", cmp.Or(os.Getenv("LEASEHOLD_MANAGER"), "127.0.0.1:7400"), "the Manager's address, or its replicas' addresses, comma-separated ($LEASEHOLD_MANAGER)")
-	namespace := fs.String("namespace", "", `the namespace (empty: "default")`)
+	var manager, namespace string
+	lifecycle.ManagerFlags(fs, &manager, &namespace)
 	id := fs.String("id", "", "this node's ID, also its Owner ID (required)")
 	listen := fs.String("listen", "", "the HTTP listen address, host:port (required)")
 	dir := fs.String("data-dir", "", "the directory of this node's mailbox fragments (required)")
@@ -34,7 +32,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var insecure bool
 	trust := certs.AddFlags(fs, &certsDir, &insecure, "mutual TLS to the Manager, and HTTPS for clients with certificates of the same CA")
 	if err := fs.Parse(args); err != nil {
-		return map[bool]int{true: 0, false: 2}[err == flag.ErrHelp]
+		return lifecycle.ParseExit(err)
 	}
 	if *id == "" || *listen == "" || *dir == "" || *nodesFlag == "" || fs.NArg() != 0 {
 		fmt.Fprint(stderr, "mail: --id, --listen, --data-dir and --nodes are required, and there are no arguments\n")
@@ -53,7 +51,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		nodes[k] = v
 	}
-	srv, err := NewServer(ctx, ServerConfig{Manager: *manager, Namespace: *namespace, ID: *id,
+	srv, err := NewServer(ctx, ServerConfig{Manager: manager, Namespace: namespace, ID: *id,
 		Listen: *listen, DataDir: *dir, Nodes: nodes, CertsDir: certsDir, Insecure: insecure,
 		Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	if err != nil {

@@ -1,13 +1,11 @@
 package presence
 
 import (
-	"cmp"
 	"context"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"time"
 
 	"github.com/leasehold/leasehold/certs"
@@ -23,8 +21,8 @@ import (
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("presence", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	manager := fs.String("manager", cmp.Or(os.Getenv("LEASEHOLD_MANAGER"), "127.0.0.1:7400"), "the Manager's address, or its replicas' addresses, comma-separated ($LEASEHOLD_MANAGER)")
-	namespace := fs.String("namespace", "", `the namespace (empty: "default")`)
+	var manager, namespace string
+	lifecycle.ManagerFlags(fs, &manager, &namespace)
 	id := fs.String("id", "", "the Owner ID (default: the listen address)")
 	listen := fs.String("listen", "", "the HTTP listen address, host:port (required)")
 	advertise := fs.String("advertise", "", "the address clients reach this server at (default: the listen address)")
@@ -33,7 +31,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var insecure bool
 	trust := certs.AddFlags(fs, &certsDir, &insecure, "mutual TLS to the Manager, and HTTPS for clients with certificates of the same CA")
 	if err := fs.Parse(args); err != nil {
-		return map[bool]int{true: 0, false: 2}[err == flag.ErrHelp]
+		return lifecycle.ParseExit(err)
 	}
 	if *listen == "" || *ttl <= 0 || fs.NArg() != 0 {
 		fmt.Fprint(stderr, "presence: --listen is required, --ttl must be positive, and there are no arguments\n")
@@ -43,7 +41,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, "presence: --certs-dir (or $LEASEHOLD_CERTS_DIR) is required, or --insecure for plaintext\n")
 		return 2
 	}
-	srv, err := NewServer(ctx, ServerConfig{Manager: *manager, Namespace: *namespace, ID: *id,
+	srv, err := NewServer(ctx, ServerConfig{Manager: manager, Namespace: namespace, ID: *id,
 		Listen: *listen, Advertise: *advertise, TTL: *ttl, CertsDir: certsDir, Insecure: insecure,
 		Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	if err != nil {

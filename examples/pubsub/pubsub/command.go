@@ -1,13 +1,11 @@
 package pubsub
 
 import (
-	"cmp"
 	"context"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"time"
 
 	"github.com/leasehold/leasehold/certs"
@@ -24,15 +22,14 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("pubsub", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfg := ServerConfig{Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}
-	fs.StringVar(&cfg.Manager, "manager", cmp.Or(os.Getenv("LEASEHOLD_MANAGER"), "127.0.0.1:7400"), "the Manager's address, or its replicas' addresses, comma-separated ($LEASEHOLD_MANAGER)")
-	fs.StringVar(&cfg.Namespace, "namespace", "", `the namespace (empty: "default")`)
+	lifecycle.ManagerFlags(fs, &cfg.Manager, &cfg.Namespace)
 	fs.StringVar(&cfg.ID, "id", "", "the Owner ID (default: its owner certificate's, else the listen address)")
 	fs.StringVar(&cfg.Listen, "listen", "", "the HTTP listen address, host:port (required)")
 	fs.StringVar(&cfg.Advertise, "advertise", "", "the address clients reach this server at (default: the listen address)")
 	drain := fs.Duration("drain-timeout", time.Minute, "on SIGINT or SIGTERM, how long to hand ranges over")
 	trust := certs.AddFlags(fs, &cfg.CertsDir, &cfg.Insecure, "mutual TLS to the Manager, HTTPS to clients with certificates of the same CA and between the servers")
 	if err := fs.Parse(args); err != nil {
-		return map[bool]int{true: 0, false: 2}[err == flag.ErrHelp]
+		return lifecycle.ParseExit(err)
 	}
 	if chosen := trust.Chosen(); cfg.Listen == "" || *drain <= 0 || fs.NArg() != 0 || !chosen {
 		fmt.Fprint(stderr, "pubsub: --listen and --certs-dir ($LEASEHOLD_CERTS_DIR) or --insecure are required, --drain-timeout must be positive, and there are no arguments\n")
