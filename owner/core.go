@@ -614,6 +614,16 @@ func (c *Core) Step(now time.Time, m *protocol.LeaseResponse) {
 // sentAtsKept is how many recent requests' send times the Core keeps.
 const sentAtsKept = 64
 
+// Answers reports whether a response acknowledging ackSeq answers a
+// request this Core still remembers sending, its latest or one of the
+// sentAtsKept before it: the only responses it may take a grant from, in
+// order or raced (a push answering no request, AckSeq 0, gives none). The
+// simulation's checkers ask it rather than keep a copy of the rule.
+func (c *Core) Answers(ackSeq uint64) bool {
+	_, ok := c.sentAts[ackSeq]
+	return ackSeq != 0 && ok
+}
+
 // adoptRacedGrants takes up the new grants of a raced message m. The rest
 // of m is stale and ignored, but a grant in it must not be: our next
 // request acknowledges m's Seq, and the Manager would take the grant's

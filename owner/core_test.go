@@ -781,3 +781,22 @@ func TestUncovered(t *testing.T) {
 		}
 	}
 }
+
+// TestAnswers: a response answers a request the Core remembers sending,
+// its latest and the sentAtsKept before it; not one it never sent, nor
+// one it has forgotten, nor a push (AckSeq 0).
+func TestAnswers(t *testing.T) {
+	c := newCore(t)
+	if c.Answers(0) || c.Answers(1) {
+		t.Fatal("a Core that has sent nothing answers something")
+	}
+	var last uint64
+	for i := range sentAtsKept + 2 {
+		last = one(t, tick(c, at(time.Duration(i)*tm.Renew)).reqs).Seq
+	}
+	for seq, want := range map[uint64]bool{0: false, 1: false, 2: false, 3: true, last - 1: true, last: true, last + 1: false} {
+		if got := c.Answers(seq); got != want {
+			t.Errorf("after %d requests, Answers(%d) = %v, want %v", last, seq, got, want)
+		}
+	}
+}

@@ -215,7 +215,6 @@ func (s *Sim) after(n *node) {
 		}
 		s.ownerChanged(n, changes)
 		if s.cfg.Standbys {
-			s.sbRequested(n, out)
 			s.sbStep(n)
 			s.sbFaultStep(n)
 		}

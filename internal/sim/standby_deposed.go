@@ -1,8 +1,6 @@
 package sim
 
 import (
-	"slices"
-
 	"github.com/leasehold/leasehold/protocol"
 )
 
@@ -40,10 +38,9 @@ import (
 // incarnation's) are skipped, as n skips them.
 //
 // A grant counts as heard only from a message n could take it up from, by
-// n's own rule (owner.Core.Step): an answer to a request of its run that
-// it still remembers — its latest (in order), or one of the last
-// sbRequestsKept (raced; owner.Core keeps as many requests' send times).
-// Not, say, a new leader's takeover push, which answers no request
+// n's own rule (owner.Core.Answers): an answer to a request of its run that
+// it still remembers — its latest (in order), or one of those before it
+// whose send times it keeps (raced). Not, say, a new leader's takeover push, which answers no request
 // (AckSeq 0) and so gives no lease (rule 2), though n acknowledges it.
 // A grant n could take but does not (its lease already run out on n's
 // clock, a piece n gave up since) is heard all the same: that is n's
@@ -59,8 +56,7 @@ func (s *Sim) sbDeposedHeard(from, n *node, gen uint64, m *protocol.LeaseRespons
 		s.sbf.heard = map[*node][2]uint64{}
 	}
 	s.sbf.heard[n] = [2]uint64{n.inc, m.Seq}
-	r := s.sbf.requests[n]
-	answers := m.AckSeq != 0 && r.inc == n.inc && slices.Contains(r.seqs, m.AckSeq)
+	answers := n.own.Answers(m.AckSeq) // asked before n steps m
 	for i := range s.sbf.deposed {
 		d := &s.sbf.deposed[i]
 		if d.to != n || d.inc != n.inc || m.Epoch != d.num.Epoch {
@@ -84,35 +80,4 @@ func (s *Sim) sbDeposedHeard(from, n *node, gen uint64, m *protocol.LeaseRespons
 			}
 		}
 	}
-}
-
-// sbRequestsKept is how many of an Owner run's latest requests it answers
-// grants of (owner.Core's sentAtsKept).
-const sbRequestsKept = 64
-
-// sbRequested notes the requests Owner run n sends (sbDeposedHeard).
-func (s *Sim) sbRequested(n *node, out []*protocol.LeaseRequest) {
-	if len(out) == 0 {
-		return
-	}
-	if s.sbf.requests == nil {
-		s.sbf.requests = map[*node]sbRequests{}
-	}
-	r := s.sbf.requests[n]
-	if r.inc != n.inc {
-		r = sbRequests{inc: n.inc}
-	}
-	for _, m := range out {
-		r.seqs = append(r.seqs, m.Seq)
-	}
-	if k := len(r.seqs) - sbRequestsKept; k > 0 {
-		r.seqs = slices.Delete(r.seqs, 0, k)
-	}
-	s.sbf.requests[n] = r
-}
-
-// sbRequests are the Seqs of an Owner run's latest requests.
-type sbRequests struct {
-	inc  uint64
-	seqs []uint64
 }

@@ -125,7 +125,6 @@ type sbFaultState struct {
 	deposed    []deposedGrant
 	fate       sbFate              // the last deposed promoted grant's message's fate
 	heard      map[*node][2]uint64 // Owner run → its incarnation and the highest Seq it heard (standby_deposed.go)
-	requests   map[*node]sbRequests
 }
 
 // deposedGrant is a promoted grant whose Manager was crashed as it sent it.
