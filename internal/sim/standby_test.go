@@ -160,11 +160,7 @@ func TestBrokenInSyncWholeLease(t *testing.T) {
 // promoted grant (StandbyFaults.DeposeOneIn, standby_deposed.go). Caught
 // by the promotion-kept checker at seed 1.
 func TestBrokenPromotionLeaderLocal(t *testing.T) {
-	standbyTwinOf(t, func(s uint64) Config {
-		c := standbyBroken(faults.Set{PromotionLeaderLocal: true})(s)
-		c.StandbyFaults.DeposeOneIn = 2
-		return c
-	}, 1, "promotion kept")
+	deposedTwin(t, faults.Set{PromotionLeaderLocal: true})
 }
 
 // TestBrokenPromotionPushEarly: a new Manager leader that pushes to a
@@ -175,10 +171,18 @@ func TestBrokenPromotionLeaderLocal(t *testing.T) {
 // which the standby refuses. The Manager is crashed as it sends a
 // promoted grant (StandbyFaults.DeposeOneIn); the promotion-kept checker
 // counts a grant heard only from a message the Owner could take it from
-// (standby_deposed.go), and catches it at seed SEED.
+// (standby_deposed.go), and catches it at seed 1.
 func TestBrokenPromotionPushEarly(t *testing.T) {
+	deposedTwin(t, faults.Set{PromotionPushEarly: true})
+}
+
+// deposedTwin is the standby twin with f broken and the Manager crashed as
+// it sends a promoted grant, one in two (StandbyFaults.DeposeOneIn): the
+// promotion-kept checker must catch it at seed 1.
+func deposedTwin(t *testing.T, f faults.Set) {
+	t.Helper()
 	standbyTwinOf(t, func(s uint64) Config {
-		c := standbyBroken(faults.Set{PromotionPushEarly: true})(s)
+		c := standbyBroken(f)(s)
 		c.StandbyFaults.DeposeOneIn = 2
 		return c
 	}, 1, "promotion kept")
