@@ -134,6 +134,7 @@ func TestEditedDataDirFailsLoudly(t *testing.T) {
 	if testing.Short() {
 		t.Skip("e2e: builds binaries and runs real processes; skipped with -short")
 	}
+	onlyWithAll(t)
 	t.Parallel()
 	leasehold := buildLeasehold(t)
 	dir := t.TempDir()

@@ -36,7 +36,7 @@ const (
 const requiredSeeds = 4
 
 var (
-	longFlag  = flag.Bool("sim.long", false, "the long sweep, as CI runs it: 200 seeds per sweep instead of 4 (8 for the replicated sweeps), the broken-rule tests searched from seed 1, and the production report over 10 virtual minutes of faults instead of 2")
+	longFlag  = flag.Bool("sim.long", false, "the long sweep, as CI runs it: 200 seeds per sweep instead of 4 (8 for the replicated sweeps), the broken-rule tests searched from seed 1, and the reports of figures (the production timings over 10 virtual minutes, thin Lookups)")
 	seedsFlag = flag.Int("sim.seeds", 0, "number of seeds per sweep (0: 4, 8 of the replicated sweeps, or 200 with -sim.long)")
 	soakFlag  = flag.Int("sim.soak", 0, "if set, run this many seeds instead, also under the race detector (a long soak)")
 	seedFlag  = flag.Uint64("sim.seed", 0, "replay only this seed")

@@ -17,7 +17,12 @@ import (
 	"github.com/leasehold/leasehold/protocol"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain lets the package's tests that wait on real leases wait side by
+// side (internal/testwait).
+func TestMain(m *testing.M) {
+	testwait.Parallel()
+	goleak.VerifyTestMain(m)
+}
 
 func startManager(tb testing.TB) string {
 	tb.Helper()

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/testwait"
 	"github.com/leasehold/leasehold/lookup"
 )
 
@@ -49,6 +50,7 @@ func (h *heldAnswer) count() int {
 // the new Owner must not be left an older status (the presence scenario's
 // promise, TestPresenceScenario in internal/e2e).
 func TestRepublishesAHeartbeatStillAnswering(t *testing.T) {
+	testwait.Side(t)
 	mgr := startManager(t)
 	startServer(t, mgr, "pr-1")
 	c := newClient(t, mgr)
