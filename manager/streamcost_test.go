@@ -72,11 +72,10 @@ func TestIdleStreamsHoldOneGoroutineEach(t *testing.T) {
 // in one, so that the Managers of tests running beside it are not counted,
 // else those of the whole process.
 func streamGoroutines() int {
-	buf := make([]byte, 4<<20)
+	buf := make([]byte, 64<<10)
 	bubble := bubbleOf(string(buf[:runtime.Stack(buf, false)]))
-	buf = buf[:runtime.Stack(buf, true)]
 	n := 0
-	for _, g := range strings.Split(string(buf), "\n\n") {
+	for _, g := range strings.Split(allStacks(), "\n\n") {
 		if bubble != "" && bubbleOf(g) != bubble {
 			continue
 		}

@@ -235,13 +235,21 @@ type memPoint struct{ stacks, live, goroutines uint64 }
 // settledMemory reads the process's stacks, live heap and goroutines once
 // n streams have their handler and no sender runs, after two collections
 // (the second frees what the first's finalizers and stack shrinking left).
+//
+// count dumps every goroutine's stack, stopping the world for as long as
+// that takes with hundreds of streams: polled every millisecond it kept
+// the streams' goroutines from running on a loaded machine (a clone's
+// first go test ./..., compiling beside it), and 10,000 polls took 145 s.
+// So it polls every 10 ms, for at most 10 s of the wall clock: long only
+// when the machine's scheduler, not the code, is slow.
 func settledMemory(t *testing.T, n int, count func() int) memPoint {
 	t.Helper()
-	for i := 0; count() != n; i++ {
-		if i == 10000 { // 10 s: a loaded machine's scheduler, not the code, when it takes long
+	deadline := time.Now().Add(10 * time.Second)
+	for count() != n {
+		if time.Now().After(deadline) {
 			t.Fatalf("%d goroutines serve %d idle streams", count(), n)
 		}
-		time.Sleep(time.Millisecond)
+		time.Sleep(10 * time.Millisecond)
 	}
 	runtime.GC()
 	runtime.GC()
@@ -312,13 +320,24 @@ func streamMemLookups(t *testing.T, addr string) {
 
 // countGoroutines counts the goroutines whose stack names fn.
 func countGoroutines(fn string) int {
-	buf := make([]byte, 4<<20)
-	buf = buf[:runtime.Stack(buf, true)]
 	n := 0
-	for _, g := range strings.Split(string(buf), "\n\n") {
+	for _, g := range strings.Split(allStacks(), "\n\n") {
 		if strings.Contains(g, fn) {
 			n++
 		}
 	}
 	return n
+}
+
+// allStacks returns every goroutine's stack trace, whole: a buffer of a
+// fixed size cuts the dump of a few hundred streams short, and the
+// goroutines past the cut would go uncounted (a trace's frames name the
+// module's directory, as long as a clone's path is).
+func allStacks() string {
+	for size := 1 << 20; ; size *= 2 {
+		buf := make([]byte, size)
+		if n := runtime.Stack(buf, true); n < size {
+			return string(buf[:n])
+		}
+	}
 }
