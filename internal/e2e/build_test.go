@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -8,7 +9,8 @@ import (
 
 // The binaries the scenarios run, linked into binDir once for all the
 // tests. In a run of the whole package TestMain links them at once, in two
-// go builds one after the other: leasehold and leasehold-demo, then kv.
+// go builds one after the other: leasehold (and leasehold-demo, with
+// LEASEHOLD_E2E=all: TestDemo runs only then), then kv.
 // The default scenarios start their Manager as soon as leasehold is there,
 // and kv links while each new Manager waits out its reservation
 // (ManagerLease, docs/design.md rule 9), which it must whatever the test
@@ -36,10 +38,14 @@ func (o *onceErr) do(f func() error) error {
 
 var linked struct{ first, leasehold, kv, demo onceErr }
 
-// linkFirst links leasehold and leasehold-demo in one go build, which
-// compiles the packages they share once and links the two side by side.
+// linkFirst links leasehold, and with LEASEHOLD_E2E=all leasehold-demo in
+// the same go build, which compiles the packages they share once and links
+// the two side by side.
 func linkFirst() error {
 	return linked.first.do(func() error {
+		if os.Getenv(allVar) != "all" {
+			return goBuild(filepath.Join(binDir, "leasehold"), "./cmd/leasehold")
+		}
 		return goBuild(binDir+string(filepath.Separator), "./cmd/leasehold", "./cmd/leasehold-demo")
 	})
 }
@@ -59,7 +65,7 @@ func linkLeasehold() error {
 // linkDemo links cmd/leasehold-demo, as linkLeasehold links leasehold.
 func linkDemo() error {
 	return linked.demo.do(func() error {
-		if prebuilding && linkFirst() == nil {
+		if prebuilding && os.Getenv(allVar) == "all" && linkFirst() == nil {
 			return nil
 		}
 		return goBuild(filepath.Join(binDir, "leasehold-demo"), "./cmd/leasehold-demo")

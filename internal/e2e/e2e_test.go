@@ -60,9 +60,9 @@ func TestMain(m *testing.M) {
 }
 
 // defaultParallel is how many tests of the default set run at once unless
-// -parallel says otherwise: all six that call t.Parallel (the four
+// -parallel says otherwise: all four that call t.Parallel (the two
 // scenarios and the Python client's two checks).
-const defaultParallel = 6
+const defaultParallel = 4
 
 // sideBySide lets the default set's tests run all at once: go test's
 // -parallel defaults to GOMAXPROCS, two on a machine of two cores, which

@@ -274,7 +274,13 @@ func TestSkewBalancedWithinAMinute(t *testing.T) {
 
 // TestSkewCapacities gives four Owners capacities 1, 1, 2 and 4: once
 // balanced, each carries load in proportion to its capacity, within 10%.
+// It runs with -sim.long, as CI does (about 2 s of CPU): by default the
+// weighted policy's plans by capacity are rebalance's own tests' (its
+// Example: an Owner of three times the capacity given three times the
+// load), and TestSkewBalancedWithinAMinute runs the policy in the
+// simulation.
 func TestSkewCapacities(t *testing.T) {
+	longOnly(t, "the weighted policy's capacities in the simulation")
 	t.Parallel()
 	weighted, err := rebalance.Weighted(rebalance.Config{})
 	if err != nil {
