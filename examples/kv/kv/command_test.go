@@ -1,15 +1,11 @@
-package main
+package kv
 
 import (
 	"bytes"
 	"context"
 	"strings"
 	"testing"
-
-	"go.uber.org/goleak"
 )
-
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // TestRunExitCodes checks the command line: usage errors exit 2 and
 // runtime failures 1, with a one-line message that names flags, not Go
@@ -36,13 +32,9 @@ func TestRunExitCodes(t *testing.T) {
 		{[]string{"get", "k", "--insecure", "--dial-timeout", "0s"}, exitUsage, "--dial-timeout 0s must be positive"},
 		{[]string{"put", "k", "--insecure", "v", "extra"}, exitUsage, "want KEY VALUE pairs, got 3 arguments"},
 		{[]string{"put", "--insecure", "--", "-k", "--x", "-j"}, exitUsage, "want KEY VALUE pairs, got 3 arguments"},
-		// Port 1 on localhost: nothing listens. Flags follow the argument,
-		// and the dial error is named within the dial timeout.
-		{[]string{"get", "k", "--insecure", "--manager", "127.0.0.1:1", "--dial-timeout", "1s"}, exitFailure,
-			"kv get: no copy of the lease table: manager at 127.0.0.1:1: dial tcp 127.0.0.1:1: connect: connection refused"},
 	} {
 		var stdout, stderr bytes.Buffer
-		code := run(context.Background(), tc.args, &stdout, &stderr)
+		code := Run(context.Background(), tc.args, &stdout, &stderr)
 		if code != tc.code || !strings.Contains(stderr.String(), tc.want) {
 			t.Errorf("kv %s: exit %d, stderr %q; want exit %d and %q", strings.Join(tc.args, " "), code, stderr.String(), tc.code, tc.want)
 		}

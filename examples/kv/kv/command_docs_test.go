@@ -1,4 +1,4 @@
-package main
+package kv
 
 import (
 	"bytes"
@@ -24,7 +24,7 @@ func TestDocsCommands(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	root := filepath.Join(dir, "..", "..")
+	root := filepath.Join(dir, "..", "..", "..")
 	cmds, err := doccmd.Find(root, "kv")
 	if err != nil {
 		t.Fatal(err)
@@ -35,7 +35,7 @@ func TestDocsCommands(t *testing.T) {
 	flags := map[string][]string{} // by subcommand
 	for _, sub := range []string{"serve", "put", "get"} {
 		var stdout, stderr bytes.Buffer
-		if code := run(context.Background(), []string{sub, "-h"}, &stdout, &stderr); code != exitOK {
+		if code := Run(context.Background(), []string{sub, "-h"}, &stdout, &stderr); code != exitOK {
 			t.Fatalf("kv %s -h: exit %d: %s", sub, code, stderr.String())
 		}
 		for _, m := range flagLine.FindAllStringSubmatch(stderr.String(), -1) {

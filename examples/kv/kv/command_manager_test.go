@@ -1,4 +1,4 @@
-package main
+package kv
 
 import (
 	"bytes"
@@ -8,8 +8,12 @@ import (
 )
 
 // TestManagerList checks --manager takes a comma-separated list, says so,
-// and names a bad entry.
+// and names a bad entry; and that a Manager nobody listens for is named
+// with its dial error. Its commands do not read the environment, so it
+// runs beside the package's other tests, where TestRunExitCodes, which
+// empties $LEASEHOLD_CERTS_DIR and $LEASEHOLD_INSECURE, cannot.
 func TestManagerList(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		args []string
 		code int
@@ -23,11 +27,18 @@ func TestManagerList(t *testing.T) {
 		{[]string{"get", "--manager", "127.0.0.1:1", "k"}, exitUsage, "or --insecure to speak plaintext"},
 		// Two ports on localhost where nothing listens: the last dial error.
 		{[]string{"get", "--insecure", "--manager", "127.0.0.1:1,127.0.0.1:2", "--dial-timeout", "1s", "k"}, exitFailure, `connect: connection refused`},
+		// Port 1 on localhost: nothing listens. Flags follow the argument,
+		// and the dial error is named within the dial timeout.
+		{[]string{"get", "k", "--insecure", "--manager", "127.0.0.1:1", "--dial-timeout", "1s"}, exitFailure,
+			"kv get: no copy of the lease table: manager at 127.0.0.1:1: dial tcp 127.0.0.1:1: connect: connection refused"},
 	} {
-		var stdout, stderr bytes.Buffer
-		code := run(context.Background(), tc.args, &stdout, &stderr)
-		if code != tc.code || !strings.Contains(stderr.String(), tc.want) {
-			t.Errorf("kv %s: exit %d, stderr %q; want exit %d and %q", strings.Join(tc.args, " "), code, stderr.String(), tc.code, tc.want)
-		}
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			t.Parallel() // the two that dial wait out their dial timeout side by side
+			var stdout, stderr bytes.Buffer
+			code := Run(context.Background(), tc.args, &stdout, &stderr)
+			if code != tc.code || !strings.Contains(stderr.String(), tc.want) {
+				t.Errorf("exit %d, stderr %q; want exit %d and %q", code, stderr.String(), tc.code, tc.want)
+			}
+		})
 	}
 }
