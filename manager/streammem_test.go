@@ -240,11 +240,11 @@ type memPoint struct{ stacks, live, goroutines uint64 }
 // that takes with hundreds of streams: polled every millisecond it kept
 // the streams' goroutines from running on a loaded machine (a clone's
 // first go test ./..., compiling beside it), and 10,000 polls took 145 s.
-// So it polls every 10 ms, for at most 10 s of the wall clock: long only
-// when the machine's scheduler, not the code, is slow.
+// So it polls every 10 ms, for at most 30 s of the wall clock: it settles
+// in milliseconds, and a long wait is a loaded machine's scheduler.
 func settledMemory(t *testing.T, n int, count func() int) memPoint {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for count() != n {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d goroutines serve %d idle streams", count(), n)
@@ -334,7 +334,8 @@ func countGoroutines(fn string) int {
 // goroutines past the cut would go uncounted (a trace's frames name the
 // module's directory, as long as a clone's path is).
 func allStacks() string {
-	for size := 1 << 20; ; size *= 2 {
+	// About 5 KB a goroutine in these tests' dumps: one dump, usually.
+	for size := max(64<<10, runtime.NumGoroutine()*8<<10); ; size *= 2 {
 		buf := make([]byte, size)
 		if n := runtime.Stack(buf, true); n < size {
 			return string(buf[:n])

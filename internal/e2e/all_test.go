@@ -27,9 +27,8 @@ const allVar = "LEASEHOLD_E2E"
 // Four scenarios that ran by default run only with LEASEHOLD_E2E=all now,
 // about 10 s, 6 s, 5 s and 6 s of CPU (the last with its link) of the 46
 // the package took (go test ./... is sized for a newcomer's wait on 2
-// cores, README "Testing"); CI runs them once, where it ran them twice
-// (the race run's default set and the all set). What covers their paths
-// in go test ./...:
+// cores, README "Testing"); CI runs them in its LEASEHOLD_E2E=all step.
+// What covers their paths in go test ./...:
 //
 //   - TestStandbyHolderKilled (standby Owners as processes, a holder
 //     SIGKILLed under a write load, its ranges promoted with no

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"crypto/tls"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -154,7 +155,11 @@ func (p *page) waitAt(expr string, timeout time.Duration) (time.Time, bool) {
 // ("Could not find node with given id").
 func (p *page) click(what, sel string) {
 	p.t.Helper()
-	js := fmt.Sprintf(`(() => { const e = document.querySelector(%q); if (e === null) { return false; } e.click(); return true; })()`, sel)
+	quoted, err := json.Marshal(sel)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	js := fmt.Sprintf(`(() => { const e = document.querySelector(%s); if (e === null) { return false; } e.click(); return true; })()`, quoted)
 	if _, ok := p.b.WaitTrue(js, 5*time.Second); !ok {
 		p.t.Fatalf("%s: nothing on the page matches %s", what, sel)
 	}

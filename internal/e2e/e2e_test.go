@@ -66,10 +66,11 @@ const defaultParallel = 4
 
 // sideBySide lets the default set's tests run all at once: go test's
 // -parallel defaults to GOMAXPROCS, two on a machine of two cores, which
-// ran TestDemo and TestEditedDataDirFailsLoudly only once TestKVScenario
-// and TestGatewayScenario were over (6 s more of the package's 22), though
-// each of them spends most of its time waiting on the real leases and
-// timers of its processes, not on a core. With LEASEHOLD_E2E=all, or a
+// ran the Python client's checks only once TestKVScenario and
+// TestGatewayScenario were over (with TestDemo and
+// TestEditedDataDirFailsLoudly, then in the default set, 6 s more of the
+// package's 22), though each scenario spends most of its time waiting on
+// the real leases and timers of its processes, not on a core. With LEASEHOLD_E2E=all, or a
 // -parallel given, it leaves go test's setting as it is.
 func sideBySide() {
 	if os.Getenv(allVar) == "all" {

@@ -20,9 +20,11 @@ import (
 // what it measures does not depend on how goroutines interleave, the
 // sweeps exercise the harness's concurrency, and its two runs of 100
 // Owners would take minutes there. go test ./... leaves it out (about 2 s
-// of CPU at 2 virtual minutes): its figures are a report, and the
-// production timings under the Manager's restarts and failovers are
-// TestFailoverLosesNothing's, which runs by default.
+// of CPU at 2 virtual minutes): what it checks is the papers' figures
+// (lease messages per Owner per minute, the Lookup copy's size, the
+// notification bound under crashes and partitions at production timings),
+// and the production timings under the Manager's restarts and failovers
+// are TestFailoverLosesNothing's, which runs by default.
 func TestProductionReport(t *testing.T) {
 	if raceEnabled {
 		t.Skip("a report of the production timings; run it without -race")
@@ -63,7 +65,7 @@ func TestProductionReport(t *testing.T) {
 	// The same under faults: the guarantees hold and losses are notified
 	// within the bound.
 	if faulty.Violation != nil {
-		t.Fatalf("%v\n  replay: go test ./internal/sim -run '^TestProductionReport$' -v", faulty.Violation)
+		t.Fatalf("%v\n  replay: go test ./internal/sim -run '^TestProductionReport$' -sim.long -v", faulty.Violation)
 	}
 	f := faulty.Stats
 	t.Logf("with faults (%d owner crashes, %d partitions, 1%% loss), %s virtual:", f.OwnerCrashes, f.Partitions, f.Virtual)

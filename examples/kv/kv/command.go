@@ -24,7 +24,7 @@ const (
 	exitUsage    = 2 // bad flags or arguments
 )
 
-const usage = `usage:
+const cmdUsage = `usage:
   kv serve --listen ADDR [--manager ADDR] [--namespace NS] [--id ID] [--advertise ADDR]
            [--capacity 1] [--zone Z] [--standbys 0] [--drain-timeout 1m] [--dial-timeout 5s]
   kv put   KEY VALUE [KEY VALUE]... [--manager ADDR] [--namespace NS] [--timeout 10s] [--dial-timeout 5s]
@@ -41,26 +41,26 @@ Exit codes: 0 success, 1 failure (get: or not found), 2 bad usage.
 // test binary of its own was a link of the whole service).
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
+		fmt.Fprint(stderr, cmdUsage)
 		return exitUsage
 	}
 	cmd, args := args[0], args[1:]
 	switch cmd {
 	case "serve":
-		return serve(ctx, args, stdout, stderr)
+		return runServe(ctx, args, stdout, stderr)
 	case "put", "get":
-		return putGet(ctx, cmd, args, stdout, stderr)
+		return runPutGet(ctx, cmd, args, stdout, stderr)
 	case "help", "-h", "--help":
-		fmt.Fprint(stdout, usage)
+		fmt.Fprint(stdout, cmdUsage)
 		return exitOK
 	default:
-		fmt.Fprintf(stderr, "kv: unknown command %q\n%s", cmd, usage)
+		fmt.Fprintf(stderr, "kv: unknown command %q\n%s", cmd, cmdUsage)
 		return exitUsage
 	}
 }
 
-// flags are what every subcommand takes.
-type flags struct {
+// cmdFlags are what every subcommand takes.
+type cmdFlags struct {
 	fs          *flag.FlagSet
 	manager     string
 	namespace   string
@@ -70,8 +70,8 @@ type flags struct {
 	trust       *certs.Flags
 }
 
-func newFlags(name string, stderr io.Writer) *flags {
-	f := &flags{fs: flag.NewFlagSet("kv "+name, flag.ContinueOnError)}
+func newCmdFlags(name string, stderr io.Writer) *cmdFlags {
+	f := &cmdFlags{fs: flag.NewFlagSet("kv "+name, flag.ContinueOnError)}
 	f.fs.SetOutput(stderr)
 	lifecycle.ManagerFlags(f.fs, &f.manager, &f.namespace)
 	f.fs.DurationVar(&f.dialTimeout, "dial-timeout", 5*time.Second,
@@ -83,7 +83,7 @@ func newFlags(name string, stderr io.Writer) *flags {
 // parse parses args, flags and arguments in any order ("--" ends the
 // flags), and checks the flags every subcommand shares. It returns the
 // arguments, or the exit code when parsing failed (already reported).
-func (f *flags) parse(args []string, stderr io.Writer) ([]string, int, bool) {
+func (f *cmdFlags) parse(args []string, stderr io.Writer) ([]string, int, bool) {
 	var pos []string
 	for {
 		if err := f.fs.Parse(args); err != nil {
@@ -117,8 +117,8 @@ func (f *flags) parse(args []string, stderr io.Writer) ([]string, int, bool) {
 	return pos, exitOK, true
 }
 
-func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	f := newFlags("serve", stderr)
+func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	f := newCmdFlags("serve", stderr)
 	listen := f.fs.String("listen", "", "the HTTP listen address, host:port (required)")
 	id := f.fs.String("id", "", "the Owner ID, the same across restarts (default: the listen address, which must then name a host; in Kubernetes, the pod's name)")
 	advertise := f.fs.String("advertise", "", "the address clients reach this server at (default: the listen address, which must then name a host; in Kubernetes, the pod's IP and port)")
@@ -177,8 +177,8 @@ func plural(n int, noun string) string {
 	return fmt.Sprintf("%d %ss", n, noun)
 }
 
-func putGet(ctx context.Context, cmd string, args []string, stdout, stderr io.Writer) int {
-	f := newFlags(cmd, stderr)
+func runPutGet(ctx context.Context, cmd string, args []string, stdout, stderr io.Writer) int {
+	f := newCmdFlags(cmd, stderr)
 	timeout := f.fs.Duration("timeout", 10*time.Second, "give up after this long, retries included")
 	pos, code, ok := f.parse(args, stderr)
 	if !ok {
@@ -186,10 +186,10 @@ func putGet(ctx context.Context, cmd string, args []string, stdout, stderr io.Wr
 	}
 	switch {
 	case cmd == "put" && (len(pos) == 0 || len(pos)%2 != 0):
-		fmt.Fprintf(stderr, "kv put: want KEY VALUE pairs, got %d arguments\n%s", len(pos), usage)
+		fmt.Fprintf(stderr, "kv put: want KEY VALUE pairs, got %d arguments\n%s", len(pos), cmdUsage)
 		return exitUsage
 	case cmd == "get" && len(pos) == 0:
-		fmt.Fprintf(stderr, "kv get: want at least one KEY, got none\n%s", usage)
+		fmt.Fprintf(stderr, "kv get: want at least one KEY, got none\n%s", cmdUsage)
 		return exitUsage
 	case *timeout <= 0:
 		fmt.Fprintf(stderr, "kv %s: --timeout %s must be positive\n", cmd, *timeout)
@@ -219,14 +219,14 @@ func putGet(ctx context.Context, cmd string, args []string, stdout, stderr io.Wr
 		return exitFailure
 	}
 	if cmd == "put" {
-		return put(ctx, c, pos, stderr)
+		return putPairs(ctx, c, pos, stderr)
 	}
-	return get(ctx, c, pos, stdout, stderr)
+	return getKeys(ctx, c, pos, stdout, stderr)
 }
 
-// put stores each pair of kvs (KEY VALUE ...) in turn, and stops at the
+// putPairs stores each pair of kvs (KEY VALUE ...) in turn, and stops at the
 // first that fails, naming its key when there are several.
-func put(ctx context.Context, c *Client, kvs []string, stderr io.Writer) int {
+func putPairs(ctx context.Context, c *Client, kvs []string, stderr io.Writer) int {
 	for i := 0; i < len(kvs); i += 2 {
 		if err := c.Put(ctx, kvs[i], []byte(kvs[i+1])); err != nil {
 			if len(kvs) > 2 {
@@ -240,10 +240,10 @@ func put(ctx context.Context, c *Client, kvs []string, stderr io.Writer) int {
 	return exitOK
 }
 
-// get prints the value of each key in turn: the value alone for one key,
+// getKeys prints the value of each key in turn: the value alone for one key,
 // KEY, a tab and the value for several. A key with no value is named on
 // stderr and the others are still read; a failure ends the command.
-func get(ctx context.Context, c *Client, keys []string, stdout, stderr io.Writer) int {
+func getKeys(ctx context.Context, c *Client, keys []string, stdout, stderr io.Writer) int {
 	code := exitOK
 	for _, key := range keys {
 		value, err := c.Get(ctx, key)

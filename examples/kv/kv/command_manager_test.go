@@ -9,9 +9,11 @@ import (
 
 // TestManagerList checks --manager takes a comma-separated list, says so,
 // and names a bad entry; and that a Manager nobody listens for is named
-// with its dial error. Its commands do not read the environment, so it
-// runs beside the package's other tests, where TestRunExitCodes, which
-// empties $LEASEHOLD_CERTS_DIR and $LEASEHOLD_INSECURE, cannot.
+// with its dial error. Each command names its Manager and --insecure, so
+// the environment's $LEASEHOLD_MANAGER and $LEASEHOLD_INSECURE change
+// nothing, and it runs beside the package's other tests; TestRunExitCodes,
+// which empties the environment for the cases that read it (plaintext only
+// when asked for), cannot.
 func TestManagerList(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -23,8 +25,6 @@ func TestManagerList(t *testing.T) {
 		{[]string{"get", "--insecure", "--manager", "127.0.0.1:1,manager-2", "k"}, exitUsage, `kv get: --manager: address "manager-2" is not host:port`},
 		{[]string{"put", "--insecure", "--manager", "127.0.0.1:1,,127.0.0.1:2", "k", "v"}, exitUsage, `kv put: --manager: an empty address in "127.0.0.1:1,,127.0.0.1:2"`},
 		{[]string{"serve", "--insecure", "--listen", "127.0.0.1:0", "--manager", "127.0.0.1:1,:x"}, exitUsage, `kv serve: --manager: address ":x" is not host:port`},
-		// Plaintext only when asked for, even to this machine.
-		{[]string{"get", "--manager", "127.0.0.1:1", "k"}, exitUsage, "or --insecure to speak plaintext"},
 		// Two ports on localhost where nothing listens: the last dial error.
 		{[]string{"get", "--insecure", "--manager", "127.0.0.1:1,127.0.0.1:2", "--dial-timeout", "1s", "k"}, exitFailure, `connect: connection refused`},
 		// Port 1 on localhost: nothing listens. Flags follow the argument,

@@ -29,6 +29,8 @@ func TestRunExitCodes(t *testing.T) {
 		{[]string{"serve", "--insecure"}, exitUsage, "--listen is required"},
 		{[]string{"get", "--bogus", "k"}, exitUsage, "flag provided but not defined"},
 		{[]string{"get", "k"}, exitUsage, "pass --certs-dir DIR or set $LEASEHOLD_CERTS_DIR"},
+		// Plaintext only when asked for, even to this machine.
+		{[]string{"get", "--manager", "127.0.0.1:1", "k"}, exitUsage, "or --insecure to speak plaintext"},
 		{[]string{"get", "k", "--insecure", "--dial-timeout", "0s"}, exitUsage, "--dial-timeout 0s must be positive"},
 		{[]string{"put", "k", "--insecure", "v", "extra"}, exitUsage, "want KEY VALUE pairs, got 3 arguments"},
 		{[]string{"put", "--insecure", "--", "-k", "--x", "-j"}, exitUsage, "want KEY VALUE pairs, got 3 arguments"},
