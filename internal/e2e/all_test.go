@@ -78,10 +78,13 @@ const allVar = "LEASEHOLD_E2E"
 // to CI.
 func onlyWithAll(t *testing.T) {
 	t.Helper()
-	if os.Getenv(allVar) != "all" {
+	if !allScenarios() {
 		t.Skip("run with " + allVar + "=all (CI does): one of the longer scenarios")
 	}
 }
+
+// allScenarios says whether LEASEHOLD_E2E=all asks for every scenario.
+func allScenarios() bool { return os.Getenv(allVar) == "all" }
 
 // The scenarios that put and get through the kv command run one process
 // per batch of keys (batchKeys, kvcli_test.go), not per key: 114 processes
@@ -98,7 +101,7 @@ const quickKeys = 24
 // cliKeys is how many keys TestKVScenario puts, by LEASEHOLD_E2E;
 // TestManagerFailover runs only with LEASEHOLD_E2E=all and puts nkeys.
 func cliKeys() int {
-	if os.Getenv(allVar) == "all" {
+	if allScenarios() {
 		return nkeys
 	}
 	return quickKeys

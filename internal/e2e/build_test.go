@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -43,23 +42,21 @@ var linked struct{ first, leasehold, kv, demo onceErr }
 // the two side by side.
 func linkFirst() error {
 	return linked.first.do(func() error {
-		if os.Getenv(allVar) != "all" {
-			return goBuild(filepath.Join(binDir, "leasehold"), "./cmd/leasehold")
+		pkgs := []string{"./cmd/leasehold"}
+		if allScenarios() {
+			pkgs = append(pkgs, "./cmd/leasehold-demo")
 		}
-		return goBuild(binDir+string(filepath.Separator), "./cmd/leasehold", "./cmd/leasehold-demo")
+		return goBuild(binDir+string(filepath.Separator), pkgs...)
 	})
 }
 
 // linkLeasehold links cmd/leasehold: by linkFirst in a run of the whole
-// package (with leasehold-demo under LEASEHOLD_E2E=all), on its own if
-// that fails (to say which does not build) or in a run of chosen tests.
+// package, on its own if that fails (to say which does not build) or in a
+// run of chosen tests.
 func linkLeasehold() error {
 	return linked.leasehold.do(func() error {
-		if prebuilding {
-			err := linkFirst()
-			if err == nil || os.Getenv(allVar) != "all" {
-				return err // linkFirst built leasehold alone
-			}
+		if prebuilding && linkFirst() == nil {
+			return nil
 		}
 		return goBuild(filepath.Join(binDir, "leasehold"), "./cmd/leasehold")
 	})
@@ -68,7 +65,7 @@ func linkLeasehold() error {
 // linkDemo links cmd/leasehold-demo, as linkLeasehold links leasehold.
 func linkDemo() error {
 	return linked.demo.do(func() error {
-		if prebuilding && os.Getenv(allVar) == "all" && linkFirst() == nil {
+		if prebuilding && allScenarios() && linkFirst() == nil {
 			return nil
 		}
 		return goBuild(filepath.Join(binDir, "leasehold-demo"), "./cmd/leasehold-demo")

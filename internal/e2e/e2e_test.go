@@ -73,7 +73,7 @@ const defaultParallel = 4
 // the real leases and timers of its processes, not on a core. With LEASEHOLD_E2E=all, or a
 // -parallel given, it leaves go test's setting as it is.
 func sideBySide() {
-	if os.Getenv(allVar) == "all" {
+	if allScenarios() {
 		return
 	}
 	given := false
@@ -262,7 +262,7 @@ func TestKVScenario(t *testing.T) {
 func since(t time.Time) time.Duration { return time.Since(t).Round(100 * time.Millisecond) }
 
 // goBuild runs go build -o out pkgs in the module's root: out is a file for
-// one package, a directory ending in a separator for several. The binaries
+// one package, or a directory ending in a separator. The binaries
 // are linked without DWARF (-ldflags=-w): the scenarios run them and never
 // debug them, and DWARF is a third of the linker's work, 3 s of CPU of the
 // 9 the three binaries of go test ./... took to link. A panic's stack
