@@ -134,8 +134,9 @@ func TestDashboard(t *testing.T) {
 
 // page reads what the dashboard's page drew.
 type page struct {
-	t *testing.T
-	b *browser.Browser
+	t      *testing.T
+	b      *browser.Browser
+	clicks int // the clicks made, each once (click)
 }
 
 const pageHelpers = `const ring = () => document.querySelector("#ring");`
@@ -159,7 +160,14 @@ func (p *page) click(what, sel string) {
 	if err != nil {
 		p.t.Fatal(err)
 	}
-	js := fmt.Sprintf(`(() => { const e = document.querySelector(%s); if (e === null) { return false; } e.click(); return true; })()`, quoted)
+	// WaitTrue asks again when an evaluation fails, which it may after the
+	// click (its deadline, on a loaded machine): the page remembers the
+	// click by its number, so that a second click, which would confirm
+	// an armed drain, is never made.
+	p.clicks++
+	js := fmt.Sprintf(`(() => { if (window.leaseholdClick === %d) { return true; }
+		const e = document.querySelector(%s); if (e === null) { return false; }
+		window.leaseholdClick = %d; e.click(); return true; })()`, p.clicks, quoted, p.clicks)
 	if _, ok := p.b.WaitTrue(js, 5*time.Second); !ok {
 		p.t.Fatalf("%s: nothing on the page matches %s", what, sel)
 	}
