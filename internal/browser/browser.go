@@ -6,10 +6,12 @@ package browser
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -108,6 +110,34 @@ func (b *Browser) WaitTrue(expr string, timeout time.Duration) (time.Time, bool)
 			return time.Time{}, false
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// clicks numbers the clicks Click makes.
+var clicks atomic.Int64
+
+// Click clicks the first element matching the CSS selector sel, in one step
+// of the page's own script, waiting up to 5 s for one to be there; what
+// names the step in the failure. A page that redraws itself (the
+// dashboard's Owners table, at every refresh) may drop a node between
+// chromedp finding it and clicking it ("Could not find node with given
+// id"); in one evaluation it cannot. WaitTrue evaluates again when an
+// evaluation fails, which it may after the click (its deadline, on a
+// loaded machine), so the page remembers the click by its number and never
+// makes it twice: a second click can undo the first (a checkbox) or
+// confirm what the first armed (a drain).
+func (b *Browser) Click(what, sel string) {
+	b.t.Helper()
+	quoted, err := json.Marshal(sel)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	n := clicks.Add(1)
+	js := fmt.Sprintf(`(() => { if (window.leaseholdClick === %d) { return true; }
+		const e = document.querySelector(%s); if (e === null) { return false; }
+		window.leaseholdClick = %d; e.click(); return true; })()`, n, quoted, n)
+	if _, ok := b.WaitTrue(js, 5*time.Second); !ok {
+		b.t.Fatalf("%s: nothing on the page matches %s", what, sel)
 	}
 }
 

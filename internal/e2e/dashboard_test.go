@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"crypto/tls"
-	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -99,11 +98,11 @@ func TestDashboard(t *testing.T) {
 	if !p.wait(`document.querySelector('`+button+`') !== null`, 5*time.Second) {
 		t.Fatalf("no drain button for %s", drained)
 	}
-	p.click("arm the drain button", button)
+	b.Click("arm the drain button", button)
 	if !p.wait(`document.querySelector('`+button+`.armed') !== null`, 5*time.Second) {
 		t.Fatalf("the drain button of %s did not ask for confirmation", drained)
 	}
-	p.click("confirm the drain", button+".armed")
+	b.Click("confirm the drain", button+".armed")
 	if !p.wait(`document.querySelector("#answer.ok") !== null`, 10*time.Second) {
 		t.Fatalf("no answer to the drain of %s: %q", drained, b.Text(`document.querySelector("#answer").textContent`))
 	}
@@ -122,9 +121,9 @@ func TestDashboard(t *testing.T) {
 	// A second drain of the last Owner holding ranges: the maintenance gate
 	// (one drain at a time, the default) or the lack of another Owner
 	// refuses it, and the page shows the Manager's answer.
-	p.click("arm kv-3's drain button", `button.drain[data-owner="kv-3"]`)
+	b.Click("arm kv-3's drain button", `button.drain[data-owner="kv-3"]`)
 	if p.wait(`document.querySelector('button.drain[data-owner="kv-3"].armed') !== null`, 5*time.Second) {
-		p.click("confirm kv-3's drain", `button.drain[data-owner="kv-3"].armed`)
+		b.Click("confirm kv-3's drain", `button.drain[data-owner="kv-3"].armed`)
 		if p.wait(`document.querySelector('#answer[data-owner="kv-3"]') !== null`, 10*time.Second) {
 			t.Logf("the page's answer to draining kv-3 too: %q", b.Text(`document.querySelector("#answer").textContent`))
 			b.Screenshot("dashboard-4-gate.png")
@@ -134,9 +133,8 @@ func TestDashboard(t *testing.T) {
 
 // page reads what the dashboard's page drew.
 type page struct {
-	t      *testing.T
-	b      *browser.Browser
-	clicks int // the clicks made, each once (click)
+	t *testing.T
+	b *browser.Browser
 }
 
 const pageHelpers = `const ring = () => document.querySelector("#ring");`
@@ -148,29 +146,6 @@ func (p *page) wait(expr string, timeout time.Duration) bool {
 
 func (p *page) waitAt(expr string, timeout time.Duration) (time.Time, bool) {
 	return p.b.WaitTrue(`(() => { `+pageHelpers+` try { return `+expr+`; } catch (e) { return false; } })()`, timeout)
-}
-
-// click clicks the first element matching sel, in one step of the page's
-// own script: the Owners table is redrawn at every refresh, so a node the
-// browser found a moment before may be gone when its click is dispatched
-// ("Could not find node with given id").
-func (p *page) click(what, sel string) {
-	p.t.Helper()
-	quoted, err := json.Marshal(sel)
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	// WaitTrue asks again when an evaluation fails, which it may after the
-	// click (its deadline, on a loaded machine): the page remembers the
-	// click by its number, so that a second click, which would confirm
-	// an armed drain, is never made.
-	p.clicks++
-	js := fmt.Sprintf(`(() => { if (window.leaseholdClick === %d) { return true; }
-		const e = document.querySelector(%s); if (e === null) { return false; }
-		window.leaseholdClick = %d; e.click(); return true; })()`, p.clicks, quoted, p.clicks)
-	if _, ok := p.b.WaitTrue(js, 5*time.Second); !ok {
-		p.t.Fatalf("%s: nothing on the page matches %s", what, sel)
-	}
 }
 
 func (p *page) holders() string {
