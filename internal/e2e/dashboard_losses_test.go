@@ -77,7 +77,7 @@ func TestDashboardLossesFirst(t *testing.T) {
 	}
 	killedAt := time.Now()
 	servers["kv-3"].kill(t)
-	bound := time.Duration(float64(tm.ManagerLease)*(1+tm.MaxDrift)) + tm.NotificationBound()
+	bound := killBound(tm)
 	lossAt, ok := p.waitAt(`document.querySelector('#losses li[data-owners~="kv-3"]') !== null && Number(document.querySelector("#loss-count").dataset.count) > 0`, bound+slack)
 	if !ok {
 		t.Fatalf("no loss naming kv-3 in the losses view within %s (+%s slack) of the kill: %s", bound, slack,

@@ -61,7 +61,7 @@ func TestDashboard(t *testing.T) {
 	dead := "kv-2"
 	killedAt := time.Now()
 	servers[dead].kill(t)
-	bound := time.Duration(float64(tm.ManagerLease)*(1+tm.MaxDrift)) + tm.NotificationBound()
+	bound := killBound(tm)
 	lossAt, ok := p.waitAt(fmt.Sprintf(`document.querySelector('#timeline li.loss[data-owners~=%q]') !== null`, dead), bound+slack)
 	if !ok {
 		t.Fatalf("no loss notification naming %s on the timeline within %s (+%s slack) of the kill; the timeline: %s",

@@ -177,7 +177,7 @@ func TestGatewayScenario(t *testing.T) {
 	}
 	killedAt := time.Now()
 	servers[dead].kill(t)
-	bound := time.Duration(float64(tm.ManagerLease)*(1+tm.MaxDrift)) + tm.NotificationBound()
+	bound := killBound(tm)
 	deadline := killedAt.Add(bound + slack)
 	var last time.Time
 	for _, k := range deadKeys {

@@ -171,7 +171,7 @@ func TestPubSubScenario(t *testing.T) {
 	dead := "ps-2"
 	killedAt := time.Now()
 	servers[dead].kill(t)
-	bound := time.Duration(float64(tm.ManagerLease)*(1+tm.MaxDrift)) + tm.NotificationBound() + slack
+	bound := killBound(tm) + slack
 	var onDead []*psLog
 	for _, l := range logs {
 		if l.lastOwner(killedAt) == dead {
