@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/certs"
@@ -355,14 +357,18 @@ func (l *Lookup) run(ctx context.Context, core *Core) {
 	}
 }
 
-// connect keeps a sync stream to a Manager replica open, following the
+// connect keeps a sync stream, a Watch and its Polls (client.OpenWatch), to a Manager replica open, following the
 // replicas' hints and reconnecting with backoff.
 func (l *Lookup) connect(ctx context.Context) {
 	defer l.wg.Done()
 	opened := 0
 	client.Keep(ctx, l.cfg.Logger, "sync", l.managers,
 		func(ctx context.Context, cc grpc.ClientConnInterface) (client.Stream[pb.SyncRequest, pb.SyncResponse], error) {
-			st, err := pb.NewLookupsClient(cc).Sync(ctx)
+			st, err := client.OpenWatch(ctx, cc, time.Duration(l.answerWait.Load()), (*pb.SyncResponse).GetWatch)
+			if status.Code(err) == codes.Unimplemented {
+				// A replica that predates Watch.
+				st, err = pb.NewLookupsClient(cc).Sync(ctx)
+			}
 			if err != nil {
 				return nil, err
 			}
@@ -382,16 +388,16 @@ func (l *Lookup) connect(ctx context.Context) {
 // (wire.LookupNames): each stream starts with full names again. A message
 // naming an owner by a number the stream has not defined ends the stream.
 type namesStream struct {
-	pb.Lookups_SyncClient
+	client.Stream[pb.SyncRequest, pb.SyncResponse]
 	names *wire.LookupNames
 }
 
 func (s namesStream) Send(m *pb.SyncRequest) error {
-	return s.Lookups_SyncClient.Send(s.names.Send(m))
+	return s.Stream.Send(s.names.Send(m))
 }
 
 func (s namesStream) Recv() (*pb.SyncResponse, error) {
-	m, err := s.Lookups_SyncClient.Recv()
+	m, err := s.Stream.Recv()
 	if err == nil {
 		if err = s.names.Recv(m); err != nil {
 			return nil, err

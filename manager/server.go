@@ -124,7 +124,7 @@ func NewServer(cfg Config) (*Server, error) {
 // Register adds the server's services to g.
 func (s *Server) Register(g *grpc.Server) {
 	pb.RegisterLeasesServer(g, leasesService{Server: s})
-	pb.RegisterLookupsServer(g, lookupsService{Server: s})
+	g.RegisterService(lookupsDesc, lookupsService{Server: s})
 	pb.RegisterAdminServer(g, adminService{Server: s})
 	s.transport.Register(g)
 	s.grpcm.initialize(g)

@@ -100,10 +100,13 @@ func TestIdleStreamMemory(t *testing.T) {
 	}()
 	open, stop := streamMemClients(t, lis.Addr().String(), streamGoroutines)
 	defer stop()
-	a, b := open("lookups", from, from), open("lookups", to, to)
+	wa, wb := open("watches", from, from), open("watches", to, to)
+	a, b := open("lookups", from, to+from), open("lookups", to, 2*to)
+	t.Logf("per idle Watch, %d → %d: %.0f bytes of stacks, %.0f bytes of live heap, %.2f goroutines", from, to,
+		float64(wb.stacks-wa.stacks)/n, float64(wb.live-wa.live)/n, float64(wb.goroutines-wa.goroutines)/n)
 	// An Owner is a connection and a stream of its own: what that costs
 	// before its first request, for the record.
-	c := open("owners", owners, to+owners)
+	c := open("owners", owners, 2*to+owners)
 	stacks := float64(b.stacks-a.stacks) / n
 	live := float64(b.live-a.live) / n
 	goroutines := float64(b.goroutines-a.goroutines) / n
@@ -273,6 +276,7 @@ func streamMemLookups(t *testing.T, addr string) {
 		}
 	}()
 	var streams []pb.Lookups_SyncClient
+	var watches []pb.Lookups_WatchClient
 	var owners []pb.Leases_SessionClient
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {
@@ -312,6 +316,31 @@ func streamMemLookups(t *testing.T, addr string) {
 				t.Fatal(err)
 			}
 			streams = append(streams, st)
+		}
+		for kind == "watches" && len(watches) < n {
+			if len(watches)%50 == 0 {
+				c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+				if err != nil {
+					t.Fatal(err)
+				}
+				conns = append(conns, c)
+			}
+			lc := pb.NewLookupsClient(conns[len(conns)-1])
+			st, err := lc.Watch(ctx, &pb.WatchRequest{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			first, err := st.Recv()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := lc.Poll(ctx, &pb.PollRequest{Watch: first.GetWatch(), Request: &pb.SyncRequest{Namespace: "default", Id: 1}}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := st.Recv(); err != nil {
+				t.Fatal(err)
+			}
+			watches = append(watches, st)
 		}
 		fmt.Printf("ok %d\n", n)
 	}

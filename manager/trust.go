@@ -34,6 +34,8 @@ import (
 var methodRoles = map[string][]certs.Role{
 	pb.Leases_Session_FullMethodName:   {certs.Owner, certs.Replica}, // a replica relays Owners' streams
 	pb.Lookups_Sync_FullMethodName:     {certs.Lookup, certs.Operator},
+	pb.Lookups_Watch_FullMethodName:    {certs.Lookup, certs.Operator}, // Sync in two (watch.go)
+	pb.Lookups_Poll_FullMethodName:     {certs.Lookup, certs.Operator},
 	pb.Admin_Status_FullMethodName:     {certs.Lookup, certs.Operator, certs.Owner, certs.Replica},
 	pb.Admin_AddPeer_FullMethodName:    {certs.Operator},
 	pb.Admin_RemovePeer_FullMethodName: {certs.Operator},

@@ -287,7 +287,7 @@ type lookupClient struct {
 
 // With several addresses (the read replicas) it spreads over them as the
 // lookup library does (internal/client spread.go), by a key of its own.
-func startLookup(ctx context.Context, addrs []string, full bool, timing protocol.Timing, m *wireMeter, creds credentials.TransportCredentials) (*lookupClient, error) {
+func startLookup(ctx context.Context, addrs []string, full, sync bool, timing protocol.Timing, m *wireMeter, creds credentials.TransportCredentials) (*lookupClient, error) {
 	c := &lookupClient{link: &clientLink{m: m, creds: creds}, arr: &arrivals{log: m.logger()}}
 	if full {
 		l, err := lookup.New(ctx, lookup.Config{
@@ -311,7 +311,7 @@ func startLookup(ctx context.Context, addrs []string, full bool, timing protocol
 		return nil, err
 	}
 	managers.Spread(rand.Uint64())
-	c.thin = startThinLookup(ctx, managers, timing, c.arr)
+	c.thin = startThinLookup(ctx, managers, sync, timing, c.arr)
 	return c, nil
 }
 
@@ -342,9 +342,9 @@ func (s *sharedLink) close() {
 
 // startSharedLookup starts a thin Lookup whose stream runs on s's
 // connection. Stopping it ends its stream only.
-func startSharedLookup(ctx context.Context, s *sharedLink, timing protocol.Timing, m *wireMeter) *lookupClient {
+func startSharedLookup(ctx context.Context, s *sharedLink, sync bool, timing protocol.Timing, m *wireMeter) *lookupClient {
 	c := &lookupClient{link: s.link, arr: &arrivals{log: m.logger()}, shared: true}
-	c.thin = startThinLookup(ctx, s.managers, timing, c.arr)
+	c.thin = startThinLookup(ctx, s.managers, sync, timing, c.arr)
 	return c
 }
 
@@ -395,7 +395,7 @@ type thinLookup struct {
 	repaired time.Time
 }
 
-func startThinLookup(ctx context.Context, managers *client.Managers, timing protocol.Timing, arr *arrivals) *thinLookup {
+func startThinLookup(ctx context.Context, managers *client.Managers, sync bool, timing protocol.Timing, arr *arrivals) *thinLookup {
 	managers.CapBackoff(timing.Sync / 4)
 	managers.Liveness(func() time.Duration { return timing.LookupAnswerWait() }, false)
 	l := &thinLookup{timing: timing, arr: arr, managers: managers,
@@ -409,7 +409,7 @@ func startThinLookup(ctx context.Context, managers *client.Managers, timing prot
 		opened := 0
 		client.Keep(ctx, arr.log, "sync", managers,
 			func(ctx context.Context, cc grpc.ClientConnInterface) (client.Stream[pb.SyncRequest, skimmedSync], error) {
-				st, err := openSkimmedSync(ctx, cc)
+				st, err := openSkimmed(ctx, cc, sync, timing.LookupAnswerWait())
 				if opened++; err == nil && opened > 1 {
 					select {
 					case l.reopened <- struct{}{}:

@@ -34,7 +34,8 @@ type skimmedSync struct {
 	id, epoch         uint64
 	from, to          uint64
 	snapshot, update  bool
-	sync, syncTimeout int64 // nanoseconds
+	sync, syncTimeout int64  // nanoseconds
+	watch             uint64 // a Watch's number, in its first message
 }
 
 // skimCodec marshals requests as the proto codec does and unmarshals
@@ -61,7 +62,8 @@ func (skimCodec) Unmarshal(data mem.BufferSlice, v any) error {
 var errSkim = errors.New("skimCodec: malformed SyncResponse")
 
 // parse reads SyncResponse's fields 2 (id), 3 (epoch), 4 (update: from 1,
-// to 2, snapshot 3), 5 and 6 (the timings), and steps over the rest.
+// to 2, snapshot 3), 5 and 6 (the timings) and 11 (watch), and steps over
+// the rest.
 func (s *skimmedSync) parse(b []byte) error {
 	*s = skimmedSync{}
 	return skimFields(b, func(num protowire.Number, v uint64) {
@@ -74,6 +76,8 @@ func (s *skimmedSync) parse(b []byte) error {
 			s.sync = int64(v)
 		case 6:
 			s.syncTimeout = int64(v)
+		case 11:
+			s.watch = v
 		}
 	}, func(num protowire.Number, u []byte) error {
 		if num != 4 {
@@ -142,8 +146,13 @@ func (s *skimmedSync) response() (*protocol.SyncResponse, error) {
 	return r, nil
 }
 
-// openSkimmedSync opens a Lookups.Sync stream whose answers skimCodec reads.
-func openSkimmedSync(ctx context.Context, cc grpc.ClientConnInterface) (client.Stream[pb.SyncRequest, skimmedSync], error) {
+// openSkimmed opens a Watch (or with sync a Lookups.Sync stream) whose
+// answers skimCodec reads; wait bounds the Watch's first message and each
+// Poll (client.OpenWatch).
+func openSkimmed(ctx context.Context, cc grpc.ClientConnInterface, sync bool, wait time.Duration) (client.Stream[pb.SyncRequest, skimmedSync], error) {
+	if !sync {
+		return client.OpenWatch(ctx, cc, wait, func(s *skimmedSync) uint64 { return s.watch }, grpc.ForceCodecV2(skimCodec{}))
+	}
 	st, err := cc.NewStream(ctx, &pb.Lookups_ServiceDesc.Streams[0], pb.Lookups_Sync_FullMethodName, grpc.ForceCodecV2(skimCodec{}))
 	if err != nil {
 		return nil, err
