@@ -206,8 +206,7 @@ func (limitStats) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Conte
 // TagConn's context is the parent of the context of every call on the
 // connection, the tap's included.
 func (h limitStats) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
-	return context.WithValue(ctx, connKey{}, &clientConn{calls: newLimiter(h.s.cfg.MaxCallRate),
-		polls: newLimiter(h.s.cfg.MaxRequestRate)})
+	return context.WithValue(ctx, connKey{}, &clientConn{calls: newLimiter(h.s.cfg.MaxCallRate), polls: newLimiter(0)})
 }
 func (limitStats) HandleConn(context.Context, stats.ConnStats) {}
 
@@ -260,21 +259,27 @@ func (s *Server) callRate(ctx context.Context, info *tap.Info) (context.Context,
 		s.cfg.MaxCallRate, limitCallRate)
 }
 
-// pollRate refuses a Poll past MaxRequestRate for each Watch open on its
-// connection (bursts of twice that), before its request is read: a
-// Watch's own limit is a Sync stream's. Polls on a connection with Watches
-// open are not calls: a connection shared by many Lookups polls far more
-// than MaxCallRate allows. One with none open has nothing to poll, and its
-// Polls count as calls (refused after the role check, NotFound).
+// pollRate refuses a Poll past twice MaxRequestRate for each Watch open on
+// its connection (bursts of twice that), before its request is read. Each
+// Watch's own limit is a Sync stream's, MaxRequestRate, and a Poll past it
+// ends its Watch (Poll); this one, looser, bounds what a connection's
+// Polls cost before the Watch they name is known, and ends none. Polls on
+// a connection with Watches open are not calls: a connection shared by
+// many Lookups polls far more than MaxCallRate allows. One with none open
+// has nothing to poll, and its Polls count as calls (refused after the
+// role check, NotFound).
 func (s *Server) pollRate(c *clientConn) error {
-	n := float64(c.open.Load())
-	c.polls.rate, c.polls.burst = n*s.cfg.MaxRequestRate, 2*n*s.cfg.MaxRequestRate
+	n := 2 * float64(c.open.Load()) * s.cfg.MaxRequestRate
+	if 2*n > c.polls.burst {
+		c.polls.tokens += 2*n - c.polls.burst // a new Watch brings its burst
+	}
+	c.polls.rate, c.polls.burst = n, 2*n
 	if c.polls.allow() {
 		return nil
 	}
 	s.limitRefused(limitRate)
-	return status.Errorf(codes.ResourceExhausted, "leasehold: more than %g polls per second for each Watch on one connection (MaxRequestRate, leasehold manager --%s)",
-		s.cfg.MaxRequestRate, limitRate)
+	return status.Errorf(codes.ResourceExhausted, "leasehold: more than %g polls per second for each Watch on one connection (twice MaxRequestRate, leasehold manager --%s)",
+		2*s.cfg.MaxRequestRate, limitRate)
 }
 
 // limitCodecV2 is limitCodec as gRPC's CodecV2, which lets a message be
