@@ -357,8 +357,9 @@ func (l *Lookup) run(ctx context.Context, core *Core) {
 	}
 }
 
-// connect keeps a sync stream, a Watch and its Polls (client.OpenWatch), to a Manager replica open, following the
-// replicas' hints and reconnecting with backoff.
+// connect keeps a sync stream to a Manager replica open — a Watch and its
+// Polls (client.OpenWatch), or Sync where the replica predates Watch —
+// following the replicas' hints and reconnecting with backoff.
 func (l *Lookup) connect(ctx context.Context) {
 	defer l.wg.Done()
 	opened := 0

@@ -64,7 +64,7 @@ func watchHandler(srv any, stream grpc.ServerStream) error {
 // is one authenticated peer.
 type clientConn struct {
 	calls *limiter // unary calls other than Polls (MaxCallRate)
-	polls *limiter // Polls: MaxRequestRate for each Watch open
+	polls *limiter // Polls: twice MaxRequestRate for each Watch open (pollRate)
 
 	open    atomic.Int64 // Watches open, read by callRate without mu
 	mu      sync.Mutex
