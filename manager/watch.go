@@ -112,10 +112,11 @@ func (c *clientConn) watch(id uint64) *watch {
 // watch is one Watch: a Lookup's stream as the loop knows it, and what a
 // Sync handler keeps on its stack for the requests it receives.
 type watch struct {
-	st    *lookupStream
-	mu    sync.Mutex // one Poll taken at a time, in order
-	lim   *limiter   // MaxRequestRate, as a Sync stream's; under mu
-	ended chan error // a Poll's refusal ends the Watch with it
+	st     *lookupStream
+	mu     sync.Mutex // one Poll taken at a time, in order
+	lim    *limiter   // MaxRequestRate, as a Sync stream's; under mu
+	closed bool       // the Watch has ended: no Poll is taken (under mu)
+	ended  chan error // a Poll's refusal ends the Watch with it
 }
 
 // end ends the Watch with err, unless it is ending already.
@@ -142,6 +143,13 @@ func (s lookupsService) Watch(_ *pb.WatchRequest, stream pb.Lookups_WatchServer)
 	id := c.add(w)
 	defer func() {
 		c.remove(id)
+		// A Poll that found the Watch before it was removed is either
+		// taken before this, its request handed to the loop ahead of
+		// the close, or refused: a request after the close would make the
+		// loop serve the ended stream again, for good.
+		w.mu.Lock()
+		w.closed = true
+		w.mu.Unlock()
 		st.snd.stop() // never Send after the handler returns
 		s.post(context.Background(), closeEvent{lookup: st})
 	}()
@@ -179,6 +187,9 @@ func (s lookupsService) Poll(ctx context.Context, p *pb.PollRequest) (*pb.PollRe
 func (s lookupsService) poll(ctx context.Context, w *watch, m *pb.SyncRequest) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.closed {
+		return status.Error(codes.NotFound, "leasehold: the Watch has ended")
+	}
 	if m == nil {
 		return status.Error(codes.InvalidArgument, "leasehold: a Poll carries no request")
 	}
