@@ -2,6 +2,7 @@ package lookup
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -122,6 +123,9 @@ type Lookup struct {
 	fresh, sync, syncTimeout atomic.Int64
 	started                  time.Time
 	metrics                  *metrics // nil without Config.Registerer
+	// syncOnly holds the replicas (their targets) on whose connection a
+	// Watch's first Poll found no Watch: the Lookup speaks Sync to them.
+	syncOnly sync.Map
 }
 
 type published struct {
@@ -365,9 +369,20 @@ func (l *Lookup) connect(ctx context.Context) {
 	opened := 0
 	client.Keep(ctx, l.cfg.Logger, "sync", l.managers,
 		func(ctx context.Context, cc grpc.ClientConnInterface) (client.Stream[pb.SyncRequest, pb.SyncResponse], error) {
-			st, err := client.OpenWatch(ctx, cc, time.Duration(l.answerWait.Load()), (*pb.SyncResponse).GetWatch)
-			if status.Code(err) == codes.Unimplemented {
-				// A replica that predates Watch.
+			var st client.Stream[pb.SyncRequest, pb.SyncResponse]
+			err := errSyncOnly
+			target := targetOf(cc)
+			if _, syncOnly := l.syncOnly.Load(target); !syncOnly {
+				st, err = client.OpenWatch(ctx, cc, func() time.Duration { return time.Duration(l.answerWait.Load()) },
+					(*pb.SyncResponse).GetWatch, func() {
+						l.cfg.Logger.Warn("this address does not take a Lookup's Polls on its Watch's connection (a proxy between?): speaking Sync to it",
+							"manager", target)
+						l.syncOnly.Store(target, true)
+					})
+			}
+			if status.Code(err) == codes.Unimplemented || errors.Is(err, errSyncOnly) {
+				// A replica that predates Watch, or one whose Watch
+				// the Polls cannot reach.
 				st, err = pb.NewLookupsClient(cc).Sync(ctx)
 			}
 			if err != nil {
@@ -383,6 +398,18 @@ func (l *Lookup) connect(ctx context.Context) {
 			}
 			return namesStream{st, &wire.LookupNames{}}, nil
 		}, l.sendq, wire.SyncResponseFromPB, l.recv)
+}
+
+// errSyncOnly stands for a Watch not tried, at an address where Polls
+// cannot reach their Watch.
+var errSyncOnly = errors.New("sync only")
+
+// targetOf names the replica cc dials, for Lookup.syncOnly.
+func targetOf(cc grpc.ClientConnInterface) string {
+	if t, ok := cc.(interface{ Target() string }); ok {
+		return t.Target()
+	}
+	return ""
 }
 
 // namesStream is one sync stream with its names said once

@@ -248,8 +248,8 @@ func (s *Server) callRate(ctx context.Context, info *tap.Info) (context.Context,
 	if c == nil {
 		return ctx, nil
 	}
-	if info.FullMethodName == pb.Lookups_Poll_FullMethodName && c.open.Load() > 0 {
-		return ctx, s.pollRate(c)
+	if n := c.open.Load(); n > 0 && info.FullMethodName == pb.Lookups_Poll_FullMethodName {
+		return ctx, s.pollRate(c, n)
 	}
 	if c.calls.allow() {
 		return ctx, nil
@@ -268,8 +268,8 @@ func (s *Server) callRate(ctx context.Context, info *tap.Info) (context.Context,
 // many Lookups polls far more than MaxCallRate allows. One with none open
 // has nothing to poll, and its Polls count as calls (refused after the
 // role check, NotFound).
-func (s *Server) pollRate(c *clientConn) error {
-	n := 2 * float64(c.open.Load()) * s.cfg.MaxRequestRate
+func (s *Server) pollRate(c *clientConn, watches int64) error {
+	n := 2 * float64(watches) * s.cfg.MaxRequestRate
 	if 2*n > c.polls.burst {
 		c.polls.tokens += 2*n - c.polls.burst // a new Watch brings its burst
 	}

@@ -46,6 +46,7 @@ type Server struct {
 	running    atomic.Bool
 	stats      atomic.Pointer[Snapshot]
 	sessions   atomic.Uint64 // lookup session IDs
+	watches    atomic.Uint64 // Watch numbers (watch.go), never reused
 	// updateEncodings counts the Updates its codec marshalled (limitCodecV2).
 	updateEncodings atomic.Int64
 	// sharedCodec: GRPCOptions has handed out the codec that sends a

@@ -61,7 +61,10 @@ func watchHandler(srv any, stream grpc.ServerStream) error {
 // budget of unary calls and polls, spent by callRate on the connection's
 // one reader goroutine, and the Watches open on it, which only Polls on
 // the same connection can name. A Watch so needs no secret: a connection
-// is one authenticated peer.
+// is one authenticated peer. Its number is the server's (Server.watches),
+// never reused, so a Poll that reaches another connection of the same
+// client (gRPC moves new calls to a new connection after a GOAWAY, while
+// the old one's streams go on) names no Watch there rather than another.
 type clientConn struct {
 	calls *limiter // unary calls other than Polls (MaxCallRate)
 	polls *limiter // Polls: twice MaxRequestRate for each Watch open (pollRate)
@@ -69,7 +72,6 @@ type clientConn struct {
 	open    atomic.Int64 // Watches open, read by callRate without mu
 	mu      sync.Mutex
 	watches map[uint64]*watch // nil until the first Watch
-	last    uint64            // the last Watch's number
 }
 
 // connKey keys a connection's *clientConn in its context (TagConn).
@@ -80,17 +82,15 @@ func connOf(ctx context.Context) *clientConn {
 	return c
 }
 
-// add registers w and returns its number on the connection.
-func (c *clientConn) add(w *watch) uint64 {
+// add registers w as Watch id.
+func (c *clientConn) add(id uint64, w *watch) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.watches == nil {
 		c.watches = map[uint64]*watch{}
 	}
-	c.last++
-	c.watches[c.last] = w
+	c.watches[id] = w
 	c.open.Add(1)
-	return c.last
 }
 
 func (c *clientConn) remove(id uint64) {
@@ -127,6 +127,20 @@ func (w *watch) end(err error) {
 	}
 }
 
+// close ends Watch id of c once its handler returns: no Poll is taken
+// after it, and the loop forgets the stream. A Poll that found the Watch
+// before it was removed is either taken before close, its request handed
+// to the loop ahead of the close, or refused: a request after the close
+// would make the loop serve the ended stream again, for good.
+func (s lookupsService) close(c *clientConn, id uint64, w *watch) {
+	c.remove(id)
+	w.mu.Lock()
+	w.closed = true
+	w.mu.Unlock()
+	w.st.snd.stop() // never Send after the handler returns
+	s.post(context.Background(), closeEvent{lookup: w.st})
+}
+
 // Watch serves a Lookup's Watch: its first message names it, and the
 // answers to its Polls and the pushes follow, until the Lookup cancels it,
 // a Poll is refused, or the server stops.
@@ -140,22 +154,13 @@ func (s lookupsService) Watch(_ *pb.WatchRequest, stream pb.Lookups_WatchServer)
 	}
 	st := s.newLookupStream(stream)
 	w := &watch{st: st, lim: newLimiter(s.cfg.MaxRequestRate), ended: make(chan error, 1)}
-	id := c.add(w)
-	defer func() {
-		c.remove(id)
-		// A Poll that found the Watch before it was removed is either
-		// taken before this, its request handed to the loop ahead of
-		// the close, or refused: a request after the close would make the
-		// loop serve the ended stream again, for good.
-		w.mu.Lock()
-		w.closed = true
-		w.mu.Unlock()
-		st.snd.stop() // never Send after the handler returns
-		s.post(context.Background(), closeEvent{lookup: st})
-	}()
 	// The sender's goroutine sends the first message, as every other: the
-	// handler's own stack stays at the depth it parks at.
+	// handler's own stack stays at the depth it parks at. It is queued
+	// before a Poll can name the Watch, so it goes first.
+	id := s.watches.Add(1)
 	st.snd.offer(syncOut{m: &pb.SyncResponse{Watch: id}})
+	c.add(id, w)
+	defer s.close(c, id, w)
 	select {
 	case <-ctx.Done():
 		return nil
@@ -175,7 +180,7 @@ func (s lookupsService) Poll(ctx context.Context, p *pb.PollRequest) (*pb.PollRe
 		w = c.watch(p.GetWatch())
 	}
 	if w == nil {
-		return nil, status.Errorf(codes.NotFound, "leasehold: no Watch %d open on this connection", p.GetWatch())
+		return nil, status.Errorf(codes.NotFound, "leasehold: no Watch %d open on this connection (a Poll must come on its Watch's connection)", p.GetWatch())
 	}
 	if err := s.poll(ctx, w, p.GetRequest()); err != nil {
 		w.end(err)
@@ -190,6 +195,11 @@ func (s lookupsService) poll(ctx context.Context, w *watch, m *pb.SyncRequest) e
 	if w.closed {
 		return status.Error(codes.NotFound, "leasehold: the Watch has ended")
 	}
+	if err := ctx.Err(); err != nil {
+		return status.FromContextError(err).Err()
+	}
+	// Its size was checked before it was decoded, against MaxMessageBytes,
+	// by the codec of GRPCOptions, without which there is no Watch.
 	if m == nil {
 		return status.Error(codes.InvalidArgument, "leasehold: a Poll carries no request")
 	}

@@ -33,6 +33,8 @@ func TestPollAfterItsWatchEnded(t *testing.T) {
 		// send on.
 		st := &lookupStream{id: s.sessions.Add(1), snd: newSender[syncOut](64, nil), names: &wire.ManagerSyncNames{}}
 		w := &watch{st: st, lim: newLimiter(s.cfg.MaxRequestRate), ended: make(chan error, 1)}
+		c, id := &clientConn{}, s.watches.Add(1)
+		c.add(id, w)
 		svc := lookupsService{Server: s}
 		req := func(id uint64) *pb.SyncRequest { return &pb.SyncRequest{Namespace: "default", Id: id} }
 		if err := svc.poll(ctx, w, req(1)); err != nil {
@@ -43,10 +45,10 @@ func TestPollAfterItsWatchEnded(t *testing.T) {
 		}
 		// The Watch ends as its handler ends it, then a Poll that had
 		// found it comes.
-		w.mu.Lock()
-		w.closed = true
-		w.mu.Unlock()
-		s.post(ctx, closeEvent{lookup: st})
+		svc.close(c, id, w)
+		if c.watch(id) != nil {
+			t.Errorf("Watch %d is still open on its connection once closed", id)
+		}
 		if err := svc.poll(ctx, w, req(2)); status.Code(err) != codes.NotFound {
 			t.Errorf("a Poll of the ended Watch: %v, want NotFound", err)
 		}

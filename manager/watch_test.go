@@ -39,9 +39,12 @@ func openWatch(t *testing.T, ctx context.Context, conn *grpc.ClientConn) (pb.Loo
 }
 
 // TestPollNamesAWatchOnItsConnection: a Poll's request is answered on the
-// Watch it names, in order, and only a Poll on the Watch's own connection
-// can name it: the same number from another connection, or a number no
-// Watch has, is refused with NotFound and the Watch goes on.
+// Watch it names, and only a Poll on the Watch's own connection can name
+// it: its number from another connection, one with a Watch of its own
+// open, is refused with NotFound, as is a number no Watch has, and both
+// Watches go on. (Watch numbers are the server's, so the other
+// connection's Watch has another: a client whose calls move to a new
+// connection cannot reach a stranger's Watch by its old number.)
 func TestPollNamesAWatchOnItsConnection(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
@@ -59,10 +62,14 @@ func TestPollNamesAWatchOnItsConnection(t *testing.T) {
 		}
 		mine, other := dial(), dial()
 		w, id := openWatch(t, ctx, mine)
+		ow, oid := openWatch(t, ctx, other)
+		if oid == id {
+			t.Fatalf("two Watches numbered %d", id)
+		}
 		for _, tc := range []struct {
 			conn *grpc.ClientConn
 			id   uint64
-		}{{other, id}, {mine, id + 1}} {
+		}{{other, id}, {mine, oid}, {mine, oid + 1}} {
 			_, err := pb.NewLookupsClient(tc.conn).Poll(ctx, &pb.PollRequest{Watch: tc.id, Request: &pb.SyncRequest{Namespace: "default", Id: 9}})
 			if status.Code(err) != codes.NotFound {
 				t.Errorf("a Poll naming Watch %d (open as %d on another connection or this one): %v, want NotFound", tc.id, id, err)
@@ -79,6 +86,12 @@ func TestPollNamesAWatchOnItsConnection(t *testing.T) {
 			if m.GetId() != i {
 				t.Fatalf("the Watch's answer to poll %d names request %d", i, m.GetId())
 			}
+		}
+		if _, err := pb.NewLookupsClient(other).Poll(ctx, &pb.PollRequest{Watch: oid, Request: &pb.SyncRequest{Namespace: "default", Id: 7}}); err != nil {
+			t.Fatalf("a Poll of the other connection's Watch: %v", err)
+		}
+		if m, err := ow.Recv(); err != nil || m.GetId() != 7 {
+			t.Fatalf("the other Watch after the refusals: %v, %v; want the answer to request 7", m, err)
 		}
 	})
 }
@@ -114,10 +127,11 @@ func TestRefusedPollEndsItsWatch(t *testing.T) {
 		}{
 			{"no request", []*pb.SyncRequest{nil}, codes.InvalidArgument, "carries no request"},
 			{"unknown namespace", []*pb.SyncRequest{{Namespace: "nope", Id: 1}}, codes.NotFound, `unknown namespace "nope"`},
-			{"too many polls", many(), codes.ResourceExhausted, "--max-request-rate"},
+			{"too many polls", many(), codes.ResourceExhausted, "requests per second on one stream"},
 		} {
 			before := limitRefusals(t, c.srv, "max-request-rate")
-			w, id := openWatch(t, ctx, conn)
+			wctx, wcancel := context.WithTimeout(ctx, time.Minute) // a Watch that does not end fails the case
+			w, id := openWatch(t, wctx, conn)
 			var got error
 			for _, r := range tc.reqs {
 				if _, got = pb.NewLookupsClient(conn).Poll(ctx, &pb.PollRequest{Watch: id, Request: r}); got != nil {
@@ -131,6 +145,7 @@ func TestRefusedPollEndsItsWatch(t *testing.T) {
 			for ended == nil {
 				_, ended = w.Recv()
 			}
+			wcancel()
 			if status.Code(ended) != status.Code(got) || status.Convert(ended).Message() != status.Convert(got).Message() {
 				t.Errorf("%s: the Watch ended with %v, want the Poll's %v", tc.name, ended, got)
 			}
@@ -232,6 +247,111 @@ func TestLookupSyncsWithoutWatch(t *testing.T) {
 		synctest.Wait()
 		if a := l.Age(); a.Stale() {
 			t.Errorf("the Lookup's copy is stale over Sync: %+v", a)
+		}
+	})
+}
+
+// poolingProxy serves the Lookups service as an L7 proxy that pools its
+// connections to the Manager would: a Watch, and a Sync stream, go over
+// one connection, every Poll over another.
+type poolingProxy struct {
+	pb.UnimplementedLookupsServer
+	streams, polls pb.LookupsClient
+}
+
+func (p poolingProxy) Watch(req *pb.WatchRequest, ss pb.Lookups_WatchServer) error {
+	up, err := p.streams.Watch(ss.Context(), req)
+	if err != nil {
+		return err
+	}
+	for {
+		m, err := up.Recv()
+		if err != nil {
+			return err
+		}
+		if err := ss.Send(m); err != nil {
+			return err
+		}
+	}
+}
+
+func (p poolingProxy) Poll(ctx context.Context, req *pb.PollRequest) (*pb.PollResponse, error) {
+	return p.polls.Poll(ctx, req)
+}
+
+func (p poolingProxy) Sync(ss pb.Lookups_SyncServer) error {
+	up, err := p.streams.Sync(ss.Context())
+	if err != nil {
+		return err
+	}
+	go func() {
+		for {
+			m, err := ss.Recv()
+			if err != nil {
+				_ = up.CloseSend()
+				return
+			}
+			if up.Send(m) != nil {
+				return
+			}
+		}
+	}()
+	for {
+		m, err := up.Recv()
+		if err != nil {
+			return err
+		}
+		if err := ss.Send(m); err != nil {
+			return err
+		}
+	}
+}
+
+// TestLookupBehindAPoolingProxy: behind a proxy that sends a Watch's Polls
+// over another connection than the Watch, the first Poll finds no Watch;
+// the lookup library then speaks Sync to that address and keeps its copy.
+func TestLookupBehindAPoolingProxy(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		tm := protocol.Fast()
+		c := startManager(t, manager.Config{Insecure: true, Timing: tm})
+		defer c.stop(t)
+		up := func() pb.LookupsClient {
+			conn, err := grpc.NewClient("passthrough:///bufnet", c.dial()...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { conn.Close() })
+			return pb.NewLookupsClient(conn)
+		}
+		g := grpc.NewServer()
+		pb.RegisterLookupsServer(g, poolingProxy{streams: up(), polls: up()})
+		lis := bufconn.Listen(1 << 20)
+		go func() { _ = g.Serve(lis) }()
+		defer g.Stop()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		l, err := lookup.New(ctx, lookup.Config{Connection: leasehold.Connection{
+			Manager: "passthrough:///proxy",
+			DialOptions: []grpc.DialOption{
+				grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+				grpc.WithTransportCredentials(insecure.NewCredentials()),
+			},
+			Timing: tm,
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		wctx, wcancel := context.WithTimeout(ctx, 2*tm.Sync)
+		defer wcancel()
+		if err := l.WaitSynced(wctx); err != nil {
+			t.Fatalf("behind the proxy: %v", err)
+		}
+		time.Sleep(5 * tm.Sync)
+		synctest.Wait()
+		if a := l.Age(); a.Stale() {
+			t.Errorf("the Lookup's copy is stale behind the proxy: %+v", a)
 		}
 	})
 }

@@ -175,7 +175,7 @@ func (s *skimmedSync) response() (*protocol.SyncResponse, error) {
 // Poll (client.OpenWatch).
 func openSkimmed(ctx context.Context, cc grpc.ClientConnInterface, sync bool, wait time.Duration) (client.Stream[pb.SyncRequest, skimmedSync], error) {
 	if !sync {
-		return client.OpenWatch(ctx, cc, wait, func(s *skimmedSync) uint64 { return s.watch }, grpc.ForceCodecV2(skimCodec{}))
+		return client.OpenWatch(ctx, cc, func() time.Duration { return wait }, func(s *skimmedSync) uint64 { return s.watch }, nil, grpc.ForceCodecV2(skimCodec{}))
 	}
 	st, err := cc.NewStream(ctx, &pb.Lookups_ServiceDesc.Streams[0], pb.Lookups_Sync_FullMethodName, grpc.ForceCodecV2(skimCodec{}))
 	if err != nil {
