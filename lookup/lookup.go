@@ -2,6 +2,7 @@ package lookup
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -10,6 +11,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/certs"
@@ -120,6 +123,9 @@ type Lookup struct {
 	fresh, sync, syncTimeout atomic.Int64
 	started                  time.Time
 	metrics                  *metrics // nil without Config.Registerer
+	// syncOnly holds the replicas (their targets) on whose connection a
+	// Watch's first Poll found no Watch: the Lookup speaks Sync to them.
+	syncOnly sync.Map
 }
 
 type published struct {
@@ -355,14 +361,30 @@ func (l *Lookup) run(ctx context.Context, core *Core) {
 	}
 }
 
-// connect keeps a sync stream to a Manager replica open, following the
-// replicas' hints and reconnecting with backoff.
+// connect keeps a sync stream to a Manager replica open — a Watch and its
+// Polls (client.OpenWatch), or Sync where the replica predates Watch —
+// following the replicas' hints and reconnecting with backoff.
 func (l *Lookup) connect(ctx context.Context) {
 	defer l.wg.Done()
 	opened := 0
 	client.Keep(ctx, l.cfg.Logger, "sync", l.managers,
 		func(ctx context.Context, cc grpc.ClientConnInterface) (client.Stream[pb.SyncRequest, pb.SyncResponse], error) {
-			st, err := pb.NewLookupsClient(cc).Sync(ctx)
+			var st client.Stream[pb.SyncRequest, pb.SyncResponse]
+			err := errSyncOnly
+			target := targetOf(cc)
+			if _, syncOnly := l.syncOnly.Load(target); !syncOnly {
+				st, err = client.OpenWatch(ctx, cc, func() time.Duration { return time.Duration(l.answerWait.Load()) },
+					(*pb.SyncResponse).GetWatch, func() {
+						l.cfg.Logger.Warn("this address does not take a Lookup's Polls on its Watch's connection (a proxy between?): speaking Sync to it",
+							"manager", target)
+						l.syncOnly.Store(target, true)
+					})
+			}
+			if status.Code(err) == codes.Unimplemented || errors.Is(err, errSyncOnly) {
+				// A replica that predates Watch, or one whose Watch
+				// the Polls cannot reach.
+				st, err = pb.NewLookupsClient(cc).Sync(ctx)
+			}
 			if err != nil {
 				return nil, err
 			}
@@ -378,20 +400,32 @@ func (l *Lookup) connect(ctx context.Context) {
 		}, l.sendq, wire.SyncResponseFromPB, l.recv)
 }
 
+// errSyncOnly stands for a Watch not tried, at an address where Polls
+// cannot reach their Watch.
+var errSyncOnly = errors.New("sync only")
+
+// targetOf names the replica cc dials, for Lookup.syncOnly.
+func targetOf(cc grpc.ClientConnInterface) string {
+	if t, ok := cc.(interface{ Target() string }); ok {
+		return t.Target()
+	}
+	return ""
+}
+
 // namesStream is one sync stream with its names said once
 // (wire.LookupNames): each stream starts with full names again. A message
 // naming an owner by a number the stream has not defined ends the stream.
 type namesStream struct {
-	pb.Lookups_SyncClient
+	client.Stream[pb.SyncRequest, pb.SyncResponse]
 	names *wire.LookupNames
 }
 
 func (s namesStream) Send(m *pb.SyncRequest) error {
-	return s.Lookups_SyncClient.Send(s.names.Send(m))
+	return s.Stream.Send(s.names.Send(m))
 }
 
 func (s namesStream) Recv() (*pb.SyncResponse, error) {
-	m, err := s.Lookups_SyncClient.Recv()
+	m, err := s.Stream.Recv()
 	if err == nil {
 		if err = s.names.Recv(m); err != nil {
 			return nil, err

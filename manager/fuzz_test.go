@@ -95,6 +95,7 @@ func FuzzManagerAPI(f *testing.F) {
 	f.Add([]byte{0, 2, 1, 0, 0, 0, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0, 2, 1, 1, 3, 0, 1})
 	f.Add([]byte{1, 0, 2, 3, 4, 0, 5, 1, 6, 7, 8, 9, 0, 0, 0, 0, 0, 0, 0, 0, 0})
 	f.Add([]byte{0, 3, 2, 0, 0, 0, 0, 0, 0, 0, 1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 1, 1, 200, 7})
+	f.Add([]byte{6, 1, 0, 2, 3, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0})
 	f.Add([]byte("\x00\x04\x05\x00\x00\x00\x00\x00\x00\x00\x02\x00\x00\x00\x00\x00\x00\x00\x03\x03\x02\x01\x05\x04\x03"))
 	f.Cleanup(func() {
 		if fuzzed.c != nil {
@@ -120,7 +121,7 @@ func FuzzManagerAPI(f *testing.F) {
 		}
 		streams := map[byte]pb.Leases_SessionClient{}
 		for steps := 0; len(in.b) > 0 && steps < 32; steps++ {
-			switch in.byte() % 6 {
+			switch in.byte() % 7 {
 			case 0, 1: // a lease request on one of four streams
 				k := in.byte() % 4
 				st := streams[k]
@@ -172,6 +173,32 @@ func FuzzManagerAPI(f *testing.F) {
 			case 5:
 				_, err := pb.NewAdminClient(conn).RemovePeer(ctx, &pb.RemovePeerRequest{Id: uint64(in.byte()%4) + 2})
 				check("remove a replica", err)
+			case 6: // a Watch and a Poll naming it, another number or none
+				rctx, rcancel := context.WithTimeout(ctx, 200*time.Millisecond)
+				lc := pb.NewLookupsClient(conn)
+				w, err := lc.Watch(rctx, &pb.WatchRequest{})
+				var id uint64
+				if err == nil {
+					var first *pb.SyncResponse
+					if first, err = w.Recv(); err == nil {
+						id = first.GetWatch()
+					}
+				}
+				if err != nil {
+					rcancel()
+					check("open a Watch", err)
+					continue
+				}
+				var req *pb.SyncRequest
+				if in.byte()%4 != 0 {
+					req = &pb.SyncRequest{Namespace: in.pick("default", "other", "nope", ""), Id: uint64(in.byte()), Epoch: in.u64(), Lsn: in.u64(), NamesOnce: in.byte()%2 == 0}
+				}
+				if _, err := lc.Poll(rctx, &pb.PollRequest{Watch: id + uint64(in.byte()%3), Request: req}); err != nil {
+					check("a Poll", err)
+				} else if _, err := w.Recv(); err != nil {
+					check("a Watch's answer", err)
+				}
+				rcancel()
 			}
 		}
 		for k, st := range streams {

@@ -206,7 +206,7 @@ func (limitStats) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Conte
 // TagConn's context is the parent of the context of every call on the
 // connection, the tap's included.
 func (h limitStats) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
-	return context.WithValue(ctx, callBudgetKey{}, newLimiter(h.s.cfg.MaxCallRate))
+	return context.WithValue(ctx, connKey{}, &clientConn{calls: newLimiter(h.s.cfg.MaxCallRate), polls: newLimiter(0)})
 }
 func (limitStats) HandleConn(context.Context, stats.ConnStats) {}
 
@@ -219,9 +219,6 @@ func (h limitStats) HandleRPC(_ context.Context, st stats.RPCStats) {
 		h.s.limitRefused(limitMessage)
 	}
 }
-
-// callBudgetKey keys a connection's *limiter of unary calls.
-type callBudgetKey struct{}
 
 // unaryMethods are the Manager's unary methods, which callRate limits.
 // Streams are not counted: a follower opens one on its leader for each
@@ -247,12 +244,42 @@ func (s *Server) callRate(ctx context.Context, info *tap.Info) (context.Context,
 	if !unaryMethods[info.FullMethodName] {
 		return ctx, nil
 	}
-	if lim, ok := ctx.Value(callBudgetKey{}).(*limiter); !ok || lim.allow() {
+	c := connOf(ctx)
+	if c == nil {
+		return ctx, nil
+	}
+	if n := c.open.Load(); n > 0 && info.FullMethodName == pb.Lookups_Poll_FullMethodName {
+		return ctx, s.pollRate(c, n)
+	}
+	if c.calls.allow() {
 		return ctx, nil
 	}
 	s.limitRefused(limitCallRate)
 	return ctx, status.Errorf(codes.ResourceExhausted, "leasehold: more than %g calls per second on one connection (MaxCallRate, leasehold manager --%s)",
 		s.cfg.MaxCallRate, limitCallRate)
+}
+
+// pollRate refuses a Poll past twice MaxRequestRate for each Watch open on
+// its connection (bursts of twice that), before its request is read. Each
+// Watch's own limit is a Sync stream's, MaxRequestRate, and a Poll past it
+// ends its Watch (Poll); this one, looser, bounds what a connection's
+// Polls cost before the Watch they name is known, and ends none. Polls on
+// a connection with Watches open are not calls: a connection shared by
+// many Lookups polls far more than MaxCallRate allows. One with none open
+// has nothing to poll, and its Polls count as calls (refused after the
+// role check, NotFound).
+func (s *Server) pollRate(c *clientConn, watches int64) error {
+	n := 2 * float64(watches) * s.cfg.MaxRequestRate
+	if 2*n > c.polls.burst {
+		c.polls.tokens += 2*n - c.polls.burst // a new Watch brings its burst
+	}
+	c.polls.rate, c.polls.burst = n, 2*n
+	if c.polls.allow() {
+		return nil
+	}
+	s.limitRefused(limitRate)
+	return status.Errorf(codes.ResourceExhausted, "leasehold: more than %g polls per second for each Watch on one connection (twice MaxRequestRate, leasehold manager --%s)",
+		2*s.cfg.MaxRequestRate, limitRate)
 }
 
 // limitCodecV2 is limitCodec as gRPC's CodecV2, which lets a message be

@@ -118,8 +118,8 @@ leasehold_owners{namespace="extra"} 0
 		if n, want := testutil.CollectAndCount(srv.Collector(), metricNames...), 1+2*8+9+11+2; n != want {
 			t.Errorf("collected %d metrics, want %d", n, want)
 		}
-		if n := testutil.CollectAndCount(srv.Collector(), "leasehold_grpc_server_started_total"); n != 11 {
-			t.Errorf("collected %d leasehold_grpc_server_started_total series, want one per method (11)", n)
+		if n := testutil.CollectAndCount(srv.Collector(), "leasehold_grpc_server_started_total"); n != 13 {
+			t.Errorf("collected %d leasehold_grpc_server_started_total series, want one per method (13)", n)
 		}
 
 		l, err := lookup.New(ctx, lookup.Config{Connection: leasehold.Connection{
@@ -161,11 +161,13 @@ leasehold_owners{namespace="extra"} 0
 				t.Errorf("%s = %g, want at least 1", name, got[name])
 			}
 		}
-		// The gRPC series count the Owner's and the Lookup's streams and
-		// their messages both ways.
-		for _, m := range []string{`grpc_method="Session",grpc_service="leasehold.v1.Leases"`, `grpc_method="Sync",grpc_service="leasehold.v1.Lookups"`} {
+		// The gRPC series count the Owner's stream, the Lookup's Watch and
+		// its Polls, and their messages both ways.
+		for _, m := range []string{`grpc_method="Session",grpc_service="leasehold.v1.Leases",grpc_type="bidi_stream"`,
+			`grpc_method="Watch",grpc_service="leasehold.v1.Lookups",grpc_type="server_stream"`,
+			`grpc_method="Poll",grpc_service="leasehold.v1.Lookups",grpc_type="unary"`} {
 			for _, name := range []string{"started", "msg_received", "msg_sent"} {
-				key := "leasehold_grpc_server_" + name + "_total{" + m + `,grpc_type="bidi_stream"}`
+				key := "leasehold_grpc_server_" + name + "_total{" + m + `}`
 				if got[key] < 1 {
 					t.Errorf("%s = %g, want at least 1", key, got[key])
 				}

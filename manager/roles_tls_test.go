@@ -28,8 +28,8 @@ func TestRolesMayCall(t *testing.T) {
 	may := map[certs.Role][]string{
 		certs.Replica:  {"Session", "Status", "Send"},
 		certs.Owner:    {"Session", "Status"},
-		certs.Lookup:   {"Sync", "Status", "Holder"},
-		certs.Operator: {"Sync", "Status", "AddPeer", "RemovePeer", "Drain", "Undrain", "Forget", "Backup", "Holder"},
+		certs.Lookup:   {"Sync", "Watch", "Poll", "Status", "Holder"},
+		certs.Operator: {"Sync", "Watch", "Poll", "Status", "AddPeer", "RemovePeer", "Drain", "Undrain", "Forget", "Backup", "Holder"},
 	}
 	calls := map[string]func(ctx context.Context, c *grpc.ClientConn) error{
 		"Session": func(ctx context.Context, c *grpc.ClientConn) error {
@@ -46,6 +46,18 @@ func TestRolesMayCall(t *testing.T) {
 				return err
 			}
 			_, err = st.Recv()
+			return err
+		},
+		"Watch": func(ctx context.Context, c *grpc.ClientConn) error {
+			st, err := pb.NewLookupsClient(c).Watch(ctx, &pb.WatchRequest{})
+			if err != nil {
+				return err
+			}
+			_, err = st.Recv()
+			return err
+		},
+		"Poll": func(ctx context.Context, c *grpc.ClientConn) error {
+			_, err := pb.NewLookupsClient(c).Poll(ctx, &pb.PollRequest{Watch: 1, Request: &pb.SyncRequest{Namespace: "default"}})
 			return err
 		},
 		"Status": func(ctx context.Context, c *grpc.ClientConn) error {

@@ -46,6 +46,7 @@ type Server struct {
 	running    atomic.Bool
 	stats      atomic.Pointer[Snapshot]
 	sessions   atomic.Uint64 // lookup session IDs
+	watches    atomic.Uint64 // Watch numbers (watch.go), never reused
 	// updateEncodings counts the Updates its codec marshalled (limitCodecV2).
 	updateEncodings atomic.Int64
 	// sharedCodec: GRPCOptions has handed out the codec that sends a
@@ -124,7 +125,7 @@ func NewServer(cfg Config) (*Server, error) {
 // Register adds the server's services to g.
 func (s *Server) Register(g *grpc.Server) {
 	pb.RegisterLeasesServer(g, leasesService{Server: s})
-	pb.RegisterLookupsServer(g, lookupsService{Server: s})
+	g.RegisterService(lookupsDesc, lookupsService{Server: s})
 	pb.RegisterAdminServer(g, adminService{Server: s})
 	s.transport.Register(g)
 	s.grpcm.initialize(g)

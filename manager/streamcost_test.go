@@ -79,7 +79,7 @@ func streamGoroutines() int {
 		if bubble != "" && bubbleOf(g) != bubble {
 			continue
 		}
-		if strings.Contains(g, "manager.serveStream") || strings.Contains(g, "manager.(*sender") {
+		if strings.Contains(g, "manager.serveStream") || strings.Contains(g, "manager.(*sender") || strings.Contains(g, "manager.lookupsService.Watch") {
 			n++
 		}
 	}

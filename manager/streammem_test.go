@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/leasehold/leasehold/certs"
 	"github.com/leasehold/leasehold/manager"
 	pb "github.com/leasehold/leasehold/proto/leasehold/v1"
 )
@@ -26,6 +27,11 @@ import (
 // binary, run again, is the Lookups' process: it dials the Manager at that
 // address.
 const streamMemClient = "LEASEHOLD_STREAMMEM_CLIENT"
+
+// streamMemCerts names the environment variable that gives the clients'
+// process the directory of its lookup certificate ("mem"), for a Manager
+// that serves mutual TLS.
+const streamMemCerts = "LEASEHOLD_STREAMMEM_CERTS"
 
 // streamMemFloorEnv names the environment variable under which this
 // test's binary, run again, measures a bare gRPC server's streams in a
@@ -41,7 +47,16 @@ const streamMemFloorEnv = "LEASEHOLD_STREAMMEM_FLOOR"
 // a connection over 127.0.0.1, each asked once and answered, so what grows
 // in this process between 100 and 600 streams is the Manager's alone.
 //
-// A stream's handler is parked in gRPC's Recv about 4 KB deep (gRPC's
+// A Watch (watch.go) is measured first, as the lookup library opens one:
+// its handler parks in a select about 2.5 KB deep and keeps a 4-KB stack;
+// the bound of 6 KB catches a handler that runs deep enough on its way to
+// double it (as the generated handler, receiving the Watch's request on
+// its own goroutine, does). The Watches go first because Go starts a new
+// goroutine's stack at the average of those it scanned: measured after
+// hundreds of Sync handlers, a Watch's would start, and stay, at 8 KB.
+//
+// A Sync stream, as a Lookup of a release before Watch opens, is measured
+// next. Its handler is parked in gRPC's Recv about 4 KB deep (gRPC's
 // frames from its stream goroutine to the handler and from Recv down to
 // the select it waits in), past what a 4-KB stack holds; Go doubles a
 // stack to 8 KB and shrinks it at a collection only when less than a
@@ -80,34 +95,61 @@ func TestIdleStreamMemory(t *testing.T) {
 
 	bareStacks, bareLive := streamMemFloor(t)
 
-	srv, err := manager.NewServer(manager.Config{Insecure: true})
+	// Watches over mutual TLS first, on a Manager of their own, closed
+	// before the rest: the role check and the TLS records must not deepen
+	// a Watch's goroutine either.
+	dir := t.TempDir()
+	ca, err := certs.CreateCA(dir, "", 0, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, lis) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("manager: %v", err)
+	for _, id := range []certs.Identity{{Role: certs.Replica, Name: "1"}, {Role: certs.Lookup, Name: "mem"}} {
+		if _, err := certs.Create(dir, ca, id, []string{"127.0.0.1"}, 0); err != nil {
+			t.Fatal(err)
 		}
-	}()
-	open, stop := streamMemClients(t, lis.Addr().String(), streamGoroutines)
+	}
+	src, err := certs.Open(dir, certs.Replica, "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tlsAddr, stopTLS := streamMemManager(t, manager.Config{Certs: src})
+	open, stop := streamMemClients(t, tlsAddr, dir, streamGoroutines)
+	ta, tb := open("watches", from, from), open("watches", to, to)
+	stop()
+	stopTLS()
+	tstacks, tlive := float64(tb.stacks-ta.stacks)/n, float64(tb.live-ta.live)/n
+	t.Logf("per idle Watch over TLS, %d → %d: %.0f bytes of stacks, %.0f bytes of live heap, %.2f goroutines", from, to,
+		tstacks, tlive, float64(tb.goroutines-ta.goroutines)/n)
+	if tstacks > 6<<10 {
+		t.Errorf("an idle Watch over TLS holds %.1f KB of goroutine stacks at the Manager, want at most 6 KB (one goroutine of 4 KB)", tstacks/1024)
+	}
+	if tlive > 4608 {
+		t.Errorf("an idle Watch over TLS holds %.1f KB of live heap at the Manager, want at most 4.5 KB", tlive/1024)
+	}
+	runtime.GC() // the average stack a new goroutine starts with is the last collection's
+
+	addr, stopPlain := streamMemManager(t, manager.Config{Insecure: true})
+	defer stopPlain()
+	open, stop = streamMemClients(t, addr, "", streamGoroutines)
 	defer stop()
-	a, b := open("lookups", from, from), open("lookups", to, to)
+	wa, wb := open("watches", from, from), open("watches", to, to)
+	a, b := open("lookups", from, to+from), open("lookups", to, 2*to)
+	wstacks, wlive := float64(wb.stacks-wa.stacks)/n, float64(wb.live-wa.live)/n
+	t.Logf("per idle Watch, %d → %d: %.0f bytes of stacks, %.0f bytes of live heap, %.2f goroutines", from, to,
+		wstacks, wlive, float64(wb.goroutines-wa.goroutines)/n)
+	if wstacks > 6<<10 {
+		t.Errorf("an idle Watch holds %.1f KB of goroutine stacks at the Manager, want at most 6 KB (one goroutine of 4 KB)", wstacks/1024)
+	}
+	if wlive > 4608 {
+		t.Errorf("an idle Watch holds %.1f KB of live heap at the Manager, want at most 4.5 KB", wlive/1024)
+	}
 	// An Owner is a connection and a stream of its own: what that costs
 	// before its first request, for the record.
-	c := open("owners", owners, to+owners)
+	c := open("owners", owners, 2*to+owners)
 	stacks := float64(b.stacks-a.stacks) / n
 	live := float64(b.live-a.live) / n
 	goroutines := float64(b.goroutines-a.goroutines) / n
-	t.Logf("per idle stream, %d → %d streams: %.0f bytes of stacks, %.0f bytes of live heap, %.2f goroutines", from, to, stacks, live, goroutines)
+	t.Logf("per idle Sync stream, %d → %d streams: %.0f bytes of stacks, %.0f bytes of live heap, %.2f goroutines", from, to, stacks, live, goroutines)
 	t.Logf("per stream of a bare gRPC server: %.0f bytes of stacks, %.0f bytes of live heap; the Manager's own: %.0f and %.0f",
 		bareStacks, bareLive, stacks-bareStacks, live-bareLive)
 	if stacks > 12<<10 {
@@ -126,14 +168,37 @@ func TestIdleStreamMemory(t *testing.T) {
 		float64(c.stacks-b.stacks)/owners, float64(c.live-b.live)/owners, float64(c.goroutines-b.goroutines)/owners)
 }
 
+// streamMemManager serves a Manager with cfg on 127.0.0.1 until stop.
+func streamMemManager(t *testing.T, cfg manager.Config) (addr string, stop func()) {
+	t.Helper()
+	srv, err := manager.NewServer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, lis) }()
+	return lis.Addr().String(), func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	}
+}
+
 // streamMemClients starts the clients' process (this test's binary run
-// again) against addr and returns open, which asks it to open streams of
+// again) against addr, with the lookup certificate in certsDir if set,
+// and returns open, which asks it to open streams of
 // a kind up to n and returns the memory of this process once count says
 // streams goroutines serve them, and stop, which ends it.
-func streamMemClients(t *testing.T, addr string, count func() int) (open func(kind string, n, streams int) memPoint, stop func()) {
+func streamMemClients(t *testing.T, addr, certsDir string, count func() int) (open func(kind string, n, streams int) memPoint, stop func()) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestIdleStreamMemory$", "-test.count=1")
-	cmd.Env = append(os.Environ(), streamMemClient+"="+addr)
+	cmd.Env = append(os.Environ(), streamMemClient+"="+addr, streamMemCerts+"="+certsDir)
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
 	if err != nil {
@@ -199,7 +264,7 @@ func streamMemBare(t *testing.T) {
 	}
 	go func() { _ = srv.Serve(lis) }()
 	defer srv.Stop()
-	open, stop := streamMemClients(t, lis.Addr().String(), bareGoroutines)
+	open, stop := streamMemClients(t, lis.Addr().String(), "", bareGoroutines)
 	defer stop()
 	const from, to = 100, 600
 	a, b := open("lookups", from, from), open("lookups", to, to)
@@ -259,13 +324,22 @@ func settledMemory(t *testing.T, n int, count func() int) memPoint {
 }
 
 // streamMemLookups is the clients' process: for each line "lookups n" read
-// from stdin it opens Lookup streams up to n in all, fifty to a
-// connection, asks on each once and reads its answer; for "owners n" it
+// from stdin it opens Lookup Sync streams up to n in all, fifty to a
+// connection, asks on each once and reads its answer; for "watches n" the
+// same with Watches, each asked by a Poll; for "owners n" it
 // opens n connections with an Owner's lease stream each, which says
 // nothing; then it says "ok n". At the end of stdin it closes them.
 func streamMemLookups(t *testing.T, addr string) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	dial := grpc.WithTransportCredentials(insecure.NewCredentials())
+	if dir := os.Getenv(streamMemCerts); dir != "" {
+		src, err := certs.Open(dir, certs.Lookup, "mem")
+		if err != nil {
+			t.Fatal(err)
+		}
+		dial = certs.DialOption(src)
+	}
 	var conns []*grpc.ClientConn
 	defer func() {
 		for _, c := range conns {
@@ -273,6 +347,7 @@ func streamMemLookups(t *testing.T, addr string) {
 		}
 	}()
 	var streams []pb.Lookups_SyncClient
+	var watches []pb.Lookups_WatchClient
 	var owners []pb.Leases_SessionClient
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {
@@ -282,7 +357,7 @@ func streamMemLookups(t *testing.T, addr string) {
 			t.Fatal(err)
 		}
 		for kind == "owners" && len(owners) < n {
-			c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			c, err := grpc.NewClient(addr, dial)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -295,7 +370,7 @@ func streamMemLookups(t *testing.T, addr string) {
 		}
 		for kind == "lookups" && len(streams) < n {
 			if len(streams)%50 == 0 {
-				c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+				c, err := grpc.NewClient(addr, dial)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -312,6 +387,31 @@ func streamMemLookups(t *testing.T, addr string) {
 				t.Fatal(err)
 			}
 			streams = append(streams, st)
+		}
+		for kind == "watches" && len(watches) < n {
+			if len(watches)%50 == 0 {
+				c, err := grpc.NewClient(addr, dial)
+				if err != nil {
+					t.Fatal(err)
+				}
+				conns = append(conns, c)
+			}
+			lc := pb.NewLookupsClient(conns[len(conns)-1])
+			st, err := lc.Watch(ctx, &pb.WatchRequest{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			first, err := st.Recv()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := lc.Poll(ctx, &pb.PollRequest{Watch: first.GetWatch(), Request: &pb.SyncRequest{Namespace: "default", Id: 1}}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := st.Recv(); err != nil {
+				t.Fatal(err)
+			}
+			watches = append(watches, st)
 		}
 		fmt.Printf("ok %d\n", n)
 	}

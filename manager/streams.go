@@ -12,6 +12,7 @@ import (
 	"github.com/leasehold/leasehold/certs"
 	"github.com/leasehold/leasehold/internal/wire"
 	pb "github.com/leasehold/leasehold/proto/leasehold/v1"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
 )
 
@@ -76,8 +77,9 @@ func (s leasesService) Session(stream pb.Leases_SessionServer) error {
 	}, closeEvent{owner: st})
 }
 
-// Sync serves one Lookup's sync stream.
-func (s lookupsService) Sync(stream pb.Lookups_SyncServer) error {
+// newLookupStream is a Lookup's stream as the loop knows it, sending on
+// stream (a Sync's or a Watch's) with its names said once.
+func (s *Server) newLookupStream(stream grpc.ServerStream) *lookupStream {
 	names := &wire.ManagerSyncNames{} // names said once per stream
 	snd := newSender(64, func(o syncOut) error {
 		s.pushTaken()
@@ -86,9 +88,15 @@ func (s lookupsService) Sync(stream pb.Lookups_SyncServer) error {
 			// The update went out as it is, shared: its bytes are too.
 			return stream.SendMsg(&encodedSync{m: m, u: o.shared})
 		}
-		return stream.Send(m)
+		return stream.SendMsg(m)
 	})
-	st := &lookupStream{id: s.sessions.Add(1), snd: snd, names: names}
+	return &lookupStream{id: s.sessions.Add(1), snd: snd, names: names}
+}
+
+// Sync serves one Lookup's sync stream.
+func (s lookupsService) Sync(stream pb.Lookups_SyncServer) error {
+	st := s.newLookupStream(stream)
+	names, snd := st.names, st.snd
 	return serveStream(s.Server, stream.Context(), snd, func() (event, chan error, error) {
 		m, err := stream.Recv()
 		if err != nil {

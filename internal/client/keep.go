@@ -268,6 +268,10 @@ func (k *keeper[S, R, D]) stream(ctx context.Context, addr string, relay bool, r
 	// send sends msg; if the stream fails, it returns how it ended.
 	send := func(msg *S) *ended {
 		sent = msg
+		// A message heard once the send has begun may answer it: a Send
+		// that returns only once the replica has taken the request (a
+		// Poll) often returns after its answer has arrived.
+		at, before := time.Now(), heardN.Load()
 		if err := stream.Send(msg); err != nil {
 			if err != io.EOF {
 				cancel() // the client failed the stream: Recv says no more
@@ -280,8 +284,8 @@ func (k *keeper[S, R, D]) stream(ctx context.Context, addr string, relay bool, r
 		}
 		if waiting.IsZero() && k.m.answerWait != nil {
 			if wait = k.m.answerWait(); wait > 0 {
-				waiting, mark = time.Now(), heardN.Load()
-				deadline.Reset(wait)
+				waiting, mark = at, before
+				deadline.Reset(max(time.Until(at.Add(wait)), 0))
 			}
 		}
 		return nil

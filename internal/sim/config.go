@@ -147,7 +147,7 @@ type Config struct {
 	NoWriteCheck bool
 	// ThinLookups replaces every lookup.Core by a stand-in that speaks the
 	// same sync protocol to the Manager but keeps no copy of the table (its
-	// LSN only): for measuring the Manager with more Lookups than full
+	// LSN only; thinlookup.Core, which the loopback benchmark runs too): for measuring the Manager with more Lookups than full
 	// copies fit in memory. It requires NoChecks, and Control.Route finds
 	// nothing.
 	ThinLookups bool

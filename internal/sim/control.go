@@ -253,7 +253,7 @@ func (c *Control) LookupLSN(i int) (uint64, keyspace.LSN, bool) {
 	case !l.up:
 		return 0, 0, false
 	case l.thin != nil:
-		return l.thin.epoch, l.thin.lsn, true
+		return l.thin.Epoch(), l.thin.LSN(), true
 	}
 	return l.look.Epoch(), l.look.View().LSN(), true
 }

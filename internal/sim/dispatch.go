@@ -70,7 +70,7 @@ func (s *Sim) tickNode(n *node) {
 	case lookupNode:
 		s.checkTarget(n, now, s.cfg.Timing.LookupQuiet())
 		if n.thin != nil {
-			n.thin.tick(now)
+			n.thin.Tick(now)
 		} else {
 			n.look.Tick(now)
 		}
@@ -170,7 +170,7 @@ func (s *Sim) deliver(n *node, e *event) {
 			m = s.compacts.of(m, s.broken().MarkFromCopyBlind) // as the Manager pushes to a Lookup that says compact_changes
 		}
 		if n.thin != nil {
-			n.thin.step(now, m)
+			n.thin.Step(now, m)
 		} else {
 			before := n.look.View().LSN()
 			fits := m != e.msg && m.Epoch == n.look.Epoch() && m.Namespace == namespace && m.Update.From == before
@@ -225,10 +225,10 @@ func (s *Sim) after(n *node) {
 		deadline = n.own.NextDeadline()
 	case lookupNode:
 		if n.thin != nil {
-			for _, m := range n.thin.ready() {
+			for _, m := range n.thin.Ready() {
 				s.send(n, s.mgrs[n.target], m)
 			}
-			deadline = n.thin.nextDeadline()
+			deadline = n.thin.NextDeadline()
 			break
 		}
 		out, losses := n.look.Ready()

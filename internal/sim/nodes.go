@@ -11,6 +11,7 @@ import (
 
 	"github.com/leasehold/leasehold/internal/faults"
 	"github.com/leasehold/leasehold/internal/replica"
+	"github.com/leasehold/leasehold/internal/thinlookup"
 	"github.com/leasehold/leasehold/lookup"
 	"github.com/leasehold/leasehold/owner"
 )
@@ -90,7 +91,7 @@ func (s *Sim) start(n *node) {
 		n.session = uint64(n.idx)<<32 | n.inc
 		s.bySess[n.session] = n
 		if s.cfg.ThinLookups {
-			n.thin = newThinLookup(s.cfg.Timing, now)
+			n.thin = thinlookup.New(namespace, s.cfg.Timing, now)
 			break
 		}
 		n.look = lookup.NewCore(lookup.CoreConfig{Namespace: namespace, Timing: s.cfg.Timing}, now)

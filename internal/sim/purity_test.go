@@ -18,9 +18,10 @@ import (
 // that starts a goroutine, opens a socket, touches the OS, reads a clock or
 // draws global randomness.
 
-// internal/lease (the Manager's Core and State) and internal/replica (its
-// Raft node, state machine and Lookup feed) are pure as a whole.
-var purePackages = []string{"keyspace", "assign", "leasetable", "protocol", "rebalance", "internal/lease", "internal/replica"}
+// internal/lease (the Manager's Core and State), internal/replica (its
+// Raft node, state machine and Lookup feed) and internal/thinlookup (the
+// thin Lookups' Core) are pure as a whole.
+var purePackages = []string{"keyspace", "assign", "leasetable", "protocol", "rebalance", "internal/lease", "internal/replica", "internal/thinlookup"}
 var corePackages = []string{"owner", "lookup"}
 
 // pureFiles are other deterministic files the simulation runs.

@@ -9,6 +9,7 @@ import (
 	"go.etcd.io/raft/v3"
 
 	"github.com/leasehold/leasehold/internal/replica"
+	"github.com/leasehold/leasehold/internal/thinlookup"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/lookup"
 	"github.com/leasehold/leasehold/owner"
@@ -62,8 +63,8 @@ type node struct {
 
 	own     *owner.Core
 	look    *lookup.Core
-	thin    *thinLookup // instead of look, with Config.ThinLookups
-	session uint64      // the Lookup's session with the Manager
+	thin    *thinlookup.Core // instead of look, with Config.ThinLookups
+	session uint64           // the Lookup's session with the Manager
 
 	app      app  // an Owner's application (app.go)
 	draining bool // an Owner shutting down gracefully (Config.DrainEvery)

@@ -12,8 +12,14 @@ import (
 )
 
 // defaultGCPercent is the Manager's GOGC when neither --gc-percent nor the
-// GOGC environment variable says otherwise: Go's own default.
-const defaultGCPercent = 100
+// GOGC environment variable says otherwise: 75, where Go's own is 100.
+// Most of a large Manager's heap is its idle Lookups' state, which lives
+// as long as they do and allocates little, so a headroom of 75% of it
+// rather than 100% saves a quarter of the headroom per Lookup (an idle
+// Lookup's memory, 16 KB at 100, is 13 KB at 75) for collections a third
+// more often, whose cost the measurements did not resolve from the runs'
+// spread (docs/results.md, "A fourth pass: Watch and Poll").
+const defaultGCPercent = 75
 
 // gcOff is what --gc-percent takes for "no proportional collection", as
 // GOGC=off is to Go: only a memory limit then starts a collection.
@@ -29,7 +35,8 @@ const minMemoryLimit = 64 << 20
 // and GOMEMLIMIT for the Manager.
 //
 // A Manager's memory is mostly its idle streams: each holds a goroutine
-// parked in gRPC's Recv (8 KB of stack) and about 4 KB of heap, and Go
+// (a Lookup's Watch 4 KB of stack, an Owner's stream 8 KB, parked in
+// gRPC's Recv) and about 4 KB of heap, and Go
 // lets the heap grow by GOGC percent of the live heap and of the stacks it
 // scanned before it collects again, so at GOGC=100 an idle stream costs
 // about as much again in headroom as it holds (docs/results.md, "Memory and
@@ -43,7 +50,7 @@ const minMemoryLimit = 64 << 20
 // at a growing one as what the Manager holds nears the limit (up to half
 // of the CPU: past that Go lets the limit be exceeded rather than stall).
 func (o *managerOptions) addGCFlag(f *pflag.FlagSet) {
-	f.IntVar(&o.gcPercent, "gc-percent", defaultGCPercent, "the Go collector's GOGC for this process: collect once the heap has grown by `N` percent of what the last collection kept and the stacks it scanned, N at least 1; lower trades CPU for memory; -1: off, only a --memory-limit starts a collection (default: the GOGC environment variable if set, else 100)")
+	f.IntVar(&o.gcPercent, "gc-percent", defaultGCPercent, "the Go collector's GOGC for this process: collect once the heap has grown by `N` percent of what the last collection kept and the stacks it scanned, N at least 1; lower trades CPU for memory; -1: off, only a --memory-limit starts a collection (default: the GOGC environment variable if set, else 75)")
 	f.StringVar(&o.memoryLimit, "memory-limit", "", "a soft limit on the Go memory of this process, `SIZE` in bytes or with a unit B, KiB, MiB, GiB or TiB (as GOMEMLIMIT), at least 64MiB: the collector runs as often as it must to stay under it, so the heap's headroom is bounded, at a CPU cost that grows as what the Manager holds nears the limit (default: the GOMEMLIMIT environment variable if set, else none)")
 }
 

@@ -1547,8 +1547,12 @@ type SyncResponse struct {
 	// only on a stream whose requests say names_once.
 	Request           uint64 `protobuf:"varint,8,opt,name=request,proto3" json:"request,omitempty"`
 	SinceRequestNanos int64  `protobuf:"varint,9,opt,name=since_request_nanos,json=sinceRequestNanos,proto3" json:"since_request_nanos,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// watch is set in the first message of a Watch stream, and only there:
+	// the number the Lookup's Polls name the stream by, on the same
+	// connection (docs/protocol.md, "Watch and Poll").
+	Watch         uint64 `protobuf:"varint,11,opt,name=watch,proto3" json:"watch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SyncResponse) Reset() {
@@ -1651,6 +1655,142 @@ func (x *SyncResponse) GetSinceRequestNanos() int64 {
 	return 0
 }
 
+func (x *SyncResponse) GetWatch() uint64 {
+	if x != nil {
+		return x.Watch
+	}
+	return 0
+}
+
+// WatchRequest opens a Watch. Its first message names the Watch (watch);
+// the requests follow as Polls.
+type WatchRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchRequest) Reset() {
+	*x = WatchRequest{}
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchRequest) ProtoMessage() {}
+
+func (x *WatchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
+func (*WatchRequest) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{17}
+}
+
+// PollRequest carries one SyncRequest of the Watch numbered watch on this
+// connection, as the next message of a Sync stream would.
+type PollRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Watch         uint64                 `protobuf:"varint,1,opt,name=watch,proto3" json:"watch,omitempty"`
+	Request       *SyncRequest           `protobuf:"bytes,2,opt,name=request,proto3" json:"request,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PollRequest) Reset() {
+	*x = PollRequest{}
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PollRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PollRequest) ProtoMessage() {}
+
+func (x *PollRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PollRequest.ProtoReflect.Descriptor instead.
+func (*PollRequest) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *PollRequest) GetWatch() uint64 {
+	if x != nil {
+		return x.Watch
+	}
+	return 0
+}
+
+func (x *PollRequest) GetRequest() *SyncRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+// PollResponse says the request was taken: its answer comes on the Watch.
+type PollResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PollResponse) Reset() {
+	*x = PollResponse{}
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PollResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PollResponse) ProtoMessage() {}
+
+func (x *PollResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PollResponse.ProtoReflect.Descriptor instead.
+func (*PollResponse) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{19}
+}
+
 type StatusRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// namespace limits the answer to one namespace; empty means all.
@@ -1668,7 +1808,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[17]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1680,7 +1820,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[17]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1693,7 +1833,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{17}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *StatusRequest) GetNamespace() string {
@@ -1738,7 +1878,7 @@ type OwnerStatus struct {
 
 func (x *OwnerStatus) Reset() {
 	*x = OwnerStatus{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[18]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1750,7 +1890,7 @@ func (x *OwnerStatus) String() string {
 func (*OwnerStatus) ProtoMessage() {}
 
 func (x *OwnerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[18]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1763,7 +1903,7 @@ func (x *OwnerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OwnerStatus.ProtoReflect.Descriptor instead.
 func (*OwnerStatus) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{18}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *OwnerStatus) GetId() string {
@@ -1869,7 +2009,7 @@ type HotKey struct {
 
 func (x *HotKey) Reset() {
 	*x = HotKey{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[19]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1881,7 +2021,7 @@ func (x *HotKey) String() string {
 func (*HotKey) ProtoMessage() {}
 
 func (x *HotKey) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[19]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1894,7 +2034,7 @@ func (x *HotKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HotKey.ProtoReflect.Descriptor instead.
 func (*HotKey) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{19}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *HotKey) GetKey() uint64 {
@@ -1927,7 +2067,7 @@ type NamespaceStatus struct {
 
 func (x *NamespaceStatus) Reset() {
 	*x = NamespaceStatus{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[20]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1939,7 +2079,7 @@ func (x *NamespaceStatus) String() string {
 func (*NamespaceStatus) ProtoMessage() {}
 
 func (x *NamespaceStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[20]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1952,7 +2092,7 @@ func (x *NamespaceStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NamespaceStatus.ProtoReflect.Descriptor instead.
 func (*NamespaceStatus) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{20}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *NamespaceStatus) GetName() string {
@@ -2016,7 +2156,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[21]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2028,7 +2168,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[21]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2041,7 +2181,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{21}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *StatusResponse) GetEpoch() uint64 {
@@ -2101,7 +2241,7 @@ type Cluster struct {
 
 func (x *Cluster) Reset() {
 	*x = Cluster{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[22]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2113,7 +2253,7 @@ func (x *Cluster) String() string {
 func (*Cluster) ProtoMessage() {}
 
 func (x *Cluster) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[22]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2126,7 +2266,7 @@ func (x *Cluster) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cluster.ProtoReflect.Descriptor instead.
 func (*Cluster) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{22}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Cluster) GetId() uint64 {
@@ -2225,7 +2365,7 @@ type ReadLeaseInfo struct {
 
 func (x *ReadLeaseInfo) Reset() {
 	*x = ReadLeaseInfo{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[23]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2237,7 +2377,7 @@ func (x *ReadLeaseInfo) String() string {
 func (*ReadLeaseInfo) ProtoMessage() {}
 
 func (x *ReadLeaseInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[23]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2250,7 +2390,7 @@ func (x *ReadLeaseInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadLeaseInfo.ProtoReflect.Descriptor instead.
 func (*ReadLeaseInfo) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{23}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ReadLeaseInfo) GetHolder() bool {
@@ -2320,7 +2460,7 @@ type HolderRequest struct {
 
 func (x *HolderRequest) Reset() {
 	*x = HolderRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[24]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2332,7 +2472,7 @@ func (x *HolderRequest) String() string {
 func (*HolderRequest) ProtoMessage() {}
 
 func (x *HolderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[24]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2345,7 +2485,7 @@ func (x *HolderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HolderRequest.ProtoReflect.Descriptor instead.
 func (*HolderRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{24}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *HolderRequest) GetNamespace() string {
@@ -2387,7 +2527,7 @@ type HolderResponse struct {
 
 func (x *HolderResponse) Reset() {
 	*x = HolderResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[25]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2399,7 +2539,7 @@ func (x *HolderResponse) String() string {
 func (*HolderResponse) ProtoMessage() {}
 
 func (x *HolderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[25]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2412,7 +2552,7 @@ func (x *HolderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HolderResponse.ProtoReflect.Descriptor instead.
 func (*HolderResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{25}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *HolderResponse) GetOwner() string {
@@ -2498,7 +2638,7 @@ type Peer struct {
 
 func (x *Peer) Reset() {
 	*x = Peer{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[26]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2510,7 +2650,7 @@ func (x *Peer) String() string {
 func (*Peer) ProtoMessage() {}
 
 func (x *Peer) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[26]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2523,7 +2663,7 @@ func (x *Peer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Peer.ProtoReflect.Descriptor instead.
 func (*Peer) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{26}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Peer) GetId() uint64 {
@@ -2588,7 +2728,7 @@ type AddPeerRequest struct {
 
 func (x *AddPeerRequest) Reset() {
 	*x = AddPeerRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[27]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2600,7 +2740,7 @@ func (x *AddPeerRequest) String() string {
 func (*AddPeerRequest) ProtoMessage() {}
 
 func (x *AddPeerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[27]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2613,7 +2753,7 @@ func (x *AddPeerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddPeerRequest.ProtoReflect.Descriptor instead.
 func (*AddPeerRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{27}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *AddPeerRequest) GetId() uint64 {
@@ -2655,7 +2795,7 @@ type RemovePeerRequest struct {
 
 func (x *RemovePeerRequest) Reset() {
 	*x = RemovePeerRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[28]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2667,7 +2807,7 @@ func (x *RemovePeerRequest) String() string {
 func (*RemovePeerRequest) ProtoMessage() {}
 
 func (x *RemovePeerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[28]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2680,7 +2820,7 @@ func (x *RemovePeerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemovePeerRequest.ProtoReflect.Descriptor instead.
 func (*RemovePeerRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{28}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RemovePeerRequest) GetId() uint64 {
@@ -2702,7 +2842,7 @@ type ClusterResponse struct {
 
 func (x *ClusterResponse) Reset() {
 	*x = ClusterResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[29]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2714,7 +2854,7 @@ func (x *ClusterResponse) String() string {
 func (*ClusterResponse) ProtoMessage() {}
 
 func (x *ClusterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[29]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2727,7 +2867,7 @@ func (x *ClusterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterResponse.ProtoReflect.Descriptor instead.
 func (*ClusterResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{29}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ClusterResponse) GetCluster() *Cluster {
@@ -2747,7 +2887,7 @@ type DrainRequest struct {
 
 func (x *DrainRequest) Reset() {
 	*x = DrainRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[30]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2759,7 +2899,7 @@ func (x *DrainRequest) String() string {
 func (*DrainRequest) ProtoMessage() {}
 
 func (x *DrainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[30]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2772,7 +2912,7 @@ func (x *DrainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainRequest.ProtoReflect.Descriptor instead.
 func (*DrainRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{30}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *DrainRequest) GetNamespace() string {
@@ -2797,7 +2937,7 @@ type DrainResponse struct {
 
 func (x *DrainResponse) Reset() {
 	*x = DrainResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[31]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2809,7 +2949,7 @@ func (x *DrainResponse) String() string {
 func (*DrainResponse) ProtoMessage() {}
 
 func (x *DrainResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[31]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2822,7 +2962,7 @@ func (x *DrainResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainResponse.ProtoReflect.Descriptor instead.
 func (*DrainResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{31}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{34}
 }
 
 type ForgetRequest struct {
@@ -2835,7 +2975,7 @@ type ForgetRequest struct {
 
 func (x *ForgetRequest) Reset() {
 	*x = ForgetRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[32]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2847,7 +2987,7 @@ func (x *ForgetRequest) String() string {
 func (*ForgetRequest) ProtoMessage() {}
 
 func (x *ForgetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[32]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2860,7 +3000,7 @@ func (x *ForgetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetRequest.ProtoReflect.Descriptor instead.
 func (*ForgetRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{32}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ForgetRequest) GetNamespace() string {
@@ -2885,7 +3025,7 @@ type ForgetResponse struct {
 
 func (x *ForgetResponse) Reset() {
 	*x = ForgetResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[33]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2897,7 +3037,7 @@ func (x *ForgetResponse) String() string {
 func (*ForgetResponse) ProtoMessage() {}
 
 func (x *ForgetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[33]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2910,7 +3050,7 @@ func (x *ForgetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetResponse.ProtoReflect.Descriptor instead.
 func (*ForgetResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{33}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{36}
 }
 
 type BackupRequest struct {
@@ -2921,7 +3061,7 @@ type BackupRequest struct {
 
 func (x *BackupRequest) Reset() {
 	*x = BackupRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[34]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2933,7 +3073,7 @@ func (x *BackupRequest) String() string {
 func (*BackupRequest) ProtoMessage() {}
 
 func (x *BackupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[34]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2946,7 +3086,7 @@ func (x *BackupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupRequest.ProtoReflect.Descriptor instead.
 func (*BackupRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{34}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{37}
 }
 
 // BackupChunk is the next part of a backup; the parts concatenated are the
@@ -2960,7 +3100,7 @@ type BackupChunk struct {
 
 func (x *BackupChunk) Reset() {
 	*x = BackupChunk{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[35]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2972,7 +3112,7 @@ func (x *BackupChunk) String() string {
 func (*BackupChunk) ProtoMessage() {}
 
 func (x *BackupChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[35]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2985,7 +3125,7 @@ func (x *BackupChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupChunk.ProtoReflect.Descriptor instead.
 func (*BackupChunk) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{35}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *BackupChunk) GetData() []byte {
@@ -3012,7 +3152,7 @@ type RaftMessage struct {
 
 func (x *RaftMessage) Reset() {
 	*x = RaftMessage{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[36]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3024,7 +3164,7 @@ func (x *RaftMessage) String() string {
 func (*RaftMessage) ProtoMessage() {}
 
 func (x *RaftMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[36]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3037,7 +3177,7 @@ func (x *RaftMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftMessage.ProtoReflect.Descriptor instead.
 func (*RaftMessage) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{36}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *RaftMessage) GetMessage() []byte {
@@ -3064,7 +3204,7 @@ type RaftAck struct {
 
 func (x *RaftAck) Reset() {
 	*x = RaftAck{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[37]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3076,7 +3216,7 @@ func (x *RaftAck) String() string {
 func (*RaftAck) ProtoMessage() {}
 
 func (x *RaftAck) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[37]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3089,7 +3229,7 @@ func (x *RaftAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftAck.ProtoReflect.Descriptor instead.
 func (*RaftAck) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{37}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{40}
 }
 
 // LossesRequest subscribes to a gateway's loss notifications.
@@ -3109,7 +3249,7 @@ type LossesRequest struct {
 
 func (x *LossesRequest) Reset() {
 	*x = LossesRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[38]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3121,7 +3261,7 @@ func (x *LossesRequest) String() string {
 func (*LossesRequest) ProtoMessage() {}
 
 func (x *LossesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[38]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3134,7 +3274,7 @@ func (x *LossesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LossesRequest.ProtoReflect.Descriptor instead.
 func (*LossesRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{38}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *LossesRequest) GetNamespace() string {
@@ -3182,7 +3322,7 @@ type LossNotification struct {
 
 func (x *LossNotification) Reset() {
 	*x = LossNotification{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[39]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3194,7 +3334,7 @@ func (x *LossNotification) String() string {
 func (*LossNotification) ProtoMessage() {}
 
 func (x *LossNotification) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[39]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3207,7 +3347,7 @@ func (x *LossNotification) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LossNotification.ProtoReflect.Descriptor instead.
 func (*LossNotification) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{39}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *LossNotification) GetId() uint64 {
@@ -3264,7 +3404,7 @@ type LostOwner struct {
 
 func (x *LostOwner) Reset() {
 	*x = LostOwner{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[40]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3276,7 +3416,7 @@ func (x *LostOwner) String() string {
 func (*LostOwner) ProtoMessage() {}
 
 func (x *LostOwner) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[40]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3289,7 +3429,7 @@ func (x *LostOwner) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LostOwner.ProtoReflect.Descriptor instead.
 func (*LostOwner) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{40}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *LostOwner) GetOwner() string {
@@ -3324,7 +3464,7 @@ type CoversRequest struct {
 
 func (x *CoversRequest) Reset() {
 	*x = CoversRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[41]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3336,7 +3476,7 @@ func (x *CoversRequest) String() string {
 func (*CoversRequest) ProtoMessage() {}
 
 func (x *CoversRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[41]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3349,7 +3489,7 @@ func (x *CoversRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CoversRequest.ProtoReflect.Descriptor instead.
 func (*CoversRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{41}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *CoversRequest) GetId() uint64 {
@@ -3377,7 +3517,7 @@ type CoversResponse struct {
 
 func (x *CoversResponse) Reset() {
 	*x = CoversResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[42]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3389,7 +3529,7 @@ func (x *CoversResponse) String() string {
 func (*CoversResponse) ProtoMessage() {}
 
 func (x *CoversResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[42]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3402,7 +3542,7 @@ func (x *CoversResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CoversResponse.ProtoReflect.Descriptor instead.
 func (*CoversResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{42}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *CoversResponse) GetCovers() bool {
@@ -3548,7 +3688,7 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\n" +
 	"names_once\x18\x05 \x01(\bR\tnamesOnce\x12'\n" +
 	"\x0fcompact_changes\x18\x10 \x01(\bR\x0ecompactChanges\x12\x1b\n" +
-	"\tmax_drift\x18\x06 \x01(\x01R\bmaxDrift\"\xd3\x02\n" +
+	"\tmax_drift\x18\x06 \x01(\x01R\bmaxDrift\"\xe9\x02\n" +
 	"\fSyncResponse\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\x04R\x02id\x12\x14\n" +
@@ -3562,7 +3702,13 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\n" +
 	"names_once\x18\a \x01(\bR\tnamesOnce\x12\x18\n" +
 	"\arequest\x18\b \x01(\x04R\arequest\x12.\n" +
-	"\x13since_request_nanos\x18\t \x01(\x03R\x11sinceRequestNanos\"L\n" +
+	"\x13since_request_nanos\x18\t \x01(\x03R\x11sinceRequestNanos\x12\x14\n" +
+	"\x05watch\x18\v \x01(\x04R\x05watch\"\x0e\n" +
+	"\fWatchRequest\"X\n" +
+	"\vPollRequest\x12\x14\n" +
+	"\x05watch\x18\x01 \x01(\x04R\x05watch\x123\n" +
+	"\arequest\x18\x02 \x01(\v2\x19.leasehold.v1.SyncRequestR\arequest\"\x0e\n" +
+	"\fPollResponse\"L\n" +
 	"\rStatusRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1d\n" +
 	"\n" +
@@ -3690,9 +3836,11 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x06covers\x18\x01 \x01(\bR\x06covers\x12\x12\n" +
 	"\x04hash\x18\x02 \x01(\x06R\x04hash2P\n" +
 	"\x06Leases\x12F\n" +
-	"\aSession\x12\x1a.leasehold.v1.LeaseRequest\x1a\x1b.leasehold.v1.LeaseResponse(\x010\x012L\n" +
+	"\aSession\x12\x1a.leasehold.v1.LeaseRequest\x1a\x1b.leasehold.v1.LeaseResponse(\x010\x012\xce\x01\n" +
 	"\aLookups\x12A\n" +
-	"\x04Sync\x12\x19.leasehold.v1.SyncRequest\x1a\x1a.leasehold.v1.SyncResponse(\x010\x012\xb6\x04\n" +
+	"\x04Sync\x12\x19.leasehold.v1.SyncRequest\x1a\x1a.leasehold.v1.SyncResponse(\x010\x01\x12A\n" +
+	"\x05Watch\x12\x1a.leasehold.v1.WatchRequest\x1a\x1a.leasehold.v1.SyncResponse0\x01\x12=\n" +
+	"\x04Poll\x12\x19.leasehold.v1.PollRequest\x1a\x1a.leasehold.v1.PollResponse2\xb6\x04\n" +
 	"\x05Admin\x12C\n" +
 	"\x06Status\x12\x1b.leasehold.v1.StatusRequest\x1a\x1c.leasehold.v1.StatusResponse\x12F\n" +
 	"\aAddPeer\x12\x1c.leasehold.v1.AddPeerRequest\x1a\x1d.leasehold.v1.ClusterResponse\x12L\n" +
@@ -3721,7 +3869,7 @@ func file_leasehold_v1_leasehold_proto_rawDescGZIP() []byte {
 	return file_leasehold_v1_leasehold_proto_rawDescData
 }
 
-var file_leasehold_v1_leasehold_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
+var file_leasehold_v1_leasehold_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
 var file_leasehold_v1_leasehold_proto_goTypes = []any{
 	(*Range)(nil),             // 0: leasehold.v1.Range
 	(*Lease)(nil),             // 1: leasehold.v1.Lease
@@ -3740,32 +3888,35 @@ var file_leasehold_v1_leasehold_proto_goTypes = []any{
 	(*CompactChanges)(nil),    // 14: leasehold.v1.CompactChanges
 	(*SyncRequest)(nil),       // 15: leasehold.v1.SyncRequest
 	(*SyncResponse)(nil),      // 16: leasehold.v1.SyncResponse
-	(*StatusRequest)(nil),     // 17: leasehold.v1.StatusRequest
-	(*OwnerStatus)(nil),       // 18: leasehold.v1.OwnerStatus
-	(*HotKey)(nil),            // 19: leasehold.v1.HotKey
-	(*NamespaceStatus)(nil),   // 20: leasehold.v1.NamespaceStatus
-	(*StatusResponse)(nil),    // 21: leasehold.v1.StatusResponse
-	(*Cluster)(nil),           // 22: leasehold.v1.Cluster
-	(*ReadLeaseInfo)(nil),     // 23: leasehold.v1.ReadLeaseInfo
-	(*HolderRequest)(nil),     // 24: leasehold.v1.HolderRequest
-	(*HolderResponse)(nil),    // 25: leasehold.v1.HolderResponse
-	(*Peer)(nil),              // 26: leasehold.v1.Peer
-	(*AddPeerRequest)(nil),    // 27: leasehold.v1.AddPeerRequest
-	(*RemovePeerRequest)(nil), // 28: leasehold.v1.RemovePeerRequest
-	(*ClusterResponse)(nil),   // 29: leasehold.v1.ClusterResponse
-	(*DrainRequest)(nil),      // 30: leasehold.v1.DrainRequest
-	(*DrainResponse)(nil),     // 31: leasehold.v1.DrainResponse
-	(*ForgetRequest)(nil),     // 32: leasehold.v1.ForgetRequest
-	(*ForgetResponse)(nil),    // 33: leasehold.v1.ForgetResponse
-	(*BackupRequest)(nil),     // 34: leasehold.v1.BackupRequest
-	(*BackupChunk)(nil),       // 35: leasehold.v1.BackupChunk
-	(*RaftMessage)(nil),       // 36: leasehold.v1.RaftMessage
-	(*RaftAck)(nil),           // 37: leasehold.v1.RaftAck
-	(*LossesRequest)(nil),     // 38: leasehold.v1.LossesRequest
-	(*LossNotification)(nil),  // 39: leasehold.v1.LossNotification
-	(*LostOwner)(nil),         // 40: leasehold.v1.LostOwner
-	(*CoversRequest)(nil),     // 41: leasehold.v1.CoversRequest
-	(*CoversResponse)(nil),    // 42: leasehold.v1.CoversResponse
+	(*WatchRequest)(nil),      // 17: leasehold.v1.WatchRequest
+	(*PollRequest)(nil),       // 18: leasehold.v1.PollRequest
+	(*PollResponse)(nil),      // 19: leasehold.v1.PollResponse
+	(*StatusRequest)(nil),     // 20: leasehold.v1.StatusRequest
+	(*OwnerStatus)(nil),       // 21: leasehold.v1.OwnerStatus
+	(*HotKey)(nil),            // 22: leasehold.v1.HotKey
+	(*NamespaceStatus)(nil),   // 23: leasehold.v1.NamespaceStatus
+	(*StatusResponse)(nil),    // 24: leasehold.v1.StatusResponse
+	(*Cluster)(nil),           // 25: leasehold.v1.Cluster
+	(*ReadLeaseInfo)(nil),     // 26: leasehold.v1.ReadLeaseInfo
+	(*HolderRequest)(nil),     // 27: leasehold.v1.HolderRequest
+	(*HolderResponse)(nil),    // 28: leasehold.v1.HolderResponse
+	(*Peer)(nil),              // 29: leasehold.v1.Peer
+	(*AddPeerRequest)(nil),    // 30: leasehold.v1.AddPeerRequest
+	(*RemovePeerRequest)(nil), // 31: leasehold.v1.RemovePeerRequest
+	(*ClusterResponse)(nil),   // 32: leasehold.v1.ClusterResponse
+	(*DrainRequest)(nil),      // 33: leasehold.v1.DrainRequest
+	(*DrainResponse)(nil),     // 34: leasehold.v1.DrainResponse
+	(*ForgetRequest)(nil),     // 35: leasehold.v1.ForgetRequest
+	(*ForgetResponse)(nil),    // 36: leasehold.v1.ForgetResponse
+	(*BackupRequest)(nil),     // 37: leasehold.v1.BackupRequest
+	(*BackupChunk)(nil),       // 38: leasehold.v1.BackupChunk
+	(*RaftMessage)(nil),       // 39: leasehold.v1.RaftMessage
+	(*RaftAck)(nil),           // 40: leasehold.v1.RaftAck
+	(*LossesRequest)(nil),     // 41: leasehold.v1.LossesRequest
+	(*LossNotification)(nil),  // 42: leasehold.v1.LossNotification
+	(*LostOwner)(nil),         // 43: leasehold.v1.LostOwner
+	(*CoversRequest)(nil),     // 44: leasehold.v1.CoversRequest
+	(*CoversResponse)(nil),    // 45: leasehold.v1.CoversResponse
 }
 var file_leasehold_v1_leasehold_proto_depIdxs = []int32{
 	0,  // 0: leasehold.v1.Lease.range:type_name -> leasehold.v1.Range
@@ -3792,47 +3943,52 @@ var file_leasehold_v1_leasehold_proto_depIdxs = []int32{
 	14, // 21: leasehold.v1.Update.compact:type_name -> leasehold.v1.CompactChanges
 	10, // 22: leasehold.v1.CompactChanges.names:type_name -> leasehold.v1.Entry
 	13, // 23: leasehold.v1.SyncResponse.update:type_name -> leasehold.v1.Update
-	19, // 24: leasehold.v1.OwnerStatus.hot_keys:type_name -> leasehold.v1.HotKey
-	18, // 25: leasehold.v1.NamespaceStatus.owners:type_name -> leasehold.v1.OwnerStatus
-	20, // 26: leasehold.v1.StatusResponse.namespaces:type_name -> leasehold.v1.NamespaceStatus
-	22, // 27: leasehold.v1.StatusResponse.cluster:type_name -> leasehold.v1.Cluster
-	26, // 28: leasehold.v1.Cluster.peers:type_name -> leasehold.v1.Peer
-	23, // 29: leasehold.v1.Cluster.read_lease:type_name -> leasehold.v1.ReadLeaseInfo
-	22, // 30: leasehold.v1.ClusterResponse.cluster:type_name -> leasehold.v1.Cluster
-	0,  // 31: leasehold.v1.LossNotification.ranges:type_name -> leasehold.v1.Range
-	40, // 32: leasehold.v1.LossNotification.owners:type_name -> leasehold.v1.LostOwner
-	0,  // 33: leasehold.v1.LostOwner.ranges:type_name -> leasehold.v1.Range
-	2,  // 34: leasehold.v1.Leases.Session:input_type -> leasehold.v1.LeaseRequest
-	15, // 35: leasehold.v1.Lookups.Sync:input_type -> leasehold.v1.SyncRequest
-	17, // 36: leasehold.v1.Admin.Status:input_type -> leasehold.v1.StatusRequest
-	27, // 37: leasehold.v1.Admin.AddPeer:input_type -> leasehold.v1.AddPeerRequest
-	28, // 38: leasehold.v1.Admin.RemovePeer:input_type -> leasehold.v1.RemovePeerRequest
-	30, // 39: leasehold.v1.Admin.Drain:input_type -> leasehold.v1.DrainRequest
-	30, // 40: leasehold.v1.Admin.Undrain:input_type -> leasehold.v1.DrainRequest
-	32, // 41: leasehold.v1.Admin.Forget:input_type -> leasehold.v1.ForgetRequest
-	34, // 42: leasehold.v1.Admin.Backup:input_type -> leasehold.v1.BackupRequest
-	24, // 43: leasehold.v1.Admin.Holder:input_type -> leasehold.v1.HolderRequest
-	36, // 44: leasehold.v1.Raft.Send:input_type -> leasehold.v1.RaftMessage
-	38, // 45: leasehold.v1.Gateway.Losses:input_type -> leasehold.v1.LossesRequest
-	41, // 46: leasehold.v1.Gateway.Covers:input_type -> leasehold.v1.CoversRequest
-	9,  // 47: leasehold.v1.Leases.Session:output_type -> leasehold.v1.LeaseResponse
-	16, // 48: leasehold.v1.Lookups.Sync:output_type -> leasehold.v1.SyncResponse
-	21, // 49: leasehold.v1.Admin.Status:output_type -> leasehold.v1.StatusResponse
-	29, // 50: leasehold.v1.Admin.AddPeer:output_type -> leasehold.v1.ClusterResponse
-	29, // 51: leasehold.v1.Admin.RemovePeer:output_type -> leasehold.v1.ClusterResponse
-	31, // 52: leasehold.v1.Admin.Drain:output_type -> leasehold.v1.DrainResponse
-	31, // 53: leasehold.v1.Admin.Undrain:output_type -> leasehold.v1.DrainResponse
-	33, // 54: leasehold.v1.Admin.Forget:output_type -> leasehold.v1.ForgetResponse
-	35, // 55: leasehold.v1.Admin.Backup:output_type -> leasehold.v1.BackupChunk
-	25, // 56: leasehold.v1.Admin.Holder:output_type -> leasehold.v1.HolderResponse
-	37, // 57: leasehold.v1.Raft.Send:output_type -> leasehold.v1.RaftAck
-	39, // 58: leasehold.v1.Gateway.Losses:output_type -> leasehold.v1.LossNotification
-	42, // 59: leasehold.v1.Gateway.Covers:output_type -> leasehold.v1.CoversResponse
-	47, // [47:60] is the sub-list for method output_type
-	34, // [34:47] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	15, // 24: leasehold.v1.PollRequest.request:type_name -> leasehold.v1.SyncRequest
+	22, // 25: leasehold.v1.OwnerStatus.hot_keys:type_name -> leasehold.v1.HotKey
+	21, // 26: leasehold.v1.NamespaceStatus.owners:type_name -> leasehold.v1.OwnerStatus
+	23, // 27: leasehold.v1.StatusResponse.namespaces:type_name -> leasehold.v1.NamespaceStatus
+	25, // 28: leasehold.v1.StatusResponse.cluster:type_name -> leasehold.v1.Cluster
+	29, // 29: leasehold.v1.Cluster.peers:type_name -> leasehold.v1.Peer
+	26, // 30: leasehold.v1.Cluster.read_lease:type_name -> leasehold.v1.ReadLeaseInfo
+	25, // 31: leasehold.v1.ClusterResponse.cluster:type_name -> leasehold.v1.Cluster
+	0,  // 32: leasehold.v1.LossNotification.ranges:type_name -> leasehold.v1.Range
+	43, // 33: leasehold.v1.LossNotification.owners:type_name -> leasehold.v1.LostOwner
+	0,  // 34: leasehold.v1.LostOwner.ranges:type_name -> leasehold.v1.Range
+	2,  // 35: leasehold.v1.Leases.Session:input_type -> leasehold.v1.LeaseRequest
+	15, // 36: leasehold.v1.Lookups.Sync:input_type -> leasehold.v1.SyncRequest
+	17, // 37: leasehold.v1.Lookups.Watch:input_type -> leasehold.v1.WatchRequest
+	18, // 38: leasehold.v1.Lookups.Poll:input_type -> leasehold.v1.PollRequest
+	20, // 39: leasehold.v1.Admin.Status:input_type -> leasehold.v1.StatusRequest
+	30, // 40: leasehold.v1.Admin.AddPeer:input_type -> leasehold.v1.AddPeerRequest
+	31, // 41: leasehold.v1.Admin.RemovePeer:input_type -> leasehold.v1.RemovePeerRequest
+	33, // 42: leasehold.v1.Admin.Drain:input_type -> leasehold.v1.DrainRequest
+	33, // 43: leasehold.v1.Admin.Undrain:input_type -> leasehold.v1.DrainRequest
+	35, // 44: leasehold.v1.Admin.Forget:input_type -> leasehold.v1.ForgetRequest
+	37, // 45: leasehold.v1.Admin.Backup:input_type -> leasehold.v1.BackupRequest
+	27, // 46: leasehold.v1.Admin.Holder:input_type -> leasehold.v1.HolderRequest
+	39, // 47: leasehold.v1.Raft.Send:input_type -> leasehold.v1.RaftMessage
+	41, // 48: leasehold.v1.Gateway.Losses:input_type -> leasehold.v1.LossesRequest
+	44, // 49: leasehold.v1.Gateway.Covers:input_type -> leasehold.v1.CoversRequest
+	9,  // 50: leasehold.v1.Leases.Session:output_type -> leasehold.v1.LeaseResponse
+	16, // 51: leasehold.v1.Lookups.Sync:output_type -> leasehold.v1.SyncResponse
+	16, // 52: leasehold.v1.Lookups.Watch:output_type -> leasehold.v1.SyncResponse
+	19, // 53: leasehold.v1.Lookups.Poll:output_type -> leasehold.v1.PollResponse
+	24, // 54: leasehold.v1.Admin.Status:output_type -> leasehold.v1.StatusResponse
+	32, // 55: leasehold.v1.Admin.AddPeer:output_type -> leasehold.v1.ClusterResponse
+	32, // 56: leasehold.v1.Admin.RemovePeer:output_type -> leasehold.v1.ClusterResponse
+	34, // 57: leasehold.v1.Admin.Drain:output_type -> leasehold.v1.DrainResponse
+	34, // 58: leasehold.v1.Admin.Undrain:output_type -> leasehold.v1.DrainResponse
+	36, // 59: leasehold.v1.Admin.Forget:output_type -> leasehold.v1.ForgetResponse
+	38, // 60: leasehold.v1.Admin.Backup:output_type -> leasehold.v1.BackupChunk
+	28, // 61: leasehold.v1.Admin.Holder:output_type -> leasehold.v1.HolderResponse
+	40, // 62: leasehold.v1.Raft.Send:output_type -> leasehold.v1.RaftAck
+	42, // 63: leasehold.v1.Gateway.Losses:output_type -> leasehold.v1.LossNotification
+	45, // 64: leasehold.v1.Gateway.Covers:output_type -> leasehold.v1.CoversResponse
+	50, // [50:65] is the sub-list for method output_type
+	35, // [35:50] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_v1_leasehold_proto_init() }
@@ -3846,7 +4002,7 @@ func file_leasehold_v1_leasehold_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leasehold_v1_leasehold_proto_rawDesc), len(file_leasehold_v1_leasehold_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   43,
+			NumMessages:   46,
 			NumExtensions: 0,
 			NumServices:   5,
 		},

@@ -125,7 +125,9 @@ var Leases_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
-	Lookups_Sync_FullMethodName = "/leasehold.v1.Lookups/Sync"
+	Lookups_Sync_FullMethodName  = "/leasehold.v1.Lookups/Sync"
+	Lookups_Watch_FullMethodName = "/leasehold.v1.Lookups/Watch"
+	Lookups_Poll_FullMethodName  = "/leasehold.v1.Lookups/Poll"
 )
 
 // LookupsClient is the client API for Lookups service.
@@ -134,8 +136,16 @@ const (
 //
 // Lookups keeps a Lookup's copy of a namespace's lease table: the Lookup
 // polls with SyncRequests and the Manager pushes changes as they happen.
+//
+// Watch and Poll carry what Sync does, split in two so that an idle
+// Lookup costs the Manager less (docs/protocol.md, "Watch and Poll"): the
+// Watch stream carries the Manager's answers and pushes, and each of the
+// Lookup's SyncRequests is a Poll naming the Watch, on the connection the
+// Watch is open on. Sync stays for Lookups that predate Watch.
 type LookupsClient interface {
 	Sync(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[SyncRequest, SyncResponse], error)
+	Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SyncResponse], error)
+	Poll(ctx context.Context, in *PollRequest, opts ...grpc.CallOption) (*PollResponse, error)
 }
 
 type lookupsClient struct {
@@ -159,14 +169,51 @@ func (c *lookupsClient) Sync(ctx context.Context, opts ...grpc.CallOption) (grpc
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Lookups_SyncClient = grpc.BidiStreamingClient[SyncRequest, SyncResponse]
 
+func (c *lookupsClient) Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SyncResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Lookups_ServiceDesc.Streams[1], Lookups_Watch_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchRequest, SyncResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Lookups_WatchClient = grpc.ServerStreamingClient[SyncResponse]
+
+func (c *lookupsClient) Poll(ctx context.Context, in *PollRequest, opts ...grpc.CallOption) (*PollResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PollResponse)
+	err := c.cc.Invoke(ctx, Lookups_Poll_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // LookupsServer is the server API for Lookups service.
 // All implementations must embed UnimplementedLookupsServer
 // for forward compatibility.
 //
 // Lookups keeps a Lookup's copy of a namespace's lease table: the Lookup
 // polls with SyncRequests and the Manager pushes changes as they happen.
+//
+// Watch and Poll carry what Sync does, split in two so that an idle
+// Lookup costs the Manager less (docs/protocol.md, "Watch and Poll"): the
+// Watch stream carries the Manager's answers and pushes, and each of the
+// Lookup's SyncRequests is a Poll naming the Watch, on the connection the
+// Watch is open on. Sync stays for Lookups that predate Watch.
 type LookupsServer interface {
 	Sync(grpc.BidiStreamingServer[SyncRequest, SyncResponse]) error
+	Watch(*WatchRequest, grpc.ServerStreamingServer[SyncResponse]) error
+	Poll(context.Context, *PollRequest) (*PollResponse, error)
 	mustEmbedUnimplementedLookupsServer()
 }
 
@@ -179,6 +226,12 @@ type UnimplementedLookupsServer struct{}
 
 func (UnimplementedLookupsServer) Sync(grpc.BidiStreamingServer[SyncRequest, SyncResponse]) error {
 	return status.Error(codes.Unimplemented, "method Sync not implemented")
+}
+func (UnimplementedLookupsServer) Watch(*WatchRequest, grpc.ServerStreamingServer[SyncResponse]) error {
+	return status.Error(codes.Unimplemented, "method Watch not implemented")
+}
+func (UnimplementedLookupsServer) Poll(context.Context, *PollRequest) (*PollResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Poll not implemented")
 }
 func (UnimplementedLookupsServer) mustEmbedUnimplementedLookupsServer() {}
 func (UnimplementedLookupsServer) testEmbeddedByValue()                 {}
@@ -208,19 +261,58 @@ func _Lookups_Sync_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Lookups_SyncServer = grpc.BidiStreamingServer[SyncRequest, SyncResponse]
 
+func _Lookups_Watch_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(LookupsServer).Watch(m, &grpc.GenericServerStream[WatchRequest, SyncResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Lookups_WatchServer = grpc.ServerStreamingServer[SyncResponse]
+
+func _Lookups_Poll_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PollRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LookupsServer).Poll(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Lookups_Poll_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LookupsServer).Poll(ctx, req.(*PollRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Lookups_ServiceDesc is the grpc.ServiceDesc for Lookups service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
 var Lookups_ServiceDesc = grpc.ServiceDesc{
 	ServiceName: "leasehold.v1.Lookups",
 	HandlerType: (*LookupsServer)(nil),
-	Methods:     []grpc.MethodDesc{},
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "Poll",
+			Handler:    _Lookups_Poll_Handler,
+		},
+	},
 	Streams: []grpc.StreamDesc{
 		{
 			StreamName:    "Sync",
 			Handler:       _Lookups_Sync_Handler,
 			ServerStreams: true,
 			ClientStreams: true,
+		},
+		{
+			StreamName:    "Watch",
+			Handler:       _Lookups_Watch_Handler,
+			ServerStreams: true,
 		},
 	},
 	Metadata: "leasehold/v1/leasehold.proto",

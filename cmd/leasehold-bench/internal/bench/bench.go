@@ -86,6 +86,10 @@ type Options struct {
 	// stream, as an application's frontend that runs many Lookups in one
 	// process would over one connection. The full Lookups keep their own.
 	LookupsPerConn int
+	// SyncStreams makes loopback's thin Lookups open Sync streams, as
+	// Lookups did before Watch and Poll, rather than Watches: the Manager's
+	// cost of the two side by side. The full Lookups use Watches either way.
+	SyncStreams bool
 	// LookupEvery is how often loopback starts a Lookup (0: every 100 ms).
 	LookupEvery time.Duration
 	// ReadReplicas makes loopback start this many read replicas beside the

@@ -46,7 +46,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"loopback", "--lookups-per-conn", "0"}, "--lookups-per-conn must be between 1 and 5000"},
 		{[]string{"loopback", "--read-replicas", "9"}, "--read-replicas must be between 0 and 8"},
 		{[]string{"loopback", "--read-replicas", "-1"}, "--read-replicas must be between 0 and 8"},
-		{[]string{"scale", "--read-replicas", "2"}, "--read-replicas are for the loopback scenario only"},
+		{[]string{"scale", "--read-replicas", "2"}, "--sync-streams are for the loopback scenario only"},
+		{[]string{"scale", "--sync-streams"}, "--sync-streams are for the loopback scenario only"},
 	} {
 		code, stdout, stderr := run(t, tc.args...)
 		name := "leasehold-bench " + strings.Join(tc.args, " ")

@@ -40,6 +40,7 @@ type loopbackPlan struct {
 	churn     []bool
 	tls       bool // mutual TLS between every client and the Manager (loopback_tls.go)
 	perConn   int  // thin Lookups per gRPC connection (1: each its own)
+	sync      bool // thin Lookups open Sync streams rather than Watches
 	replicas  int  // read replicas beside the leader, serving every Lookup
 }
 
@@ -64,6 +65,7 @@ func loopbackPlanFor(o Options) loopbackPlan {
 	}
 	p.tls = o.TLS
 	p.perConn = max(o.LookupsPerConn, 1)
+	p.sync = o.SyncStreams
 	p.replicas = o.ReadReplicas
 	if o.LookupEvery > 0 {
 		p.perLookup = o.LookupEvery
@@ -196,7 +198,7 @@ func runLoopbackPoint(ctx context.Context, bin, profDir string, plan loopbackPla
 		procs = append(procs, benchProc{name: fmt.Sprintf("read replica %d", i+2), pid: rr.cmd.Process.Pid, metrics: rm})
 	}
 	dctx, cancel := context.WithCancel(ctx)
-	d := &loadDriver{ctx: dctx, addrs: lookupAddrs, timing: plan.timing, meter: &wireMeter{}, trust: trust, perConn: plan.perConn}
+	d := &loadDriver{ctx: dctx, addrs: lookupAddrs, timing: plan.timing, meter: &wireMeter{}, trust: trust, perConn: plan.perConn, sync: plan.sync}
 	defer func() {
 		cancel()
 		d.stopAll()

@@ -17,6 +17,7 @@ import (
 
 	"github.com/leasehold/leasehold"
 	"github.com/leasehold/leasehold/internal/client"
+	"github.com/leasehold/leasehold/internal/thinlookup"
 	"github.com/leasehold/leasehold/internal/wire"
 	"github.com/leasehold/leasehold/keyspace"
 	"github.com/leasehold/leasehold/lookup"
@@ -287,7 +288,7 @@ type lookupClient struct {
 
 // With several addresses (the read replicas) it spreads over them as the
 // lookup library does (internal/client spread.go), by a key of its own.
-func startLookup(ctx context.Context, addrs []string, full bool, timing protocol.Timing, m *wireMeter, creds credentials.TransportCredentials) (*lookupClient, error) {
+func startLookup(ctx context.Context, addrs []string, full, sync bool, timing protocol.Timing, m *wireMeter, creds credentials.TransportCredentials) (*lookupClient, error) {
 	c := &lookupClient{link: &clientLink{m: m, creds: creds}, arr: &arrivals{log: m.logger()}}
 	if full {
 		l, err := lookup.New(ctx, lookup.Config{
@@ -311,7 +312,7 @@ func startLookup(ctx context.Context, addrs []string, full bool, timing protocol
 		return nil, err
 	}
 	managers.Spread(rand.Uint64())
-	c.thin = startThinLookup(ctx, managers, timing, c.arr)
+	c.thin = startThinLookup(ctx, managers, sync, timing, c.arr)
 	return c, nil
 }
 
@@ -342,9 +343,9 @@ func (s *sharedLink) close() {
 
 // startSharedLookup starts a thin Lookup whose stream runs on s's
 // connection. Stopping it ends its stream only.
-func startSharedLookup(ctx context.Context, s *sharedLink, timing protocol.Timing, m *wireMeter) *lookupClient {
+func startSharedLookup(ctx context.Context, s *sharedLink, sync bool, timing protocol.Timing, m *wireMeter) *lookupClient {
 	c := &lookupClient{link: s.link, arr: &arrivals{log: m.logger()}, shared: true}
-	c.thin = startThinLookup(ctx, s.managers, timing, c.arr)
+	c.thin = startThinLookup(ctx, s.managers, sync, timing, c.arr)
 	return c
 }
 
@@ -364,19 +365,22 @@ func (c *lookupClient) close() {
 }
 
 // thinLookup speaks the Lookup's sync protocol to the Manager over the
-// real gRPC stream, as lookup.Core does without heartbeats (docs/protocol.md,
-// "Heartbeats") — a SyncRequest every Sync (4× as often while unanswered) with its epoch and LSN; a delta or snapshot
+// real gRPC stream by running thinlookup.Core, the simulation's thin
+// Lookup: lookup.Core's rules for when to ask and what, with heartbeats
+// (docs/protocol.md, "Heartbeats") — its requests say names_once and its
+// MaxDrift, so a replica that serves vouches for its freshness on the
+// stream, and on a healthy stream it polls only every LookupPollMax
+// (16 × Sync), or when the Manager's heartbeats stop; a delta or snapshot
 // applied by moving its LSN; asking again on a gap (at most every Sync/4)
 // or a new epoch without a snapshot; asking at once on a new stream — but
-// keeps no copy of the table: the driver could not hold thousands of
+// it keeps no copy of the table: the driver could not hold thousands of
 // copies. The Manager receives the same requests and sends the same
-// updates as to a full Lookup (the simulation's thin Lookups, whose sameness
-// internal/sim's TestThinLookupsLoadTheManagerAlike checks, follow the same
-// rules). It receives every byte of every update but reads only its
-// header (loopback_skim.go): the decoding of thousands of snapshots
-// would be the driver's load, not the Manager's.
+// updates as to a full Lookup (internal/sim's
+// TestThinLookupsLoadTheManagerAlike checks the Core against lookup.Core),
+// except that it does not say compact_changes. It receives every byte of
+// every update but reads only its header (loopback_skim.go): the decoding
+// of thousands of snapshots would be the driver's load, not the Manager's.
 type thinLookup struct {
-	timing   protocol.Timing
 	arr      *arrivals
 	managers *client.Managers
 	recv     chan *protocol.SyncResponse
@@ -384,23 +388,15 @@ type thinLookup struct {
 	reopened chan struct{}
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
-
-	// the loop's
-	epoch    uint64
-	lsn      keyspace.LSN
-	nextID   uint64
-	nextSync time.Time
-	fresh    time.Time
-	pending  map[uint64]time.Time
-	repaired time.Time
+	core     *thinlookup.Core // the loop's
 }
 
-func startThinLookup(ctx context.Context, managers *client.Managers, timing protocol.Timing, arr *arrivals) *thinLookup {
+func startThinLookup(ctx context.Context, managers *client.Managers, sync bool, timing protocol.Timing, arr *arrivals) *thinLookup {
 	managers.CapBackoff(timing.Sync / 4)
 	managers.Liveness(func() time.Duration { return timing.LookupAnswerWait() }, false)
-	l := &thinLookup{timing: timing, arr: arr, managers: managers,
+	l := &thinLookup{arr: arr, managers: managers,
 		recv: make(chan *protocol.SyncResponse, 64), sendq: make(chan *pb.SyncRequest, 16),
-		reopened: make(chan struct{}, 1), pending: map[uint64]time.Time{}}
+		reopened: make(chan struct{}, 1), core: thinlookup.New(protocol.DefaultNamespace, timing, time.Now())}
 	ctx, l.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	l.wg.Add(2)
 	go l.run(ctx)
@@ -409,7 +405,7 @@ func startThinLookup(ctx context.Context, managers *client.Managers, timing prot
 		opened := 0
 		client.Keep(ctx, arr.log, "sync", managers,
 			func(ctx context.Context, cc grpc.ClientConnInterface) (client.Stream[pb.SyncRequest, skimmedSync], error) {
-				st, err := openSkimmedSync(ctx, cc)
+				st, err := openSkimmed(ctx, cc, sync, timing.LookupAnswerWait())
 				if opened++; err == nil && opened > 1 {
 					select {
 					case l.reopened <- struct{}{}:
@@ -429,87 +425,38 @@ func (l *thinLookup) stop() {
 	l.wg.Wait()
 }
 
+// run drives the Core: answers and pushes to Step (noting the update's
+// arrival when the LSN or epoch moves), Tick at its deadline, and a sync
+// at once on a reopened stream.
 func (l *thinLookup) run(ctx context.Context) {
 	defer l.wg.Done()
+	c := l.core
 	timer := time.NewTimer(0)
 	defer timer.Stop()
-	l.nextSync = time.Now()
 	for {
-		timer.Reset(max(time.Until(l.nextSync), 0))
+		for _, r := range c.Ready() {
+			select {
+			case l.sendq <- wire.SyncRequestToPB(r): // names_once and max_drift: Heartbeats, MaxDrift
+			default: // the stream is down or slow: a lost message
+			}
+		}
+		timer.Reset(max(time.Until(c.NextDeadline()), 0))
 		select {
 		case <-ctx.Done():
 			return
 		case m := <-l.recv:
-			l.step(time.Now(), m)
-		case <-l.reopened:
-			l.request(time.Now())
-		case <-timer.C:
-			if !time.Now().Before(l.nextSync) {
-				l.request(time.Now())
+			now := time.Now()
+			epoch, lsn := c.Epoch(), c.LSN()
+			c.Step(now, m)
+			if c.Epoch() != epoch || c.LSN() != lsn {
+				l.arr.note(now, c.LSN())
 			}
+		case <-l.reopened:
+			c.Reconnected(time.Now())
+		case <-timer.C:
+			c.Tick(time.Now())
 		}
 	}
-}
-
-func (l *thinLookup) request(now time.Time) {
-	l.nextID++
-	l.pending[l.nextID] = now
-	for id, sent := range l.pending {
-		if now.Sub(sent) > l.timing.SyncTimeout {
-			delete(l.pending, id)
-		}
-	}
-	next := l.timing.Sync
-	if now.Sub(l.fresh) > l.timing.Sync {
-		next = l.timing.Sync / 4
-	}
-	l.nextSync = now.Add(next)
-	r := &protocol.SyncRequest{Namespace: "default", ID: l.nextID, Epoch: l.epoch, LSN: l.lsn}
-	select {
-	case l.sendq <- wire.SyncRequestToPB(r):
-	default: // the stream is down or slow: a lost message
-	}
-}
-
-func (l *thinLookup) step(now time.Time, m *protocol.SyncResponse) {
-	if m.Epoch < l.epoch || m.Epoch == 0 {
-		return
-	}
-	if m.Sync > 0 && m.SyncTimeout > 0 {
-		l.timing.Sync, l.timing.SyncTimeout = m.Sync, m.SyncTimeout
-	}
-	sent, answered := l.pending[m.ID]
-	delete(l.pending, m.ID)
-	u := m.Update
-	if m.Epoch > l.epoch {
-		if !u.Snapshot {
-			l.request(now)
-			return
-		}
-		l.epoch, l.lsn = m.Epoch, 0
-	}
-	if u.To > l.lsn || l.lsn == 0 {
-		if !u.Snapshot && u.From > l.lsn {
-			l.repair(now) // a gap: a push was lost or overtaken
-			return
-		}
-		l.lsn = u.To
-		l.arr.note(now, l.lsn)
-	}
-	if answered {
-		l.repaired = time.Time{}
-		if sent.After(l.fresh) {
-			l.fresh = sent
-		}
-	}
-}
-
-func (l *thinLookup) repair(now time.Time) {
-	if !l.repaired.IsZero() && now.Sub(l.repaired) < l.timing.Sync/4 {
-		return
-	}
-	l.repaired = now
-	l.request(now)
 }
 
 // ownerClient is one Owner of the load, on the real owner library.

@@ -28,7 +28,8 @@ type loadDriver struct {
 	trust   *loopbackTrust // nil: plaintext
 	owners  *ownerProc
 	nOwners int
-	perConn int // thin Lookups per connection (1: each its own)
+	perConn int  // thin Lookups per connection (1: each its own)
+	sync    bool // thin Lookups open Sync streams rather than Watches
 
 	sharedMu sync.Mutex
 	shared   map[int]*sharedLink // by j / perConn
@@ -76,7 +77,7 @@ func (d *loadDriver) startLookup(j int, full bool) (*lookupClient, error) {
 		if err != nil {
 			return nil, err
 		}
-		return startLookup(d.ctx, d.addrs, full, d.timing, d.meter, creds)
+		return startLookup(d.ctx, d.addrs, full, d.sync, d.timing, d.meter, creds)
 	}
 	d.mu.Lock()
 	thin := len(d.lookups) - loopbackFull
@@ -98,7 +99,7 @@ func (d *loadDriver) startLookup(j int, full bool) (*lookupClient, error) {
 		}
 		d.shared[g] = s
 	}
-	return startSharedLookup(d.ctx, s, d.timing, d.meter), nil
+	return startSharedLookup(d.ctx, s, d.sync, d.timing, d.meter), nil
 }
 
 // ownersHold reports whether every Owner holds a lease.

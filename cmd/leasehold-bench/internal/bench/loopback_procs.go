@@ -32,7 +32,7 @@ type procCounters struct {
 	io      int64   // rchar + wchar
 	msgs    float64 // gRPC messages received and sent; < 0: not read
 	lookups float64 // Lookups served (leasehold_lookups); < 0: not read
-	syncs   float64 // Sync streams opened (started_total of Lookups.Sync)
+	syncs   float64 // sync streams opened (started_total of Lookups.Watch and Lookups.Sync)
 }
 
 // procUse is what a process used over a window.
@@ -42,7 +42,7 @@ type procUse struct {
 	rss, peak   int64
 	bytes, msgs float64 // per second; msgs < 0: not read
 	lookups     float64 // at the window's end; < 0: not a Manager
-	syncs       float64 // Sync streams opened in the window
+	syncs       float64 // sync streams (Watches or Sync streams) opened in the window
 }
 
 func readProc(ctx context.Context, p benchProc) (procCounters, error) {
@@ -53,16 +53,20 @@ func readProc(ctx context.Context, p benchProc) (procCounters, error) {
 	}
 	c.io = procIO(p.pid)
 	if p.metrics != nil {
-		if s, err := p.metrics.sums(ctx, "leasehold_grpc_server_msg_received_total", "leasehold_grpc_server_msg_sent_total", "leasehold_lookups", syncStarted); err == nil {
+		if s, err := p.metrics.sums(ctx, "leasehold_grpc_server_msg_received_total", "leasehold_grpc_server_msg_sent_total", "leasehold_lookups", syncStarted, watchStarted); err == nil {
 			c.msgs = s["leasehold_grpc_server_msg_received_total"] + s["leasehold_grpc_server_msg_sent_total"]
 			c.lookups = s["leasehold_lookups"]
-			c.syncs = s[syncStarted]
+			c.syncs = s[syncStarted] + s[watchStarted]
 		}
 	}
 	return c, nil
 }
 
-const syncStarted = `leasehold_grpc_server_started_total{grpc_method="Sync",`
+// The streams a Lookup opens: a Watch, or a Sync stream (--sync-streams).
+const (
+	syncStarted  = `leasehold_grpc_server_started_total{grpc_method="Sync",`
+	watchStarted = `leasehold_grpc_server_started_total{grpc_method="Watch",`
+)
 
 // procIO is a process's rchar + wchar from /proc/PID/io (0 if unread).
 func procIO(pid int) int64 {
@@ -102,7 +106,7 @@ func (u procUse) String() string {
 		s += fmt.Sprintf(", %.0f msgs/s", u.msgs)
 	}
 	if u.lookups >= 0 {
-		s += fmt.Sprintf(", %.0f Lookups (%.0f Sync streams opened in the window)", u.lookups, u.syncs)
+		s += fmt.Sprintf(", %.0f Lookups (%.0f sync streams opened in the window)", u.lookups, u.syncs)
 	}
 	return s
 }

@@ -10,10 +10,10 @@ import (
 )
 
 // TestSkimCodec: the thin Lookups' codec reads a SyncResponse's ID, epoch,
-// timings and the update's from, to and snapshot as the proto codec does,
-// for a snapshot with segments and a delta with changes alike, whatever
-// fields it steps over; it refuses a truncated message and one without an
-// update.
+// timings, the request it vouches for and the update's from, to and
+// snapshot as the proto codec does, for a snapshot with segments, a delta
+// with changes and a heartbeat alike, whatever fields it steps over; it
+// refuses a truncated message and one without an update.
 func TestSkimCodec(t *testing.T) {
 	segs := make([]*pb.Segment, 300)
 	for i := range segs {
@@ -25,6 +25,10 @@ func TestSkimCodec(t *testing.T) {
 		{Id: 8, Epoch: 3, NamesOnce: true, Update: &pb.Update{From: 1234567, To: 1234569,
 			Changes: []*pb.Change{{Lsn: 1234568, Entry: &pb.Entry{Owner: "a"}}, {Lsn: 1234569, ViaFree: true}}, Merged: true}},
 		{Epoch: 1, Update: &pb.Update{}},
+		// A heartbeat on a names_once stream: an empty delta at the table's
+		// LSN, vouching for request 9, with the names left out.
+		{Epoch: 3, NamesOnce: true, Request: 9, SinceRequestNanos: 15e9, Update: &pb.Update{From: 1234569, To: 1234569}},
+		{Epoch: 3, NamesOnce: true, Request: 1 << 40, SinceRequestNanos: 1, Update: &pb.Update{}},
 	} {
 		b, err := proto.Marshal(m)
 		if err != nil {
@@ -40,6 +44,7 @@ func TestSkimCodec(t *testing.T) {
 		}
 		u := m.GetUpdate()
 		if r.ID != m.GetId() || r.Epoch != m.GetEpoch() || int64(r.Sync) != m.GetSyncNanos() || int64(r.SyncTimeout) != m.GetSyncTimeoutNanos() ||
+			r.MaxDrift != m.GetMaxDrift() || r.Request != m.GetRequest() || int64(r.SinceRequest) != m.GetSinceRequestNanos() ||
 			uint64(r.Update.From) != u.GetFrom() || uint64(r.Update.To) != u.GetTo() || r.Update.Snapshot != u.GetSnapshot() {
 			t.Fatalf("skimmed %+v from %v", r, m)
 		}

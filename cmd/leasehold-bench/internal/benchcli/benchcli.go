@@ -80,6 +80,7 @@ type options struct {
 	managerProfile  string
 	tls             bool
 	lookupsPerConn  int
+	syncStreams     bool
 	lookupEvery     time.Duration
 	readReplicas    int
 }
@@ -147,6 +148,7 @@ Exit codes: 0 success, 1 runtime failure, 2 bad usage.`,
 	f.StringVar(&o.managerBin, "manager-bin", "", "loopback: the leasehold binary to run as the Manager (default: build ./cmd/leasehold)")
 	f.StringVar(&o.managerProfile, "manager-profile", "", "loopback: build the Manager with a CPU profiler and write a profile of each measured window under this folder (OWNERS-LOOKUPS/cpu-1.prof without churn, cpu-2.prof with, heap-N.prof at each window's end; the load driver's own in driver-cpu-N.prof); with --manager-bin, that binary must be a build of ./cmd/leasehold-bench/internal/bench/profiledmanager")
 	f.BoolVar(&o.tls, "tls", false, "loopback: mutual TLS between every client and the Manager, with a throwaway CA and a certificate per Owner and per Lookup")
+	f.BoolVar(&o.syncStreams, "sync-streams", false, "loopback: the thin Lookups open Sync streams, as Lookups did before Watch and Poll, rather than Watches")
 	f.IntVar(&o.lookupsPerConn, "lookups-per-conn", 1, "loopback: how many thin Lookups share one gRPC connection, each with its own stream (1: a connection each)")
 	f.DurationVar(&o.lookupEvery, "lookup-every", 0, "loopback: start a Lookup this often (default 100ms)")
 	f.IntVar(&o.readReplicas, "read-replicas", 0, "loopback: start this many read replicas beside the leader and point every Lookup at them only (the leader serves the Owners)")
@@ -171,8 +173,8 @@ func (o *options) run(ctx context.Context, stdout, stderr io.Writer, name string
 	if name != "loopback" && (o.measure != 0 || o.managerBin != "" || o.managerProfile != "" || o.tls) {
 		return usagef("--measure, --manager-bin, --manager-profile and --tls are for the loopback scenario only")
 	}
-	if name != "loopback" && (o.lookupsPerConn != 1 || o.lookupEvery != 0 || o.readReplicas != 0) {
-		return usagef("--lookups-per-conn, --lookup-every and --read-replicas are for the loopback scenario only")
+	if name != "loopback" && (o.lookupsPerConn != 1 || o.lookupEvery != 0 || o.readReplicas != 0 || o.syncStreams) {
+		return usagef("--lookups-per-conn, --lookup-every, --read-replicas and --sync-streams are for the loopback scenario only")
 	}
 	if o.readReplicas < 0 || o.readReplicas > bench.MaxReadReplicas {
 		return usagef("--read-replicas must be between 0 and %d (the loopback point's replica IDs run 2 to %d), not %d", bench.MaxReadReplicas, bench.MaxReadReplicas+1, o.readReplicas)
@@ -198,7 +200,7 @@ func (o *options) run(ctx context.Context, stdout, stderr io.Writer, name string
 	}
 	opts := bench.Options{Seed: o.seed, Beyond: o.beyond, Owners: o.owners, Lookups: o.lookups, Churn: o.churn,
 		Measure: o.measure, Manager: o.managerBin, ManagerProfile: o.managerProfile, TLS: o.tls,
-		LookupsPerConn: o.lookupsPerConn, LookupEvery: o.lookupEvery, ReadReplicas: o.readReplicas}
+		LookupsPerConn: o.lookupsPerConn, SyncStreams: o.syncStreams, LookupEvery: o.lookupEvery, ReadReplicas: o.readReplicas}
 	if o.smoke {
 		opts.Size = bench.Smoke
 	}
