@@ -12,14 +12,16 @@ import (
 )
 
 // defaultGCPercent is the Manager's GOGC when neither --gc-percent nor the
-// GOGC environment variable says otherwise: 75, where Go's own is 100.
+// GOGC environment variable says otherwise: 50, where Go's own is 100.
 // Most of a large Manager's heap is its idle Lookups' state, which lives
-// as long as they do and allocates little, so a headroom of 75% of it
-// rather than 100% saves a quarter of the headroom per Lookup (an idle
-// Lookup's memory, 16 KB at 100, is 13 KB at 75) for collections a third
-// more often, whose cost the measurements did not resolve from the runs'
-// spread (docs/results.md, "A fourth pass: Watch and Poll").
-const defaultGCPercent = 75
+// as long as they do and allocates little, so the collector's headroom,
+// GOGC percent of the live heap and the stacks, is most of what an idle
+// Lookup costs beyond what it holds: at 100 an idle Lookup's Watch costs
+// the Manager's resident set 15–16 KiB, at 75 14–16.6, at 50 11–12, for
+// collections twice as often as at 100, whose CPU the measurements did
+// not resolve from the runs' spread (docs/results.md, "A fourth pass:
+// Watch and Poll, and the Manager's GOGC").
+const defaultGCPercent = 50
 
 // gcOff is what --gc-percent takes for "no proportional collection", as
 // GOGC=off is to Go: only a memory limit then starts a collection.
@@ -50,7 +52,7 @@ const minMemoryLimit = 64 << 20
 // at a growing one as what the Manager holds nears the limit (up to half
 // of the CPU: past that Go lets the limit be exceeded rather than stall).
 func (o *managerOptions) addGCFlag(f *pflag.FlagSet) {
-	f.IntVar(&o.gcPercent, "gc-percent", defaultGCPercent, "the Go collector's GOGC for this process: collect once the heap has grown by `N` percent of what the last collection kept and the stacks it scanned, N at least 1; lower trades CPU for memory; -1: off, only a --memory-limit starts a collection (default: the GOGC environment variable if set, else 75)")
+	f.IntVar(&o.gcPercent, "gc-percent", defaultGCPercent, "the Go collector's GOGC for this process: collect once the heap has grown by `N` percent of what the last collection kept and the stacks it scanned, N at least 1; lower trades CPU for memory; -1: off, only a --memory-limit starts a collection (default: the GOGC environment variable if set, else 50)")
 	f.StringVar(&o.memoryLimit, "memory-limit", "", "a soft limit on the Go memory of this process, `SIZE` in bytes or with a unit B, KiB, MiB, GiB or TiB (as GOMEMLIMIT), at least 64MiB: the collector runs as often as it must to stay under it, so the heap's headroom is bounded, at a CPU cost that grows as what the Manager holds nears the limit (default: the GOMEMLIMIT environment variable if set, else none)")
 }
 
