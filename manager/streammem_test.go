@@ -117,15 +117,7 @@ func TestIdleStreamMemory(t *testing.T) {
 	ta, tb := open("watches", from, from), open("watches", to, to)
 	stop()
 	stopTLS()
-	tstacks, tlive := float64(tb.stacks-ta.stacks)/n, float64(tb.live-ta.live)/n
-	t.Logf("per idle Watch over TLS, %d → %d: %.0f bytes of stacks, %.0f bytes of live heap, %.2f goroutines", from, to,
-		tstacks, tlive, float64(tb.goroutines-ta.goroutines)/n)
-	if tstacks > 6<<10 {
-		t.Errorf("an idle Watch over TLS holds %.1f KB of goroutine stacks at the Manager, want at most 6 KB (one goroutine of 4 KB)", tstacks/1024)
-	}
-	if tlive > 4608 {
-		t.Errorf("an idle Watch over TLS holds %.1f KB of live heap at the Manager, want at most 4.5 KB", tlive/1024)
-	}
+	checkWatches(t, "an idle Watch over TLS", ta, tb, n)
 	runtime.GC() // the average stack a new goroutine starts with is the last collection's
 
 	addr, stopPlain := streamMemManager(t, manager.Config{Insecure: true})
@@ -134,15 +126,7 @@ func TestIdleStreamMemory(t *testing.T) {
 	defer stop()
 	wa, wb := open("watches", from, from), open("watches", to, to)
 	a, b := open("lookups", from, to+from), open("lookups", to, 2*to)
-	wstacks, wlive := float64(wb.stacks-wa.stacks)/n, float64(wb.live-wa.live)/n
-	t.Logf("per idle Watch, %d → %d: %.0f bytes of stacks, %.0f bytes of live heap, %.2f goroutines", from, to,
-		wstacks, wlive, float64(wb.goroutines-wa.goroutines)/n)
-	if wstacks > 6<<10 {
-		t.Errorf("an idle Watch holds %.1f KB of goroutine stacks at the Manager, want at most 6 KB (one goroutine of 4 KB)", wstacks/1024)
-	}
-	if wlive > 4608 {
-		t.Errorf("an idle Watch holds %.1f KB of live heap at the Manager, want at most 4.5 KB", wlive/1024)
-	}
+	checkWatches(t, "an idle Watch", wa, wb, n)
 	// An Owner is a connection and a stream of its own: what that costs
 	// before its first request, for the record.
 	c := open("owners", owners, 2*to+owners)
@@ -166,6 +150,21 @@ func TestIdleStreamMemory(t *testing.T) {
 	}
 	t.Logf("per idle Owner's connection and stream: %.0f bytes of stacks, %.0f bytes of live heap, %.2f goroutines",
 		float64(c.stacks-b.stacks)/owners, float64(c.live-b.live)/owners, float64(c.goroutines-b.goroutines)/owners)
+}
+
+// checkWatches logs what each of n idle Watches opened between a and b
+// holds, and bounds it: one goroutine of 4 KB (at most 6 KB of stacks)
+// and at most 4.5 KB of live heap.
+func checkWatches(t *testing.T, what string, a, b memPoint, n float64) {
+	t.Helper()
+	stacks, live := float64(b.stacks-a.stacks)/n, float64(b.live-a.live)/n
+	t.Logf("%s: %.0f bytes of stacks, %.0f bytes of live heap, %.2f goroutines", what, stacks, live, float64(b.goroutines-a.goroutines)/n)
+	if stacks > 6<<10 {
+		t.Errorf("%s holds %.1f KB of goroutine stacks at the Manager, want at most 6 KB (one goroutine of 4 KB)", what, stacks/1024)
+	}
+	if live > 4608 {
+		t.Errorf("%s holds %.1f KB of live heap at the Manager, want at most 4.5 KB", what, live/1024)
+	}
 }
 
 // streamMemManager serves a Manager with cfg on 127.0.0.1 until stop.

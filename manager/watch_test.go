@@ -38,6 +38,18 @@ func openWatch(t *testing.T, ctx context.Context, conn *grpc.ClientConn) (pb.Loo
 	return w, first.GetWatch()
 }
 
+// pollAnswered polls Watch id, open as w on the Poll's connection lc,
+// with request id req and checks that the answer comes on w.
+func pollAnswered(t *testing.T, ctx context.Context, lc pb.LookupsClient, w pb.Lookups_WatchClient, id, req uint64) {
+	t.Helper()
+	if _, err := lc.Poll(ctx, &pb.PollRequest{Watch: id, Request: &pb.SyncRequest{Namespace: "default", Id: req}}); err != nil {
+		t.Fatalf("a Poll of Watch %d: %v", id, err)
+	}
+	if m, err := w.Recv(); err != nil || m.GetId() != req {
+		t.Fatalf("Watch %d after the Poll: %v, %v; want the answer to request %d", id, m, err, req)
+	}
+}
+
 // TestPollNamesAWatchOnItsConnection: a Poll's request is answered on the
 // Watch it names, and only a Poll on the Watch's own connection can name
 // it: its number from another connection, one with a Watch of its own
@@ -76,23 +88,9 @@ func TestPollNamesAWatchOnItsConnection(t *testing.T) {
 			}
 		}
 		for i := uint64(1); i <= 3; i++ {
-			if _, err := pb.NewLookupsClient(mine).Poll(ctx, &pb.PollRequest{Watch: id, Request: &pb.SyncRequest{Namespace: "default", Id: i}}); err != nil {
-				t.Fatalf("poll %d: %v", i, err)
-			}
-			m, err := w.Recv()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if m.GetId() != i {
-				t.Fatalf("the Watch's answer to poll %d names request %d", i, m.GetId())
-			}
+			pollAnswered(t, ctx, pb.NewLookupsClient(mine), w, id, i)
 		}
-		if _, err := pb.NewLookupsClient(other).Poll(ctx, &pb.PollRequest{Watch: oid, Request: &pb.SyncRequest{Namespace: "default", Id: 7}}); err != nil {
-			t.Fatalf("a Poll of the other connection's Watch: %v", err)
-		}
-		if m, err := ow.Recv(); err != nil || m.GetId() != 7 {
-			t.Fatalf("the other Watch after the refusals: %v, %v; want the answer to request 7", m, err)
-		}
+		pollAnswered(t, ctx, pb.NewLookupsClient(other), ow, oid, 7)
 	})
 }
 
@@ -192,12 +190,7 @@ func TestPollsOfAConnectionBounded(t *testing.T) {
 			t.Errorf("30 Polls naming no Watch, one open: %v, want 20 NotFound and 10 ResourceExhausted", got)
 		}
 		time.Sleep(time.Second)
-		if _, err := lc.Poll(ctx, &pb.PollRequest{Watch: id, Request: &pb.SyncRequest{Namespace: "default", Id: 2}}); err != nil {
-			t.Fatalf("a Poll of the open Watch a second later: %v", err)
-		}
-		if m, err := w.Recv(); err != nil || m.GetId() != 2 {
-			t.Fatalf("the Watch after the refusals: %v, %v; want the answer to request 2", m, err)
-		}
+		pollAnswered(t, ctx, lc, w, id, 2)
 	})
 }
 
