@@ -219,28 +219,7 @@ func TestLookupSyncsWithoutWatch(t *testing.T) {
 			g.Stop()
 			<-ran
 		}()
-		l, err := lookup.New(ctx, lookup.Config{Connection: leasehold.Connection{
-			Manager: "passthrough:///bufnet",
-			DialOptions: []grpc.DialOption{
-				grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-				grpc.WithTransportCredentials(insecure.NewCredentials()),
-			},
-			Timing: tm,
-		}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		wctx, wcancel := context.WithTimeout(ctx, tm.Sync)
-		defer wcancel()
-		if err := l.WaitSynced(wctx); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(5 * tm.Sync)
-		synctest.Wait()
-		if a := l.Age(); a.Stale() {
-			t.Errorf("the Lookup's copy is stale over Sync: %+v", a)
-		}
+		followsOver(t, ctx, lis, tm, tm.Sync, "over Sync")
 	})
 }
 
@@ -324,27 +303,34 @@ func TestLookupBehindAPoolingProxy(t *testing.T) {
 		defer g.Stop()
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		l, err := lookup.New(ctx, lookup.Config{Connection: leasehold.Connection{
-			Manager: "passthrough:///proxy",
-			DialOptions: []grpc.DialOption{
-				grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-				grpc.WithTransportCredentials(insecure.NewCredentials()),
-			},
-			Timing: tm,
-		}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		wctx, wcancel := context.WithTimeout(ctx, 2*tm.Sync)
-		defer wcancel()
-		if err := l.WaitSynced(wctx); err != nil {
-			t.Fatalf("behind the proxy: %v", err)
-		}
-		time.Sleep(5 * tm.Sync)
-		synctest.Wait()
-		if a := l.Age(); a.Stale() {
-			t.Errorf("the Lookup's copy is stale behind the proxy: %+v", a)
-		}
+		followsOver(t, ctx, lis, tm, 2*tm.Sync, "behind the proxy")
 	})
+}
+
+// followsOver starts a Lookup that dials lis, and checks that it has its
+// first copy within wait and keeps it fresh for five Syncs after.
+func followsOver(t *testing.T, ctx context.Context, lis *bufconn.Listener, tm protocol.Timing, wait time.Duration, where string) {
+	t.Helper()
+	l, err := lookup.New(ctx, lookup.Config{Connection: leasehold.Connection{
+		Manager: "passthrough:///bufnet",
+		DialOptions: []grpc.DialOption{
+			grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+			grpc.WithTransportCredentials(insecure.NewCredentials()),
+		},
+		Timing: tm,
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	if err := l.WaitSynced(wctx); err != nil {
+		t.Fatalf("%s: %v", where, err)
+	}
+	time.Sleep(5 * tm.Sync)
+	synctest.Wait()
+	if a := l.Age(); a.Stale() {
+		t.Errorf("the Lookup's copy is stale %s: %+v", where, a)
+	}
 }
