@@ -121,15 +121,13 @@ func skimFields(b []byte, scalar func(protowire.Number, uint64), bytes func(prot
 		}
 		b = b[n:]
 		switch {
-		case typ == protowire.VarintType:
-			v, n := protowire.ConsumeVarint(b)
-			if n < 0 {
-				return errSkim
+		case typ == protowire.VarintType || typ == protowire.Fixed64Type:
+			var v uint64
+			if typ == protowire.VarintType {
+				v, n = protowire.ConsumeVarint(b)
+			} else {
+				v, n = protowire.ConsumeFixed64(b)
 			}
-			b = b[n:]
-			scalar(num, v)
-		case typ == protowire.Fixed64Type:
-			v, n := protowire.ConsumeFixed64(b)
 			if n < 0 {
 				return errSkim
 			}
