@@ -45,7 +45,6 @@ type Core struct {
 	sent     map[uint64]time.Time
 	lastPoll time.Time // when the last request was sent (zero: none yet)
 	repaired time.Time // when a gap last made it ask (zero: none outstanding)
-	polls    uint64
 	out      []*protocol.SyncRequest
 }
 
@@ -74,9 +73,6 @@ func (c *Core) Fresh() time.Time { return c.fresh }
 // the configured one and the Manager's.
 func (c *Core) Timing() protocol.Timing { return c.timing }
 
-// Polls returns the number of SyncRequests made.
-func (c *Core) Polls() uint64 { return c.polls }
-
 // NextDeadline is the time by which Tick must be called next.
 func (c *Core) NextDeadline() time.Time { return c.nextSync }
 
@@ -102,7 +98,6 @@ func (c *Core) Ready() []*protocol.SyncRequest {
 
 func (c *Core) request(now time.Time) {
 	c.nextID++
-	c.polls++
 	c.pending[c.nextID] = now
 	c.sent[c.nextID] = now
 	for id, sent := range c.pending {
