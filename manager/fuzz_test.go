@@ -78,7 +78,7 @@ func (in *fuzzInput) rng() *pb.Range {
 // else (Internal, Unknown) is a bug or an input the boundary let through.
 var knownCodes = map[codes.Code]bool{codes.OK: true, codes.InvalidArgument: true, codes.NotFound: true,
 	codes.FailedPrecondition: true, codes.ResourceExhausted: true, codes.Unavailable: true,
-	codes.Canceled: true, codes.DeadlineExceeded: true}
+	codes.Canceled: true, codes.DeadlineExceeded: true, codes.Aborted: true}
 
 // FuzzManagerAPI decodes a sequence of requests from the input — lease
 // requests on a few streams (any owner, incarnation, Seq, held leases,

@@ -193,7 +193,9 @@ func (s lookupsService) poll(ctx context.Context, w *watch, m *pb.SyncRequest) e
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed {
-		return status.Error(codes.NotFound, "leasehold: the Watch has ended")
+		// Aborted, not NotFound: the Watch was here, so the Lookup's
+		// Polls do reach their Watch's connection (client.OpenWatch).
+		return status.Error(codes.Aborted, "leasehold: the Watch has ended")
 	}
 	if err := ctx.Err(); err != nil {
 		return status.FromContextError(err).Err()

@@ -49,8 +49,8 @@ func TestPollAfterItsWatchEnded(t *testing.T) {
 		if c.watch(id) != nil {
 			t.Errorf("Watch %d is still open on its connection once closed", id)
 		}
-		if err := svc.poll(ctx, w, req(2)); status.Code(err) != codes.NotFound {
-			t.Errorf("a Poll of the ended Watch: %v, want NotFound", err)
+		if err := svc.poll(ctx, w, req(2)); status.Code(err) != codes.Aborted {
+			t.Errorf("a Poll of the ended Watch: %v, want Aborted", err)
 		}
 		if n := lookupsServed(s); n != 0 {
 			t.Errorf("the Manager serves %d Lookups once the Watch has ended, want 0", n)

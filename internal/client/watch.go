@@ -105,6 +105,8 @@ func (s *watchStream[R]) Send(m *pb.SyncRequest) error {
 	case ctx.Err() != nil:
 		return fmt.Errorf("%w to a Poll within %s", errNoAnswer, wait)
 	case !s.polled && status.Code(err) == codes.NotFound && s.unreachable != nil:
+		// NotFound: no such Watch on this connection (a Watch that has
+		// ended is Aborted), so the Poll came on another connection.
 		s.unreachable()
 	}
 	return err
